@@ -660,6 +660,75 @@ START_TEST(test_lossy_model_refused)
 }
 END_TEST
 
+/* A model whose specials or byte pieces are not where the zoo's ids put
+ * them is refused at load, though SentencePiece loads it and it gives text
+ * back: the piece "<pad>" renamed (so no pad id), or the byte pieces of
+ * 0xFE and 0xFF swapped (each byte still has its piece). */
+START_TEST(test_conventions_refused)
+{
+    if (!tok)
+        return;
+    size_t n;
+    const unsigned char *proto = cg_spm_model_proto(tok, &n);
+    static const unsigned char pad[] = {0x0a, 0x05, '<', 'p', 'a', 'd', '>'};
+    for (int k = 0; k < 2; k++) {
+        unsigned char *m = malloc(n);
+        ck_assert_ptr_nonnull(m);
+        memcpy(m, proto, n);
+        if (k == 0) {
+            unsigned char *at = memmem(m, n, pad, sizeof pad);
+            ck_assert_ptr_nonnull(at);
+            at[4] = 'b'; /* "<pbd>" */
+        } else {
+            unsigned char *fe = memmem(m, n, "<0xFE>", 6), *ff = memmem(m, n, "<0xFF>", 6);
+            ck_assert(fe && ff);
+            fe[4] = 'F', ff[4] = 'E';
+        }
+        cg_clear_error();
+        cg_spm *t = cg_spm_from_model_proto(m, n);
+        ck_assert_msg(t == NULL, "model %d loaded", k);
+        ck_assert_msg(strstr(cg_last_error(), k ? "byte pieces at 4..259" : "pad -1"), "%s",
+                      cg_last_error());
+        free(m);
+    }
+}
+END_TEST
+
+/* A text past one encoding chunk (1 MiB) cut before a run of spaces: a
+ * piece of two or more word-boundary marks starts the next chunk, which is
+ * then not the dummy prefix's lone mark, so the text is encoded whole; it
+ * comes back as it was, with the ids of the whole text's encoding. */
+START_TEST(test_long_text_spaces)
+{
+    if (!tok)
+        return;
+    const char *train[] = {"a  b   c    d", "the  cat   sat", "x  y  z   w    v"};
+    cg_spm *t = cg_spm_train(train, 3, 280);
+    ck_assert_msg(t != NULL, "%s", cg_last_error());
+    bool runs = false;
+    for (int64_t i = 0; i < cg_spm_vocab_size(t); i++)
+        runs |= strcmp(cg_spm_piece(t, i), "\xE2\x96\x81\xE2\x96\x81") == 0;
+    ck_assert_msg(runs, "no piece of two word-boundary marks: the test does not test it");
+    enum { LEN = (1 << 20) + 4096 };
+    char *text = malloc(LEN + 1);
+    ck_assert_ptr_nonnull(text);
+    static const char unit[] = "the  cat   sat    ";
+    for (size_t k = 0; k < LEN; k++) /* byte 1 MiB: the first of four spaces */
+        text[k] = unit[(k + 10) % (sizeof unit - 1)];
+    text[LEN] = '\0';
+    int64_t n = 0, *ids = cg_spm_encode(t, text, &n);
+    ck_assert_ptr_nonnull(ids);
+    char *back = cg_spm_decode(t, ids, n);
+    ck_assert_ptr_nonnull(back);
+    ck_assert_msg(strcmp(back, text) == 0, "the text came back %zu bytes long, not %d",
+                  strlen(back), LEN);
+    free(back);
+    free(ids);
+    free(text);
+    cg_spm_free(t);
+}
+END_TEST
+
 static Suite *spm_suite(void)
 {
     Suite *s = suite_create("spm");
@@ -674,6 +743,8 @@ static Suite *spm_suite(void)
     tcase_add_test(tc, test_checkpoint);
     tcase_add_test(tc, test_bad_blob);
     tcase_add_test(tc, test_lossy_model_refused);
+    tcase_add_test(tc, test_conventions_refused);
+    tcase_add_test(tc, test_long_text_spaces);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_quiet);
