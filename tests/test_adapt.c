@@ -883,6 +883,23 @@ START_TEST(test_sample)
         ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), 1);
     c.temperature = 0; /* greedy */
     ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), 1);
+    /* ties: greedy takes the first of the largest (torch.argmax); top-p
+     * stops at the first id whose sum reaches p (two ids of exactly 1/2:
+     * top_p 0.5 keeps the lower id alone, a little more keeps both) */
+    const float tied[4] = {-1.0f, 3.0f, 3.0f, 3.0f}, halves[3] = {0.5f, 0.5f, -INFINITY};
+    ck_assert_int_eq(cg_sample(tied, 4, &c, &r1), 1);
+    c = (cg_sample_config){.temperature = 1, .top_p = 0.5};
+    for (int i = 0; i < 200; i++)
+        ck_assert_int_eq(cg_sample(halves, 3, &c, &r1), 0);
+    c.top_p = 0.5 + 1e-9;
+    int ones = 0;
+    for (int i = 0; i < 200; i++) {
+        int64_t a = cg_sample(halves, 3, &c, &r1);
+        ck_assert(a == 0 || a == 1);
+        ones += a == 1;
+    }
+    ck_assert_msg(ones > 50 && ones < 150, "id 1 drawn %d times of 200", ones);
+    c.temperature = 0;
     c = (cg_sample_config){.temperature = -1, .top_p = 1};
     ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), -1);
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "temperature"));
