@@ -987,6 +987,119 @@ START_TEST(test_decoded_pad_masked)
 }
 END_TEST
 
+/* Exact ties, decoded as the reference's stable sort and max() take them:
+ * with a zero embedding table the tied head gives every token the logit 0,
+ * so every candidate of a step has the same score. Each step's top tokens
+ * are the lowest ids (the first among equals), candidates keep their order
+ * of generation (hypothesis, then token), and the first of the best
+ * hypotheses wins: all PAD at beam 2 (whose tokens are PAD and BOS). Greedy
+ * decoding takes the first argmax too. */
+START_TEST(test_decode_ties)
+{
+    cg_seq2seq *m = pad_model();
+    cg_tensor *w = m->emb->weight;
+    memset(cg_data(w), 0, (size_t)cg_numel(w) * sizeof(float));
+    const int64_t src[3] = {5, 6, CG_EOS};
+    int64_t out[6], len;
+    ck_assert(cg_greedy_decode(m, src, 1, 3, 6, out, &len, true));
+    ck_assert_int_eq(len, 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(out[i], CG_PAD);
+    for (int cache = 0; cache < 2; cache++) {
+        /* beam 2: tokens PAD and BOS, never EOS; beam 3: EOS at once wins */
+        int64_t *b = NULL, n = 0;
+        double score;
+        bool fin = true;
+        ck_assert(cg_beam_search(m, src, 3, 2, 0.6, 5, &b, &n, &score, &fin, cache));
+        ck_assert_msg(n == 5 && !fin, "%lld ids, finished %d", (long long)n, fin);
+        for (int i = 0; i < 5; i++)
+            ck_assert_msg(b[i] == CG_PAD, "id %d is %lld", i, (long long)b[i]);
+        ck_assert_double_eq_tol(score, 5 * -log(12.0) / cg_length_penalty(5, 0.6), 1e-5);
+        free(b);
+        ck_assert(cg_beam_search(m, src, 3, 3, 0.6, 5, &b, &n, &score, &fin, cache));
+        ck_assert(n == 0 && fin);
+        ck_assert_double_eq_tol(score, -log(12.0), 1e-5);
+        free(b);
+    }
+    cg_seq2seq_free(m);
+}
+END_TEST
+
+/* A translator that never ends a sentence: the specials' rows of the tied
+ * embedding are zero (logit 0) and the characters' rows come in pairs e, -e
+ * (one of each pair has a logit >= 0 for any state), so greedy decoding and
+ * a beam of 2 (the top two tokens are characters) never emit EOS. With
+ * max_len 64, a translation has the reference's length limit: the source's
+ * tokens + 50, greedy or beam, whatever the longest source of the chunk. */
+static cg_seq2seq *never_eos_model(int64_t V, int64_t max_len)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = V, c.d = 16, c.H = 2, c.d_ff = 32, c.max_len = max_len;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 3);
+    ck_assert_ptr_nonnull(m);
+    float *e = cg_data(m->emb->weight);
+    memset(e, 0, 4 * 16 * sizeof *e);
+    for (int64_t r = 5; r < V; r += 2)
+        for (int k = 0; k < 16; k++)
+            e[r * 16 + k] = -e[(r - 1) * 16 + k];
+    cg_module_train(CG_MODULE(m), false);
+    return m;
+}
+
+START_TEST(test_translation_length_limit)
+{
+    const char *train[] = {"abcdefgh"}, *texts[] = {"abc", "abcdef"};
+    cg_tokenizer *tok = cg_tokenizer_train(CG_TOK_CHAR, true, train, 1, 0);
+    ck_assert_ptr_nonnull(tok);
+    cg_seq2seq *m = never_eos_model(cg_tokenizer_vocab_size(tok), 64);
+    cg_sources src;
+    ck_assert(cg_sources_encode(tok, texts, 2, 64, &src));
+    for (int beam = 1; beam <= 2; beam++)
+        for (int cache = 0; cache < 2; cache++) {
+            char **out = cg_translate_all(m, tok, &src, beam, 0.6, cache, NULL);
+            ck_assert_msg(out != NULL, "%s", cg_last_error());
+            for (int i = 0; i < 2; i++)
+                ck_assert_msg(strlen(out[i]) == strlen(texts[i]) + 50,
+                              "beam %d, source %d: %zu characters, not %zu", beam, i,
+                              strlen(out[i]), strlen(texts[i]) + 50);
+            cg_strings_free(out, 2);
+        }
+    cg_sources_free(&src);
+    cg_seq2seq_free(m);
+    cg_tokenizer_free(tok);
+}
+END_TEST
+
+/* Logits that are not finite at the last position only (a token whose
+ * embedding is 1e19: finite logits where it is decoded, attention scores
+ * past float's range where it is read back) are refused at that step, with
+ * the cache or without (without, the check reads the last position of
+ * every prefix, not the first). */
+START_TEST(test_decode_nonfinite_last_position)
+{
+    cg_seq2seq *m = pad_model();
+    float *e = cg_data(m->emb->weight);
+    const int64_t d = m->cfg.d;
+    for (int64_t k = 0; k < d; k++) {
+        e[4 * d + k] = (k % 3 ? 1e19f : -1e19f);
+        e[5 * d + k] = -e[4 * d + k];
+    }
+    const int64_t src[4] = {6, 7, 8, CG_EOS};
+    for (int cache = 0; cache < 2; cache++) {
+        int64_t *b = NULL, n = 0, out[8], len;
+        cg_clear_error();
+        ck_assert(!cg_beam_search(m, src, 4, 2, 0.6, 8, &b, &n, NULL, NULL, cache));
+        ck_assert_msg(strstr(cg_last_error(), "beam search: step 1: logit"), "cache %d: %s", cache,
+                      cg_last_error());
+        cg_clear_error();
+        ck_assert(!cg_greedy_decode(m, src, 1, 4, 8, out, &len, cache));
+        ck_assert_msg(strstr(cg_last_error(), "greedy decode: step 1: logit"), "cache %d: %s",
+                      cache, cg_last_error());
+    }
+    cg_seq2seq_free(m);
+}
+END_TEST
+
 START_TEST(test_decode_bad_input)
 {
     int64_t out[8], L, *b = NULL, bl, src[2] = {4, CG_EOS}, bad[2] = {999, CG_EOS};
@@ -1885,6 +1998,9 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
     tcase_add_test(tc, test_decoded_pad_masked);
+    tcase_add_test(tc, test_decode_ties);
+    tcase_add_test(tc, test_translation_length_limit);
+    tcase_add_test(tc, test_decode_nonfinite_last_position);
     tcase_add_test(tc, test_grad_accum_per_token);
     tcase_add_test(tc, test_grad_accum_fused_head_once);
     tcase_add_test(tc, test_pad_to_multiple);

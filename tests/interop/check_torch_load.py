@@ -2,6 +2,9 @@
 and check that its logits equal the ones cgrad computed, and that the
 weights (freshly initialised by cgrad with seed 5 for the char LM and 6 for
 the translator) are the ones PyTorch draws after torch.manual_seed(seed).
+decode.safetensors: cgrad's greedy decoding and beam search (several beams
+and length penalties) of a translator with decisive logits equal the
+reference's greedy_decode and train_seq2seq.beam_search, token for token.
 
     /usr/bin/python3 check_torch_load.py DIR    (exit 0: equal; 77: no torch)
 """
@@ -60,9 +63,45 @@ def check(path):
     return ok and init_ok
 
 
+def check_decode(path):
+    import train_seq2seq  # noqa: E402 (the reference's beam search)
+    tensors, meta = safetensors_io.load(path)
+    cfg = json.loads(meta["config"])
+    fields = {f: cfg[f] for f in models.Seq2SeqConfig.__dataclass_fields__ if f in cfg}
+    model = models.Seq2Seq(models.Seq2SeqConfig(**fields))
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()
+                           if not k.startswith(("input.", "expect."))}, strict=True)
+    model.eval()
+    src = torch.from_numpy(tensors["input.src"])
+    ours = tensors["expect.greedy"]
+    steps = ours.shape[1]
+    ref = model.greedy_decode(src, steps)
+    bad = []
+    for b in range(src.shape[0]):
+        want = ref[b].tolist() + [models.PAD] * (steps - ref.shape[1])
+        if want != ours[b].tolist():
+            bad.append(f"greedy {b}: ours {ours[b].tolist()}, reference {want}")
+    n_beam = 0
+    for name in sorted(k for k in tensors if k.startswith("expect.beam.")):
+        _, _, b, beam, alpha = name.split(".", 4)
+        got = tensors[name].tolist()[:-1]  # ends in -1
+        row = src[int(b)].tolist()
+        s = torch.tensor([row[:row.index(models.EOS) + 1]])
+        want = train_seq2seq.beam_search(model, s, steps, beam=int(beam), alpha=float(alpha))
+        n_beam += 1
+        if got != want:
+            bad.append(f"beam {beam} alpha {alpha} source {b}: ours {got}, reference {want}")
+    for line in bad:
+        print(f"{os.path.basename(path)}: MISMATCH {line}")
+    print(f"{os.path.basename(path)}: greedy of {src.shape[0]} sources and {n_beam} beam searches "
+          f"vs the reference's: {'ok' if not bad else 'MISMATCH'}")
+    return not bad and n_beam > 0
+
+
 def main():
     d = sys.argv[1]
     ok = all([check(os.path.join(d, f)) for f in ("charlm.safetensors", "seq2seq.safetensors")])
+    ok = check_decode(os.path.join(d, "decode.safetensors")) and ok
     sys.exit(0 if ok else 1)
 
 

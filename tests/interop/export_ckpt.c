@@ -2,13 +2,22 @@
  * and the logits cgrad computes for it, so that check_torch_load.py can load
  * the parameters into the PyTorch reference and compare its logits.
  *
- *   export_ckpt OUTDIR     -> OUTDIR/charlm.safetensors, OUTDIR/seq2seq.safetensors
+ *   export_ckpt OUTDIR     -> OUTDIR/charlm.safetensors, OUTDIR/seq2seq.safetensors,
+ *                             OUTDIR/decode.safetensors
+ *
+ * decode.safetensors: a translator whose matrices are scaled to N(0, 0.3)
+ * (decisive logits: greedy and beam choices far from ties), six sources,
+ * and what cgrad decodes for them: greedy (batched, PAD after EOS) and beam
+ * search of each source at several beams and length penalties, which
+ * check_torch_load.py compares with the reference's greedy_decode and
+ * train_seq2seq.beam_search.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/charlm/charlm.h"
+#include "models/seq2seq/beam.h"
 #include "models/seq2seq/seq2seq.h"
 #include "nn/safetensors.h"
 
@@ -33,6 +42,73 @@ static bool write_file(cg_module *m, const char *path, const char *model, char *
          cg_st_set_metadata(w, "config", config) && cg_st_writer_save(w, path);
     cg_st_writer_free(w);
     free(config);
+    return ok;
+}
+
+/* ids[0..n) as an int64 tensor [n + 1] ending in -1 (a decode may be empty) */
+static bool add_ids(cg_st_writer *w, const char *name, const int64_t *ids, int64_t n)
+{
+    int64_t *v = malloc((size_t)(n + 1) * sizeof *v);
+    if (!v)
+        return false;
+    memcpy(v, ids, (size_t)n * sizeof *v);
+    v[n] = -1;
+    int64_t shape[1] = {n + 1};
+    cg_tensor *t = cg_from_i64(1, shape, v);
+    bool ok = t && cg_st_add(w, name, t);
+    cg_release(t);
+    free(v);
+    return ok;
+}
+
+enum { DEC_B = 6, DEC_S = 9, DEC_STEPS = 20 };
+static const int DEC_BEAMS[] = {2, 3, 4, 6};
+static const double DEC_ALPHAS[] = {0.0, 0.6, 2.0};
+
+/* The translator of decode.safetensors and its decodes (see the top). */
+static bool write_decodes(const char *path)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = 12, c.d = 32, c.H = 4, c.d_ff = 64, c.max_len = 24;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 5);
+    cg_param_list pl = {0};
+    if (!m || !cg_module_params(CG_MODULE(m), &pl))
+        return false;
+    for (int i = 0; i < pl.n; i++)
+        for (int64_t k = 0; pl.items[i].tensor->ndim == 2 && k < cg_numel(pl.items[i].tensor); k++)
+            cg_data(pl.items[i].tensor)[k] *= 15.0f;
+    cg_param_list_free(&pl);
+    cg_module_train(CG_MODULE(m), false);
+    int64_t src[DEC_B * DEC_S] = {0}, out[DEC_B * DEC_STEPS], lens[DEC_B];
+    for (int b = 0; b < DEC_B; b++) {
+        for (int k = 0; k < b + 2; k++)
+            src[b * DEC_S + k] = 3 + (b * 5 + k * 7) % 9;
+        src[b * DEC_S + b + 2] = 2; /* EOS, then PAD */
+    }
+    cg_st_writer *w = cg_st_writer_new();
+    const int64_t ss[2] = {DEC_B, DEC_S}, os[2] = {DEC_B, DEC_STEPS};
+    cg_tensor *ts = cg_from_i64(2, ss, src), *to = NULL;
+    bool ok = w && ts && cg_module_write(CG_MODULE(m), w, NULL) && cg_st_add(w, "input.src", ts) &&
+              cg_greedy_decode(m, src, DEC_B, DEC_S, DEC_STEPS, out, lens, true) &&
+              (to = cg_from_i64(2, os, out)) && cg_st_add(w, "expect.greedy", to);
+    for (int b = 0; ok && b < DEC_B; b++)
+        for (size_t i = 0; ok && i < sizeof DEC_BEAMS / sizeof *DEC_BEAMS; i++)
+            for (size_t a = 0; ok && a < sizeof DEC_ALPHAS / sizeof *DEC_ALPHAS; a++) {
+                int64_t *ids = NULL, n = 0;
+                char name[64];
+                snprintf(name, sizeof name, "expect.beam.%d.%d.%g", b, DEC_BEAMS[i], DEC_ALPHAS[a]);
+                ok = cg_beam_search(m, src + b * DEC_S, b + 3, DEC_BEAMS[i], DEC_ALPHAS[a],
+                                    DEC_STEPS, &ids, &n, NULL, NULL, true) &&
+                     add_ids(w, name, ids, n);
+                free(ids);
+            }
+    char *config = cg_seq2seq_config_to_json(&c);
+    ok = ok && config && cg_st_set_metadata(w, "model", "seq2seq") &&
+         cg_st_set_metadata(w, "config", config) && cg_st_writer_save(w, path);
+    free(config);
+    cg_release_all(2, ts, to);
+    cg_st_writer_free(w);
+    cg_seq2seq_free(m);
     return ok;
 }
 
@@ -94,5 +170,8 @@ int main(int argc, char **argv)
         return fail(path);
     cg_release(logits);
     cg_module_free(CG_MODULE(s2s));
+    snprintf(path, sizeof path, "%s/decode.safetensors", argv[1]);
+    if (!write_decodes(path))
+        return fail(path);
     return 0;
 }
