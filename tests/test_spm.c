@@ -694,41 +694,6 @@ START_TEST(test_conventions_refused)
 }
 END_TEST
 
-/* A text past one encoding chunk (1 MiB) cut before a run of spaces: a
- * piece of two or more word-boundary marks starts the next chunk, which is
- * then not the dummy prefix's lone mark, so the text is encoded whole; it
- * comes back as it was, with the ids of the whole text's encoding. */
-START_TEST(test_long_text_spaces)
-{
-    if (!tok)
-        return;
-    const char *train[] = {"a  b   c    d", "the  cat   sat", "x  y  z   w    v"};
-    cg_spm *t = cg_spm_train(train, 3, 280);
-    ck_assert_msg(t != NULL, "%s", cg_last_error());
-    bool runs = false;
-    for (int64_t i = 0; i < cg_spm_vocab_size(t); i++)
-        runs |= strcmp(cg_spm_piece(t, i), "\xE2\x96\x81\xE2\x96\x81") == 0;
-    ck_assert_msg(runs, "no piece of two word-boundary marks: the test does not test it");
-    enum { LEN = (1 << 20) + 4096 };
-    char *text = malloc(LEN + 1);
-    ck_assert_ptr_nonnull(text);
-    static const char unit[] = "the  cat   sat    ";
-    for (size_t k = 0; k < LEN; k++) /* byte 1 MiB: the first of four spaces */
-        text[k] = unit[(k + 10) % (sizeof unit - 1)];
-    text[LEN] = '\0';
-    int64_t n = 0, *ids = cg_spm_encode(t, text, &n);
-    ck_assert_ptr_nonnull(ids);
-    char *back = cg_spm_decode(t, ids, n);
-    ck_assert_ptr_nonnull(back);
-    ck_assert_msg(strcmp(back, text) == 0, "the text came back %zu bytes long, not %d",
-                  strlen(back), LEN);
-    free(back);
-    free(ids);
-    free(text);
-    cg_spm_free(t);
-}
-END_TEST
-
 static Suite *spm_suite(void)
 {
     Suite *s = suite_create("spm");
@@ -744,7 +709,6 @@ static Suite *spm_suite(void)
     tcase_add_test(tc, test_bad_blob);
     tcase_add_test(tc, test_lossy_model_refused);
     tcase_add_test(tc, test_conventions_refused);
-    tcase_add_test(tc, test_long_text_spaces);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_quiet);
