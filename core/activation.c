@@ -82,14 +82,14 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
             for (int64_t i = 0; i < n; i++) { /* f_relu, with no branch */
                 const float v = hr[i];
                 const bool pos = v > 0.0f;
-                hr[i] = pos | (v != v) ? v : 0.0f;
+                hr[i] = (pos | (v != v)) ? v : 0.0f;
                 mr[i] = pos;
             }
         } else if (act == CG_K_ACT_RELU) {
             float *restrict hr = h + r * ld;
             for (int64_t i = 0; i < n; i++) {
                 const float v = hr[i];
-                hr[i] = (v > 0.0f) | (v != v) ? v : 0.0f;
+                hr[i] = ((v > 0.0f) | (v != v)) ? v : 0.0f;
             }
         } else {
             /* in place over h, or into a (each element read before its

@@ -837,7 +837,9 @@ START_TEST(test_exp16_normal_bits)
         for (int l = 0; l < 16; l++) {
             uint32_t u = (uint32_t)(b + (uint64_t)l * 61);
             u = u > hi ? hi - (uint32_t)l : u; /* the last block: the range's end */
-            memcpy(&v[l], &u, sizeof u);
+            float f;
+            memcpy(&f, &u, sizeof f); /* not &v[l]: clang takes no vector element's address */
+            v[l] = f;
         }
         if (b == lo)
             v[1] = 0.0f, v[2] = -1e-45f, v[3] = -85.99999f;

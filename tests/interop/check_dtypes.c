@@ -19,7 +19,7 @@ static bool same_bits(const cg_tensor *a, const cg_tensor *b)
 
 static int check(const cg_st_file *got, const cg_st_file *want, const char *name)
 {
-    cg_st_dtype sdt;
+    cg_st_dtype sdt = CG_ST_NDTYPES; /* "?" when the file has no such tensor */
     cg_dtype dt;
     cg_tensor *t = cg_st_get(got, name), *w = cg_st_get(want, name), *wide = NULL, *p = NULL;
     bool ok = t && w && cg_st_info(got, name, &sdt, NULL, NULL) && cg_st_dtype_cg(sdt, &dt) &&
