@@ -50,8 +50,11 @@ typedef struct {
 static inline __attribute__((always_inline)) v8d xhat8(xrow r, int64_t j)
 {
     if (r.h) {
+        float w[8]; /* an array, then copied: GCC 12 does not see the loop
+                       fill a vector through a float pointer (-Wmaybe-uninitialized) */
+        bf16_widen(8, r.h + j, w);
         v8f f;
-        bf16_widen(8, r.h + j, (float *)&f);
+        memcpy(&f, w, sizeof f);
         return __builtin_convertvector(f, v8d);
     }
     return (ld8(r.x + j) - r.m) * r.s;
