@@ -1045,6 +1045,36 @@ START_TEST(test_gelu_strided_bits)
 }
 END_TEST
 
+/* The build keeps C arithmetic unfused (-ffp-contract=off, meson.build):
+ * the kernels' C text compiled for FMA (target("avx2,fma") or
+ * "avx512f", everything under -march=native) must give the bits of the
+ * same text in the baseline clone and of GCC's build. clang's default
+ * (-ffp-contract=on) fuses a * b + c there. This file is compiled with
+ * the library's flags, so a build that contracts fails here. a * a is
+ * 1 + 2^-11 + 2^-24, a tie rounded to 1 + 2^-11: 0 unfused, 2^-24 fused. */
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"), noinline)) static float mul_add_fma_isa(float a, float b,
+                                                                           float c)
+{
+    return a * b + c;
+}
+#endif
+__attribute__((noinline)) static float mul_add(float a, float b, float c) { return a * b + c; }
+
+START_TEST(test_no_fp_contraction)
+{
+    volatile float a = 1.0f + 0x1p-12f, c = -(1.0f + 0x1p-11f);
+    ck_assert_msg(mul_add(a, a, c) == 0.0f, "a * b + c fused in the baseline code: %a",
+                  (double)mul_add(a, a, c));
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        ck_assert_msg(mul_add_fma_isa(a, a, c) == 0.0f,
+                      "a * b + c fused in code compiled for FMA: %a (-ffp-contract is not off)",
+                      (double)mul_add_fma_isa(a, a, c));
+#endif
+}
+END_TEST
+
 static Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -1070,6 +1100,7 @@ static Suite *elementwise_suite(void)
         {"exp_accuracy", test_exp_accuracy},
         {"exp16_bits", test_exp16_bits},
         {"exp16_normal_bits", test_exp16_normal_bits},
+        {"no_fp_contraction", test_no_fp_contraction},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);
