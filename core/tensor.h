@@ -507,7 +507,9 @@ int cg_cap_default_threads(void);
  * OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (yours are kept:
  * OMP_WAIT_POLICY=active or GOMP_SPINCOUNT=300000 brings libgomp's
  * spinning back, OMP_WAIT_POLICY=passive never spins), for one thread
- * (OMP_NUM_THREADS=1, one CPU), under valgrind, or when the exec fails. */
+ * (OMP_NUM_THREADS=1, one CPU), under valgrind, when the OpenMP runtime
+ * is not libgomp (LLVM's libomp, which clang links, keeps its own
+ * KMP_BLOCKTIME), or when the exec fails. */
 #define CG_OMP_SPIN_US 50
 /* The spin count worth CG_OMP_SPIN_US on this CPU, from the fastest of a
  * few timed runs of `pause` (under a millisecond), within

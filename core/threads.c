@@ -2,6 +2,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #endif
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <omp.h>
 #include <sched.h>
@@ -111,6 +112,11 @@ int cg_cap_default_threads(void)
 static bool spins_by_default(void)
 {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return false;
+    /* LLVM's libomp (clang's -fopenmp) or Intel's: GOMP_SPINCOUNT means
+     * nothing to them (they read KMP_BLOCKTIME), so an exec only starts
+     * the program twice */
+    if (dlsym(RTLD_DEFAULT, "kmp_set_blocktime"))
         return false;
     const char *pre = getenv("LD_PRELOAD");
     if (pre && strstr(pre, "vgpreload"))

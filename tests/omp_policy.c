@@ -1,6 +1,7 @@
 /* For tests/test_omp_policy.sh: calls cg_omp_short_spin (core/tensor.h)
  * first, as the programs do, then prints its arguments (one a line, in
- * brackets, so that a re-executed program shows it kept them) and
+ * brackets, so that a re-executed program shows it kept them), the
+ * GOMP_SPINCOUNT its environment holds, and
  * libgomp's settings in effect (omp_display_env on stderr: GOMP_SPINCOUNT
  * is '1000' for cgrad's, '300000' for libgomp's default), then the thread
  * count as the programs see it after cg_cap_default_threads (cgrad's
@@ -8,6 +9,7 @@
  * count the cap lowered, 0 if none). */
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cgrad.h"
 
@@ -16,6 +18,8 @@ int main(int argc, char **argv)
     cg_omp_short_spin();
     for (int i = 1; i < argc; i++)
         printf("[%s]\n", argv[i]);
+    const char *spin = getenv("GOMP_SPINCOUNT"); /* set by the re-exec, or the user's */
+    printf("env GOMP_SPINCOUNT %s\n", spin ? spin : "unset");
     fflush(stdout);
     omp_display_env(1);
     int capped = cg_cap_default_threads(), n = cg_get_num_threads(), team = 0;
