@@ -264,6 +264,13 @@ START_TEST(roundtrip_f32)
     cg_clear_error();
     ck_assert(!cg_st_load_into(f, "base", dst));
     assert_error_has("tensor 'base' has shape [3, 4], destination has shape [4, 3]");
+    /* a destination that differs in its first dimension alone (one row
+     * short: the values would run past its end) */
+    cg_tensor *shortd = cg_zeros(CG_SHAPE(2, 4));
+    cg_clear_error();
+    ck_assert(!cg_st_load_into(f, "base", shortd));
+    assert_error_has("tensor 'base' has shape [3, 4], destination has shape [2, 4]");
+    cg_release(shortd);
     cg_release_all(2, dst, dstb);
 
     cg_st_close(f);
@@ -605,6 +612,10 @@ static const struct {
      "shape[0] is not a non-negative integer"},
     {"shape string", "{\"a\":" E("\"F32\"", "[\"1\"]", "[0,4]") "}", 4,
      "shape[0] is not a non-negative integer"},
+    /* 2^53 is the first integer a JSON number may not hold exactly
+     * (9007199254740993 parses to it): refused even in an empty tensor */
+    {"shape dim 2^53", "{\"a\":" E("\"F32\"", "[9007199254740992,0]", "[0,0]") "}", 0,
+     "tensor 'a': shape[0] is not a non-negative integer"},
     {"shape huge dim", "{\"a\":" E("\"F32\"", "[1e300]", "[0,4]") "}", 4,
      "shape[0] is not a non-negative integer"},
     {"shape too many dims", "{\"a\":" E("\"F32\"", "[1,1,1,1,1,1,1,1,1]", "[0,4]") "}", 4,
@@ -688,6 +699,9 @@ static const struct {
      "bad or control byte 0xed"},
     {"cut utf8", "{\"a\":" E("\"F32\"", "[1]", "[0,4]") "}\xe2\x82", 4, "bad or control byte 0xe2"},
     {"control byte", "{\"a\x01\":" E("\"F32\"", "[1]", "[0,4]") "}", 4, "bad or control byte 0x01"},
+    /* JSON text has no raw control byte below 0x20 (the last one, 0x1f, too) */
+    {"control byte 0x1f", "{\"a\x1f\":" E("\"F32\"", "[1]", "[0,4]") "}", 4,
+     "bad or control byte 0x1f at header byte 3"},
     {"byte order mark", "\xef\xbb\xbf{}", 0, "byte order mark"},
 };
 #undef E
@@ -1111,6 +1125,42 @@ START_TEST(open_survives_replacement)
 }
 END_TEST
 
+/* fsync, wrapped (-Wl,--wrap=fsync in tests/meson.build): the kinds of what
+ * was synced, in order ('f' a regular file, with its size; 'd' a directory) */
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+static char g_synced[16];
+static off_t g_synced_size = -1;
+
+int __wrap_fsync(int fd)
+{
+    struct stat st;
+    size_t n = strlen(g_synced);
+    if (fstat(fd, &st) == 0 && n + 1 < sizeof g_synced) {
+        g_synced[n] = S_ISREG(st.st_mode) ? 'f' : S_ISDIR(st.st_mode) ? 'd' : '?';
+        if (S_ISREG(st.st_mode))
+            g_synced_size = st.st_size;
+    }
+    return __real_fsync(fd);
+}
+
+/* A save is durable: the temporary file, whole, is synced before it is
+ * renamed over the target, then the directory that holds the new name (a
+ * power loss after a save without them can leave an empty or partial
+ * checkpoint where the last good one was). */
+START_TEST(atomic_save_syncs)
+{
+    const char *path = in_dir("synced.safetensors");
+    memset(g_synced, 0, sizeof g_synced);
+    g_synced_size = -1;
+    save_with(path, 1.0f);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_str_eq(g_synced, "fd");
+    ck_assert_int_eq(g_synced_size, st.st_size);
+}
+END_TEST
+
 START_TEST(atomic_overwrite_ok)
 {
     const char *path = in_dir("ckpt.safetensors");
@@ -1425,6 +1475,11 @@ START_TEST(bool_bytes_checked)
     cg_st_file *f = cg_st_open(path);
     ck_assert_msg(f, "%s", cg_last_error());
     CG_ASSERT_FAILS(cg_st_get(f, "mask"), "tensor 'mask' (BOOL) holds byte 2 at element 1");
+    /* and loaded into a bool tensor (cg_st_load_into, cg_module_load's path) */
+    cg_tensor *into = cg_from_bool(CG_SHAPE(3), (const bool[]){0, 0, 0});
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_st_load_into(f, "mask", into),
+                    "tensor 'mask' (BOOL) holds byte 2 at element 1");
+    cg_release(into);
     cg_st_close(f);
     cg_release(b);
     cg_clear_error();
@@ -1538,6 +1593,7 @@ static Suite *safetensors_suite(void)
 
     tc = tcase_create("atomic");
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, atomic_save_syncs);
     tcase_add_test(tc, atomic_overwrite_ok);
     tcase_add_test(tc, atomic_temp_blocked);
     tcase_add_test(tc, atomic_temp_link_not_followed);
