@@ -296,6 +296,20 @@ START_TEST(test_corpus_read)
     int64_t x[3], y[3];
     cg_split_window(cg_corpus_train(c), 1, 3, x, y);
     ck_assert(x[0] == c->ids[1] && x[2] == c->ids[3] && y[2] == c->ids[4]);
+    /* random windows of T + 1 ids of the 9 of the training split: none of
+     * T = 9, and of T = 7 both of the two there are ('a' and 'b' first) */
+    cg_rng g = cg_rng_new(1);
+    int64_t bx[9], by[9];
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_get_batch(cg_corpus_train(c), 1, 9, &g, bx, by),
+                    "a split of 9 characters is too short for windows of 9+1");
+    bool seen[2] = {false, false};
+    for (int k = 0; k < 64; k++) {
+        ck_assert(cg_get_batch(cg_corpus_train(c), 1, 7, &g, bx, by));
+        ck_assert(bx[0] == c->ids[0] || bx[0] == c->ids[1]);
+        ck_assert(by[6] == c->ids[bx[0] == c->ids[1] ? 8 : 7]);
+        seen[bx[0] == c->ids[1]] = true;
+    }
+    ck_assert(seen[0] && seen[1]);
     /* with a given vocabulary: unknown characters counted */
     cg_vocab *small = cg_vocab_from_codepoints((uint32_t[]){'a', 'b'}, 2);
     cg_corpus *c3 = cg_corpus_read(tmp("c.txt"), small, 0, NULL, NULL);

@@ -537,6 +537,25 @@ START_TEST(test_split_and_batches)
                   (x->tgt_len == y->tgt_len && x->src_len <= y->src_len));
     }
 
+    /* pairs of equal lengths keep the order they are given in (the
+     * reference's sorted() is stable): 0, 2 and 3 are of 1 and 1 characters */
+    cg_pairs eqp;
+    cg_batches eq;
+    ck_assert(cg_pairs_parse("x\ty\nab\tc\nz\tw\nq\tr\n", 17, "eq", &eqp));
+    const int64_t order[4] = {3, 1, 0, 2}, sorted[4] = {3, 0, 2, 1};
+    ck_assert(cg_make_batches(&eqp, order, 4, 1000, &eq));
+    ck_assert_int_eq(eq.n_batches, 1);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(eq.idx[i], sorted[i]);
+    cg_batches_free(&eq);
+    /* a batch may fill max_tokens exactly: two pairs of 1 + 1 ids and their
+     * ends (2 * (2 + 2) = 8 tokens) in one batch of 8, the third in another */
+    ck_assert(cg_make_batches(&eqp, (const int64_t[]){0, 2, 3}, 3, 8, &eq));
+    ck_assert_int_eq(eq.n_batches, 2);
+    ck_assert(eq.start[0] == 0 && eq.start[1] == 2 && eq.start[2] == 3);
+    cg_batches_free(&eq);
+    cg_pairs_free(&eqp);
+
     /* tensorize */
     cg_pair_vocab v;
     ck_assert(cg_pair_vocab_build(&p, NULL, p.n, &v));
