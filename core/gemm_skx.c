@@ -131,111 +131,6 @@ AVX512 static void fill_tile(int64_t mr, int64_t nr, const float *bias, int64_t 
             c[i * rsc + j * csc] = bias[i * bsr + j * bsc];
 }
 
-/* ------------------------------------------------------------ direct */
-
-/* Small products without packing B. Attention's tiles (32 to 96 query
- * rows, keys and head widths) packed both operands for a few hundred
- * thousand multiply-adds each. Here B is read where it is, one broadcast
- * per element as the micro-kernel reads its packed panel, and A where its
- * columns are contiguous (rsa 1); else A's k block is packed as the packed
- * path packs it. Each element of C is summed as the micro-kernel sums it:
- * over each KC block of k in order, one fused multiply-add from zero, times
- * alpha, then stored (the first block, beta 0) or added to C (the bias set
- * first, beta 1, or a later block: C + 1 ab is one rounding whether or not
- * the kernel fuses it). So the bits are the packed path's (test_matmul
- * test_direct_product_bits). */
-
-/* C's mr x nr tile (mr <= MR, nr <= NR, C column-stored: rsc 1) = alpha
- * A B over k, A's columns lda apart (rows contiguous), B's elements at
- * b[l * rsb + j * csb]; added to C when add. */
-AVX512 static void direct_tile(int64_t mr, int64_t nr, int64_t k, float alpha, const float *a,
-                               int64_t lda, const float *b, int64_t rsb, int64_t csb, bool add,
-                               float *c, int64_t csc)
-{
-    const __mmask16 lo = (__mmask16)((1u << (mr < 16 ? mr : 16)) - 1u);
-    const __mmask16 hi = (__mmask16)((1u << (mr > 16 ? mr - 16 : 0)) - 1u);
-    int64_t off[NR]; /* columns past nr read column 0, never stored */
-#pragma GCC unroll 12
-    for (int j = 0; j < NR; j++)
-        off[j] = (j < nr ? j : 0) * csb;
-    __m512 c0[NR], c1[NR];
-#pragma GCC unroll 12
-    for (int j = 0; j < NR; j++)
-        c0[j] = c1[j] = _mm512_setzero_ps();
-    const float *al = a, *bl = b;
-    for (int64_t l = 0; l < k; l++, al += lda, bl += rsb) {
-        const __m512 a0 = _mm512_maskz_loadu_ps(lo, al);
-        const __m512 a1 = _mm512_maskz_loadu_ps(hi, al + 16);
-#pragma GCC unroll 12
-        for (int j = 0; j < NR; j++) {
-            const __m512 bb = _mm512_set1_ps(bl[off[j]]);
-            c0[j] = _mm512_fmadd_ps(a0, bb, c0[j]);
-            c1[j] = _mm512_fmadd_ps(a1, bb, c1[j]);
-        }
-    }
-    const __m512 alv = _mm512_set1_ps(alpha);
-#pragma GCC unroll 12
-    for (int j = 0; j < NR; j++) {
-        if (j >= nr)
-            break;
-        float *cj = c + j * csc;
-        __m512 t0 = _mm512_mul_ps(c0[j], alv), t1 = _mm512_mul_ps(c1[j], alv);
-        if (add) {
-            t0 = _mm512_add_ps(_mm512_maskz_loadu_ps(lo, cj), t0);
-            t1 = _mm512_add_ps(_mm512_maskz_loadu_ps(hi, cj + 16), t1);
-        }
-        _mm512_mask_storeu_ps(cj, lo, t0);
-        _mm512_mask_storeu_ps(cj + 16, hi, t1);
-    }
-}
-
-/* Small enough for the direct path: A's k block (at most 16 KB), read once
- * for each NR columns of B, stays in L1 (48 KB on Ice Lake-SP, 32 KB on
- * Zen 4) beside B's panel of NR columns. The base presets' attention
- * tiles are below it (at most 96 x 32 or 32 x 96). Past it the packed
- * path's contiguous panels were faster or the same: on Ice Lake-SP, one
- * thread, a 64 x 64 x 192 product took 1.24x as long directly, 128 x 128 x
- * 128 1.22x, 128 x 64 x 64 1.00x, where 64 x 64 x 64 took 0.93x and
- * attention's 0.86x to 0.92x. */
-static bool direct_small(int64_t m, int64_t k, int64_t KC) { return m * (k < KC ? k : KC) <= 4096; }
-
-/* cg_skx_gemm's product when it is small (direct_small), C column-
- * stored (rsc 1), beta 0 or 1. */
-static bool direct_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                        int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb,
-                        float beta, const float *bias, int64_t bsr, int64_t bsc, float *c,
-                        int64_t csc)
-{
-    const int64_t KC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, cntx);
-    const int64_t KCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, cntx);
-    const bool packs = rsa != 1; /* A's panels packed, a k block at a time */
-    float *pa = NULL;
-    if (packs &&
-        !(pa = cg_gemm_thread_buffer(
-              (size_t)((m + MR - 1) / MR * MR * (k < KCX ? k : KCX) + SLACK) * sizeof(float))))
-        return false;
-    int64_t kc;
-    for (int64_t pc = 0; pc < k; pc += kc) {
-        kc = cg_gemm_block_at(k, pc, KC, KCX);
-        const bool add = pc > 0 || bias || beta != 0.0f;
-        if (packs)
-            pack_a(m, kc, a + pc * csa, rsa, csa, pa);
-        /* B's columns [j, j + NR) read from L1 by every panel of A */
-        for (int64_t j = 0; j < n; j += NR) {
-            const int64_t nr = n - j < NR ? n - j : NR;
-            for (int64_t i = 0; i < m; i += MR) {
-                const int64_t mr = m - i < MR ? m - i : MR;
-                float *ct = c + i + j * csc;
-                if (bias && pc == 0)
-                    fill_tile(mr, nr, bias + i * bsr + j * bsc, bsr, bsc, ct, 1, csc);
-                direct_tile(mr, nr, kc, alpha, packs ? pa + i * kc : a + i + pc * csa,
-                            packs ? MR : csa, b + pc * rsb + j * csb, rsb, csb, add, ct, csc);
-            }
-        }
-    }
-    return true;
-}
-
 /* ------------------------------------------------------------ driver */
 
 bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -255,10 +150,6 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
     const int64_t MCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_MC, cntx);
     const int64_t KCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, cntx);
     const int64_t NCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_NC, cntx);
-    /* small: B read where it is */
-    if (!pre && rsc == 1 && (beta == 0.0f || beta == 1.0f || bias) && direct_small(m, k, KC))
-        return direct_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, bias ? 0.0f : beta, bias,
-                           bsr, bsc, c, csc);
     const int64_t kcmax = k < KCX ? k : KCX;
     const int64_t mcmax = (m < MCX ? m : MCX) + MR - 1, ncmax = (n < NCX ? n : NCX) + NR - 1;
     const size_t na = pre ? 0 : (size_t)(mcmax / MR * MR * kcmax + SLACK);
