@@ -70,8 +70,8 @@ cg_tensor *cg_k_relu_mask(const cg_tensor *a)
  * (cg_k_relu_'s bits) and m (if not NULL) its mask (cg_k_relu_mask's); the GELUs: a =
  * act(h) (cg_k_gelu's, cg_k_gelu_erf's bits), in place when a is NULL;
  * then a16 (if not NULL) the output rounded. */
-EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, float *h, float *a,
-                            uint8_t *m, uint16_t *h16, uint16_t *a16)
+EW_CLONES static void k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, float *h,
+                                float *a, uint8_t *m, uint16_t *h16, uint16_t *a16)
 {
     if (h16)
         cg_bf16_round_runs(n, runs, ld, h, ld, h16);
@@ -105,6 +105,12 @@ EW_CLONES void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, f
     }
     if (a16)
         cg_bf16_round_runs(n, runs, ld, a ? a : h, ld, a16);
+}
+
+void cg_k_act_run(cg_k_act act, int64_t n, int64_t runs, int64_t ld, float *h, float *a, uint8_t *m,
+                  uint16_t *h16, uint16_t *a16)
+{
+    k_act_run(act, n, runs, ld, h, a, m, h16, a16); /* the clones: EW_CLONES, core/vmath.h */
 }
 
 /* The GELUs' derivatives at every bf16 value, indexed by its 16 bits: a
@@ -143,9 +149,9 @@ static const float *gelu_grad16(cg_k_act act)
  * (cg_k_<act>_backward's bits), h floats or (hbf) bf16 elements, whose
  * derivatives are looked up (gelu_grad16); relu from its mask m (h
  * unread). */
-EW_CLONES void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hbf,
-                                 const uint8_t *restrict m, const float *restrict g,
-                                 float *restrict out)
+EW_CLONES static void k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hbf,
+                                     const uint8_t *restrict m, const float *restrict g,
+                                     float *restrict out)
 {
     if (act == CG_K_ACT_RELU) {
         for (int64_t i = 0; i < n; i++)
@@ -168,6 +174,12 @@ EW_CLONES void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hb
             for (int64_t i = 0; i < b; i++)
                 out[i0 + i] = g[i0 + i] * f_gelu_erf_grad(x[i]);
     }
+}
+
+void cg_k_act_grad_run(cg_k_act act, int64_t n, const void *h, bool hbf, const uint8_t *restrict m,
+                       const float *restrict g, float *restrict out)
+{
+    k_act_grad_run(act, n, h, hbf, m, g, out); /* the clones: EW_CLONES, core/vmath.h */
 }
 
 /* What cg_k_relu_mask_backward's runs read and write */

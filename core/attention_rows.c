@@ -20,8 +20,8 @@
  * exp_sum's range check. Maximum and minimum are taken in 16 lanes
  * (element j in lane j % 16) so the pass runs on whole vectors; neither
  * depends on its order. */
-EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const int32_t *kmask,
-                                      float *mn)
+EW_BODY float scale_mask_max_body(float *s, int64_t ke, float scale, const int32_t *kmask,
+                                  float *mn)
 {
     const v16f ninf = (v16f){0} - INFINITY, pinf = (v16f){0} + INFINITY;
     v16f hi = ninf, lo = pinf;
@@ -60,6 +60,11 @@ EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const i
     }
     *mn = bad ? NAN : mi;
     return mx;
+}
+EW_CLONES static float scale_mask_max(float *s, int64_t ke, float scale, const int32_t *kmask,
+                                      float *mn)
+{
+    return scale_mask_max_body(s, ke, scale, kmask, mn); /* EW_BODY: core/vmath.h */
 }
 
 /* Whether exp(x - m) is in ew_expf16_normal's range for every x of a row
@@ -125,8 +130,8 @@ EW_CLONES static double exp_sum(float *s, int64_t ke, float mx, float mn)
 /* One row of scaled, masked softmax in place over s[0, ke); s[ke, Tk) = 0.
  * *lse and *lse_lo (unless lse is NULL: kept weights need none) get the
  * row's log-sum-exp. */
-EW_CLONES void cg_attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
-                                   const int32_t *kmask, float *lse, float *lse_lo)
+EW_CLONES static void attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale,
+                                       const int32_t *kmask, float *lse, float *lse_lo)
 {
     float mn, mx = scale_mask_max(s, ke, scale, kmask, &mn);
     double sum = exp_sum(s, ke, mx, mn);
@@ -141,12 +146,19 @@ EW_CLONES void cg_attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale
         *lse = cg_attn_row_lse(mx, sum, lse_lo);
 }
 
+void cg_attn_softmax_row(float *s, int64_t ke, int64_t Tk, float scale, const int32_t *kmask,
+                         float *lse, float *lse_lo)
+{
+    attn_softmax_row(s, ke, Tk, scale, kmask, lse,
+                     lse_lo); /* the clones: EW_CLONES, core/vmath.h */
+}
+
 /* One row of one key block in the online softmax: s[0, ke) becomes
  * exp(s / scale - m_new) (masked keys 0), s[ke, kz) = 0; the running
  * maximum *m and sum *l are updated. Returns the factor exp(m_old - m_new)
  * by which the row's earlier output must be scaled. */
-EW_CLONES float cg_attn_online_row(float *s, int64_t ke, int64_t kz, float scale,
-                                   const int32_t *kmask, float *m, double *l)
+EW_CLONES static float attn_online_row(float *s, int64_t ke, int64_t kz, float scale,
+                                       const int32_t *kmask, float *m, double *l)
 {
     float mn, bmx = scale_mask_max(s, ke, scale, kmask, &mn);
     float mnew = bmx > *m ? bmx : *m;
@@ -163,6 +175,12 @@ EW_CLONES float cg_attn_online_row(float *s, int64_t ke, int64_t kz, float scale
     for (int64_t j = ke; j < kz; j++)
         s[j] = 0.0f;
     return alpha;
+}
+
+float cg_attn_online_row(float *s, int64_t ke, int64_t kz, float scale, const int32_t *kmask,
+                         float *m, double *l)
+{
+    return attn_online_row(s, ke, kz, scale, kmask, m, l); /* the clones: EW_CLONES, core/vmath.h */
 }
 
 /* The key-padding bytes kpad[j, j + n) (n <= 16) as lanes: ~0 where
@@ -219,8 +237,8 @@ static inline __attribute__((always_inline)) void prob_run(float *s, int64_t ke,
  * ew_expf16_normal's range (they do unless a score is far below the row's
  * maximum, or is not finite), by that twin: s / scale - lse is monotonic
  * in s, so the row's minimum and maximum bound it. */
-EW_CLONES void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad,
-                                float lse)
+EW_CLONES static void attn_prob_row(float *s, int64_t ke, int64_t kz, float scale,
+                                    const uint8_t *kpad, float lse)
 {
     float mn;
     bool bad;
@@ -240,11 +258,16 @@ EW_CLONES void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, c
         s[j] = 0.0f;
 }
 
+void cg_attn_prob_row(float *s, int64_t ke, int64_t kz, float scale, const uint8_t *kpad, float lse)
+{
+    attn_prob_row(s, ke, kz, scale, kpad, lse); /* the clones: EW_CLONES, core/vmath.h */
+}
+
 /* cg_attn_prob_row and cg_attn_dsoft_row in one pass: p = exp((s / scale -
  * lse) - lse_lo) into s, d = p (d - D) / scale, over [0, ke); both zero
  * over [ke, kz). */
-EW_CLONES void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
-                                      const uint8_t *kpad, float lse, float lse_lo, float D)
+EW_BODY void prob_dsoft_row_body(float *s, float *d, int64_t ke, int64_t kz, float scale,
+                                 const uint8_t *kpad, float lse, float lse_lo, float D)
 {
     int64_t j;
     if (kpad)
@@ -274,26 +297,56 @@ EW_CLONES void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz
     for (j = ke; j < kz; j++)
         s[j] = d[j] = 0.0f;
 }
+EW_CLONES static void attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
+                                          const uint8_t *kpad, float lse, float lse_lo, float D)
+{
+    prob_dsoft_row_body(s, d, ke, kz, scale, kpad, lse, lse_lo, D); /* EW_BODY: core/vmath.h */
+}
+
+void cg_attn_prob_dsoft_row(float *s, float *d, int64_t ke, int64_t kz, float scale,
+                            const uint8_t *kpad, float lse, float lse_lo, float D)
+{
+    attn_prob_dsoft_row(s, d, ke, kz, scale, kpad, lse, lse_lo,
+                        D); /* the clones: EW_CLONES, core/vmath.h */
+}
 
 /* <a, b> over [0, n) in 8 double lanes (element j in lane j % 8). */
-EW_CLONES float cg_attn_dot(const float *a, const float *b, int64_t n)
+EW_CLONES static float attn_dot(const float *a, const float *b, int64_t n)
 {
     return (float)sum_lanes(a, b, n);
 }
 
-EW_CLONES void cg_attn_widen_row(const uint16_t *h, int64_t n, float *f) { bf16_widen(n, h, f); }
+float cg_attn_dot(const float *a, const float *b, int64_t n)
+{
+    return attn_dot(a, b, n); /* the clones: EW_CLONES, core/vmath.h */
+}
+
+EW_CLONES static void attn_widen_row(const uint16_t *h, int64_t n, float *f)
+{
+    bf16_widen(n, h, f);
+}
 
 /* Softmax backward of one row given its probabilities p and dP in d:
  * d = p (d - D) / scale over [0, ke), d[ke, kz) = 0, where D = <p, dP> =
  * <dO, O>. */
-EW_CLONES void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D,
-                                 float scale)
+EW_CLONES static void attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D,
+                                     float scale)
 {
     int64_t j = 0;
     for (; j < ke; j++)
         d[j] = p[j] * (d[j] - D) / scale;
     for (; j < kz; j++)
         d[j] = 0.0f;
+}
+
+void cg_attn_dsoft_row(const float *p, float *d, int64_t ke, int64_t kz, float D, float scale)
+{
+    attn_dsoft_row(p, d, ke, kz, D, scale); /* the clones: EW_CLONES, core/vmath.h */
+}
+
+void cg_attn_widen_row(const uint16_t *h, int64_t n, float *f)
+{
+    attn_widen_row(h, n, f); /* the clones: EW_CLONES, core/vmath.h */
 }
 
 /* ------------------------------------ bf16's recipe for the kept weights

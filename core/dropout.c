@@ -15,9 +15,8 @@
 /* The dropout's loops are compiled for x86-64-v4 (AVX512DQ's 64-bit
  * products for the draws), AVX-512, AVX2 and the baseline: integer
  * arithmetic and one float product (and sum), the same bits in every
- * clone. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES) && \
-    !defined(__SANITIZE_THREAD__)
+ * clone (CG_HAVE_CLONES: core/vmath.h). */
+#ifdef CG_HAVE_CLONES
 #define DROP_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
 #else
 #define DROP_CLONES
@@ -96,8 +95,8 @@ DROP_CLONES static void dropout_block(int64_t i0, int64_t i1, uint64_t key, uint
 
 /* The clone's body is here, over all the runs: one call a block of a
  * product's epilogue, not one a run (runs of 32-96 elements there). */
-DROP_CLONES void cg_k_dropout_add_run(const cg_k_drop *d, int64_t n, int64_t runs, int64_t ld,
-                                      int64_t off, float *y, const float *res, uint8_t *m)
+DROP_CLONES static void k_dropout_add_run(const cg_k_drop *d, int64_t n, int64_t runs, int64_t ld,
+                                          int64_t off, float *y, const float *res, uint8_t *m)
 {
     const bool drop = d && d->p > 0.0f;
     for (int64_t r = 0; r < runs; r++) {
@@ -110,6 +109,12 @@ DROP_CLONES void cg_k_dropout_add_run(const cg_k_drop *d, int64_t n, int64_t run
             for (int64_t i = 0; i < n; i++)
                 yr[i] = rr[i] + yr[i];
     }
+}
+
+void cg_k_dropout_add_run(const cg_k_drop *d, int64_t n, int64_t runs, int64_t ld, int64_t off,
+                          float *y, const float *res, uint8_t *m)
+{
+    k_dropout_add_run(d, n, runs, ld, off, y, res, m); /* the clones: EW_CLONES, core/vmath.h */
 }
 
 #define DROP_BLOCK 4096

@@ -266,29 +266,6 @@ static cg_tensor *binary(const char *op, const cg_tensor *a, const cg_tensor *b,
 #define EW_ROW_(A, E, name, fwd, bwd) EW_ROW_##E,
 enum { CG_UNARY_OPS(EW_ROW_, ~) };
 #undef EW_ROW_
-static void seg_gelu_runs(float *const *p, const int64_t *s, int64_t n, void *ctx);
-static void seg_gelu_bwd_runs(float *const *p, const int64_t *s, int64_t n, void *ctx);
-static cg_iter_seg_fn row_seg(int row, bool bwd, cg_iter_seg_fn seg)
-{
-    if (row == EW_ROW_GELU)
-        return bwd ? seg_gelu_bwd_runs : seg_gelu_runs;
-    return seg;
-}
-
-#define EW_UNARY_OP_(A, E, name, fwd, bwd)                                                         \
-    EW_UNARY(seg_##name, fwd)                                                                      \
-    EW_BINARY(seg_##name##_bwd, bwd)                                                               \
-    cg_tensor *cg_k_##name(const cg_tensor *a)                                                     \
-    {                                                                                              \
-        return unary(#name, a, row_seg(EW_ROW_##E, false, seg_##name), 0, 0);                      \
-    }                                                                                              \
-    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g)                      \
-    {                                                                                              \
-        return binary(#name "_backward", x, g, row_seg(EW_ROW_##E, true, seg_##name##_bwd), 0, 0); \
-    }
-CG_UNARY_OPS(EW_UNARY_OP_, ~)
-#undef EW_UNARY_OP_
-
 /* A strided segment (a transposed, sliced or permuted operand) is gathered
  * EW_GATHER elements at a time into buffers on the stack and run by
  * gelu_run too: each element's bits are those of f_gelu and f_gelu_grad
@@ -338,6 +315,27 @@ EW_CLONES static void seg_gelu_bwd_runs(float *const *p, const int64_t *s, int64
             o[i * os] = xb[i];
     }
 }
+static cg_iter_seg_fn row_seg(int row, bool bwd, cg_iter_seg_fn seg)
+{
+    if (row == EW_ROW_GELU)
+        return bwd ? seg_gelu_bwd_runs : seg_gelu_runs;
+    return seg;
+}
+
+#define EW_UNARY_OP_(A, E, name, fwd, bwd)                                                         \
+    EW_UNARY(seg_##name, fwd)                                                                      \
+    EW_BINARY(seg_##name##_bwd, bwd)                                                               \
+    cg_tensor *cg_k_##name(const cg_tensor *a)                                                     \
+    {                                                                                              \
+        return unary(#name, a, row_seg(EW_ROW_##E, false, seg_##name), 0, 0);                      \
+    }                                                                                              \
+    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g)                      \
+    {                                                                                              \
+        return binary(#name "_backward", x, g, row_seg(EW_ROW_##E, true, seg_##name##_bwd), 0, 0); \
+    }
+CG_UNARY_OPS(EW_UNARY_OP_, ~)
+#undef EW_UNARY_OP_
+
 
 /* ----------------------------------------------------------- binary */
 cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b)

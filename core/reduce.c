@@ -474,7 +474,7 @@ static inline bool max_better(float v, float best) { return v > best || (v != v 
  * then the first NaN, or else the first element equal to the largest (-0
  * and 0 are equal, as max_better has them). The scalar loop's compare and
  * select chain took 6% of the translator's greedy evaluation. */
-EW_CLONES static float row_max_at(const float *x, int64_t n, int64_t *at)
+EW_BODY float row_max_at_body(const float *x, int64_t n, int64_t *at)
 {
     v16f hi = (v16f){0} - INFINITY;
     v16i nan = {0};
@@ -504,6 +504,10 @@ EW_CLONES static float row_max_at(const float *x, int64_t n, int64_t *at)
             i++;
     *at = i;
     return x[i];
+}
+EW_CLONES static float row_max_at(const float *x, int64_t n, int64_t *at)
+{
+    return row_max_at_body(x, n, at); /* EW_BODY: core/vmath.h */
 }
 
 /* What max_f32's tasks read and write: task t is an output, or a run of

@@ -109,7 +109,7 @@ static inline void softmax_block(const float *x, float *y, int64_t D, int64_t in
  * with the exponentials 16 at a time (ew_expf16's lanes are ew_expf's
  * bits). A beam search's rows of 4,000 logits spent most of their time in
  * libm's expf, one call an element. */
-EW_CLONES static void softmax_row(const float *x, float *y, int64_t D, bool logsm)
+EW_BODY void softmax_row_body(const float *x, float *y, int64_t D, bool logsm)
 {
     float mx = -INFINITY;
     for (int64_t j = 0; j < D; j++)
@@ -135,6 +135,10 @@ EW_CLONES static void softmax_row(const float *x, float *y, int64_t D, bool logs
         for (j = 0; j < D; j++)
             y[j] = (float)((double)y[j] * inv);
     }
+}
+EW_CLONES static void softmax_row(const float *x, float *y, int64_t D, bool logsm)
+{
+    softmax_row_body(x, y, D, logsm); /* EW_BODY: core/vmath.h */
 }
 
 /* softmax: dx = y * (g - sum(g*y)); log_softmax: dx = g - exp(y) * sum(g). */

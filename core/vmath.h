@@ -14,13 +14,40 @@
 #define M(c) (-(int32_t)(c))
 
 /* The segment kernels below are compiled for AVX-512, AVX2 and the SSE2
- * baseline, chosen at load time by the CPU (GCC's target_clones, an ifunc).
- * The arithmetic is the same IEEE float operations in every clone (no FMA
- * contraction under -std=c11), so results do not depend on the CPU. Not
- * under ThreadSanitizer: an ifunc resolver runs before TSan's runtime is
- * set up, and TSan's instrumentation of it crashes the program at load. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(CG_NO_CLONES) && \
-    !defined(__SANITIZE_THREAD__)
+ * baseline, chosen at load time by the CPU (target_clones, an ifunc: GCC,
+ * and clang from 14). The arithmetic is the same IEEE float operations in
+ * every clone (meson.build passes -ffp-contract=off), so results do not
+ * depend on the CPU. Not under ThreadSanitizer: an ifunc resolver runs
+ * before TSan's runtime is set up, and TSan's instrumentation of it
+ * crashes the program at load. GCC names TSan with a macro, clang with
+ * __has_feature (tested in its own #if: GCC before 14 has no
+ * __has_feature). */
+#if defined(__SANITIZE_THREAD__)
+#define CG_VMATH_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CG_VMATH_TSAN 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(CG_NO_CLONES) && \
+    !defined(CG_VMATH_TSAN)
+#if __has_attribute(target_clones)
+#define CG_HAVE_CLONES 1
+#endif
+#endif
+/* A clone's own body must not pass or return a v16f: clang compiles the
+ * avx2 and default clones without AVX-512 and refuses such a call there,
+ * inlined or not ("changes the ABI"). Calls made inside an always_inline
+ * helper are accepted, so a clone that works on v16f keeps its body in one
+ * (EW_BODY) and is a wrapper around it; GCC emits the same code either
+ * way. And a clone is static: other files call a plain function that
+ * calls it (clang 14 names the clones' entry "f.ifunc", so a call from
+ * another file that declares f plainly does not link, and one whose
+ * declaration has the attribute calls the resolver, not f). Nor does a
+ * clone have a separate declaration before its definition: through a
+ * forward-declared clone's address, clang 14 calls the resolver too. */
+#define EW_BODY static inline __attribute__((always_inline))
+#ifdef CG_HAVE_CLONES
 #define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define EW_CLONES
