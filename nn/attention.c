@@ -36,7 +36,7 @@ static cg_tensor *mask_view(const cg_tensor *mask, const int64_t *full)
                  : -1;
     if (nd != 4 || memcmp(bs, full, 4 * sizeof *bs)) {
         cg_set_error("attention: argument 'mask' has shape %s, expected [Tq, Tk], [B, Tq, Tk] or "
-                     "a shape that broadcasts to [B, H, Tq, Tk] = %s",
+                     "[B, H, Tq, Tk], each dim its size or 1, [B, H, Tq, Tk] = %s",
                      cg_shape_str(mask, a, sizeof a), cg_shape_str_n(4, full, b, sizeof b));
         cg_release(v);
         return NULL;

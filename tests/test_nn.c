@@ -1563,7 +1563,7 @@ START_TEST(test_mha_forward_naive)
     /* errors */
     cg_tensor *bad = cg_zeros(CG_SHAPE(2, 3, 1, 4));
     CG_ASSERT_FAILS(cg_mha_forward(m, x, x, false, NULL, bad, NULL),
-                    "broadcasts to [B, H, Tq, Tk] = [2, 2, 4, 4]");
+                    "each dim its size or 1, [B, H, Tq, Tk] = [2, 2, 4, 4]");
     /* masks a new user gets wrong (issue 31): a short padding mask, a mask of
      * the wrong batch, padding given as floats; refused by name, never read
      * past their end */
@@ -2306,6 +2306,14 @@ START_TEST(test_attention_shape_refusals)
     CG_ASSERT_REFUSED(!cg_attention_mask(2, 2, 4, 4, false, kp, NULL, &mask),
                       "argument 'key_pad' has shape [2, 5], expected [B, Tk] = [2, 4]");
     ck_assert_ptr_null(mask);
+    /* a 1-d mask broadcasts in NumPy's sense, but is not taken: the
+     * message says which shapes are (it said "or a shape that broadcasts
+     * to [B, H, Tq, Tk]", which [4] does) */
+    cg_tensor *m1 = cg_test_mask(CG_SHAPE(4), NULL);
+    CG_ASSERT_REFUSED(!cg_attention_mask(2, 2, 4, 4, false, NULL, m1, &mask),
+                      "argument 'mask' has shape [4], expected [Tq, Tk], [B, Tq, Tk] or "
+                      "[B, H, Tq, Tk], each dim its size or 1, [B, H, Tq, Tk] = [2, 2, 4, 4]");
+    ck_assert_ptr_null(mask);
     cg_mha *m = cg_mha_new(4, 2, &r);
     cg_mha_kv kv = {0};
     cg_tensor *wide = cg_randn(&r, CG_SHAPE(2, 1, 6)), *x2 = cg_randn(&r, CG_SHAPE(2, 2, 4));
@@ -2325,7 +2333,7 @@ START_TEST(test_attention_shape_refusals)
     CG_ASSERT_FAILS(cg_posenc_forward(pe, wide), "PositionalEncoding: input [2, 1, 6] must be "
                                                  "[..., T, 4]");
     cg_mha_kv_free(&kv);
-    cg_release_all(4, wide, x2, x3, y); /* kp, short_pad: the harness's */
+    cg_release_all(4, wide, x2, x3, y); /* kp, m1, short_pad: the harness's */
     cg_module_free(CG_MODULE(m));
     cg_module_free(CG_MODULE(pe));
 }
