@@ -168,7 +168,9 @@ cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tenso
  * (causal && j > i) or key_pad[b, j] (key_pad: bool [B, Tk], true =
  * padding, or NULL; checked: another dtype or shape is refused).
  * *weights_out (if not NULL) gets the weights [B,H,Tq,Tk], detached
- * (computed only when asked for). Tiled with an online softmax: the graph
+ * (computed only when asked for). A query with every key masked: NaN
+ * output and gradients (nn/attention.h says which, against PyTorch's).
+ * Tiled with an online softmax: the graph
  * keeps the weights up to 256 keys (128 in bf16 on AMX), else one
  * log-sum-exp per row, from which the backward recomputes the weights tile
  * by tile (and the output too beyond 512 keys: core/ops.h cg_k_attention),

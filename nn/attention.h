@@ -5,18 +5,34 @@
  *   - causal: key j is masked for query i when j > i (torch.triu(ones, 1));
  *   - key_pad: a bool tensor [B, Tk], true = padding key (PyTorch's
  *     key_padding_mask);
- *   - mask: PyTorch's attn_mask: bool (true = masked) or float (added to
- *     the scores), of shape [Tq, Tk], [B, Tq, Tk] (unlike PyTorch's
- *     [B*H, Tq, Tk]) or any shape that broadcasts to [B, H, Tq, Tk]. A
- *     float mask that requires grad (a learnable relative-position or
- *     ALiBi bias, or one computed from such parameters) gets its gradient,
- *     as PyTorch's does, also through the transformer layers (with
- *     recomputation too).
+ *   - mask: PyTorch's attn_mask: bool (true = masked) or float of any
+ *     float dtype (added to the scores: -inf masks, a large negative
+ *     such as -1e9 only weighs down), of shape [Tq, Tk], [B, Tq, Tk]
+ *     (unlike nn.MultiheadAttention's [B*H, Tq, Tk], and unlike the
+ *     right-aligned broadcasting of later PyTorch's
+ *     F.scaled_dot_product_attention: a per-head [H, Tq, Tk] bias is
+ *     passed as [1, H, Tq, Tk]) or [B, H, Tq, Tk], any dim of these 1 to
+ *     broadcast. A float mask that requires grad (a learnable
+ *     relative-position or ALiBi bias, or one computed from such
+ *     parameters) gets its gradient, as PyTorch's does, also through the
+ *     transformer layers (with recomputation too).
  * They combine by "or" (a float mask gets -inf where another masks). A
- * query whose keys are all masked gets NaN weights, as in PyTorch: every
- * sequence needs at least one key it may attend to. A mask of another
- * dtype or shape is refused in one line naming it, never read past its
- * end.
+ * query whose keys are all masked (-inf) gets NaN weights and a NaN
+ * output, as in PyTorch: every sequence needs at least one key it may
+ * attend to (left padding under a causal mask has none for its first
+ * queries). Its gradients: with a mask tensor PyTorch's masked_fill
+ * ones (the query's dq 0, dk finite, dv NaN at every key); on the fused
+ * path (causal and key_pad alone) NaN in the query's dq and in the dk and
+ * dv of the keys it masks (in bf16 dv at every key). A NaN or inf in
+ * k at a key masked by causal, key_pad or a bool mask never reaches the
+ * output (the score is replaced, as masked_fill does; nn.MultiheadAttention
+ * of PyTorch 1.13 adds its masks and lets it through); through a float
+ * mask it is added (NaN + -inf = NaN), as PyTorch's; a NaN or inf in v at
+ * a masked key reaches the output (0 * NaN in the product with v) in both.
+ * A mask of another dtype or shape is refused in one line naming it,
+ * never read past its end. There is no dropout on the attention weights
+ * (nn.MultiheadAttention's dropout=): dropout is the layers' own, on each
+ * sublayer's output (nn/transformer.h).
  *
  * Ownership as in nn/layers.h: forward results are new references. */
 #ifndef CG_NN_ATTENTION_H
@@ -62,7 +78,17 @@ typedef struct {
     cg_linear *q_proj, *k_proj, *v_proj, *o_proj; /* [d, d] weights with bias */
     /* When keep_weights is set, each forward replaces `weights` with that
      * call's attention weights [B,H,Tq,Tk] (detached, owned by the module,
-     * released by cg_module_free). For heatmaps. */
+     * released by cg_module_free). For heatmaps. Each query's row sums to
+     * 1 over its unmasked keys (in bf16 precision, where the fused kernel
+     * keeps them, up to 256 keys, 128 on AMX: their values rounded to
+     * bf16, as the product with v reads them) and is 0 at masked ones
+     * (a query with every key masked: NaN at all with a mask tensor, as
+     * PyTorch's; on the fused path NaN at its padded keys, 0 at its
+     * causal ones). These are PyTorch's
+     * need_weights=True, average_attn_weights=False weights (in eval
+     * mode: PyTorch's training mode returns them after its attention
+     * dropout); its default, averaged over the heads, is
+     * cg_mean(weights, 1, (int[]){1}, false). */
     bool keep_weights;
     cg_tensor *weights;
     /* Optional transform of q and k after the head split, before the

@@ -328,6 +328,13 @@ static bool run_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tens
         return out[0] != NULL;
     if ((out[0] = binary(op, x[0], n > 1 ? x[1] : NULL, a)) || cg_has_error())
         return out[0] != NULL;
+    if (!strcmp(op, "attention_w") || !strcmp(op, "sdpa_w")) { /* the output and its weights */
+        *nout = 2;
+        out[0] = op[0] == 'a'
+                     ? cg_attention(x[0], x[1], x[2], ai(a, "causal"), n > 3 ? x[3] : NULL, &out[1])
+                     : cg_scaled_dot_product_attention(x[0], x[1], x[2], x[3], &out[1]);
+        return out[0] && out[1];
+    }
     if (nn_op(op, x, n, a, out) || cg_has_error())
         return out[0] != NULL;
     cg_set_error("check_ops: no op '%s'", op);

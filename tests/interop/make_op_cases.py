@@ -61,6 +61,15 @@ KNOWN = {
     "bce_limit": "bce_with_logits at x = -inf, or +inf with y = 1: PyTorch NaN, cgrad the "
                  "limit (0 or inf)",
     "relu_neg_zero": "relu(-0.0): PyTorch -0.0, cgrad +0.0",
+    "attn_nan_row": "fused attention, a query whose row of scores is NaN (every key masked, or "
+                    "a NaN or inf score among the keys it sees): its output NaN in both; its "
+                    "weights NaN at its padded keys and 0 at its causal ones (PyTorch: NaN at "
+                    "all); the backward's NaN reaches that query's dq and the dk and dv of keys "
+                    "it masks, where PyTorch's masked_fill zeroes the masked scores' gradient "
+                    "(dq 0 for a query with every key masked, dk 0 at masked keys)",
+    "attn_masked_v_nonfinite": "fused attention, NaN or inf in v at a masked key: the output NaN "
+                               "in both (0 * NaN in P v); the fused backward's dk is NaN at the "
+                               "masked keys too, where PyTorch's masked_fill gives 0",
 }
 EPS = {torch.float32: 2.0 ** -23, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -10}
 
@@ -771,6 +780,122 @@ def attn_torch(x, a):
     return torch.softmax(s, -1) @ v
 
 
+def sdpa_torch(x, a):
+    """cg_scaled_dot_product_attention's meaning in PyTorch 1.13 terms: the
+    math of nn.MultiheadAttention's attn_mask on split heads (bool: True =
+    masked, masked_fill -inf; float: added); a 3-d mask is [B, Tq, Tk]
+    (cgrad's, where MultiheadAttention's is [B*H, Tq, Tk]); bfloat16 q, k, v
+    read as their float32 values."""
+    q, k, v, m = x[0].float(), x[1].float(), x[2].float(), x[3]
+    if m.dim() not in (2, 3, 4):
+        raise RuntimeError(f"attn_mask's dimension {m.dim()} is not supported")
+    if m.dtype != torch.bool and not m.is_floating_point():
+        raise RuntimeError("only bool and floating types of attn_mask are supported")
+    if m.dim() == 3:
+        m = m.unsqueeze(1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(m, -math.inf) if m.dtype == torch.bool else s + m
+    w = torch.softmax(s, -1)
+    return w @ v, w.detach()
+
+
+def attn_w_torch(x, a):
+    """attn_torch and its weights (cg_attention's weights_out: detached)."""
+    q, k = x[0], x[1]
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    tq, tk = s.shape[-2], s.shape[-1]
+    mask = torch.zeros(s.shape, dtype=torch.bool)
+    if a["causal"]:
+        mask = mask | torch.ones(tq, tk, dtype=torch.bool).triu(1)
+    if len(x) > 3:
+        mask = mask | x[3][:, None, None, :]
+    w = torch.softmax(s.masked_fill(mask, -math.inf), -1)
+    return w @ x[2], w.detach()
+
+
+def gen_attention_edges(rng):
+    """Attention at its edges against PyTorch's math (robustness round
+    twenty-two): fully masked queries, NaN and inf at masked keys, Tq != Tk
+    with causal, one query or key, head dims off the vector width, and the
+    weights; then cg_scaled_dot_product_attention's masks of every dtype and
+    shape (bool, float -inf, large negative, rows all masked, bfloat16 and
+    float16 masks, a learnable bias) and the ones it refuses."""
+    def qkv(b, h, tq, tk, dh, dt="float32", views=True):
+        return [inp(rng, [b, h, t, dh], dt, views=views) for t in (tq, tk, tk)]
+    shapes = [(2, 2, 5, 5, 3), (1, 2, 7, 3, 17), (1, 1, 3, 7, 33), (2, 1, 1, 6, 5), (1, 2, 4, 1, 8)]
+    for b, h, tq, tk, dh in shapes:  # Tq != Tk, causal or not, odd head dims, with the weights
+        for causal in (False, True):
+            xs = qkv(b, h, tq, tk, dh)
+            if tk > 1 and rng.random() < 0.7:
+                kp = torch.rand(b, tk) < 0.4
+                kp[:, 0] = False
+                xs.append((kp, [], False))
+            add_case("attention_w", xs, {"causal": causal}, attn_w_torch, tol=(16.0, 64.0))
+    for causal in (False, True):  # every key of a query masked
+        xs = qkv(2, 2, 4, 5, 4)
+        kp = torch.zeros(2, 5, dtype=torch.bool)
+        kp[1] = True  # the second sequence all padding
+        if causal:
+            kp[0, 0] = True  # the first sequence's query 0 sees only key 0
+        xs.append((kp, [], False))
+        add_case("attention_w", xs, {"causal": causal}, attn_w_torch, tol=(16.0, 64.0),
+                 known="attn_nan_row")
+    for which in (1, 2):  # NaN and inf at a masked key, in k then in v
+        for bad in (math.nan, math.inf, -math.inf):
+            for causal in (False, True):
+                xs = qkv(1, 2, 6, 6, 4, views=False)
+                kp = torch.zeros(1, 6, dtype=torch.bool)
+                kp[0, 3] = True
+                xs[which][0][0, :, 3, 1] = bad
+                if causal:  # and at a key only the causal mask hides from queries 0-4
+                    xs[which][0][0, 0, 5, 2] = bad
+                xs.append((kp, [], False))
+                add_case("attention_w", xs, {"causal": causal}, attn_w_torch, tol=(16.0, 64.0),
+                         known="attn_masked_v_nonfinite" if which == 2 else
+                         "attn_nan_row" if causal else "")
+    B, H, TQ, TK, DH = 2, 2, 3, 5, 4
+    ninf = -math.inf
+    masks = []
+    kp = torch.rand(B, TK) < 0.4
+    kp[:, 0] = False
+    masks.append(("bool", kp[:, None, None, :]))
+    masks.append(("bool", torch.rand(TQ, TK) < 0.3))
+    masks.append(("bool", torch.rand(B, TQ, TK) < 0.3))
+    masks.append(("bool", torch.rand(1, H, TQ, TK) < 0.3))
+    masks.append(("bool", torch.ones(TQ, TK).triu(1) > 0))
+    bias = torch.randn(TQ, TK)
+    masks.append(("float32", bias))
+    masks.append(("float32", torch.zeros(TQ, TK).masked_fill(torch.rand(TQ, TK) < 0.3, ninf)))
+    masks.append(("float32", torch.zeros(B, TQ, TK).masked_fill(torch.rand(B, TQ, TK) < 0.3, -1e9)))
+    allrow = torch.zeros(B, H, TQ, TK)
+    allrow[0, 1, 2, :] = ninf  # a query with every key masked: NaN, as PyTorch
+    allrow[1, 0, 1, :] = -1e9  # every key "masked" by a large negative: the plain average
+    masks.append(("float32", allrow))
+    masks.append(("float32", torch.full((TQ, TK), -3e38)))
+    masks.append(("bfloat16", bias.to(torch.bfloat16)))
+    masks.append(("float16", bias.masked_fill(torch.rand(TQ, TK) < 0.3, ninf).half()))
+    for dt, m in masks:
+        xs = qkv(B, H, TQ, TK, DH)
+        grad = dt != "bool" and rng.random() < 0.5  # a learnable bias gets its gradient
+        xs.append((m, [], grad))
+        add_case("sdpa_w", xs, {}, sdpa_torch, tol=(16.0, 64.0))
+    for dt in ("float32", "bfloat16"):  # NaN in k and v at a masked key
+        for mk in ("bool", "float32"):
+            xs = qkv(1, 1, 3, 4, 4, dt, views=False)
+            xs[1][0][0, 0, 2, 0] = math.nan
+            xs[2][0][0, 0, 3, 1] = math.inf
+            m = torch.zeros(3, 4, dtype=torch.bool)
+            m[:, 2] = True
+            if mk == "float32":
+                m = torch.zeros(3, 4).masked_fill(m, ninf)
+            xs.append((m, [], False))
+            add_case("sdpa_w", xs, {}, sdpa_torch, tol=(16.0, 64.0))
+    for m in (torch.zeros(TQ, TK, dtype=torch.int64), torch.zeros(TQ, TK, dtype=torch.int32),
+              torch.zeros(TK, dtype=torch.bool), torch.zeros(TQ, TK + 1, dtype=torch.bool),
+              torch.zeros(B, 1, H, TQ, TK, dtype=torch.bool)):
+        add_case("sdpa_w", qkv(B, H, TQ, TK, DH) + [(m, [], False)], {}, sdpa_torch)
+
+
 def gen_losses(rng):
     for _ in range(40):
         lead = rshape(rng, 1, 2, 0.05)
@@ -909,7 +1034,7 @@ def main(out):
     rng = R
     for gen in (gen_unary, gen_binary, gen_compare, gen_select_ops, gen_reduce, gen_matmul,
                 gen_softmax, gen_views, gen_join, gen_index, gen_tri, gen_losses, gen_norms,
-                gen_nn, gen_index_add):
+                gen_nn, gen_index_add, gen_attention_edges):
         gen(rng)
     save(f"{out}/op_cases.safetensors", TENSORS,
          {"cases": json.dumps(CASES, separators=(",", ":"))})
