@@ -27,6 +27,27 @@ suites=${ISA_SUITES:-test_bf16 test_nnkernels test_matmul}
 for d in "$build" "$rel"; do
   [ -f "$d/build.ninja" ] || { echo "isa_check.sh: '$d' is not a meson build directory" >&2; exit 2; }
 done
+# A build for one CPU (-march=native, -mavx512f, ... in c_args or cpp_args)
+# may use its instructions anywhere, the default clones and BLIS's calls
+# included: under QEMU every suite and bench would die of SIGILL
+for d in "$build" "$rel"; do
+  [ -f "$d/meson-info/intro-buildoptions.json" ] || continue
+  isa=$(python3 - "$d/meson-info/intro-buildoptions.json" <<'PY'
+import json, re, sys
+for o in json.load(open(sys.argv[1])):
+    if o.get("name") in ("c_args", "cpp_args"):
+        for a in o.get("value") or []:
+            if (a.startswith("-march=") and a not in ("-march=x86-64", "-march=x86-64-v2")) or \
+               re.match(r"-m(avx|fma|f16c|bmi|amx|sse4\.?[12]?a?$)", a):
+                print(a, o["name"])
+                sys.exit()
+PY
+  )
+  [ -z "$isa" ] || {
+    echo "isa_check.sh: '$d' is compiled with ${isa% *} (${isa#* }): its code may use this CPU's instructions anywhere, and the emulated CPUs lack them; check a build without it" >&2
+    exit 2
+  }
+done
 if ! command -v qemu-x86_64 >/dev/null; then
   if [ "$(id -u)" = 0 ]; then apt-get install -y qemu-user; else sudo apt-get install -y qemu-user; fi
 fi

@@ -112,6 +112,19 @@ usage_error "isa_check.sh: an unknown option" "isa_check.sh: unknown option '--c
 usage_error "isa_check.sh: three arguments" "isa_check.sh: two arguments at most" "$T/isa_check.sh" a b c
 usage_error "isa_check.sh: not a build directory" "isa_check.sh: '/nonexistent' is not a meson build" \
   "$T/isa_check.sh" /nonexistent
+# a build for this CPU alone (-march=native): refused before anything is
+# built or run, not a SIGILL under QEMU in every suite and bench
+for b in native plain; do
+  mkdir -p "$dir/$b/meson-info" && : >"$dir/$b/build.ninja"
+done
+printf '[{"name": "c_args", "value": []}, {"name": "cpp_args", "value": ["-O2"]}]\n' \
+  >"$dir/plain/meson-info/intro-buildoptions.json"
+sed 's/\[\]/["-g", "-march=native"]/' "$dir/plain/meson-info/intro-buildoptions.json" \
+  >"$dir/native/meson-info/intro-buildoptions.json"
+usage_error "isa_check.sh: a -march=native build" \
+  "isa_check.sh: '$dir/native' is compiled with -march=native (c_args)" "$T/isa_check.sh" "$dir/native" "$dir/plain"
+usage_error "isa_check.sh: a -march=native release build" \
+  "isa_check.sh: '$dir/native' is compiled with -march=native" "$T/isa_check.sh" "$dir/plain" "$dir/native"
 usage_error "netns_hosts.sh: -n without a value" "netns_hosts: -n needs a value" "$T/netns_hosts.sh" -n
 usage_error "netns_hosts.sh: --timeout" "netns_hosts: --timeout: 'x' is not" "$T/netns_hosts.sh" --timeout x exec true
 
