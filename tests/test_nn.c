@@ -525,6 +525,18 @@ START_TEST(test_registry_lookup_and_errors)
     CG_ASSERT_FAILS(cg_module_get_child(m, "layers.x"), "layers.x");
     cg_module_free(m);
 
+    /* a child's name is matched whole: "head" is not the "headx" added before it */
+    cg_module *pre = cg_module_new("Prefixes");
+    cg_linear *hx = cg_module_add_child(pre, "headx", cg_linear_new(2, 2, true, NULL));
+    cg_linear *h = cg_module_add_child(pre, "head", cg_linear_new(3, 3, false, NULL));
+    assert_ok(hx);
+    assert_ok(h);
+    ck_assert_ptr_eq(cg_module_get_child(pre, "head"), CG_MODULE(h));
+    ck_assert_ptr_eq(cg_module_get_param(pre, "head.weight"), h->weight);
+    CG_ASSERT_FAILS(cg_module_get_param(pre, "head.bias"), "no parameter named 'head.bias'");
+    CG_ASSERT_FAILS(cg_module_get_child(pre, "hea"), "no child module at 'hea'");
+    cg_module_free(pre);
+
     /* a hand-built module with a tied parameter, listed once */
     cg_module *top = cg_module_new("Tied");
     cg_embed *e = cg_module_add_child(top, "emb", cg_embed_new(5, 3, NULL));
@@ -1171,6 +1183,17 @@ START_TEST(test_load_strict)
                     "2 unexpected tensors in the file: 'b.weight', 'b.bias'");
     assert_untouched(both, "a.weight", v0);
 
+    /* a refused strict load gives its lists too */
+    cg_load_keys refused = {0};
+    CG_ASSERT_FAILS(cg_module_load_ex(both, f, &(cg_load_options){.keys = &refused}),
+                    "missing from the file");
+    ck_assert_int_eq(refused.n_missing, 2);
+    ck_assert_str_eq(refused.missing[0], "c.weight");
+    ck_assert_int_eq(refused.n_unexpected, 2);
+    ck_assert_str_eq(refused.unexpected[1], "b.bias");
+    cg_load_keys_free(&refused);
+    assert_untouched(both, "a.weight", v0);
+
     /* non-strict: loads what matches, returns the lists */
     cg_load_keys keys = {0};
     cg_load_options o = {.non_strict = true, .keys = &keys};
@@ -1226,6 +1249,11 @@ START_TEST(test_load_strict)
     cg_load_keys_free(&keys);
     const char *const ign1[] = {"optim.*"};
     o = (cg_load_options){.n_ignore = 1, .ignore = ign1};
+    CG_ASSERT_FAILS(cg_module_load_ex(same, f, &o),
+                    "1 unexpected tensor in the file: 'tokenizer.spm'");
+    /* a name without '*' is one tensor's, not a prefix */
+    const char *const ign2[] = {"optim.*", "tokenizer.sp"};
+    o = (cg_load_options){.n_ignore = 2, .ignore = ign2};
     CG_ASSERT_FAILS(cg_module_load_ex(same, f, &o),
                     "1 unexpected tensor in the file: 'tokenizer.spm'");
     cg_st_close(f);
