@@ -675,6 +675,58 @@ START_TEST(test_lora_load_checks_before_attaching)
 }
 END_TEST
 
+/* An adapter file holds the adapters' A and B only: a tensor of the base
+ * under "base_model.model." (which a load would copy over the base's
+ * weight) or one outside it is refused, naming it, and nothing is attached.
+ * The adapters' own lora_A and lora_B Linears are not targets. */
+START_TEST(test_lora_load_refuses_other_tensors)
+{
+    const char *targets[] = {"q_proj"};
+    cg_lora_config lc = {.r = 2, .alpha = 4.0f, .n_targets = 1, .targets = targets};
+    cg_lm_block *b = make_block(7);
+    cg_rng r = cg_rng_new(8);
+    ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(b), &lc, &r), 1);
+    const char *inner[] = {"lora_A"}, *inner_path[] = {"attn.q_proj.lora_B"};
+    cg_lora_config li = {.r = 1, .alpha = 1.0f, .n_targets = 1, .targets = inner};
+    CG_ASSERT_REFUSED(cg_lora_attach_all(CG_MODULE(b), &li, &r) < 0, "matches the target modules");
+    li.targets = inner_path;
+    CG_ASSERT_REFUSED(cg_lora_attach_all(CG_MODULE(b), &li, &r) < 0, "matches the target modules");
+    ck_assert_ptr_null(cg_lora_of(cg_lora_of(b->attn->q_proj)->lora_A));
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_lora_");
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    const char *extra[] = {"base_model.model.attn.k_proj.weight", "other"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(cg_lora_save(CG_MODULE(b), path), "%s", cg_last_error());
+        cg_st_file *f = cg_st_open(path);
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(f && w);
+        for (int i = 0; i < cg_st_count(f); i++) {
+            cg_tensor *t = cg_st_get(f, cg_st_name(f, i));
+            ck_assert(cg_st_add(w, cg_st_name(f, i), t));
+            cg_release(t);
+        }
+        ck_assert(cg_st_set_metadata(w, "adapter_config", cg_st_metadata(f, "adapter_config")));
+        cg_tensor *z = cg_zeros(CG_SHAPE(8, 8));
+        ck_assert(cg_st_add(w, extra[k], z));
+        cg_release(z);
+        cg_st_close(f);
+        ck_assert(cg_st_writer_save(w, path));
+        cg_st_writer_free(w);
+        cg_lm_block *b2 = make_block(7);
+        const float k0 = cg_data(b2->attn->k_proj->weight)[0];
+        CG_ASSERT_REFUSED(!cg_lora_load(CG_MODULE(b2), path), extra[k]);
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), "unexpected"));
+        ck_assert_ptr_null(cg_lora_of(b2->attn->q_proj));
+        ck_assert_float_eq(cg_data(b2->attn->k_proj->weight)[0], k0);
+        cg_module_free(CG_MODULE(b2));
+    }
+    unlink(path);
+    cg_module_free(CG_MODULE(b));
+}
+END_TEST
+
 /* Adapters attached by full path to some of the Linears of a name: the
  * saved target_modules name those Linears, not every one of that local
  * name, so the file loads back onto them (it named "q_proj", and the load
@@ -1411,6 +1463,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_lora_targets_save_load);
     tcase_add_test(t, test_lora_full_path_save_load);
     tcase_add_test(t, test_lora_load_checks_before_attaching);
+    tcase_add_test(t, test_lora_load_refuses_other_tensors);
     tcase_add_test(t, test_dropout_one);
     tcase_add_test(t, test_sample);
     tcase_add_test(t, test_sample_top_k_draws);

@@ -174,6 +174,9 @@ expect "--lora-rank -3" 2 "--lora-rank" "$charlm" train "${ft[@]}" --lora-rank -
 expect "--base with --init-from" 2 "--base" "$charlm" train "${ft[@]}" --base base.st --steps 2 --out x.st
 expect "--lora-rank 17 > d" 1 "--lora-rank 17 is larger than" \
   "$charlm" train "${ft[@]}" --lora-rank 17 --steps 2 --out x.st
+# the smaller side of each target: fc1 is 32 x 16, so 20 > 16 (and < 32)
+expect "--lora-rank 20 > fc1's inputs" 1 "(a 32 x 16 layer: at most 16)" \
+  "$charlm" train "${ft[@]}" --lora-rank 20 --lora-targets fc1 --steps 2 --out x.st
 expect "--lora-targets bogus" 1 "names no Linear" \
   "$charlm" train "${ft[@]}" --lora-rank 2 --lora-targets q_proj,bogus --steps 2 --out x.st
 expect "--d against the base" 1 "contradict" "$charlm" train "${ft[@]}" --d 32 --steps 2 --out x.st
