@@ -1516,9 +1516,10 @@ END_TEST
 
 /* cg_k_linear_packed in fp32 on weights of other layouts: a transposed
  * view, views of one storage taken in turn (each replaces the other's
- * copy: the slot keys the view), every second column, and more rows of W
- * than the driver's MC block (480); each the bits of cg_k_linear, at 1
- * and 2 threads. */
+ * copy: the slot keys the view), every second column, more rows of W
+ * than the driver's MC block (480), and a square W and its transpose in
+ * turn (one offset and shape: only the strides tell them apart); each the
+ * bits of cg_k_linear, at 1 and 2 threads. */
 START_TEST(test_linear_packed_f32_layouts)
 {
     cg_rng rng = cg_rng_new(49);
@@ -1526,13 +1527,18 @@ START_TEST(test_linear_packed_f32_layouts)
     cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, IN)), *b = cg_randn(&rng, CG_SHAPE(BIG));
     cg_tensor *wt = cg_randn(&rng, CG_SHAPE(IN, OUT)), *all = cg_randn(&rng, CG_SHAPE(3 * OUT, IN));
     cg_tensor *wide = cg_randn(&rng, CG_SHAPE(OUT, 2 * IN)),
-              *big = cg_randn(&rng, CG_SHAPE(BIG, IN));
-    cg_tensor *ws[6] = {cg_view_transpose(wt, 0, 1),          cg_view_narrow(all, 0, 0, OUT),
-                        cg_view_narrow(all, 0, 2 * OUT, OUT), cg_view_narrow(all, 0, 0, OUT),
-                        cg_view_slice(wide, 1, 0, 2 * IN, 2), big};
+              *big = cg_randn(&rng, CG_SHAPE(BIG, IN)), *sq = cg_randn(&rng, CG_SHAPE(IN, IN));
+    cg_tensor *ws[8] = {cg_view_transpose(wt, 0, 1),
+                        cg_view_narrow(all, 0, 0, OUT),
+                        cg_view_narrow(all, 0, 2 * OUT, OUT),
+                        cg_view_narrow(all, 0, 0, OUT),
+                        cg_view_slice(wide, 1, 0, 2 * IN, 2),
+                        big,
+                        sq,
+                        cg_view_transpose(sq, 0, 1)};
     for (int nt = 1; nt <= 2; nt++) {
         cg_set_num_threads(nt);
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < 8; i++) {
             cg_tensor *bi = cg_view_narrow(b, 0, 0, ws[i]->shape[0]);
             cg_tensor *want = cg_k_linear(x, ws[i], bi), *y = cg_k_linear_packed(x, ws[i], bi);
             ck_assert_msg(y && same_bits(y, want), "weight %d, %d threads: %s", i, nt,
@@ -1543,7 +1549,43 @@ START_TEST(test_linear_packed_f32_layouts)
     cg_set_num_threads(0);
     for (int i = 0; i < 5; i++)
         cg_release(ws[i]);
-    cg_release_all(6, x, b, wt, all, wide, big);
+    cg_release(ws[7]);
+    cg_release_all(7, x, b, wt, all, wide, big, sq);
+}
+END_TEST
+
+/* Under a limit that holds one copy, views of one storage taken in turn
+ * replace each other's copy (the stale one counted as freed against the
+ * limit): the second view's next product is a hit, not a product that
+ * reads W for want of room. A limit lowered below two copies frees both. */
+START_TEST(test_weight_cache_replaces_at_limit)
+{
+    if (!cg_f32_packed_usable())
+        return; /* the fp32 form is the skx driver's */
+    cg_rng rng = cg_rng_new(50);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(37, 45)), *all = cg_randn(&rng, CG_SHAPE(100, 45));
+    cg_tensor *a = cg_view_narrow(all, 0, 0, 50), *b = cg_view_narrow(all, 0, 50, 50);
+    const size_t limit = cg_weight_cache_stats().limit, base = cg_weight_cache_stats().bytes;
+    cg_tensor *ya = cg_k_linear_packed(x, a, NULL);
+    const size_t one = cg_weight_cache_stats().bytes - base;
+    ck_assert(ya && one > 0);
+    cg_weight_cache_limit(base + one);
+    cg_tensor *yb = cg_k_linear_packed(x, b, NULL);
+    const cg_cache_stats s0 = cg_weight_cache_stats();
+    cg_tensor *yb2 = cg_k_linear_packed(x, b, NULL);
+    const cg_cache_stats s1 = cg_weight_cache_stats();
+    ck_assert(yb && yb2 && same_bits(yb, yb2));
+    ck_assert_uint_eq(s1.hits - s0.hits, 1);
+    ck_assert_uint_eq(s1.packs, s0.packs);
+    ck_assert_uint_eq(s1.bytes, base + one);
+    /* two copies (b's and c's), then a limit of 0: both freed at once */
+    cg_weight_cache_limit(limit);
+    cg_tensor *c = cg_randn(&rng, CG_SHAPE(50, 45)), *yc = cg_k_linear_packed(x, c, NULL);
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, base + 2 * one);
+    cg_weight_cache_limit(0);
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, 0);
+    cg_weight_cache_limit(limit);
+    cg_release_all(9, x, all, a, b, ya, yb, yb2, c, yc);
 }
 END_TEST
 
@@ -3904,6 +3946,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_linear_packed_f32);
     tcase_add_test(tm, test_linear_packed_f32_over_limit);
     tcase_add_test(tm, test_linear_packed_f32_layouts);
+    tcase_add_test(tm, test_weight_cache_replaces_at_limit);
     tcase_add_test(tm, test_weight_cache_limit_lowered);
     suite_add_tcase(s, tm);
     TCase *to = tcase_create("operands");

@@ -56,6 +56,13 @@ START_TEST(test_scalar_conversions)
     ck_assert_uint_eq(cg_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
     ck_assert_uint_eq(cg_f32_to_f16(1.0f + 0x3p-11f), 0x3c02);
     ck_assert(isnan(cg_f16_to_f32(cg_f32_to_f16(NAN))));
+    /* a signalling NaN whose payload is all in the bits dropped stays a
+     * NaN (torch gives NaN in both), not infinity */
+    const uint32_t snan_bits = 0x7f800001u;
+    float snan;
+    memcpy(&snan, &snan_bits, sizeof snan);
+    ck_assert(isnan(cg_bf16_to_f32(cg_f32_to_bf16(snan))));
+    ck_assert(isnan(cg_f16_to_f32(cg_f32_to_f16(snan))));
     ck_assert(cg_f16_to_f32(0x3555) == 0.333251953125f);
     ck_assert(cg_f16_to_f32(0x0001) == 0x1p-24f);
     ck_assert(cg_f16_to_f32(0xfc00) == -INFINITY);
@@ -648,6 +655,46 @@ START_TEST(test_first_overflow)
 }
 END_TEST
 
+/* Integers against fractions, where's promotion, -0 and strided fills of
+ * other dtypes, a broadcast refused at the first dim: each a mutant the
+ * suites let through (docs/robustness.md, "Mutants of the views and
+ * dtypes"); the values are PyTorch's. */
+START_TEST(test_mixed_dtype_edges)
+{
+    cg_tensor *i = cg_from_i64(CG_SHAPE(2), (int64_t[]){2, 3});
+    cg_tensor *f = cg_from_data(CG_SHAPE(2), (float[]){2.5f, 3.0f});
+    cg_tensor *eq = cg_eq(i, f), *lt = cg_lt(i, f); /* 2 < 2.5: not compared as integers */
+    cg_tensor *es = cg_eq_scalar(i, 2.5), *ls = cg_lt_scalar(i, 2.5);
+    ck_assert_msg(eq && lt && es && ls, "%s", cg_last_error());
+    ck_assert(!cg_data_bool(eq)[0] && cg_data_bool(eq)[1]);
+    ck_assert(cg_data_bool(lt)[0] && !cg_data_bool(lt)[1]);
+    ck_assert(!cg_data_bool(es)[0] && !cg_data_bool(es)[1]);
+    ck_assert(cg_data_bool(ls)[0] && !cg_data_bool(ls)[1]);
+    /* torch.where(c, int64, float32) is float32: [2.0, 1.5] */
+    cg_tensor *c = cg_from_bool(CG_SHAPE(2), (bool[]){true, false});
+    cg_tensor *h = cg_from_data(CG_SHAPE(2), (float[]){0.5f, 1.5f}), *w = cg_k_where(c, i, h);
+    ck_assert_msg(w && w->dtype == CG_F32, "%s", w ? cg_dtype_name(w->dtype) : cg_last_error());
+    ck_assert(cg_get(w, (int64_t[]){0}) == 2.0f && cg_get(w, (int64_t[]){1}) == 1.5f);
+    /* torch.full((2,), -0.0, dtype=torch.bfloat16) keeps the sign */
+    cg_tensor *nb = cg_full_dtype(CG_BF16, CG_SHAPE(2), -0.0);
+    cg_tensor *nh = cg_full_dtype(CG_F16, CG_SHAPE(2), -0.0);
+    ck_assert(signbit(cg_get(nb, (int64_t[]){1})) && signbit(cg_get(nh, (int64_t[]){1})));
+    /* fill_ of a column (stride 3) of an int64 tensor */
+    cg_tensor *t = cg_zeros_dtype(CG_I64, CG_SHAPE(2, 3)), *col = cg_view_select(t, 1, 1);
+    ck_assert(cg_fill_(col, 7));
+    ck_assert(!memcmp(cg_data_i64(t), (int64_t[]){0, 7, 0, 0, 7, 0}, 6 * sizeof(int64_t)));
+    /* [2, 3] and [4, 3] differ in the result's first dim */
+    cg_tensor *z = cg_zeros_dtype(CG_I64, CG_SHAPE(4, 3));
+    CG_ASSERT_REFUSED(cg_eq(t, z) == NULL, "cannot be broadcast together (dim 0: 2 vs 4)");
+    /* float to int32 out of its range is INT32_MIN (x86's cvttss2si), as
+     * torch.tensor([3e9]).int() */
+    cg_tensor *big = cg_from_data(CG_SHAPE(1), (float[]){3e9f}), *b32 = cg_k_to(big, CG_I32);
+    ck_assert_int_eq(cg_data_i32(b32)[0], INT32_MIN);
+    cg_release_all(10, i, f, eq, lt, es, ls, c, h, w, nb);
+    cg_release_all(6, nh, t, col, z, big, b32);
+}
+END_TEST
+
 static Suite *dtype_suite(void)
 {
     Suite *s = suite_create("dtype");
@@ -672,6 +719,7 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_scalar_tensors_do_not_promote);
     tcase_add_test(tc, test_shape_ops_any_dtype);
     tcase_add_test(tc, test_first_overflow);
+    tcase_add_test(tc, test_mixed_dtype_edges);
     suite_add_tcase(s, tc);
     return s;
 }

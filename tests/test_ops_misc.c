@@ -54,6 +54,11 @@ START_TEST(test_forward_vs_torch)
     expect(cg_cumsum(x, -2),
            (const float[]){-2, -0.5f, 0, 0.25f, -1, 2.5f, -1.5f, 1, -0.5f, 2.25f, 0.5f, -2},
            "cumsum 0");
+    /* summed in double, as torch's CPU cumsum (its acc_type): 1e8 + 1 - 1e8
+     * is 1 there, 0 in float32 */
+    cg_tensor *far = cg_from_data(CG_SHAPE(3), (float[]){1e8f, 1, -1e8f});
+    expect(cg_cumsum(far, 0), (const float[]){1e8f, 1e8f, 1}, "cumsum in double");
+    cg_release(far);
     cg_tensor *ids = NULL;
     expect(cg_topk(x, 2, 1, true, &ids), (const float[]){0.25f, 0, 3, 1, 2, 0.5f}, "topk");
     ck_assert_int_eq(ids->dtype, CG_I64);

@@ -215,6 +215,25 @@ END_TEST
 /* A module whose forward opens its own scope, applied twice in a step to
  * a parameter of another module (a graph through two scopes and a
  * container): parameters survive, the step leaves nothing. */
+/* A container in a scope holding a new reference to an older tensor (a
+ * cache, cg_hold(cg_retain(x))): the scope gives none of it back, so x
+ * outlives its owner's reference. */
+START_TEST(test_scope_hold_of_outer_tensor)
+{
+    int64_t live0 = cg_live_tensors();
+    cg_tensor *x = cg_ones(CG_SHAPE(3));
+    cg_scope *s = cg_scope_begin();
+    cg_tensor *held = cg_hold(cg_retain(x));
+    cg_scope_end(s);
+    ck_assert_int_eq(x->refcount, 2);
+    ck_assert_int_eq(x->held, 1);
+    cg_release(x); /* the owner's: the container's keeps it */
+    ck_assert_int_eq(cg_live_tensors(), live0 + 1);
+    cg_release_held(held);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
 START_TEST(test_scope_nested_module_forward)
 {
     int64_t live0 = cg_live_tensors();
@@ -369,6 +388,7 @@ static Suite *scope_suite(void)
     tcase_add_test(tc, test_scope_keep_and_nesting);
     tcase_add_test(tc, test_scope_nested_graphs);
     tcase_add_test(tc, test_scope_nested_module_forward);
+    tcase_add_test(tc, test_scope_hold_of_outer_tensor);
     tcase_add_test(tc, test_scope_containers_survive);
     tcase_add_test(tc, test_scope_training_flat);
     tcase_add_test(tc, test_scope_zoo_model);

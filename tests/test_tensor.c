@@ -270,6 +270,56 @@ START_TEST(test_copy_and_fill_strided)
 }
 END_TEST
 
+/* Layouts PyTorch gives and the checks a mutation review found untested
+ * (docs/robustness.md, "Mutants of the views and dtypes"). */
+START_TEST(test_views_as_torch)
+{
+    /* torch.unsqueeze's stride for the new dim: the next dim's size x
+     * stride, 1 at the end */
+    cg_tensor *t = cg_arange(0, 6, 1), *t23 = cg_view_reshape(t, CG_SHAPE(2, 3));
+    cg_tensor *u1 = cg_view_unsqueeze(t23, 1), *u2 = cg_view_unsqueeze(t23, 2);
+    ck_assert_int_eq(u1->strides[0], 3);
+    ck_assert_int_eq(u1->strides[1], 3);
+    ck_assert_int_eq(u1->strides[2], 1);
+    ck_assert_int_eq(u2->strides[1], 1);
+    ck_assert_int_eq(u2->strides[2], 1);
+    /* a size-1 dim's stride does not stop a view: x.unsqueeze(0)
+     * .transpose(0, 1) is [3, 1, 4] with strides [4, 12, 1], and .view(12)
+     * works in torch */
+    cg_tensor *x = cg_arange(0, 12, 1), *x34 = cg_view_reshape(x, CG_SHAPE(3, 4));
+    cg_tensor *x134 = cg_view_unsqueeze(x34, 0), *x314 = cg_view_transpose(x134, 0, 1);
+    ck_assert_int_eq(x314->strides[1], 12);
+    cg_tensor *flat = cg_view_reshape(x314, CG_SHAPE(12));
+    ck_assert_msg(flat, "%s", cg_last_error());
+    ck_assert_ptr_eq(flat->storage, x->storage);
+    ck_assert_float_eq(cg_get(flat, (int64_t[]){7}), 7);
+    /* reshape's copy of a view at an offset starts at the copy's start:
+     * rows 1 and 2 of [4, 6], transposed, flattened */
+    cg_tensor *y = cg_arange(0, 24, 1), *y46 = cg_view_reshape(y, CG_SHAPE(4, 6));
+    cg_tensor *rows = cg_view_narrow(y46, 0, 1, 2), *rt = cg_view_transpose(rows, 0, 1);
+    cg_tensor *rf = cg_k_reshape(rt, CG_SHAPE(12));
+    CG_ASSERT_TENSOR(rf, ((float[]){6, 12, 7, 13, 8, 14, 9, 15, 10, 16, 11, 17}), 0, 0);
+    cg_release_all(14, t, t23, u1, u2, x, x34, x134, x314, flat, y, y46, rows, rt, rf);
+}
+END_TEST
+
+/* copy_ within one storage and into broadcast views */
+START_TEST(test_copy_overlap_edges)
+{
+    /* x[4::2] = x[:5:2]: dst's first element is src's last, which the
+     * strided copy, element by element, would overwrite before reading it */
+    cg_tensor *x = cg_arange(0, 10, 1);
+    cg_tensor *dst = cg_view_slice(x, 0, 4, 10, 2), *src = cg_view_slice(x, 0, 0, 5, 2);
+    ck_assert(cg_k_copy_(dst, src));
+    CG_ASSERT_TENSOR(x, ((float[]){0, 1, 2, 3, 0, 5, 2, 7, 4, 9}), 0, 0);
+    /* a broadcast dim of two elements is refused as one of more */
+    cg_tensor *one = cg_ones(CG_SHAPE(1)), *two = cg_view_expand(one, CG_SHAPE(2));
+    cg_tensor *vals = cg_from_data(CG_SHAPE(2), (float[]){3, 4});
+    CG_ASSERT_REFUSED(!cg_k_copy_(two, vals), "broadcast view");
+    cg_release_all(6, x, dst, src, one, two, vals);
+}
+END_TEST
+
 START_TEST(test_broadcast_shapes)
 {
     int64_t out[CG_MAX_DIMS];
@@ -283,6 +333,10 @@ START_TEST(test_broadcast_shapes)
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "myop"));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "[2, 3]"));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "[4]"));
+    /* sizes that differ in the result's first dim too */
+    n = cg_broadcast_shapes("myop", 2, (int64_t[]){3, 1}, 2, (int64_t[]){4, 5}, out);
+    ck_assert_int_eq(n, -1);
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "dim 0: 3 vs 4"));
 }
 END_TEST
 
@@ -658,6 +712,8 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_squeeze_unsqueeze_expand);
     tcase_add_test(tc, test_reshape);
     tcase_add_test(tc, test_copy_and_fill_strided);
+    tcase_add_test(tc, test_views_as_torch);
+    tcase_add_test(tc, test_copy_overlap_edges);
     tcase_add_test(tc, test_broadcast_shapes);
     tcase_add_test(tc, test_rng_reproducible);
     tcase_add_test(tc, test_rng_thread_independent);
