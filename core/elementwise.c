@@ -336,7 +336,6 @@ static cg_iter_seg_fn row_seg(int row, bool bwd, cg_iter_seg_fn seg)
 CG_UNARY_OPS(EW_UNARY_OP_, ~)
 #undef EW_UNARY_OP_
 
-
 /* ----------------------------------------------------------- binary */
 cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b)
 {
