@@ -19,7 +19,10 @@
  * The char LM has the same number of tokens on every rank (weight 1).
  * Buffers: a module with per-rank buffers of every dtype holds rank 0's after
  * cg_dist_broadcast_module (cg_dist_broadcast_buffers: the buffers alone),
- * and one built otherwise on the last rank is refused on every rank. */
+ * and one built otherwise on the last rank is refused on every rank.
+ * The reducer with gradients missing on some ranks or all, ZeRO-1's NaN
+ * check and all-gather on small runs, and the broadcast of tensors whose
+ * shapes differ: checked on tiny tensors (tcase api). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -87,6 +90,18 @@ static void assert_same_on_all_ranks(cg_module *m)
     cg_param_list_free(&l);
     ck_assert_msg(cg_dist_allreduce_max(&diff, 1), "%s", cg_last_error());
     ck_assert_msg(diff == 0, "parameters differ between ranks by %g", diff);
+}
+
+/* ok on every rank? (collective). A check that fails on one rank alone
+ * leaves that rank's test early (Check's longjmp) while the others go on
+ * into the next collective, and the job hangs until the watchdog ends it:
+ * a check of what may differ between ranks is agreed first, so that every
+ * rank fails it together, each with its own message. */
+static bool on_every_rank(bool ok)
+{
+    double bad = !ok;
+    ck_assert_msg(cg_dist_allreduce_max(&bad, 1), "%s", cg_last_error());
+    return bad == 0;
 }
 
 /* ------------------------------------------------------------ char LM */
@@ -384,6 +399,9 @@ START_TEST(test_api)
     ck_assert_uint_eq(cg_dist_seed_for_rank(42, 0), 42);
     ck_assert_uint_eq(cg_dist_seed_for_rank(42, 1), 42 ^ 0x9E3779B97F4A7C15ULL);
     ck_assert_uint_ne(cg_dist_seed_for_rank(42, 1), cg_dist_seed_for_rank(42, 2));
+    /* and each rank draws its own (dropout: a rank's masks are its own) */
+    ck_assert_msg(on_every_rank(cg_dist_rank_seed(42) == cg_dist_seed_for_rank(42, cg_dist_rank())),
+                  "cg_dist_rank_seed is not the seed of rank %d", cg_dist_rank());
     double v[2] = {1.0, (double)cg_dist_rank()};
     ck_assert(cg_dist_allreduce_sum(v, 2));
     ck_assert(v[0] == (double)cg_dist_size());
@@ -403,6 +421,15 @@ START_TEST(test_api)
     for (int k = 0; k < 15; k++)
         ck_assert_float_eq_tol(cg_data(p[0]->grad)[k], num / den, 1e-6);
     ck_assert_ptr_null(p[1]->grad);
+    /* equal weights other than 1 (the char LM's rows per rank): the plain mean */
+    cg_release(p[0]->grad);
+    p[0]->grad = cg_full(CG_SHAPE(3, 5), (float)(cg_dist_rank() + 1));
+    ck_assert_msg(cg_dist_average_grads_tensors(2, p, 3.0), "%s", cg_last_error());
+    bool mean = true;
+    for (int k = 0; k < 15; k++)
+        mean = mean && fabs(cg_data(p[0]->grad)[k] - (cg_dist_size() + 1) / 2.0) < 1e-6;
+    ck_assert_msg(on_every_rank(mean), "weights of 3 on every rank: %g on rank %d, not %g",
+                  cg_data(p[0]->grad)[0], cg_dist_rank(), (cg_dist_size() + 1) / 2.0);
     ck_assert(!cg_dist_average_grads_tensors(2, p, -1.0));
     ck_assert(strstr(cg_last_error(), "weight") != NULL || cg_dist_size() == 1);
     cg_release_all(2, p[0], p[1]);
@@ -435,6 +462,150 @@ START_TEST(test_average_grads_in_scope)
         for (int k = 0; k < 4; k++)
             ck_assert_float_eq(cg_data(other)[k], 2.0f);
     cg_release_all(2, q, other);
+}
+END_TEST
+
+/* Every rank's reduction of a parameter that has a gradient on some ranks
+ * only, or on none, through the reducer (the stepper's default with more
+ * than one rank; ZeRO's too): p0 gets r + 1 from backward on every rank,
+ * p1 gets 2 from backward on rank 0 alone (no hook fires for it on the
+ * others: finish packs zeros for them), p2 none anywhere. Every rank ends
+ * with the mean over ranks in p0 and p1 (under ZeRO: in the elements it
+ * owns) and no gradient for p2, as cg_dist_average_grads_tensors gives.
+ * Tiny buckets: one parameter in each. */
+START_TEST(test_reducer_missing_grads)
+{
+    const int size = cg_dist_size(), me = cg_dist_rank();
+    for (int zero = 0; zero < 2; zero++) {
+        cg_tensor *p[3] = {cg_requires_grad(cg_zeros(CG_SHAPE(4)), true),
+                           cg_requires_grad(cg_zeros(CG_SHAPE(3)), true),
+                           cg_requires_grad(cg_zeros(CG_SHAPE(2)), true)};
+        cg_dist_reducer *r =
+            zero ? cg_dist_reducer_new_zero(3, p, 1e-6) : cg_dist_reducer_new(3, p, 1e-6);
+        ck_assert_msg(r != NULL, "%s", cg_last_error());
+        cg_optim_range own[3];
+        for (int i = 0; i < 3; i++)
+            own[i] = (cg_optim_range){0, cg_numel(p[i])};
+        ck_assert(!zero || cg_dist_reducer_shards(r, own));
+        cg_scope *sc = cg_scope_begin();
+        cg_tensor *loss = cg_sum(cg_muls(p[0], (float)(me + 1)), 0, NULL, false);
+        if (me == 0)
+            loss = cg_add(loss, cg_sum(cg_muls(p[1], 2.0f), 0, NULL, false));
+        ck_assert_msg(loss && cg_dist_reducer_prepare(r, 1.0), "%s", cg_last_error());
+        ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+        cg_scope_end(sc);
+        ck_assert_msg(on_every_rank(cg_dist_reducer_finish(r)), "finish: %s", cg_last_error());
+        const double want[2] = {(size + 1) / 2.0, 2.0 / size};
+        char why[200] = "";
+        for (int i = 0; i < 2 && !why[0]; i++) {
+            if (!p[i]->grad)
+                snprintf(why, sizeof why, "p%d has no gradient", i);
+            for (int64_t k = own[i].lo; p[i]->grad && k < own[i].hi && !why[0]; k++)
+                if (fabs(cg_data(p[i]->grad)[k] - want[i]) > 1e-6)
+                    snprintf(why, sizeof why, "p%d[%lld] = %g, not %g", i, (long long)k,
+                             cg_data(p[i]->grad)[k], want[i]);
+        }
+        if (!why[0] && p[2]->grad)
+            snprintf(why, sizeof why, "p2, without a gradient anywhere, got one");
+        ck_assert_msg(on_every_rank(!why[0]), "zero %d, rank %d: %s", zero, me,
+                      why[0] ? why : "another rank's check failed");
+        cg_dist_reducer_free(r);
+        cg_release_all(3, p[0], p[1], p[2]);
+    }
+}
+END_TEST
+
+/* ZeRO's check for NaN and Inf: a NaN in an element that rank 0 alone owns
+ * stops every rank (they take the same decision) and is named on each: on
+ * rank 0 as its own, on the others as another rank's. */
+START_TEST(test_zero_nonfinite_other_shard)
+{
+    cg_tensor *p = cg_requires_grad(cg_zeros(CG_SHAPE(8)), true);
+    cg_dist_reducer *r = cg_dist_reducer_new_zero(1, &p, 4.0);
+    cg_optim_range own;
+    ck_assert_msg(r && cg_dist_reducer_shards(r, &own), "%s", cg_last_error());
+    ck_assert(own.lo == 0 || cg_dist_rank() > 0); /* element 0 is rank 0's */
+    cg_optim_param op = {"w", p, 0.0};
+    cg_optim_config cfg = cg_adamw_config(3e-3, 0.9, 0.999, 1e-8);
+    cg_optim *o = cg_optim_new_sharded(&cfg, 1, &op, &own);
+    ck_assert_msg(o != NULL, "%s", cg_last_error());
+    p->grad = cg_zeros(CG_SHAPE(8));
+    ck_assert(on_every_rank(cg_dist_grads_finite(o)));
+    cg_data(p->grad)[0] = NAN; /* on every rank; counted in rank 0's shard alone */
+    bool fine = cg_dist_grads_finite(o);
+    const char *e = fine ? "" : cg_last_error();
+    bool named = cg_dist_rank() == 0
+                     ? strstr(e, "'w'") && strstr(e, "(on rank 0)")
+                     : strstr(e, "'w' has a NaN or Inf in another rank's shard") != NULL;
+    ck_assert_msg(on_every_rank(!fine && named), "rank %d: %s", cg_dist_rank(),
+                  fine ? "its gradients are finite, it says" : e);
+    cg_optim_free(o);
+    cg_dist_reducer_free(r);
+    cg_release(p);
+}
+END_TEST
+
+/* cg_dist_broadcast_tensors: rank 0's values everywhere, the write counted
+ * (cg_version); a tensor of another shape (the same size) on the last rank
+ * is refused on every rank before anything is sent. */
+START_TEST(test_broadcast_tensors_checked)
+{
+    const int size = cg_dist_size(), me = cg_dist_rank();
+    cg_tensor *t = cg_full(CG_SHAPE(3), (float)me);
+    uint64_t v0 = cg_version(t);
+    ck_assert_msg(cg_dist_broadcast_tensors(1, &t), "%s", cg_last_error());
+    ck_assert_msg(on_every_rank(cg_data(t)[2] == 0.0f && (size == 1 || cg_version(t) > v0)),
+                  "rank %d: %g, version %llu (was %llu)", me, cg_data(t)[2],
+                  (unsigned long long)cg_version(t), (unsigned long long)v0);
+    cg_release(t);
+    if (size == 1)
+        return;
+    bool last = me == size - 1;
+    cg_tensor *u = last ? cg_full(CG_SHAPE(2, 3), (float)me) : cg_full(CG_SHAPE(3, 2), (float)me);
+    bool sent = cg_dist_broadcast_tensors(1, &u);
+    const char *e = sent ? "sent" : cg_last_error();
+    ck_assert_msg(on_every_rank(!sent && strstr(e, "the parameters differ between ranks") &&
+                                cg_data(u)[5] == (float)me),
+                  "rank %d: %s", me, e);
+    cg_release(u);
+}
+END_TEST
+
+/* ZeRO's all-gather of the updated parameters when a rank owns runs of a
+ * single element: parameters of 3, 1 and 2 floats, one per bucket (rank q
+ * of N owns floats [F q / N, F (q + 1) / N) of a bucket of F: with 2 ranks
+ * rank 0 owns element 0 of the first and of the last). Each rank writes
+ * 10 (q + 1) + k into the elements k it owns; after the gather every rank
+ * holds every owner's values. */
+START_TEST(test_zero_gather_small_runs)
+{
+    const int me = cg_dist_rank(), size = cg_dist_size();
+    cg_tensor *p[3] = {cg_requires_grad(cg_zeros(CG_SHAPE(3)), true),
+                       cg_requires_grad(cg_zeros(CG_SHAPE(1)), true),
+                       cg_requires_grad(cg_zeros(CG_SHAPE(2)), true)};
+    cg_dist_reducer *r = cg_dist_reducer_new_zero(3, p, 1e-6);
+    cg_optim_range own[3];
+    ck_assert_msg(r && cg_dist_reducer_shards(r, own), "%s", cg_last_error());
+    for (int i = 0; i < 3; i++)
+        for (int64_t k = own[i].lo; k < own[i].hi; k++)
+            cg_data(p[i])[k] = (float)(10 * (me + 1) + k);
+    ck_assert_msg(cg_dist_reducer_gather_params(r), "%s", cg_last_error());
+    char why[200] = "";
+    for (int i = 0; i < 3; i++) {
+        int64_t f = cg_numel(p[i]);
+        for (int64_t k = 0; k < f && !why[0]; k++) {
+            int q = 0;
+            while (!(f * q / size <= k && k < f * (q + 1) / size))
+                q++;
+            if (cg_data(p[i])[k] != (float)(10 * (q + 1) + k))
+                snprintf(why, sizeof why, "p%d[%lld] = %g, not rank %d's %d", i, (long long)k,
+                         cg_data(p[i])[k], q, 10 * (q + 1) + (int)k);
+        }
+    }
+    ck_assert_msg(on_every_rank(!why[0]), "rank %d: %s", me,
+                  why[0] ? why : "another rank's check failed");
+    cg_dist_reducer_free(r);
+    cg_release_all(3, p[0], p[1], p[2]);
 }
 END_TEST
 
@@ -759,8 +930,15 @@ START_TEST(test_broadcast_buffers)
 {
     cg_module *m = buffered_module(0);
     assert_values_of(m, cg_dist_rank(), cg_dist_rank());
+    /* the writes are counted (cg_version), parameters and buffers alike */
+    uint64_t vw = cg_version(cg_module_get_param(m, "w")),
+             vb = cg_version(cg_module_get_buffer(m, "mean"));
     ck_assert_msg(cg_dist_broadcast_module(m), "%s", cg_last_error());
     assert_values_of(m, 0, 0);
+    ck_assert_msg(
+        on_every_rank(cg_dist_size() == 1 || (cg_version(cg_module_get_param(m, "w")) > vw &&
+                                              cg_version(cg_module_get_buffer(m, "mean")) > vb)),
+        "a broadcast left a version counter as it was (rank %d)", cg_dist_rank());
     ck_assert(!cg_dist_broadcast_module(NULL));
     /* DDP's broadcast_buffers=True, before a step: each rank's forward
      * moved its statistics its own way; rank 0's buffers go everywhere,
@@ -812,6 +990,10 @@ static Suite *dist_suite(void)
     TCase *tc = tcase_create("api");
     tcase_add_test(tc, test_api);
     tcase_add_test(tc, test_average_grads_in_scope);
+    tcase_add_test(tc, test_reducer_missing_grads);
+    tcase_add_test(tc, test_zero_nonfinite_other_shard);
+    tcase_add_test(tc, test_broadcast_tensors_checked);
+    tcase_add_test(tc, test_zero_gather_small_runs);
     suite_add_tcase(s, tc);
     tc = tcase_create("buffers");
     tcase_add_test(tc, test_broadcast_buffers);
@@ -842,6 +1024,12 @@ int main(int argc, char **argv)
     srunner_set_fork_status(sr, CK_NOFORK); /* MPI and fork do not mix */
     srunner_run_all(sr, cg_dist_is_root() ? CK_NORMAL : CK_SILENT);
     int failed = srunner_ntests_failed(sr);
+    /* the other ranks run silently: a check that fails there alone says so */
+    TestResult **tr = cg_dist_is_root() ? NULL : srunner_failures(sr);
+    for (int i = 0; tr && i < failed; i++)
+        fprintf(stderr, "test_dist: rank %d: %s:%d: %s: %s\n", cg_dist_rank(), tr_lfile(tr[i]),
+                tr_lno(tr[i]), tr_tcname(tr[i]), tr_msg(tr[i]));
+    free(tr);
     srunner_free(sr);
     /* A rank whose check failed must fail the whole job. */
     double f = failed;
