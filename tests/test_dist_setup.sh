@@ -50,6 +50,34 @@ no_steps "ranks given different --batch-size" d3.st
 refused "ranks given different --steps" "steps" \
   "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d4.st : \
   -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 6 --out d4.st
+# the flags that decide when and how the ranks step together: a rank that
+# stops at another --stop-at, shards its optimizer alone (--zero) or skips
+# a non-finite step the others stop at would wait in a collective the
+# others never reach
+refused "ranks given different --stop-at" "\-\-stop-at differs between ranks" \
+  "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --out d10.st : \
+  -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --stop-at 4 --out d10.st
+no_steps "ranks given different --stop-at" d10.st
+refused "ranks given different --zero" "\-\-zero differs between ranks" \
+  "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d11.st : \
+  -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --zero 1 --out d11.st
+no_steps "ranks given different --zero" d11.st
+refused "ranks given different --skip-nonfinite" "\-\-skip-nonfinite differs between ranks" \
+  "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d12.st : \
+  -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --skip-nonfinite --out d12.st
+no_steps "ranks given different --skip-nonfinite" d12.st
+# a setting only rank 1 was given (rank 0's state has no such entry)
+refused "--keep-best given to rank 1 alone" "a rank was given a setting rank 0 was not" \
+  "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d13.st : \
+  -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --keep-best --out d13.st
+no_steps "--keep-best given to rank 1 alone" d13.st
+# the same data under another path on each rank (paths are per machine):
+# compared by content, it trains
+cp c.txt c_copy.txt
+timeout 300 "${mpi[@]}" -np 1 "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --out d14.st : \
+  -np 1 "$charlm" train --data c_copy.txt "${TINY[@]}" --steps 4 --out d14.st >/dev/null 2>err.txt &&
+  echo "ok: the same --data under another path on each rank trains" ||
+  fail "the same --data under another path: $(grep -m1 error err.txt)"
 # the variables that shape the gradient reduction: mpirun does not pass a
 # variable to another host without -x, so ranks may see different values;
 # the buckets then no longer match (an MPI error, or a wait until
