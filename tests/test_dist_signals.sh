@@ -9,6 +9,8 @@
 #  - SIGTERM to mpirun: Open MPI 4.1 forwards it, sends SIGKILL a second
 #    later and exits 1 whatever the ranks do; a small checkpoint is saved
 #    in that second (the exit status is Open MPI's, and said in docs/zoo.md);
+#  - SIGSTOP to one rank (it hangs): the other's watchdog ends the job after
+#    CG_DIST_TIMEOUT, exit 124;
 #  - a host whose link is cut (scripts/netns_hosts.sh, 2 hosts): the job
 #    ends within 30 s, nothing of it left on either host, not exit 0, and
 #    the last checkpoint loads. mpirun notices the lost host by its OOB
@@ -94,6 +96,28 @@ if [ -n "$mpirun" ]; then
     echo "ok: SIGTERM to mpirun: saved ($(grep '^charlm: stopped' j.log)), exit $rc (Open MPI's)"
     loads "SIGTERM to mpirun" j.st
   else fail "SIGTERM to mpirun: nothing saved: exit $rc: $(tail -c 300 j.log)"; fi
+  # a rank that stops answering (SIGSTOP: neither dead nor running, so Open
+  # MPI sees nothing): the other waits in its next collective until
+  # CG_DIST_TIMEOUT (3 s here), then its watchdog ends the job, exit 124,
+  # in far less than the 60 s guard
+  rm -f j.st j.st.* j.json j.log
+  CG_DIST_TIMEOUT=3 OMP_NUM_THREADS=1 "$mpirun" --allow-run-as-root --oversubscribe -np 2 \
+    "$charlm" "${TRAIN[@]}" --T 16 --batch-size 4 --eval-every 50 --out j.st >j.json 2>j.log &
+  mp=$!
+  (sleep 60; kill -KILL $mp) >/dev/null 2>&1 &
+  guard=$!
+  for ((w = 0; w < 300; w++)); do [ -s j.st ] && break; sleep 0.1; done
+  t0=$(date +%s%N)
+  kill -STOP "$(pgrep -P $mp -n charlm)"
+  rc=0
+  wait $mp || rc=$?
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  pkill -P $guard sleep 2>/dev/null
+  wait $guard 2>/dev/null
+  if [ $rc -eq 124 ] && [ $ms -le 15000 ] &&
+     grep -q "did not finish within 3 s (CG_DIST_TIMEOUT): another rank probably died, hangs" j.log; then
+    echo "ok: SIGSTOP to one rank: the watchdog ended the job in $ms ms: $(grep -m1 'did not finish' j.log)"
+  else fail "SIGSTOP to one rank: exit $rc after $ms ms: $(grep -v 'step [0-9]*/' j.log | tail -3)"; fi
 else
   echo "skip: stopping a job (no mpirun, or built without MPI)"
 fi
