@@ -4,7 +4,8 @@
 #   1. 2 and 4 ranks with --zero 1 equal one process without it, parameters
 #      and optimizer state within 1e-5 (test_dist's bound); the checkpoint
 #      has the unsharded layout (the same tensors as the 1-process one);
-#      2 ranks with --zero 1 equal 2 ranks without it
+#      2 ranks with --zero 1 equal 2 ranks without it; 2 ranks with shares
+#      of 2 and 3 windows equal one process
 #   2. resume with another number of ranks: saved at step 10 by 2 ranks with
 #      --zero 1, resumed to 20 by 4 ranks with --zero 1, and by 1 process
 #      without it: both equal the uninterrupted run within 1e-5
@@ -15,6 +16,8 @@
 #      together, at the step and with the best step of one process
 #   6. with dropout and shares of unequal size, a run resumed on as many
 #      ranks equals the uninterrupted one bit for bit
+#   7. each rank draws its own dropout masks (a text of one character: the
+#      ranks' windows are the same, their gradients differ by dropout alone)
 # Parts 1-3 train in fp32: in bf16, the rank count's other order of summing
 # a gradient moves a weight by an ulp, which moves some of its activations'
 # bf16 roundings by one of theirs (2^-8): 4 ranks were 1.3e-4 from one
@@ -58,6 +61,11 @@ run z4 mpi 4 train "${model[@]}" --zero 1 --out z4.st
 close z4.st ref.st "4 ranks --zero 1 vs 1 process"
 run d2 mpi 2 train "${model[@]}" --out d2.st
 close z2.st d2.st "2 ranks --zero 1 vs 2 ranks all-reduce"
+# shares of unequal size (5 windows on 2 ranks: 2 and 3), each rank's
+# gradient weighted by its windows
+run u1 "$charlm" train "${model[@]}" --batch-size 5 --out u1.st
+run u2 mpi 2 train "${model[@]}" --batch-size 5 --out u2.st
+close u2.st u1.st "2 ranks, shares of 2 and 3 windows vs 1 process"
 
 # 2. resume with another rank count
 run h mpi 2 train "${model[@]}" --zero 1 --stop-at 10 --out h.st
@@ -121,5 +129,23 @@ run d1 "$charlm" train --resume ds10.st --threads 1 --stop-at 14 --out d1.st
 grep -q '"rank_counters"' d1.st && fail "a checkpoint of one process keeps the ranks' counters"
 run d1r mpi 2 train --resume d1.st --threads 1
 echo "ok: resumed by one process, then by 2 ranks"
+# 7. each rank draws its own dropout masks: on a text of one character
+# (and a newline at its end, in the validation split, so that there is
+# something to learn) every training window is the same, so 2 ranks of 2
+# windows each equal one process of 2 windows bit for bit without dropout
+# (each rank's gradient is rank 0's), and differ from it with dropout
+# (rank 1's masks are not rank 0's)
+{ printf 'a%.0s' {1..3000}; echo; } >a.txt
+one=(--data a.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --threads 1 --eval-every 10 --steps 10
+     --seed 3 --precision fp32)
+for d in 0 0.1; do
+  run a1_$d "$charlm" train "${one[@]}" --dropout $d --batch-size 2 --out a1_$d.st
+  run a2_$d mpi 2 train "${one[@]}" --dropout $d --batch-size 4 --out a2_$d.st
+done
+if "$tool" same a1_0.st a2_0.st && ! "$tool" same a1_0.1.st a2_0.1.st 2>/dev/null; then
+  echo "ok: one character: 2 ranks == 1 process without dropout, not with it (each rank's masks)"
+else
+  fail "one character: 2 ranks vs 1 process: $("$tool" same a1_0.st a2_0.st 2>&1) / with dropout $("$tool" same a1_0.1.st a2_0.1.st 2>&1 || true)"
+fi
 
 finish
