@@ -767,8 +767,10 @@ def rms_torch(x, a):
     return y * x[1] if len(x) > 1 and x[1] is not None else y
 
 
-def attn_torch(x, a):
-    q, k, v = x[0], x[1], x[2]
+def attn_weights(x, a):
+    """softmax(q k^T / sqrt(d)) with cg_attention's masks: causal, and a
+    [B, Tk] key-padding mask as x[3] (True = masked)."""
+    q, k = x[0], x[1]
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     tq, tk = s.shape[-2], s.shape[-1]
     mask = torch.zeros(s.shape, dtype=torch.bool)
@@ -776,8 +778,11 @@ def attn_torch(x, a):
         mask = mask | torch.ones(tq, tk, dtype=torch.bool).triu(1)
     if len(x) > 3:
         mask = mask | x[3][:, None, None, :]
-    s = s.masked_fill(mask, -math.inf)
-    return torch.softmax(s, -1) @ v
+    return torch.softmax(s.masked_fill(mask, -math.inf), -1)
+
+
+def attn_torch(x, a):
+    return attn_weights(x, a) @ x[2]
 
 
 def sdpa_torch(x, a):
@@ -801,15 +806,7 @@ def sdpa_torch(x, a):
 
 def attn_w_torch(x, a):
     """attn_torch and its weights (cg_attention's weights_out: detached)."""
-    q, k = x[0], x[1]
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    tq, tk = s.shape[-2], s.shape[-1]
-    mask = torch.zeros(s.shape, dtype=torch.bool)
-    if a["causal"]:
-        mask = mask | torch.ones(tq, tk, dtype=torch.bool).triu(1)
-    if len(x) > 3:
-        mask = mask | x[3][:, None, None, :]
-    w = torch.softmax(s.masked_fill(mask, -math.inf), -1)
+    w = attn_weights(x, a)
     return w @ x[2], w.detach()
 
 
