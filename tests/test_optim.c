@@ -291,6 +291,17 @@ START_TEST(schedule_linear_and_step)
 }
 END_TEST
 
+/* StepLR past 65,536 decays: the first 65,536 are multiplied one by one,
+ * as PyTorch's scheduler does, and the rest as one power; with one left
+ * that is PyTorch's value exactly (torch 1.13, StepLR(step_size=1,
+ * gamma=0.99995) after 65,537 steps, from lr 1). */
+START_TEST(schedule_step_far)
+{
+    ck_assert(cg_lr_step_decay(65537, 1, 0.99995, 1.0) == 0x1.3532a783a19bdp-5);
+    ck_assert(cg_lr_step_decay(3 * 65537 + 2, 3, 0.99995, 1.0) == 0x1.3532a783a19bdp-5);
+}
+END_TEST
+
 START_TEST(schedule_noam)
 {
     size_t n = sizeof OPT_NOAM_STEPS / sizeof OPT_NOAM_STEPS[0];
@@ -557,6 +568,33 @@ END_TEST
 /* Gradients of norm 4.8e-6 clipped at 1e-6: torch's factor is max_norm /
  * (total + 1e-6), a fifth below max_norm / total here (the other cases'
  * norms of about 5 hide the 1e-6 under the tolerance). */
+/* PyTorch's factor is max_norm * (1 / (total + 1e-6)) in float32 (a
+ * number divided by a tensor is its reciprocal times the number), which
+ * differs in its last bit from max_norm / (total + 1e-6) for these: the
+ * clipped gradient is torch.nn.utils.clip_grad_norm_'s (1.13), exactly,
+ * through each of the three clipping calls. */
+START_TEST(clip_factor_as_torch)
+{
+    const float g = 3.967585563659668f, max_norm = 0.8095858097076416f;
+    const float expect = 0.8095855712890625f; /* torch; max_norm / denom gives 0.80958563 */
+    for (int k = 0; k < 3; k++) {
+        cg_tensor *p = cg_zeros(CG_SHAPE(1));
+        cg_requires_grad(p, true);
+        p->grad = cg_full(CG_SHAPE(1), g);
+        cg_optim_config cfg = cg_sgd_default(0.1);
+        cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"p", p, 0});
+        ck_assert_ptr_nonnull(o);
+        double total = k == 0   ? cg_clip_grad_norm(1, &p, max_norm)
+                       : k == 1 ? cg_optim_clip_grad_norm(o, max_norm)
+                                : (cg_optim_clip_grads_by(o, g, max_norm) ? g : -1);
+        ck_assert(total == g);
+        ck_assert_msg(cg_data(p->grad)[0] == expect, "call %d: %.9g", k, cg_data(p->grad)[0]);
+        cg_optim_free(o);
+        cg_release(p);
+    }
+}
+END_TEST
+
 START_TEST(clip_tiny_norm)
 {
     cg_tensor *ps[OPT_NPARAMS];
@@ -606,6 +644,36 @@ START_TEST(step_thread_independent)
     ck_assert(memcmp(out[0], out[1], 200 * 301 * sizeof(float)) == 0);
     free(out[0]);
     free(out[1]);
+}
+END_TEST
+
+/* Parameters longer than one chunk of the update (16,384 elements), one
+ * starting inside a chunk: every element is updated once, on one thread
+ * as on several (SGD: p - lr * g, exact here). */
+START_TEST(step_across_chunks)
+{
+    int saved = cg_get_num_threads();
+    for (int r = 0; r < 2; r++) {
+        cg_set_num_threads(r == 0 ? 1 : 2);
+        cg_tensor *a = cg_zeros(CG_SHAPE(10000)), *b = cg_zeros(CG_SHAPE(30000));
+        cg_requires_grad(a, true);
+        cg_requires_grad(b, true);
+        cg_optim_config cfg = cg_sgd_default(0.5);
+        cg_optim *o = cg_optim_new(&cfg, 2, (cg_optim_param[]){{"a", a, 0}, {"b", b, 0}});
+        ck_assert_ptr_nonnull(o);
+        a->grad = cg_full(CG_SHAPE(10000), 1.0f);
+        b->grad = cg_full(CG_SHAPE(30000), 2.0f);
+        ck_assert(cg_optim_step(o));
+        for (int64_t e = 0; e < 10000; e++)
+            ck_assert_msg(cg_data(a)[e] == -0.5f, "threads %d: a[%lld] = %g", r + 1, (long long)e,
+                          cg_data(a)[e]);
+        for (int64_t e = 0; e < 30000; e++)
+            ck_assert_msg(cg_data(b)[e] == -1.0f, "threads %d: b[%lld] = %g", r + 1, (long long)e,
+                          cg_data(b)[e]);
+        cg_optim_free(o);
+        cg_release_all(2, a, b);
+    }
+    cg_set_num_threads(saved);
 }
 END_TEST
 
@@ -903,6 +971,30 @@ START_TEST(load_errors)
     cg_optim_free(o);
     cg_st_close(f);
 
+    /* an SGD momentum buffer in an AdamW file: not AdamW state */
+    {
+        char odd[4096]; /* in_dir's buffer is reused */
+        snprintf(odd, sizeof odd, "%s", in_dir("odd.safetensors"));
+        cg_st_file *g = cg_st_open(path);
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(g && w);
+        copy_tensors(g, w, NULL, 0, 0, NULL);
+        copy_metadata(g, w, NULL, NULL);
+        cg_tensor *mb = cg_zeros(CG_SHAPE(3, 4));
+        ck_assert(cg_st_add_f32(w, "opt.w.momentum_buffer", mb));
+        cg_release(mb);
+        ck_assert(cg_st_writer_save(w, odd));
+        cg_st_writer_free(w);
+        cg_st_close(g);
+        g = cg_st_open(odd);
+        o = make_optim(&aw, ps);
+        ck_assert(!cg_optim_load(o, g, "opt"));
+        assert_error_has("'opt.w.momentum_buffer' is not the adamw state of any parameter");
+        ck_assert_int_eq(cg_optim_steps(o), 0);
+        cg_optim_free(o);
+        cg_st_close(g);
+    }
+
     /* a parameter missing from the file */
     cg_tensor *extra = cg_zeros(CG_SHAPE(2));
     cg_optim_param spec5[OPT_NPARAMS + 1];
@@ -1101,6 +1193,22 @@ START_TEST(build_errors)
     two[1] = (cg_optim_param){"row", row, 0};
     CG_ASSERT_FAILS(cg_optim_new(&cfg, 2, two), "share memory");
     cg_release(row);
+    /* rows 0 and 1 of w touch but do not overlap (parameters packed in one
+     * buffer): two parameters, each stepped as its own */
+    cg_tensor *r0 = cg_view_select(ps[0], 0, 0), *r1 = cg_view_select(ps[0], 0, 1);
+    cg_optim_param rows[2] = {{"r0", r0, 0}, {"r1", r1, 0}};
+    cg_optim_config sgd = cg_sgd_default(0.5);
+    cg_optim *packed = cg_optim_new(&sgd, 2, rows);
+    ck_assert_msg(packed != NULL, "%s", cg_last_error());
+    const float ones[4] = {1, 1, 1, 1};
+    set_grad(r0, ones);
+    set_grad(r1, ones);
+    ck_assert(cg_optim_step(packed));
+    for (int e = 0; e < 8; e++) /* w[e] - 0.5 * 1, computed in float as the update does */
+        ck_assert(cg_data(ps[0])[e] == OPT_P0[e] + -0.5f * 1.0f);
+    ck_assert(cg_data(ps[0])[8] == OPT_P0[8]);
+    cg_optim_free(packed);
+    cg_release_all(2, r0, r1);
 
     CG_ASSERT_FAILS(cg_optim_new(&cfg, 1, &(cg_optim_param){"", ps[0], 0}), "no name");
     CG_ASSERT_FAILS(cg_optim_new(&cfg, 1, &(cg_optim_param){"x", NULL, 0}), "'x' is NULL");
@@ -1515,13 +1623,49 @@ START_TEST(sharded_clip_and_checks)
             cg_optim_range r = shard_of(k, j);
             for (int64_t e = r.lo; e < r.hi; e++)
                 ck_assert(cg_data(s[k][j]->grad)[e] == cg_data(a[j]->grad)[e]);
+            for (int64_t e = 0; e < cg_numel(a[j]); e++) /* the others' elements: untouched */
+                ck_assert((e >= r.lo && e < r.hi) ||
+                          cg_data(s[k][j]->grad)[e] == OPT_G[0][offset_of(j) + e]);
         }
     }
     ck_assert(!cg_optim_clip_grads_by(os[0], total, -1));
+    /* a non-finite total leaves the gradients unscaled (an inf one made the
+     * factor 0 and would wipe them) */
+    float before[12];
+    ck_assert(cg_copy_to(s[0][0]->grad, before));
+    ck_assert(cg_optim_clip_grads_by(os[0], INFINITY, 1.0));
+    ck_assert(cg_optim_clip_grads_by(os[0], NAN, 1.0));
+    ck_assert(memcmp(cg_data(s[0][0]->grad), before, sizeof before) == 0);
+    /* a shard's own cg_optim_clip_grad_norm: the norm of its elements, and
+     * those clipped by it as cg_optim_clip_grads_by clips them */
+    {
+        cg_tensor *q[OPT_NPARAMS], *r[OPT_NPARAMS];
+        make_params(q);
+        make_params(r);
+        cg_optim *oq = make_shard(&cfg, q, 2), *ob = make_shard(&cfg, r, 2);
+        for (int j = 0; j < OPT_NPARAMS; j++) {
+            set_grad(q[j], OPT_G[0] + offset_of(j));
+            set_grad(r[j], OPT_G[0] + offset_of(j));
+        }
+        const double own = sqrt(cg_optim_grad_sqsum(oq));
+        ck_assert(own > 0 && own < total);
+        ck_assert(cg_optim_clip_grad_norm(oq, 0.5 * own) == own);
+        ck_assert(cg_optim_clip_grads_by(ob, own, 0.5 * own));
+        for (int j = 0; j < OPT_NPARAMS; j++)
+            ck_assert(memcmp(cg_data(q[j]->grad), cg_data(r[j]->grad),
+                             (size_t)cg_numel(q[j]) * sizeof(float)) == 0);
+        ck_assert(cg_data(q[0]->grad)[8] != OPT_G[0][8]); /* clipped */
+        cg_optim_free(oq);
+        cg_optim_free(ob);
+        release_params(q);
+        release_params(r);
+    }
 
     /* element 5 of "w" is shard 1's */
     cg_data(s[0][0]->grad)[5] = NAN;
     ck_assert(cg_optim_grads_finite(os[0], NULL));
+    cg_data(s[2][0]->grad)[0] = NAN; /* before shard 2's run [8, 12) */
+    ck_assert_msg(cg_optim_grads_finite(os[2], NULL), "%s", cg_last_error());
     cg_data(s[1][0]->grad)[5] = INFINITY;
     int bad = 0;
     ck_assert(!cg_optim_grads_finite(os[1], &bad));
@@ -1646,6 +1790,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, skip_param_without_grad);
     tcase_add_test(tc, step_with_autograd);
     tcase_add_test(tc, step_thread_independent);
+    tcase_add_test(tc, step_across_chunks);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("schedule");
@@ -1656,6 +1801,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, schedule_negative_length);
     tcase_add_test(tc, schedule_constant_and_kinds);
     tcase_add_test(tc, schedule_warmup_zero);
+    tcase_add_test(tc, schedule_step_far);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("clip");
@@ -1667,6 +1813,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, clip_norm_blocks_across_tensors);
     tcase_add_test(tc, clip_norm_past_float_max);
     tcase_add_test(tc, clip_tiny_norm);
+    tcase_add_test(tc, clip_factor_as_torch);
     tcase_add_test(tc, nonfinite_grads_named);
     suite_add_tcase(s, tc);
 
