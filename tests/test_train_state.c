@@ -153,6 +153,10 @@ START_TEST(test_resume_is_bit_identical)
     ck_assert_str_eq(resumed.tag, "run-1");
     ck_assert(resumed.seed == UINT64_MAX - 1);
     ck_assert_int_eq(cg_optim_steps(resumed.opt), STOP);
+    /* the rate of the last step before the save, not the one resumed was
+     * built with (load_state_dict restores param_groups' lr) */
+    ck_assert(cg_optim_lr(resumed.opt) == cg_lr_warmup_cosine(STOP - 1, STEPS, 3, 1e-2, 1e-3));
+    ck_assert(cg_optim_lr(resumed.opt) != 1e-2);
     while (resumed.step < STEPS)
         step(&resumed);
 
@@ -203,6 +207,10 @@ START_TEST(test_values_round_trip_exactly)
     }
     ck_assert(cg_train_state_add_rng(s, "r", &r));
     ck_assert(cg_train_state_add_mt19937(s, "g", &g));
+    cg_mt19937 fresh; /* seeded, nothing drawn yet: its index is 624 */
+    cg_mt19937_seed(&fresh, 777);
+    cg_mt19937 fresh_copy = fresh;
+    ck_assert(cg_train_state_add_mt19937(s, "fresh", &fresh));
     ck_assert(cg_train_state_add_str(s, "s", str, sizeof str));
     ck_assert_msg(cg_train_state_save(s, tmp_path("values")), "%s", cg_last_error());
 
@@ -214,6 +222,7 @@ START_TEST(test_values_round_trip_exactly)
     cg_mt19937 ga = g;
     uint32_t draw = cg_mt19937_next(&ga); /* the stream continues from here */
     memset(&g, 0, sizeof g);
+    memset(&fresh, 0, sizeof fresh);
     r = cg_rng_new(0);
     memset(str, 0, sizeof str);
     memcpy(i64, i64b, sizeof i64);
@@ -230,6 +239,10 @@ START_TEST(test_values_round_trip_exactly)
     ck_assert(r.seed == UINT64_MAX - 1 && r.counter == (1ULL << 63) + 5);
     ck_assert(g.has_next_normal);
     ck_assert_uint_eq(cg_mt19937_next(&g), draw);
+    ck_assert(!memcmp(fresh.state, fresh_copy.state, sizeof fresh.state));
+    ck_assert_int_eq(fresh.index, 624);
+    ck_assert(!fresh.has_next_normal);
+    ck_assert_uint_eq(cg_mt19937_next(&fresh), cg_mt19937_next(&fresh_copy));
     ck_assert_str_eq(str, "Grüße\tx");
     unlink(tmp_path("values"));
 }
@@ -330,6 +343,11 @@ START_TEST(test_load_refusals)
     s = state_ex(&o, NULL, small, sizeof small);
     REFUSED(cg_train_state_load(s, path), "the buffer holds 4");
     cg_train_state_free(s);
+    char five[5] = ""; /* "run-1" fills it without its NUL */
+    s = state_ex(&o, NULL, five, sizeof five);
+    REFUSED(cg_train_state_load(s, path), "the string has 5 bytes, the buffer holds 5");
+    cg_train_state_free(s);
+    ck_assert_str_eq(five, "");
 
     run adam; /* another optimizer kind */
     build(&adam, 3, true);
@@ -346,6 +364,44 @@ START_TEST(test_load_refusals)
     run_free(&o);
     run_free(&r);
     unlink(path);
+}
+END_TEST
+
+/* SGD keeps a momentum buffer only with momentum: a state saved with
+ * momentum does not load into an SGD without it (nor the other way round),
+ * and nothing changes. */
+START_TEST(test_load_refuses_other_momentum)
+{
+    cg_rng g = cg_rng_new(2);
+    cg_linear *l = cg_linear_new(3, 2, true, &g);
+    const cg_optim_config with = cg_sgd_config(0.1, 0.9, false), without = cg_sgd_default(0.1);
+    for (int k = 0; k < 2; k++) {
+        cg_optim *saved =
+            cg_optim_from_module(k == 0 ? &with : &without, &l->base, 0.0, CG_DECAY_ALL);
+        cg_optim *other =
+            cg_optim_from_module(k == 0 ? &without : &with, &l->base, 0.0, CG_DECAY_ALL);
+        ck_assert(saved && other);
+        cg_scope *sc = cg_scope_begin();
+        cg_tensor *loss = cg_sum_all(cg_linear_forward(l, cg_randn(&g, CG_SHAPE(4, 3))));
+        ck_assert(cg_train_step(saved, loss));
+        cg_scope_end(sc);
+        cg_train_state *s = cg_train_state_new();
+        ck_assert(cg_train_state_add_optim(s, "opt", saved));
+        ck_assert(cg_train_state_save(s, tmp_path("momentum")));
+        cg_train_state_free(s);
+        s = cg_train_state_new();
+        ck_assert(cg_train_state_add_optim(s, "opt", other));
+        REFUSED(cg_train_state_load(s, tmp_path("momentum")),
+                k == 0 ? "SGD saved with momentum 0.9, the optimizer has 0"
+                       : "SGD saved with momentum 0, the optimizer has 0.9");
+        cg_train_state_free(s);
+        ck_assert_int_eq(cg_optim_steps(other), 0);
+        ck_assert(cg_optim_get_config(other).momentum == (k == 0 ? 0.0 : 0.9));
+        cg_optim_free(saved);
+        cg_optim_free(other);
+    }
+    cg_module_free(&l->base);
+    unlink(tmp_path("momentum"));
 }
 END_TEST
 
@@ -438,6 +494,7 @@ static Suite *train_state_suite(void)
     tcase_add_test(tc, test_add_refusals);
     tcase_add_test(tc, test_load_refusals);
     tcase_add_test(tc, test_load_is_all_or_nothing);
+    tcase_add_test(tc, test_load_refuses_other_momentum);
     tcase_add_test(tc, test_bad_files);
     suite_add_tcase(s, tc);
     return s;
