@@ -704,7 +704,8 @@ END_TEST
 /* C laid out so that its elements do not overlap but BLIS refuses its
  * strides (rs 3 and cs 7 for 5 rows: m rs > cs): fp32 then takes the plain
  * loop, bf16 its one-thread product (split over k when k is long), with
- * beta 0 and 0.5 and a bias, on every path this CPU has. Each against a
+ * beta 0 and 0.5 and a bias, on every path this CPU has (C NaN before
+ * beta 0 and the bias: neither reads it). Each against a
  * double reference (of the operands rounded to bf16 on a bf16 path), and
  * the buffer's elements outside C left as they were. */
 START_TEST(test_sgemm_c_strides_blis_refuses)
@@ -738,6 +739,9 @@ START_TEST(test_sgemm_c_strides_blis_refuses)
             for (int mode = 0; mode < 3; mode++) { /* beta 0, beta 0.5, bias */
                 const float beta = mode == 1 ? 0.5f : 0.0f;
                 memcpy(c, c0, sizeof c);
+                for (int64_t e = 0; mode != 1 && e < cn; e++)
+                    if (in_c[e]) /* beta 0 and the bias form: C is not read */
+                        c[e] = NAN;
                 bool ok = mode == 2 ? cg_sgemm_bias_path(paths[pi], 1, m, n, k, a, k, 1, b, n, 1,
                                                          bias, 1, c, rsc, csc)
                                     : cg_sgemm_path(paths[pi], 1, m, n, k, 1.5f, a, k, 1, b, n, 1,
@@ -771,6 +775,89 @@ START_TEST(test_sgemm_c_strides_blis_refuses)
     }
     free(a);
     free(b);
+}
+END_TEST
+
+/* beta 0 does not read C (NaN there stays out of the result), and another
+ * beta scales it, on every path this CPU has and each way a product goes:
+ * k 0 and alpha 0 (C scaled or set to the bias, A and B unread as BLAS
+ * leaves them: NaN in A), a few rows against contiguous k (the skinny dot
+ * products), one row against a row-stored B (one_row_product: beta 0 and
+ * 1 only, 0.5 the packed path), several k blocks (800) and the packed
+ * driver; against double loops on the operands rounded as the path rounds
+ * them. */
+START_TEST(test_beta_and_c_unread)
+{
+    const cg_gemm_path paths[] = {CG_GEMM_DEFAULT, CG_GEMM_SKX,           CG_GEMM_HASWELL,
+                                  CG_GEMM_BF16,    CG_GEMM_BF16_EMULATED, CG_GEMM_BF16_AMX};
+    /* m, n, k, alpha, beta, B column-stored (rsb 1), a bias (alpha 1, beta 0 then) */
+    const struct {
+        int64_t m, n, k;
+        float alpha, beta;
+        bool bcol, bias;
+    } cases[] = {{5, 6, 0, 1.5f, 0.0f, false, false},    {5, 6, 0, 1.5f, 0.5f, false, false},
+                 {5, 6, 0, 1.0f, 0.0f, false, true},     {5, 6, 7, 0.0f, 0.0f, false, false},
+                 {5, 6, 7, 0.0f, 0.5f, false, false},    {3, 40, 20, 1.5f, 0.0f, true, false},
+                 {40, 2, 33, 1.5f, 0.0f, true, false},   {1, 40, 20, 1.5f, 0.0f, false, false},
+                 {1, 40, 20, 1.5f, 0.5f, false, false},  {1, 40, 800, 1.5f, 0.5f, false, false},
+                 {9, 20, 800, 1.5f, 0.0f, false, false}, {40, 37, 50, 1.5f, 0.0f, false, false},
+                 {40, 37, 50, 1.5f, 0.5f, false, false}, {40, 37, 50, 1.0f, 0.0f, false, true}};
+    cg_rng rng = cg_rng_new(23);
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        if (!cg_gemm_path_available(paths[pi]))
+            continue;
+        const bool bf = paths[pi] >= CG_GEMM_BF16;
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;
+            const float alpha = cases[ci].alpha, beta = cases[ci].beta;
+            const int64_t rsb = cases[ci].bcol ? 1 : n, csb = cases[ci].bcol ? k : 1;
+            float *a = malloc(sizeof(float) * (size_t)(m * k + 1));
+            float *b = malloc(sizeof(float) * (size_t)(k * n + 1));
+            float *c = malloc(sizeof(float) * (size_t)(m * n));
+            float *c0 = malloc(sizeof(float) * (size_t)(m * n));
+            float *bias = malloc(sizeof(float) * (size_t)n);
+            for (int64_t i = 0; i < m * k; i++)
+                a[i] = alpha == 0.0f ? NAN : cg_rng_normal(&rng);
+            for (int64_t i = 0; i < k * n; i++)
+                b[i] = cg_rng_normal(&rng);
+            for (int64_t j = 0; j < n; j++)
+                bias[j] = cg_rng_normal(&rng);
+            for (int64_t i = 0; i < m * n; i++)
+                c[i] = c0[i] = beta == 0.0f ? NAN : cg_rng_normal(&rng);
+            const bool ok = cases[ci].bias ? cg_sgemm_bias_path(paths[pi], 0, m, n, k, a, k, 1, b,
+                                                                rsb, csb, bias, 1, c, n, 1)
+                                           : cg_sgemm_path(paths[pi], 0, m, n, k, alpha, a, k, 1, b,
+                                                           rsb, csb, beta, c, n, 1);
+            ck_assert_msg(ok, "%s: %s", cg_gemm_path_name(paths[pi]), cg_last_error());
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0.0, mag = 0.0;
+                    for (int64_t p = 0; p < k && alpha != 0.0f; p++) {
+                        const double x = bf ? cg_bf16_round(a[i * k + p]) : a[i * k + p];
+                        const double y =
+                            bf ? cg_bf16_round(b[p * rsb + j * csb]) : b[p * rsb + j * csb];
+                        s += x * y;
+                        mag += fabs(x * y);
+                    }
+                    const double want = alpha * s + (cases[ci].bias ? bias[j]
+                                                     : beta != 0.0f ? beta * (double)c0[i * n + j]
+                                                                    : 0.0);
+                    const double got = c[i * n + j];
+                    ck_assert_msg(fabs(got - want) <= 1e-5 * (mag + 1.0),
+                                  "%s %lldx%lldx%lld alpha %g beta %g%s: C[%lld][%lld] = %g, "
+                                  "want %g",
+                                  cg_gemm_path_name(paths[pi]), (long long)m, (long long)n,
+                                  (long long)k, (double)alpha, (double)beta,
+                                  cases[ci].bias ? " bias" : "", (long long)i, (long long)j, got,
+                                  want);
+                }
+            free(a);
+            free(b);
+            free(c);
+            free(c0);
+            free(bias);
+        }
+    }
 }
 END_TEST
 
@@ -1385,6 +1472,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_paths_agree);
     tcase_add_test(tg, test_sgemm_strides);
     tcase_add_test(tg, test_sgemm_c_strides_blis_refuses);
+    tcase_add_test(tg, test_beta_and_c_unread);
     tcase_add_test(tg, test_skx_driver);
     tcase_add_test(tg, test_k_blocks);
     tcase_add_test(tg, test_threads_bit_identical);
