@@ -933,6 +933,9 @@ START_TEST(test_sample)
     CG_ASSERT_REFUSED(cg_sample(logits, 5, &c, &r1) == -1, "top_k 6");
     c.top_k = 5; /* all of them: fine */
     ck_assert(cg_sample(logits, 5, &c, &r1) >= 0);
+    c.top_k = 4; /* all but the least likely (id 2, p ~ 0.02) */
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_ne(cg_sample(logits, 5, &c, &r1), 2);
     c = (cg_sample_config){.temperature = 1, .top_k = 0, .top_p = 0.3}; /* the top id alone */
     for (int i = 0; i < 50; i++)
         ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), 1);
