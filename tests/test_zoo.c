@@ -159,6 +159,60 @@ START_TEST(test_sampling_reproducible)
 }
 END_TEST
 
+/* Past max_len the window is the last max_len tokens (the reference's
+ * idx[:, -max_len:]): each greedy token, cached or not, is the argmax of a
+ * full forward over exactly those. */
+START_TEST(test_generate_window_past_max_len)
+{
+    cg_charlm *m = tiny_model(true, CG_NORM_LAYERNORM, CG_ACT_GELU, 5);
+    const int64_t L = m->cfg.max_len, V = m->cfg.vocab, n_new = 2 * L;
+    int64_t prompt[3] = {1, 2, 3};
+    cg_sample_opts g = {.temperature = 0, .top_k = 0, .top_p = 1};
+    for (int cache = 0; cache < 2; cache++) {
+        cg_rng r = cg_rng_new(1);
+        int64_t *a = cg_charlm_generate(m, prompt, 3, n_new, &g, &r, cache, NULL, NULL);
+        ck_assert_msg(a != NULL, "%s", cg_last_error());
+        for (int64_t len = 3; len < 3 + n_new; len++) {
+            int64_t w = len < L ? len : L;
+            cg_no_grad_begin();
+            cg_tensor *l = cg_charlm_forward(m, a + len - w, 1, w);
+            cg_no_grad_end();
+            ck_assert_ptr_nonnull(l);
+            cg_tensor *c = cg_contiguous(l);
+            const float *d = cg_data(c) + (w - 1) * V;
+            int64_t best = 0;
+            for (int64_t v = 1; v < V; v++)
+                best = d[v] > d[best] ? v : best;
+            ck_assert_msg(a[len] == best,
+                          "cache %d: token %lld is %lld, the argmax over the last %lld %lld", cache,
+                          (long long)len, (long long)a[len], (long long)w, (long long)best);
+            cg_release_all(2, l, c);
+        }
+        free(a);
+    }
+    cg_charlm_free(m);
+}
+END_TEST
+
+/* charlm sample's flags as docs/zoo.md gives them: --temperature 1, no
+ * top-k, --top-p 1 and --seed 1 by default; --top-p 0 (no mass to keep) is
+ * refused, 0 < p <= 1 taken. */
+START_TEST(test_sample_flag_defaults)
+{
+    cg_sample_opts o;
+    uint64_t seed;
+    cg_cli_opt opts[8];
+    int n = cg_sample_cli_opts(&o, &seed, opts);
+    ck_assert(n == 4 && o.temperature == 1.0 && o.top_k == 0 && o.top_p == 1.0 && seed == 1);
+    bool help;
+    char *zero[] = {"--top-p", "0"}, *small[] = {"--top-p", "1e-6", "--temperature", "0"};
+    cg_clear_error();
+    ck_assert(!cg_cli_parse(2, zero, opts, n, &help));
+    ck_assert_msg(strstr(cg_last_error(), "--top-p"), "%s", cg_last_error());
+    ck_assert(cg_cli_parse(4, small, opts, n, &help) && o.top_p == 1e-6 && o.temperature == 0);
+}
+END_TEST
+
 /* Decoding in bf16 (the packed bf16 weights): the cached sampler draws the
  * tokens of the uncached one, its logits stay within bf16 rounding of the
  * fp32 ones, and switching back to fp32 gives the fp32 tokens again. */
@@ -1323,6 +1377,8 @@ static Suite *zoo_suite(void)
     TCase *t = tcase_create("sampling");
     tcase_add_test(t, test_kv_cache_matches_full);
     tcase_add_test(t, test_sampling_reproducible);
+    tcase_add_test(t, test_generate_window_past_max_len);
+    tcase_add_test(t, test_sample_flag_defaults);
     tcase_add_test(t, test_sampling_bf16);
     tcase_add_test(t, test_sample_logits_filters);
     tcase_add_test(t, test_vocab_and_utf8);
