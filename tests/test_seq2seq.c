@@ -784,6 +784,10 @@ START_TEST(test_translate_many)
     cg_sources_free(&s);
     ck_assert(!cg_sources_encode(tok, PROBES, 10, 5, &s)); /* "hello." + EOS > 5 */
     ck_assert_str_eq(cg_last_error(), "sentence 1 has 6 tokens; the model takes at most 4");
+    ck_assert(!cg_sources_encode(tok, PROBES, 1, 6, &s)); /* the boundary: 6 + EOS > 6 */
+    ck_assert_str_eq(cg_last_error(), "sentence 1 has 6 tokens; the model takes at most 5");
+    ck_assert(cg_sources_encode(tok, PROBES, 1, 7, &s) && s.n == 1 && s.len[0] == 6);
+    cg_sources_free(&s);
 
     /* losses: no label smoothing, so both are the cross-entropy; a wrong
      * source costs more */
@@ -1044,6 +1048,179 @@ START_TEST(test_decode_ties)
 }
 END_TEST
 
+/* The reference's beam_search (train_seq2seq.py), written out over full
+ * recomputes with log-softmax in double: each live hypothesis expanded by
+ * its top `beam` tokens (the lower id first among equals), the candidates
+ * taken best first until `beam` continue, one ending in EOS finished and
+ * scored sum / ((5 + len) / 6)^alpha (len counting EOS), a stop once `beam`
+ * are finished, then the live ones scored without EOS, the first best
+ * returned. *gap: the smallest margin a decision of the search rested on
+ * (a top-k boundary, two candidates' order, the best against the next), so
+ * that a caller can skip a search float noise could turn. */
+enum { OB_MAX = 8, OB_W = 24 };
+typedef struct {
+    int64_t ids[OB_W];
+    int64_t n;
+    double s;
+    bool fin;
+} ob_hyp;
+
+static void ob_logp(cg_seq2seq *m, const int64_t *src, int64_t S, const int64_t *ys, int64_t T,
+                    double *lp)
+{
+    const int64_t V = m->cfg.vocab;
+    cg_no_grad_begin();
+    cg_tensor *l = cg_seq2seq_forward(m, src, 1, S, ys, T);
+    cg_tensor *c = l ? cg_contiguous(l) : NULL;
+    cg_no_grad_end();
+    ck_assert_ptr_nonnull(c);
+    const float *d = cg_data(c) + (T - 1) * V;
+    double mx = d[0], sum = 0;
+    for (int64_t v = 1; v < V; v++)
+        mx = d[v] > mx ? d[v] : mx;
+    for (int64_t v = 0; v < V; v++)
+        sum += exp((double)d[v] - mx);
+    for (int64_t v = 0; v < V; v++)
+        lp[v] = (double)d[v] - mx - log(sum);
+    cg_release_all(2, l, c);
+}
+
+static ob_hyp ob_beam(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
+                      int64_t steps, double *gap)
+{
+    const int64_t V = m->cfg.vocab;
+    ob_hyp live[OB_MAX], next[OB_MAX], done[OB_MAX * OB_W + OB_MAX];
+    ob_hyp cand[OB_MAX * OB_MAX];
+    int nl = 1, nd = 0;
+    double lp[64];
+    ck_assert(beam <= OB_MAX && V <= 64 && steps < OB_W);
+    live[0] = (ob_hyp){.ids = {CG_BOS}, .n = 1, .s = 0.0};
+    *gap = INFINITY;
+    for (int64_t step = 0; step < steps; step++) {
+        int nc = 0;
+        for (int h = 0; h < nl; h++) {
+            ob_logp(m, src, S, live[h].ids, live[h].n, lp);
+            bool used[64] = {false};
+            for (int k = 0; k < beam; k++) { /* the k-th best token, lower id first */
+                int64_t best = -1;
+                for (int64_t v = 0; v < V; v++)
+                    if (!used[v] && (best < 0 || lp[v] > lp[best]))
+                        best = v;
+                used[best] = true;
+                for (int64_t v = 0; v < V; v++) /* the margin to the tokens left out */
+                    if (!used[v] && k == beam - 1)
+                        *gap = fmin(*gap, lp[best] - lp[v]);
+                cand[nc] = live[h];
+                cand[nc].ids[cand[nc].n++] = best;
+                cand[nc++].s = live[h].s + lp[best];
+            }
+        }
+        for (int i = 1; i < nc; i++) /* stable: by score, then generation order */
+            for (int j = i; j > 0 && cand[j].s > cand[j - 1].s; j--) {
+                ob_hyp t = cand[j];
+                cand[j] = cand[j - 1];
+                cand[j - 1] = t;
+            }
+        int nn = 0;
+        for (int c = 0; c < nc; c++) {
+            if (c + 1 < nc)
+                *gap = fmin(*gap, cand[c].s - cand[c + 1].s);
+            if (cand[c].ids[cand[c].n - 1] == CG_EOS) {
+                done[nd] = cand[c];
+                done[nd].n--;
+                done[nd].s = cand[c].s / pow((5.0 + (double)cand[c].n - 1) / 6.0, alpha);
+                done[nd++].fin = true;
+            } else {
+                next[nn++] = cand[c];
+            }
+            if (nn == beam)
+                break;
+        }
+        memcpy(live, next, (size_t)nn * sizeof *live);
+        nl = nn;
+        if (nd >= beam || nl == 0)
+            break;
+    }
+    for (int h = 0; h < nl; h++) {
+        done[nd] = live[h];
+        done[nd].s = live[h].s / pow((5.0 + (double)live[h].n - 1) / 6.0, alpha);
+        done[nd++].fin = false;
+    }
+    int best = 0;
+    for (int i = 1; i < nd; i++)
+        if (done[i].s > done[best].s)
+            best = i;
+    for (int i = 0; i < nd; i++)
+        if (i != best)
+            *gap = fmin(*gap, done[best].s - done[i].s);
+    /* without BOS */
+    memmove(done[best].ids, done[best].ids + 1, (size_t)(done[best].n - 1) * sizeof(int64_t));
+    done[best].n--;
+    return done[best];
+}
+
+/* cgrad's beam search against the reference's written out above, on a
+ * model whose searches often part from greedy decoding's: beams 2 to 6,
+ * alpha 0, 0.6 and 2, cached or not; the same ids, score and finished flag
+ * wherever the search's decisions are clear of float noise. */
+START_TEST(test_beam_matches_reference_search)
+{
+    cg_seq2seq *m = pad_model();
+    cg_param_list pl = {0}; /* weights N(0, 0.1), EOS's row N(0, 2): a flatter */
+    ck_assert(cg_module_params(CG_MODULE(m), &pl)); /* model, which often ends */
+    for (int i = 0; i < pl.n; i++)
+        for (int64_t k = 0; pl.items[i].tensor->ndim == 2 && k < cg_numel(pl.items[i].tensor); k++)
+            cg_data(pl.items[i].tensor)[k] /= 3.0f;
+    cg_param_list_free(&pl);
+    for (int64_t k = 0; k < m->cfg.d; k++)
+        cg_data(m->emb->weight)[CG_EOS * m->cfg.d + k] *= 20.0f;
+    enum { S = 5, STEPS = 12 };
+    int compared = 0, unclear = 0, not_greedy = 0, unfinished = 0;
+    for (int s = 0; s < 8; s++) {
+        int64_t src[S];
+        for (int k = 0; k < S - 1; k++)
+            src[k] = 3 + (s * 5 + k * 7 + s * k) % 9;
+        src[S - 1] = CG_EOS;
+        int64_t g[STEPS], gl;
+        ck_assert(cg_greedy_decode(m, src, 1, S, STEPS, g, &gl, true));
+        for (int beam = 2; beam <= 6; beam++)
+            for (int a = 0; a < 3; a++) {
+                const double alpha = a == 0 ? 0.0 : a == 1 ? 0.6 : 2.0;
+                double gap;
+                ob_hyp want = ob_beam(m, src, S, beam, alpha, STEPS, &gap);
+                if (gap < 1e-3) {
+                    unclear++;
+                    continue;
+                }
+                compared++;
+                not_greedy += want.n != gl || memcmp(want.ids, g, (size_t)gl * sizeof *g) != 0;
+                unfinished += !want.fin;
+                for (int cache = 0; cache < 2; cache++) {
+                    int64_t *b = NULL, n = 0;
+                    double score;
+                    bool fin;
+                    ck_assert(
+                        cg_beam_search(m, src, S, beam, alpha, STEPS, &b, &n, &score, &fin, cache));
+                    ck_assert_msg(n == want.n && memcmp(b, want.ids, (size_t)n * sizeof *b) == 0 &&
+                                      fin == want.fin,
+                                  "source %d beam %d alpha %g cache %d: %lld ids (finished %d), "
+                                  "the reference's %lld (finished %d)",
+                                  s, beam, alpha, cache, (long long)n, fin, (long long)want.n,
+                                  want.fin);
+                    ck_assert_double_eq_tol(score, want.s, 1e-4);
+                    free(b);
+                }
+            }
+    }
+    /* the searches mostly decide clearly, part from greedy's and end both ways */
+    ck_assert_msg(compared >= 100 && not_greedy >= 40 && unfinished >= 20 &&
+                      compared - unfinished >= 20,
+                  "compared %d (unclear %d), not greedy's %d, unfinished %d", compared, unclear,
+                  not_greedy, unfinished);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
 /* A translator that never ends a sentence: the specials' rows of the tied
  * embedding are zero (logit 0) and the characters' rows come in pairs e, -e
  * (one of each pair has a logit >= 0 for any state), so greedy decoding and
@@ -1083,6 +1260,65 @@ START_TEST(test_translation_length_limit)
                               strlen(out[i]), strlen(texts[i]) + 50);
             cg_strings_free(out, 2);
         }
+    cg_seq2seq_free(m);
+    /* a model of max_len 20 cuts every translation at 20 tokens */
+    m = never_eos_model(cg_tokenizer_vocab_size(tok), 20);
+    for (int beam = 1; beam <= 2; beam++) {
+        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL);
+        ck_assert_msg(out != NULL, "%s", cg_last_error());
+        for (int i = 0; i < 2; i++)
+            ck_assert_msg(strlen(out[i]) == 20, "beam %d, source %d: %zu characters, not 20", beam,
+                          i, strlen(out[i]));
+        cg_strings_free(out, 2);
+    }
+    cg_sources_free(&src);
+    cg_seq2seq_free(m);
+    cg_tokenizer_free(tok);
+}
+END_TEST
+
+/* cg_translate_all decodes each source with its EOS, as the reference's
+ * batches end it: greedy (a chunk of sources of two lengths) and beam 3
+ * give what decoding ids + EOS alone gives, on a model whose output
+ * depends on its whole source. */
+START_TEST(test_translate_all_sources_end_with_eos)
+{
+    const char *train[] = {"abcdefgh"}, *texts[] = {"abc", "hgfedcb", "aeh"};
+    cg_tokenizer *tok = cg_tokenizer_train(CG_TOK_CHAR, true, train, 1, 0);
+    ck_assert_ptr_nonnull(tok);
+    cg_seq2seq *m = pad_model();
+    ck_assert_int_eq(cg_tokenizer_vocab_size(tok), m->cfg.vocab);
+    cg_sources src;
+    ck_assert(cg_sources_encode(tok, texts, 3, m->cfg.max_len, &src));
+    int differ = 0;
+    for (int beam = 1; beam <= 3; beam += 2) {
+        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL);
+        ck_assert_msg(out != NULL, "%s", cg_last_error());
+        for (int i = 0; i < 3; i++) {
+            int64_t S = src.len[i] + 1, ids[16], res[64], L, *b = NULL, *noeos = NULL, n2;
+            memcpy(ids, src.ids[i], (size_t)src.len[i] * sizeof *ids);
+            ids[S - 1] = CG_EOS;
+            const int64_t steps = S - 1 + 50 < m->cfg.max_len ? S - 1 + 50 : m->cfg.max_len;
+            if (beam == 1)
+                ck_assert(cg_greedy_decode(m, ids, 1, S, steps, res, &L, true));
+            else {
+                ck_assert(cg_beam_search(m, ids, S, beam, 0.6, steps, &b, &L, NULL, NULL, true));
+                memcpy(res, b, (size_t)L * sizeof *res);
+                free(b);
+            }
+            char *want = cg_tokenizer_decode(tok, res, L);
+            ck_assert_str_eq(out[i], want);
+            /* (and the EOS matters to this model) */
+            ck_assert(cg_beam_search(m, ids, S - 1, 3, 0.6, steps, &noeos, &n2, NULL, NULL, true));
+            char *other = cg_tokenizer_decode(tok, noeos, n2);
+            differ += strcmp(other, want) != 0;
+            free(other);
+            free(noeos);
+            free(want);
+        }
+        cg_strings_free(out, 3);
+    }
+    ck_assert_int_ge(differ, 1);
     cg_sources_free(&src);
     cg_seq2seq_free(m);
     cg_tokenizer_free(tok);
@@ -2018,7 +2254,9 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_decode_bad_input);
     tcase_add_test(tc, test_decoded_pad_masked);
     tcase_add_test(tc, test_decode_ties);
+    tcase_add_test(tc, test_beam_matches_reference_search);
     tcase_add_test(tc, test_translation_length_limit);
+    tcase_add_test(tc, test_translate_all_sources_end_with_eos);
     tcase_add_test(tc, test_decode_nonfinite_last_position);
     tcase_add_test(tc, test_grad_accum_per_token);
     tcase_add_test(tc, test_grad_accum_fused_head_once);
