@@ -248,8 +248,10 @@ static cg_tensor *softmax_impl(const char *op, const cg_tensor *a, int dim, bool
 static cg_tensor *softmax_bwd_impl(const char *op, const cg_tensor *y, const cg_tensor *g, int dim,
                                    bool logsm)
 {
-    if (!y || !g)
+    if (!y || !g) {
+        cg_error_null_input(op);
         return NULL;
+    }
     if (!cg_same_shape(y, g)) {
         char b1[96], b2[96];
         cg_set_error("%s: output and gradient shapes differ (shapes %s and %s)", op,

@@ -393,6 +393,15 @@ START_TEST(test_softmax_errors)
     cg_set_error("earlier");
     ck_assert_ptr_null(cg_k_softmax(NULL, 0));
     ck_assert_str_eq(cg_last_error(), "earlier");
+    ck_assert_ptr_null(cg_k_softmax_backward(NULL, g, 0));
+    ck_assert_str_eq(cg_last_error(), "earlier");
+    cg_clear_error();
+    /* with no earlier error a NULL input is named (the backwards said nothing) */
+    CG_ASSERT_FAILS(cg_k_softmax_backward(NULL, g, 0), "softmax_backward: input is NULL");
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_k_softmax_backward(x, NULL, 0), "softmax_backward: input is NULL");
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_k_log_softmax_backward(NULL, g, 0), "log_softmax_backward: input is NULL");
     cg_clear_error();
     cg_release_all(2, x, g);
 }
