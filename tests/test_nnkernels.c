@@ -309,6 +309,35 @@ START_TEST(test_softmax_wide_inner)
 }
 END_TEST
 
+/* The largest logit last along the dim, far above the others: a maximum
+ * that left out the last element made exp overflow there (softmax NaN,
+ * log_softmax -inf), in the row kernel (dim last) and in the block kernel
+ * (a dim with elements after it) alike. The block kernel's maximum over
+ * all but the last element survived every suite (round twenty-three). */
+START_TEST(test_softmax_max_last)
+{
+    enum { D = 3, IN = 2, N = D * IN };
+    const float v[N] = {0.0f, 1.0f, -1.0f, 2.0f, 100.0f, 200.0f};
+    double xd[N], y[N];
+    for (int i = 0; i < N; i++)
+        xd[i] = v[i];
+    cg_tensor *x = cg_from_data(CG_SHAPE(D, IN), v); /* dim 0: the block kernel */
+    cg_tensor *xv = cg_view_transpose(x, 0, 1), *xt = cg_k_contiguous(xv); /* [IN, D] */
+    ck_assert_ptr_nonnull(xt);
+    for (int logsm = 0; logsm < 2; logsm++) {
+        ref_softmax(xd, y, 1, D, IN, logsm);
+        cg_tensor *out = logsm ? cg_k_log_softmax(x, 0) : cg_k_softmax(x, 0);
+        assert_close_d(out, y, 1e-6, 1e-5);
+        /* the same values along the last dim: the row kernel */
+        cg_tensor *out_t = logsm ? cg_k_log_softmax(xt, 1) : cg_k_softmax(xt, 1);
+        cg_tensor *back = cg_view_transpose(out_t, 0, 1);
+        assert_close_d(back, y, 1e-6, 1e-5);
+        cg_release_all(3, out, out_t, back);
+    }
+    cg_release_all(3, x, xv, xt);
+}
+END_TEST
+
 START_TEST(test_softmax_threads)
 {
     cg_rng r = cg_rng_new(4);
@@ -1738,6 +1767,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_softmax_backward_masked);
     tcase_add_test(tc, test_softmax_scalar_and_empty);
     tcase_add_test(tc, test_softmax_wide_inner);
+    tcase_add_test(tc, test_softmax_max_last);
     tcase_add_test(tc, test_softmax_threads);
     tcase_add_test(tc, test_softmax_long_rows);
     tcase_add_test(tc, test_softmax_errors);
