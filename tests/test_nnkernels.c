@@ -1004,6 +1004,7 @@ START_TEST(test_layer_norm)
         norm_case(false, true, true, layout);
         norm_case(false, false, false, layout);
         norm_case(false, true, false, layout);
+        norm_case(false, false, true, layout); /* a bias and no weight: its own loop */
     }
 }
 END_TEST
