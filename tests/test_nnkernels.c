@@ -584,6 +584,39 @@ START_TEST(test_ce_all_ignored)
 }
 END_TEST
 
+/* nll_loss reads logp through its strides (a transposed and a step-2
+ * view here): a mutant that took the column stride as 1 was caught by
+ * PyTorch's cases only (round twenty-three). Against double. */
+START_TEST(test_nll_strided)
+{
+    cg_rng r = cg_rng_new(23);
+    enum { N = 5, C = 7 };
+    const int64_t t[N] = {6, -100, 0, 3, 5};
+    cg_tensor *base = cg_randn(&r, CG_SHAPE(C, 2 * N));
+    cg_tensor *tr = cg_view_transpose(base, 0, 1);    /* [2N, C], strides [1, 2N] */
+    cg_tensor *v = cg_view_slice(tr, 0, 0, 2 * N, 2); /* [N, C], strides [2, 2N] */
+    cg_tensor *views[2] = {cg_view_slice(tr, 0, 0, N, 1), v};
+    for (int k = 0; k < 2; k++) {
+        ck_assert(!cg_is_contiguous(views[k]));
+        float *lv = cg_test_values(views[k]);
+        double s = 0;
+        int kept = 0;
+        for (int i = 0; i < N; i++)
+            if (t[i] != -100) {
+                s -= lv[i * C + t[i]];
+                kept++;
+            }
+        cg_tensor *l = cg_k_nll_loss(views[k], cg_test_ids(N, t), -100);
+        ck_assert_ptr_nonnull(l);
+        ck_assert_msg(fabs(cg_item(l) - s / kept) <= 1e-6 * fabs(s / kept) + 1e-7,
+                      "view %d: nll %.9g vs %.9g", k, (double)cg_item(l), s / kept);
+        free(lv);
+        cg_release(l);
+    }
+    cg_release_all(4, base, tr, v, views[0]);
+}
+END_TEST
+
 START_TEST(test_ce_extreme)
 {
     ce_policy(_i);
@@ -1779,6 +1812,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_loop_test(tc, test_ce_label_smoothing, 0, 2);
     tcase_add_loop_test(tc, test_ce_pad_ignore, 0, 2);
     tcase_add_loop_test(tc, test_ce_all_ignored, 0, 2);
+    tcase_add_test(tc, test_nll_strided);
     tcase_add_loop_test(tc, test_ce_extreme, 0, 2);
     tcase_add_loop_test(tc, test_ce_vs_double, 0, 2);
     tcase_add_loop_test(tc, test_ce_threads, 0, 2);
