@@ -1668,6 +1668,44 @@ START_TEST(test_weight_cache)
 }
 END_TEST
 
+/* A cached copy is keyed by its storage's version as well: a version that
+ * moved on without the slot being freed (a write path that bumped the
+ * counter alone; cg_tensor_modified does both) is a miss, and the product
+ * reads the new W, in the fp32 form (where this CPU has it) and in the
+ * backward's bf16 W^T form. */
+START_TEST(test_weight_cache_version_moved)
+{
+    cg_rng rng = cg_rng_new(44);
+    enum { N = 130, IN = 70, OUT = 45 };
+    cg_tensor *w = cg_randn(&rng, CG_SHAPE(OUT, IN)), *x = cg_randn(&rng, CG_SHAPE(N, IN));
+    cg_tensor *g = cg_randn(&rng, CG_SHAPE(N, OUT));
+    if (cg_f32_packed_usable()) {
+        cg_tensor *y0 = cg_k_linear_packed(x, w, NULL);
+        ck_assert(y0);
+        cg_data(w)[3] += 2.0f;
+        w->storage->version++;
+        cg_tensor *want = cg_k_linear(x, w, NULL), *y1 = cg_k_linear_packed(x, w, NULL);
+        ck_assert(want && y1 && same_bits(y1, want) && !same_bits(y1, y0));
+        cg_release_all(3, y0, want, y1);
+    }
+    const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
+    float *ref = malloc(N * IN * sizeof(float));
+    for (int pass = 0; pass < 2; pass++) {
+        cg_tensor *dx = NULL;
+        ck_assert(cg_k_linear_backward(x, w, g, NULL, &dx, NULL, NULL));
+        ck_assert(cg_sgemm_path(cg_bf16_auto_path(), 0, N, IN, OUT, 1.0f, cg_data(g), OUT, 1,
+                                cg_data(w), IN, 1, 0.0f, ref, IN, 1));
+        ck_assert_mem_eq(cg_data(dx), ref, N * IN * sizeof(float));
+        cg_release(dx);
+        cg_data(w)[5] += 3.0f;
+        w->storage->version++;
+    }
+    cg_autocast_end(prev);
+    free(ref);
+    cg_release_all(3, w, x, g);
+}
+END_TEST
+
 /* nn's inference path in bf16 reads a packed bf16 copy of the weight (the
  * bf16 weight cache, which the graph's products share): the bits of the
  * bf16 GEMM on the fp32 weight, for few rows and many; made once, and never
@@ -3943,6 +3981,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tm, test_matrix_beta_one);
     tcase_add_test(tm, test_packed_linear_refresh);
     tcase_add_test(tm, test_weight_cache);
+    tcase_add_test(tm, test_weight_cache_version_moved);
     tcase_add_test(tm, test_linear_packed_f32);
     tcase_add_test(tm, test_linear_packed_f32_over_limit);
     tcase_add_test(tm, test_linear_packed_f32_layouts);
