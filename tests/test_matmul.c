@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/gemm.h"
+#include "core/gemm_internal.h"
 #include "core/gemm_skx.h"
 #include "core/shares.h"
 #include "core/ops.h"
@@ -330,6 +331,21 @@ START_TEST(test_matmul_into)
         r[i] = 0.5f * r[i] + 2.0f * c0[i];
     ck_assert(cg_k_matmul_into(c, a, b, 0.5f, 2.0f));
     CG_ASSERT_TENSOR(c, r, 1e-4, 1e-4);
+
+    /* a write: c's version moves on, and a form derived from c (its packed
+     * copy as a weight, where this CPU keeps one) is dropped, so a product
+     * reading c as a weight after it reads the new values */
+    cg_tensor *x = randn(&rng, CG_SHAPE(40, 129));
+    cg_tensor *y0 = cg_k_linear_packed(x, c, NULL);
+    ck_assert(y0);
+    ck_assert(!cg_f32_packed_usable() || c->storage->derived);
+    const uint64_t v0 = cg_version(c);
+    ck_assert(cg_k_matmul_into(c, a, b, 1.0f, 1.0f));
+    ck_assert_uint_gt(cg_version(c), v0);
+    ck_assert_ptr_null(c->storage->derived);
+    cg_tensor *yw = cg_k_linear(x, c, NULL), *y1 = cg_k_linear_packed(x, c, NULL);
+    ck_assert(yw && y1 && !memcmp(cg_data(y1), cg_data(yw), sizeof(float) * 40 * 33));
+    cg_release_all(4, x, y0, yw, y1);
 
     /* beta = 0: c is not read, NaN in c does not leak */
     cg_fill_(c, NAN);
