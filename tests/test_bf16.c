@@ -1628,6 +1628,34 @@ START_TEST(test_linear_packed_f32_over_limit)
 }
 END_TEST
 
+/* In bf16, `passes` times: dx of the linear backward has the bits of
+ * dy W on the bf16 path (W^T read from the cache's copy), then W's element
+ * at + pass is written, announced with cg_tensor_modified or by its
+ * storage's version alone: the next pass must read the new W. */
+static void dx_follows_writes(const cg_tensor *x, cg_tensor *w, const cg_tensor *g, int passes,
+                              int64_t at, bool announce)
+{
+    const int64_t N = x->shape[0], IN = w->shape[1], OUT = w->shape[0];
+    float *ref = malloc((size_t)(N * IN) * sizeof(float));
+    ck_assert(ref);
+    const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
+    for (int pass = 0; pass < passes; pass++) {
+        cg_tensor *dx = NULL;
+        ck_assert(cg_k_linear_backward(x, w, g, NULL, &dx, NULL, NULL));
+        ck_assert(cg_sgemm_path(cg_bf16_auto_path(), 0, N, IN, OUT, 1.0f, cg_data(g), OUT, 1,
+                                cg_data(w), IN, 1, 0.0f, ref, IN, 1));
+        ck_assert_mem_eq(cg_data(dx), ref, (size_t)(N * IN) * sizeof(float));
+        cg_release(dx);
+        cg_data(w)[at + pass] += 3.0f;
+        if (announce)
+            cg_tensor_modified(w);
+        else
+            w->storage->version++;
+    }
+    cg_autocast_end(prev);
+    free(ref);
+}
+
 START_TEST(test_weight_cache)
 {
     float loss[2][6],
@@ -1650,20 +1678,7 @@ START_TEST(test_weight_cache)
     enum { N = 130, IN = 70, OUT = 45 };
     cg_tensor *wt = cg_randn(&rng, CG_SHAPE(OUT, IN)), *x = cg_randn(&rng, CG_SHAPE(N, IN));
     cg_tensor *g = cg_randn(&rng, CG_SHAPE(N, OUT));
-    float *ref = malloc(N * IN * sizeof(float));
-    const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
-    for (int pass = 0; pass < 3; pass++) {
-        cg_tensor *dx = NULL;
-        ck_assert(cg_k_linear_backward(x, wt, g, NULL, &dx, NULL, NULL));
-        ck_assert(cg_sgemm_path(cg_bf16_auto_path(), 0, N, IN, OUT, 1.0f, cg_data(g), OUT, 1,
-                                cg_data(wt), IN, 1, 0.0f, ref, IN, 1));
-        ck_assert_mem_eq(cg_data(dx), ref, N * IN * sizeof(float));
-        cg_release(dx);
-        cg_data(wt)[7 + pass] += 3.0f;
-        cg_tensor_modified(wt);
-    }
-    cg_autocast_end(prev);
-    free(ref);
+    dx_follows_writes(x, wt, g, 3, 7, true);
     cg_release_all(3, wt, x, g);
 }
 END_TEST
@@ -1688,20 +1703,7 @@ START_TEST(test_weight_cache_version_moved)
         ck_assert(want && y1 && same_bits(y1, want) && !same_bits(y1, y0));
         cg_release_all(3, y0, want, y1);
     }
-    const cg_precision prev = cg_autocast_begin(CG_PRECISION_BF16);
-    float *ref = malloc(N * IN * sizeof(float));
-    for (int pass = 0; pass < 2; pass++) {
-        cg_tensor *dx = NULL;
-        ck_assert(cg_k_linear_backward(x, w, g, NULL, &dx, NULL, NULL));
-        ck_assert(cg_sgemm_path(cg_bf16_auto_path(), 0, N, IN, OUT, 1.0f, cg_data(g), OUT, 1,
-                                cg_data(w), IN, 1, 0.0f, ref, IN, 1));
-        ck_assert_mem_eq(cg_data(dx), ref, N * IN * sizeof(float));
-        cg_release(dx);
-        cg_data(w)[5] += 3.0f;
-        w->storage->version++;
-    }
-    cg_autocast_end(prev);
-    free(ref);
+    dx_follows_writes(x, w, g, 2, 5, false);
     cg_release_all(3, w, x, g);
 }
 END_TEST
