@@ -1010,6 +1010,73 @@ START_TEST(test_decoded_pad_masked)
 }
 END_TEST
 
+/* A row that ends (EOS) while the cache holds the batch, and then, in a
+ * later step where no row ends, another row's PAD: the cache had only been
+ * reordered when the first row left, and decoding goes on without it from
+ * the memory, which must then be narrowed to the rows still alive. The
+ * overfitted model never emits PAD, so PAD's row of the tied table is made
+ * 1.01 times a token's: PAD then takes that token's place where its logit
+ * is positive. Tokens are tried until two probes, each decoded alone, give
+ * such a pair: the first ends before any PAD, the second emits its first
+ * PAD after that step and goes on. The pair decoded together gives the
+ * same, with the cache and without. */
+static int64_t first_pad(const int64_t *ids, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] == CG_PAD)
+            return i;
+    return -1;
+}
+
+START_TEST(test_greedy_pad_after_a_row_ended)
+{
+    enum { N = sizeof PROBES / sizeof PROBES[0], S = 12, STEPS = 30 };
+    float *e = cg_data(g_model->emb->weight);
+    const int64_t V = g_model->cfg.vocab, d = g_model->cfg.d;
+    float *pad_row = malloc((size_t)d * sizeof *pad_row);
+    memcpy(pad_row, e + CG_PAD * d, (size_t)d * sizeof *e);
+    int64_t src[N][S] = {{0}}, out[N][STEPS], len[N];
+    for (int n = 0; n < N; n++) {
+        int64_t k, *ids = src_ids(PROBES[n], &k);
+        ck_assert(k <= S);
+        memcpy(src[n], ids, (size_t)k * sizeof *ids);
+        free(ids);
+    }
+    int pairs = 0;
+    for (int64_t x = 3; x < V && pairs == 0; x++) {
+        for (int64_t i = 0; i < d; i++)
+            e[CG_PAD * d + i] = 1.01f * e[x * d + i];
+        cg_tensor_modified(g_model->emb->weight);
+        for (int n = 0; n < N; n++)
+            ck_assert(cg_greedy_decode(g_model, src[n], 1, S, STEPS, out[n], &len[n], false));
+        for (int a = 0; a < N; a++)
+            for (int b = 0; b < N; b++) {
+                int64_t pb = first_pad(out[b], len[b]);
+                if (a == b || len[a] >= STEPS || first_pad(out[a], len[a]) >= 0 || pb <= len[a] ||
+                    pb >= STEPS - 1)
+                    continue;
+                int64_t two[2 * S], o[2 * STEPS], l[2];
+                memcpy(two, src[a], sizeof src[a]);
+                memcpy(two + S, src[b], sizeof src[b]);
+                for (int cache = 0; cache < 2; cache++) {
+                    ck_assert(cg_greedy_decode(g_model, two, 2, S, STEPS, o, l, cache));
+                    ck_assert_msg(l[0] == len[a] && l[1] == len[b] &&
+                                      memcmp(o, out[a], sizeof out[a]) == 0 &&
+                                      memcmp(o + STEPS, out[b], sizeof out[b]) == 0,
+                                  "probes %d and %d (PAD as token %lld, cache %d): the pair "
+                                  "decodes differently",
+                                  a, b, (long long)x, cache);
+                }
+                pairs++;
+            }
+    }
+    memcpy(e + CG_PAD * d, pad_row, (size_t)d * sizeof *e);
+    cg_tensor_modified(g_model->emb->weight);
+    free(pad_row);
+    ck_assert_msg(pairs > 0, "no probe ends before another emits PAD: the test does not test it");
+}
+END_TEST
+
 /* Exact ties, decoded as the reference's stable sort and max() take them:
  * with a zero embedding table the tied head gives every token the logit 0,
  * so every candidate of a step has the same score. Each step's top tokens
@@ -2253,6 +2320,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
     tcase_add_test(tc, test_decoded_pad_masked);
+    tcase_add_test(tc, test_greedy_pad_after_a_row_ended);
     tcase_add_test(tc, test_decode_ties);
     tcase_add_test(tc, test_beam_matches_reference_search);
     tcase_add_test(tc, test_translation_length_limit);
