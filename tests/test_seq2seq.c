@@ -1229,7 +1229,10 @@ static ob_hyp ob_beam(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, do
 /* cgrad's beam search against the reference's written out above, on a
  * model whose searches often part from greedy decoding's: beams 2 to 6,
  * alpha 0, 0.6 and 2, cached or not; the same ids, score and finished flag
- * wherever the search's decisions are clear of float noise. */
+ * wherever the search's decisions are clear of float noise. The sources'
+ * tokens repeat with s modulo 9: all nine are searched (the ninth is the
+ * one whose beam of 6 parts from a search that expands each hypothesis by
+ * beam + 1 tokens, which the first eight do not show). */
 START_TEST(test_beam_matches_reference_search)
 {
     cg_seq2seq *m = pad_model();
@@ -1243,7 +1246,7 @@ START_TEST(test_beam_matches_reference_search)
         cg_data(m->emb->weight)[CG_EOS * m->cfg.d + k] *= 20.0f;
     enum { S = 5, STEPS = 12 };
     int compared = 0, unclear = 0, not_greedy = 0, unfinished = 0;
-    for (int s = 0; s < 8; s++) {
+    for (int s = 0; s < 9; s++) {
         int64_t src[S];
         for (int k = 0; k < S - 1; k++)
             src[k] = 3 + (s * 5 + k * 7 + s * k) % 9;
