@@ -3671,8 +3671,10 @@ END_TEST
  * special rows to PyTorch's (NaN where a score is NaN or infinite or no
  * key is visible); the register kernels to the bits of the scalar model
  * (the emulation's) and of the row kernel followed by the rounding,
- * across row lengths (partial vectors, Tk past ke), key padding and NaN
- * dP; they leave their inputs as they were and write nothing past Tk, and
+ * across row lengths (partial vectors, Tk past ke), key padding (a
+ * padded key far above the visible ones too), NaN scores (one whose
+ * payload the exponential would turn into a number too), NaN dP and dP
+ * past ke (not read); they leave their inputs as they were and write nothing past Tk, and
  * refuse rows over CG_ATTN_ROW_KEYS (256) keys with nothing written. */
 static float row_value(uint32_t *st)
 {
@@ -3728,10 +3730,15 @@ START_TEST(test_attention_rows_bf16)
         const int64_t Tk = tks[ti];
         const int64_t kes[] = {1, Tk / 2 > 0 ? Tk / 2 : 1, Tk > 1 ? Tk - 1 : 1, Tk};
         for (int ki = 0; ki < 4; ki++)
-            for (int kind = 0; kind < 7; kind++) {
-                /* 0 plain, 1 every third key padded, 2 every key padded,
-                 * 3 a NaN score, 4 an infinite one, 5 one far below the
-                 * others, 6 a NaN in dP */
+            for (int kind = 0; kind < 9; kind++) {
+                /* 0 plain (dP NaN past ke: not read), 1 every third key
+                 * padded, 2 every key padded, 3 a NaN score, 4 an
+                 * infinite one, 5 one far below the others, 6 a NaN in
+                 * dP, 7 as 1 with padded key 1 far above the visible
+                 * ones (the maximum is of the visible keys), 8 a NaN
+                 * score in the first vector whose low payload bits are
+                 * set (the exponential's 2^k turns such a NaN into a
+                 * number: the row is NaN by its flag, not by the sum) */
                 const int64_t ke = kes[ki];
                 float s[K], s0[K], f[K], d[K], d0[K], w[K];
                 int32_t kmask[K];
@@ -3739,8 +3746,14 @@ START_TEST(test_attention_rows_bf16)
                 for (int64_t j = 0; j < K; j++) {
                     s[j] = row_value(&st);
                     d[j] = row_value(&st) / 8.0f;
-                    kmask[j] = kind == 2 || (kind == 1 && j % 3 == 1) ? -1 : 0;
+                    kmask[j] = kind == 2 || ((kind == 1 || kind == 7) && j % 3 == 1) ? -1 : 0;
                 }
+                for (int64_t j = ke; kind == 0 && j < K; j++)
+                    d[j] = NAN;
+                if (kind == 7)
+                    s[1] = 1000.0f;
+                if (kind == 8)
+                    s[0] = from_bits(0x7fc00001u);
                 if (kind == 3)
                     s[ke / 2] = NAN;
                 if (kind == 4)
@@ -3749,13 +3762,13 @@ START_TEST(test_attention_rows_bf16)
                     s[0] = -1000.0f;
                 if (kind == 6)
                     d[ke - 1] = NAN;
-                const int32_t *km = kind == 1 || kind == 2 ? kmask : NULL;
+                const int32_t *km = kind == 1 || kind == 2 || kind == 7 ? kmask : NULL;
                 /* the recipe: a softmax, or a NaN row (a NaN or infinite
                  * score, no key visible) */
                 bool visible = false;
                 for (int64_t j = 0; j < ke; j++)
                     visible |= !(km && km[j]);
-                const bool nan_row = kind == 3 || kind == 4 || !visible;
+                const bool nan_row = kind == 3 || kind == 4 || kind == 8 || !visible;
                 memcpy(s0, s, sizeof s);
                 for (int64_t j = 0; j < K; j++)
                     f[j] = 1234.0f;
