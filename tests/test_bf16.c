@@ -2099,6 +2099,13 @@ START_TEST(test_affine_saves_bf16)
         ck_assert_int_eq(xb->dtype, CG_BF16);
         ck_assert_ptr_null(n->inputs[0]->storage);                   /* x itself is not kept */
         ck_assert_ptr_eq(y2->node->saved[y2->node->p.i[0] - 1], xb); /* one copy for both */
+        /* a frozen weight: dx = g W reads no x, so no copy is kept */
+        cg_tensor *wf = cg_detach(w), *y3 = cg_affine(x, wf, NULL);
+        ck_assert_msg(y3 != NULL, "%s", cg_last_error());
+        ck_assert_int_eq(y3->node->p.i[0], 0);
+        for (int k = 0; k < CG_NODE_MAX_SAVED; k++)
+            ck_assert_ptr_null(y3->node->saved[k]);
+        cg_release_all(2, wf, y3);
         if (relu) /* the output's bf16 rounding, which the next layer keeps */
             ck_assert_int_eq(n->saved[0]->dtype, CG_BF16);
         cg_tensor *gh = relu ? cg_k_relu_backward(ref, g) : cg_retain(g);
