@@ -3331,17 +3331,18 @@ static int64_t bf16_kept_keys(void)
  * its output only where the backward reads it (weights recomputed over
  * several key blocks, beyond 512 keys): the gradients have the bits of
  * cg_k_attention_backward on the float q, k, v, with kept weights (40
- * keys, kept in bf16: the weights asked for are their values; 200 on the
- * vdpbf16ps kernel and the emulation) and recomputed ones (200 keys on AMX
- * tiles, 300 on every kernel; 600 keys: S = q k^T from the copies),
+ * keys, kept in bf16: the weights asked for are their values; 200 and
+ * 256, the last length kept, on the vdpbf16ps kernel and the emulation)
+ * and recomputed ones (200 and 256 keys on AMX tiles, 300 on every
+ * kernel; 600 keys: S = q k^T from the copies),
  * causal with key padding and not. */
 START_TEST(test_attention_saves_bf16)
 {
     cg_rng rng = cg_rng_new(71);
-    const int64_t Ts[4] = {40, 200, 300, 600};
-    for (int v = 0; v < 8; v++) {
-        const int64_t T = Ts[v % 4];
-        const bool causal = v >= 4;
+    const int64_t Ts[5] = {40, 200, 256, 300, 600};
+    for (int v = 0; v < 10; v++) {
+        const int64_t T = Ts[v % 5];
+        const bool causal = v >= 5;
         cg_tensor *q0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
         cg_tensor *k0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
         cg_tensor *v0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(2, 2, T, 8)), true);
