@@ -448,7 +448,10 @@ START_TEST(test_amx_emulated_tiles)
         cg_amx_emu_loadd(0, c, 64);
         cg_amx_emu_loadd(4, a, 64);
         cg_amx_emu_loadd(6, b, 64);
+        const unsigned csr = _mm_getcsr();
         cg_amx_emu_dpbf16ps(0, 4, 6);
+        /* its DAZ and FTZ are its own: the thread's floats keep their subnormals */
+        ck_assert_uint_eq(_mm_getcsr(), csr);
         cg_amx_emu_stored(0, got, 64);
         for (int m = 0; m < 16; m++)
             for (int n = 0; n < 16; n++) {
