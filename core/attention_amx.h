@@ -1,6 +1,6 @@
 /* cgrad core, INTERNAL: the fused attention's products on AMX tiles, one
  * (batch, head) at a time (core/attention_amx.c; only core/attention_impl.h
- * includes this).
+ * and tests/test_bf16.c include this).
  *
  * Where the backward recomputes the weights within one key block (on AMX,
  * beyond 128 and up to 512 keys: charlm base's 256 x 256 x 64 heads), its

@@ -27,6 +27,7 @@
 #include "autograd/ops.h"
 #include "core/gemm.h"
 #include "core/amx_tiles.h"
+#include "core/attention_amx.h"
 #include "core/attention_rows.h"
 #include "core/gemm_internal.h"
 #include "core/ops.h"
@@ -3672,6 +3673,26 @@ START_TEST(test_attention_amx)
 }
 END_TEST
 
+/* CG_ATTN_AMX chooses attention's own tiles or the GEMM on AMX's path
+ * (core/attention_amx.h), and only there: test_attention_amx compares the
+ * two, which have the same bits, so a switch that stopped switching would
+ * compare the tiles with themselves and pass. */
+START_TEST(test_attention_amx_switch)
+{
+    unsetenv("CG_ATTN_AMX");
+    ck_assert(cg_attn_amx_on(CG_GEMM_BF16_AMX));
+    ck_assert(setenv("CG_ATTN_AMX", "0", 1) == 0);
+    ck_assert(!cg_attn_amx_on(CG_GEMM_BF16_AMX));
+    ck_assert(setenv("CG_ATTN_AMX", "1", 1) == 0);
+    ck_assert(cg_attn_amx_on(CG_GEMM_BF16_AMX));
+    ck_assert(!cg_attn_amx_on(CG_GEMM_BF16));
+    ck_assert(!cg_attn_amx_on(CG_GEMM_BF16_EMULATED));
+    ck_assert(!cg_attn_amx_on(CG_GEMM_AUTO));
+    unsetenv("CG_ATTN_AMX");
+    ck_assert(!cg_attn_amx_on(CG_GEMM_BF16));
+}
+END_TEST
+
 /* ------------------------------------------- attention's rows kept in bf16 */
 
 /* The weights kept in bf16 (bf16's own softmax recipe,
@@ -4054,6 +4075,7 @@ static Suite *bf16_suite(void)
     TCase *ta = tcase_create("attention");
     tcase_set_timeout(ta, 300);
     tcase_add_test(ta, test_attention_amx);
+    tcase_add_test(ta, test_attention_amx_switch);
     tcase_add_test(ta, test_attention_rows_bf16);
     tcase_add_test(ta, test_attention_rows_bf16_groups);
     suite_add_tcase(s, ta);
