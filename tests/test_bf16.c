@@ -3693,6 +3693,49 @@ START_TEST(test_attention_amx_switch)
 }
 END_TEST
 
+/* Keys no query sees (causal, 37 queries of 300 keys) holding +inf in k
+ * and v: the tiles' last chunk of keys (37 of them, an odd count) reads
+ * none past the 37th, as the GEMM's panels do not (an odd K's last pair
+ * is half past it), so out and dq are finite and every result has the
+ * GEMM's bits (CG_ATTN_AMX=0). */
+START_TEST(test_attention_amx_unseen_keys)
+{
+    const amx_case c = {1, 2, 37, 300, 16, true, false};
+    cg_rng rng = cg_rng_new(31);
+    cg_tensor *in[4] = {cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tq, c.dh)),
+                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tk, c.dh)),
+                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tk, c.dh)),
+                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tq, c.dh))};
+    for (int64_t h = 0; h < c.H; h++)
+        for (int64_t j = c.Tq; j < c.Tk; j++)
+            for (int64_t e = 0; e < c.dh; e++) {
+                cg_data(in[1])[(h * c.Tk + j) * c.dh + e] = INFINITY;
+                cg_data(in[2])[(h * c.Tk + j) * c.dh + e] = INFINITY;
+            }
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_tensor *r[2][5];
+    for (int run = 0; run < 2; run++) { /* tiles, GEMM */
+        ck_assert(setenv("CG_ATTN_AMX", run ? "0" : "1", 1) == 0);
+        amx_attention(&c, in, NULL, r[run]);
+    }
+    unsetenv("CG_ATTN_AMX");
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    for (int t = 0; t < 3; t += 2) { /* out, dq */
+        const int64_t n = cg_numel(r[0][t]);
+        float *x = cg_test_values(r[0][t]);
+        for (int64_t i = 0; i < n; i++)
+            ck_assert_msg(isfinite(x[i]), "result %d [%lld] = %g", t, (long long)i, (double)x[i]);
+        free(x);
+    }
+    for (int t = 0; t < 5; t++) {
+        ck_assert_msg(same_bits(r[1][t], r[0][t]), "result %d differs from the GEMM's", t);
+        cg_release(r[0][t]);
+        cg_release(r[1][t]);
+    }
+    cg_release_all(4, in[0], in[1], in[2], in[3]);
+}
+END_TEST
+
 /* ------------------------------------------- attention's rows kept in bf16 */
 
 /* The weights kept in bf16 (bf16's own softmax recipe,
@@ -4076,6 +4119,7 @@ static Suite *bf16_suite(void)
     tcase_set_timeout(ta, 300);
     tcase_add_test(ta, test_attention_amx);
     tcase_add_test(ta, test_attention_amx_switch);
+    tcase_add_test(ta, test_attention_amx_unseen_keys);
     tcase_add_test(ta, test_attention_rows_bf16);
     tcase_add_test(ta, test_attention_rows_bf16_groups);
     suite_add_tcase(s, ta);
