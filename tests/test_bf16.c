@@ -3736,6 +3736,44 @@ START_TEST(test_attention_amx_unseen_keys)
 }
 END_TEST
 
+/* dO holding +inf in query 0's row (causal, 200 x 200): the sums over
+ * queries of key blocks past the first sub-block of 64 start at their
+ * sub-block, where the GEMM's start (core/attention_bwd.c), so query 0's
+ * row, whose weights there are 0, is not in them: dv of keys 64 on is
+ * finite and has the GEMM's bits (CG_ATTN_AMX=0). */
+START_TEST(test_attention_amx_causal_sums)
+{
+    const amx_case c = {1, 1, 200, 200, 32, true, false};
+    cg_rng rng = cg_rng_new(37);
+    cg_tensor *in[4] = {cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tq, c.dh)),
+                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tk, c.dh)),
+                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tk, c.dh)),
+                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tq, c.dh))};
+    for (int64_t e = 0; e < c.dh; e++)
+        cg_data(in[3])[e] = INFINITY;
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_tensor *r[2][5];
+    for (int run = 0; run < 2; run++) { /* tiles, GEMM */
+        ck_assert(setenv("CG_ATTN_AMX", run ? "0" : "1", 1) == 0);
+        amx_attention(&c, in, NULL, r[run]);
+    }
+    unsetenv("CG_ATTN_AMX");
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    float *dv = cg_test_values(r[0][4]), *gemm = cg_test_values(r[1][4]);
+    for (int64_t i = 64 * c.dh; i < c.Tk * c.dh; i++) {
+        ck_assert_msg(isfinite(dv[i]), "dv[%lld] = %g", (long long)(i / c.dh), (double)dv[i]);
+        ck_assert_uint_eq(to_bits(dv[i]), to_bits(gemm[i]));
+    }
+    free(dv);
+    free(gemm);
+    for (int t = 0; t < 5; t++) {
+        cg_release(r[0][t]);
+        cg_release(r[1][t]);
+    }
+    cg_release_all(4, in[0], in[1], in[2], in[3]);
+}
+END_TEST
+
 /* ------------------------------------------- attention's rows kept in bf16 */
 
 /* The weights kept in bf16 (bf16's own softmax recipe,
@@ -4120,6 +4158,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(ta, test_attention_amx);
     tcase_add_test(ta, test_attention_amx_switch);
     tcase_add_test(ta, test_attention_amx_unseen_keys);
+    tcase_add_test(ta, test_attention_amx_causal_sums);
     tcase_add_test(ta, test_attention_rows_bf16);
     tcase_add_test(ta, test_attention_rows_bf16_groups);
     suite_add_tcase(s, ta);
