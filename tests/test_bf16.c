@@ -242,10 +242,10 @@ START_TEST(test_against_double)
                             e[1] = sx;
                             e[2] = mag;
                         }
-                    /* C = A B, -1.5 A B + 0.5 C, and on AMX, whose tiles sum onto C
-                     * for it, A B + C (elsewhere test_emulation_bits holds beta 1 to
-                     * the model's bits) */
-                    static const float alphas[] = {1.0f, -1.5f, 1.0f}, betas[] = {0, 0.5f, 1};
+                    /* C = A B, -1.5 A B - 0.5 C (a negative beta: its C is added, not
+                     * dropped), and on AMX, whose tiles sum onto C for it, A B + C
+                     * (elsewhere test_emulation_bits holds beta 1 to the model's bits) */
+                    static const float alphas[] = {1.0f, -1.5f, 1.0f}, betas[] = {0, -0.5f, 1};
                     for (int bi = 0; bi < (path == CG_GEMM_BF16_AMX ? 3 : 2); bi++) {
                         const float beta = betas[bi], alpha = alphas[bi];
                         for (size_t i = 0; i < nc; i++)
