@@ -1132,7 +1132,8 @@ static void one_sum(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const fl
 /* y = x W^T (+ bias) on a packed W, against cg_sgemm_path on the same path
  * (bit for bit, y prefilled with the bias and beta 1 as a linear layer does)
  * and against float64 within the bf16 bound; W and x in several layouts,
- * M = 1..8 and beyond a tile, odd N and K across the tile and k block. */
+ * M = 1..8 and beyond a tile, odd N and K across the tile and k block; the
+ * bias every second element when x's layout is odd (a strided bias). */
 static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, int64_t K, int lw,
                         int lx, bool padded_y, bool with_bias)
 {
@@ -1142,7 +1143,8 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
     layout(lx, M, K, &rsx, &csx, &nx);
     const int64_t rsy = padded_y ? N + 3 : N;
     const size_t ny = (size_t)((M - 1) * rsy + N);
-    float *w = rand_buf(rng, nw), *x = rand_buf(rng, nx), *bias = rand_buf(rng, (size_t)N);
+    const int64_t bs = 1 + lx % 2;
+    float *w = rand_buf(rng, nw), *x = rand_buf(rng, nx), *bias = rand_buf(rng, (size_t)(N * bs));
     float *y = malloc(ny * sizeof(float)), *ref = malloc(ny * sizeof(float));
     for (size_t i = 0; i < ny; i++)
         y[i] = ref[i] = NAN; /* gaps must stay untouched */
@@ -1152,11 +1154,11 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
     ck_assert_int_eq(cg_bf16_matrix_cols(pw), K);
     ck_assert(cg_bf16_matrix_bytes(pw) >= (size_t)(N * K) * 2);
     ck_assert(
-        cg_bf16_matrix_mul(pw, path, 1, M, x, rsx, csx, with_bias ? bias : NULL, 1, y, rsy, 1));
+        cg_bf16_matrix_mul(pw, path, 1, M, x, rsx, csx, with_bias ? bias : NULL, bs, y, rsy, 1));
     if (with_bias)
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
-                ref[i * rsy + j] = bias[j];
+                ref[i * rsy + j] = bias[j * bs];
     if (cg_gemm_k_split(path, M, N, K)) /* cg_sgemm would split it: its one sum */
         one_sum(path, M, N, K, x, rsx, csx, w, csw, rsw, with_bias ? 1.0f : 0.0f, ref, rsy, 1);
     else
@@ -1171,7 +1173,7 @@ static void matrix_case(cg_rng *rng, cg_gemm_path path, int64_t M, int64_t N, in
                              cg_gemm_path_name(path), (long long)M, (long long)N, (long long)K, lw,
                              lx, (int)with_bias, (double)got, (double)ref[i * rsy + j],
                              (long long)i, (long long)j);
-            double sx = with_bias ? bias[j] : 0.0, mag = with_bias ? fabs(bias[j]) : 0.0;
+            double sx = with_bias ? bias[j * bs] : 0.0, mag = with_bias ? fabs(bias[j * bs]) : 0.0;
             for (int64_t p = 0; p < K; p++) {
                 double t = (double)x[i * rsx + p * csx] * w[j * rsw + p * csw];
                 sx += t;
@@ -2537,6 +2539,34 @@ START_TEST(test_linear_act)
     ck_assert_ptr_null(s);
     cg_set_matmul_precision(CG_PRECISION_FP32);
     cg_release_all(3, x, w, w7);
+}
+END_TEST
+
+/* A linear layer's bias as a strided view (every second element of a
+ * buffer) gives the bits of its contiguous copy: cg_k_linear and
+ * cg_k_linear_act (the bias added as the kernels write y), fp32 and bf16,
+ * rows of the panel path and of the driver. */
+START_TEST(test_linear_bias_strided)
+{
+    cg_rng rng = cg_rng_new(71);
+    const int64_t rows[] = {3, 70};
+    for (int v = 0; v < 4; v++) {
+        const bool bf16 = v % 2;
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *x = cg_randn(&rng, CG_SHAPE(rows[v / 2], 40));
+        cg_tensor *w = cg_randn(&rng, CG_SHAPE(45, 40)), *bb = cg_randn(&rng, CG_SHAPE(90));
+        cg_tensor *b = cg_view_slice(bb, 0, 0, 90, 2), *bc = cg_k_contiguous(b);
+        ck_assert_int_eq(b->strides[0], 2);
+        cg_tensor *y = cg_k_linear(x, w, b), *want = cg_k_linear(x, w, bc);
+        cg_tensor *ya = cg_k_linear_act(x, w, b, CG_K_ACT_GELU, NULL);
+        cg_tensor *wanta = cg_k_linear_act(x, w, bc, CG_K_ACT_GELU, NULL);
+        ck_assert_msg(same_bits(y, want), "%s, %lld rows", bf16 ? "bf16" : "fp32",
+                      (long long)rows[v / 2]);
+        ck_assert_msg(same_bits(ya, wanta), "gelu, %s, %lld rows", bf16 ? "bf16" : "fp32",
+                      (long long)rows[v / 2]);
+        cg_release_all(9, x, w, bb, b, bc, y, want, ya, wanta);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
 }
 END_TEST
 
@@ -4137,6 +4167,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_attention_keeps_out16);
     tcase_add_test(to, test_relu_mask);
     tcase_add_test(to, test_linear_act);
+    tcase_add_test(to, test_linear_bias_strided);
     tcase_add_test(to, test_linear_residual);
     tcase_add_test(to, test_norm_bf16_copy);
     tcase_add_test(to, test_norm_xhat);
