@@ -145,12 +145,13 @@ static void round_runs_case(void)
 }
 
 /* Sizes on both sides of the micro-tile (32 x 12), the k pair, the k block
- * (384), the m block (96), the n block (3072) and the split of k in two
+ * (384), the m block (96), the n block (3072: with one k block and with
+ * two, each n block taking every k block) and the split of k in two
  * (cg_gemm_k_split: the last four but one are split). */
 static const int64_t sizes[][3] = {
-    {1, 1, 1},    {1, 1, 2},     {31, 11, 15},  {32, 12, 16},  {33, 13, 17},
-    {64, 24, 31}, {70, 50, 385}, {200, 30, 40}, {97, 14, 3},   {20, 3080, 9},
-    {3, 40, 769}, {8, 17, 1001}, {1, 384, 768}, {1, 385, 769},
+    {1, 1, 1},      {1, 1, 2},     {31, 11, 15},  {32, 12, 16},  {33, 13, 17},
+    {64, 24, 31},   {70, 50, 385}, {200, 30, 40}, {97, 14, 3},   {20, 3080, 9},
+    {5, 3080, 400}, {3, 40, 769},  {8, 17, 1001}, {1, 384, 768}, {1, 385, 769},
 };
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
 
