@@ -793,11 +793,13 @@ END_TEST
 START_TEST(test_shared_packing_bits)
 {
     cg_rng rng = cg_rng_new(9);
-    const int64_t dims[][3] = {{256, 256, 1000}, {200, 3100, 77}, {130, 96, 800}};
+    /* the last: two B panels, the second thread's run of them starting
+     * at the n block's last panel */
+    const int64_t dims[][3] = {{256, 256, 1000}, {200, 3100, 77}, {130, 96, 800}, {256, 20, 100}};
     const cg_bf16_kind kinds[] = {CG_BF16_NATIVE, CG_BF16_EMULATED};
     const cg_gemm_path paths[] = {CG_GEMM_BF16, CG_GEMM_BF16_EMULATED};
     int ran = 0;
-    for (int d = 0; d < 3; d++) {
+    for (int d = 0; d < 4; d++) {
         const int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
         float *a = rand_buf(&rng, (size_t)(m * k)), *b = rand_buf(&rng, (size_t)(k * n));
         float *bias = rand_buf(&rng, (size_t)n);
