@@ -2640,8 +2640,8 @@ END_TEST
 /* cg_k_norm with bf16_copy: the four norms' outputs, statistics and sums
  * are those of cg_k_layer_norm and the rest, bit for bit, and the output's
  * bf16 copy, kept for cg_k_bf16_operand, is the one it would make (rows of
- * 70 columns: a partial vector; NaN and large values); an RMS norm with a
- * bias refused. */
+ * 70 columns: a partial vector; NaN and large values), and asking for it
+ * allocates nothing; an RMS norm with a bias refused. */
 START_TEST(test_norm_bf16_copy)
 {
     cg_rng rng = cg_rng_new(71);
@@ -2669,6 +2669,17 @@ START_TEST(test_norm_bf16_copy)
                           sizeof(uint16_t) * (size_t)cg_numel(got)));
         cg_release_all(11, m0, r0, s0, m1, r1, s1, want, got, c, c2, fresh);
     }
+    /* the copy is the one made as the rows were written: asking for it
+     * allocates nothing (cg_k_bf16_operand would make and keep one
+     * otherwise). 64 KB: the allocator counts blocks of 32 KB and more. */
+    cg_tensor *xl = cg_randn(&rng, CG_SHAPE(64, 512)), *wl = cg_randn(&rng, CG_SHAPE(512));
+    cg_tensor *rl = NULL,
+              *yl = cg_k_norm(false, xl, NULL, wl, NULL, 1e-5f, true, NULL, &rl, NULL, NULL);
+    ck_assert_ptr_nonnull(yl);
+    const size_t live = cg_alloc_get_stats().live_bytes;
+    cg_tensor *cl = cg_k_bf16_operand(yl);
+    ck_assert_msg(cg_alloc_get_stats().live_bytes == live, "the norm's bf16 copy was not kept");
+    cg_release_all(5, xl, wl, rl, yl, cl);
     cg_tensor *r = NULL;
     ck_assert_ptr_null(cg_k_norm(true, x, NULL, w, b, 1e-5f, true, NULL, &r, NULL, NULL));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "no bias"));
