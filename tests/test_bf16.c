@@ -2687,6 +2687,42 @@ START_TEST(test_norm_bf16_copy)
 }
 END_TEST
 
+/* The norms where nothing is recorded (no_grad, or no input requiring
+ * grad) in bf16 precision: no backward reads an x-hat, so the output is
+ * fp32's, bit for bit, not the one computed from x-hat's rounding that
+ * bf16 training uses. */
+START_TEST(test_norm_unrecorded_fp32_bits)
+{
+    cg_rng rng = cg_rng_new(72);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(6, 70)), *a = cg_randn(&rng, CG_SHAPE(6, 70));
+    cg_tensor *w = cg_randn(&rng, CG_SHAPE(70)), *b = cg_randn(&rng, CG_SHAPE(70));
+    cg_tensor *r = NULL, *m = NULL, *sum = NULL;
+    cg_tensor *ln = cg_k_layer_norm(x, w, b, 1e-5f, &m, &r);
+    cg_release_all(2, m, r);
+    cg_tensor *rn = cg_k_rms_norm(x, w, 1e-5f, &r);
+    cg_release(r);
+    cg_tensor *aln = cg_k_add_layer_norm(x, a, w, b, 1e-5f, &m, &r, &sum);
+    cg_release_all(3, m, r, sum);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: inputs that need no grad; pass 1: they do, under no_grad */
+        cg_requires_grad(w, pass == 1);
+        if (pass == 1)
+            cg_no_grad_begin();
+        cg_tensor *y1 = cg_layer_norm(x, w, b, 1e-5f), *y2 = cg_rms_norm(x, w, 1e-5f);
+        cg_tensor *y3 = cg_add_layer_norm(x, a, w, b, 1e-5f);
+        if (pass == 1)
+            cg_no_grad_end();
+        ck_assert_msg(y1 && y2 && y3, "%s", cg_last_error());
+        ck_assert_msg(same_bits(y1, ln) && same_bits(y2, rn) && same_bits(y3, aln),
+                      "pass %d: a norm nothing records is not fp32's", pass);
+        cg_release_all(3, y1, y2, y3);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_release_all(7, x, a, w, b, ln, rn, aln);
+}
+END_TEST
+
 /* cg_k_norm's x-hat, what bf16 training keeps for the norms' backward: the
  * float x-hat of the norm's input, (s - mean) * rstd, rounded to bf16, the
  * output and rstd unchanged. cg_k_norm_backward_xhat: with rstd 1, the bits
@@ -4184,6 +4220,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_linear_bias_strided);
     tcase_add_test(to, test_linear_residual);
     tcase_add_test(to, test_norm_bf16_copy);
+    tcase_add_test(to, test_norm_unrecorded_fp32_bits);
     tcase_add_test(to, test_norm_xhat);
     tcase_add_test(to, test_norm_saves_xhat);
     tcase_add_test(to, test_norm_output_remade);
