@@ -3773,6 +3773,29 @@ START_TEST(test_attention_amx_switch)
 }
 END_TEST
 
+/* q, k, v and dO of case c, N(0, 1) from seed */
+static void amx_case_inputs(const amx_case *c, uint64_t seed, cg_tensor *in[4])
+{
+    cg_rng rng = cg_rng_new(seed);
+    in[0] = cg_randn(&rng, CG_SHAPE(c->B, c->H, c->Tq, c->dh));
+    in[1] = cg_randn(&rng, CG_SHAPE(c->B, c->H, c->Tk, c->dh));
+    in[2] = cg_randn(&rng, CG_SHAPE(c->B, c->H, c->Tk, c->dh));
+    in[3] = cg_randn(&rng, CG_SHAPE(c->B, c->H, c->Tq, c->dh));
+}
+
+/* Case c in bf16 on attention's tiles (r[0]) and on the GEMM
+ * (CG_ATTN_AMX=0, r[1]) */
+static void tiles_then_gemm(const amx_case *c, cg_tensor *const *in, cg_tensor *r[2][5])
+{
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    for (int run = 0; run < 2; run++) {
+        ck_assert(setenv("CG_ATTN_AMX", run ? "0" : "1", 1) == 0);
+        amx_attention(c, in, NULL, r[run]);
+    }
+    unsetenv("CG_ATTN_AMX");
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+}
+
 /* Keys no query sees (causal, 37 queries of 300 keys) holding +inf in k
  * and v: the tiles' last chunk of keys (37 of them, an odd count) reads
  * none past the 37th, as the GEMM's panels do not (an odd K's last pair
@@ -3781,25 +3804,16 @@ END_TEST
 START_TEST(test_attention_amx_unseen_keys)
 {
     const amx_case c = {1, 2, 37, 300, 16, true, false};
-    cg_rng rng = cg_rng_new(31);
-    cg_tensor *in[4] = {cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tq, c.dh)),
-                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tk, c.dh)),
-                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tk, c.dh)),
-                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tq, c.dh))};
+    cg_tensor *in[4];
+    amx_case_inputs(&c, 31, in);
     for (int64_t h = 0; h < c.H; h++)
         for (int64_t j = c.Tq; j < c.Tk; j++)
             for (int64_t e = 0; e < c.dh; e++) {
                 cg_data(in[1])[(h * c.Tk + j) * c.dh + e] = INFINITY;
                 cg_data(in[2])[(h * c.Tk + j) * c.dh + e] = INFINITY;
             }
-    cg_set_matmul_precision(CG_PRECISION_BF16);
     cg_tensor *r[2][5];
-    for (int run = 0; run < 2; run++) { /* tiles, GEMM */
-        ck_assert(setenv("CG_ATTN_AMX", run ? "0" : "1", 1) == 0);
-        amx_attention(&c, in, NULL, r[run]);
-    }
-    unsetenv("CG_ATTN_AMX");
-    cg_set_matmul_precision(CG_PRECISION_FP32);
+    tiles_then_gemm(&c, in, r);
     for (int t = 0; t < 3; t += 2) { /* out, dq */
         const int64_t n = cg_numel(r[0][t]);
         float *x = cg_test_values(r[0][t]);
@@ -3824,21 +3838,12 @@ END_TEST
 START_TEST(test_attention_amx_causal_sums)
 {
     const amx_case c = {1, 1, 200, 200, 32, true, false};
-    cg_rng rng = cg_rng_new(37);
-    cg_tensor *in[4] = {cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tq, c.dh)),
-                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tk, c.dh)),
-                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tk, c.dh)),
-                        cg_randn(&rng, CG_SHAPE(c.B, c.H, c.Tq, c.dh))};
+    cg_tensor *in[4];
+    amx_case_inputs(&c, 37, in);
     for (int64_t e = 0; e < c.dh; e++)
         cg_data(in[3])[e] = INFINITY;
-    cg_set_matmul_precision(CG_PRECISION_BF16);
     cg_tensor *r[2][5];
-    for (int run = 0; run < 2; run++) { /* tiles, GEMM */
-        ck_assert(setenv("CG_ATTN_AMX", run ? "0" : "1", 1) == 0);
-        amx_attention(&c, in, NULL, r[run]);
-    }
-    unsetenv("CG_ATTN_AMX");
-    cg_set_matmul_precision(CG_PRECISION_FP32);
+    tiles_then_gemm(&c, in, r);
     float *dv = cg_test_values(r[0][4]), *gemm = cg_test_values(r[1][4]);
     for (int64_t i = 64 * c.dh; i < c.Tk * c.dh; i++) {
         ck_assert_msg(isfinite(dv[i]), "dv[%lld] = %g", (long long)(i / c.dh), (double)dv[i]);
