@@ -1,7 +1,8 @@
 /* cgrad core, INTERNAL: what the fused attention's forward
  * (core/attention.c) and backward (core/attention_bwd.c) share: the tile
  * sizes, a head's operands, the loops over heads and the checks of the
- * arguments. Only those two files include it. */
+ * arguments. Only those two files include it, and test_bf16 for the
+ * tiles' bound. */
 #ifndef CG_ATTENTION_IMPL_H
 #define CG_ATTENTION_IMPL_H
 

@@ -28,6 +28,7 @@
 #include "core/gemm.h"
 #include "core/amx_tiles.h"
 #include "core/attention_amx.h"
+#include "core/attention_impl.h"
 #include "core/attention_rows.h"
 #include "core/gemm_internal.h"
 #include "core/ops.h"
@@ -471,6 +472,27 @@ START_TEST(test_amx_emulated_tiles)
         free(fb);
         free(fc);
     }
+    /* each product fused into its sum (the pseudo-code's FP32 FMA): 2^-70
+     * squared is below FLT_MIN, which a multiply flushes to zero under FTZ,
+     * while 1.5 2^-126 + 2^-140 is a normal float */
+    uint16_t a1[16][32] = {{0}}, b1[16][32] = {{0}};
+    float c1[16][16], got1[16][16];
+    for (int i = 0; i < 16; i++) {
+        a1[i][0] = 0x1c80; /* 2^-70 */
+        b1[0][2 * i] = 0x1c80;
+        for (int n = 0; n < 16; n++)
+            c1[i][n] = 0x1.8p-126f;
+    }
+    cg_amx_emu_loadd(0, c1, 64);
+    cg_amx_emu_loadd(4, a1, 64);
+    cg_amx_emu_loadd(6, b1, 64);
+    cg_amx_emu_dpbf16ps(0, 4, 6);
+    cg_amx_emu_stored(0, got1, 64);
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++)
+            ck_assert_msg(got1[m][n] == 0x1.8p-126f + 0x1p-140f,
+                          "emulated tdpbf16ps [%d,%d]: %a, a tiny product not fused", m, n,
+                          (double)got1[m][n]);
 }
 END_TEST
 
@@ -2273,7 +2295,13 @@ START_TEST(test_attention_keeps_out16)
         ck_assert(o->storage->derived || cg_bf16_auto_path() == CG_GEMM_BF16_AMX);
         cg_tensor *ot = cg_view_transpose(o, 1, 2);
         cg_tensor *merged = cg_view_reshape(ot, CG_SHAPE(B, T, H * dh));
+        /* the copy is the merged heads' own: asking for it serves the kept
+         * copy rather than making and keeping another (AMX's tiles take 200
+         * keys and keep none) */
+        const bool amx = cg_bf16_auto_path() == CG_GEMM_BF16_AMX && T == 200;
+        const void *slot = o->storage->derived;
         cg_tensor *m16 = cg_k_bf16_operand(merged), *m16b = cg_k_bf16_operand(merged);
+        ck_assert_msg(amx || o->storage->derived == slot, "the output's copy was made again");
         ck_assert_ptr_nonnull(merged);
         ck_assert_ptr_eq(m16->storage, m16b->storage); /* kept, not made per call */
         ck_assert(cg_is_contiguous(m16));
@@ -3687,6 +3715,7 @@ START_TEST(test_attention_amx)
         {2, 2, 64, 96, 32, false, true},    /* weights kept (96 keys) */
         {1, 3, 1, 200, 32, false, false},   /* one query (decoding) */
         {1, 1, 600, 600, 32, true, false},  /* several key blocks: the GEMM's products */
+        {1, 2, 145, 145, 49, false, false}, /* 17 keys, rows and dh past a tile pair's 32 */
     };
     cg_rng rng = cg_rng_new(97);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -3770,6 +3799,14 @@ START_TEST(test_attention_amx_switch)
     ck_assert(!cg_attn_amx_on(CG_GEMM_AUTO));
     unsetenv("CG_ATTN_AMX");
     ck_assert(!cg_attn_amx_on(CG_GEMM_BF16));
+    /* the tiles take one key block, KB keys, and no more */
+    cg_tensor *q = cg_zeros(CG_SHAPE(1, 1, 4, 32));
+    for (int64_t tk = KB; tk <= KB + 1; tk++) {
+        cg_tensor *k = cg_zeros(CG_SHAPE(1, 1, tk, 32));
+        ck_assert(cg_attn_amx_fits(CG_GEMM_BF16_AMX, q, k, k, NULL) == (tk == KB));
+        cg_release(k);
+    }
+    cg_release(q);
 }
 END_TEST
 
