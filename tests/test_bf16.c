@@ -3567,10 +3567,11 @@ END_TEST
 START_TEST(test_attention_grad_layouts_bf16)
 {
     cg_rng rng = cg_rng_new(73);
-    const int64_t B = 2, H = 3, dh = 16, Ts[2] = {40, 600};
-    for (int v = 0; v < 4; v++) {
-        const int64_t T = Ts[v % 2];
-        const bool causal = v >= 2;
+    /* 33: an odd count of dS's elements, whose bf16 copy ends in half a float */
+    const int64_t B = 2, H = 3, dh = 16, Ts[3] = {40, 600, 33};
+    for (int v = 0; v < 6; v++) {
+        const int64_t T = Ts[v % 3];
+        const bool causal = v >= 3;
         cg_tensor *q, *k, *vv, *g;
         qkvg_randn(&rng, CG_SHAPE(B, H, T, dh), &q, &k, &vv, &g);
         /* the heads of [B, T, H dh]: dense, rows H dh apart */
@@ -3716,6 +3717,7 @@ START_TEST(test_attention_amx)
         {1, 3, 1, 200, 32, false, false},   /* one query (decoding) */
         {1, 1, 600, 600, 32, true, false},  /* several key blocks: the GEMM's products */
         {1, 2, 145, 145, 49, false, false}, /* 17 keys, rows and dh past a tile pair's 32 */
+        {4, 4, 96, 96, 16, false, false},   /* 16 heads, weights kept: tiles of all 96 rows */
     };
     cg_rng rng = cg_rng_new(97);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
