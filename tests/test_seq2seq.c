@@ -1153,7 +1153,7 @@ static void ob_logp(cg_seq2seq *m, const int64_t *src, int64_t S, const int64_t 
 }
 
 static ob_hyp ob_beam(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
-                      int64_t steps, double *gap)
+                      int64_t steps, double *gap, int *n_done)
 {
     const int64_t V = m->cfg.vocab;
     ob_hyp live[OB_MAX], next[OB_MAX], done[OB_MAX * OB_W + OB_MAX];
@@ -1205,6 +1205,8 @@ static ob_hyp ob_beam(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, do
         }
         memcpy(live, next, (size_t)nn * sizeof *live);
         nl = nn;
+        if (n_done) /* the hypotheses finished after each step */
+            n_done[step] = nd;
         if (nd >= beam || nl == 0)
             break;
     }
@@ -1257,7 +1259,7 @@ START_TEST(test_beam_matches_reference_search)
             for (int a = 0; a < 3; a++) {
                 const double alpha = a == 0 ? 0.0 : a == 1 ? 0.6 : 2.0;
                 double gap;
-                ob_hyp want = ob_beam(m, src, S, beam, alpha, STEPS, &gap);
+                ob_hyp want = ob_beam(m, src, S, beam, alpha, STEPS, &gap, NULL);
                 if (gap < 1e-3) {
                     unclear++;
                     continue;
@@ -1288,6 +1290,125 @@ START_TEST(test_beam_matches_reference_search)
                   "compared %d (unclear %d), not greedy's %d, unfinished %d", compared, unclear,
                   not_greedy, unfinished);
     cg_seq2seq_free(m);
+}
+END_TEST
+
+/* A translator whose next-token logits from token u are the row z[u] of a
+ * table (up to a constant per row, within about 1e-2), whatever the source,
+ * the position and the tokens before: one decoder layer, no encoder layer,
+ * the attentions' output projections zero, every norm's weight 1 and bias 0.
+ * Token u's embedding is 10 in dimension u (read by the feed-forward) and 10
+ * in dimension V + u (read by the tied head); the feed-forward's unit u fires
+ * on dimension u alone and writes 1e5 times z[u] into dimensions V..2V-1,
+ * with dimension 2V holding what makes every row's centred norm the same N:
+ * the last norm then gives sqrt(d) * (row - mean) / N, and the head's 10 per
+ * dimension gives z[u] + a constant. Post-norm the last norm is ln3, pre-norm
+ * ln_f; the sinusoidal positions (norm 4) are small beside the spikes. */
+enum { TZ_V = 10 };
+
+static cg_seq2seq *table_model(const double z[TZ_V][TZ_V], bool norm_first)
+{
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = TZ_V, c.d = 32, c.H = 2, c.d_ff = TZ_V, c.max_len = 16;
+    c.enc_layers = 0, c.dec_layers = 1, c.norm_first = norm_first;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 1);
+    ck_assert_ptr_nonnull(m);
+    const int64_t d = c.d, V = TZ_V;
+    const double N = 10.0 * sqrt((double)d);
+    cg_param_list pl = {0};
+    ck_assert(cg_module_params(CG_MODULE(m), &pl));
+    for (int i = 0; i < pl.n; i++) /* zero, norms' weights 1 */
+        for (int64_t k = 0; k < cg_numel(pl.items[i].tensor); k++)
+            cg_data(pl.items[i].tensor)[k] =
+                strstr(pl.items[i].name, "ln") && strstr(pl.items[i].name, "weight") ? 1.0f : 0.0f;
+    cg_dec_layer *l = m->decoder->layers[0];
+    float *e = cg_data(m->emb->weight), *w1 = cg_data(l->ff->fc1->weight),
+          *b1 = cg_data(l->ff->fc1->bias), *w2 = cg_data(l->ff->fc2->weight);
+    for (int64_t u = 0; u < V; u++) {
+        e[u * d + u] = e[u * d + V + u] = 10.0f;
+        w1[u * d + u] = 1.0f; /* [d_ff, d]: about 3.9 on u's own input, < 0 elsewhere */
+        b1[u] = -2.0f;
+        double s1 = 0, s2 = 0; /* t solves s2 + t^2 - (s1 + t)^2 / d = N^2 */
+        for (int64_t v = 0; v < V; v++)
+            s1 += z[u][v], s2 += z[u][v] * z[u][v];
+        const double a = 1.0 - 1.0 / (double)d, b = -2.0 * s1 / (double)d,
+                     cc = s2 - s1 * s1 / (double)d - N * N;
+        const double t = (-b + sqrt(b * b - 4 * a * cc)) / (2 * a);
+        for (int64_t v = 0; v < V; v++) /* fc2 [d, d_ff] */
+            w2[(V + v) * V + u] = (float)(1e5 * z[u][v]);
+        w2[2 * V * V + u] = (float)(1e5 * t);
+    }
+    for (int i = 0; i < pl.n; i++)
+        cg_tensor_modified(pl.items[i].tensor);
+    cg_param_list_free(&pl);
+    cg_module_train(CG_MODULE(m), false);
+    return m;
+}
+
+/* A search that stops once beam - 1 hypotheses have finished loses the one
+ * that finishes next and wins. With alpha 0, beam 3 and tokens A B C D (3 to
+ * 6): from BOS, A B C are the three best; A and B then end (p(EOS) about
+ * 0.3), C goes on to D (0.9) and D ends (0.9), so that at the second step A
+ * EOS and B EOS finish (two of three) while C D lives, and C D EOS (about
+ * 0.20) beats A EOS (0.08) at the third. The other entries are small and
+ * distinct, so that no decision of the search is near a tie. The rig is
+ * checked from the model's own log-probabilities: the reference search has
+ * two finished after the second step, none after the first, and returns C D
+ * finished. */
+START_TEST(test_beam_finishes_past_beam_minus_one)
+{
+    enum { A = 3, B = 4, C = 5, D = 6 };
+    double z[TZ_V][TZ_V];
+    for (int u = 0; u < TZ_V; u++) {
+        for (int v = 0; v < TZ_V; v++) /* distinct within a row: 5u + 3v mod 11 */
+            z[u][v] = 0.02 * ((5 * u + 3 * v) % 11);
+        z[u][CG_PAD] = z[u][CG_BOS] = -6.0;
+        z[u][CG_EOS] += 2.0; /* every other token: EOS first */
+    }
+    z[CG_BOS][A] = 2.0, z[CG_BOS][B] = 1.9, z[CG_BOS][C] = 1.8, z[CG_BOS][CG_EOS] = -2.0;
+    z[A][CG_EOS] = z[B][CG_EOS] = 1.0;
+    z[C][D] = 4.0, z[C][CG_EOS] = -1.0;
+    z[D][CG_EOS] = 4.0;
+    enum { S = 4, STEPS = 8 };
+    const int64_t src[S] = {7, 8, 9, CG_EOS};
+    for (int nf = 0; nf < 2; nf++) {
+        cg_seq2seq *m = table_model(z, nf);
+        double lp[TZ_V], gap;
+        const int64_t ys[3] = {CG_BOS, C, D};
+        for (int64_t T = 1; T <= 3; T++) { /* the table, read back at each position */
+            ob_logp(m, src, S, ys, T, lp);
+            const int64_t u = ys[T - 1];
+            for (int v = 1; v < TZ_V; v++)
+                ck_assert_double_eq_tol(lp[v] - lp[0], z[u][v] - z[u][0], 1e-2);
+        }
+        int n_done[STEPS] = {0};
+        ob_hyp want = ob_beam(m, src, S, 3, 0.0, STEPS, &gap, n_done);
+        ck_assert_msg(gap >= 1e-2, "norm_first %d: a decision with a margin of %g", nf, gap);
+        ck_assert_msg(n_done[0] == 0 && n_done[1] == 2 && n_done[2] >= 3,
+                      "norm_first %d: finished %d, %d, %d after the first steps", nf, n_done[0],
+                      n_done[1], n_done[2]);
+        ck_assert(want.fin && want.n == 2 && want.ids[0] == C && want.ids[1] == D);
+        /* C D scored as the sum of its three log-probabilities */
+        double sum = 0;
+        for (int64_t T = 1; T <= 3; T++) {
+            const int64_t next[3] = {C, D, CG_EOS};
+            ob_logp(m, src, S, ys, T, lp);
+            sum += lp[next[T - 1]];
+        }
+        ck_assert_double_eq_tol(want.s, sum, 1e-9);
+        for (int cache = 0; cache < 2; cache++) {
+            int64_t *b = NULL, n = 0;
+            double score;
+            bool fin;
+            ck_assert(cg_beam_search(m, src, S, 3, 0.0, STEPS, &b, &n, &score, &fin, cache));
+            ck_assert_msg(n == 2 && b[0] == C && b[1] == D && fin,
+                          "norm_first %d cache %d: %lld ids (finished %d), not C D finished", nf,
+                          cache, (long long)n, fin);
+            ck_assert_double_eq_tol(score, want.s, 1e-4);
+            free(b);
+        }
+        cg_seq2seq_free(m);
+    }
 }
 END_TEST
 
@@ -2326,6 +2447,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_greedy_pad_after_a_row_ended);
     tcase_add_test(tc, test_decode_ties);
     tcase_add_test(tc, test_beam_matches_reference_search);
+    tcase_add_test(tc, test_beam_finishes_past_beam_minus_one);
     tcase_add_test(tc, test_translation_length_limit);
     tcase_add_test(tc, test_translate_all_sources_end_with_eos);
     tcase_add_test(tc, test_decode_nonfinite_last_position);
