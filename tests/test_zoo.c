@@ -1211,9 +1211,9 @@ static char *expected_stream(const cg_tokenizer *tok, const int64_t *ids, int64_
     return all;
 }
 
-/* What cg_charlm_generate_text streams equals the decoded ids, for the
- * characters and for BPE (whose random byte pieces make partial UTF-8). */
-static void check_stream(const cg_tokenizer *tok, const int64_t *prompt, int64_t n_prompt)
+/* A character LM of 16 dimensions, one layer, d_ff 24 and max_len 16 over
+ * tok's ids (seed 7). */
+static cg_charlm *stream_model(const cg_tokenizer *tok, bool norm_first)
 {
     cg_charlm_config c = cg_charlm_config_default();
     c.vocab = cg_tokenizer_vocab_size(tok);
@@ -1222,13 +1222,21 @@ static void check_stream(const cg_tokenizer *tok, const int64_t *prompt, int64_t
     c.layers = 1;
     c.d_ff = 24;
     c.max_len = 16;
+    c.norm_first = norm_first;
     cg_charlm *m = cg_charlm_new(&c, 7);
     ck_assert_msg(m != NULL, "%s", cg_last_error());
+    return m;
+}
+
+/* What cg_charlm_generate_text streams for n_new ids of m at temperature t
+ * equals the decoded ids; the ids (the caller frees them). */
+static int64_t *stream_matches(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
+                               int64_t n_prompt, int64_t n_new, double t)
+{
     FILE *f = tmpfile();
     ck_assert(f != NULL);
-    cg_sample_opts so = {.temperature = 1.5, .top_k = 0, .top_p = 1.0};
+    cg_sample_opts so = {.temperature = t, .top_k = 0, .top_p = 1.0};
     cg_rng rng = cg_rng_new(3);
-    const int64_t n_new = 300; /* past max_len: the window slides, the anchor moves */
     int64_t *ids = cg_charlm_generate_text(m, tok, prompt, n_prompt, n_new, &so, &rng, true, f);
     ck_assert_msg(ids != NULL, "%s", cg_last_error());
     long len = ftell(f);
@@ -1239,8 +1247,17 @@ static void check_stream(const cg_tokenizer *tok, const int64_t *prompt, int64_t
     ck_assert_str_eq(got, want);
     free(want);
     free(got);
-    free(ids);
     fclose(f);
+    return ids;
+}
+
+/* The stream equals the decoded ids, for the characters and for BPE (whose
+ * random byte pieces make partial UTF-8). */
+static void check_stream(const cg_tokenizer *tok, const int64_t *prompt, int64_t n_prompt)
+{
+    cg_charlm *m = stream_model(tok, true);
+    /* past max_len: the window slides, the anchor moves */
+    free(stream_matches(m, tok, prompt, n_prompt, 300, 1.5));
     cg_charlm_free(m);
 }
 
@@ -1262,6 +1279,77 @@ START_TEST(test_generate_text_streams)
     check_stream(bt, p, n);
     free(p);
     cg_tokenizer_free(bt);
+}
+END_TEST
+
+/* The printer holds back a U+FFFD that ends the text (a character whose
+ * bytes have not all come) and prints it once more text follows. A piece
+ * that ends in U+FFFD itself ("\u2581\uFFFD", learnt from a corpus holding
+ * U+FFFD as a word) adds text and a U+FFFD in one step: the space is
+ * printed, the U+FFFD held back, and it must not be counted as printed (it
+ * was lost from the stream when it was). The model is rigged to alternate that piece P and another Q
+ * greedily: every weight zero but the tied table's rows P and Q, +-10 in
+ * dimensions 0-3 ((1, 1, -1, -1) and (1, -1, -1, 1)), and the last norm's
+ * weight -1 in dimensions 1 and 3 and 0 elsewhere, so that from P the head
+ * gives Q about +40, P about -40 and every other id 0, and from Q the
+ * reverse (the positions, at most 1 beside the embedding's 40, do not
+ * change it). Post-norm and pre-norm. */
+START_TEST(test_generate_text_streams_held_back_fffd)
+{
+    if (!cg_spm_available())
+        return;
+    const char *sents[] = {"ax \xEF\xBF\xBD by \xEF\xBF\xBD ax \xEF\xBF\xBD by",
+                           "by \xEF\xBF\xBD ax \xEF\xBF\xBD"};
+    cg_tokenizer *tok = cg_tokenizer_train(CG_TOK_BPE, false, sents, 2, 280);
+    ck_assert_msg(tok != NULL, "%s", cg_last_error());
+    const int64_t V = cg_tokenizer_vocab_size(tok);
+    int64_t P = -1, Q = -1; /* the pieces "\u2581\uFFFD" and "\u2581by" */
+    for (int64_t i = 0; i < V; i++) {
+        char *l = cg_tokenizer_label(tok, i);
+        ck_assert(l != NULL);
+        P = strcmp(l, "\xE2\x90\xA3\xEF\xBF\xBD") == 0 ? i : P;
+        Q = strcmp(l, "\xE2\x90\xA3"
+                      "by") == 0
+                ? i
+                : Q;
+        free(l);
+    }
+    ck_assert_msg(P >= 0 && Q >= 0, "pieces %lld and %lld", (long long)P, (long long)Q);
+    /* after Q, P adds a space and a U+FFFD at once */
+    char *q = cg_tokenizer_decode(tok, &Q, 1), *qp = cg_tokenizer_decode(tok, (int64_t[]){Q, P}, 2);
+    ck_assert(q && qp);
+    ck_assert_str_eq(qp + strlen(q), " \xEF\xBF\xBD");
+    free(q);
+    free(qp);
+    for (int nf = 0; nf < 2; nf++) {
+        cg_charlm *m = stream_model(tok, nf);
+        const int64_t d = m->cfg.d;
+        cg_param_list pl = {0};
+        ck_assert(cg_module_params(CG_MODULE(m), &pl));
+        for (int i = 0; i < pl.n; i++) /* zero, norms' weights 1 */
+            for (int64_t k = 0; k < cg_numel(pl.items[i].tensor); k++)
+                cg_data(pl.items[i].tensor)[k] =
+                    strstr(pl.items[i].name, "ln") && strstr(pl.items[i].name, "weight") ? 1.0f
+                                                                                         : 0.0f;
+        float *e = cg_data(m->tok_emb->weight);
+        const float rows[2][4] = {{10, 10, -10, -10}, {10, -10, -10, 10}};
+        for (int k = 0; k < 4; k++)
+            e[P * d + k] = rows[0][k], e[Q * d + k] = rows[1][k];
+        float *w = cg_data((nf ? m->ln_f : m->block[0]->ln2)->weight);
+        for (int64_t k = 0; k < d; k++)
+            w[k] = k == 1 || k == 3 ? -1.0f : 0.0f;
+        for (int i = 0; i < pl.n; i++)
+            cg_tensor_modified(pl.items[i].tensor);
+        cg_param_list_free(&pl);
+        enum { N_NEW = 8 };
+        int64_t *ids = stream_matches(m, tok, &Q, 1, N_NEW, 0.0);
+        for (int k = 1; k <= N_NEW; k++) /* the rig: P Q P Q ... */
+            ck_assert_msg(ids[k] == (k % 2 ? P : Q), "norm_first %d: id %d is %lld", nf, k,
+                          (long long)ids[k]);
+        free(ids);
+        cg_charlm_free(m);
+    }
+    cg_tokenizer_free(tok);
 }
 END_TEST
 
@@ -1391,6 +1479,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_flag_table);
     tcase_add_test(t, test_flag_switch_off);
     tcase_add_test(t, test_generate_text_streams);
+    tcase_add_test(t, test_generate_text_streams_held_back_fffd);
     tcase_add_test(t, test_corpus_bpe);
     tcase_add_test(t, test_corpus_bpe_long_lines);
     suite_add_tcase(s, t);
