@@ -909,6 +909,34 @@ START_TEST(test_sample_top_k_draws)
 }
 END_TEST
 
+/* A temperature below FLT_MIN is greedy (sample.h), also where logits /
+ * temperature do not overflow: logits that tie, or differ by less than a
+ * normal float, at temperatures whose float is subnormal (1e-40) or 0
+ * (1e-46). Only there does the rule decide: logits apart by more give the
+ * argmax either way (every other probability underflows to 0), and at a
+ * temperature whose float is 0 the quotients are inf or NaN, which the loop
+ * takes as greedy too; at 1e-40, 0 / 1e-40 is 0 and the three ids drew
+ * uniformly when the rule was dropped. */
+START_TEST(test_sample_subnormal_temperature_greedy)
+{
+    const float zeros[3] = {0, 0, 0}, close[3] = {0, 1e-45f, 0}, apart[3] = {0.01f, 0.02f, 0};
+    const float *rows[3] = {zeros, close, apart};
+    const int64_t first_largest[3] = {0, 1, 1};
+    const double temps[2] = {1e-40, 1e-46};
+    ck_assert((float)temps[0] > 0 && (float)temps[1] == 0); /* subnormal, and 0 */
+    cg_rng r = cg_rng_new(4);
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 3; k++) {
+            const cg_sample_config c = {.temperature = temps[t], .top_p = 1};
+            for (int i = 0; i < 100; i++) {
+                const int64_t a = cg_sample(rows[k], 3, &c, &r);
+                ck_assert_msg(a == first_largest[k], "temperature %g, row %d: drew %lld", temps[t],
+                              k, (long long)a);
+            }
+        }
+}
+END_TEST
+
 START_TEST(test_sample)
 {
     const float logits[5] = {0.1f, 2.0f, -1.0f, 1.9f, 0.5f};
@@ -1472,6 +1500,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_lora_load_refuses_other_tensors);
     tcase_add_test(t, test_dropout_one);
     tcase_add_test(t, test_sample);
+    tcase_add_test(t, test_sample_subnormal_temperature_greedy);
     tcase_add_test(t, test_sample_top_k_draws);
     tcase_add_test(t, test_randperm_batches);
     tcase_add_test(t, test_kv_cache_user_block);
