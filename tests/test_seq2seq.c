@@ -21,6 +21,7 @@
 #include "models/train/train_common.h"
 #include "models/train/trainer.h"
 #include "models/seq2seq/translate.h"
+#include "models/report/metrics.h"
 #include "models/text/spm.h"
 #include "nn/safetensors.h"
 #include "optim/optim.h"
@@ -824,6 +825,68 @@ START_TEST(test_translate_many)
                                             NULL, NULL));
     ck_assert_str_eq(cg_last_error(), "--target is not valid UTF-8");
     cg_test_rm_tree(dir);
+    cg_tokenizer_free(tok);
+}
+END_TEST
+
+/* cg_translate_test's report: the greedy and beam scores are those of
+ * cg_translate_score at beam 1 and at the beam asked for, and the first
+ * `examples` pairs are printed as SRC, REF (the pair's target), GRDY and
+ * BEAM lines. The references here are the targets with " und so" added, so
+ * that no translation is its reference (chrF weighs recall over precision:
+ * hypothesis and reference swapped score otherwise, checked below); the
+ * probes outside the training pairs make beam 3 part from greedy decoding
+ * for at least one of them (checked too). */
+START_TEST(test_translate_test_report)
+{
+    enum { N = 10 };
+    char text[1024] = "";
+    for (int i = 0; i < N; i++)
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%s\t%s und so\n", PROBES[i],
+                 TGT[i % NPAIRS]);
+    cg_pairs p;
+    ck_assert(cg_pairs_parse(text, strlen(text), "report", &p));
+    int64_t idx[N];
+    for (int i = 0; i < N; i++)
+        idx[i] = i;
+    int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
+    cg_tokenizer *tok = cg_pairs_train_tokenizer(&g_pairs, all, NPAIRS, CG_TOK_CHAR, 0);
+    ck_assert_ptr_nonnull(tok);
+    double bleu[2], chrf[2];
+    char **h[2] = {NULL, NULL};
+    const char *refs[N];
+    for (int i = 0; i < N; i++)
+        refs[i] = p.items[i].tgt;
+    for (int b = 0; b < 2; b++) {
+        ck_assert(cg_translate_score(g_model, tok, &p, idx, N, b ? 3 : 1, 0.6, true, &bleu[b],
+                                     &chrf[b], &h[b]));
+        ck_assert_double_eq_tol(chrf[b], cg_chrf(N, (const char *const *)h[b], refs), 1e-9);
+        ck_assert(fabs(chrf[b] - cg_chrf(N, refs, (const char *const *)h[b])) > 1e-3);
+    }
+    int differ = 0;
+    for (int i = 0; i < N; i++)
+        differ += strcmp(h[0][i], h[1][i]) != 0;
+    ck_assert_msg(differ > 0 && fabs(chrf[0] - chrf[1]) > 1e-6, "greedy and beam agree");
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    cg_translate_test_result res;
+    ck_assert(cg_translate_test(g_model, tok, &p, idx, N, 3, 0.6, N - 1, f, &res));
+    ck_assert_double_eq_tol(res.bleu_greedy, bleu[0], 1e-9);
+    ck_assert_double_eq_tol(res.chrf_greedy, chrf[0], 1e-9);
+    ck_assert_double_eq_tol(res.bleu_beam, bleu[1], 1e-9);
+    ck_assert_double_eq_tol(res.chrf_beam, chrf[1], 1e-9);
+    char want[4096] = "", got[4096] = "";
+    for (int i = 0; i < N - 1; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want),
+                 "SRC  %s\nREF  %s\nGRDY %s\nBEAM %s\n\n", PROBES[i], refs[i], h[0][i], h[1][i]);
+    rewind(f);
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    got[n] = '\0';
+    fclose(f);
+    ck_assert_str_eq(got, want);
+    cg_strings_free(h[0], N);
+    cg_strings_free(h[1], N);
+    cg_pairs_free(&p);
     cg_tokenizer_free(tok);
 }
 END_TEST
@@ -2440,6 +2503,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_overfit_greedy_exact);
     tcase_add_test(tc, test_beam1_equals_greedy);
     tcase_add_test(tc, test_translate_many);
+    tcase_add_test(tc, test_translate_test_report);
     tcase_add_test(tc, test_beam_not_worse_than_greedy);
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
