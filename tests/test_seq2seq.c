@@ -1496,6 +1496,25 @@ static cg_seq2seq *never_eos_model(int64_t V, int64_t max_len)
     return m;
 }
 
+/* The length of the greedy translation cg_seq2seq_attention_of_text draws
+ * for text (from its "translation: " line; one character an id). */
+static size_t attention_translation_len(cg_seq2seq *m, const cg_tokenizer *tok, const char *text)
+{
+    char dir[PATH_MAX], line[512];
+    cg_test_mkdtemp(dir, sizeof dir, "cg_test_attn_");
+    FILE *log = tmpfile(), *list = tmpfile();
+    ck_assert(log && list);
+    ck_assert_msg(
+        cg_seq2seq_attention_of_text(m, tok, text, NULL, "--target", true, dir, list, log), "%s",
+        cg_last_error());
+    rewind(log);
+    ck_assert(fgets(line, sizeof line, log) && strncmp(line, "translation: ", 13) == 0);
+    fclose(log);
+    fclose(list);
+    cg_test_rm_tree(dir);
+    return strlen(line + 13) - 1; /* without the newline */
+}
+
 START_TEST(test_translation_length_limit)
 {
     const char *train[] = {"abcdefgh"}, *texts[] = {"abc", "abcdef"};
@@ -1514,6 +1533,8 @@ START_TEST(test_translation_length_limit)
                               strlen(out[i]), strlen(texts[i]) + 50);
             cg_strings_free(out, 2);
         }
+    /* the attention's target: the same limit, and max_len - 1 (BOS's place) */
+    ck_assert_uint_eq(attention_translation_len(m, tok, texts[0]), strlen(texts[0]) + 50);
     cg_seq2seq_free(m);
     /* a model of max_len 20 cuts every translation at 20 tokens */
     m = never_eos_model(cg_tokenizer_vocab_size(tok), 20);
@@ -1525,6 +1546,7 @@ START_TEST(test_translation_length_limit)
                           i, strlen(out[i]));
         cg_strings_free(out, 2);
     }
+    ck_assert_uint_eq(attention_translation_len(m, tok, texts[0]), 19);
     cg_sources_free(&src);
     cg_seq2seq_free(m);
     cg_tokenizer_free(tok);
