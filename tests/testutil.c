@@ -407,6 +407,20 @@ cg_tensor *cg_test_randn_layout(cg_rng *rng, int ndim, const int64_t *shape, int
     return cg_randn(rng, ndim, shape);
 }
 
+void cg_test_blank_params(cg_module *m)
+{
+    cg_param_list pl = {0};
+    ck_assert(cg_module_params(m, &pl));
+    for (int i = 0; i < pl.n; i++) {
+        cg_tensor *t = pl.items[i].tensor;
+        const bool norm = strstr(pl.items[i].name, "ln") && strstr(pl.items[i].name, "weight");
+        for (int64_t k = 0; k < cg_numel(t); k++)
+            cg_data(t)[k] = norm ? 1.0f : 0.0f;
+        cg_tensor_modified(t);
+    }
+    cg_param_list_free(&pl);
+}
+
 double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw)
 {
     cg_param_list la = {0}, lb = {0};

@@ -71,6 +71,10 @@ void cg_test_rm_tree(const char *path);
  * that reaches them is not comparable). The worst tensor's name goes to
  * worst (may be NULL). */
 double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw);
+/* Every parameter of m zero but its norms' weights (ln*.weight), 1, each
+ * marked modified: a model whose outputs a test designs by then writing a
+ * few entries (and marking those tensors modified). */
+void cg_test_blank_params(cg_module *m);
 
 /* Max |a[i] - b[i]| / (atol + rtol*|b[i]|) <= 1 over n elements. On failure
  * the message names the first offending index and both values. */
