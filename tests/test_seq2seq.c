@@ -1471,6 +1471,63 @@ START_TEST(test_beam_finishes_past_beam_minus_one)
 }
 END_TEST
 
+/* cg_translate_score's BLEU is the translations' against the references,
+ * not the other way: BLEU is not symmetric (the brevity penalty, and counts
+ * clipped by the reference's). table_model with a character tokenizer of
+ * six characters (ids 4 to 9 in code point order: ' ' , . a b c) chains
+ * BOS a ' ' b , c . EOS whatever the source, so every translation is
+ * "a b,c.", five 13a tokens ("a b , c ."); the references are "a b,c. b"
+ * and "a b,c.". Every n-gram of the translations matches, so BLEU is the
+ * brevity penalty alone, 100 exp(1 - 11 / 10) (sacreBLEU's value); the
+ * other way round it is 100 (10/11 8/9 6/7 4/5)^(1/4), about 86.3. The rig
+ * is checked: the ids the tokenizer gives, the tokenisation, and each
+ * translation (greedy and beam 3) the designed sentence. */
+START_TEST(test_translate_score_bleu_order)
+{
+    const char *train[] = {"a b,c."}, *hyp = "a b,c.";
+    cg_tokenizer *tok = cg_tokenizer_train(CG_TOK_CHAR, true, train, 1, 0);
+    ck_assert_ptr_nonnull(tok);
+    ck_assert_int_eq(cg_tokenizer_vocab_size(tok), TZ_V);
+    int64_t n = 0, *ids = cg_tokenizer_encode(tok, hyp, &n, NULL);
+    const int64_t chain[6] = {7, 4, 8, 5, 9, 6};
+    ck_assert(ids && n == 6 && memcmp(ids, chain, sizeof chain) == 0);
+    free(ids);
+    double z[TZ_V][TZ_V] = {{0}};
+    for (int u = 0; u < TZ_V; u++)
+        z[u][CG_PAD] = z[u][CG_BOS] = -6.0;
+    z[CG_BOS][chain[0]] = 5.0;
+    for (int i = 0; i < 6; i++)
+        z[chain[i]][i + 1 < 6 ? chain[i + 1] : CG_EOS] = 5.0;
+    cg_seq2seq *m = table_model(z, false);
+    char text[] = "abc\ta b,c. b\ncab\ta b,c.\n";
+    cg_pairs p;
+    ck_assert(cg_pairs_parse(text, strlen(text), "bleu", &p));
+    const int64_t idx[2] = {0, 1};
+    const char *refs[2] = {p.items[0].tgt, p.items[1].tgt};
+    char *t13 = cg_tokenize_13a(hyp);
+    ck_assert_ptr_nonnull(t13);
+    ck_assert_str_eq(t13, "a b , c .");
+    free(t13);
+    const double want = 100.0 * exp(1.0 - 11.0 / 10.0);
+    for (int beam = 1; beam <= 3; beam += 2) {
+        double bleu, chrf;
+        char **h = NULL;
+        ck_assert_msg(cg_translate_score(m, tok, &p, idx, 2, beam, 0.6, true, &bleu, &chrf, &h),
+                      "%s", cg_last_error());
+        for (int i = 0; i < 2; i++)
+            ck_assert_str_eq(h[i], hyp);
+        ck_assert_double_eq_tol(cg_bleu(2, (const char *const *)h, refs), want, 1e-9);
+        ck_assert_double_eq_tol(cg_bleu(2, refs, (const char *const *)h),
+                                100.0 * pow(10.0 / 11 * 8.0 / 9 * 6.0 / 7 * 4.0 / 5, 0.25), 1e-9);
+        ck_assert_msg(fabs(bleu - want) < 1e-9, "beam %d: BLEU %.6f, not %.6f", beam, bleu, want);
+        cg_strings_free(h, 2);
+    }
+    cg_pairs_free(&p);
+    cg_seq2seq_free(m);
+    cg_tokenizer_free(tok);
+}
+END_TEST
+
 /* A translator that never ends a sentence: the specials' rows of the tied
  * embedding are zero (logit 0) and the characters' rows come in pairs e, -e
  * (one of each pair has a logit >= 0 for any state), so greedy decoding and
@@ -2530,6 +2587,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_decode_ties);
     tcase_add_test(tc, test_beam_matches_reference_search);
     tcase_add_test(tc, test_beam_finishes_past_beam_minus_one);
+    tcase_add_test(tc, test_translate_score_bleu_order);
     tcase_add_test(tc, test_translation_length_limit);
     tcase_add_test(tc, test_translate_all_sources_end_with_eos);
     tcase_add_test(tc, test_decode_nonfinite_last_position);
