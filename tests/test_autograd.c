@@ -18,18 +18,6 @@ static cg_tensor *leaf(int ndim, const int64_t *shape, const float *v)
     return t;
 }
 
-static long rss_kb(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, res = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &res) != 2)
-            res = 0;
-        fclose(f);
-    }
-    return res * 4;
-}
-
 START_TEST(test_simple_chain)
 {
     /* y = sum((a * b) + a), dy/da = b + 1, dy/db = a */
@@ -379,7 +367,7 @@ static long mlp_loop(int iters, cg_tensor *w1, cg_tensor *w2, cg_tensor *x)
         cg_zero_grad(w1);
         cg_zero_grad(w2);
     }
-    return rss_kb();
+    return cg_test_rss_kb();
 }
 
 START_TEST(test_memory_flat)

@@ -407,6 +407,18 @@ cg_tensor *cg_test_randn_layout(cg_rng *rng, int ndim, const int64_t *shape, int
     return cg_randn(rng, ndim, shape);
 }
 
+long cg_test_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
 void cg_test_blank_params(cg_module *m)
 {
     cg_param_list pl = {0};

@@ -71,6 +71,8 @@ void cg_test_rm_tree(const char *path);
  * that reaches them is not comparable). The worst tensor's name goes to
  * worst (may be NULL). */
 double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw);
+/* The process's resident set in kB (/proc/self/statm), 0 if unreadable. */
+long cg_test_rss_kb(void);
 /* Every parameter of m zero but its norms' weights (ln*.weight), 1, each
  * marked modified: a model whose outputs a test designs by then writing a
  * few entries (and marking those tensors modified). */
