@@ -856,6 +856,70 @@ START_TEST(test_shared_packing_bits)
 }
 END_TEST
 
+/* The shared packing's bound on B (SHARED_B_MAX_BYTES, 4 MB, in core/
+ * gemm_bf16.c): cg_bf16_gemm_parallel's calling thread holds every k block
+ * of a column block of B in its buffer, so past the bound the product
+ * splits C into independent products instead, each packing one k block at
+ * a time. C [128, 256] column-major (4 row panels, 2 a thread) shares over
+ * one k block on every kernel and is refused over k = 16384 (B's panels
+ * 8.4 MB on AMX, more on the others). Products share only on AMX's path
+ * (core/gemm.c), so on it (emulated under CG_AMX_EMULATE=1) the memory is
+ * measured too, each product in a fresh thread (its own gemm buffers and
+ * OpenMP team): the shared packing called directly grows the resident set
+ * by more than 6 MB (so the measure sees the buffer: 8.3 MB here), the
+ * 2-thread product by less than 4 MB. */
+typedef struct {
+    bool direct; /* cg_bf16_gemm_parallel, else the product on AMX's path */
+    const float *a, *b;
+    float *c;
+    long grew_kb;
+    bool ok;
+} shared_b_run;
+enum { SB_M = 128, SB_N = 256, SB_K = 16384 };
+
+static void *shared_b_product(void *arg)
+{
+    shared_b_run *r = arg;
+    const long before = cg_test_rss_kb();
+    r->ok = r->direct ? cg_bf16_gemm_parallel(CG_BF16_AMX, 2, SB_M, SB_N, SB_K, 1.0f, r->a, SB_K, 1,
+                                              r->b, SB_N, 1, 0, 0.0f, NULL, 0, r->c, 1, SB_M, NULL)
+                      : cg_sgemm_path(CG_GEMM_BF16_AMX, 2, SB_M, SB_N, SB_K, 1.0f, r->a, SB_K, 1,
+                                      r->b, SB_N, 1, 0.0f, r->c, 1, SB_M);
+    r->grew_kb = cg_test_rss_kb() - before;
+    return NULL;
+}
+
+START_TEST(test_shared_packing_bounds_b)
+{
+    const cg_bf16_kind kinds[] = {CG_BF16_NATIVE, CG_BF16_EMULATED, CG_BF16_AMX};
+    for (int q = 0; q < 3; q++) {
+        ck_assert(cg_bf16_gemm_shares_packing(kinds[q], SB_M, SB_N, CG_BF16_KC, 1, SB_M, 2));
+        ck_assert_msg(!cg_bf16_gemm_shares_packing(kinds[q], SB_M, SB_N, SB_K, 1, SB_M, 2),
+                      "kind %d: B's %d k blocks shared", (int)kinds[q], SB_K / CG_BF16_KC + 1);
+    }
+    if (!cg_gemm_path_available(CG_GEMM_BF16_AMX))
+        return;
+    cg_rng rng = cg_rng_new(11);
+    float *a = rand_buf(&rng, (size_t)SB_M * SB_K), *b = rand_buf(&rng, (size_t)SB_K * SB_N);
+    float *c = calloc((size_t)SB_M * SB_N, sizeof *c);
+    shared_b_run runs[2] = {{false, a, b, c, 0, false}, {true, a, b, c, 0, false}};
+    for (int i = 0; i < 2; i++) {
+        pthread_t th;
+        ck_assert_int_eq(pthread_create(&th, NULL, shared_b_product, &runs[i]), 0);
+        ck_assert_int_eq(pthread_join(th, NULL), 0);
+        ck_assert_msg(runs[i].ok, "%s", cg_last_error());
+    }
+#if !defined(__SANITIZE_ADDRESS__) /* ASan's shadow and fake stacks */
+    ck_assert_msg(runs[1].grew_kb > 6144, "the shared packing grew RSS by %ld kB only",
+                  runs[1].grew_kb);
+    ck_assert_msg(runs[0].grew_kb < 4096, "the product grew RSS by %ld kB", runs[0].grew_kb);
+#endif
+    free(a);
+    free(b);
+    free(c);
+}
+END_TEST
+
 START_TEST(test_threads_bit_identical)
 {
     cg_rng rng = cg_rng_new(5);
@@ -4228,6 +4292,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(tc, test_emulation_flush_boundary);
     tcase_add_test(tc, test_threads_bit_identical);
     tcase_add_test(tc, test_shared_packing_bits);
+    tcase_add_test(tc, test_shared_packing_bounds_b);
     tcase_add_test(tc, test_bias_fused);
     tcase_add_test(tc, test_precision_switch);
     tcase_add_test(tc, test_no_bf16_refused);
