@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that C sources follow .clang-format (clang-format --dry-run
 # --Werror): every tracked *.c, *.h and *.cc, or the files given.
-#   scripts/check_format.sh [FILE...]     exit 0: formatted; 1: the files that are not; 2: a file unreadable
+#   scripts/check_format.sh [FILE...]     exit 0: formatted; 1: the files that are not; 2: a file
+#                                          unreadable or not a C source
 #   scripts/check_format.sh --fix [FILE...]   rewrite them in place instead
 # Needs clang-format (apt-get install clang-format).
 set -euo pipefail
@@ -14,8 +15,14 @@ command -v clang-format >/dev/null ||
 # the files given are the caller's (relative to its directory); the tree's
 # tracked sources are the root's, and there must be some (a copy of the
 # tree without .git once checked no file and passed)
+# clang-format takes any file for C: a shell script given to --fix came
+# back reflowed, without its execute bit
 files=()
 for f in "$@"; do
+  case $f in
+    *.c | *.h | *.cc) ;;
+    *) echo "check_format: $f is not a C source (.c, .h or .cc)" >&2; exit 2 ;;
+  esac
   case $f in /*) files+=("$f") ;; *) files+=("$PWD/$f") ;; esac
 done
 cd "$root"

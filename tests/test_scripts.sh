@@ -171,6 +171,19 @@ if command -v clang-format >/dev/null; then
   (cd "$repo/sub" && "$S/check_format.sh" bad.c) >out.txt 2>err.txt || rc=$?
   [ $rc = 1 ] && grep -q "bad.c" err.txt && echo "ok: check_format.sh: bad.c not formatted" ||
     fail "check_format.sh bad.c from a subdirectory: exit $rc: $(cat err.txt)"
+  # a file that is not a C source is refused, not rewritten: clang-format
+  # took a shell script for C, reflowed it and dropped its execute bit
+  printf '#!/bin/sh\necho  "a b"\n' >"$repo/sub/x.sh"
+  chmod 755 "$repo/sub/x.sh"
+  cp -p "$repo/sub/x.sh" x_before.sh
+  for fix in "" --fix; do
+    rc=0
+    (cd "$repo/sub" && "$S/check_format.sh" $fix ok.c x.sh) >out.txt 2>err.txt || rc=$?
+    [ $rc = 2 ] && grep -q "check_format: x.sh is not a C source" err.txt && [ "$(grep -c . err.txt)" = 1 ] &&
+      cmp -s x_before.sh "$repo/sub/x.sh" && [ -x "$repo/sub/x.sh" ] &&
+      echo "ok: check_format.sh ${fix:+$fix }of a shell script: $(cat err.txt)" ||
+      fail "check_format.sh ${fix:+$fix }of a shell script: exit $rc: $(cat err.txt)"
+  done
   rc=0
   (cd "$repo" && timeout 30 "$S/check_format.sh" </dev/null) >out.txt 2>err.txt || rc=$?
   [ $rc = 2 ] && grep -q "check_format: .*git" err.txt && [ "$(grep -c . err.txt)" = 1 ] &&
