@@ -1510,6 +1510,15 @@ START_TEST(test_posenc)
     CG_ASSERT_FAILS(cg_posenc_forward(p, x), "exceeds max_len 50");
     CG_ASSERT_FAILS(cg_posenc_rows(p, 49, 2), "max_len 50");
     cg_release(x);
+    /* max_len positions exactly: the last rows are there */
+    x = cg_zeros(CG_SHAPE(1, 50, 8));
+    y = cg_posenc_forward(p, x);
+    ck_assert_msg(y != NULL, "T = max_len refused: %s", cg_last_error());
+    CG_ASSERT_TENSOR(y, expect, 0, 0);
+    rows = cg_posenc_rows(p, 48, 2);
+    ck_assert_msg(rows != NULL, "rows [48, 50) refused: %s", cg_last_error());
+    CG_ASSERT_TENSOR(rows, expect + 384, 0, 0);
+    cg_release_all(3, x, y, rows);
     cg_module_free(CG_MODULE(p));
 }
 END_TEST
