@@ -1925,6 +1925,42 @@ START_TEST(test_residual_fused)
 }
 END_TEST
 
+/* FeedForward with a hook on fc1 (a LoRA adapter is one): the hook sees
+ * fc1's own output, and the activation still follows it, the bits of the
+ * fused act(fc1(x)) without the hook; each activation, with a graph and
+ * without. */
+START_TEST(test_ff_hook_on_fc1)
+{
+    const cg_act acts[] = {CG_ACT_RELU, CG_ACT_GELU, CG_ACT_GELU_ERF};
+    cg_rng r = cg_rng_new(23);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 3, 6));
+    for (int a = 0; a < 3; a++)
+        for (int grad = 0; grad < 2; grad++) {
+            cg_ff *f = cg_ff_new(6, 5, acts[a], NULL);
+            if (!grad)
+                cg_no_grad_begin();
+            cg_tensor *want = cg_ff_forward(f, x);
+            cg_tensor *h = cg_linear_forward(f->fc1, x);
+            seen_out seen = {0};
+            ck_assert_int_ne(
+                cg_module_register_forward_hook(CG_MODULE(f->fc1), see_output, &seen, NULL).id, 0);
+            cg_tensor *got = cg_ff_forward(f, x);
+            if (!grad)
+                cg_no_grad_end();
+            ck_assert_msg(want && h && got, "%s: %s", cg_act_name(acts[a]), cg_last_error());
+            ck_assert_int_eq(seen.calls, 1);
+            float *hv = cg_test_values(h), *wv = cg_test_values(want);
+            CG_ASSERT_TENSOR(seen.seen, hv, 0, 0);
+            CG_ASSERT_TENSOR(got, wv, 0, 0);
+            free(hv);
+            free(wv);
+            cg_release_all(4, want, h, got, seen.seen);
+            cg_module_free(CG_MODULE(f));
+        }
+    cg_release(x);
+}
+END_TEST
+
 /* ============================================================ gradchecks */
 /* A linear layer of no inputs (x [N,0], weight [out,0], as
  * torch.nn.functional.linear takes them): y is zero without a bias and the
@@ -2701,6 +2737,7 @@ static Suite *nn_suite(void)
     tcase_add_test(fw, test_transformer_torch);
     tcase_add_test(fw, test_transformer_dropout_modes);
     tcase_add_test(fw, test_residual_fused);
+    tcase_add_test(fw, test_ff_hook_on_fc1);
     suite_add_tcase(s, fw);
 
     TCase *gr = tcase_create("gradcheck");
