@@ -1737,6 +1737,75 @@ START_TEST(test_transformer_dropout_modes)
     cg_module_train(CG_MODULE(drop), false);
     cg_tensor *ev = cg_enc_layer_forward(drop, x, NULL);
     CG_ASSERT_TENSOR(ev, rv, 0, 0);
+    /* eval without a graph (the products' kernels alone, the residual made
+     * by fc2's and o_proj's write-out): no dropout either */
+    cg_no_grad_begin();
+    cg_tensor *eg = cg_enc_layer_forward(drop, x, NULL);
+    cg_tensor *pg = cg_enc_layer_forward(plain, x, NULL);
+    cg_no_grad_end();
+    float *pv = cg_test_values(pg);
+    CG_ASSERT_TENSOR(eg, pv, 0, 0);
+    free(pv);
+    free(rv);
+    free(tv);
+    cg_release_all(6, x, ref, tr, ev, eg, pg);
+    cg_module_free(CG_MODULE(plain));
+    cg_module_free(CG_MODULE(drop));
+
+    /* a decoder's cached steps in eval (one position at a time, no graph):
+     * an LM block with dropout 0.5 decodes as the same block without */
+    c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
+    cg_lm_block *bp = cg_lm_block_new(&c, NULL);
+    c.dropout = 0.5f;
+    cg_lm_block *bd = cg_lm_block_new(&c, NULL); /* same init (seed 0) */
+    cg_module_train(CG_MODULE(bd), false);
+    cg_kv_cache *kp = cg_kv_cache_new(1), *kd = cg_kv_cache_new(1);
+    x = cg_randn(&r, CG_SHAPE(2, 3, 6));
+    cg_no_grad_begin();
+    for (int64_t t = 0; t < 3; t++) {
+        cg_tensor *xt = cg_view_narrow(x, 1, t, 1);
+        cg_tensor *yp = cg_lm_blocks_forward_cached(&bp, 1, xt, kp);
+        cg_tensor *yd = cg_lm_blocks_forward_cached(&bd, 1, xt, kd);
+        ck_assert_msg(yp && yd, "cached step %lld: %s", (long long)t, cg_last_error());
+        float *want = cg_test_values(yp);
+        CG_ASSERT_TENSOR(yd, want, 0, 0);
+        free(want);
+        cg_release_all(3, xt, yp, yd);
+    }
+    ck_assert_int_eq(kp->len, 3);
+    /* a prefill of the three positions at once counts three */
+    cg_kv_cache *kq = cg_kv_cache_new(1);
+    cg_tensor *yq = cg_lm_blocks_forward_cached(&bd, 1, x, kq);
+    ck_assert_msg(yq != NULL, "prefill: %s", cg_last_error());
+    ck_assert_int_eq(kq->len, 3);
+    ck_assert_int_eq(cg_kv_cache_len(kq), 3);
+    cg_no_grad_end();
+    cg_release_all(2, x, yq);
+    cg_kv_cache_free(kp);
+    cg_kv_cache_free(kd);
+    cg_kv_cache_free(kq);
+    cg_module_free(CG_MODULE(bp));
+    cg_module_free(CG_MODULE(bd));
+
+    /* post-norm: norm(x + dropout(sub(x))), the dropout in train mode only */
+    c = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, false);
+    plain = cg_enc_layer_new(&c, NULL);
+    c.dropout = 0.5f;
+    dr = cg_rng_new(99);
+    c.dropout_rng = &dr;
+    drop = cg_enc_layer_new(&c, NULL);
+    x = cg_randn(&r, CG_SHAPE(2, 3, 6));
+    ref = cg_enc_layer_forward(plain, x, NULL);
+    tr = cg_enc_layer_forward(drop, x, NULL);
+    rv = cg_test_values(ref);
+    tv = cg_test_values(tr);
+    diff = 0;
+    for (int i = 0; i < 36; i++)
+        diff += fabs(tv[i] - rv[i]);
+    ck_assert_msg(diff > 1e-3, "post-norm: dropout had no effect in train mode");
+    cg_module_train(CG_MODULE(drop), false);
+    ev = cg_enc_layer_forward(drop, x, NULL);
+    CG_ASSERT_TENSOR(ev, rv, 0, 0);
     free(rv);
     free(tv);
     cg_release_all(4, x, ref, tr, ev);
