@@ -1161,6 +1161,46 @@ START_TEST(test_kv_cache_bad_mem_pad)
 }
 END_TEST
 
+/* A decoder stack's cached steps, the memory given at every step (as a
+ * loop that always has it does) and its padding: the memory's keys are
+ * taken once (each layer's cross cache holds S positions, not S per
+ * step), a prefill of two positions counts two (the cache's len), and the
+ * steps give the full forward's rows (causal self-attention, the memory's
+ * padding on its keys) to float rounding. */
+START_TEST(test_kv_cache_decoder_steps)
+{
+    cg_rng r = cg_rng_new(6);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm_first = true};
+    cg_dec_stack *dec = cg_dec_stack_new(2, &cfg, &r);
+    cg_module_train(CG_MODULE(dec), false);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 3, 8)), *mem = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_tensor *pad = cg_test_mask(CG_SHAPE(2, 4), (const uint8_t[]){0, 0, 0, 0, 0, 0, 1, 1});
+    cg_no_grad_begin();
+    const cg_attn_mask self = {.causal = true}, cross = {.key_pad = pad};
+    cg_tensor *full = cg_dec_stack_forward(dec, x, mem, &self, &cross);
+    cg_kv_cache *c = cg_kv_cache_new(2);
+    const int64_t from[2] = {0, 2}, n[2] = {2, 1};
+    for (int s = 0; s < 2; s++) {
+        cg_tensor *xs = cg_view_narrow(x, 1, from[s], n[s]);
+        cg_tensor *y = cg_dec_stack_forward_cached(dec, xs, mem, pad, c);
+        ck_assert_msg(full && y, "step %d: %s", s, cg_last_error());
+        ck_assert_int_eq(c->len, from[s] + n[s]);
+        ck_assert_int_eq(cg_kv_cache_len(c), from[s] + n[s]);
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(c->cross[i].len, 4);
+        cg_tensor *want = cg_view_narrow(full, 1, from[s], n[s]);
+        float *wv = cg_test_values(want);
+        CG_ASSERT_TENSOR(y, wv, 1e-5, 1e-5);
+        free(wv);
+        cg_release_all(3, xs, y, want);
+    }
+    cg_no_grad_end();
+    cg_release_all(3, x, mem, full);
+    cg_kv_cache_free(c);
+    cg_module_free(CG_MODULE(dec));
+}
+END_TEST
+
 /* -------------------------------------- a KV cache for the user's block */
 typedef struct {
     cg_module base;
@@ -1505,6 +1545,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_randperm_batches);
     tcase_add_test(t, test_kv_cache_user_block);
     tcase_add_test(t, test_kv_cache_bad_mem_pad);
+    tcase_add_test(t, test_kv_cache_decoder_steps);
     tcase_add_test(t, test_sequential_forward_append);
     tcase_add_test(t, test_mlp_loader_train_step_accuracy);
     tcase_add_test(t, test_null_arguments_say_so);
