@@ -308,7 +308,14 @@ START_TEST(test_backward_errors)
     /* explicit gradient of the wrong shape */
     cg_tensor *g = cg_ones(CG_SHAPE(3));
     ck_assert(!cg_backward(m, g, true));
-    ck_assert_ptr_nonnull(strstr(cg_last_error(), "[3]"));
+    ck_assert_ptr_nonnull(strstr(
+        cg_last_error(), "backward: gradient shape [3] differs from the tensor's shape [2]"));
+    /* one that the ops' backwards would take (it sums to [2]): refused all the same */
+    cg_tensor *g12 = cg_ones(CG_SHAPE(1, 2));
+    ck_assert(!cg_backward(m, g12, true));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "gradient shape [1, 2] differs"));
+    ck_assert_ptr_null(cg_grad(a));
+    cg_release(g12);
     /* explicit gradient of the right shape */
     cg_tensor *g2 = cg_from_data(CG_SHAPE(2), (float[]){1, 10});
     ck_assert(cg_backward(m, g2, false));
@@ -339,7 +346,43 @@ START_TEST(test_leaf_grads_are_private)
     ck_assert(cg_k_muls_(a->grad, 0.5f));
     CG_ASSERT_TENSOR(cg_grad(a), ((float[]){0.5f, 0.5f, 0.5f}), 0, 0);
     CG_ASSERT_TENSOR(cg_grad(b), ((float[]){1, 1, 1}), 0, 0);
-    cg_release_all(6, a, b, c, s, p, y);
+    cg_release_all(5, c, s, p, y, b);
+    /* concat's backward gives each input a contiguous slice (a view) of
+     * one gradient: a's .grad is a copy of its slice, not a view that
+     * holds the whole [3 + 1000] gradient's storage (and shares it) */
+    cg_zero_grad(a);
+    cg_tensor *o = cg_requires_grad(cg_ones(CG_SHAPE(1000)), true), *big = cg_muls(o, 1.0f);
+    cg_tensor *cat = cg_concat((cg_tensor *[]){a, big}, 2, 0);
+    cg_tensor *w = cg_ones(CG_SHAPE(1003));
+    cg_tensor *q = cg_mul(cat, w); /* concat receives a fresh contiguous gradient */
+    y = cg_sum_all(q);
+    ck_assert(cg_backward(y, NULL, false));
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){1, 1, 1}), 0, 0);
+    ck_assert_int_eq(cg_grad(a)->storage->refcount, 1);
+    ck_assert_uint_lt(cg_grad(a)->storage->nbytes, 1000 * sizeof(float));
+    cg_release_all(7, a, o, big, cat, w, q, y);
+}
+END_TEST
+
+/* A reference to a .grad kept by its user (PyTorch: g = p.grad) keeps its
+ * values: the next backward adds out of place (AccumulateGrad adds in
+ * place only when nothing else holds the gradient), and the leaf's .grad
+ * is the sum. */
+START_TEST(test_held_grad_keeps_its_values)
+{
+    cg_tensor *a = leaf(CG_SHAPE(2), (float[]){1, 2});
+    cg_tensor *held = NULL;
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *m = cg_muls(a, 3.0f), *y = cg_sum_all(m);
+        ck_assert(cg_backward(y, NULL, false));
+        cg_release_all(2, m, y);
+        if (k == 0)
+            held = cg_retain((cg_tensor *)cg_grad(a));
+    }
+    CG_ASSERT_TENSOR(held, ((float[]){3, 3}), 0, 0);
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){6, 6}), 0, 0);
+    ck_assert_ptr_ne(held, cg_grad(a));
+    cg_release_all(2, held, a);
 }
 END_TEST
 
@@ -445,6 +488,12 @@ static bool wrong_shape_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     (void)n, (void)g;
     gin[0] = cg_zeros(CG_SHAPE(7));
+    return true;
+}
+static bool small_shape_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n, (void)g;
+    gin[0] = cg_zeros(CG_SHAPE(1, 3)); /* broadcasts to [2, 3], but does not sum to it */
     return true;
 }
 static cg_tensor *user_op(cg_tensor *x, const char *name, cg_backward_fn bw, cg_record_status *st)
@@ -567,6 +616,17 @@ START_TEST(test_user_op_errors)
     ck_assert(!cg_backward(l, NULL, false));
     ck_assert_str_eq(cg_last_error(), "backward of silent failed without recording a reason");
     cg_release_all(2, l, y);
+    /* a failed backward frees the graph as a finished one does, the part
+     * below the failure (never reached) too: h keeps no node, x no gradient */
+    cg_tensor *h = cg_muls(x, 3.0f);
+    y = user_op(h, "silent", silent_fail_bw, &st);
+    l = cg_sum(y, 0, NULL, false);
+    ck_assert_int_eq(cg_graph_size(h), 1);
+    ck_assert(!cg_backward(l, NULL, false));
+    ck_assert_int_eq(cg_graph_size(h), 0);
+    ck_assert_int_eq(cg_graph_size(l), 0);
+    ck_assert_ptr_null(cg_grad(x));
+    cg_release_all(3, l, y, h);
     /* a gradient of the wrong shape names the op */
     y = user_op(x, "badshape", wrong_shape_bw, &st);
     l = cg_sum(y, 0, NULL, false);
@@ -574,10 +634,52 @@ START_TEST(test_user_op_errors)
     ck_assert_ptr_nonnull(
         strstr(cg_last_error(), "backward of badshape: gradient 0 has shape [7]"));
     cg_release_all(2, l, y);
+    /* [1, 3] for an input [2, 3]: the two broadcast together, but the gradient
+     * is no broadcast of the input's shape (summing it to [2, 3] is no sum) */
+    y = user_op(x, "smallshape", small_shape_bw, &st);
+    l = cg_sum(y, 0, NULL, false);
+    ck_assert(!cg_backward(l, NULL, false));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "backward of smallshape: gradient 0 has shape "
+                                                  "[1, 3], which does not reduce to the input "
+                                                  "shape [2, 3]"));
+    ck_assert_ptr_null(cg_grad(x));
+    cg_release_all(2, l, y);
     /* and the name in cg_requires_grad's message */
     y = user_op(x, "named", no_grad_bw, &st);
     CG_ASSERT_FAILS(cg_requires_grad(y, false), "produced by named");
     cg_release_all(4, y, x, c, p);
+}
+END_TEST
+
+/* A user's backward that computes a gradient for every input, also one
+ * that needs none (a constant, or a tensor set to require grad only after
+ * the op was recorded, as PyTorch's graph is fixed when recorded): the
+ * engine drops it, and that input gets no .grad. */
+static bool both_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    (void)n;
+    gin[0] = cg_k_muls(g, 1.0f);
+    gin[1] = cg_k_muls(g, 1.0f);
+    return gin[0] && gin[1];
+}
+START_TEST(test_user_op_extra_gradient_dropped)
+{
+    cg_tensor *x = cg_requires_grad(cg_ones(CG_SHAPE(2, 3)), true);
+    cg_tensor *c = cg_ones(CG_SHAPE(2, 3));
+    for (int late = 0; late < 2; late++) {
+        cg_tensor *out = cg_k_add(x, c);
+        ck_assert_int_eq(cg_record_op(out, "plus", 2, (cg_tensor *[]){x, c}, both_bw, NULL),
+                         CG_RECORD_OK);
+        if (late)
+            ck_assert_ptr_nonnull(cg_requires_grad(c, true));
+        cg_tensor *l = cg_sum_all(out);
+        ck_assert_msg(cg_backward(l, NULL, false), "%s", cg_last_error());
+        CG_ASSERT_TENSOR(cg_grad(x), ((float[]){1, 1, 1, 1, 1, 1}), 0, 0);
+        ck_assert_ptr_null(cg_grad(c));
+        cg_zero_grad(x);
+        cg_release_all(2, out, l);
+    }
+    cg_release_all(2, x, c);
 }
 END_TEST
 
@@ -1075,10 +1177,12 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, test_saved_freed_during_backward);
     tcase_add_test(tc, test_backward_errors);
     tcase_add_test(tc, test_leaf_grads_are_private);
+    tcase_add_test(tc, test_held_grad_keeps_its_values);
     tcase_add_test(tc, test_op_names_complete);
     tcase_add_test(tc, test_memory_flat);
     tcase_add_test(tc, test_gradcheck_detects_errors);
     tcase_add_test(tc, test_user_op_errors);
+    tcase_add_test(tc, test_user_op_extra_gradient_dropped);
     tcase_add_test(tc, test_unread_inputs_let_go);
     tcase_add_test(tc, test_unread_routes_gradients);
     tcase_add_test(tc, test_unread_user_op_and_to);
