@@ -539,8 +539,47 @@ START_TEST(test_checkpoint_no_grad_and_errors)
     /* bad blocks */
     cg_checkpoint_block bad = {.fn = NULL, .n_inputs = 1, .inputs = in};
     CG_ASSERT_FAILS(cg_checkpoint(&bad), "checkpoint: a block needs fn");
+    cg_tensor *none = NULL;
+    cg_checkpoint_block nullp = {
+        .fn = tanh_mul, .n_inputs = 1, .inputs = in, .n_params = 1, .params = &none};
+    CG_ASSERT_FAILS(cg_checkpoint(&nullp), "no NULL among its inputs, parameters and generators");
     ck_assert_ptr_null(cg_checkpoint(NULL));
     cg_release_all(2, in[0], in[1]);
+}
+END_TEST
+
+/* A block that is not deterministic, its recomputation unlike its forward
+ * (another shape; an output that no longer requires grad), is refused by a
+ * message that names the block, not by one from the inner backward. */
+typedef struct {
+    int calls, kind;
+} changing;
+static cg_tensor *changing_block(void *ctx, cg_tensor *const *in)
+{
+    changing *c = ctx;
+    if (c->calls++ == 0)
+        return cg_tanh(in[0]);
+    return c->kind ? cg_zeros(CG_SHAPE(3, 4)) : cg_sum_all(in[0]);
+}
+
+START_TEST(test_checkpoint_block_not_deterministic)
+{
+    cg_rng r = cg_rng_new(6);
+    int64_t s[2] = {3, 4};
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, 2, s), true);
+    const char *want[2] = {
+        "checkpoint: the recomputed block's output has another shape than in the forward",
+        "checkpoint: the recomputed block's output does not require grad"};
+    for (int kind = 0; kind < 2; kind++) {
+        changing c = {0, kind};
+        cg_checkpoint_block cb = {.fn = changing_block, .ctx = &c, .n_inputs = 1, .inputs = &x};
+        cg_tensor *y = cg_checkpoint(&cb), *l = cg_sum_all(y);
+        CG_ASSERT_REFUSED(!cg_backward(l, NULL, false), want[kind]);
+        ck_assert_int_eq(c.calls, 2);
+        ck_assert_ptr_null(cg_grad(x));
+        cg_release_all(2, y, l);
+    }
+    cg_release(x);
 }
 END_TEST
 
@@ -653,6 +692,65 @@ START_TEST(test_grad_ready_hook_with_checkpoint)
 }
 END_TEST
 
+/* A block whose inputs need no gradient but whose parameter does (a
+ * frozen embedding's output into a trained block) is recomputed all the
+ * same: one checkpoint node, not the block's graph; its parameter gets
+ * the gradient of the block run plainly, bit for bit. */
+START_TEST(test_checkpoint_frozen_input_trained_param)
+{
+    cg_rng r = cg_rng_new(8);
+    int64_t s[2] = {3, 4};
+    cg_tensor *x = cg_randn(&r, 2, s);
+    cg_tensor *w = cg_requires_grad(cg_randn(&r, 2, s), true);
+    cg_tensor *plain = tanh_mul_param(w, &x), *lp = cg_sum_all(plain);
+    ck_assert(cg_backward(lp, NULL, false));
+    float *want = cg_test_values(cg_grad(w));
+    cg_zero_grad(w);
+    cg_checkpoint_block cb = {
+        .fn = tanh_mul_param, .ctx = w, .n_inputs = 1, .inputs = &x, .n_params = 1, .params = &w};
+    cg_tensor *y = cg_checkpoint(&cb);
+    ck_assert_msg(y && y->node, "%s", cg_last_error());
+    ck_assert_str_eq(cg_node_name(y->node), cg_op_name(CG_OP_CHECKPOINT));
+    ck_assert_int_eq(cg_graph_size(y), 1);
+    cg_tensor *l = cg_sum_all(y);
+    ck_assert_msg(cg_backward(l, NULL, false), "%s", cg_last_error());
+    ck_assert(memcmp(cg_data(cg_grad(w)), want, sizeof(float[12])) == 0);
+    free(want);
+    cg_release_all(6, x, w, plain, lp, y, l);
+}
+END_TEST
+
+/* A block that ignores one of its inputs passes it no gradient, so the
+ * node that made that input (hw = 2 w) is reached by none; w, hooked and
+ * used also in w * x, is final once that use has run: its hook runs once,
+ * with the final gradient (x). */
+static cg_tensor *tanh_first(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_tanh(in[0]);
+}
+
+START_TEST(test_grad_ready_hook_input_unused)
+{
+    cg_rng r = cg_rng_new(4);
+    int64_t s[2] = {3, 4};
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, 2, s), true);
+    cg_tensor *w = cg_requires_grad(cg_randn(&r, 2, s), true);
+    memset(&g_ck_log, 0, sizeof g_ck_log);
+    ck_assert(cg_grad_ready_hook_add(w, on_ready_ck, NULL));
+    cg_tensor *hw = cg_muls(w, 2.0f), *ins[2] = {x, hw};
+    cg_checkpoint_block cb = {.fn = tanh_first, .n_inputs = 2, .inputs = ins};
+    cg_tensor *y = cg_checkpoint(&cb), *wx = cg_mul(w, x);
+    cg_tensor *l1 = cg_sum_all(y), *l2 = cg_sum_all(wx), *l = cg_add(l1, l2);
+    ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(cg_grad(w), cg_data(x), 0, 0);
+    ck_assert_int_eq(g_ck_log.calls, 1);
+    ck_assert(g_ck_log.order[0] == w && g_ck_log.value[0] == cg_data(x)[0]);
+    cg_grad_ready_hook_remove(w);
+    cg_release_all(8, x, w, hw, y, wx, l1, l2, l);
+}
+END_TEST
+
 /* A checkpointed block whose input's graph an earlier backward freed (two
  * losses share h = x * x, one through the block): the second backward is
  * refused before anything runs: the block is not recomputed, no hook fires
@@ -705,10 +803,13 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_recompute_runs_block_hooks_once);
     tcase_add_test(tc, test_checkpoint_gradcheck);
     tcase_add_test(tc, test_checkpoint_no_grad_and_errors);
+    tcase_add_test(tc, test_checkpoint_frozen_input_trained_param);
+    tcase_add_test(tc, test_checkpoint_block_not_deterministic);
     suite_add_tcase(s, tc);
     tc = tcase_create("hooks");
     tcase_add_test(tc, test_grad_ready_hook);
     tcase_add_test(tc, test_grad_ready_hook_with_checkpoint);
+    tcase_add_test(tc, test_grad_ready_hook_input_unused);
     tcase_add_test(tc, test_checkpoint_input_freed_earlier);
     suite_add_tcase(s, tc);
     return s;
