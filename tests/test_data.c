@@ -260,6 +260,58 @@ START_TEST(test_pad_value_must_fit)
 }
 END_TEST
 
+/* cg_batch_iter's epochs (nn/data.h): n = W T + 1 tokens cut into W
+ * windows of T + 1 starting every T; each epoch visits them in the order
+ * cg_randperm draws from the rng, the same order a second rng of the same
+ * seed draws; a last batch that is full is kept. n = W T tokens give W - 1
+ * windows (the last one's target would run past the end). cg_random_batch
+ * starts its windows anywhere in [0, n - T - 1]: at n = T + 1 only at 0. */
+START_TEST(test_batch_iter_epochs)
+{
+    cg_tensor *tok = cg_arange_dtype(CG_I64, 0, 13, 1), *x, *y; /* 3 windows of 4 + 1 */
+    cg_rng r = cg_rng_new(7), same = cg_rng_new(7);
+    cg_batch_iter *it = cg_batch_iter_new(tok, 3, 4, &r);
+    ck_assert_msg(it != NULL, "%s", cg_last_error());
+    int shuffled = 0;
+    for (int epoch = 1; epoch <= 4; epoch++) {
+        int64_t *perm = cg_randperm(&same, 3);
+        ck_assert_int_eq(cg_batch_iter_next(it, &x, &y), 1); /* 3 windows, B = 3: one batch */
+        ck_assert_int_eq(cg_batch_iter_epoch(it), epoch);
+        for (int b = 0; b < 3; b++) {
+            ck_assert_int_eq(cg_data_i64(x)[b * 4], perm[b] * 4);
+            ck_assert_int_eq(cg_data_i64(y)[b * 4 + 3], perm[b] * 4 + 4);
+        }
+        shuffled += perm[0] != 0 || perm[1] != 1;
+        cg_release_all(2, x, y);
+        free(perm);
+        ck_assert_int_eq(cg_batch_iter_next(it, &x, &y), 0);
+    }
+    ck_assert_int_gt(shuffled, 0); /* the seed gives an order other than 0 1 2 */
+    cg_batch_iter_free(it);
+    cg_tensor *twelve = cg_view_narrow(tok, 0, 0, 12); /* 2 windows: 0-4, 4-8 */
+    it = cg_batch_iter_new(twelve, 1, 4, &r);
+    for (int epoch = 0; epoch < 3; epoch++) {
+        int k, batches = 0;
+        while ((k = cg_batch_iter_next(it, &x, &y)) == 1) {
+            ck_assert_int_le(cg_data_i64(y)[3], 8);
+            cg_release_all(2, x, y);
+            batches++;
+        }
+        ck_assert_msg(k == 0, "%s", cg_last_error());
+        ck_assert_int_eq(batches, 2);
+    }
+    cg_batch_iter_free(it);
+    cg_tensor *five = cg_view_narrow(tok, 0, 0, 5);
+    for (int k = 0; k < 20; k++) {
+        ck_assert_msg(cg_random_batch(five, 4, 4, &r, &x, &y), "%s", cg_last_error());
+        for (int b = 0; b < 4; b++)
+            ck_assert(cg_data_i64(x)[b * 4] == 0 && cg_data_i64(y)[b * 4 + 3] == 4);
+        cg_release_all(2, x, y);
+    }
+    cg_release_all(3, tok, twelve, five);
+}
+END_TEST
+
 /* What a new user gets wrong, refused in one line naming the argument. */
 START_TEST(test_data_refusals)
 {
@@ -303,6 +355,7 @@ static Suite *data_suite(void)
     tcase_add_test(tc, test_data_refusals);
     tcase_add_test(tc, test_two_loaders_interleaved);
     tcase_add_test(tc, test_pad_value_must_fit);
+    tcase_add_test(tc, test_batch_iter_epochs);
     suite_add_tcase(s, tc);
     return s;
 }
