@@ -294,6 +294,88 @@ START_TEST(test_hook_removed_during_call)
 }
 END_TEST
 
+/* Hooks run in the order they were registered, as PyTorch's do: pre-hooks
+ * x + 1 then 2 x, post-hooks 2 y then y + 1. On an identity (ReLU of a
+ * positive input) 1 gives 9; the pre-hooks reversed give 7, the post-hooks 10. */
+static cg_tensor *affine(cg_tensor *t, const float *ab) /* t * ab[0] + ab[1] */
+{
+    cg_tensor *m = cg_muls(t, ab[0]), *y = m ? cg_adds(m, ab[1]) : NULL;
+    cg_release(m);
+    return y;
+}
+static bool affine_input(void *ctx, cg_module *m, int n_in, cg_tensor **in)
+{
+    (void)m, (void)n_in;
+    cg_tensor *x = affine(in[0], ctx);
+    cg_release(in[0]);
+    in[0] = x;
+    return x != NULL;
+}
+static bool affine_output(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)m, (void)n_in, (void)in;
+    cg_tensor *y = affine(*out, ctx);
+    cg_release(*out);
+    *out = y;
+    return y != NULL;
+}
+
+static cg_hook_handle g_victim[2]; /* one hook's handle, twice */
+static bool remove_victim(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)ctx, (void)n_in, (void)in, (void)out;
+    if (!g_victim[0].module)
+        return true; /* removed in an earlier call */
+    ck_assert(cg_hook_remove(&g_victim[0]));
+    ck_assert(!cg_hook_remove(&g_victim[1]));
+    ck_assert_ptr_null(cg_module_find_hook(m, (const void *)affine_output));
+    return true;
+}
+
+START_TEST(test_hooks_run_in_order)
+{
+    cg_module *relu = cg_activation_new(CG_ACT_RELU);
+    const float plus1[2] = {1, 1}, times2[2] = {2, 0};
+    cg_module_register_forward_pre_hook(relu, affine_input, (void *)plus1, NULL);
+    cg_module_register_forward_pre_hook(relu, affine_input, (void *)times2, NULL);
+    cg_module_register_forward_hook(relu, affine_output, (void *)times2, NULL);
+    cg_module_register_forward_hook(relu, affine_output, (void *)plus1, NULL);
+    cg_tensor *x = cg_full(CG_SHAPE(1), 1.0f), *y = cg_module_forward(relu, x);
+    ck_assert_msg(y != NULL, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(y, ((float[]){9}), 0, 0); /* (1 + 1) 2 = 4, then 4 2 + 1 */
+    cg_release_all(2, x, y);
+    cg_module_free(relu);
+    /* handles stay apart: A and B, A removed, C added; C's handle removes C */
+    relu = cg_activation_new(CG_ACT_RELU);
+    const float times5[2] = {5, 0}, times3[2] = {3, 0};
+    cg_hook_handle a = cg_module_register_forward_hook(relu, affine_output, (void *)times5, NULL);
+    cg_module_register_forward_hook(relu, affine_output, (void *)times2, NULL);
+    ck_assert(cg_hook_remove(&a));
+    cg_hook_handle c = cg_module_register_forward_hook(relu, affine_output, (void *)times3, NULL);
+    ck_assert(cg_hook_remove(&c));
+    x = cg_full(CG_SHAPE(1), 1.0f);
+    y = cg_module_forward(relu, x);
+    CG_ASSERT_TENSOR(y, ((float[]){2}), 0, 0); /* B alone */
+    cg_release_all(2, x, y);
+    cg_module_free(relu);
+    /* a hook removed by another during a call: it still runs in that call,
+     * but is found no more and cannot be removed twice (a copy of its handle) */
+    relu = cg_activation_new(CG_ACT_RELU);
+    cg_module_register_forward_hook(relu, remove_victim, NULL, NULL);
+    g_victim[0] = g_victim[1] =
+        cg_module_register_forward_hook(relu, affine_output, (void *)times3, NULL);
+    ck_assert_ptr_eq(cg_module_find_hook(relu, (const void *)affine_output), (void *)times3);
+    x = cg_full(CG_SHAPE(1), 1.0f);
+    for (int k = 0; k < 2; k++) {
+        y = cg_module_forward(relu, x);
+        CG_ASSERT_TENSOR(y, ((float[]){k ? 1.0f : 3.0f}), 0, 0);
+        cg_release(y);
+    }
+    cg_release(x);
+    cg_module_free(relu);
+}
+END_TEST
+
 START_TEST(test_hooks_every_module)
 {
     cg_rng r = cg_rng_new(2);
@@ -1530,6 +1612,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_norm_add_forward_hooked);
     tcase_add_test(t, test_hooks_every_module);
     tcase_add_test(t, test_hook_removed_during_call);
+    tcase_add_test(t, test_hooks_run_in_order);
     tcase_add_test(t, test_module_requires_grad_and_optim);
     tcase_add_test(t, test_lora_forward_merge);
     tcase_add_test(t, test_lora_gradcheck);
