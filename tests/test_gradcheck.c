@@ -253,6 +253,7 @@ START_TEST(test_refusals)
         const char *message;
     } bad_opts[] = {
         {offsetof(cg_gradcheck_opts, atol), -1e-3, "opts.atol must be finite and >= 0"},
+        {offsetof(cg_gradcheck_opts, atol), INFINITY, "opts.atol must be finite and >= 0"},
         {offsetof(cg_gradcheck_opts, rtol), -1, "opts.rtol must be finite and >= 0"},
         {offsetof(cg_gradcheck_opts, rtol), NAN, "opts.rtol must be finite and >= 0"},
         {offsetof(cg_gradcheck_opts, proj_rtol), -1, "opts.proj_rtol must be finite and >= 0"},
@@ -363,6 +364,160 @@ START_TEST(test_every_input_factor_two)
 }
 END_TEST
 
+/* y = s (x - shift) element by element, a user op whose backward can be
+ * wrong in one element: times `factor`, or NaN; or wrong in the outputs it
+ * pairs, each input element given the gradient of another output (g
+ * reversed). Its forward gives `beyond` (NaN or inf) where x passes
+ * `fence` (0: nowhere). */
+typedef struct {
+    float s, factor, shift, fence, beyond;
+    int elem;    /* the element with the mistake (-1: none) */
+    int mistake; /* 0: times factor, 1: NaN, 2: g reversed */
+} one_off;
+
+static bool one_off_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const one_off *p = n->ctx;
+    cg_tensor *w = cg_k_muls(g, p->s); /* contiguous, ours */
+    if (!w)
+        return false;
+    float *d = cg_data(w);
+    const int64_t m = cg_numel(w);
+    if (p->mistake == 2) {
+        for (int64_t i = 0; i < m / 2; i++) {
+            const float t = d[i];
+            d[i] = d[m - 1 - i];
+            d[m - 1 - i] = t;
+        }
+    } else if (p->elem >= 0) {
+        d[p->elem] = p->mistake == 1 ? NAN : d[p->elem] * p->factor;
+    }
+    cg_tensor_modified(w);
+    gin[0] = w;
+    return true;
+}
+
+static cg_tensor *one_off_fn(void *ctx, cg_tensor *const *in)
+{
+    const one_off *p = ctx;
+    cg_tensor *x = cg_k_contiguous(in[0]), *out = cg_empty(in[0]->ndim, in[0]->shape);
+    if (x && out) {
+        const float *xv = cg_data(x);
+        float *o = cg_data(out);
+        for (int64_t i = 0; i < cg_numel(out); i++)
+            o[i] = p->fence > 0 && fabsf(xv[i]) > p->fence ? p->beyond : p->s * (xv[i] - p->shift);
+        cg_tensor_modified(out);
+    }
+    cg_release(x);
+    cg_node *n;
+    if (out && cg_record_op(out, "one_off", 1, in, one_off_bw, &n) == CG_RECORD_OK)
+        n->ctx = ctx;
+    return out;
+}
+
+/* A backward wrong in one element only, the first, a middle or the last:
+ * 2% too large (with |gradient| < 1, under what a tenfold atol or rtol
+ * would let through), which the element-wise check alone (proj_count 0) must
+ * fail at its default tolerances, at that element, with the report's ratio
+ * the documented abs_err / (atol + rtol |numeric|); a NaN there must fail
+ * too (never compare as "no worse"). Gradients of each other output (R all
+ * ones would make them equal) fail as well. */
+START_TEST(test_one_element_wrong)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_tensor *x0 = cg_randn(&r, CG_SHAPE(3, 4));
+    /* small: the loss's noise term (4 2^-24 sum|out R| / eps) stays below atol */
+    cg_tensor *x = cg_requires_grad(cg_k_muls(x0, 0.25f), true);
+    cg_release(x0);
+    /* seed 1237: the weights R at elements 0, 4 and 11 are 0.685, 0.632 and
+     * -0.787, so 2% of the gradient there is 1.3-1.6x the tolerance */
+    cg_gradcheck_opts full = cg_gradcheck_defaults(), elem_only = full;
+    full.seed = elem_only.seed = 1237;
+    elem_only.proj_count = 0;
+    one_off p = {.s = 1.0f, .factor = 1.0f, .elem = -1};
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(one_off_fn, &p, 1, &x, NULL, &rep), "%s", rep.message);
+    ck_assert_msg(cg_gradcheck(one_off_fn, &p, 1, &x, &elem_only, &rep), "%s", rep.message);
+    ck_assert_int_eq(rep.checked, 12);
+    const int elems[3] = {0, 4, 11};
+    for (int e = 0; e < 3; e++) {
+        for (p.mistake = 0; p.mistake < 2; p.mistake++) {
+            p.elem = elems[e];
+            p.factor = 1.02f;
+            for (int proj = 0; proj < 2; proj++) {
+                bool ok = cg_gradcheck(one_off_fn, &p, 1, &x, proj ? &full : &elem_only, &rep);
+                ck_assert_msg(!ok, "mistake %d at %d (projections %d) passed: %s", p.mistake,
+                              p.elem, proj, rep.message);
+                ck_assert_msg(rep.worst_input == 0 && rep.worst_index == p.elem,
+                              "mistake %d at %d: %s", p.mistake, p.elem, rep.message);
+                ck_assert_ptr_nonnull(strstr(rep.message, "FAILED"));
+                if (p.mistake == 1) {
+                    ck_assert(isnan(rep.analytic) && isinf(rep.worst_ratio));
+                    continue;
+                }
+                ck_assert_double_eq_tol(rep.analytic / rep.numeric, 1.02, 1e-3);
+                ck_assert_double_eq_tol(rep.worst_ratio,
+                                        rep.abs_err / (1e-3 + 1e-2 * fabs(rep.numeric)),
+                                        1e-9 * rep.worst_ratio);
+                ck_assert_double_gt(rep.worst_ratio, 1.0);
+            }
+        }
+    }
+    p = (one_off){.s = 4.0f, .factor = 1.0f, .elem = -1, .mistake = 2};
+    ck_assert(!cg_gradcheck(one_off_fn, &p, 1, &x, &elem_only, &rep));
+    ck_assert_double_gt(rep.worst_ratio, 1.0);
+    /* an infinite difference against a finite gradient (the step crosses
+     * into +inf at element 6, not the first) fails: inf / inf is no pass */
+    p = (one_off){.s = 4.0f, .factor = 1.0f, .elem = -1, .fence = 3.0f, .beyond = INFINITY};
+    cg_data(x)[6] = 2.9995f;
+    cg_tensor_modified(x);
+    ck_assert(!cg_gradcheck(one_off_fn, &p, 1, &x, &elem_only, &rep));
+    ck_assert_msg(rep.worst_index == 6 && isinf(rep.numeric) && isinf(rep.worst_ratio), "%s",
+                  rep.message);
+    /* far from 0 (x near 1000, where a float step of 1e-3 is stored 3%
+     * off), the difference is over the step as stored: the right gradient
+     * passes */
+    p = (one_off){.s = 4.0f, .factor = 1.0f, .elem = -1, .shift = 1000.0f};
+    cg_tensor *far = cg_requires_grad(cg_k_adds(x, 1000.0f), true);
+    ck_assert_msg(cg_gradcheck(one_off_fn, &p, 1, &far, &elem_only, &rep), "%s", rep.message);
+    /* every difference exact (y = 0 x): the report still names input 0,
+     * for the elements and for the projections */
+    p = (one_off){.s = 0.0f, .factor = 1.0f, .elem = -1};
+    ck_assert_msg(cg_gradcheck(one_off_fn, &p, 1, &x, NULL, &rep), "%s", rep.message);
+    ck_assert_int_eq(rep.worst_input, 0);
+    ck_assert_int_eq(rep.worst_proj_input, 0);
+    ck_assert_double_eq(rep.worst_ratio, 0.0);
+    ck_assert_double_eq(rep.worst_proj_ratio, 0.0);
+    cg_release_all(2, x, far);
+}
+END_TEST
+
+/* A function the projections' larger steps carry where it is NaN (x past
+ * 3, the element-wise step of 1e-3 stays short of it): a direction that
+ * cannot be evaluated is a failure at that input, never a ratio left out
+ * of the worst. */
+START_TEST(test_projection_nan_fails)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4)), true);
+    cg_data(x)[6] = 2.995f;
+    cg_tensor_modified(x);
+    one_off p = {.s = 4.0f, .factor = 1.0f, .elem = -1};
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(one_off_fn, &p, 1, &x, NULL, &rep), "%s", rep.message);
+    p.fence = 3.0f;
+    p.beyond = NAN;
+    cg_gradcheck_opts one = cg_gradcheck_defaults();
+    one.proj_count = 1; /* one direction is enough */
+    for (int n = 0; n < 2; n++) {
+        ck_assert(!cg_gradcheck(one_off_fn, &p, 1, &x, n ? &one : NULL, &rep));
+        ck_assert_msg(rep.worst_ratio <= 1.0, "%s", rep.message);
+        ck_assert_msg(isinf(rep.worst_proj_ratio) && rep.worst_proj_input == 0, "%s", rep.message);
+    }
+    cg_release(x);
+}
+END_TEST
+
 static Suite *gc_suite(void)
 {
     Suite *s = suite_create("gradcheck");
@@ -374,6 +529,8 @@ static Suite *gc_suite(void)
     tcase_add_test(tf, test_failure_messages);
     tcase_add_test(tf, test_refusals);
     tcase_add_test(tf, test_every_input_factor_two);
+    tcase_add_test(tf, test_one_element_wrong);
+    tcase_add_test(tf, test_projection_nan_fails);
     suite_add_tcase(s, tf);
     return s;
 }
