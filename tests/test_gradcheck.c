@@ -474,6 +474,15 @@ START_TEST(test_one_element_wrong)
     ck_assert(!cg_gradcheck(one_off_fn, &p, 1, &x, &elem_only, &rep));
     ck_assert_msg(rep.worst_index == 6 && isinf(rep.numeric) && isinf(rep.worst_ratio), "%s",
                   rep.message);
+    /* NaN on both sides at element 6 (the difference crosses into NaN where
+     * the backward gives NaN): no agreement, a failure there */
+    p.beyond = NAN;
+    p.elem = 6;
+    p.mistake = 1;
+    ck_assert(!cg_gradcheck(one_off_fn, &p, 1, &x, &elem_only, &rep));
+    ck_assert_msg(rep.worst_index == 6 && isnan(rep.analytic) && isnan(rep.numeric) &&
+                      isinf(rep.worst_ratio),
+                  "%s", rep.message);
     /* far from 0 (x near 1000, where a float step of 1e-3 is stored 3%
      * off), the difference is over the step as stored: the right gradient
      * passes */
