@@ -709,7 +709,13 @@ START_TEST(nonfinite_grads_named)
     ck_assert(!cg_optim_grads_finite(o, &bad));
     ck_assert_int_eq(bad, 1);
     ck_assert_msg(strstr(cg_last_error(), "'b' has -inf at element 3"), "%s", cg_last_error());
+    /* an infinite norm too: no factor of 0 wipes the finite gradients or
+     * turns the -inf into a NaN the check would then name instead */
     ck_assert(isinf(cg_optim_clip_grad_norm(o, 1.0)));
+    ck_assert(cg_data(ps[0]->grad)[0] == w0);
+    ck_assert(cg_data(ps[1]->grad)[3] == -INFINITY);
+    ck_assert(!cg_optim_grads_finite(o, &bad));
+    ck_assert_msg(strstr(cg_last_error(), "'b' has -inf at element 3"), "%s", cg_last_error());
     cg_optim_free(o);
     release_params(ps);
 }
