@@ -882,6 +882,34 @@ START_TEST(test_utf8_codec)
         ck_assert_int_eq(cg_utf8_seq((const unsigned char *)b, (size_t)k, &back), k);
         ck_assert_uint_eq(back, c);
     }
+    /* the edges: each length's first and last code point, in that many
+     * bytes and back, and one byte short refused; the overlong forms of a
+     * 2-byte and a 3-byte code point, the last surrogate, past U+10FFFF, a
+     * lead where a continuation belongs, and a sequence cut short by n
+     * while the next byte would complete it */
+    static const struct {
+        uint32_t c;
+        int len;
+    } edge[] = {{0x7F, 1},   {0x80, 2},    {0x7FF, 2},    {0x800, 3},
+                {0xFFFF, 3}, {0x10000, 4}, {0x10FFFF, 4}, {0xE000, 3}};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+        char b[4];
+        ck_assert_int_eq(cg_utf8_put(edge[i].c, b), edge[i].len);
+        uint32_t back = 0;
+        ck_assert_int_eq(cg_utf8_seq((const unsigned char *)b, (size_t)edge[i].len, &back),
+                         edge[i].len);
+        ck_assert_uint_eq(back, edge[i].c);
+        if (edge[i].len > 1)
+            ck_assert_int_eq(cg_utf8_seq((const unsigned char *)b, (size_t)edge[i].len - 1, &back),
+                             0);
+    }
+    static const char *const bad_edge[] = {"\xe0\x9f\xbf", "\xf0\x8f\xbf\xbf", "\xed\xbf\xbf",
+                                           "\xf4\x90\x80\x80", "\xc3\xc3"};
+    for (size_t i = 0; i < sizeof bad_edge / sizeof bad_edge[0]; i++)
+        ck_assert_int_eq(cg_utf8_seq((const unsigned char *)bad_edge[i], strlen(bad_edge[i]), &cp),
+                         0);
+    ck_assert_int_eq(cg_utf8_count("ab\xc3\xb6", 3, &at), -1);
+    ck_assert_uint_eq(at, 2);
 }
 END_TEST
 
