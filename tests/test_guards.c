@@ -222,6 +222,21 @@ START_TEST(test_read_once)
     free(b);
     /* a read error (EIO) is an error, not the end of the input */
     CG_ASSERT_FAILS(cg_read_file_once("/proc/self/mem", 0, false, &n), "cannot read");
+    /* the limit is the largest input read: 6 bytes under a limit of 6, not 5 */
+    b = cg_read_file_once(tmp("a.txt"), 6, true, &n);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(n, 6);
+    free(b);
+    CG_ASSERT_FAILS(cg_read_file_once(tmp("a.txt"), 5, true, &n), "larger than 5 bytes");
+    /* an output whose earlier write failed is an error at the flush, though
+     * nothing is left to flush (an unbuffered stream) */
+    FILE *full = fopen("/dev/full", "w");
+    ck_assert_ptr_nonnull(full);
+    ck_assert_int_eq(setvbuf(full, NULL, _IONBF, 0), 0);
+    ck_assert_int_eq(fputs("lost", full), EOF);
+    ck_assert(!cg_output_flush(full));
+    ck_assert_msg(strstr(cg_last_error(), "cannot write the output"), "%s", cg_last_error());
+    fclose(full);
     /* the default limit: CG_MAX_INPUT_MB */
     setenv("CG_MAX_INPUT_MB", "3", 1);
     ck_assert_uint_eq(cg_input_limit(), (size_t)3 << 20);
