@@ -470,6 +470,15 @@ START_TEST(test_out_check)
     ck_assert_int_eq(mkfifo(tmp("f.st"), 0600), 0);
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("f.st"), false), "a FIFO");
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmpdir, false), "a directory");
+    /* a symlink is followed to a regular file, and refused to anything else */
+    ck_assert_int_eq(symlink("a.st", tmp("to_a.st")), 0);
+    ck_assert_msg(cg_out_check(tmp("to_a.st"), false), "%s", cg_last_error());
+    ck_assert_int_eq(symlink("nothing.st", tmp("dangling.st")), 0);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("dangling.st"), false),
+                    "is a symbolic link to no regular file");
+    ck_assert_int_eq(symlink("made", tmp("to_dir.st")), 0);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("to_dir.st"), false),
+                    "is a symbolic link to no regular file");
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check("", false), "empty");
     char name[300];
     memset(name, 'n', 240);
@@ -477,6 +486,40 @@ START_TEST(test_out_check)
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp(name), false), "temporary suffix");
     name[200] = '\0';
     ck_assert(cg_out_check(tmp(name), false));
+    /* the limits exactly: a name of NAME_MAX - CG_OUT_SUFFIX_MAX bytes fits with its
+     * temporary suffix, one byte more does not */
+    memset(name, 'n', NAME_MAX - CG_OUT_SUFFIX_MAX);
+    name[NAME_MAX - CG_OUT_SUFFIX_MAX] = '\0';
+    ck_assert_msg(cg_out_check(tmp(name), false), "%s", cg_last_error());
+    strcat(name, "n");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp(name), false), "temporary suffix");
+    /* and a path of PATH_MAX - CG_OUT_SUFFIX_MAX - 1 bytes (its temporary's name and
+     * NUL fill PATH_MAX), in directories of 100 bytes; one byte more is refused */
+    char deep[PATH_MAX + 64];
+    size_t len = (size_t)snprintf(deep, sizeof deep, "%s", tmpdir);
+    const size_t fit = PATH_MAX - CG_OUT_SUFFIX_MAX - 1;
+    while (len + 1 + 100 + 1 + 50 < fit) {
+        deep[len++] = '/';
+        memset(deep + len, 'd', 100);
+        len += 100;
+        deep[len] = '\0';
+        ck_assert_int_eq(mkdir(deep, 0700), 0);
+    }
+    deep[len++] = '/';
+    memset(deep + len, 'f', fit - len);
+    deep[fit] = '\0';
+    ck_assert_msg(cg_out_check(deep, false), "%s", cg_last_error());
+    strcat(deep, "f");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(deep, false), "the path is too long");
+    for (size_t d = len - 1; d > strlen(tmpdir); d -= 101) { /* the teardown's buffer is shorter */
+        deep[d] = '\0';
+        ck_assert_int_eq(rmdir(deep), 0);
+    }
+    /* "." and "..": a directory, whatever is there */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("made/.."), false),
+                    "names a directory, not a checkpoint file");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("."), true),
+                    "names a directory, not a checkpoint file");
     if (geteuid() != 0) { /* root writes anywhere */
         ck_assert_int_eq(mkdir(tmp("ro"), 0500), 0);
         CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("ro/x.st"), false), "not writable");
@@ -589,6 +632,40 @@ START_TEST(test_out_lock)
     ck_assert(cg_out_lock_take(tmp("m.safetensors"), &b)); /* released: free again */
     cg_out_lock_release(&b);
     cg_out_lock_release(&b); /* twice is harmless */
+    /* a file at a lock's name holding more than a process id is not ours:
+     * refused, and left as it was */
+    const char *const notes[] = {"123 my notes\n", "123\n456\n", "123"};
+    for (int i = 0; i < 3; i++) {
+        write_file(tmp("u.cgrad-lock"), notes[i], strlen(notes[i]));
+        CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(tmp("u.safetensors"), &b),
+                        "is not a lock file of these programs");
+        char back[32] = "";
+        FILE *f = fopen(tmp("u.cgrad-lock"), "rb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fread(back, 1, sizeof back - 1, f), strlen(notes[i]));
+        fclose(f);
+        ck_assert_str_eq(back, notes[i]);
+    }
+    /* a lock that is a symbolic link is never followed, even to a file that
+     * would pass for a lock (empty): the file there keeps its bytes */
+    write_file(tmp("empty.txt"), "", 0);
+    ck_assert_int_eq(symlink("empty.txt", tmp("s.cgrad-lock")), 0);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(tmp("s.safetensors"), &b),
+                    "is a symbolic link (a lock is never followed)");
+    struct stat st;
+    ck_assert(stat(tmp("empty.txt"), &st) == 0 && st.st_size == 0);
+    /* a lock left by a dead run with a longer process id holds this run's
+     * pid alone once taken (not "<pid>\n" over the old digits' tail, which
+     * the next run would refuse as no lock of ours) */
+    write_file(tmp("p.cgrad-lock"), "1234567890123\n", 14);
+    ck_assert_msg(cg_out_lock_take(tmp("p.safetensors"), &b), "%s", cg_last_error());
+    char want[32], held[32] = "";
+    snprintf(want, sizeof want, "%ld\n", (long)getpid());
+    ck_assert(pread(b.fd, held, sizeof held - 1, 0) >= 0);
+    ck_assert_str_eq(held, want);
+    cg_out_lock_release(&b);
+    ck_assert_msg(cg_out_lock_take(tmp("p.safetensors"), &b), "%s", cg_last_error());
+    cg_out_lock_release(&b);
 }
 END_TEST
 
