@@ -10,6 +10,8 @@
 #include <string.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -527,6 +529,71 @@ START_TEST(test_out_check)
 }
 END_TEST
 
+/* A file a run reads is none of the four it writes (cg_out_check_reads):
+ * the checkpoint (unless it is --resume's, with_ckpt false), its loss
+ * curve, its metrics log and its lock, each named in the refusal. */
+START_TEST(test_out_check_reads)
+{
+    const char *const names[] = {"r.st", "r.st.loss.png", "r.st.metrics.jsonl", "r.st.cgrad-lock"};
+    const char *const kinds[] = {"the checkpoint", "its loss curve", "its metrics log",
+                                 "its lock file"};
+    for (int i = 0; i < 4; i++)
+        write_file(tmp(names[i]), "12\n", 3);
+    write_file(tmp("corpus.txt"), "text\n", 5);
+    ck_assert(cg_out_check_reads(tmp("r.st"), tmp("corpus.txt"), "--data", true));
+    for (int i = 0; i < 4; i++) {
+        char in[512];
+        snprintf(in, sizeof in, "%s", tmp(names[i]));
+        ck_assert(!cg_out_check_reads(tmp("r.st"), in, "--data", true));
+        ck_assert_msg(strstr(cg_last_error(), kinds[i]) && strstr(cg_last_error(), "--data '"),
+                      "%s: %s", names[i], cg_last_error());
+        bool ok = cg_out_check_reads(tmp("r.st"), in, "--resume", false);
+        ck_assert_msg(ok == (i == 0), "%s, without the checkpoint: %d", names[i], ok);
+    }
+}
+END_TEST
+
+/* --keep-last's rules on the files already there (cg_kept_check): a kept
+ * checkpoint of this run (kept[]) is fine, another needs --force, one that
+ * is a file the run reads or standard output is refused even with --force,
+ * and a name this run would not write ("k.step0777.safetensors", fewer than
+ * 8 digits; "k.stepX.safetensors") is no kept checkpoint at all. */
+START_TEST(test_kept_check)
+{
+    const char *out = tmp("k.safetensors");
+    char *mine = cg_kept_path(out, 250), *other = cg_kept_path(out, 300);
+    ck_assert_str_eq(mine, tmp("k.step00000250.safetensors"));
+    const int64_t kept[] = {250};
+    const char *reads[] = {NULL, mine}, *what[] = {"--data", "--init-from"};
+    ck_assert(cg_kept_check(out, kept, 1, false, reads, what, 0)); /* nothing there */
+    write_file(mine, "x", 1);
+    write_file(tmp("k.step0777.safetensors"), "x", 1); /* not a name of ours */
+    write_file(tmp("k.step0000025x.safetensors"), "x", 1);
+    ck_assert_msg(cg_kept_check(out, kept, 1, false, reads, what, 0), "%s", cg_last_error());
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_kept_check(out, kept, 0, false, reads, what, 0),
+                    "an evaluation checkpoint this run did not write");
+    ck_assert(cg_kept_check(out, kept, 0, true, reads, what, 0)); /* --force */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_kept_check(out, kept, 1, true, reads, what, 2),
+                    "--init-from '");
+    write_file(other, "x", 1);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_kept_check(out, kept, 1, false, reads, what, 0),
+                    "k.step00000300.safetensors' exists: an evaluation checkpoint");
+    /* standard output into a kept checkpoint: lost when --keep-last replaces it */
+    fflush(stdout);
+    int saved = dup(1), fd = open(other, O_WRONLY | O_APPEND);
+    ck_assert(saved >= 0 && fd >= 0 && dup2(fd, 1) == 1);
+    bool ok = cg_kept_check(out, kept, 1, true, reads, what, 0);
+    ck_assert(dup2(saved, 1) == 1);
+    close(fd);
+    close(saved);
+    ck_assert(!ok);
+    ck_assert_msg(strstr(cg_last_error(), "an evaluation checkpoint that --keep-last replaces"),
+                  "%s", cg_last_error());
+    free(mine);
+    free(other);
+}
+END_TEST
+
 /* A second writer of the same checkpoint is refused; the lock cleans up
  * what a killed writer left behind. */
 /* A metrics log replaced by a run (--force, --resume) keeps the old log's
@@ -570,6 +637,42 @@ END_TEST
 /* A metrics log opens though its first temporary name is taken (a killed
  * process of this pid left it): "cannot write the metrics log: File
  * exists" stopped every later run in a container; the file is left. */
+/* A torn last line of a log is dropped on --resume even when what is there
+ * parses ('{"step": 2}' written, its '\n' not), and a line the disk took
+ * in part is cut off (RLIMIT_FSIZE: the write stops after 5 bytes). */
+START_TEST(test_metrics_log_torn)
+{
+    const char log[] = "{\"step\": 1}\n{\"step\": 2}";
+    size_t n = 0;
+    int64_t dropped = 0;
+    char *kept = cg_metrics_log_keep(log, strlen(log), 5, &n, &dropped);
+    ck_assert_ptr_nonnull(kept);
+    ck_assert_str_eq(kept, "{\"step\": 1}\n");
+    ck_assert_int_eq(dropped, 1);
+    free(kept);
+    const char *path = tmp("torn.metrics.jsonl");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert(cg_metrics_log_append(f, "{\"step\": 1}", 0));
+    struct rlimit old, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 12 + 5;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    bool ok = cg_metrics_log_append(f, "{\"step\": 2, \"loss\": 1.5}", 0);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    ck_assert(!ok);
+    ck_assert_msg(!strstr(cg_last_error(), "torn"), "%s", cg_last_error());
+    fclose(f);
+    struct stat st;
+    ck_assert(stat(path, &st) == 0);
+    ck_assert_int_eq(st.st_size, 12); /* the first line alone */
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_metrics_log_taken_temp)
 {
     const char *path = tmp("taken.metrics.jsonl");
@@ -1030,9 +1133,12 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_pairs_unknown);
     tcase_add_test(d, test_data_id);
     tcase_add_test(d, test_out_check);
+    tcase_add_test(d, test_out_check_reads);
+    tcase_add_test(d, test_kept_check);
     tcase_add_test(d, test_out_lock);
     tcase_add_test(d, test_out_lock_moved);
     tcase_add_test(d, test_metrics_log_taken_temp);
+    tcase_add_test(d, test_metrics_log_torn);
     tcase_add_test(d, test_metrics_log_mode);
     tcase_add_test(d, test_png_stale_temp);
     suite_add_tcase(s, d);
