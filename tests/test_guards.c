@@ -522,6 +522,13 @@ START_TEST(test_out_check)
                     "names a directory, not a checkpoint file");
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("."), true),
                     "names a directory, not a checkpoint file");
+    /* a picture that exists is replaced only with --force */
+    write_file(tmp("p.png"), "x", 1);
+    CG_ASSERT_FAILS(
+        (void *)(intptr_t)cg_out_picture_check(tmp("p.png"), false, NULL, "--ckpt", false),
+        "exists; pass --force to overwrite it");
+    ck_assert_msg(cg_out_picture_check(tmp("p.png"), true, NULL, "--ckpt", false), "%s",
+                  cg_last_error());
     if (geteuid() != 0) { /* root writes anywhere */
         ck_assert_int_eq(mkdir(tmp("ro"), 0500), 0);
         CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("ro/x.st"), false), "not writable");
