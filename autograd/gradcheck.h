@@ -32,11 +32,17 @@ typedef struct {
      * directions v, Richardson-extrapolated over the steps (h/2, h) and
      * (h, 2h) (h = proj_eps * the input's RMS, at least proj_eps * 1e-2);
      * a direction whose two estimates disagree crosses a kink and is
-     * replaced (at most 3 * proj_count tries). Passes if |error| <=
+     * replaced (at most 3 * proj_count tries). The error along v is the
+     * smallest of the difference at h/2, the two Richardson values and
+     * the parabola's value at 0: kinks crossed within the steps (relus)
+     * spoil some, a wrong gradient all four. Passes if |error| <=
      * proj_rtol * (|analytic| + |gradient|_2) + the noise term below.
      * Catches small systematic errors (1% in the backward of any op of a
      * transformer layer: tests/test_gradcheck.c) that the element-wise
-     * check's absolute tolerance lets through. proj_count 0 turns it off. */
+     * check's absolute tolerance lets through. A kink nearer than h/2
+     * gives the same error at every step, as a wrong gradient does: with
+     * relu, a projections-only failure wants a second look at proj_eps
+     * 1e-3 (less sensitive). proj_count 0 turns it off. */
     int proj_count;   /* default 4 */
     double proj_eps;  /* default 1e-2 */
     double proj_rtol; /* default 5e-4 */
