@@ -538,6 +538,7 @@ START_TEST(test_projection_nan_fails)
     one.proj_count = 1; /* one direction is enough */
     for (int n = 0; n < 2; n++) {
         ck_assert(!cg_gradcheck(one_off_fn, &p, 1, &x, n ? &one : NULL, &rep));
+        ck_assert_str_eq(cg_last_error(), rep.message); /* a failure is the last error */
         ck_assert_msg(rep.worst_ratio <= 1.0, "%s", rep.message);
         ck_assert_msg(isinf(rep.worst_proj_ratio) && rep.worst_proj_input == 0, "%s", rep.message);
     }
