@@ -484,7 +484,9 @@ static bool rank_matches(const cg_st_file *f, const char *path, const cJSON *r, 
 static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c, char ***targets)
 {
     const char *js = cg_st_metadata(f, "adapter_config");
-    cJSON *j = js ? cJSON_Parse(js) : NULL;
+    /* the whole value is the JSON (cg_st_metadata_json: "{...}p" refused,
+     * which cJSON_Parse took for its object; found by fuzz/fuzz_lora.c) */
+    cJSON *j = js ? cg_st_metadata_json(f, "adapter_config") : NULL;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "r");
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(j, "lora_alpha");
     const cJSON *dr = cJSON_GetObjectItemCaseSensitive(j, "lora_dropout");

@@ -698,6 +698,18 @@ START_TEST(test_lora_targets_save_load)
         ck_assert_ptr_null(cg_lora_of(bk->attn->q_proj)); /* nothing attached */
         cg_module_free(CG_MODULE(bk));
     }
+    /* a config with more after its object is not JSON (cJSON_Parse took it) */
+    rewrite_config(path, "\"r\":3", "\"r\":2");
+    cg_lm_block *b4 = make_block(7);
+    ck_assert_msg(cg_lora_load(CG_MODULE(b4), path), "%s", cg_last_error());
+    cg_module_free(CG_MODULE(b4));
+    rewrite_config(path, "]}", "]}p");
+    b4 = make_block(7);
+    ck_assert(!cg_lora_load(CG_MODULE(b4), path));
+    ck_assert_msg(strstr(cg_last_error(), "the 'adapter_config' metadata is not JSON"), "%s",
+                  cg_last_error());
+    ck_assert_ptr_null(cg_lora_of(b4->attn->q_proj));
+    cg_module_free(CG_MODULE(b4));
     /* a file that is not an adapter */
     ck_assert(cg_module_save(CG_MODULE(other), path, 0, NULL));
     cg_lm_block *b3 = make_block(7);
