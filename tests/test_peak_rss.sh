@@ -29,6 +29,13 @@ set -uo pipefail
 charlm=$1
 bench=$2
 . "$(dirname "$0")/shell_lib.sh" peak_rss
+# Resident sets measured with meson's MALLOC_PERTURB_ count whatever malloc
+# hands out, used or not: glibc fills each block it returns. On AVX2 CPUs
+# (Zen 3, 2026-12-02) the bench's tiny step goes through BLIS's haswell
+# context, whose packing pools are malloc'd for its largest blocks: filled,
+# they put the bench 20 MB above its start (27.7 MB against 7.4) where the
+# step itself touches 4. What a user's run keeps resident is measured here.
+unset MALLOC_PERTURB_
 
 # 400 KB of text: a validation split (10%) of 79 windows of 512
 awk 'BEGIN {
