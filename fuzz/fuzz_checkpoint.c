@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "fuzz/fuzz.h"
 #include "models/charlm/charlm_ckpt.h"
+#include "models/train/state.h"
 #include "models/train/train_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -53,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CG_FUZZ_CHECK(strlen(tj) < size);
         /* the loss history: loads, or fails with a message; what loads
          * writes back as JSON that loads to the same history */
-        cJSON *tjo = cJSON_Parse(tj);
+        cJSON *tjo = cg_train_state_parse(tj); /* as the trainer reads it */
         const cJSON *hist = cJSON_GetObjectItemCaseSensitive(tjo, "history");
         char *hj = hist ? cJSON_PrintUnformatted(hist) : NULL;
         if (hj) {

@@ -26,6 +26,11 @@
 #include "models/charlm/charlm.h"
 #include "models/charlm/sampling.h"
 #include "models/train/train_common.h"
+#include "models/train/checkpoint.h"
+#include "models/train/finetune.h"
+#include "models/train/state.h"
+#include "models/text/vocab.h"
+#include "nn/safetensors.h"
 #include "testutil.h"
 
 START_TEST(test_state_fields)
@@ -871,6 +876,72 @@ START_TEST(test_numbers_any_locale)
 END_TEST
 
 /* JSON lines: NaN and Inf print as null, strings are escaped. */
+/* The JSON a checkpoint's metadata holds (config, vocabulary, training
+ * state, loss history, "init_from") is read whole: bytes after its value
+ * are damage, not ignored (cJSON_Parse stops at the end of the first value,
+ * so "{...}x" loaded as if whole; nn/lora.c's adapter_config was found so
+ * by fuzz_lora, round twenty-seven). */
+START_TEST(test_metadata_json_whole)
+{
+    static const char *const tails[] = {"x", " }", "{}", "\n1", " \"a\""};
+    cg_history h = {0};
+    ck_assert(cg_history_push(&h, 10, 2.5, 2.75));
+    char *hist = cg_history_to_json(&h);
+    cg_history_free(&h);
+    ck_assert_ptr_nonnull(hist);
+    char ok_origin[256];
+    snprintf(ok_origin, sizeof ok_origin,
+             "{\"path\": \"/b.st\", \"size\": \"12\", \"xxh3\": \"%016x\", \"step\": 3}", 7);
+    for (int t = -1; t < (int)(sizeof tails / sizeof *tails); t++) {
+        const char *tail = t < 0 ? " \n" : tails[t]; /* whitespace after a value is fine */
+        bool want = t < 0;
+        char buf[512];
+        snprintf(buf, sizeof buf, "{\"steps\": 4}%s", tail);
+        cJSON *o = cg_json_parse_object(buf, "charlm config");
+        ck_assert_msg((o != NULL) == want, "config %s", buf);
+        cJSON_Delete(o);
+        o = cg_train_state_parse(buf);
+        ck_assert_msg((o != NULL) == want, "state %s", buf);
+        cJSON_Delete(o);
+        cg_precision pr = CG_PRECISION_BF16;
+        ck_assert_msg(cg_train_precision(buf, "c.st", &pr) == want, "precision %s", buf);
+        if (!want)
+            ck_assert_ptr_nonnull(strstr(cg_last_error(), "its training state is damaged"));
+        snprintf(buf, sizeof buf, "\"abc\"%s", tail);
+        cg_vocab *v = cg_vocab_from_json(buf);
+        ck_assert_msg((v != NULL) == want, "vocab %s", buf);
+        cg_vocab_free(v);
+        snprintf(buf, sizeof buf, "%s%s", hist, tail);
+        cg_history back = {0};
+        ck_assert_msg(cg_history_from_json(buf, &back) == want, "history %s", buf);
+        cg_history_free(&back);
+        /* "init_from", read from the file */
+        snprintf(buf, sizeof buf, "%s%s", ok_origin, tail);
+        cg_st_writer *w = cg_st_writer_new();
+        const float x = 1.0f;
+        const int64_t one = 1;
+        ck_assert(cg_st_add_f32_raw(w, "w", 1, &one, &x) &&
+                  cg_st_set_metadata(w, "init_from", buf));
+        const char *path = cg_test_path("origin.st");
+        ck_assert(cg_st_writer_save(w, path));
+        cg_st_writer_free(w);
+        cg_st_file *f = cg_st_open(path);
+        ck_assert_ptr_nonnull(f);
+        cg_ft_origin org;
+        bool present = false;
+        ck_assert_msg(cg_ft_origin_read(f, path, &org, &present) == want, "init_from %s: %s", buf,
+                      cg_last_error());
+        ck_assert(present);
+        if (want)
+            ck_assert(org.step == 3);
+        else
+            ck_assert_ptr_nonnull(strstr(cg_last_error(), "\"init_from\": malformed"));
+        cg_st_close(f);
+    }
+    free(hist);
+}
+END_TEST
+
 START_TEST(test_json_values)
 {
     ck_assert_str_eq(CG_JSON_NUM("%.4f", 1.5), "1.5000");
@@ -1125,6 +1196,7 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_tiny_temperature);
     tcase_add_test(t, test_json_values);
+    tcase_add_test(t, test_metadata_json_whole);
     tcase_add_test(t, test_numbers_any_locale);
     tcase_add_test(t, test_json_line_writer);
     tcase_add_test(t, test_threads);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "models/util/config_json.h"
 
 void cg_warn_unknown_chars(const char *prog, const char *what, int64_t count, uint32_t first,
                            const char *subst)
@@ -112,7 +113,7 @@ cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n)
 
 cg_vocab *cg_vocab_from_json(const char *json)
 {
-    cJSON *j = json ? cJSON_Parse(json) : NULL;
+    cJSON *j = cg_json_parse(json);
     if (!j || !cJSON_IsString(j)) {
         cJSON_Delete(j);
         cg_set_error("vocabulary: expected a JSON string");

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "models/train/dist.h"
 #include "models/train/state.h"
+#include "models/util/config_json.h"
 
 /* The leaves of o as flat["a.b.c"] = the leaf's JSON text. */
 static bool flatten(const cJSON *o, const char *prefix, cJSON *flat)
@@ -84,7 +85,7 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
     if (cg_dist_size() <= 1)
         return true;
     char *sj = cg_train_state_json(t, m), *cj = sj ? m->config_json(m->self) : NULL;
-    cJSON *s = cj ? cJSON_Parse(sj) : NULL, *cfg = s ? cJSON_Parse(cj) : NULL;
+    cJSON *s = cj ? cg_json_parse(sj) : NULL, *cfg = s ? cg_json_parse(cj) : NULL;
     cJSON *flat = cfg ? cJSON_CreateObject() : NULL, *run = flat ? cJSON_CreateObject() : NULL;
     free(sj);
     free(cj);
@@ -119,7 +120,7 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
     if (root && cg_dist_is_root())
         memcpy(root, mine, len);
     ok = root && cg_dist_broadcast_bytes(root, len);
-    cJSON *rf = ok ? cJSON_Parse(root) : NULL;
+    cJSON *rf = ok ? cg_json_parse(root) : NULL;
     /* the first of rank 0's leaves that differs here */
     int idx = 0, first = -1;
     for (const cJSON *c = rf ? rf->child : NULL; c && first < 0; c = c->next, idx++) {

@@ -61,7 +61,7 @@ static cg_st_file *open_input(avg_run *r, const char *path)
                      "average full checkpoints",
                      path);
     } else if (r->m->loads(path) && cg_ft_origin_of(path, f, &o) && (js = cg_ft_origin_json(&o)) &&
-               (id = cJSON_Parse(js))) {
+               (id = cg_json_parse(js))) {
         cJSON_AddItemToArray(r->files, id);
         free(js);
         return f;

@@ -249,7 +249,7 @@ bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path)
 
 bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **out)
 {
-    *out = train_json ? cJSON_Parse(train_json) : NULL;
+    *out = cg_json_parse(train_json);
     if (train_json && !cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
         *out = NULL;

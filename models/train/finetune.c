@@ -12,6 +12,7 @@
 #include "models/train/checkpoint.h"
 #include "models/train/outfile.h"
 #include "models/util/files.h"
+#include "models/util/config_json.h"
 #include "nn/lora.h"
 
 bool cg_ft_is_adapter(const cg_st_file *f)
@@ -61,7 +62,7 @@ bool cg_ft_origin_read(const cg_st_file *f, const char *path, cg_ft_origin *out,
         return true;
     char what[600];
     snprintf(what, sizeof what, "checkpoint '%.500s': \"init_from\"", path);
-    cJSON *j = cJSON_Parse(js);
+    cJSON *j = cg_json_parse(js);
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
     bool ok = cJSON_IsObject(j) && cJSON_IsNumber(st) && st->valuedouble >= 0 &&
               st->valuedouble <= 1e15 && st->valuedouble == floor(st->valuedouble);

@@ -97,7 +97,7 @@ bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o, con
 
 cJSON *cg_train_state_parse(const char *json)
 {
-    cJSON *o = json ? cJSON_Parse(json) : NULL;
+    cJSON *o = cg_json_parse(json);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         cg_set_error("no training state (not a training checkpoint)");
@@ -131,7 +131,7 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
     for (int i = 0; i < t->n_recent; i++)
         cJSON_AddItemToArray(r, cJSON_CreateNumber(t->recent[i]));
     char *hj = cg_history_to_json(&t->hist);
-    cJSON *h = hj ? cJSON_Parse(hj) : NULL;
+    cJSON *h = cg_json_parse(hj);
     free(hj);
     bool ok = h != NULL;
     if (h)

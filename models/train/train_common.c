@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "models/report/plot.h"
+#include "models/util/config_json.h"
 
 static volatile sig_atomic_t g_interrupted = 0;
 
@@ -298,7 +299,7 @@ bool cg_history_from_cjson(const cJSON *o, cg_history *h)
 
 bool cg_history_from_json(const char *json, cg_history *h)
 {
-    cJSON *o = cJSON_Parse(json);
+    cJSON *o = cg_json_parse(json);
     bool ok = cg_history_from_cjson(o, h);
     cJSON_Delete(o);
     return ok;

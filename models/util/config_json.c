@@ -71,13 +71,15 @@ const char *cg_json_str(const cJSON *o, const char *what, const char *key, bool 
     return v->valuestring;
 }
 
+cJSON *cg_json_parse(const char *text) { return text ? cJSON_ParseWithOpts(text, NULL, 1) : NULL; }
+
 cJSON *cg_json_parse_object(const char *json, const char *what)
 {
     if (!json) {
         cg_set_error("%s: NULL argument", what);
         return NULL;
     }
-    cJSON *o = cJSON_Parse(json);
+    cJSON *o = cg_json_parse(json);
     if (!o || !cJSON_IsObject(o)) {
         cg_set_error("%s: not a JSON object", what);
         cJSON_Delete(o);
@@ -499,7 +501,7 @@ static bool config_fact(const cJSON *o, const char *what, const cg_config_field 
     }
     char buf[64];
     const char *text = fact_text(f, cfg, buf, sizeof buf);
-    cJSON *want = cJSON_Parse(text);
+    cJSON *want = cg_json_parse(text);
     bool same = want && cJSON_Compare(v, want, true);
     if (!same) {
         char *got = cJSON_PrintUnformatted(v);

@@ -24,7 +24,15 @@ bool cg_json_bool(const cJSON *o, const char *what, const char *key, bool *out);
 /* The string (borrowed from o), NULL when absent; *ok = false on a wrong type. */
 const char *cg_json_str(const cJSON *o, const char *what, const char *key, bool *ok);
 
-/* Parse json into an object (caller cJSON_Deletes it), or NULL + error. */
+/* text as one JSON value, with nothing but whitespace after it: a new tree
+ * (the caller cJSON_Deletes it), or NULL when text is NULL, is not JSON, has
+ * bytes after its value, or memory ran out (no error recorded: the caller
+ * says what was damaged). cJSON_Parse stops at the end of the first value,
+ * so "{...}x" would read as whole; every JSON text the zoo reads goes
+ * through here. */
+cJSON *cg_json_parse(const char *text);
+/* Parse json (as cg_json_parse) into an object (caller cJSON_Deletes it),
+ * or NULL + error. */
 cJSON *cg_json_parse_object(const char *json, const char *what);
 /* The "norm" and "act" strings, when present, parsed into *norm and *act. */
 bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_act *act);
