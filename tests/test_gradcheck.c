@@ -631,6 +631,7 @@ static Suite *gc_suite(void)
     TCase *tc = tcase_create("planted");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_planted_errors_caught);
+    tcase_add_test(tc, test_relu_layers_every_seed); /* seconds: 40 checks of layers */
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("failures");
     tcase_add_test(tf, test_failure_messages);
@@ -638,7 +639,6 @@ static Suite *gc_suite(void)
     tcase_add_test(tf, test_every_input_factor_two);
     tcase_add_test(tf, test_one_element_wrong);
     tcase_add_test(tf, test_projection_nan_fails);
-    tcase_add_test(tf, test_relu_layers_every_seed);
     tcase_add_test(tf, test_no_smooth_direction_said);
     suite_add_tcase(s, tf);
     return s;
