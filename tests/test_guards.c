@@ -2,6 +2,7 @@
  * trainer state, linear-time JSON arrays, bounded data loading, output
  * checks and the lock, valid JSON numbers, sampling at tiny temperatures. */
 #include <check.h>
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
@@ -191,6 +192,39 @@ static void *fifo_writer(void *path)
     return NULL;
 }
 
+/* 70000 bytes, the last a NUL: more than a stream's first read holds */
+static void *fifo_writer_nul(void *path)
+{
+    static char big[70000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    FILE *w = fopen(path, "w");
+    if (w) {
+        fwrite(big, 1, sizeof big, w);
+        fclose(w);
+    }
+    return NULL;
+}
+
+/* A NUL byte in a stream is named by its offset in the input, not in the
+ * read that found it (a pipe is read in pieces of at most 64 KiB). */
+START_TEST(test_read_once_nul_offset)
+{
+    ck_assert_int_eq(mkfifo(tmp("nulfifo"), 0600), 0);
+    void (*was)(int) = signal(SIGPIPE, SIG_IGN);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, fifo_writer_nul, (void *)tmp("nulfifo")), 0);
+    size_t n;
+    char *b = cg_read_file_once(tmp("nulfifo"), 0, true, &n);
+    pthread_join(th, NULL);
+    signal(SIGPIPE, was);
+    ck_assert_ptr_null(b);
+    ck_assert_msg(strstr(cg_last_error(), "holds a NUL byte at offset 69999: not a text file"),
+                  "%s", cg_last_error());
+    unlink(tmp("nulfifo"));
+}
+END_TEST
+
 /* A file is read once from any kind of file; errors are reported. */
 START_TEST(test_read_once)
 {
@@ -290,6 +324,66 @@ START_TEST(test_read_line)
     ck_assert_int_eq(cg_read_line(&buf, &cap, f, "stdin", 100), -2);
     fclose(f);
     free(buf);
+}
+END_TEST
+
+/* cg_read_lines: without `why` a bad line fails the input naming its line;
+ * with it the bad line is "" (none of its bytes) and its reason is kept,
+ * the lines around it as they were ("\r\n" cut). */
+START_TEST(test_read_lines)
+{
+    write_file(tmp("ls.txt"), "ok\r\nab\0cd\nlast\n", 15);
+    FILE *f = fopen(tmp("ls.txt"), "rb");
+    ck_assert_ptr_nonnull(f);
+    int64_t n = -1;
+    cg_clear_error();
+    ck_assert_ptr_null(cg_read_lines(f, "ls", &n, NULL));
+    ck_assert_msg(strcmp(cg_last_error(), "ls: line 2: a NUL byte at byte 3 (not text)") == 0, "%s",
+                  cg_last_error());
+    rewind(f);
+    char **why = NULL;
+    char **lines = cg_read_lines(f, "ls", &n, &why);
+    fclose(f);
+    ck_assert_ptr_nonnull(lines);
+    ck_assert_ptr_nonnull(why);
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(lines[0], "ok");
+    ck_assert_str_eq(lines[1], "");
+    ck_assert_str_eq(lines[2], "last");
+    ck_assert_ptr_null(why[0]);
+    ck_assert_ptr_nonnull(why[1]);
+    ck_assert_str_eq(why[1], "a NUL byte at byte 3 (not text)");
+    ck_assert_ptr_null(why[2]);
+    for (int64_t i = 0; i < n; i++) {
+        free(lines[i]);
+        free(why[i]);
+    }
+    free(lines);
+    free(why);
+}
+END_TEST
+
+/* cg_ensure_parent_dir: a file at the root needs no directory; the last
+ * directory of a deep path is made (one level), a missing one above it is
+ * an error, and a file where the directory should be is refused. */
+START_TEST(test_ensure_parent_dir)
+{
+    cg_clear_error();
+    ck_assert_msg(cg_ensure_parent_dir("/cg_no_such_file"), "%s", cg_last_error());
+    ck_assert(cg_ensure_parent_dir("plain_name"));
+    ck_assert_int_eq(mkdir(tmp("deep"), 0700), 0);
+    ck_assert_msg(cg_ensure_parent_dir(tmp("deep/sub/m.st")), "%s", cg_last_error());
+    struct stat st;
+    ck_assert(stat(tmp("deep/sub"), &st) == 0 && S_ISDIR(st.st_mode));
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ensure_parent_dir(tmp("deep/a/b/m.st")),
+                    "cannot create directory");
+    ck_assert(access(tmp("deep/a"), F_OK) != 0);
+    write_file(tmp("deep/file"), "x", 1);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ensure_parent_dir(tmp("deep/file/m.st")),
+                    "is not a directory");
+    ck_assert(rmdir(tmp("deep/sub")) == 0);
+    ck_assert(unlink(tmp("deep/file")) == 0);
+    ck_assert(rmdir(tmp("deep")) == 0);
 }
 END_TEST
 
@@ -681,6 +775,40 @@ START_TEST(test_metrics_log_torn)
     struct stat st;
     ck_assert(stat(path, &st) == 0);
     ck_assert_int_eq(st.st_size, 12); /* the first line alone */
+    unlink(path);
+}
+END_TEST
+
+/* A resumed run whose metrics log cannot be written (the kept lines'
+ * write fails: RLIMIT_FSIZE of 10 bytes, SIGXFSZ ignored) fails in one
+ * line and leaves no temporary behind; the old log is as it was. */
+START_TEST(test_metrics_log_open_fails)
+{
+    const char *path = tmp("full.metrics.jsonl");
+    const char old_log[] = "{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"loss\": 2.25}\n";
+    write_file(path, old_log, strlen(old_log));
+    cg_metrics_log log;
+    int64_t dropped = 0;
+    struct rlimit old, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 10;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    bool ok = cg_metrics_log_open(&log, path, 2, &dropped);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    ck_assert(!ok);
+    ck_assert_ptr_null(log.f);
+    ck_assert_msg(strstr(cg_last_error(), "cannot write the metrics log") &&
+                      strstr(cg_last_error(), strerror(EFBIG)),
+                  "%s", cg_last_error());
+    char temp[64];
+    snprintf(temp, sizeof temp, "full.metrics.jsonl.tmp.%ld", (long)getpid());
+    ck_assert_msg(access(tmp(temp), F_OK) != 0, "'%s' was left", temp);
+    struct stat st;
+    ck_assert(stat(path, &st) == 0);
+    ck_assert_int_eq(st.st_size, (off_t)strlen(old_log));
     unlink(path);
 }
 END_TEST
@@ -1206,7 +1334,10 @@ static Suite *guards_suite(void)
     TCase *d = tcase_create("data");
     tcase_add_checked_fixture(d, setup, teardown);
     tcase_add_test(d, test_read_once);
+    tcase_add_test(d, test_read_once_nul_offset);
     tcase_add_test(d, test_read_line);
+    tcase_add_test(d, test_read_lines);
+    tcase_add_test(d, test_ensure_parent_dir);
     tcase_add_test(d, test_corpus_read);
     tcase_add_test(d, test_pairs_empty_sides);
     tcase_add_test(d, test_pairs_unknown);
@@ -1218,6 +1349,7 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_out_lock_moved);
     tcase_add_test(d, test_metrics_log_taken_temp);
     tcase_add_test(d, test_metrics_log_torn);
+    tcase_add_test(d, test_metrics_log_open_fails);
     tcase_add_test(d, test_metrics_log_mode);
     tcase_add_test(d, test_png_stale_temp);
     suite_add_tcase(s, d);
