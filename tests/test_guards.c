@@ -1189,6 +1189,75 @@ START_TEST(test_json_line_writer)
 }
 END_TEST
 
+/* The typed readers at their edges: an integer's fraction, a bool given 2,
+ * a string given a number, an array for an object, a bound itself (in, not
+ * out) in a field table and in a config, a number string with bytes after
+ * it, a signed 64-bit string, an optional field absent. */
+START_TEST(test_json_readers_edges)
+{
+    cJSON *o = cg_json_parse("{\"i\": 2.5, \"b\": 2, \"one\": 1, \"s\": 5, \"norm\": \"bogus\"}");
+    ck_assert_ptr_nonnull(o);
+    int64_t i = 7;
+    ck_assert(!cg_json_int(o, "w", "i", &i));
+    ck_assert_str_eq(cg_last_error(), "w: \"i\" must be an integer");
+    ck_assert_int_eq(i, 7);
+    bool b = false;
+    ck_assert(!cg_json_bool(o, "w", "b", &b));
+    ck_assert_str_eq(cg_last_error(), "w: \"b\" must be true or false");
+    ck_assert(cg_json_bool(o, "w", "one", &b) && b);
+    bool ok = true;
+    ck_assert_ptr_null(cg_json_str(o, "w", "s", &ok));
+    ck_assert(!ok);
+    ck_assert_str_eq(cg_last_error(), "w: \"s\" must be a string");
+    cg_norm_kind nk = CG_NORM_LAYERNORM;
+    cg_act ak = CG_ACT_GELU;
+    ck_assert(!cg_json_norm_act(o, "w", &nk, &ak));
+    cJSON_Delete(o);
+    CG_ASSERT_FAILS(cg_json_parse_object("[1, 2]", "w"), "w: not a JSON object");
+    /* a field table: each bound is in, a decimal string whole, u64 unsigned */
+    int64_t n = 0;
+    double x = 0;
+    uint64_t u = 0, opt = 42;
+    const cg_json_field f[] = {{"n", CG_JF_I64, &n, 1, 10, false},
+                               {"x", CG_JF_F64, &x, 0, 1, false},
+                               {"u", CG_JF_U64STR, &u, 0, 0, false},
+                               {"opt", CG_JF_U64STR, &opt, 0, 0, true}};
+    const char *good[] = {"{\"n\": 1, \"x\": \"1\", \"u\": \"18446744073709551615\"}",
+                          "{\"n\": 10, \"x\": 0, \"u\": \"0\"}"};
+    for (int k = 0; k < 2; k++) {
+        o = cg_json_parse(good[k]);
+        ck_assert_msg(cg_json_read_fields(o, "w", f, 4), "%s: %s", good[k], cg_last_error());
+        cJSON_Delete(o);
+    }
+    ck_assert(n == 10 && x == 0 && u == 0 && opt == 42);
+    const char *bad[][2] = {
+        {"{\"n\": 0, \"x\": 0, \"u\": \"0\"}", "w: \"n\" is 0, outside [1, 10]"},
+        {"{\"n\": 1, \"x\": \"0.5x\", \"u\": \"0\"}", "w: \"x\" must be a finite number"},
+        {"{\"n\": 1, \"x\": 0, \"u\": \"-1\"}",
+         "w: \"u\" must be a decimal string of a 64-bit integer"},
+        {"{\"n\": 1, \"x\": 0}", "w: \"u\" is missing"}};
+    for (int k = 0; k < 4; k++) {
+        o = cg_json_parse(bad[k][0]);
+        ck_assert_msg(!cg_json_read_fields(o, "w", f, 4), "%s", bad[k][0]);
+        ck_assert_msg(strcmp(cg_last_error(), bad[k][1]) == 0, "%s: %s", bad[k][0],
+                      cg_last_error());
+        cJSON_Delete(o);
+    }
+    /* a config's bounds are in too: d = 100 (its largest), drop = 1 */
+    struct {
+        int64_t d;
+        float drop;
+    } c = {0, 0};
+    typedef __typeof__(c) conf;
+    const cg_config_field cf[] = {CG_CF_INT(conf, d, 2, 100), CG_CF_PROBABILITY(conf, drop)};
+    const conf defaults = {8, 0};
+    const cg_config_model m = {"m", cf, 2, sizeof(conf), &defaults};
+    ck_assert_msg(cg_config_parse(&m, "{\"d\": 100, \"drop\": 1}", &c), "%s", cg_last_error());
+    ck_assert(c.d == 100 && c.drop == 1);
+    ck_assert_msg(cg_config_parse(&m, "{\"d\": 2, \"drop\": 0}", &c), "%s", cg_last_error());
+}
+END_TEST
+
 /* --threads is bounded by the CPUs this process may use. */
 START_TEST(test_threads)
 {
@@ -1327,6 +1396,7 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_metadata_json_whole);
     tcase_add_test(t, test_numbers_any_locale);
     tcase_add_test(t, test_json_line_writer);
+    tcase_add_test(t, test_json_readers_edges);
     tcase_add_test(t, test_threads);
     tcase_add_test(t, test_prefix_error);
     tcase_add_test(t, test_utf8_codec);
