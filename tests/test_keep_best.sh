@@ -10,7 +10,8 @@
 #      evaluated, "early_stopped": true)
 #   2. stopped (--stop-at) and resumed, the run stops at the same step with
 #      byte-identical final and best checkpoints; the flags come back from
-#      the checkpoint
+#      the checkpoint; resumed past its best step, a run that finds no lower
+#      loss still names the best checkpoint the stopped run saved
 #      --no-keep-best turns it off on --resume (the last of the two wins)
 #   3. seq2seq: the best checkpoint is its JSON line's best step, and it
 #      translates; stopped and resumed, the final evaluation's flags
@@ -19,7 +20,8 @@
 #   4. without the flags: no best checkpoint and no best_* fields
 #   5. refusals, one line, nothing written: an existing best checkpoint
 #      without --force (replaced with it), --init-from or --data naming the
-#      best checkpoint the run writes; --patience -1 is a usage error (2).
+#      best checkpoint the run writes, --resume of the best checkpoint into
+#      the run that writes it (--force too); --patience -1 is a usage error (2).
 #      --init-from a best checkpoint into another run is fine.
 #   test_keep_best.sh CHARLM SEQ2SEQ
 set -uo pipefail
@@ -91,6 +93,15 @@ got="$(field m.json best_step) $(field m.json best_val_loss) $(field m.json step
   cmp -s r.st m.st && cmp -s r.st.best.safetensors m.st.best.safetensors &&
   echo "ok: stopped at 9 and resumed: the same stop, the same final and best checkpoints, byte for byte" ||
   fail "resumed: $(tail -1 r.json)"
+# a resumed run that finds no lower loss than the stopped run's best keeps
+# naming the best checkpoint that run saved (its step comes back from the
+# checkpoint's history)
+"$charlm" train "${RUN[@]}" --keep-best --stop-at $((best + 2)) --out rb.st >/dev/null 2>rb.log ||
+  fail "stop-at $((best + 2)): $(tail -1 rb.log)"
+"$charlm" train --resume rb.st --stop-at $((best + 4)) >rb.json 2>rb.log || fail "resume rb.st: $(tail -1 rb.log)"
+[ "$(field rb.json best_step) $(field rb.json best_checkpoint)" = "$best rb.st.best.safetensors" ] &&
+  echo "ok: resumed past its best step: the best checkpoint of step $best still named" ||
+  fail "resumed past the best step: $(tail -1 rb.json)"
 
 # --no-keep-best turns off the --keep-best a resumed checkpoint keeps (as
 # argparse's BooleanOptionalAction: the last of the two wins)
@@ -163,6 +174,10 @@ intact "refused runs" o.st.best.safetensors mine.copy
 "$charlm" train "${RUN[@]}" --steps 4 --keep-best --out o.st --force >/dev/null 2>o.log &&
   [ "$(meta o.st.best.safetensors step)" = 4 ] &&
   echo "ok: --force replaces the best checkpoint" || fail "--force: $(tail -1 o.log)"
+rm -f o.st o.st.cgrad-lock o.st.metrics.jsonl  # the --force run's, so that nothing written shows
+refused_quietly "--resume the best checkpoint it writes" \
+  "--resume 'o.st.best.safetensors' is the same file as 'o.st.best.safetensors', the best checkpoint" \
+  o.st "$charlm" train --resume o.st.best.safetensors --steps 8 --keep-best --out o.st --force
 "$charlm" train --init-from m.st.best.safetensors --data c.txt --steps 2 --out f.st >/dev/null 2>f.log &&
   echo "ok: --init-from a best checkpoint" || fail "--init-from the best: $(tail -1 f.log)"
 expect "--patience -1" 2 "patience" "$charlm" train "${RUN[@]}" --patience -1 --out p.st
