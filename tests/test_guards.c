@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -760,15 +759,9 @@ START_TEST(test_metrics_log_torn)
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     ck_assert(cg_metrics_log_append(f, "{\"step\": 1}", 0));
-    struct rlimit old, lim;
-    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
-    lim = old;
-    lim.rlim_cur = 12 + 5;
-    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    cg_test_fsize_limit(12 + 5);
     bool ok = cg_metrics_log_append(f, "{\"step\": 2, \"loss\": 1.5}", 0);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
-    signal(SIGXFSZ, was);
+    cg_test_fsize_restore();
     ck_assert(!ok);
     ck_assert_msg(!strstr(cg_last_error(), "torn"), "%s", cg_last_error());
     fclose(f);
@@ -789,15 +782,9 @@ START_TEST(test_metrics_log_open_fails)
     write_file(path, old_log, strlen(old_log));
     cg_metrics_log log;
     int64_t dropped = 0;
-    struct rlimit old, lim;
-    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
-    lim = old;
-    lim.rlim_cur = 10;
-    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    cg_test_fsize_limit(10);
     bool ok = cg_metrics_log_open(&log, path, 2, &dropped);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
-    signal(SIGXFSZ, was);
+    cg_test_fsize_restore();
     ck_assert(!ok);
     ck_assert_ptr_null(log.f);
     ck_assert_msg(strstr(cg_last_error(), "cannot write the metrics log") &&

@@ -14,11 +14,9 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1377,16 +1375,10 @@ START_TEST(atomic_write_fails)
     float *big = calloc(1 << 16, sizeof(float));
     ck_assert(cg_st_add_f32_raw(w, "v", CG_SHAPE(1 << 16), big));
     free(big);
-    struct rlimit old, lim;
-    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
-    lim = old;
-    lim.rlim_cur = 4096;
-    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    cg_test_fsize_limit(4096);
     cg_clear_error();
     bool ok = cg_st_writer_save(w, path);
-    setrlimit(RLIMIT_FSIZE, &old);
-    signal(SIGXFSZ, prev);
+    cg_test_fsize_restore();
     cg_st_writer_free(w);
     ck_assert(!ok);
     assert_error_has("write to");

@@ -9,7 +9,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -417,6 +419,24 @@ long cg_test_rss_kb(void)
         fclose(f);
     }
     return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static struct rlimit g_fsize_old;
+static void (*g_fsize_was)(int);
+
+void cg_test_fsize_limit(long bytes)
+{
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &g_fsize_old), 0);
+    struct rlimit lim = g_fsize_old;
+    lim.rlim_cur = (rlim_t)bytes;
+    g_fsize_was = signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+}
+
+void cg_test_fsize_restore(void)
+{
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &g_fsize_old), 0);
+    signal(SIGXFSZ, g_fsize_was);
 }
 
 void cg_test_blank_params(cg_module *m)

@@ -73,6 +73,12 @@ void cg_test_rm_tree(const char *path);
 double cg_test_max_rel_diff(cg_module *a, cg_module *b, char *worst, size_t nw);
 /* The process's resident set in kB (/proc/self/statm), 0 if unreadable. */
 long cg_test_rss_kb(void);
+/* Files this process writes stop at `bytes` (RLIMIT_FSIZE) and a write past
+ * that fails with EFBIG (SIGXFSZ ignored, which would end the process): a
+ * disk that fills mid-write. cg_test_fsize_restore puts the limit and the
+ * signal's handler back; the two pair, one limit at a time. */
+void cg_test_fsize_limit(long bytes);
+void cg_test_fsize_restore(void);
 /* Every parameter of m zero but its norms' weights (ln*.weight), 1, each
  * marked modified: a model whose outputs a test designs by then writing a
  * few entries (and marking those tensors modified). */
