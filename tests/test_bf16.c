@@ -188,8 +188,7 @@ static bool tested_by_plain_run(cg_gemm_path path)
  * tested too. */
 static bool emulation_forced(void)
 {
-    const char *emu = getenv("CG_BF16_EMULATE"); /* the meson test bf16_emulated sets it */
-    return emu && emu[0] && strcmp(emu, "0") != 0;
+    return cg_test_env_on("CG_BF16_EMULATE"); /* the meson test bf16_emulated sets it */
 }
 static bool path_tested_by_plain_run(cg_gemm_path path)
 {

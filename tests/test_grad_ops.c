@@ -1614,6 +1614,8 @@ int main(void)
 {
     Suite *s[] = {grad_ops_suite()};
     int failed = cg_test_run(s, 1);
+    if (failed == 77) /* skipped: a variant run that would repeat the plain one */
+        return failed;
     /* run in this process (CK_FORK=no, as meson runs it): every entry
      * checked here ran a gradcheck through its op's backward */
     const char *fork = getenv("CK_FORK");

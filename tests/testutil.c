@@ -20,6 +20,7 @@
 #include "autograd/ops.h"
 #include "core/gemm.h"
 #include "core/ops.h"
+#include "core/parse.h"
 
 /* The tensors of cg_test_ids, held until cg_test_run returns. */
 static cg_tensor **g_ids;
@@ -303,8 +304,40 @@ TCase *cg_test_tcase(const char *name)
     return tc;
 }
 
+bool cg_test_env_on(const char *name)
+{
+    bool on = false;
+    cg_env_flag(name, &on);
+    return on;
+}
+
+/* The variant runs of a suite (tests/meson.build) whose switch changes
+ * nothing on this CPU would repeat the plain run test for test: the name
+ * of the switch, or NULL. CG_BF16_EMULATE=1 forces the emulated bf16
+ * kernel, which a CPU without AVX512_BF16 (core/gemm.c's test) runs
+ * anyway; CG_AMX_EMULATE=1 emulates AMX's tiles only where the CPU has
+ * AVX512_BF16 (cg_bf16_amx_emulated()). */
+static const char *variant_repeats_plain_run(void)
+{
+    __builtin_cpu_init();
+    const bool avx512_bf16 = __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512bf16");
+    if (cg_test_env_on("CG_BF16_EMULATE") && !avx512_bf16)
+        return "CG_BF16_EMULATE=1 (the CPU has no AVX512_BF16: its bf16 is emulated anyway)";
+    if (cg_test_env_on("CG_AMX_EMULATE") && !cg_bf16_amx_emulated())
+        return "CG_AMX_EMULATE=1 (AMX's emulation needs AVX512_BF16, and CG_BF16_AMX not 0)";
+    return NULL;
+}
+
 int cg_test_run(Suite **suites, int n)
 {
+    const char *same = variant_repeats_plain_run();
+    if (same) { /* meson's SKIP */
+        printf("skipped: %s changes nothing on this CPU; the plain run has run these tests\n",
+               same);
+        return 77;
+    }
     cg_test_tmpdir(); /* made here: forked children share it */
     SRunner *sr = srunner_create(suites[0]);
     for (int i = 1; i < n; i++)

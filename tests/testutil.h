@@ -41,8 +41,14 @@ TCase *cg_test_tcase(const char *name);
 #endif
 
 /* Run the given suites with one SRunner; returns the process exit code
- * (non-zero if any check failed). */
+ * (non-zero if any check failed). A variant run whose switch changes
+ * nothing on this CPU (CG_BF16_EMULATE=1 without AVX512_BF16,
+ * CG_AMX_EMULATE=1 where AMX's emulation is not in effect) runs nothing
+ * and returns 77, meson's "skipped": it would repeat the plain run. */
 int cg_test_run(Suite **suites, int n);
+/* Whether the environment variable `name` (one of core/parse.h's table) is
+ * given and true, as the library reads it. */
+bool cg_test_env_on(const char *name);
 
 /* The suite's scratch directory, $TMPDIR (else /tmp)/cg_PROGRAM.XXXXXX:
  * every file a test writes goes in it (never a fixed name in /tmp, never
