@@ -8,7 +8,6 @@
  * torch.nn.utils.clip_grad_norm_, the NaN/Inf check, bit-identical resume
  * through a safetensors file, and errors. */
 #include <check.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,21 +29,13 @@
 
 static char g_dir[1024];
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void setup(void)
 {
     cg_clear_error();
     cg_test_mkdtemp(g_dir, sizeof g_dir, "cg_optim_test_");
 }
 
-static void teardown(void) { nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+static void teardown(void) { cg_test_rm_tree(g_dir); }
 
 static const char *in_dir(const char *name)
 {

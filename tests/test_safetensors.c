@@ -12,7 +12,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,25 +29,13 @@
 
 static char g_dir[PATH_MAX]; /* a fresh temporary directory per test */
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void setup(void)
 {
     cg_clear_error();
     cg_test_mkdtemp(g_dir, sizeof g_dir, "cg_st_test_");
 }
 
-static void teardown(void)
-{
-    chmod(g_dir, 0700);
-    nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void teardown(void) { cg_test_rm_tree(g_dir); }
 
 static char *in_dir(const char *name)
 {
