@@ -18,7 +18,9 @@
 #      --out without --force
 #   5. train --keep-last N (both programs): exactly the last N evaluation
 #      checkpoints beside --out (full training checkpoints), continued by
-#      --resume; a resume into another --out leaves the first run's files;
+#      --resume (also when the file its last save dropped was left by a
+#      kill: it is the run's own, removed); a resume into another --out
+#      leaves the first run's files;
 #      a file of that name the run did not write is refused (kept with
 #      --force), and the run never writes over a file it reads
 #   6. scripts/recipe_run.sh (2 seeds of a small seq2seq: 8 JSON lines, the
@@ -103,6 +105,8 @@ elif cmd == 'f16':  # f16 IN OUT: IN's parameters stored as float16
         elif k.startswith('optim.'):
             del t[k]
     save(sys.argv[3], t, meta)
+elif cmd == 'dropped':  # dropped IN: the steps IN's training state names as dropped by its save
+    print(json.loads(load(sys.argv[2])[1]['train']).get('kept_dropped'))
 elif cmd == 'set':  # set IN OUT NAME I X: element I of F32 tensor NAME set to X
     t, meta = load(sys.argv[2])
     dt, shape, raw = t[sys.argv[4]]
@@ -278,7 +282,14 @@ json_ok "--keep-last: JSON line" k.json
 "$charlm" average --out kavg.st k.st.step*.safetensors >/dev/null 2>ka.log &&
   st mean kavg.st k.st.step00000012.safetensors k.st.step00000016.safetensors k.st.step00000020.safetensors >/dev/null &&
   echo "ok: --keep-last: the kept checkpoints average" || fail "average of the kept: $(tail -1 ka.log)"
-"$charlm" train --resume k.st --steps 32 >/dev/null 2>k2.log || fail "--keep-last resume: $(tail -1 k2.log)"
+# a run killed between its last save and the removal of the kept checkpoint
+# that save dropped: k.st names step 8 as dropped, and its file is still
+# there. --resume counts it as the run's own (not "exists; pass --force")
+# and removes it at its first save.
+[ "$(st dropped k.st)" = "[8]" ] || fail "k.st names $(st dropped k.st) as dropped, not [8]"
+cp k.st.step00000012.safetensors k.st.step00000008.safetensors
+"$charlm" train --resume k.st --steps 32 >/dev/null 2>k2.log ||
+  fail "--keep-last resume with the dropped step 8 left on disk: $(tail -1 k2.log)"
 [ "$(kept k.st)" = "k.st.step00000024.safetensors k.st.step00000028.safetensors k.st.step00000032.safetensors" ] &&
   echo "ok: --keep-last: --resume continues: $(kept k.st)" || fail "--keep-last resume left: $(kept k.st)"
 "$charlm" train --resume k.st --steps 44 --keep-last 1 --out j.st >/dev/null 2>k3.log || fail "resume --out: $(tail -1 k3.log)"
