@@ -322,4 +322,14 @@ name=$(printf 'n%.0s' $(seq $((4060 - ${#long} - 13))))
 : >"$long/$name.safetensors"
 refused "an existing checkpoint of 4060 bytes" "or pass --force to overwrite it\$" \
   "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out "$long/$name.safetensors"
+# ---- --keep-last: its evaluation checkpoints' names are checked before
+# training, as the checkpoint's is, at the longest: the last step's. --out
+# of 198 bytes fits with the temporary suffix, and so does its kept
+# checkpoint of an 8-digit step (223 bytes); that of --steps 1000000000,
+# NAME.step1000000000.safetensors (225 bytes), does not
+kn=$(printf 'k%.0s' {1..198})
+refused "--keep-last: the last kept checkpoint's name too long" \
+  "'$kn.step1000000000.safetensors': the file name is 225 bytes; at most 223 fit" \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 1000000000 --stop-at 1 --keep-last 1 --out "$kn"
+no_file "--keep-last: the last kept checkpoint's name too long" "$kn"
 finish
