@@ -10,7 +10,8 @@
 #   3. the checkpoint records the resolved precision, never "auto";
 #   4. --resume of an fp32 checkpoint with the default (or --precision
 #      auto) stays fp32, bit for bit, on any CPU; a checkpoint that records
-#      no precision (written before options) resumes in fp32;
+#      no precision (written before options) resumes in fp32; a bf16 one
+#      given --precision auto stays bf16 where auto would choose fp32;
 #   5. a bad value (--precision fp16) is one line naming auto, fp32, bf16.
 #   test_precision_auto.sh CHARLM SEQ2SEQ
 set -uo pipefail
@@ -152,6 +153,15 @@ if [ "$native" = 1 ]; then # and a bf16 one stays bf16 under CG_BF16_EMULATE=1
     echo "ok: a bf16 checkpoint resumes in bf16 where auto would choose fp32" ||
     fail "resume of a bf16 checkpoint under CG_BF16_EMULATE=1: exit $rc: $(tail -1 rb.err) / $(tail -1 rb.json)"
 fi
+# --precision auto given to --resume chooses nothing: a bf16 checkpoint
+# stays bf16 where auto would choose fp32 (CG_BF16_EMULATE=1: on any CPU)
+env CG_BF16_EMULATE=1 "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --stop-at 4 --precision bf16 \
+  --out hb.st >/dev/null 2>hb.err || fail "charlm train --precision bf16 (emulated): $(tail -1 hb.err)"
+rc=0
+env CG_BF16_EMULATE=1 "$charlm" train --resume hb.st --precision auto >rab.json 2>rab.err || rc=$?
+[ "$rc" -eq 0 ] && [ "$(field precision rab.json)" = bf16 ] && [ "$(saved_precision hb.st)" = bf16 ] &&
+  ! grep -q "switched from" rab.err && echo "ok: --resume --precision auto of a bf16 checkpoint stays bf16" ||
+  fail "--resume --precision auto of a bf16 checkpoint: exit $rc: $(tail -1 rab.err) / $(tail -1 rab.json)"
 
 # ---- 5. a bad value: one line naming the values allowed
 for prog in "$charlm" "$seq2seq"; do
