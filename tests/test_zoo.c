@@ -505,6 +505,64 @@ START_TEST(test_flag_switch_off)
 }
 END_TEST
 
+/* A flag's value: "--" and "--5" are values (argparse's rule takes only
+ * "--" and a letter for the next option), an empty one is refused; a lone
+ * "--" ends the flags of a split; a table of more than CG_CLI_MAX_OPTS rows
+ * is refused whole. */
+START_TEST(test_flag_values)
+{
+    const char *name = "x";
+    const cg_cli_opt opts[] = {{"--name", CG_CLI_STR, &name, 0, 0, NULL, 0}};
+    cg_cli_args a = {.opts = opts, .n = 1};
+    bool help;
+    char *dashes[] = {"--name", "--"}, *digit[] = {"--name", "--5"}, *empty[] = {"--name="};
+    ck_assert_msg(cg_cli_parse_args(2, dashes, &a, &help), "%s", cg_last_error());
+    ck_assert_str_eq(name, "--");
+    ck_assert_msg(cg_cli_parse_args(2, digit, &a, &help), "%s", cg_last_error());
+    ck_assert_str_eq(name, "--5");
+    ck_assert(!cg_cli_parse_args(1, empty, &a, &help));
+    ck_assert_str_eq(cg_last_error(), "--name: empty value");
+    ck_assert_str_eq(name, "--5");
+    char *lone[] = {"--"}; /* no option at all: a word out of place */
+    ck_assert(!cg_cli_parse_args(1, lone, &a, &help));
+    ck_assert_str_eq(cg_last_error(), "unexpected argument '--' (try --help)");
+    /* split: after "--" every word is positional, "--x" too */
+    char *words[] = {"--name", "v", "--", "--x", "y"}, *flags[5], *pos[5];
+    int nf = 0, np = 0;
+    cg_cli_split(5, words, opts, 1, flags, &nf, pos, &np);
+    ck_assert(nf == 2 && np == 2 && !strcmp(flags[1], "v") && !strcmp(pos[0], "--x"));
+    static const cg_cli_opt many[CG_CLI_MAX_OPTS + 1];
+    cg_cli_args big = {.opts = many, .n = CG_CLI_MAX_OPTS + 1};
+    ck_assert(!cg_cli_parse_args(0, NULL, &big, &help));
+    ck_assert_str_eq(cg_last_error(), "a flag table of 97 rows (at most 96)");
+}
+END_TEST
+
+/* The start-up line's note on the precision (options.h): auto's choice of
+ * bf16 says how to opt out, of fp32 only why; a resume that switched names
+ * the checkpoint's; a precision given adds nothing. Text only, so auto's
+ * bf16 is asked here on any CPU (test_precision_auto.sh sees it only on a
+ * CPU with native bf16). */
+START_TEST(test_precision_note)
+{
+    cg_train_opts o;
+    memset(&o, 0, sizeof o);
+    char buf[128];
+    ck_assert_str_eq(cg_train_precision_note(&o, buf, sizeof buf), "");
+    o.precision_auto = "the CPU has AMX";
+    o.precision = CG_PRECISION_BF16;
+    ck_assert_str_eq(cg_train_precision_note(&o, buf, sizeof buf),
+                     " (auto: the CPU has AMX; --precision fp32 to opt out)");
+    o.precision_auto = "no native bf16 on this CPU";
+    o.precision = CG_PRECISION_FP32;
+    ck_assert_str_eq(cg_train_precision_note(&o, buf, sizeof buf),
+                     " (auto: no native bf16 on this CPU)");
+    o.precision_was = "bf16";
+    ck_assert_str_eq(cg_train_precision_note(&o, buf, sizeof buf),
+                     " (switched from the checkpoint's bf16)");
+}
+END_TEST
+
 /* ------------------------------------------------------- loss history */
 static double fake_loss(int64_t step)
 {
@@ -1471,6 +1529,8 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_flag_table);
     tcase_add_test(t, test_flag_switch_off);
+    tcase_add_test(t, test_flag_values);
+    tcase_add_test(t, test_precision_note);
     tcase_add_test(t, test_generate_text_streams);
     tcase_add_test(t, test_generate_text_streams_held_back_fffd);
     tcase_add_test(t, test_corpus_bpe);
