@@ -655,6 +655,16 @@ START_TEST(test_out_check_reads)
         bool ok = cg_out_check_reads(tmp("r.st"), in, "--resume", false);
         ck_assert_msg(ok == (i == 0), "%s, without the checkpoint: %d", names[i], ok);
     }
+    /* a read that is no regular file is a stream, nothing the run would
+     * destroy: the run's metrics log made a FIFO and read as --data is no
+     * conflict, nor is a FIFO or a directory the same file as itself */
+    char fifo[512];
+    snprintf(fifo, sizeof fifo, "%s", tmp("r.st.metrics.jsonl"));
+    ck_assert(unlink(fifo) == 0 && mkfifo(fifo, 0600) == 0);
+    ck_assert_msg(cg_out_check_reads(tmp("r.st"), fifo, "--data", true), "%s", cg_last_error());
+    ck_assert(!cg_same_file(fifo, fifo));
+    ck_assert(!cg_same_file(tmpdir, tmpdir));
+    ck_assert(unlink(fifo) == 0);
 }
 END_TEST
 
@@ -1063,6 +1073,9 @@ START_TEST(test_json_values)
     ck_assert_str_eq(CG_JSON_NUM("%.4f", NAN), "null");
     ck_assert_str_eq(CG_JSON_NUM("%.1f", -INFINITY), "null");
     ck_assert_str_eq(CG_JSON_STR("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    ck_assert_str_eq(CG_JSON_STR("a\x7f"
+                                 "b"),
+                     "\"a\\u007fb\""); /* DEL escaped too */
     char line[256];
     snprintf(line, sizeof line, "{\"loss\": %s, \"val\": %s, \"path\": %s}",
              CG_JSON_NUM("%.4f", NAN), CG_JSON_NUM("%.2f", 2.0), CG_JSON_STR("d\"ir/x"));
@@ -1077,6 +1090,124 @@ START_TEST(test_json_values)
     o = cJSON_Parse(small);
     ck_assert_msg(o && cJSON_IsString(o), "%s", small);
     cJSON_Delete(o);
+}
+END_TEST
+
+/* Names are bytes (config_json.h): one that is not UTF-8 is put as shown
+ * (U+FFFD for each bad byte) and as "key_hex", and read back byte for byte;
+ * a "key_hex" of odd length, with a byte that is not hex or holding a NUL
+ * is no name. */
+START_TEST(test_json_names)
+{
+    cJSON *o = cJSON_CreateObject();
+    ck_assert(cg_json_add_name(o, "out", "a\xff/b.st"));
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "out")->valuestring, "a\xef\xbf\xbd/b.st");
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "out_hex")->valuestring, "61ff2f622e7374");
+    char *back = cg_json_get_name(o, "out");
+    ck_assert_str_eq(back, "a\xff/b.st");
+    free(back);
+    cJSON_Delete(o);
+    const char *bad[] = {"{\"out\": \"x\", \"out_hex\": \"616\"}",
+                         "{\"out\": \"x\", \"out_hex\": \"616g\"}",
+                         "{\"out\": \"x\", \"out_hex\": \"610062\"}"};
+    for (int i = 0; i < 3; i++) {
+        o = cg_json_parse(bad[i]);
+        back = cg_json_get_name(o, "out");
+        ck_assert_msg(back == NULL, "%s: read as '%s'", bad[i], back);
+        ck_assert(!cg_json_name_decode(o, "out", "st"));
+        ck_assert_str_eq(cg_last_error(), "st: \"out_hex\" is not the hex digits of a name");
+        cJSON_Delete(o);
+    }
+}
+END_TEST
+
+/* cg_config_same_arch compares every field of the table but the floats
+ * (config_json.h): a dropout that differs is the same architecture, a
+ * width that differs in the table's last row is not. */
+START_TEST(test_config_same_arch)
+{
+    struct {
+        float drop;
+        int64_t d;
+    } a = {0.1f, 8}, b = {0.3f, 8};
+    typedef __typeof__(a) conf;
+    const cg_config_field cf[] = {CG_CF_PROBABILITY(conf, drop), CG_CF_INT(conf, d, 2, 100)};
+    ck_assert_msg(cg_config_same_arch(cf, 2, &a, &b), "%s", cg_last_error());
+    b.d = 16;
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_config_same_arch(cf, 2, &a, &b),
+                    "d is 8 in one and 16 in the other");
+}
+END_TEST
+
+/* The strict parsers (core/parse.h): a leading space, an overflow, a sign
+ * on an unsigned value and hexadecimal are refused, a bound itself is in, a
+ * switch is true/false, 1/0, yes/no or on/off in any case. The environment:
+ * a variable set empty is not given (the value kept, as unset), a switch and
+ * a number are read each by its own function, the table's bounds hold, and
+ * cg_env_check refuses a malformed variable. */
+START_TEST(test_parse_edges)
+{
+    int64_t i = 7;
+    uint64_t u = 7;
+    double f = 7;
+    bool b = false;
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_parse_i64("--n", " 5", 0, 10, &i),
+                    "--n: expected an integer, got ' 5'");
+    CG_ASSERT_FAILS(
+        (void *)(intptr_t)cg_parse_i64("--n", "99999999999999999999", INT64_MIN, INT64_MAX, &i),
+        "--n: 99999999999999999999 is out of range");
+    ck_assert(i == 7);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_parse_u64("--seed", "-1", &u),
+                    "--seed: expected a non-negative integer, got '-1'");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_parse_u64("--seed", "18446744073709551616", &u),
+                    "--seed: 18446744073709551616 is too large");
+    ck_assert(u == 7);
+    ck_assert(cg_parse_u64("--seed", "18446744073709551615", &u) && u == UINT64_MAX);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_parse_f64("--lr", "0x10", 0, 100, &f),
+                    "--lr: '0x10' is not a decimal number");
+    ck_assert(cg_parse_f64("--lr", "2.5", 0, 2.5, &f) && f == 2.5);
+    const char *yes[] = {"true", "1", "YES", "On"}, *no[] = {"False", "0", "no", "OFF"};
+    for (int k = 0; k < 4; k++) {
+        ck_assert_msg(cg_parse_bool("--x", yes[k], &b) && b, "%s", yes[k]);
+        ck_assert_msg(cg_parse_bool("--x", no[k], &b) && !b, "%s", no[k]);
+    }
+    /* the environment (each variable restored as the run had it) */
+    const char *names[] = {"CG_DIST_TIMEOUT", "CG_DIST_VERBOSE", "CG_MAX_INPUT_MB",
+                           "CG_DIST_BUCKET_MB"};
+    char *saved[4];
+    for (int k = 0; k < 4; k++) {
+        saved[k] = getenv(names[k]) ? strdup(getenv(names[k])) : NULL;
+        unsetenv(names[k]);
+    }
+    f = 3;
+    b = true;
+    ck_assert(cg_env_number("CG_DIST_TIMEOUT", &f) && f == 3); /* not set: kept */
+    ck_assert(cg_env_flag("CG_DIST_VERBOSE", &b) && b);
+    setenv("CG_DIST_TIMEOUT", "", 1);
+    setenv("CG_DIST_VERBOSE", "", 1);
+    ck_assert_msg(cg_env_number("CG_DIST_TIMEOUT", &f) && f == 3, "%s", cg_last_error());
+    ck_assert_msg(cg_env_flag("CG_DIST_VERBOSE", &b) && b, "%s", cg_last_error());
+    setenv("CG_DIST_VERBOSE", "off", 1);
+    ck_assert(cg_env_flag("CG_DIST_VERBOSE", &b) && !b);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_env_number("CG_DIST_VERBOSE", &f),
+                    "cg_env_number: 'CG_DIST_VERBOSE' is not a numeric variable cgrad reads");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_env_flag("CG_DIST_TIMEOUT", &b),
+                    "cg_env_flag: 'CG_DIST_TIMEOUT' is not a switch cgrad reads");
+    setenv("CG_MAX_INPUT_MB", "0", 1);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_env_number("CG_MAX_INPUT_MB", &f),
+                    "environment variable CG_MAX_INPUT_MB: 0 is out of range");
+    unsetenv("CG_MAX_INPUT_MB");
+    ck_assert_msg(cg_env_check(), "%s", cg_last_error());
+    setenv("CG_DIST_BUCKET_MB", "0", 1);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_env_check(),
+                    "environment variable CG_DIST_BUCKET_MB: 0 is out of range");
+    for (int k = 0; k < 4; k++) {
+        if (saved[k])
+            setenv(names[k], saved[k], 1);
+        else
+            unsetenv(names[k]);
+        free(saved[k]);
+    }
 }
 END_TEST
 
@@ -1230,6 +1361,39 @@ START_TEST(test_json_readers_edges)
                       cg_last_error());
         cJSON_Delete(o);
     }
+    /* a bool field is true or false only (1 is refused), and a number
+     * field's empty string is no 0 */
+    bool flag = false;
+    const cg_json_field g[] = {{"x", CG_JF_F64, &x, 0, 1, true},
+                               {"t", CG_JF_BOOL, &flag, 0, 0, false}};
+    const char *bad_g[][2] = {{"{\"t\": 1}", "w: \"t\" must be true or false"},
+                              {"{\"t\": true, \"x\": \"\"}", "w: \"x\" must be a finite number"}};
+    for (int k = 0; k < 2; k++) {
+        o = cg_json_parse(bad_g[k][0]);
+        ck_assert_msg(!cg_json_read_fields(o, "w", g, 2), "%s", bad_g[k][0]);
+        ck_assert_msg(strcmp(cg_last_error(), bad_g[k][1]) == 0, "%s: %s", bad_g[k][0],
+                      cg_last_error());
+        cJSON_Delete(o);
+    }
+    ck_assert(!flag && x == 0);
+    /* a float is a number, not its string; an array is an array (neither a
+     * number nor an object's members) of finite numbers (1e999 parses as
+     * inf) */
+    o = cg_json_parse("{\"p\": \"0.5\", \"a\": 5, \"o\": {\"k\": 1}, \"inf\": [1, 1e999]}");
+    ck_assert_ptr_nonnull(o);
+    float p = 0.25f;
+    ck_assert(!cg_json_float(o, "w", "p", &p));
+    ck_assert_str_eq(cg_last_error(), "w: \"p\" must be a number");
+    ck_assert(p == 0.25f);
+    double r[4];
+    int nr = 0;
+    ck_assert(!cg_json_f64_array(o, "w", "a", r, 4, &nr));
+    ck_assert_str_eq(cg_last_error(), "w: \"a\" must be an array");
+    ck_assert(!cg_json_f64_array(o, "w", "o", r, 4, &nr)); /* an object's members are no array */
+    ck_assert_str_eq(cg_last_error(), "w: \"o\" must be an array");
+    ck_assert(!cg_json_f64_array(o, "w", "inf", r, 4, &nr));
+    ck_assert_str_eq(cg_last_error(), "w: \"inf\" must hold finite numbers");
+    cJSON_Delete(o);
     /* a config's bounds are in too: d = 100 (its largest), drop = 1 */
     struct {
         int64_t d;
@@ -1380,6 +1544,9 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_tiny_temperature);
     tcase_add_test(t, test_json_values);
+    tcase_add_test(t, test_json_names);
+    tcase_add_test(t, test_parse_edges);
+    tcase_add_test(t, test_config_same_arch);
     tcase_add_test(t, test_metadata_json_whole);
     tcase_add_test(t, test_numbers_any_locale);
     tcase_add_test(t, test_json_line_writer);
