@@ -6,7 +6,8 @@
 #    refused at load, naming the tensor;
 #  - OMP_NUM_THREADS gets the check --threads gets;
 #  - flags: exit 2 with the flag's name for a bad value; warnings for values
-#    that are changed; existing files need --force;
+#    that are changed; existing files need --force; a name too long for its
+#    temporary (the path, or --keep-last's last kept checkpoint) is refused;
 #  - sample prints nothing before its checks are done.
 #   test_setup_checks.sh CHARLM SEQ2SEQ CKPT_WRITER
 set -uo pipefail
