@@ -1151,6 +1151,115 @@ START_TEST(test_plot_bad_input)
 }
 END_TEST
 
+/* The bounds of cg_plot_lines and cg_plot_heatmaps, each refused with its
+ * message and nothing written: more than 1000 series, a series of n < 0,
+ * an unknown y_scale, a side over 10000 pixels, a panel over 4096 cells,
+ * a picture over 1e8 pixels (round thirty: each was taken before). */
+START_TEST(test_plot_limits)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/big.png", plot_dir);
+    float y[3] = {1, 2, 3};
+    cg_plot_series *many = calloc(1001, sizeof *many);
+    ck_assert_ptr_nonnull(many);
+    cg_clear_error();
+    ck_assert(!cg_plot_loss_curve(path, "t", 1001, many));
+    ck_assert_msg(strstr(cg_last_error(), "n_series = 1001") != NULL, "%s", cg_last_error());
+    free(many);
+    cg_plot_series neg = {"s", NULL, y, -1, 0, 0, 0};
+    ck_assert(!cg_plot_loss_curve(path, "t", 1, &neg));
+    ck_assert_msg(strstr(cg_last_error(), "series 0 has n = -1") != NULL, "%s", cg_last_error());
+    cg_plot_series s = {"s", NULL, y, 3, 0, 0, 0};
+    cg_plot_opts o = {NULL, NULL, NULL, CG_PLOT_Y_LOG + 1, 0, 0};
+    ck_assert(!cg_plot_lines(path, &o, 1, &s));
+    ck_assert_msg(strstr(cg_last_error(), "unknown y_scale 3") != NULL, "%s", cg_last_error());
+    cg_plot_opts wide = {NULL, NULL, NULL, CG_PLOT_Y_AUTO, 10001, 0};
+    ck_assert(!cg_plot_lines(path, &wide, 1, &s));
+    ck_assert_msg(strstr(cg_last_error(), "size 10001 x 560 is outside") != NULL, "%s",
+                  cg_last_error());
+    /* a panel of 4097 rows; 8 x 64 panels of 1 x 4096 cells of 2 pixels:
+     * 65806 x 1546 pixels */
+    float *v = calloc(4097, sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    cg_heatmap_panel tall = {NULL, 4097, 1, v, NULL, NULL, NULL, NULL};
+    ck_assert(!cg_plot_heatmaps(path, NULL, 1, 1, &tall, 0, 1));
+    ck_assert_msg(strstr(cg_last_error(), "panel 0 is 4097 x 1") != NULL, "%s", cg_last_error());
+    cg_heatmap_panel *p = calloc(64 * 8, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (int i = 0; i < 64 * 8; i++)
+        p[i] = (cg_heatmap_panel){NULL, 1, 4096, v, NULL, NULL, NULL, NULL};
+    ck_assert(!cg_plot_heatmaps(path, NULL, 64, 8, p, 0, 1));
+    ck_assert_msg(strstr(cg_last_error(), "the picture would be 65806 x 1546 pixels") != NULL, "%s",
+                  cg_last_error());
+    free(p);
+    free(v);
+    ck_assert_int_eq(dir_entries(), 0);
+}
+END_TEST
+
+/* Points with no neighbour (one point, or between NaNs) and no marker are
+ * drawn, as small diamonds of the line's width (round thirty: a chart of
+ * them was blank under a mutant). */
+START_TEST(test_plot_lone_points)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/lone.png", plot_dir);
+    float y[5] = {1, NAN, 2, NAN, 3}, one[1] = {2};
+    cg_plot_series s[2] = {{NULL, NULL, y, 5, 0xAA00AA, 0, 0},
+                           {NULL, NULL, one, 1, 0x00AA00, 0, 0}};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(cg_plot_loss_curve(path, NULL, 1, &s[k]), "%s", cg_last_error());
+        image_t im = read_png(path);
+        int n = count_near(&im, s[k].color, 60);
+        free(im.rgb);
+        ck_assert_msg(n >= 3 * (k ? 1 : 3), "series %d: %d pixels of its colour", k, n);
+    }
+}
+END_TEST
+
+/* The automatic y axis is logarithmic from a ratio of 10 between the
+ * largest and the smallest y (round thirty): from 2 to 20 its ticks are
+ * 2, 5, 10, 20, not the linear 0, 5, 10, 15, 20. */
+START_TEST(test_plot_auto_log_ratio)
+{
+    char path[PATH_MAX + 64], err[200];
+    static char texts[1 << 16];
+    size_t len;
+    snprintf(path, sizeof path, "%s/ratio.svg", plot_dir);
+    float x[10], y[10];
+    for (int i = 0; i < 10; i++) {
+        x[i] = (float)(100 * (i + 1));
+        y[i] = 20.0f / powf(10.0f, (float)i / 9.0f);
+    }
+    y[9] = 2.0f;
+    cg_plot_series s = {"train", x, y, 10, 0, 0, 0};
+    ck_assert_msg(cg_plot_loss_curve(path, NULL, 1, &s), "%s", cg_last_error());
+    char *b = read_all(path, &len);
+    ck_assert_msg(xml_check(b, texts, sizeof texts, err, sizeof err) > 5, "%s", err);
+    ck_assert_msg(has_line(texts, "2") && has_line(texts, "5") && !has_line(texts, "15"),
+                  "ticks: %s", texts);
+    free(b);
+}
+END_TEST
+
+/* Values all equal, on the automatic scale: the cells take the scale's
+ * bottom colour and the colour bar spans [v, v + 1] (round thirty: with no
+ * width the bar was not drawn). */
+START_TEST(test_heatmap_constant)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/flat.png", plot_dir);
+    float v[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    cg_heatmap_panel p = {"c", 2, 2, v, NULL, NULL, NULL, NULL};
+    ck_assert_msg(cg_plot_heatmaps(path, NULL, 1, 1, &p, 0.0f, 0.0f), "%s", cg_last_error());
+    image_t im = read_png(path);
+    ck_assert_int_ge(count_color(&im, cg_plot_colormap(0.0f)), 4 * 15 * 15);
+    ck_assert_int_gt(count_near(&im, cg_plot_colormap(0.5f), 30), 10);
+    ck_assert_int_gt(count_near(&im, cg_plot_colormap(0.9f), 30), 10);
+    free(im.rgb);
+}
+END_TEST
+
 static Suite *metrics_suite(void)
 {
     Suite *s = suite_create("metrics");
@@ -1188,6 +1297,10 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_tick_labels_one_style);
     tcase_add_test(tc, test_log_ticks_aligned);
     tcase_add_test(tc, test_plot_bad_input);
+    tcase_add_test(tc, test_plot_limits);
+    tcase_add_test(tc, test_plot_lone_points);
+    tcase_add_test(tc, test_plot_auto_log_ratio);
+    tcase_add_test(tc, test_heatmap_constant);
     suite_add_tcase(s, tc);
     return s;
 }
