@@ -551,6 +551,25 @@ START_TEST(test_data_id)
     ck_assert(!cg_data_id_from_json(bad, "state", &back));
     ck_assert(strstr(cg_last_error(), "malformed data identity"));
     cJSON_Delete(bad);
+    /* each fault alone in an identity otherwise whole (round thirty: the
+     * case above has two, a size of "-1" and an xxh3 of two digits) */
+    const char *one[] = {"{\"path\": \"x\", \"size\": \"-1\", \"xxh3\": \"0123456789abcdef\"}",
+                         "{\"path\": \"x\", \"size\": \"10\", \"xxh3\": \"00\"}",
+                         "{\"path\": \"x\", \"size\": \"10\", \"xxh3\": \"0123456789abcdez\"}",
+                         "{\"path\": \"x\", \"size\": \"10x\", \"xxh3\": \"0123456789abcdef\"}",
+                         "{\"path\": \"x\", \"size\": \"10\", \"xxh3\": \"0123456789abcdef\"}"};
+    for (int i = 0; i < 5; i++) {
+        cJSON *o = cJSON_Parse(one[i]);
+        ck_assert_ptr_nonnull(o);
+        cg_clear_error();
+        bool ok = cg_data_id_from_json(o, "state", &back);
+        cJSON_Delete(o);
+        ck_assert_msg(ok == (i == 4), "%s: %s", one[i], ok ? "read" : cg_last_error());
+        if (!ok)
+            ck_assert(strstr(cg_last_error(), "state: malformed data identity"));
+    }
+    ck_assert(back.size == 10 && back.hash == 0x0123456789abcdefull);
+    ck_assert_str_eq(back.path, "x");
 }
 END_TEST
 
