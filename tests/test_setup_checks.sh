@@ -133,6 +133,17 @@ timeout 120 "$seq2seq" translate --ckpt s.st "the cat 1 sat" "$long" >tr.out 2>t
 [ "$rc" -eq 0 ] && [ "$(wc -l <tr.out)" -eq 2 ] && [ "$(sed -n 1p tr.out)" = "$one" ] && grep -q "sentence 2" tr.err &&
   echo "ok: an over-long argument" || fail "an over-long argument: exit $rc: $(tail -c 300 tr.err)"
 
+# a seq2seq checkpoint that says it holds LoRA adapters: refused, not read as a
+# full one (round thirty)
+cp s.st sad.st && "$tool" setmeta sad.st adapter_config '{"r": 2}' >/dev/null
+expect "seq2seq translate of an adapter checkpoint" 1 "'sad.st' is a LoRA adapter checkpoint, which seq2seq does not read" \
+  "$seq2seq" translate --ckpt sad.st "the cat"
+
+# a config whose vocab is not the tokenizer's size: refused with both (round thirty)
+cp s.st sv.st && "$tool" setmeta sv.st config "$("$tool" getmeta s.st config | sed -e 's/"vocab": [0-9]*/"vocab": 99/')" >/dev/null
+expect "seq2seq translate, vocab 99 in the config" 1 "checkpoint 'sv.st': the char tokenizer has [0-9]* ids but the config's vocab is 99" \
+  "$seq2seq" translate --ckpt sv.st "the cat"
+
 # ---- 18. a changed value is announced; existing pictures need --force
 "$seq2seq" attention --ckpt s.st --text "the cat" --out att >/dev/null 2>err.txt || fail "attention: $(tail -1 err.txt)"
 cp att/cross.png cross.orig
@@ -145,6 +156,20 @@ cp att.png att.orig
 expect "charlm sample --attention over an existing file" 1 "exists" \
   "$charlm" sample --ckpt a.st --length 4 --attention att.png
 cmp -s att.png att.orig && echo "ok: att.png intact" || fail "sample --attention overwrote att.png"
+# a picture that cannot be written (a file size limit of 1 KiB): exit 1 with
+# the reason, no file (round thirty)
+refused "charlm sample --attention over the file size limit" "^charlm: error: --attention: .*File too large" \
+  sh -c 'ulimit -f 1 && exec "$@"' sh "$charlm" sample --ckpt a.st --length 4 --attention big.png
+no_file "charlm sample --attention over the file size limit" big.png
+# the picture is of the last 32 characters: 2 heads x (32 row and 32 column
+# labels) for a prompt of 41 in a window of 40 (round thirty)
+"$charlm" train --data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 40 --batch-size 4 --threads 1 \
+  --steps 1 --out t40.st >/dev/null 2>err.txt || fail "charlm --T 40: $(tail -1 err.txt)"
+expect_ok "charlm sample --attention of 41 characters" "" "$charlm" sample --ckpt t40.st --length 0 \
+  --prompt "ishmael whale sea ship captain ahab white" --attention a40.svg
+n=$(grep -c "<text" a40.svg)
+[ "$n" -ge 128 ] && echo "ok: the attention picture labels the last 32 characters" ||
+  fail "attention of 41 characters: $n texts, not 2 heads x 64 labels and more"
 # sample checks what it can before it prints anything (the prompt came first)
 # nothing_out NAME: the refused command wrote nothing to stdout
 nothing_out() { [ ! -s out.txt ] && echo "ok: $1: nothing on stdout" || fail "$1: printed '$(head -c 40 out.txt)'"; }
@@ -154,6 +179,10 @@ nothing_out "charlm sample --prompt not UTF-8"
 expect "charlm sample --top-k above the vocabulary" 1 "--top-k 100000 is more than the" \
   "$charlm" sample --ckpt a.st --length 5 --prompt "the " --top-k 100000
 nothing_out "charlm sample --top-k above the vocabulary"
+# --top-k of the vocabulary's size (no cut) samples (round thirty)
+V=$(sed -n 's/.*more than the \([0-9]*\) tokens.*/\1/p' err.txt)
+expect_ok "charlm sample --top-k ${V:-?}, the vocabulary's size" "" \
+  "$charlm" sample --ckpt a.st --length 5 --prompt "the " --top-k "${V:-0}"
 # --prompt-file (nanoGPT's --start=FILE:...): the file's text is the prompt,
 # newlines read as Python's text mode reads them; refused before anything
 # is printed when it cannot be read or comes with --prompt
@@ -304,6 +333,23 @@ grep -q "warning: 1 character(s) of --text are not in the vocabulary (first U+73
 refused "attention: an over-long --text" "--text has 480 tokens; the model takes at most 255" \
   "$seq2seq" attention --ckpt s.st --text "$(printf 'the cat %.0s' {1..60})" --out atl
 no_file "attention: an over-long --text" atl
+# the limit itself (round thirty): 255 tokens (characters) are the most the
+# model takes, a sentence of 256 is reported and stands as an empty line, as
+# one not UTF-8 does (its bad byte counted from 1), and --text of 256 is refused
+s255=$(printf 'a%.0s' {1..255})
+rc=0
+timeout 120 "$seq2seq" translate --ckpt s.st "$s255" "${s255}a" $'ab\xffcd' >tr.out 2>tr.err || rc=$?
+[ "$rc" -eq 0 ] && [ "$(wc -l <tr.out)" -eq 3 ] && [ -z "$(sed -n 2,3p tr.out)" ] &&
+  ! grep -q "sentence 1" tr.err && grep -q "sentence 2 has 256 tokens; the model takes at most 255" tr.err &&
+  grep -q "sentence 3 is not valid UTF-8 (byte 3)" tr.err && grep -q "2 of 3 sentences not translated" tr.err &&
+  echo "ok: translate takes 255 tokens, not 256" || fail "translate of 255, 256 tokens: exit $rc: $(cat tr.err)"
+refused "attention: a --text of 256 tokens" "--text has 256 tokens; the model takes at most 255" \
+  "$seq2seq" attention --ckpt s.st --text "${s255}a" --out atl
+no_file "attention: a --text of 256 tokens" atl
+# --test-limit past the split decodes the split (round thirty)
+expect_ok "seq2seq eval --test-limit past the split" "" "$seq2seq" eval --ckpt s.st --test-limit 1000 --threads 1
+grep -q '"test_pairs": 20,' out.txt && echo "ok: --test-limit 1000 decodes the 20 test pairs" ||
+  fail "eval --test-limit 1000: $(cat out.txt)"
 
 # ---- a path near PATH_MAX: the message ends with its reason (it was cut at
 # 1,024 bytes, in the error slot, and 2,048, in the printed line: a path
