@@ -148,6 +148,11 @@ refused "lora: another base of the same shape" "is not the base checkpoint of ad
 "$charlm" train --data a.txt --d 32 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --steps 2 \
   "${run[@]}" --out wide.st >/dev/null 2>&1 || fail "wide base"
 refused "lora: a base of another shape" "d=32 against 16" "$charlm" sample --ckpt lora.st --base wide.st --length 5
+# the same width, another depth (round thirty)
+"$charlm" train --data a.txt --d 16 --H 2 --layers 2 --d-ff 32 --T 16 --batch-size 4 --steps 2 \
+  "${run[@]}" --out deep.st >/dev/null 2>&1 || fail "deep base"
+refused "lora: a base of other layers" "its layers=2 against 1 in the adapter's base" \
+  "$charlm" sample --ckpt lora.st --base deep.st --length 5
 refused "lora: an adapter as the base" "is itself an adapter" "$charlm" sample --ckpt lora.st --base lorad.st --length 5
 # issue 34, finding 9: --base with a full checkpoint is refused, never ignored
 refused "full: sample --base" "is a full checkpoint" "$charlm" sample --ckpt full.st --base /nonexistent --length 5
@@ -155,6 +160,19 @@ refused "full: eval --base" "is a full checkpoint" "$charlm" eval --ckpt full.st
 # damaged adapter checkpoints
 cp lora.st bad.st && "$tool" setmeta bad.st adapter_config '{"r": 2}' >/dev/null
 refused "lora: a damaged adapter_config" "adapter config lacks r" "$charlm" sample --ckpt bad.st --length 5
+# an adapter whose "init_from" is gone: refused as such (round thirty)
+python3 - lora.st bad.st <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+del h['__metadata__']['init_from']
+t = json.dumps(h).encode()
+t += b' ' * (-len(t) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(t)) + t + b[8 + n:])
+EOF
+refused "lora: no init_from" "adapter checkpoint 'bad.st' does not record its base" \
+  "$charlm" sample --ckpt bad.st --length 5
 cp lora.st bad.st && "$tool" addtensor bad.st optim.tok_emb.weight.exp_avg >/dev/null
 refused "lora: a tensor no adapter has" "is not an adapter parameter" "$charlm" sample --ckpt bad.st --length 5
 cp lora.st bad.st && "$tool" poison bad.st base_model.model.blocks.0.attn.q_proj.lora_B.weight >/dev/null
