@@ -102,6 +102,7 @@ done <<'EOF'
 2 | seq2seq | train $S2 --d 30 --H 4                   | seq2seq config: d=30 is not divisible by H=4
 2 | seq2seq | train $S2 --seed 5000000000              | --seed: 5000000000 is out of range
 2 | seq2seq | eval --ckpt s.st --split train           | --split: 'train' is not one of test, valid
+2 | seq2seq | eval --ckpt s.st --test-limit 0          | --test-limit: 0 is out of range
 2 | charlm  | sample --ckpt a.st --prompt $'ab\xffcd'   | --prompt is not valid UTF-8 (bad byte 0xff at offset 2)
 2 | seq2seq | attention --ckpt s.st --text $'\xff'      | --text is not valid UTF-8
 2 | seq2seq | attention --ckpt s.st --text the --target $'\xfe' | --target is not valid UTF-8
@@ -133,6 +134,8 @@ done <<'EOF'
 2 | sgemm_bench | --bogus                              | unknown option '--bogus'
 # files: missing, of another kind, or refuted by their contents (exit 1)
 1 | charlm  | sample --ckpt nope.st                    | checkpoint 'nope.st': No such file
+# a newline in a name is a space in the one line (round thirty)
+1 | charlm  | sample --ckpt $'no\npe.st'               | checkpoint 'no pe.st': No such file
 1 | charlm  | eval --ckpt a.st --data nope.txt         | cannot open 'nope.txt'
 1 | charlm  | train --resume nope.st                   | checkpoint 'nope.st': No such file
 1 | charlm  | train $TR --data nope.txt                | cannot open 'nope.txt'
