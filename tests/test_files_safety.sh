@@ -45,6 +45,10 @@ refused_intact "charlm --out = --data" "$same" c.txt c.orig \
   "$charlm" train --data c.txt "${TINY[@]}" --steps 2 --out c.txt --force
 refused_intact "seq2seq --out = --data" "$same" p.tsv p.orig \
   "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 2 --out p.tsv --force
+# without --data: the default data is read, so it is not --out (round thirty)
+mkdir -p data && cp c.txt data/moby_dick.txt
+refused_intact "charlm --out = the default --data" "--data 'data/moby_dick.txt' $same" data/moby_dick.txt c.orig \
+  "$charlm" train "${TINY[@]}" --steps 2 --out data/moby_dick.txt --force
 refused_intact "charlm --resume, --out = the checkpoint's data" "$same" c.txt c.orig \
   "$charlm" train --resume a.st --steps 6 --out c.txt --force
 cp a.st.metrics.jsonl a.log.orig
