@@ -144,6 +144,27 @@ cp s.st sv.st && "$tool" setmeta sv.st config "$("$tool" getmeta s.st config | s
 expect "seq2seq translate, vocab 99 in the config" 1 "checkpoint 'sv.st': the char tokenizer has [0-9]* ids but the config's vocab is 99" \
   "$seq2seq" translate --ckpt sv.st "the cat"
 
+# the same for charlm, and eval's line: the checkpoint's step, perplexity
+# e^val_loss and, over characters, bits per character val_loss / ln 2 (round thirty)
+cp a.st av.st && "$tool" setmeta av.st config "$("$tool" getmeta a.st config | sed -e 's/"vocab": [0-9]*/"vocab": 99/')" >/dev/null
+expect "charlm eval, vocab 99 in the config" 1 "checkpoint 'av.st': vocabulary has [0-9]* characters but the config says 99" \
+  "$charlm" eval --ckpt av.st
+expect_ok "charlm eval" "" "$charlm" eval --ckpt a.st
+python3 -c 'import json, math, sys
+j = json.loads(open("out.txt").read())
+sys.exit(not (j["step"] == 4 and abs(j["perplexity"] / math.exp(j["val_loss"]) - 1) < 1e-3 and
+              abs(j["bits_per_char"] * math.log(2) / j["val_loss"] - 1) < 1e-3))' &&
+  echo "ok: charlm eval: step 4, perplexity and bits per character of its loss" || fail "charlm eval: $(cat out.txt)"
+
+# a seq2seq config of more layers than the file holds: refused by its size, and
+# eval --split valid says so in its line (round thirty)
+cp s.st se.st && "$tool" setmeta se.st config "$("$tool" getmeta s.st config | sed -e 's/"enc_layers": [0-9]*/"enc_layers": 50/')" >/dev/null
+expect "seq2seq translate, 50 encoder layers in the config" 1 "checkpoint 'se.st': its config needs [0-9]* parameter values but the file" \
+  "$seq2seq" translate --ckpt se.st "the cat"
+expect_ok "seq2seq eval --split valid" "" "$seq2seq" eval --ckpt s.st --split valid --test-limit 2 --threads 1
+grep -q '"split": "valid"' out.txt && grep -q '"valid_pairs": 2' out.txt && echo "ok: eval --split valid: its line" ||
+  fail "eval --split valid: $(cat out.txt)"
+
 # ---- 18. a changed value is announced; existing pictures need --force
 "$seq2seq" attention --ckpt s.st --text "the cat" --out att >/dev/null 2>err.txt || fail "attention: $(tail -1 err.txt)"
 cp att/cross.png cross.orig
