@@ -1154,7 +1154,8 @@ END_TEST
 /* The bounds of cg_plot_lines and cg_plot_heatmaps, each refused with its
  * message and nothing written: more than 1000 series, a series of n < 0,
  * an unknown y_scale, a side over 10000 pixels, a panel over 4096 cells,
- * a picture over 1e8 pixels (round thirty: each was taken before). */
+ * a picture over 1e8 pixels, panels all empty (round thirty: each was
+ * taken before). */
 START_TEST(test_plot_limits)
 {
     char path[PATH_MAX + 64];
@@ -1193,6 +1194,9 @@ START_TEST(test_plot_limits)
                   cg_last_error());
     free(p);
     free(v);
+    cg_heatmap_panel empty = {0};
+    ck_assert(!cg_plot_heatmaps(path, NULL, 1, 1, &empty, 0, 1));
+    ck_assert_msg(strstr(cg_last_error(), "every panel is empty") != NULL, "%s", cg_last_error());
     ck_assert_int_eq(dir_entries(), 0);
 }
 END_TEST
@@ -1243,8 +1247,9 @@ START_TEST(test_plot_auto_log_ratio)
 END_TEST
 
 /* Values all equal, on the automatic scale: the cells take the scale's
- * bottom colour and the colour bar spans [v, v + 1] (round thirty: with no
- * width the bar was not drawn). */
+ * bottom colour and the colour bar spans [v, v + 1]; all NaN: [0, 1]
+ * (round thirty: with no width, or no finite value, the bar was not
+ * drawn). */
 START_TEST(test_heatmap_constant)
 {
     char path[PATH_MAX + 64];
@@ -1256,6 +1261,14 @@ START_TEST(test_heatmap_constant)
     ck_assert_int_ge(count_color(&im, cg_plot_colormap(0.0f)), 4 * 15 * 15);
     ck_assert_int_gt(count_near(&im, cg_plot_colormap(0.5f), 30), 10);
     ck_assert_int_gt(count_near(&im, cg_plot_colormap(0.9f), 30), 10);
+    free(im.rgb);
+    /* values all NaN: grey cells, the scale [0, 1] */
+    for (int i = 0; i < 4; i++)
+        v[i] = NAN;
+    ck_assert_msg(cg_plot_heatmaps(path, NULL, 1, 1, &p, 0.0f, 0.0f), "%s", cg_last_error());
+    im = read_png(path);
+    ck_assert_int_ge(count_color(&im, 0xC8C8C8), 4 * 15 * 15);
+    ck_assert_int_gt(count_near(&im, cg_plot_colormap(0.5f), 30), 10);
     free(im.rgb);
 }
 END_TEST
