@@ -1221,6 +1221,36 @@ START_TEST(test_plot_lone_points)
 }
 END_TEST
 
+/* On a log axis a y <= 0 has no place: the line breaks there as at a NaN,
+ * and the picture is the NaN's pixel for pixel. Round thirty's PL7 joined
+ * such points in (log10's -inf or NaN): PLplot leaves out the segments to
+ * them, but the point between two of them, a lone point to be drawn as a
+ * dot, was then a line of three points and vanished. */
+START_TEST(test_plot_log_gap)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/gap.png", plot_dir);
+    cg_plot_opts o = {NULL, NULL, NULL, CG_PLOT_Y_LOG, 400, 300};
+    image_t im[3];
+    const float gap[3] = {NAN, 0.0f, -1.0f};
+    for (int k = 0; k < 3; k++) {
+        float y[7] = {1.0f, 0.5f, gap[k], 2.0f, gap[k], 0.25f, 1.0f};
+        cg_plot_series s = {NULL, NULL, y, 7, 0x00AA00, 0, 0};
+        ck_assert_msg(cg_plot_lines(path, &o, 1, &s), "%s", cg_last_error());
+        im[k] = read_png(path);
+    }
+    const size_t bytes = (size_t)im[0].w * (size_t)im[0].h * 3;
+    ck_assert_int_gt(count_near(&im[0], 0x00AA00, 60), 100);
+    for (int k = 1; k < 3; k++) {
+        ck_assert(im[k].w == im[0].w && im[k].h == im[0].h);
+        ck_assert_msg(memcmp(im[k].rgb, im[0].rgb, bytes) == 0,
+                      "y = %g on a log axis drawn unlike a NaN", (double)gap[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        free(im[k].rgb);
+}
+END_TEST
+
 /* The automatic y axis is logarithmic from a ratio of 10 between the
  * largest and the smallest y (round thirty): from 2 to 20 its ticks are
  * 2, 5, 10, 20, not the linear 0, 5, 10, 15, 20. */
@@ -1313,6 +1343,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_plot_limits);
     tcase_add_test(tc, test_plot_lone_points);
     tcase_add_test(tc, test_plot_auto_log_ratio);
+    tcase_add_test(tc, test_plot_log_gap);
     tcase_add_test(tc, test_heatmap_constant);
     suite_add_tcase(s, tc);
     return s;
