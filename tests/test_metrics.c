@@ -1276,6 +1276,40 @@ START_TEST(test_plot_auto_log_ratio)
 }
 END_TEST
 
+/* cg_plot_attention_of draws the last `rows` queries over the last `cols`
+ * keys of each layer's kept weights [1, H, R, C] (charlm sample's last 32
+ * characters of a longer window): weights of 1 in the last 2 x 2 corner
+ * of a 4 x 4, 0 elsewhere, draw as weights of 1 everywhere do (round
+ * thirty's PH8 drew the first rows and columns: the zeros). */
+START_TEST(test_attention_last_rows)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/last.png", plot_dir);
+    cg_rng rng = cg_rng_new(1);
+    cg_mha *m = cg_mha_new(4, 1, &rng);
+    ck_assert_ptr_nonnull(m);
+    float corner[16] = {0};
+    corner[10] = corner[11] = corner[14] = corner[15] = 1.0f;
+    const int64_t shape[4] = {1, 1, 4, 4};
+    image_t im[2];
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *w = k == 0 ? cg_from_data(4, shape, corner) : cg_full(4, shape, 1.0f);
+        ck_assert_ptr_nonnull(w);
+        cg_release(m->weights);
+        m->weights = w;
+        ck_assert_msg(cg_plot_attention_of(path, "a", 1, &m, 2, 2, NULL, NULL), "%s",
+                      cg_last_error());
+        im[k] = read_png(path);
+    }
+    ck_assert(im[0].w == im[1].w && im[0].h == im[1].h);
+    ck_assert_msg(memcmp(im[0].rgb, im[1].rgb, (size_t)im[0].w * (size_t)im[0].h * 3) == 0,
+                  "the picture is not of the last rows and columns");
+    free(im[0].rgb);
+    free(im[1].rgb);
+    cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
 /* Values all equal, on the automatic scale: the cells take the scale's
  * bottom colour and the colour bar spans [v, v + 1]; all NaN: [0, 1]
  * (round thirty: with no width, or no finite value, the bar was not
@@ -1344,6 +1378,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_plot_lone_points);
     tcase_add_test(tc, test_plot_auto_log_ratio);
     tcase_add_test(tc, test_plot_log_gap);
+    tcase_add_test(tc, test_attention_last_rows);
     tcase_add_test(tc, test_heatmap_constant);
     suite_add_tcase(s, tc);
     return s;
