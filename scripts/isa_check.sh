@@ -5,7 +5,7 @@
 #   haswell  AVX2 + FMA (Zen 2 and 3's paths: BLIS's haswell context, the
 #            avx2 clones, bf16's AVX2 emulation)
 #   nehalem  SSE4.2, no AVX (the default clones, BLIS's own kernels; bf16
-#            is refused)
+#            is refused, by bench and by charlm train with exit 1)
 #   scripts/isa_check.sh [BUILD [BUILD_REL]]
 # BUILD (default build) holds the test suites, BUILD_REL (default
 # build-rel, a release build: meson setup build-rel --buildtype=release)
@@ -95,6 +95,23 @@ for cpu in $cpus; do
       fail=1
     fi
   done
+  # the zoo's refusal of bf16 where the CPU has neither AVX512_BF16 nor AVX2
+  # and FMA: a failure (exit 1), not a usage error (2), and nothing written
+  if [ "$cpu" = nehalem ]; then
+    dir=$(mktemp -d)
+    printf 'call me ishmael. some years ago, never mind how long. %.0s' {1..40} >"$dir/t.txt"
+    rc=0
+    out=$(run "$cpu" "$rel/models/charlm/charlm" train --data "$dir/t.txt" --precision bf16 \
+      --steps 1 --out "$dir/x.st" 2>&1) || rc=$?
+    if [ "$rc" = 1 ] && echo "$out" | grep -q "^charlm: error: --precision: bf16 needs a CPU with" &&
+      [ ! -e "$dir/x.st" ]; then
+      echo "$cpu charlm train --precision bf16: refused (exit 1)"
+    else
+      echo "$cpu charlm train --precision bf16: FAILED: exit $rc: $out" | tail -3
+      fail=1
+    fi
+    rm -rf "$dir"
+  fi
   [ "${ISA_PINS:-1}" = 0 ] && continue
   # the path the CPU model takes, and the pins (or bf16's refusal without AVX2)
   for model in charlm seq2seq; do
