@@ -372,6 +372,19 @@ expect_ok "seq2seq eval --test-limit past the split" "" "$seq2seq" eval --ckpt s
 grep -q '"test_pairs": 20,' out.txt && echo "ok: --test-limit 1000 decodes the 20 test pairs" ||
   fail "eval --test-limit 1000: $(cat out.txt)"
 
+# ---- sample's speed line names the decoding it used (round thirty-one:
+# the key/value cache by default, the full recompute with --no-cache)
+"$charlm" sample --ckpt a.st --length 5 --threads 1 >/dev/null 2>kv.err &&
+  "$charlm" sample --ckpt a.st --length 5 --threads 1 --no-cache >/dev/null 2>nc.err &&
+  grep -q "CPU s, key/value cache, [a-z0-9]*)\$" kv.err && grep -q "CPU s, full recompute, [a-z0-9]*)\$" nc.err &&
+  echo "ok: sample's speed line names its decoding" ||
+  fail "sample's speed line: '$(tail -1 kv.err)' and with --no-cache '$(tail -1 nc.err)'"
+# seq2seq attention without --out draws into attention/, as its help says
+mkdir -p dflt && (cd dflt && "$seq2seq" attention --ckpt ../s.st --text "the cat" --threads 1 >/dev/null 2>../at.err) &&
+  [ -s dflt/attention/encoder_self.png ] && [ -s dflt/attention/decoder_self.png ] &&
+  [ -s dflt/attention/cross.png ] && echo "ok: attention's default directory is attention/" ||
+  fail "attention without --out: $(ls -R dflt) $(tail -1 at.err)"
+
 # ---- a path near PATH_MAX: the message ends with its reason (it was cut at
 # 1,024 bytes, in the error slot, and 2,048, in the printed line: a path
 # and no reason)
