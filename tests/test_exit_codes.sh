@@ -90,7 +90,7 @@ while IFS='|' read -r code prog args pat; do
   one_line "$prog $args" "$prog"
 done <<'EOF'
 # the command itself
-2 | charlm  |                                          | missing command
+2 | charlm  |                                          | missing command (train, sample, eval or average; try --help)
 2 | charlm  | bogus                                    | unknown command 'bogus'
 2 | charlm  | help bogus                               | unknown command 'bogus'
 2 | seq2seq | help train eval                          | help takes one command
@@ -98,6 +98,7 @@ done <<'EOF'
 # names and values checked after the parse: still the command line
 2 | charlm  | train $TR --preset huge                  | --preset: unknown preset 'huge'
 2 | seq2seq | train $S2 --preset huge                  | --preset: unknown preset 'huge'
+2 | charlm  | train $TR --preset ti                    | --preset: unknown preset 'ti' (choices: tiny, 
 2 | charlm  | train $TR --d 30 --H 4                   | charlm config: d=30 is not divisible by H=4
 2 | seq2seq | train $S2 --d 30 --H 4                   | seq2seq config: d=30 is not divisible by H=4
 2 | seq2seq | train $S2 --seed 5000000000              | --seed: 5000000000 is out of range
