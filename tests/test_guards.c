@@ -570,6 +570,17 @@ START_TEST(test_data_id)
     }
     ck_assert(back.size == 10 && back.hash == 0x0123456789abcdefull);
     ck_assert_str_eq(back.path, "x");
+    /* a FIFO named relative to the working directory: its absolute path,
+     * as a file's (round thirty-one: kept as given, eval from another
+     * directory would not find it) */
+    char cwd[PATH_MAX];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(mkfifo(tmp("id.fifo"), 0600), 0);
+    ck_assert_int_eq(chdir(tmpdir), 0);
+    cg_data_id_of("id.fifo", "x", 1, &read);
+    ck_assert_int_eq(chdir(cwd), 0);
+    ck_assert_msg(read.path[0] == '/' && strstr(read.path, "/id.fifo"), "a FIFO's path: %s",
+                  read.path);
 }
 END_TEST
 
