@@ -1255,6 +1255,29 @@ START_TEST(test_plot_log_gap)
 }
 END_TEST
 
+/* An infinite x is left out of the axes' range as a NaN is (round
+ * thirty-one: the range ran to infinity, and the picture lost the line). */
+START_TEST(test_plot_inf_x)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/infx.png", plot_dir);
+    cg_plot_opts o = {NULL, NULL, NULL, CG_PLOT_Y_LINEAR, 400, 300};
+    image_t im[3];
+    const float gap[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        float x[5] = {1.0f, 2.0f, gap[k], 4.0f, 5.0f}, y[5] = {1.0f, 3.0f, 2.0f, 4.0f, 2.0f};
+        cg_plot_series s = {NULL, x, y, 5, 0x00AA00, 0, 0};
+        ck_assert_msg(cg_plot_lines(path, &o, 1, &s), "%s", cg_last_error());
+        im[k] = read_png(path);
+    }
+    ck_assert_int_gt(count_near(&im[0], 0x00AA00, 60), 100);
+    for (int k = 1; k < 3; k++)
+        ck_assert_msg(same_pixels(&im[k], &im[0]), "x = %g drawn unlike a NaN", (double)gap[k]);
+    for (int k = 0; k < 3; k++)
+        free(im[k].rgb);
+}
+END_TEST
+
 /* The automatic y axis is logarithmic from a ratio of 10 between the
  * largest and the smallest y (round thirty): from 2 to 20 its ticks are
  * 2, 5, 10, 20, not the linear 0, 5, 10, 15, 20. */
@@ -1380,6 +1403,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_plot_lone_points);
     tcase_add_test(tc, test_plot_auto_log_ratio);
     tcase_add_test(tc, test_plot_log_gap);
+    tcase_add_test(tc, test_plot_inf_x);
     tcase_add_test(tc, test_attention_last_rows);
     tcase_add_test(tc, test_heatmap_constant);
     suite_add_tcase(s, tc);
