@@ -126,8 +126,9 @@ v_train=$(sed -n 's/.*"val_loss": \([0-9.]*\),.*/\1/p' lora.json)
 v_eval=$(sed -n 's/.*"val_loss": \([0-9.]*\),.*/\1/p' eval.json)
 [ -n "$v_eval" ] && [ "$v_eval" = "$v_train" ] && echo "ok: lora: eval gives the run's val_loss $v_eval" ||
   fail "lora: eval val_loss '$v_eval' != the run's '$v_train'"
-# resume, with dropout in the adapters: 10 + 10 == 20
-lo=(--lora-rank 2 --lora-alpha 8 --lora-dropout 0.2 --lr 1e-2 --steps 20)
+# resume, with dropout in the adapters and a model dropout other than the
+# base's (the base is loaded with the adapter's: round thirty-one): 10 + 10 == 20
+lo=(--lora-rank 2 --lora-alpha 8 --lora-dropout 0.2 --dropout 0.3 --lr 1e-2 --steps 20)
 "$charlm" train "${ft[@]}" "${lo[@]}" --out lorad.st >/dev/null 2>ld.log &&
   "$charlm" train "${ft[@]}" "${lo[@]}" --stop-at 10 --out lorar.st >/dev/null 2>lr.log &&
   "$charlm" train --resume lorar.st --threads 1 >/dev/null 2>lr2.log ||
