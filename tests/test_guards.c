@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1451,6 +1452,39 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* OMP_NUM_THREADS above the CPUs is lowered to them at cg_cli_start, and
+ * cg_cli_set_threads without --threads warns of it once, however often it
+ * is called (round thirty-one's CS4 warned at every call). */
+START_TEST(test_threads_env_warning_once)
+{
+    /* no exec to a shorter spin here: it would start the suite again */
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+    cg_set_num_threads(0); /* no --threads from an earlier test (CK_FORK=no) */
+    int cpus = cg_num_cpus();
+    omp_set_num_threads(cpus + 3);
+    cg_cli_start();
+    ck_assert_int_eq(omp_get_max_threads(), cpus);
+    FILE *err = tmpfile();
+    ck_assert_ptr_nonnull(err);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert(saved >= 0 && dup2(fileno(err), 2) == 2);
+    cg_cli_set_threads("prog", 0);
+    cg_cli_set_threads("prog", 0);
+    fflush(stderr);
+    ck_assert(dup2(saved, 2) == 2);
+    close(saved);
+    char line[256] = "", want[128];
+    snprintf(want, sizeof want, "prog: warning: OMP_NUM_THREADS=%d is more than the %d CPU",
+             cpus + 3, cpus);
+    rewind(err);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, err));
+    ck_assert_msg(strstr(line, want) == line, "%s", line);
+    ck_assert_ptr_null(fgets(line, sizeof line, err)); /* once */
+    fclose(err);
+}
+END_TEST
+
 /* The loss curve's temporary file of a killed writer is removed by the next
  * write (mkstemp names were left behind for good). */
 START_TEST(test_png_stale_temp)
@@ -1582,6 +1616,7 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_json_line_writer);
     tcase_add_test(t, test_json_readers_edges);
     tcase_add_test(t, test_threads);
+    tcase_add_test(t, test_threads_env_warning_once);
     tcase_add_test(t, test_prefix_error);
     tcase_add_test(t, test_utf8_codec);
     suite_add_tcase(s, t);
