@@ -136,8 +136,7 @@ static void gemm_init(void)
     cg_env_flag("CG_AMX_EMULATE", &amx_emu);
     cg_env_flag("CG_BLIS_DRIVER", &drv);
     cg_env_flag("CG_BLIS_DEFAULT", &force_default);
-    g_bf16_native = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512bf16") && !emu;
+    g_bf16_native = cg_cpu_has_avx512_bf16() && !emu;
     /* CG_AMX_EMULATE=1: AMX's path with its tiles emulated (core/amx_tiles.h),
      * on any CPU with AVX512_BF16, this one's AMX or not */
     cg_amx_emulation = g_bf16_native && amx && amx_emu;
@@ -267,6 +266,13 @@ int64_t cg_gemm_l1d_bytes(void)
 {
     ensure_init();
     return g_l1d_bytes;
+}
+
+bool cg_cpu_has_avx512_bf16(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
 }
 
 bool cg_bf16_native(void)

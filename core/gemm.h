@@ -73,7 +73,11 @@ cg_gemm_path cg_precision_path(cg_precision p);
  * and when out is NULL. */
 const char *cg_precision_name(cg_precision p);
 bool cg_precision_parse(const char *s, cg_precision *out);
-/* Whether bf16 products run on the CPU's bf16 instructions (false: emulated). */
+/* Whether the CPU has AVX512_BF16 (with AVX512F and AVX512BW), whatever
+ * CG_BF16_EMULATE says. */
+bool cg_cpu_has_avx512_bf16(void);
+/* Whether bf16 products run on the CPU's bf16 instructions (false: emulated:
+ * no AVX512_BF16, or CG_BF16_EMULATE=1). */
 bool cg_bf16_native(void);
 /* Whether CG_GEMM_BF16_AMX's tiles are emulated (CG_AMX_EMULATE=1: AMX's
  * path run and tested on a CPU with AVX512_BF16 and no AMX, at a fraction

@@ -314,16 +314,12 @@ bool cg_test_env_on(const char *name)
 /* The variant runs of a suite (tests/meson.build) whose switch changes
  * nothing on this CPU would repeat the plain run test for test: the name
  * of the switch, or NULL. CG_BF16_EMULATE=1 forces the emulated bf16
- * kernel, which a CPU without AVX512_BF16 (core/gemm.c's test) runs
+ * kernel, which a CPU without AVX512_BF16 (cg_cpu_has_avx512_bf16) runs
  * anyway; CG_AMX_EMULATE=1 emulates AMX's tiles only where the CPU has
  * AVX512_BF16 (cg_bf16_amx_emulated()). */
 static const char *variant_repeats_plain_run(void)
 {
-    __builtin_cpu_init();
-    const bool avx512_bf16 = __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512bf16");
-    if (cg_test_env_on("CG_BF16_EMULATE") && !avx512_bf16)
+    if (cg_test_env_on("CG_BF16_EMULATE") && !cg_cpu_has_avx512_bf16())
         return "CG_BF16_EMULATE=1 (the CPU has no AVX512_BF16: its bf16 is emulated anyway)";
     if (cg_test_env_on("CG_AMX_EMULATE") && !cg_bf16_amx_emulated())
         return "CG_AMX_EMULATE=1 (AMX's emulation needs AVX512_BF16, and CG_BF16_AMX not 0)";
