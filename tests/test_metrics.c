@@ -1282,6 +1282,33 @@ START_TEST(test_plot_inf_x)
 }
 END_TEST
 
+/* Series without names draw no legend: the plot's top right corner, where
+ * a legend stands, stays background; a named series' legend covers it
+ * (round thirty-one's PL10 drew an empty framed box there). */
+START_TEST(test_plot_no_names_no_legend)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/legend.png", plot_dir);
+    cg_plot_opts o = {NULL, NULL, NULL, CG_PLOT_Y_LINEAR, 400, 300};
+    float y[5] = {1.0f, 3.0f, 2.0f, 4.0f, 2.0f};
+    const char *names[2] = {NULL, "named"};
+    for (int k = 0; k < 2; k++) {
+        cg_plot_series s = {names[k], NULL, y, 5, 0x00AA00, 0, 0};
+        ck_assert_msg(cg_plot_lines(path, &o, 1, &s), "%s", cg_last_error());
+        image_t im = read_png(path);
+        int other = 0;
+        for (int yy = 23; yy < 45; yy++)
+            for (int x = im.w - 60; x < im.w - 31; x++)
+                other += pixel(&im, x, yy) != 0xFFFFFF;
+        free(im.rgb);
+        if (k == 0)
+            ck_assert_msg(other == 0, "unnamed: %d pixels drawn where a legend stands", other);
+        else
+            ck_assert_msg(other > 20, "named: the legend not in the corner (%d pixels)", other);
+    }
+}
+END_TEST
+
 /* The automatic y axis is logarithmic from a ratio of 10 between the
  * largest and the smallest y (round thirty): from 2 to 20 its ticks are
  * 2, 5, 10, 20, not the linear 0, 5, 10, 15, 20. */
@@ -1408,6 +1435,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_plot_auto_log_ratio);
     tcase_add_test(tc, test_plot_log_gap);
     tcase_add_test(tc, test_plot_inf_x);
+    tcase_add_test(tc, test_plot_no_names_no_legend);
     tcase_add_test(tc, test_attention_last_rows);
     tcase_add_test(tc, test_heatmap_constant);
     suite_add_tcase(s, tc);
