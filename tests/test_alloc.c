@@ -369,6 +369,155 @@ START_TEST(test_passes_steady)
 }
 END_TEST
 
+/* The smallest power of two of at least n: a size class (eight a power
+ * of two, from 32 KB), whose 64ths from A / 2 down are classes too. */
+static size_t pow2_at_least(size_t n)
+{
+    size_t a = 1;
+    while (a < n)
+        a *= 2;
+    return a;
+}
+
+/* The pieces of a split block stay where they are, beside each other:
+ * freed, a piece merges with the cached pieces beside it, and the piece
+ * after a merge points at the merged block, so that the whole block comes
+ * back when every piece is free; a piece is never grown (mremap would move
+ * it away from its neighbours), whether it sits on a free list of a class
+ * above its size or is the front of its block; a piece unmapped by a trim
+ * leaves its live neighbour whole. The sizes are exact classes: A (a power
+ * of two), its pieces 18/64, 15/64 and 31/64 of A, the last no class (the
+ * classes there are even 64ths). */
+START_TEST(test_pieces_stay_put)
+{
+    if (!caching())
+        return;
+    cg_alloc_trim();
+    /* a and b (2 A) pass the peak of live bytes: the budget is theirs */
+    const size_t A = pow2_at_least(cg_alloc_get_stats().peak_live_bytes / 2 + (16 << 20));
+    const size_t d_block = A / 64 * 18, e_block = A / 64 * 15, r_block = A / 64 * 31;
+    char *a = cg_alloc(A - 128), *b = cg_alloc(A - 128);
+    cg_free(a);
+    char *d = cg_alloc(d_block - 128); /* over the budget: a's front */
+    char *e = cg_alloc(e_block - 128); /* the rest's front */
+    ck_assert_ptr_eq(d, a);
+    ck_assert_ptr_eq(e, d + d_block);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, r_block);
+    char *g = cg_alloc(A / 64 * 30 - 128); /* the class below the rest's size: the rest */
+    ck_assert_ptr_eq(g, e + e_block);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 0);
+    /* e, then d merged with it: g's left neighbour is d + e, so freeing g
+     * makes a whole again */
+    cg_free(e);
+    cg_free(d);
+    cg_free(g);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, A);
+    char *f = cg_alloc(A - 128);
+    ck_assert_ptr_eq(f, a);
+    cg_free(f);
+    /* split again; d freed while e lives: a request one class above d's,
+     * over the budget, maps a fresh block and leaves d where it is */
+    d = cg_alloc(d_block - 128);
+    e = cg_alloc(e_block - 128);
+    g = cg_alloc(A / 64 * 30 - 128);
+    ck_assert_ptr_eq(g, e + e_block);
+    cg_free(d);
+    char *x = cg_alloc(A / 64 * 20 - 128);
+    ck_assert_ptr_ne(x, d);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, d_block);
+    cg_free(x);
+    /* d unmapped by a trim: e, its right neighbour, then freed alone */
+    cg_alloc_trim();
+    e[0] = e[usable(e_block - 128) - 1] = 5;
+    cg_free(e);
+    cg_free(g);
+    cg_alloc_trim();
+    /* the rest (31/64: no class) cached, a request of the class above it
+     * (32/64) maps a fresh block: the rest is not grown */
+    a = cg_alloc(A - 128);
+    cg_free(a);
+    d = cg_alloc(d_block - 128);
+    e = cg_alloc(e_block - 128);
+    ck_assert_ptr_eq(e, d + d_block);
+    char *h = cg_alloc(r_block - 192);
+    ck_assert_ptr_ne(h, e + e_block);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, r_block);
+    h[0] = h[usable(r_block - 192) - 1] = 6;
+    e[0] = e[usable(e_block - 128) - 1] = 7;
+    cg_free(h);
+    cg_free(d);
+    cg_free(e);
+    cg_alloc_trim();
+    /* over the budget, a block exactly twice the request's class (8
+     * classes above) is split (from 2x on): the request takes its front */
+    a = cg_alloc(A - 128);
+    cg_free(a);
+    d = cg_alloc(A / 2 - 128);
+    ck_assert_ptr_eq(d, a);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, A / 2);
+    cg_free(d);
+    cg_free(b);
+    cg_alloc_trim();
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 0);
+}
+END_TEST
+
+/* The reach of a request within the budget (the peak of live bytes, from
+ * the tests before, far above these blocks), at its edge: a cached block 7
+ * classes above the request's (15/8 of it) is taken as is, one 8 classes
+ * above (2x) is not: a fresh mapping; of two blocks above within reach,
+ * the nearer is taken. */
+START_TEST(test_reach_edges)
+{
+    if (!caching())
+        return;
+    cg_alloc_trim();
+    char *p = cg_alloc((15 << 16) - 128);
+    cg_free(p);
+    char *q = cg_alloc((8 << 16) - 128); /* 7 classes below p's: p's block */
+    ck_assert_ptr_eq(q, p);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 0);
+    cg_free(q);
+    cg_alloc_trim();
+    p = cg_alloc((16 << 16) - 128);
+    cg_free(p);
+    q = cg_alloc((8 << 16) - 128); /* 8 classes below: fresh */
+    ck_assert_ptr_ne(q, p);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 16 << 16);
+    cg_free(q);
+    cg_alloc_trim();
+    /* of two cached blocks above, the nearer */
+    char *p1 = cg_alloc((9 << 16) - 128), *p5 = cg_alloc((13 << 16) - 128);
+    cg_free(p5);
+    cg_free(p1);
+    q = cg_alloc((8 << 16) - 128);
+    ck_assert_ptr_eq(q, p1);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 13 << 16);
+    cg_free(q);
+    cg_alloc_trim();
+}
+END_TEST
+
+/* CG_ALLOC_CACHE_MB=1 (meson's test_alloc_capped runs this case alone with
+ * it): a freed block is cached while the cached bytes stay within 1 MiB,
+ * else unmapped, whatever the peak of live bytes. */
+START_TEST(test_cache_cap)
+{
+    const char *cap = getenv("CG_ALLOC_CACHE_MB");
+    if (!caching() || !cap || strcmp(cap, "1") != 0)
+        return;
+    cg_alloc_trim();
+    const size_t live0 = cg_alloc_get_stats().live_bytes;
+    char *p = cg_alloc((1 << 19) - 128), *q = cg_alloc((2 << 20) - 128);
+    ck_assert_uint_eq(cg_alloc_get_stats().live_bytes - live0, (1 << 19) + (2 << 20));
+    cg_free(p); /* 512 KiB: cached */
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 1 << 19);
+    cg_free(q); /* 2 MiB more would pass 1 MiB: unmapped */
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 1 << 19);
+    ck_assert_uint_eq(cg_alloc_trim(), 1 << 19);
+}
+END_TEST
+
 START_TEST(test_trim)
 {
     cg_alloc_trim();
@@ -492,7 +641,12 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_malloc_default);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_training_flat);
+    tcase_add_test(tc, test_pieces_stay_put);
+    tcase_add_test(tc, test_reach_edges);
     suite_add_tcase(s, tc);
+    TCase *capped = tcase_create("capped"); /* alone under CG_ALLOC_CACHE_MB=1 */
+    tcase_add_test(capped, test_cache_cap);
+    suite_add_tcase(s, capped);
     return s;
 }
 
