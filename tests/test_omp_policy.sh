@@ -24,6 +24,11 @@ out=$(OMP_NUM_THREADS=2 "$exe" "a b" "" "c" 2>&1)
 args=$(printf '%s\n' "$out" | grep '^\[' | tr '\n' ' ')
 if [ "$args" = "[a b] [] [c] " ]; then echo "ok: arguments kept"
 else echo "FAIL: arguments after the re-exec: $args"; fails=$((fails + 1)); fi
+# /proc/self/cmdline past its first read's 4096 bytes: read whole
+long=$(printf '%05000d' 7)
+args=$(OMP_NUM_THREADS=2 "$exe" "$long" "d" 2>&1 | grep '^\[' | tr '\n' ' ')
+if [ "$args" = "[$long] [d] " ]; then echo "ok: 5000 bytes of arguments kept"
+else echo "FAIL: 5000 bytes of arguments after the re-exec: '$(printf '%s' "$args" | cut -c 1-20)...', $(printf '%s' "$args" | wc -c) bytes"; fails=$((fails + 1)); fi
 # Another OpenMP runtime (clang's build links LLVM's libomp): GOMP_SPINCOUNT
 # means nothing to it, so no re-exec (the environment keeps no count), and
 # libgomp's settings below are not there to check.
@@ -55,12 +60,24 @@ count() { # name, env..., then: wanted "threads T team T cpus C capped K" line
     if [ "$got" = "$want" ]; then echo "ok: $name: $got"
     else echo "FAIL: $name: '$got', expected '$want'"; fails=$((fails + 1)); fi
 }
+# cg_set_num_threads: a count set is capped by OMP_THREAD_LIMIT; 0 gives
+# back OpenMP's count from before the first set (not the last set's)
+sets() { # name, wanted "set 3: ..." line, env...
+    name=$1; want=$2; shift 2
+    got=$(env "$@" "$exe" 2>/dev/null | grep '^set 3: ')
+    if [ "$got" = "$want" ]; then echo "ok: $name: $got"
+    else echo "FAIL: $name: '$got', expected '$want'"; fails=$((fails + 1)); fi
+}
 n=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 if [ "$n" -ge 2 ]; then
     count "OMP_PROC_BIND=true" "threads 2 team 2 cpus $n capped 0" OMP_NUM_THREADS=2 OMP_PROC_BIND=true
     count "OMP_PROC_BIND=close, OMP_PLACES=cores" "threads 2 team 2 cpus $n capped 0" \
         OMP_NUM_THREADS=2 OMP_PROC_BIND=close OMP_PLACES=cores
     count "OMP_THREAD_LIMIT=1" "threads 1 team 1 cpus $n capped 0" OMP_NUM_THREADS=2 OMP_THREAD_LIMIT=1
+    sets "cg_set_num_threads 3, 4, 0" "set 3: threads 3; set 4, then 0: max 2 threads 2" \
+        OMP_NUM_THREADS=2
+    sets "cg_set_num_threads under OMP_THREAD_LIMIT=1" \
+        "set 3: threads 1; set 4, then 0: max 2 threads 1" OMP_NUM_THREADS=2 OMP_THREAD_LIMIT=1
 else
     echo "ok: one CPU: the thread counts under OMP_PROC_BIND and OMP_THREAD_LIMIT are not checked"
 fi
