@@ -53,6 +53,8 @@ START_TEST(test_scalar_conversions)
     ck_assert_uint_eq(cg_f32_to_f16(65520.0f), 0x7c00);        /* rounds up to inf */
     ck_assert_uint_eq(cg_f32_to_f16(0x1p-24f), 0x0001);        /* smallest subnormal */
     ck_assert_uint_eq(cg_f32_to_f16(0x1p-26f), 0x0000);        /* below half of it */
+    ck_assert_uint_eq(cg_f32_to_f16(0x5p-25f), 0x0002);        /* subnormal ties: to even (down) */
+    ck_assert_uint_eq(cg_f32_to_f16(0x3p-25f), 0x0002);        /* (up) */
     ck_assert_uint_eq(cg_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
     ck_assert_uint_eq(cg_f32_to_f16(1.0f + 0x3p-11f), 0x3c02);
     ck_assert(isnan(cg_f16_to_f32(cg_f32_to_f16(NAN))));
@@ -103,6 +105,9 @@ START_TEST(test_creation_every_dtype)
     ck_assert_int_eq(cg_data_i64(a)[3], 1);
     cg_release(a);
     CG_ASSERT_REFUSED(cg_arange_dtype(CG_I64, 0, 1e300, 1) == NULL, "2^62");
+    /* a few elements, but past int64's range: no cast of them */
+    CG_ASSERT_REFUSED(cg_arange_dtype(CG_I64, 0x1p63, 0x1p63 + 4096, 2048) == NULL,
+                      "arange: start and stop must be within +-2^62 for int64");
     CG_ASSERT_REFUSED(cg_empty_dtype((cg_dtype)42, CG_SHAPE(2)) == NULL, "unknown dtype");
     cg_tensor *s = cg_scalar_i64(INT64_MAX);
     ck_assert_int_eq(s->ndim, 0);
@@ -427,6 +432,22 @@ START_TEST(test_printing)
     ck_assert_str_eq(s, "tensor([0, 1, 2, ..., 1997, 1998, 1999], dtype=torch.int64)\n");
     free(s);
     cg_release(t);
+    t = cg_arange_dtype(CG_I64, 0, 1000, 1); /* 1000: whole (torch: summarised past 1000) */
+    s = printed(t);
+    ck_assert_msg(!strstr(s, "...") && strstr(s, ", 500, 501, ") &&
+                      strstr(s, ", 998, 999], dtype=torch.int64)\n"),
+                  "%.80s", s);
+    free(s);
+    cg_release(t);
+    /* summarised, a dim of 6 (no more than the 3 + 3 shown at its ends) is whole */
+    t = cg_arange_dtype(CG_I64, 0, 1200, 1);
+    cg_tensor *rows = cg_view_reshape(t, 2, (int64_t[]){200, 6});
+    s = printed(rows);
+    ck_assert_msg(strstr(s, "tensor([[0, 1, 2, 3, 4, 5],\n") == s &&
+                      strstr(s, "[1194, 1195, 1196, 1197, 1198, 1199]], dtype=torch.int64)\n"),
+                  "%.80s", s);
+    free(s);
+    cg_release_all(2, t, rows);
     CG_ASSERT_REFUSED(!cg_print(NULL), "NULL");
 }
 END_TEST
@@ -448,6 +469,15 @@ START_TEST(test_comparisons_and_logic)
     cg_tensor *x = cg_from_i64(CG_SHAPE(1), a2), *y = cg_from_i64(CG_SHAPE(1), b2);
     cg_tensor *ne = cg_ne(x, y);
     ck_assert(cg_data_bool(ne)[0]);
+    /* int64 against float32 as torch: the int64 through float32 (2^24 + 1
+     * is 2^24 there) */
+    cg_tensor *i24 = cg_from_i64(CG_SHAPE(1), (int64_t[]){(1 << 24) + 1});
+    cg_tensor *f24 = cg_from_data(CG_SHAPE(1), (float[]){0x1p24f}), *e24 = cg_eq(i24, f24);
+    ck_assert(e24 && cg_data_bool(e24)[0]);
+    /* a whole number past int64's range compared as a float, not cast */
+    cg_tensor *lt = cg_lt_scalar(i24, 1e19), *gt = cg_gt_scalar(i24, -1e19);
+    ck_assert(lt && gt && cg_data_bool(lt)[0] && cg_data_bool(gt)[0]);
+    cg_release_all(5, i24, f24, e24, lt, gt);
     /* broadcast, mixed dtypes, NaN */
     cg_tensor *f = cg_from_data(CG_SHAPE(3), (float[]){1.0f, NAN, -2.0f});
     cg_tensor *col = cg_from_i64(CG_SHAPE(2, 1), (int64_t[]){1, -2});
