@@ -166,6 +166,19 @@ START_TEST(test_slice_select_narrow)
     cg_tensor *nr = cg_view_narrow(m, 0, 1, 2);
     CG_ASSERT_TENSOR(nr, ((float[]){4, 5, 6, 7, 8, 9, 10, 11}), 0, 0);
     CG_ASSERT_FAILS(cg_view_narrow(m, 0, 2, 2), "out of bounds");
+    /* empty at the end, as torch: a start past the size is clamped to it,
+     * and narrow may start at the size */
+    cg_tensor *past = cg_view_slice(m, 0, 10, 20, 1), *end = cg_view_narrow(m, 0, 3, 0);
+    ck_assert(past && end && cg_numel(past) == 0 && cg_numel(end) == 0);
+    ck_assert_int_eq(past->offset, 12);
+    ck_assert_int_eq(end->offset, 12);
+    /* one element taken with a step whose stride would overflow: the old stride */
+    cg_tensor *huge = cg_view_slice(m, 0, 1, 3, INT64_MAX);
+    ck_assert(huge && huge->shape[0] == 1 && huge->strides[0] == 4 && huge->offset == 4);
+    /* a negative dim of a permutation counts from the end */
+    cg_tensor *pm = cg_view_permute(m, (const int[]){-1, 0});
+    ck_assert(pm && pm->shape[0] == 4 && pm->strides[0] == 1 && pm->strides[1] == 4);
+    cg_release_all(4, past, end, huge, pm);
     CG_ASSERT_FAILS(cg_view_select(m, 0, 3), "out of range");
     CG_ASSERT_FAILS(cg_view_slice(m, 2, 0, 1, 1), "dim 2 out of range");
     CG_ASSERT_FAILS(cg_view_slice(m, 0, 0, 1, 0), "step");
@@ -227,6 +240,16 @@ START_TEST(test_reshape)
     ck_assert_int_eq(v->shape[1], 3);
     CG_ASSERT_FAILS(cg_view_reshape(t, CG_SHAPE(5, -1)), "cannot reshape");
     CG_ASSERT_FAILS(cg_view_reshape(t, CG_SHAPE(-1, -1)), "only one");
+    /* a -1 beside a 0: any size would do, so none (torch refuses it too) */
+    cg_tensor *none = cg_zeros(CG_SHAPE(0, 3));
+    CG_ASSERT_REFUSED(cg_view_reshape(none, CG_SHAPE(0, -1)) == NULL,
+                      "view: cannot reshape [0, 3] into [0, -1]");
+    cg_release(none);
+    /* a leading size-1 dim is a view, its stride the whole tensor's */
+    cg_tensor *row = cg_view_reshape(t, CG_SHAPE(1, 24));
+    ck_assert_msg(row && row->storage == t->storage, "%s", cg_last_error());
+    ck_assert(row->strides[0] == 24 && row->strides[1] == 1);
+    cg_release(row);
     /* a transposed tensor cannot be viewed flat: reshape copies */
     cg_tensor *tr = cg_view_transpose(v, 1, 2); /* [2,4,3] */
     CG_ASSERT_FAILS(cg_view_reshape(tr, CG_SHAPE(24)), "without a copy");
@@ -552,6 +575,12 @@ START_TEST(test_view_as_strided)
     ck_assert_msg(r && cg_get(r, (const int64_t[]){1, 2}) == 19.0f, "%s", cg_last_error());
     cg_tensor *e = cg_view_as_strided(x, CG_SHAPE(0, 3), (const int64_t[]){100, 1}, 24);
     ck_assert_msg(e && cg_numel(e) == 0, "%s", cg_last_error()); /* no element */
+    /* no element, so no reach to overflow; but never a negative offset */
+    cg_tensor *e2 = cg_view_as_strided(x, CG_SHAPE(0, 3), (const int64_t[]){1, INT64_MAX}, 0);
+    ck_assert_msg(e2 && cg_numel(e2) == 0, "%s", cg_last_error());
+    cg_release(e2);
+    CG_ASSERT_REFUSED(cg_view_as_strided(x, CG_SHAPE(0), (const int64_t[]){1}, -1) == NULL,
+                      "as_strided: shape [0] at offset -1");
     CG_ASSERT_REFUSED(cg_view_as_strided(x, CG_SHAPE(5), (const int64_t[]){5}, 4) == NULL,
                       "as_strided: shape [5] at offset 4 reaches elements [4, 24] of a storage");
     CG_ASSERT_REFUSED(cg_view_as_strided(x, CG_SHAPE(2), (const int64_t[]){-1}, 0) == NULL,
@@ -604,7 +633,13 @@ START_TEST(test_view_sizes_overflow)
     ck_assert_msg(e && cg_numel(e) == (int64_t)1 << 60, "%s", cg_last_error());
     cg_tensor *w = cg_view_as_strided(four, CG_SHAPE(2, 2), (const int64_t[]){2, 1}, 0);
     ck_assert_msg(w && cg_get(w, (const int64_t[]){1, 1}) == 1.0f, "%s", cg_last_error());
-    cg_release_all(5, one, four, z, e, w);
+    /* the most, 2^61 - 1 elements, at its edge: one more is refused */
+    cg_tensor *most = cg_view_expand(one, CG_SHAPE(p61 - 1));
+    ck_assert_msg(most && cg_numel(most) == p61 - 1, "%s", cg_last_error());
+    CG_ASSERT_REFUSED(cg_view_expand(one, CG_SHAPE(2, p61 / 2)) == NULL,
+                      "expand: shape [2, 1152921504606846976] has too many elements (the most is "
+                      "2^61 - 1)");
+    cg_release_all(6, one, four, z, e, w, most);
 }
 END_TEST
 
