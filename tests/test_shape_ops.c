@@ -103,7 +103,8 @@ START_TEST(test_concat_errors)
     cg_tensor *c = cg_zeros(CG_SHAPE(2, 3, 1)), *s = cg_scalar(1);
     cg_tensor *ab[2] = {a, b}, *ac[2] = {a, c}, *ss[2] = {s, s};
     CG_ASSERT_FAILS(cg_k_concat(ab, 2, 0), "[2, 4]");
-    CG_ASSERT_FAILS(cg_k_concat(ac, 2, 1), "[2, 3, 1]");
+    CG_ASSERT_FAILS(cg_k_concat(ac, 2, 1), "concat: tensor 1 does not match tensor 0 outside dim 1 "
+                                           "(shapes [2, 3] and [2, 3, 1])");
     CG_ASSERT_FAILS(cg_k_concat(ab, 2, 2), "dim 2");
     CG_ASSERT_FAILS(cg_k_concat(ab, 0, 0), "concat");
     CG_ASSERT_FAILS(cg_k_concat(ss, 2, 0), "zero-dimensional");
@@ -159,7 +160,9 @@ START_TEST(test_stack_errors)
     cg_tensor *aa[2] = {a, a};
     CG_ASSERT_FAILS(cg_k_stack(aa, 2, 3), "dim 3");
     CG_ASSERT_FAILS(cg_k_stack(aa, 2, -4), "stack");
-    cg_release_all(2, a, b);
+    cg_tensor *d8 = cg_zeros(CG_SHAPE(1, 1, 1, 1, 1, 1, 1, 2)), *dd[2] = {d8, d8};
+    CG_ASSERT_FAILS(cg_k_stack(dd, 2, 0), "stack: tensors already have the maximum of 8 dims");
+    cg_release_all(3, a, b, d8);
 }
 END_TEST
 
@@ -305,7 +308,9 @@ START_TEST(test_index_select_errors)
     CG_ASSERT_FAILS(cg_k_index_select(x, 1, cg_test_ids(2, (const int64_t[]){0, 3})), "[5, 3]");
     CG_ASSERT_FAILS(cg_k_index_select(x, 2, cg_test_ids(1, (const int64_t[]){0})), "dim 2");
     ck_assert_ptr_null(cg_k_index_select(NULL, 0, cg_test_ids(1, (const int64_t[]){0})));
-    cg_release(x);
+    cg_tensor *ids2 = cg_from_i64(CG_SHAPE(2, 2), (const int64_t[]){0, 1, 2, 3}); /* as torch */
+    CG_ASSERT_FAILS(cg_k_index_select(x, 0, ids2), "index must be 0-d or 1-d, got shape [2, 2]");
+    cg_release_all(2, x, ids2);
 }
 END_TEST
 
