@@ -103,6 +103,20 @@ static void release_weight(void)
     cg_module_free(root);
 }
 
+/* A tensor tied under two names is reported by its first */
+static void release_tied(void)
+{
+    cg_module *m = cg_module_new("Tied");
+    cg_tensor *t = cg_zeros(CG_SHAPE(2));
+    check(m && t && cg_module_add_param(m, "first", t) && cg_module_add_param(m, "second", t),
+          "tied");
+    cg_release(t); /* the caller's own reference */
+    unsigned long serial = cg_error_serial();
+    cg_release(t); /* the mistake: borrowed from the module */
+    refused(serial);
+    cg_module_free(m);
+}
+
 static void release_grad(void)
 {
     cg_linear *fc1;
@@ -251,6 +265,19 @@ static void weight_after_module_free(void)
     refused(serial);
 }
 
+/* The bias, freed after the weight: the whole of cg_module_free is named,
+ * not only up to the weight's release inside it */
+static void bias_after_module_free(void)
+{
+    cg_linear *fc1;
+    cg_module *root = model(&fc1);
+    cg_tensor *b = fc1->bias;
+    cg_module_free(root);
+    unsigned long serial = cg_error_serial();
+    check(cg_sum(b, 0, NULL, false) == NULL, "the op returned NULL"); /* the mistake */
+    refused(serial);
+}
+
 static void backward_after_release(void)
 {
     cg_tensor *x = cg_requires_grad(cg_ones(CG_SHAPE(3)), true);
@@ -327,6 +354,7 @@ static const struct {
     {"release_weight", release_weight},
     {"release_grad", release_grad},
     {"release_grad_unnamed", release_grad_unnamed},
+    {"release_tied", release_tied},
     {"module_twice", module_twice},
     {"optim_twice", optim_twice},
     {"child_of_parent", child_of_parent},
@@ -337,6 +365,7 @@ static const struct {
     {"op_after_release", op_after_release},
     {"forward_of_freed_input", forward_of_freed_input},
     {"weight_after_module_free", weight_after_module_free},
+    {"bias_after_module_free", bias_after_module_free},
     {"backward_after_release", backward_after_release},
     {"grad_after_release", grad_after_release},
     {"save_after_module_free", save_after_module_free},

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "autograd/gradcheck.h"
+#include "core/lifetime.h"
 #include "nn/nn.h"
 #include "models/charlm/charlm.h"
 #include "optim/optim.h"
@@ -378,6 +379,19 @@ START_TEST(test_scope_zoo_model)
 }
 END_TEST
 
+/* The checked mode keeps every freed header (the list grows past its
+ * first 1024): 1500 released tensors, 1500 more kept. */
+START_TEST(test_checked_keeps_every_header)
+{
+    if (!cg_debug_enabled())
+        return;
+    const int64_t kept0 = cg_lifetime_quarantined();
+    for (int i = 0; i < 1500; i++)
+        cg_release(cg_zeros(CG_SHAPE(1)));
+    ck_assert_int_eq(cg_lifetime_quarantined() - kept0, 1500);
+}
+END_TEST
+
 static Suite *scope_suite(void)
 {
     Suite *s = suite_create("scope");
@@ -392,6 +406,7 @@ static Suite *scope_suite(void)
     tcase_add_test(tc, test_scope_containers_survive);
     tcase_add_test(tc, test_scope_training_flat);
     tcase_add_test(tc, test_scope_zoo_model);
+    tcase_add_test(tc, test_checked_keeps_every_header);
     suite_add_tcase(s, tc);
     return s;
 }
