@@ -24,6 +24,9 @@ START_TEST(test_creation)
     CG_ASSERT_TENSOR(o, ((float[]){1, 1, 1, 1}), 0, 0);
     cg_tensor *f = cg_full(CG_SHAPE(3), -2.5f);
     CG_ASSERT_TENSOR(f, ((float[]){-2.5f, -2.5f, -2.5f}), 0, 0);
+    cg_tensor *nz = cg_full(CG_SHAPE(3), -0.0f); /* -0, not the zeros' +0 (torch.full) */
+    ck_assert(nz && signbit(cg_data(nz)[0]) && signbit(cg_data(nz)[2]));
+    cg_release(nz);
     cg_tensor *s = cg_scalar(4.0f);
     ck_assert_int_eq(s->ndim, 0);
     ck_assert_int_eq(cg_numel(s), 1);
@@ -718,6 +721,13 @@ START_TEST(test_size0_writable)
     cg_tensor *h = cg_k_to(a, CG_BF16), *c = cg_k_contiguous(h);
     ck_assert_msg(h && c && cg_numel(h) == 0, "%s", cg_last_error());
     cg_release_all(4, a, b, h, c);
+    /* a stride-0 dim of size 1 shares no location: writable, as in torch */
+    cg_tensor *x = cg_zeros(CG_SHAPE(3)), *row = cg_view_expand(x, CG_SHAPE(1, 3));
+    cg_tensor *ones = cg_ones(CG_SHAPE(1, 3));
+    ck_assert(row && row->strides[0] == 0);
+    ck_assert_msg(cg_k_copy_(row, ones), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(x, ((float[]){1, 1, 1}), 0, 0);
+    cg_release_all(3, x, row, ones);
 }
 END_TEST
 
