@@ -462,8 +462,8 @@ START_TEST(test_pieces_stay_put)
 }
 END_TEST
 
-/* The reach of a request within the budget (the peak of live bytes, from
- * the tests before, far above these blocks), at its edge: a cached block 7
+/* The reach of a request within the budget (a peak of live bytes of 64
+ * MiB at least, far above these blocks), at its edge: a cached block 7
  * classes above the request's (15/8 of it) is taken as is, one 8 classes
  * above (2x) is not: a fresh mapping; of two blocks above within reach,
  * the nearer is taken. */
@@ -471,6 +471,7 @@ START_TEST(test_reach_edges)
 {
     if (!caching())
         return;
+    cg_free(cg_alloc(64 << 20)); /* the peak, in a process of its own too */
     cg_alloc_trim();
     char *p = cg_alloc((15 << 16) - 128);
     cg_free(p);
