@@ -293,6 +293,14 @@ START_TEST(test_max_argmax)
     cg_tensor *ntv = cg_k_max(nt, 0, true, &nti);
     CG_ASSERT_TENSOR(ntv, ((float[]){NAN, 9}), 0, 0);
     CG_ASSERT_TENSOR(nti, ((float[]){1, 2}), 0, 0);
+    /* two NaNs along a reduced dim of stride 2: the first still wins, on
+     * the columns path ([4, 2] over dim 0) and a strided row (its column 0) */
+    cg_tensor *n2 = cg_from_data(CG_SHAPE(4, 2), (float[]){1, 2, NAN, 3, 5, NAN, NAN, NAN});
+    cg_tensor *n2c = cg_view_narrow(n2, 1, 0, 1);
+    cg_tensor *n2i = cg_k_argmax(n2, 0, false), *n2ci = cg_k_argmax(n2c, 0, false);
+    CG_ASSERT_TENSOR(n2i, ((float[]){1, 2}), 0, 0);
+    CG_ASSERT_TENSOR(n2ci, ((float[]){1}), 0, 0);
+    cg_release_all(4, n2, n2c, n2i, n2ci);
     /* NULL indices pointer is allowed */
     cg_tensor *nv2 = cg_k_max(n, -1, false, NULL);
     ck_assert_ptr_nonnull(nv2);
@@ -400,6 +408,12 @@ START_TEST(test_sum_to_shape)
     CG_ASSERT_FAILS(cg_k_sum_to_shape(a, CG_SHAPE(2, 4)), "[2, 4]");
     ck_assert(strstr(cg_last_error(), "[2, 3, 4]") != NULL);
     CG_ASSERT_FAILS(cg_k_sum_to_shape(a, CG_SHAPE(1, 2, 3, 4)), "sum_to_shape");
+    /* a size-1 dim of a does not sum to a larger one of the target */
+    cg_tensor *a1 = cg_ones(CG_SHAPE(2, 1, 4));
+    CG_ASSERT_FAILS(
+        cg_k_sum_to_shape(a1, CG_SHAPE(2, 3, 4)),
+        "sum_to_shape: shape [2, 3, 4] does not broadcast to [2, 1, 4] (dim 1: 3 vs 1)");
+    cg_release(a1);
     cg_clear_error();
     ck_assert_ptr_null(cg_k_sum_to_shape(NULL, CG_SHAPE(1)));
     ck_assert_str_eq(cg_last_error(), "cg_k_sum_to_shape: input is NULL");
