@@ -296,7 +296,12 @@ START_TEST(test_topk_scalar)
     ck_assert_int_eq(cg_item_i64(ids), 0);
     ck_assert_msg(cg_backward(v, NULL, false), "%s", cg_last_error());
     ck_assert_float_eq(cg_item(cg_grad(s)), 1.0f);
-    cg_release_all(3, s, v, ids);
+    /* k = 0 of a 0-d tensor: empty indices of shape [0], as torch.topk */
+    cg_tensor *e = cg_k_topk_indices(s, 0, 0, true);
+    ck_assert_msg(e, "%s", cg_last_error());
+    ck_assert_int_eq(e->ndim, 1);
+    ck_assert_int_eq(e->shape[0], 0);
+    cg_release_all(4, s, v, ids, e);
 }
 END_TEST
 
@@ -409,6 +414,15 @@ START_TEST(test_tril_cumsum_dtypes)
     for (int k = 0; k < 6; k++) {
         ck_assert_int_eq(cg_data_i64(t)[k], wt[k]);
         ck_assert_int_eq(cg_data_i64(u)[k], wu[k]);
+    }
+    /* a batch of matrices: each one masked */
+    cg_tensor *i3 = cg_from_i64(CG_SHAPE(2, 2, 2), (int64_t[]){1, 2, 3, 4, 5, 6, 7, 8});
+    cg_tensor *t3 = cg_tril(i3, 0), *u3 = cg_triu(i3, 0);
+    ck_assert_msg(t3 && u3, "%s", cg_last_error());
+    const int64_t wt3[8] = {1, 0, 3, 4, 5, 0, 7, 8}, wu3[8] = {1, 2, 0, 4, 5, 6, 0, 8};
+    for (int k = 0; k < 8; k++) {
+        ck_assert_int_eq(cg_data_i64(t3)[k], wt3[k]);
+        ck_assert_int_eq(cg_data_i64(u3)[k], wu3[k]);
     }
     cg_tensor *b = cg_requires_grad(
         cg_k_to(cg_from_data(CG_SHAPE(4), (float[]){1, 2, 3, 0.5f}), CG_BF16), true);
