@@ -1075,6 +1075,86 @@ START_TEST(test_no_fp_contraction)
 }
 END_TEST
 
+/* pow's small exponents as PyTorch computes them, each element's bits:
+ * x^3 = x * x * x and x^-2 = 1 / (x * x) (two roundings, where powf rounds
+ * once), x^-1 = 1 / x, x^0.5 = sqrt(x), x^-0.5 = 1 / sqrt(x). */
+START_TEST(test_pow_small_exponents_bits)
+{
+    enum { N = 1000 };
+    cg_tensor *x = cg_empty(CG_SHAPE(N));
+    float *xv = cg_data(x);
+    for (int i = 0; i < N; i++)
+        xv[i] = 0.5f + 0.00731f * (float)i;
+    const float ps[] = {3.0f, -2.0f, -1.0f, 0.5f, -0.5f};
+    float e[N];
+    for (size_t k = 0; k < sizeof ps / sizeof *ps; k++) {
+        for (int i = 0; i < N; i++) {
+            const float v = xv[i];
+            e[i] = k == 0   ? v * v * v
+                   : k == 1 ? 1.0f / (v * v)
+                   : k == 2 ? 1.0f / v
+                   : k == 3 ? sqrtf(v)
+                            : 1.0f / sqrtf(v);
+        }
+        cg_tensor *p = cg_k_pow(x, ps[k]);
+        ck_assert_msg(p != NULL, "%s", cg_last_error());
+        CG_ASSERT_TENSOR(p, e, 0, 0);
+        cg_release(p);
+    }
+    cg_release(x);
+}
+END_TEST
+
+/* cg_k_act_run with the GELUs' output apart (a) and both roundings: h16
+ * is the pre-activation's, a16 the output's (core/linear.c asks for a or
+ * a16, never both; the kernel's contract has both), h left as it was. */
+START_TEST(test_act_run_out16)
+{
+    enum { N = 10, RUNS = 2 };
+    float h[RUNS * N], hc[RUNS * N], a[RUNS * N];
+    uint16_t h16[RUNS * N], a16[RUNS * N];
+    for (int i = 0; i < RUNS * N; i++)
+        h[i] = -2.0f + 0.21f * (float)i;
+    const cg_k_act acts[] = {CG_K_ACT_GELU, CG_K_ACT_GELU_ERF};
+    for (int k = 0; k < 2; k++) {
+        memcpy(hc, h, sizeof h);
+        cg_k_act_run(acts[k], N, RUNS, N, hc, a, NULL, h16, a16);
+        for (int i = 0; i < RUNS * N; i++) {
+            float ra = cg_bf16_round(a[i]), rh = cg_bf16_round(h[i]);
+            uint32_t ua, uh;
+            memcpy(&ua, &ra, sizeof ua);
+            memcpy(&uh, &rh, sizeof uh);
+            ck_assert_msg(hc[i] == h[i], "act %d: h[%d] written", k, i);
+            ck_assert_msg(a[i] == (k ? f_gelu_erf(h[i]) : f_gelu(h[i])), "act %d: a[%d]", k, i);
+            ck_assert_msg(h16[i] == (uint16_t)(uh >> 16), "act %d: h16[%d]", k, i);
+            ck_assert_msg(a16[i] == (uint16_t)(ua >> 16), "act %d: a16[%d] %#x, want %#x", k, i,
+                          a16[i], ua >> 16);
+        }
+    }
+}
+END_TEST
+
+/* Mixed dtypes where the float32 kernels meet them: add_ of a bf16 source
+ * into a float32 destination adds its values (each bf16 exact in float);
+ * where of a float32 and an int64 branch promotes as torch.where, to
+ * float32; relu_mask refuses a bf16 input, naming itself. */
+START_TEST(test_mixed_dtypes)
+{
+    cg_tensor *dst = cg_from_data(CG_SHAPE(3), (float[]){1, 2, 3});
+    cg_tensor *src = cg_k_to(cg_from_data(CG_SHAPE(3), (float[]){0.5f, 0.25f, 4}), CG_BF16);
+    ck_assert_msg(cg_k_add_(dst, src), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(dst, ((float[]){1.5f, 2.25f, 7}), 0, 0);
+    cg_tensor *c = cg_test_mask(CG_SHAPE(3), (const uint8_t[]){1, 0, 1});
+    cg_tensor *i = cg_from_i64(CG_SHAPE(3), (int64_t[]){7, 8, 9});
+    cg_tensor *w = cg_k_where(c, dst, i);
+    ck_assert_msg(w, "%s", cg_last_error());
+    ck_assert_int_eq(w->dtype, CG_F32);
+    CG_ASSERT_TENSOR(w, ((float[]){1.5f, 8, 7}), 0, 0);
+    CG_ASSERT_FAILS(cg_k_relu_mask(src), "relu_mask");
+    cg_release_all(4, dst, src, i, w);
+}
+END_TEST
+
 static Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -1095,6 +1175,9 @@ static Suite *elementwise_suite(void)
         {"inplace", test_inplace},
         {"inplace_overlap", test_inplace_overlap},
         {"special", test_special_values},
+        {"mixed_dtypes", test_mixed_dtypes},
+        {"act_run_out16", test_act_run_out16},
+        {"pow_small_exponents_bits", test_pow_small_exponents_bits},
         {"threads", test_threads_identical},
         {"errors", test_errors},
         {"exp_accuracy", test_exp_accuracy},
