@@ -265,47 +265,51 @@ END_TEST
  * block kernel's inner > 64: blocks of 64, 64 and 22 columns, and 750):
  * every column, forward and backward, against double (the threads test's
  * [64, 300, 5] compares thread counts only, and every reference case had
- * inner <= 35). */
+ * inner <= 35). Then [3, 2, 128]: inner 128 and 256, whole blocks only,
+ * with more than one outer index (a count of blocks a line rounded up
+ * wrongly left the later lines unwritten). */
 START_TEST(test_softmax_wide_inner)
 {
     cg_rng r = cg_rng_new(6);
-    enum { A = 3, B = 5, C = 150, N = A * B * C };
-    cg_tensor *x = cg_randn(&r, CG_SHAPE(A, B, C));
-    cg_tensor *g = cg_randn(&r, CG_SHAPE(A, B, C));
-    double *xd = to_double(cg_data(x), N), *gd = to_double(cg_data(g), N);
-    double *y = malloc(N * sizeof *y), *dx = malloc(N * sizeof *dx);
-    for (int dim = 0; dim < 2; dim++) {
-        int64_t o, D, in;
-        split3(x, dim, &o, &D, &in);
-        ck_assert_int_gt(in, 64);
-        for (int logsm = 0; logsm < 2; logsm++) {
-            ref_softmax(xd, y, o, D, in, logsm);
-            /* softmax: dx = y (g - sum g y); log_softmax: dx = g - exp(y) sum g */
-            for (int64_t a = 0; a < o; a++)
-                for (int64_t c = 0; c < in; c++) {
-                    const int64_t base = a * D * in + c;
-                    double s = 0;
-                    for (int64_t j = 0; j < D; j++)
-                        s += logsm ? gd[base + j * in] : gd[base + j * in] * y[base + j * in];
-                    for (int64_t j = 0; j < D; j++) {
-                        const int64_t i = base + j * in;
-                        dx[i] = logsm ? gd[i] - exp(y[i]) * s : y[i] * (gd[i] - s);
+    for (int shape = 0; shape < 2; shape++) {
+        const int64_t A = 3, B = shape ? 2 : 5, C = shape ? 128 : 150, N = A * B * C;
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(A, B, C));
+        cg_tensor *g = cg_randn(&r, CG_SHAPE(A, B, C));
+        double *xd = to_double(cg_data(x), N), *gd = to_double(cg_data(g), N);
+        double *y = malloc((size_t)N * sizeof *y), *dx = malloc((size_t)N * sizeof *dx);
+        for (int dim = 0; dim < 2; dim++) {
+            int64_t o, D, in;
+            split3(x, dim, &o, &D, &in);
+            ck_assert_int_gt(in, 64);
+            for (int logsm = 0; logsm < 2; logsm++) {
+                ref_softmax(xd, y, o, D, in, logsm);
+                /* softmax: dx = y (g - sum g y); log_softmax: dx = g - exp(y) sum g */
+                for (int64_t a = 0; a < o; a++)
+                    for (int64_t c = 0; c < in; c++) {
+                        const int64_t base = a * D * in + c;
+                        double s = 0;
+                        for (int64_t j = 0; j < D; j++)
+                            s += logsm ? gd[base + j * in] : gd[base + j * in] * y[base + j * in];
+                        for (int64_t j = 0; j < D; j++) {
+                            const int64_t i = base + j * in;
+                            dx[i] = logsm ? gd[i] - exp(y[i]) * s : y[i] * (gd[i] - s);
+                        }
                     }
-                }
-            cg_tensor *out = logsm ? cg_k_log_softmax(x, dim) : cg_k_softmax(x, dim);
-            cg_tensor *d =
-                logsm ? cg_k_log_softmax_backward(out, g, dim) : cg_k_softmax_backward(out, g, dim);
-            ck_assert(out && d);
-            assert_close_d(out, y, 1e-6, 1e-5);
-            assert_close_d(d, dx, 1e-6, 1e-5);
-            cg_release_all(2, out, d);
+                cg_tensor *out = logsm ? cg_k_log_softmax(x, dim) : cg_k_softmax(x, dim);
+                cg_tensor *d = logsm ? cg_k_log_softmax_backward(out, g, dim)
+                                     : cg_k_softmax_backward(out, g, dim);
+                ck_assert(out && d);
+                assert_close_d(out, y, 1e-6, 1e-5);
+                assert_close_d(d, dx, 1e-6, 1e-5);
+                cg_release_all(2, out, d);
+            }
         }
+        free(xd);
+        free(gd);
+        free(y);
+        free(dx);
+        cg_release_all(2, x, g);
     }
-    free(xd);
-    free(gd);
-    free(y);
-    free(dx);
-    cg_release_all(2, x, g);
 }
 END_TEST
 
@@ -887,6 +891,53 @@ START_TEST(test_ce_past_2_31)
 }
 END_TEST
 
+/* cg_k_cross_entropy_sum adds to its total and count (eval's passes over
+ * batches): two calls give twice one call's, the rows ignored left out. */
+START_TEST(test_ce_sum_accumulates)
+{
+    cg_tensor *x = cg_from_data(CG_SHAPE(3, 4), (float[]){1, 2, 3, 4, 0, -1, 2, 0.5f, 3, 3, 0, 1});
+    cg_tensor *t = cg_test_ids(3, (const int64_t[]){2, -100, 0});
+    double total = 0.0;
+    int64_t kept = 0;
+    ck_assert(cg_k_cross_entropy_sum(x, t, -100, 0.1f, &total, &kept));
+    ck_assert_int_eq(kept, 2);
+    const double one = total;
+    ck_assert(cg_k_cross_entropy_sum(x, t, -100, 0.1f, &total, &kept));
+    ck_assert_int_eq(kept, 4);
+    ck_assert(total == 2.0 * one);
+    cg_tensor *l = cg_k_cross_entropy(x, t, -100, 0.1f, NULL, NULL);
+    ck_assert_float_eq(cg_item(l), (float)(one / 2.0));
+    cg_release_all(2, x, l);
+}
+END_TEST
+
+/* A NaN logit whose payload has its low bits set (0x7fc00001), in rows
+ * whose other logits are near each other: the log-sum-exp and the loss
+ * NaN, the NaN in the 16-lane part of the row and in its tail. The range
+ * check keeps a row with a NaN from the fast exponential, whose 2^k added
+ * to the bits of such a NaN makes a number. */
+START_TEST(test_ce_nan_payload)
+{
+    enum { C = 20 };
+    float v[2 * C];
+    for (int i = 0; i < 2 * C; i++)
+        v[i] = 0.1f * (float)(i % 7);
+    const uint32_t u = 0x7fc00001u;
+    float q;
+    memcpy(&q, &u, sizeof q);
+    v[3] = q;
+    v[C + 18] = q;
+    cg_tensor *x = cg_from_data(CG_SHAPE(2, C), v), *lse = NULL;
+    cg_tensor *l =
+        cg_k_cross_entropy(x, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, &lse, NULL);
+    ck_assert_msg(l && lse, "%s", cg_last_error());
+    ck_assert_msg(isnan(cg_data(lse)[0]) && isnan(cg_data(lse)[1]), "lse %g %g", cg_data(lse)[0],
+                  cg_data(lse)[1]);
+    ck_assert(isnan(cg_item(l)));
+    cg_release_all(3, x, l, lse);
+}
+END_TEST
+
 START_TEST(test_ce_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(3, 4));
@@ -907,6 +958,15 @@ START_TEST(test_ce_errors)
     CG_ASSERT_FAILS(
         cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 1.5f, NULL, NULL),
         "label_smoothing");
+    /* NaN is not in [0, 1] */
+    CG_ASSERT_FAILS(
+        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, NAN, NULL, NULL),
+        "cross_entropy: label_smoothing must be in [0, 1] (got nan)");
+    /* [N, 1] targets are not [N] */
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x,
+                                       cg_test_ids_nd(CG_SHAPE(3, 1), (const int64_t[]){0, 1, 2}),
+                                       -100, 0.0f, NULL, NULL),
+                    "argument 'targets' has shape [3, 1], expected [N] = [3]");
     cg_tensor *x3 = cg_zeros(CG_SHAPE(2, 3, 4));
     CG_ASSERT_FAILS(
         cg_k_cross_entropy(x3, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL, NULL),
@@ -918,6 +978,12 @@ START_TEST(test_ce_errors)
     CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(4, (const int64_t[]){0, 1, 2, 3}),
                                                 -100, 0.0f, NULL, 1.0f),
                     "argument 'targets' has shape [4], expected [N] = [3]");
+    /* the backward's lse: one a row */
+    cg_tensor *lse2 = cg_zeros(CG_SHAPE(2));
+    CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100,
+                                                0.0f, lse2, 1.0f),
+                    "cross_entropy_backward: lse must have N elements (shapes [3, 4] and [2])");
+    cg_release(lse2);
     cg_release_all(2, x, x3);
 }
 END_TEST
@@ -1818,6 +1884,8 @@ static Suite *nnkernels_suite(void)
     tcase_add_loop_test(tc, test_ce_threads, 0, 2);
     tcase_add_loop_test(tc, test_ce_grad_in_forward, 0, 2);
     tcase_add_loop_test(tc, test_ce_exp_range, 0, 2);
+    tcase_add_test(tc, test_ce_sum_accumulates);
+    tcase_add_test(tc, test_ce_nan_payload);
     tcase_add_test(tc, test_ce_errors);
     tcase_add_test(tc, test_ce_past_2_31);
     suite_add_tcase(s, tc);
