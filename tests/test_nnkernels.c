@@ -938,6 +938,43 @@ START_TEST(test_ce_nan_payload)
 }
 END_TEST
 
+/* Under bf16 autocast a row's log-sum-exp is mx + log s with s the float
+ * sum of exp(x_j - mx), element j in lane j % 16 of 16 float sums, the
+ * lanes added pairwise (core/loss.c): its bits, for rows of 21 (16 lanes
+ * and a tail of 5) and 40. */
+START_TEST(test_ce_autocast_lanes)
+{
+    cg_rng rng = cg_rng_new(91);
+    const int64_t cs[] = {21, 40};
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    for (int k = 0; k < 2; k++) {
+        const int64_t N = 32, C = cs[k];
+        cg_tensor *x = cg_randn(&rng, CG_SHAPE(N, C)), *lse = NULL;
+        int64_t t[32];
+        for (int64_t r = 0; r < N; r++)
+            t[r] = (r * 5) % C;
+        cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.0f, &lse, NULL);
+        ck_assert_msg(l && lse, "%s", cg_last_error());
+        for (int64_t r = 0; r < N; r++) {
+            const float *xr = cg_data(x) + r * C;
+            float mx = -INFINITY, a[16] = {0}, p[8];
+            for (int64_t j = 0; j < C; j++)
+                mx = xr[j] > mx ? xr[j] : mx;
+            for (int64_t j = 0; j < C; j++)
+                a[j % 16] += ew_expf(xr[j] - mx);
+            for (int q = 0; q < 8; q++)
+                p[q] = a[q] + a[q + 8];
+            const float sum = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+            const float want = (float)((double)mx + log((double)sum));
+            ck_assert_msg(cg_data(lse)[r] == want, "C %lld row %lld: lse %.9g, want %.9g",
+                          (long long)C, (long long)r, cg_data(lse)[r], want);
+        }
+        cg_release_all(3, x, l, lse);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+}
+END_TEST
+
 START_TEST(test_ce_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(3, 4));
@@ -1886,6 +1923,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_loop_test(tc, test_ce_exp_range, 0, 2);
     tcase_add_test(tc, test_ce_sum_accumulates);
     tcase_add_test(tc, test_ce_nan_payload);
+    tcase_add_test(tc, test_ce_autocast_lanes);
     tcase_add_test(tc, test_ce_errors);
     tcase_add_test(tc, test_ce_past_2_31);
     suite_add_tcase(s, tc);
