@@ -1141,7 +1141,8 @@ END_TEST
 START_TEST(test_mixed_dtypes)
 {
     cg_tensor *dst = cg_from_data(CG_SHAPE(3), (float[]){1, 2, 3});
-    cg_tensor *src = cg_k_to(cg_from_data(CG_SHAPE(3), (float[]){0.5f, 0.25f, 4}), CG_BF16);
+    cg_tensor *s32 = cg_from_data(CG_SHAPE(3), (float[]){0.5f, 0.25f, 4});
+    cg_tensor *src = cg_k_to(s32, CG_BF16);
     ck_assert_msg(cg_k_add_(dst, src), "%s", cg_last_error());
     CG_ASSERT_TENSOR(dst, ((float[]){1.5f, 2.25f, 7}), 0, 0);
     cg_tensor *c = cg_test_mask(CG_SHAPE(3), (const uint8_t[]){1, 0, 1});
@@ -1151,7 +1152,7 @@ START_TEST(test_mixed_dtypes)
     ck_assert_int_eq(w->dtype, CG_F32);
     CG_ASSERT_TENSOR(w, ((float[]){1.5f, 8, 7}), 0, 0);
     CG_ASSERT_FAILS(cg_k_relu_mask(src), "relu_mask");
-    cg_release_all(4, dst, src, i, w);
+    cg_release_all(5, dst, s32, src, i, w);
 }
 END_TEST
 
