@@ -379,6 +379,10 @@ int main(int argc, char **argv)
         if (!strcmp(argv[1], cases[i].name)) {
             cases[i].run();
             check(cg_live_tensors() == 0, "every tensor freed once");
+            /* the checked mode counts its reports (a checked test run fails
+             * on any): this run's one mistake, or none */
+            const unsigned long want = cg_debug_enabled() && strcmp(argv[1], "correct") ? 1 : 0;
+            check(cg_debug_reports() == want, "one report counted per mistake");
             return g_failed;
         }
     }

@@ -12,7 +12,8 @@
 #   3. seq2seq: the mean of 2 checkpoints translates and evaluates
 #   4. refusals, one line each, exit 2 (command line) or 1, nothing written:
 #      fewer than 2 inputs, no --out, another model's checkpoint, another
-#      architecture (width, activation, layers), another tokenizer, other
+#      architecture (width, activation, layers), another tokenizer (char
+#      vocabularies, BPE models of one size), other
 #      tensors, a LoRA adapter, --out naming an input (also through a hard
 #      or symbolic link), standard output appended to an input, an existing
 #      --out without --force
@@ -144,6 +145,9 @@ json_ok "average: JSON line" avg.json
 grep -q '"averaged": 3' avg.json || fail "average: $(tail -1 avg.json)"
 m=$(st mean avg.st a1.st a2.st a3.st) && echo "ok: charlm: the mean of 3 checkpoints ($m)" ||
   fail "charlm: not the mean: $m"
+# the line's "params" counts the values averaged ("N values of K tensors")
+grep -q "\"params\": ${m%% *}[,}]" avg.json && echo "ok: charlm: \"params\" is ${m%% *}" ||
+  fail "charlm: \"params\" is not ${m%% *}: $(tail -1 avg.json)"
 [ "$(st meta avg.st config)" = "$(st meta a1.st config)" ] && [ "$(st meta avg.st vocab)" = "$(st meta a1.st vocab)" ] &&
   [ "$(st meta avg.st step)" = 3 ] && echo "ok: charlm: the first's config, vocabulary and step" ||
   fail "charlm: config/vocab/step not the first's"
@@ -238,6 +242,19 @@ tr w z <c.txt >z.txt # the same number of characters, one of them another
 "$charlm" train --data z.txt "${TINY[@]}" --steps 2 --out z.st >/dev/null 2>&1 || fail "z.st"
 refused_avg "another vocabulary" 1 "'a1.st' and 'z.st' have different tokenizers (their vocabularies differ)" \
   "$charlm" average --out o.st a1.st z.st
+# two BPE models of one size (300 ids), from texts one character apart:
+# their models' bytes are as long, and differ
+if ! "$charlm" train --data c.txt "${TINY[@]}" --tokenizer bpe --vocab-size 300 --steps 2 --out bc.st \
+  >/dev/null 2>b.err; then
+  grep -q unavailable b.err && echo "skip: another BPE model: $(tail -1 b.err)" ||
+    fail "bc.st: $(tail -1 b.err)"
+else
+  "$charlm" train --data z.txt "${TINY[@]}" --tokenizer bpe --vocab-size 300 --steps 2 --out bz.st \
+    >/dev/null 2>b.err || fail "bz.st: $(tail -1 b.err)"
+  refused_avg "another BPE model" 1 \
+    "'bc.st' and 'bz.st' have different tokenizers (their BPE models differ)" \
+    "$charlm" average --out o.st bc.st bz.st
+fi
 cp a2.st x.st && "$tool" addtensor x.st extra.weight >/dev/null || fail "addtensor"
 refused_avg "another tensor set" 1 "tensor 'extra.weight' is not a parameter" "$charlm" average --out o.st a1.st x.st
 "$charlm" train --init-from a1.st --data c.txt --threads 1 --steps 2 --lora-rank 2 --out l.st >/dev/null 2>&1 ||

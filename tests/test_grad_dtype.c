@@ -135,6 +135,35 @@ static double max_diff(const cg_tensor *a, const cg_tensor *b)
     cg_release_all(4, fa, fb, ca, cb);
     return m;
 }
+/* Under bf16 precision GELU keeps a float32 input rounded to bf16 for its
+ * backward (autograd/ops_misc.c); a bfloat16 input is kept as it is: both
+ * forms take one, as under fp32, with the same bf16 gradient (rounding it
+ * again would be refused: cg_k_bf16_operand takes float32). */
+START_TEST(test_gelu_of_bf16_under_bf16_precision)
+{
+    const float v[5] = {-2.5f, -0.75f, 0.0f, 0.3f, 1.9f};
+    cg_tensor *x32 = cg_from_data(CG_SHAPE(5), v);
+    for (int erf = 0; erf < 2; erf++) {
+        cg_tensor *grads[2];
+        for (int p = 0; p < 2; p++) {
+            cg_set_matmul_precision(p ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            cg_tensor *x = cg_requires_grad(cg_k_to(x32, CG_BF16), true);
+            cg_tensor *y = erf ? cg_gelu_erf(x) : cg_gelu(x);
+            ck_assert_msg(y, "gelu%s, precision %d: %s", erf ? "_erf" : "", p, cg_last_error());
+            cg_tensor *l = cg_sum_all(y);
+            ck_assert(cg_backward(l, NULL, false));
+            grads[p] = cg_retain(x->grad);
+            cg_release_all(3, x, y, l);
+        }
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        ck_assert_int_eq(grads[1]->dtype, CG_BF16);
+        ck_assert(max_diff(grads[0], grads[1]) == 0);
+        cg_release_all(2, grads[0], grads[1]);
+    }
+    cg_release(x32);
+}
+END_TEST
+
 enum { FUSED_AFFINE, FUSED_GELU, FUSED_ATTENTION };
 static cg_tensor *fused_op(int which, cg_tensor *const *in, cg_tensor *w, cg_tensor *b)
 {
@@ -293,6 +322,7 @@ static Suite *grad_dtype_suite(void)
     tcase_add_test(tc, test_gradcheck_to_bf16);
     tcase_add_test(tc, test_bf16_leaf_gets_bf16_grad);
     tcase_add_test(tc, test_fused_ops_take_bf16_inputs);
+    tcase_add_test(tc, test_gelu_of_bf16_under_bf16_precision);
     tcase_add_test(tc, test_masked_sdpa_dtypes);
     tcase_add_test(tc, test_norm_refusals_name_the_argument);
     tcase_add_test(tc, test_scatter_backwards_of_bf16);

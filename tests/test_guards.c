@@ -1520,6 +1520,32 @@ START_TEST(test_prefix_error)
     cg_set_error("%s", long_msg);
     cg_prefix_error("p: ");
     ck_assert(strncmp(cg_last_error(), "p: aaa", 6) == 0); /* truncated, not overrun */
+    /* a prefix exactly as long as the slot (1024 bytes) is kept whole: its
+     * last byte, before the old message, is in the kept end */
+    char pre[1025];
+    memset(pre, 'p', 1023);
+    pre[1023] = 'Q';
+    pre[1024] = '\0';
+    cg_set_error("why");
+    cg_prefix_error("%s", pre);
+    const char *m = cg_last_error();
+    ck_assert_msg(strlen(m) > 4 && strcmp(m + strlen(m) - 4, "Qwhy") == 0, "...%s",
+                  m + strlen(m) - 10);
+    cg_clear_error();
+}
+END_TEST
+
+/* A NULL argument records its own message only when none is set: the
+ * cause (the call that returned the NULL) stays, as error.h says. */
+START_TEST(test_null_argument_keeps_the_cause)
+{
+    cg_clear_error();
+    ck_assert(!cg_check_f32("op", "w", NULL));
+    ck_assert_str_eq(cg_last_error(), "op: argument 'w' is NULL");
+    cg_set_error("the cause");
+    ck_assert(!cg_check_f32("op", "w", NULL));
+    ck_assert(!cg_error_null_input("op"));
+    ck_assert_str_eq(cg_last_error(), "the cause");
     cg_clear_error();
 }
 END_TEST
@@ -1619,6 +1645,7 @@ static Suite *guards_suite(void)
     tcase_add_test(t, test_threads);
     tcase_add_test(t, test_threads_env_warning_once);
     tcase_add_test(t, test_prefix_error);
+    tcase_add_test(t, test_null_argument_keeps_the_cause);
     tcase_add_test(t, test_utf8_codec);
     suite_add_tcase(s, t);
     TCase *d = tcase_create("data");

@@ -1405,18 +1405,20 @@ END_TEST
 /* The kernel's inline draws (core/rng.h) are cg_rng_uniform's: element i
  * is kept iff the (counter + i)-th uniform draw >= p, and y = x * scale, for
  * several seeds, a counter far along, block edges (4096) in between and
- * a last block whose length is not a multiple of the kernel's vectors. */
+ * a last block whose length is not a multiple of the kernel's vectors.
+ * The scale is 1 / (1 - p) in double, rounded once: for p = 0.15 that is
+ * 0x1.2d2d2ep+0, one ulp above float arithmetic's 1.0f / (1.0f - p). */
 START_TEST(test_dropout_draws)
 {
     const uint64_t seeds[3] = {0, 7, 0xfedcba9876543210ULL};
     const uint64_t counters[3] = {0, 12345, (1ULL << 40) - 3};
-    const float ps[2] = {0.1f, 0.7f};
+    const float ps[3] = {0.1f, 0.7f, 0.15f};
     cg_rng r = cg_rng_new(3);
     cg_tensor *x = cg_randn(&r, CG_SHAPE(9003));
     float *xv = cg_test_values(x);
     for (int a = 0; a < 3; a++)
         for (int c = 0; c < 3; c++)
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 3; k++) {
                 cg_rng d = {.seed = seeds[a], .counter = counters[c]}, ref = d;
                 cg_tensor *mask = NULL;
                 cg_tensor *y = cg_k_dropout(x, ps[k], &d, &mask);
@@ -1434,6 +1436,28 @@ START_TEST(test_dropout_draws)
                 cg_release_all(2, y, mask);
             }
     free(xv);
+    cg_release(x);
+}
+END_TEST
+
+/* An element is kept iff its draw u >= p (inverted dropout's keep with
+ * probability 1 - p): a draw exactly p is kept, in the kernel's vectors
+ * and in its scalar tail, with its mask 1. Draw 6,589,685 of seed 2 is
+ * exactly 0.5 (a multiple of 2^-24, as every draw is). */
+START_TEST(test_dropout_draw_equal_to_p)
+{
+    const uint64_t at = 6589685;
+    cg_rng probe = {.seed = 2, .counter = at};
+    ck_assert(cg_rng_uniform(&probe) == 0.5f);
+    cg_tensor *x = cg_full(CG_SHAPE(11), 3.0f);
+    for (int64_t lane = 3; lane <= 9; lane += 6) { /* lane 3 of the first 8; 9 of the tail */
+        cg_rng d = {.seed = 2, .counter = at - (uint64_t)lane};
+        cg_tensor *mask = NULL, *y = cg_k_dropout(x, 0.5f, &d, &mask);
+        ck_assert_msg(cg_data(y)[lane] == 6.0f, "element %lld: %g", (long long)lane,
+                      (double)cg_data(y)[lane]);
+        ck_assert(cg_data_bool(mask)[lane]);
+        cg_release_all(2, y, mask);
+    }
     cg_release(x);
 }
 END_TEST
@@ -1495,6 +1519,15 @@ START_TEST(test_dropout_backward)
     CG_ASSERT_FAILS(cg_k_dropout_backward(m2, g, 0.5f), "bool mask");
     cg_tensor *m3 = cg_k_relu_mask(x);
     CG_ASSERT_FAILS(cg_k_dropout_backward(m3, g, 1.5f), "p in [0, 1]");
+    /* p = 1's factor is 0, as PyTorch's native_dropout_backward's, not
+     * 1 / 0: a mask with kept elements (not one dropout gives at p = 1)
+     * passes no gradient, not infinities */
+    cg_tensor *g1 = cg_ones(CG_SHAPE(90, 100)), *z = cg_k_dropout_backward(m3, g1, 1.0f);
+    ck_assert_ptr_nonnull(z);
+    for (int64_t i = 0; i < 9000; i++)
+        ck_assert_msg(cg_data(z)[i] == 0.0f, "element %lld: %g", (long long)i,
+                      (double)cg_data(z)[i]);
+    cg_release_all(2, g1, z);
     CG_ASSERT_FAILS(cg_k_dropout_backward(NULL, g, 0.5f), "dropout_backward");
     cg_release_all(7, x, g0, g, fl, o2, m2, m3);
 }
@@ -1509,6 +1542,15 @@ START_TEST(test_dropout_errors)
     CG_ASSERT_FAILS(cg_k_dropout(x, NAN, &d, NULL), "dropout");
     CG_ASSERT_FAILS(cg_k_dropout(x, 0.5f, NULL, NULL), "rng");
     ck_assert_uint_eq(d.counter, 0);
+    /* a refused call sets the mask it was given to NULL (a caller's
+     * cleanup releases it), whatever it held before */
+    cg_tensor *mask = x;
+    CG_ASSERT_FAILS(cg_k_dropout(x, 2.0f, &d, &mask), "p must be");
+    ck_assert_ptr_null(mask);
+    mask = x;
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_k_dropout(NULL, 0.5f, &d, &mask), "cg_k_dropout: input is NULL");
+    ck_assert_ptr_null(mask);
     /* p = 1 drops everything, as PyTorch */
     cg_tensor *y = cg_k_dropout(x, 1.0f, &d, NULL);
     CG_ASSERT_TENSOR(y, ((const float[]){0, 0, 0}), 0, 0);
@@ -1941,6 +1983,7 @@ static Suite *nnkernels_suite(void)
     tcase_add_test(tc, test_dropout_identity);
     tcase_add_test(tc, test_dropout_stats);
     tcase_add_test(tc, test_dropout_draws);
+    tcase_add_test(tc, test_dropout_draw_equal_to_p);
     tcase_add_test(tc, test_dropout_determinism);
     tcase_add_test(tc, test_dropout_backward);
     tcase_add_test(tc, test_dropout_errors);

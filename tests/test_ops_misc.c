@@ -129,7 +129,8 @@ static cg_tensor *gc_fn(void *ctx, cg_tensor *const *in)
 
 /* copy_ with a source that requires grad used to cut dst from the graph
  * silently (issue 22): it is refused in grad mode, dst untouched; under
- * no-grad, or with a detached source, it copies. */
+ * no-grad, or with a detached source, it copies. A destination that is an
+ * op's output is refused. */
 START_TEST(test_copy_refuses_grad_source)
 {
     cg_tensor *w = cg_from_data(CG_SHAPE(3), (const float[]){1, 2, 3});
@@ -148,7 +149,16 @@ START_TEST(test_copy_refuses_grad_source)
     cg_no_grad_end();
     CG_ASSERT_TENSOR(dst, ((float[]){1, 2, 3}), 0, 0);
     ck_assert(!dst->requires_grad && !dst->node);
-    cg_release_all(4, w, y, dst, d);
+    /* nor is an op's output written in place: its gradient would flow
+     * through the op as if its values were the op's (y = 2w), refused and
+     * left as it was; its detached view is written */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_copy_(y, d),
+                    "copy_: the tensor [3] is the output of an op");
+    CG_ASSERT_TENSOR(y, ((float[]){2, 4, 6}), 0, 0);
+    cg_tensor *yd = cg_detach(y), *ones = cg_ones(CG_SHAPE(3));
+    ck_assert(cg_copy_(yd, ones));
+    CG_ASSERT_TENSOR(yd, ((float[]){1, 1, 1}), 0, 0);
+    cg_release_all(6, w, y, dst, d, yd, ones);
 }
 END_TEST
 

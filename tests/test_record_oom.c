@@ -98,6 +98,12 @@ START_TEST(test_record_failure_is_an_error)
     ASSERT_OOM(cg_max(a, 1, false, NULL));
     ASSERT_OOM(cg_where(mask, a, b));
     ASSERT_OOM(cg_masked_fill(a, mask, 0.0f));
+    /* autograd/ops_misc.c's: the unary rows, triangles, cumsum, the loss */
+    ASSERT_OOM(cg_relu(a));
+    ASSERT_OOM(cg_gelu_erf(a));
+    ASSERT_OOM(cg_tril(a, 0));
+    ASSERT_OOM(cg_cumsum(a, 1));
+    ASSERT_OOM(cg_binary_cross_entropy_with_logits(a, b));
     /* and the same ops work again once memory is back */
     cg_tensor *s = cg_add(a, b);
     ck_assert_ptr_nonnull(s);

@@ -256,6 +256,12 @@ START_TEST(roundtrip_f32)
     ck_assert(!cg_st_load_into(f, "base", shortd));
     assert_error_has("tensor 'base' has shape [3, 4], destination has shape [2, 4]");
     cg_release(shortd);
+    /* ... or in its last alone (one column short) */
+    shortd = cg_zeros(CG_SHAPE(3, 3));
+    cg_clear_error();
+    ck_assert(!cg_st_load_into(f, "base", shortd));
+    assert_error_has("tensor 'base' has shape [3, 4], destination has shape [3, 3]");
+    cg_release(shortd);
     cg_release_all(2, dst, dstb);
 
     cg_st_close(f);
@@ -457,6 +463,9 @@ START_TEST(reads_python_fixture)
     ck_assert(d[0] == 0.5 && d[1] == -2.0);
     cg_clear_error();
     CG_ASSERT_FAILS(cg_st_get_f32(f, "f64"), "has dtype F64, expected F32");
+    /* a loader's size check counts the float values of every width, F64
+     * too, and no integer ones (ids' 8) */
+    ck_assert_double_eq(cg_st_f32_elements(f), 15 + 8 + 1 + 0 + 2 + 2);
 
     ck_assert_str_eq(cg_st_metadata(f, "config"),
                      "{\"d_model\": 32, \"name\": \"tiny \\\"q\\\"\"}");
@@ -1036,8 +1045,10 @@ START_TEST(load_range_reads_a_run)
         const int64_t runs[][2] = {{0, 12}, {5, 4}, {11, 1}, {12, 0}, {0, 0}};
         for (int r = 0; r < 5; r++) {
             cg_tensor *t = cg_full(CG_SHAPE(runs[r][1]), -1.0f);
+            const uint64_t v0 = cg_version(t);
             ck_assert_msg(cg_st_load_range(f, "m", runs[r][0], t), "%s", cg_last_error());
             assert_tensor_exact(t, v + runs[r][0]);
+            ck_assert(cg_version(t) > v0); /* written in place: the version moves */
             cg_release(t);
         }
         cg_tensor *t = cg_zeros(CG_SHAPE(4));
@@ -1436,7 +1447,8 @@ START_TEST(roundtrip_every_dtype)
 }
 END_TEST
 
-/* A BOOL byte other than 0 or 1 is refused where it is read. */
+/* A BOOL byte other than 0 or 1 is refused where it is read, the last one
+ * too. */
 START_TEST(bool_bytes_checked)
 {
     cg_st_writer *w = cg_st_writer_new();
@@ -1459,6 +1471,16 @@ START_TEST(bool_bytes_checked)
     CG_ASSERT_FAILS((void *)(intptr_t)cg_st_load_into(f, "mask", into),
                     "tensor 'mask' (BOOL) holds byte 2 at element 1");
     cg_release(into);
+    cg_st_close(f);
+    /* the last element too */
+    bytes = read_bytes(path, &len);
+    bytes[len - 2] = 0;
+    bytes[len - 1] = 0xff;
+    write_bytes(path, bytes, len);
+    free(bytes);
+    f = cg_st_open(path);
+    ck_assert_msg(f, "%s", cg_last_error());
+    CG_ASSERT_FAILS(cg_st_get(f, "mask"), "tensor 'mask' (BOOL) holds byte 255 at element 2");
     cg_st_close(f);
     cg_release(b);
     cg_clear_error();

@@ -88,7 +88,17 @@ START_TEST(test_error_long_message)
     }
     cg_set_error("short: %s", "kept whole");
     ck_assert_str_eq(cg_last_error(), "short: kept whole");
+    /* one byte over the slot's 1,023 (1,024): elided too, its end kept */
+    memset(path, 'a', 1023);
+    path[1023] = 'Z';
+    path[1024] = '\0';
+    cg_set_error("%s", path);
+    const char *m = cg_last_error();
+    ck_assert_msg(m[strlen(m) - 1] == 'Z' && strstr(m, "a ... a"), "...%s", m + strlen(m) - 10);
+    /* cleared: no message ("" as before any) */
     cg_clear_error();
+    ck_assert(!cg_has_error());
+    ck_assert_str_eq(cg_last_error(), "");
     free(path);
 }
 END_TEST

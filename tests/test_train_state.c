@@ -5,6 +5,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -221,10 +222,12 @@ START_TEST(test_values_round_trip_exactly)
     memcpy(f64a, f64, sizeof f64);
     cg_mt19937 ga = g;
     uint32_t draw = cg_mt19937_next(&ga); /* the stream continues from here */
+    const double cached = g.next_normal;  /* the normal the next draw returns, all 53 bits */
     memset(&g, 0, sizeof g);
     memset(&fresh, 0, sizeof fresh);
     r = cg_rng_new(0);
-    memset(str, 0, sizeof str);
+    memset(str, 'y', sizeof str - 1); /* the loaded string brings its own NUL */
+    str[sizeof str - 1] = '\0';
     memcpy(i64, i64b, sizeof i64);
     memcpy(u64, u64b, sizeof u64);
     memcpy(f64, f64b, sizeof f64);
@@ -238,6 +241,8 @@ START_TEST(test_values_round_trip_exactly)
                       "double %d: %a != %a", i, f64[i], f64a[i]);
     ck_assert(r.seed == UINT64_MAX - 1 && r.counter == (1ULL << 63) + 5);
     ck_assert(g.has_next_normal);
+    ck_assert_msg(!memcmp(&g.next_normal, &cached, sizeof cached), "next normal %a != %a",
+                  g.next_normal, cached);
     ck_assert_uint_eq(cg_mt19937_next(&g), draw);
     ck_assert(!memcmp(fresh.state, fresh_copy.state, sizeof fresh.state));
     ck_assert_int_eq(fresh.index, 624);
@@ -295,6 +300,12 @@ START_TEST(test_add_refusals)
     REFUSED(cg_train_state_add_i64(s, "a.b", &v), "without '.'");
     REFUSED(cg_train_state_add_i64(s, "\xff", &v), "bad item name");
     REFUSED(cg_train_state_add_str(s, "b", buf, 0), "size is 0");
+    char name[202]; /* at most 200 bytes: 201 refused */
+    memset(name, 'n', 201);
+    name[201] = '\0';
+    REFUSED(cg_train_state_add_i64(s, name, &v), "at most 200 bytes");
+    name[200] = '\0';
+    ck_assert(cg_train_state_add_i64(s, name, &v));
     ck_assert(cg_train_state_add_i64(s, "a", &v));
     REFUSED(cg_train_state_add_f64(s, "a", (double *)buf), "already has an item 'a'");
     REFUSED(cg_train_state_save(NULL, "x"), "input is NULL");
@@ -440,6 +451,56 @@ START_TEST(test_load_is_all_or_nothing)
 }
 END_TEST
 
+/* Every tensor of the file belongs to a module or optimizer item of the
+ * state, by its name up to the first '.': 'a.x' is not the module 'ab''s,
+ * nor is 'n.x' the integer 'n''s. Refused, nothing changed; the file
+ * without the stray tensor loads. */
+START_TEST(test_load_refuses_stray_tensors)
+{
+    cg_rng g = cg_rng_new(3);
+    cg_linear *l = cg_linear_new(2, 2, true, &g);
+    int64_t n = 5;
+    cg_train_state *s = cg_train_state_new();
+    ck_assert(cg_train_state_add_module(s, "ab", &l->base));
+    ck_assert(cg_train_state_add_i64(s, "n", &n));
+    char good[256];
+    snprintf(good, sizeof good, "%s", tmp_path("stray_good"));
+    ck_assert(cg_train_state_save(s, good));
+    const char *stray[2] = {"a.x", "n.x"};
+    for (int k = 0; k < 2; k++) {
+        cg_st_file *f = cg_st_open(good);
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(f && w);
+        for (int i = 0; i < cg_st_metadata_count(f); i++) {
+            const char *key = cg_st_metadata_key(f, i);
+            ck_assert(cg_st_set_metadata(w, key, cg_st_metadata(f, key)));
+        }
+        for (int i = 0; i < cg_st_count(f); i++) {
+            cg_tensor *t = cg_st_get(f, cg_st_name(f, i));
+            ck_assert(t && cg_st_add(w, cg_st_name(f, i), t));
+            cg_release(t);
+        }
+        cg_tensor *z = cg_zeros(CG_SHAPE(2));
+        ck_assert(cg_st_add(w, stray[k], z));
+        cg_release(z);
+        ck_assert(cg_st_writer_save(w, tmp_path("stray")));
+        cg_st_writer_free(w);
+        cg_st_close(f);
+        n = 9;
+        REFUSED(cg_train_state_load(s, tmp_path("stray")),
+                "belongs to no module or optimizer item");
+        ck_assert_msg(strstr(cg_last_error(), stray[k]), "%s", cg_last_error());
+        ck_assert_int_eq(n, 9);
+    }
+    ck_assert_msg(cg_train_state_load(s, good), "%s", cg_last_error());
+    ck_assert_int_eq(n, 5);
+    cg_train_state_free(s);
+    cg_module_free(&l->base);
+    unlink(good);
+    unlink(tmp_path("stray"));
+}
+END_TEST
+
 /* Files that are not training states, or damaged ones. */
 START_TEST(test_bad_files)
 {
@@ -479,6 +540,57 @@ START_TEST(test_bad_files)
         ck_assert_int_eq(v, 1);
     }
     cg_train_state_free(s);
+    /* a double: bytes after the number, or one past the range ("%.17g"
+     * writes inf as "inf", never 1e999) */
+    double d = 0.5;
+    s = cg_train_state_new();
+    ck_assert(cg_train_state_add_f64(s, "d", &d));
+    const char *bad_doubles[2] = {"1.5x", "1e999"};
+    for (int i = 0; i < 2; i++) {
+        char manifest[128];
+        snprintf(manifest, sizeof manifest,
+                 "{\"format\":1,\"items\":{\"d\":{\"kind\":\"f64\",\"value\":\"%s\"}}}",
+                 bad_doubles[i]);
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(cg_st_set_metadata(w, "train_state", manifest));
+        ck_assert(cg_st_writer_save(w, tmp_path("bad")));
+        cg_st_writer_free(w);
+        REFUSED(cg_train_state_load(s, tmp_path("bad")), "is not a number");
+        ck_assert(d == 0.5);
+    }
+    cg_train_state_free(s);
+    /* a generator's words are whole numbers in [0, 2^32): 2^32 - 1 loads,
+     * 1.5 is refused */
+    cg_mt19937 mt;
+    cg_mt19937_seed(&mt, 1);
+    s = cg_train_state_new();
+    ck_assert(cg_train_state_add_mt19937(s, "g", &mt));
+    const char *first_word[2] = {"4294967295", "1.5"};
+    for (int i = 0; i < 2; i++) {
+        char *manifest = malloc(8192);
+        ck_assert_ptr_nonnull(manifest);
+        int n = snprintf(manifest, 8192,
+                         "{\"format\":1,\"items\":{\"g\":{\"kind\":\"mt19937\","
+                         "\"state\":[%s",
+                         first_word[i]);
+        for (int j = 1; j < 624; j++)
+            n += snprintf(manifest + n, 8192 - (size_t)n, ",%d", j);
+        snprintf(manifest + n, 8192 - (size_t)n,
+                 "],\"index\":624,\"has_next_normal\":false,\"next_normal\":\"0\"}}}");
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(cg_st_set_metadata(w, "train_state", manifest));
+        free(manifest);
+        ck_assert(cg_st_writer_save(w, tmp_path("bad")));
+        cg_st_writer_free(w);
+        if (i == 0) {
+            ck_assert_msg(cg_train_state_load(s, tmp_path("bad")), "%s", cg_last_error());
+            ck_assert(mt.state[0] == 0xffffffffu && mt.state[623] == 623 && mt.index == 624);
+        } else {
+            REFUSED(cg_train_state_load(s, tmp_path("bad")), "not a generator state");
+            ck_assert(mt.state[0] == 0xffffffffu);
+        }
+    }
+    cg_train_state_free(s);
     unlink(tmp_path("module"));
     unlink(tmp_path("bad"));
 }
@@ -496,6 +608,7 @@ static Suite *train_state_suite(void)
     tcase_add_test(tc, test_load_is_all_or_nothing);
     tcase_add_test(tc, test_load_refuses_other_momentum);
     tcase_add_test(tc, test_bad_files);
+    tcase_add_test(tc, test_load_refuses_stray_tensors);
     suite_add_tcase(s, tc);
     return s;
 }
