@@ -221,10 +221,12 @@ START_TEST(test_values_round_trip_exactly)
     memcpy(f64a, f64, sizeof f64);
     cg_mt19937 ga = g;
     uint32_t draw = cg_mt19937_next(&ga); /* the stream continues from here */
+    const double cached = g.next_normal;  /* r sin(theta): all 53 bits count */
     memset(&g, 0, sizeof g);
     memset(&fresh, 0, sizeof fresh);
     r = cg_rng_new(0);
-    memset(str, 0, sizeof str);
+    memset(str, '#', sizeof str - 1); /* longer than the string loaded: its NUL must come too */
+    str[sizeof str - 1] = '\0';
     memcpy(i64, i64b, sizeof i64);
     memcpy(u64, u64b, sizeof u64);
     memcpy(f64, f64b, sizeof f64);
@@ -238,6 +240,8 @@ START_TEST(test_values_round_trip_exactly)
                       "double %d: %a != %a", i, f64[i], f64a[i]);
     ck_assert(r.seed == UINT64_MAX - 1 && r.counter == (1ULL << 63) + 5);
     ck_assert(g.has_next_normal);
+    ck_assert_msg(!memcmp(&g.next_normal, &cached, sizeof cached), "next_normal %.17g, not %.17g",
+                  g.next_normal, cached);
     ck_assert_uint_eq(cg_mt19937_next(&g), draw);
     ck_assert(!memcmp(fresh.state, fresh_copy.state, sizeof fresh.state));
     ck_assert_int_eq(fresh.index, 624);
@@ -294,6 +298,12 @@ START_TEST(test_add_refusals)
     REFUSED(cg_train_state_add_i64(s, "", &v), "bad item name");
     REFUSED(cg_train_state_add_i64(s, "a.b", &v), "without '.'");
     REFUSED(cg_train_state_add_i64(s, "\xff", &v), "bad item name");
+    char longest[202]; /* 200 bytes: the most a name may have */
+    memset(longest, 'n', 201);
+    longest[201] = '\0';
+    REFUSED(cg_train_state_add_i64(s, longest, &v), "at most 200 bytes");
+    longest[200] = '\0';
+    ck_assert_msg(cg_train_state_add_i64(s, longest, &v), "%s", cg_last_error());
     REFUSED(cg_train_state_add_str(s, "b", buf, 0), "size is 0");
     ck_assert(cg_train_state_add_i64(s, "a", &v));
     REFUSED(cg_train_state_add_f64(s, "a", (double *)buf), "already has an item 'a'");
@@ -484,6 +494,94 @@ START_TEST(test_bad_files)
 }
 END_TEST
 
+/* A file holding the manifest and, when tensor is not NULL, a tensor of that
+ * name. */
+static void write_state(const char *path, const char *manifest, const char *tensor)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_st_set_metadata(w, "train_state", manifest));
+    cg_tensor *t = cg_zeros(CG_SHAPE(2));
+    ck_assert(!tensor || cg_st_add(w, tensor, t));
+    cg_release(t);
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+}
+
+/* An mt19937 item "g" of the manifest: word 0 given, the others 0. */
+static void mt_manifest(char *buf, size_t cap, const char *word0, const char *has)
+{
+    int n = snprintf(buf, cap,
+                     "{\"format\":1,\"items\":{\"g\":{\"kind\":\"mt19937\",\"index\":624,"
+                     "\"has_next_normal\":%s,\"next_normal\":\"0\",\"state\":[%s",
+                     has, word0);
+    for (int j = 1; j < 624; j++)
+        n += snprintf(buf + n, cap - (size_t)n, ",0");
+    snprintf(buf + n, cap - (size_t)n, "]}}}");
+}
+
+/* Each value's edges: a tensor belongs to a module or optimizer item whose
+ * whole name is its prefix (not to a scalar item, nor to an item whose name
+ * merely begins with the prefix); a double is all number and in range; an
+ * mt19937 word is a whole number up to 2^32 - 1, has_next_normal a bool. */
+START_TEST(test_bad_items)
+{
+    const char *path = tmp_path("items");
+    int64_t v = 1;
+    cg_train_state *s = cg_train_state_new();
+    ck_assert(cg_train_state_add_i64(s, "v", &v));
+    write_state(path, "{\"format\":1,\"items\":{\"v\":{\"kind\":\"i64\",\"value\":\"3\"}}}", "v.x");
+    REFUSED(cg_train_state_load(s, path), "tensor 'v.x' belongs to no module or optimizer item");
+    ck_assert_int_eq(v, 1);
+    cg_train_state_free(s);
+
+    cg_rng g = cg_rng_new(1);
+    cg_linear *l = cg_linear_new(2, 2, true, &g);
+    s = cg_train_state_new();
+    ck_assert(cg_train_state_add_module(s, "model", &l->base));
+    write_state(path, "{\"format\":1,\"items\":{\"model\":{\"kind\":\"module\"}}}", "mo.x");
+    REFUSED(cg_train_state_load(s, path), "tensor 'mo.x' belongs to no module or optimizer item");
+    cg_train_state_free(s);
+    cg_module_free(&l->base);
+
+    double f = 2.0;
+    s = cg_train_state_new();
+    ck_assert(cg_train_state_add_f64(s, "f", &f));
+    const char *bad_f64[] = {"1.5x", "1e999", "-1e999"};
+    char m[8192];
+    for (int i = 0; i < 3; i++) {
+        snprintf(m, sizeof m,
+                 "{\"format\":1,\"items\":{\"f\":{\"kind\":\"f64\",\"value\":\"%s\"}}}",
+                 bad_f64[i]);
+        write_state(path, m, NULL);
+        REFUSED(cg_train_state_load(s, path), "is not a number");
+        ck_assert(f == 2.0);
+    }
+    cg_train_state_free(s);
+
+    cg_mt19937 mt;
+    cg_mt19937_seed(&mt, 5);
+    s = cg_train_state_new();
+    ck_assert(cg_train_state_add_mt19937(s, "g", &mt));
+    const char *bad_mt[][2] = {
+        {"1.5", "false"}, {"4294967296", "false"}, {"-1", "false"}, {"7", "1"}, {"7", "\"true\""}};
+    for (int i = 0; i < 5; i++) {
+        mt_manifest(m, sizeof m, bad_mt[i][0], bad_mt[i][1]);
+        write_state(path, m, NULL);
+        REFUSED(cg_train_state_load(s, path), "not a generator state");
+        ck_assert_int_eq(mt.index, 624);
+        ck_assert_uint_ne(mt.state[0], 7);
+    }
+    mt_manifest(m, sizeof m, "4294967295", "true"); /* the largest word */
+    write_state(path, m, NULL);
+    ck_assert_msg(cg_train_state_load(s, path), "%s", cg_last_error());
+    ck_assert_uint_eq(mt.state[0], 4294967295u);
+    ck_assert_uint_eq(mt.state[1], 0);
+    ck_assert(mt.has_next_normal);
+    cg_train_state_free(s);
+    unlink(path);
+}
+END_TEST
+
 static Suite *train_state_suite(void)
 {
     Suite *s = suite_create("train_state");
@@ -496,6 +594,7 @@ static Suite *train_state_suite(void)
     tcase_add_test(tc, test_load_is_all_or_nothing);
     tcase_add_test(tc, test_load_refuses_other_momentum);
     tcase_add_test(tc, test_bad_files);
+    tcase_add_test(tc, test_bad_items);
     suite_add_tcase(s, tc);
     return s;
 }
