@@ -576,7 +576,8 @@ END_TEST
 
 /* The arguments every build checks alike (dist_single.c, the one-process
  * stand-in, as dist_mpi.c and dist_reducer.c): a NULL tensor or parameter,
- * an infinite weight, a negative count, NULL shards or reducer; whether it
+ * an infinite weight, a negative count, a tensor to broadcast that is not
+ * contiguous, NULL shards or reducer; whether it
  * was built with MPI (CG_TEST_MPI, from meson) is said. With one
  * process (either build): a weight of 0 is taken (nothing to average), a
  * shard is the whole parameter, the gathered optimizer is the shard's
@@ -590,6 +591,10 @@ START_TEST(test_arguments_checked)
     cg_tensor *t = cg_full(CG_SHAPE(3), 1.0f);
     cg_tensor *with_null[2] = {t, NULL};
     CG_ASSERT_REFUSED(!cg_dist_broadcast_tensors(2, with_null), "tensor 1 is NULL");
+    CG_ASSERT_REFUSED(!cg_dist_broadcast_tensors(-1, with_null), "bad tensor list");
+    cg_tensor *wide = cg_zeros(CG_SHAPE(2, 3)), *across = cg_transpose(wide, 0, 1);
+    CG_ASSERT_REFUSED(!cg_dist_broadcast_tensors(1, &across), "tensor 0 is not contiguous");
+    cg_release_all(2, across, wide);
     cg_tensor *p[2] = {cg_requires_grad(cg_zeros(CG_SHAPE(4)), true),
                        cg_requires_grad(cg_zeros(CG_SHAPE(2)), true)};
     p[0]->grad = cg_full(CG_SHAPE(4), 2.0f);
@@ -597,6 +602,7 @@ START_TEST(test_arguments_checked)
     CG_ASSERT_REFUSED(!cg_dist_average_grads_tensors(2, p, NAN), "must be finite and >= 0");
     cg_tensor *p_null[2] = {p[0], NULL};
     CG_ASSERT_REFUSED(!cg_dist_average_grads_tensors(2, p_null, 1.0), "parameter 1 is NULL");
+    CG_ASSERT_REFUSED(!cg_dist_average_grads_tensors(-1, p, 1.0), "bad parameter list");
     CG_ASSERT_REFUSED(!cg_dist_reducer_new(-1, p, 4.0), "bad parameter list");
     CG_ASSERT_REFUSED(!cg_dist_reducer_new(2, p_null, 4.0), "parameter 1 is NULL");
     CG_ASSERT_REFUSED(!cg_dist_reducer_new_zero(2, p_null, 4.0), "parameter 1 is NULL");
