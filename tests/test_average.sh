@@ -4,19 +4,23 @@
 #   1. the mean of known weights: 3 charlm checkpoints (seeds 1-3) averaged
 #      equal, tensor by tensor, the mean of their values rounded once to
 #      float32; the metadata keeps the first's config and tokenizer and
-#      names the files; no optimizer state; sample, eval and train
-#      --init-from read it; --resume refuses it in one line
+#      names the files; "params" counts the values; no optimizer state;
+#      sample, eval and train --init-from read it; --resume refuses it in
+#      one line
 #   2. bf16-stored checkpoints stay bf16, each value the mean rounded once
 #      (a value just above a bf16 tie, which rounding through float32 would
-#      get wrong)
+#      get wrong; one just below a tie, which float32 rounds onto it; one on
+#      a tie)
 #   3. seq2seq: the mean of 2 checkpoints translates and evaluates
 #   4. refusals, one line each, exit 2 (command line) or 1, nothing written:
 #      fewer than 2 inputs, no --out, another model's checkpoint, another
-#      architecture (width, activation, layers), another tokenizer (char
-#      vocabularies, BPE models of one size), other
-#      tensors, a LoRA adapter, --out naming an input (also through a hard
-#      or symbolic link), standard output appended to an input, an existing
-#      --out without --force
+#      architecture (width, activation, layers), another tokenizer (a char
+#      vocabulary, a BPE model of the same length, a char and a BPE model
+#      of as many ids), other tensors, a LoRA adapter, --out naming an
+#      input (also through a hard or symbolic link), standard output
+#      appended to an input, an existing --out without --force, an --out
+#      whose lock another run holds; a BPE average keeps the first's BPE
+#      model
 #   5. train --keep-last N (both programs): exactly the last N evaluation
 #      checkpoints beside --out (full training checkpoints), continued by
 #      --resume (also when the file its last save dropped was left by a
@@ -120,6 +124,10 @@ elif cmd == 'value':  # value FILE NAME I: element I of tensor NAME
     print(repr(values(t[sys.argv[3]][0], t[sys.argv[3]][2])[int(sys.argv[4])]))
 elif cmd == 'dtype':
     print(load(sys.argv[2])[0][sys.argv[3]][0])
+elif cmd == 'raw':  # raw FILE NAME: a tensor's length in bytes and their SHA-256, or 'none'
+    import hashlib
+    t = load(sys.argv[2])[0].get(sys.argv[3])
+    print('%d %s' % (len(t[2]), hashlib.sha256(t[2]).hexdigest()) if t else 'none')
 elif cmd == 'optim':  # the number of optimizer tensors
     print(sum(k.startswith('optim.') for k in load(sys.argv[2])[0]))
 elif cmd == 'meta':  # meta FILE KEY: a metadata value
@@ -145,9 +153,8 @@ json_ok "average: JSON line" avg.json
 grep -q '"averaged": 3' avg.json || fail "average: $(tail -1 avg.json)"
 m=$(st mean avg.st a1.st a2.st a3.st) && echo "ok: charlm: the mean of 3 checkpoints ($m)" ||
   fail "charlm: not the mean: $m"
-# the line's "params" counts the values averaged ("N values of K tensors")
-grep -q "\"params\": ${m%% *}[,}]" avg.json && echo "ok: charlm: \"params\" is ${m%% *}" ||
-  fail "charlm: \"params\" is not ${m%% *}: $(tail -1 avg.json)"
+grep -q "\"params\": ${m%% *}}" avg.json && echo "ok: charlm: \"params\" counts the values averaged" ||
+  fail "charlm: \"params\" is not ${m%% *}: $(cat avg.json)"
 [ "$(st meta avg.st config)" = "$(st meta a1.st config)" ] && [ "$(st meta avg.st vocab)" = "$(st meta a1.st vocab)" ] &&
   [ "$(st meta avg.st step)" = 3 ] && echo "ok: charlm: the first's config, vocabulary and step" ||
   fail "charlm: config/vocab/step not the first's"
@@ -187,6 +194,18 @@ m=$(st mean bavg.st b1.st b2.st b3.st b4.st) && echo "ok: bf16: the mean rounded
   fail "bf16: element 0 is $(st value bavg.st tok_emb.weight 0), not 0.50390625"
 "$charlm" sample --ckpt bavg.st --length 10 >/dev/null 2>bs.log && echo "ok: bf16: sample reads it" ||
   fail "bf16 sample: $(tail -1 bs.log)"
+# round to odd, then to bf16, at the ties: a mean just below a tie that
+# float32 rounds up onto it (1 + 2^-8 - 2^-30, of 1, 1, 2 + 2^-6 and -2^-28)
+# stays below it: 1; a mean on the tie itself (1 + 2^-8, of 1 and 1 + 2^-7)
+# goes to the even neighbour: 1
+st bf16 a1.st rt1.st 1 && st bf16 a2.st rt2.st 1 && st bf16 a3.st rt3.st 2.015625 &&
+  st bf16 a1.st rt4.st -3.725290298461914e-09 && st bf16 a2.st rt5.st 1.0078125 || fail "bf16 inputs at ties"
+"$charlm" average --out rtb.st rt1.st rt2.st rt3.st rt4.st >/dev/null 2>rt.log &&
+  "$charlm" average --out rtt.st rt1.st rt5.st >/dev/null 2>rt.log || fail "bf16 averages at ties: $(tail -1 rt.log)"
+[ "$(st value rtb.st tok_emb.weight 0)" = 1.0 ] && [ "$(st value rtt.st tok_emb.weight 0)" = 1.0 ] &&
+  st mean rtb.st rt1.st rt2.st rt3.st rt4.st >/dev/null && st mean rtt.st rt1.st rt5.st >/dev/null &&
+  echo "ok: bf16: just below a tie and on a tie, rounded once" ||
+  fail "bf16 at ties: $(st value rtb.st tok_emb.weight 0) and $(st value rtt.st tok_emb.weight 0), not 1.0"
 # the first file's dtype must hold the mean: float16 first, a mean of
 # 1.5e5 (over float16's 65504) refused, nothing written; float32 first, kept
 st f16 a1.st h1.st && st set a2.st big.st tok_emb.weight 0 3e5 || fail "f16 inputs"
@@ -242,18 +261,37 @@ tr w z <c.txt >z.txt # the same number of characters, one of them another
 "$charlm" train --data z.txt "${TINY[@]}" --steps 2 --out z.st >/dev/null 2>&1 || fail "z.st"
 refused_avg "another vocabulary" 1 "'a1.st' and 'z.st' have different tokenizers (their vocabularies differ)" \
   "$charlm" average --out o.st a1.st z.st
-# two BPE models of one size (300 ids), from texts one character apart:
-# their models' bytes are as long, and differ
-if ! "$charlm" train --data c.txt "${TINY[@]}" --tokenizer bpe --vocab-size 300 --steps 2 --out bc.st \
-  >/dev/null 2>b.err; then
-  grep -q unavailable b.err && echo "skip: another BPE model: $(tail -1 b.err)" ||
-    fail "bc.st: $(tail -1 b.err)"
+# BPE: the tokenizer's tensor (U8, no parameter) is the first's, copied; a
+# BPE model of z.txt has the same length and other bytes: another tokenizer
+bpe() { # bpe DATA SEED OUT [VOCAB]
+  "$charlm" train --data "$1" "${TINY[@]}" --tokenizer bpe --vocab-size "${4:-280}" --steps 2 --seed "$2" \
+    --out "$3" >/dev/null 2>p.log
+}
+if ! bpe c.txt 1 p1.st && grep -q unavailable p.log; then
+  echo "skip: bpe averages: $(tail -1 p.log)"
 else
-  "$charlm" train --data z.txt "${TINY[@]}" --tokenizer bpe --vocab-size 300 --steps 2 --out bz.st \
-    >/dev/null 2>b.err || fail "bz.st: $(tail -1 b.err)"
-  refused_avg "another BPE model" 1 \
-    "'bc.st' and 'bz.st' have different tokenizers (their BPE models differ)" \
-    "$charlm" average --out o.st bc.st bz.st
+  [ -e p1.st ] && bpe c.txt 2 p2.st && bpe z.txt 3 pz.st || fail "bpe checkpoints: $(tail -1 p.log)"
+  "$charlm" average --out pavg.st p1.st p2.st >/dev/null 2>pavg.log || fail "bpe average: $(tail -1 pavg.log)"
+  m=$(st mean pavg.st p1.st p2.st) && [ "$(st raw pavg.st tokenizer.spm)" = "$(st raw p1.st tokenizer.spm)" ] &&
+    [ "$(st meta pavg.st tokenizer)" = bpe ] && echo "ok: bpe: the mean ($m), the first's BPE model" ||
+    fail "bpe: $m; tokenizer.spm $(st raw pavg.st tokenizer.spm), not $(st raw p1.st tokenizer.spm)"
+  "$charlm" sample --ckpt pavg.st --length 10 --seed 1 >/dev/null 2>ps.log && echo "ok: bpe: sample reads the average" ||
+    fail "bpe sample: $(tail -1 ps.log)"
+  read -r l1 h1 <<<"$(st raw p1.st tokenizer.spm)"
+  read -r lz hz <<<"$(st raw pz.st tokenizer.spm)"
+  [ "$lz" = "$l1" ] && [ "$hz" != "$h1" ] || fail "pz.st's BPE model is not another of p1.st's length ($lz, $l1)"
+  refused_avg "another BPE model of the same length" 1 \
+    "'p1.st' and 'pz.st' have different tokenizers (their BPE models differ)" "$charlm" average --out o.st p1.st pz.st
+  # a char checkpoint (of c.txt and 260 more characters) and a BPE one of
+  # as many ids: one architecture, one char tokenizer and one bpe
+  python3 -c 'import sys; sys.stdout.write(open("c.txt").read() + "".join(map(chr, range(256, 516))))' >u.txt
+  "$charlm" train --data u.txt "${TINY[@]}" --steps 2 --out uc.st >/dev/null 2>p.log &&
+    v=$(st meta uc.st config | python3 -c 'import json, sys; print(json.load(sys.stdin)["vocab"])') &&
+    bpe c.txt 1 "ub.st" "$v" || fail "a char and a bpe checkpoint of one size: $(tail -1 p.log)"
+  refused_avg "a char and a bpe checkpoint" 1 "'uc.st' and 'ub.st' have different tokenizers (one char, one bpe)" \
+    "$charlm" average --out o.st uc.st ub.st
+  refused_avg "a bpe and a char checkpoint" 1 "'ub.st' and 'uc.st' have different tokenizers (one char, one bpe)" \
+    "$charlm" average --out o.st ub.st uc.st
 fi
 cp a2.st x.st && "$tool" addtensor x.st extra.weight >/dev/null || fail "addtensor"
 refused_avg "another tensor set" 1 "tensor 'extra.weight' is not a parameter" "$charlm" average --out o.st a1.st x.st
@@ -286,6 +324,13 @@ refused_avg "an existing --out" 1 "'avg.st' exists; pass --force to overwrite it
 intact "an existing --out" avg.st avg.orig
 "$charlm" average --out avg.st --force a1.st a2.st >/dev/null 2>f.log && st mean avg.st a1.st a2.st >/dev/null &&
   echo "ok: --force replaces --out with the new mean" || fail "--force: $(tail -1 f.log)"
+# the output is written under its lock: held by another run, refused
+if command -v flock >/dev/null; then
+  cp avg.st avg.orig
+  refused "--out locked by another run" "'avg.st' is being written by another run" \
+    flock avg.st.cgrad-lock "$charlm" average --out avg.st --force a1.st a2.st a3.st
+  intact "--out locked by another run" avg.st avg.orig
+fi
 # ---------------------------------------------------------------- 5. --keep-last
 kept() { (shopt -s nullglob; f=("$1".step*.safetensors); echo "${f[*]}"); }
 "$charlm" train --data c.txt "${TINY[@]}" --steps 20 --keep-last 3 --out k.st >k.json 2>k.log ||

@@ -28,6 +28,10 @@ refused "seq2seq epoch 0" "bad trainer position" "$seq2seq" train --resume e0.st
 # seq2seq: "epoch": 1e15 (was 10^15 shuffles)
 cp s.st e15.st && edit_train e15.st 's/"epoch":1,/"epoch":1e15,/'
 refused "seq2seq epoch 1e15" "bad trainer position" "$seq2seq" train --resume e15.st --threads 1
+# seq2seq: a seed past 32 bits (numpy's RandomState orders the data)
+cp s.st sd.st && edit_train sd.st 's/"seed":"1"/"seed":"4294967296"/'
+refused "seq2seq seed 2^32" "its seed 4294967296 is out of range \[0, 4294967295\]" \
+  "$seq2seq" train --resume sd.st --steps 8 --threads 1
 # a training state that is not JSON: damaged, not absent (it said "holds
 # no training state")
 cp s.st tj.st && "$tool" setmeta tj.st train '{"steps": 6,'

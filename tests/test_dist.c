@@ -21,13 +21,16 @@
  * cg_dist_broadcast_module (cg_dist_broadcast_buffers: the buffers alone),
  * and one built otherwise on the last rank is refused on every rank.
  * The reducer with gradients missing on some ranks or all, ZeRO-1's NaN
- * check and all-gather on small runs, and the broadcast of tensors whose
- * shapes differ: checked on tiny tensors (tcase api). */
+ * check and all-gather on small runs, the broadcast of tensors whose
+ * shapes differ, and the arguments every build refuses alike: checked on
+ * tiny tensors (tcase api). */
 #include <check.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "models/charlm/charlm.h"
@@ -571,6 +574,91 @@ START_TEST(test_broadcast_tensors_checked)
 }
 END_TEST
 
+/* The arguments every build checks alike (dist_single.c, the one-process
+ * stand-in, as dist_mpi.c and dist_reducer.c): a NULL tensor or parameter,
+ * an infinite weight, a negative count, a tensor to broadcast that is not
+ * contiguous, NULL shards or reducer; whether it
+ * was built with MPI (CG_TEST_MPI, from meson) is said. With one
+ * process (either build): a weight of 0 is taken (nothing to average), a
+ * shard is the whole parameter, the gathered optimizer is the shard's
+ * state, and (without MPI: no fork under it) cg_dist_abort exits with its
+ * code after one line. */
+START_TEST(test_arguments_checked)
+{
+    const char *built = getenv("CG_TEST_MPI"); /* meson: whether it found MPI */
+    if (built)
+        ck_assert_int_eq(cg_dist_compiled_with_mpi(), strcmp(built, "1") == 0);
+    cg_tensor *t = cg_full(CG_SHAPE(3), 1.0f);
+    cg_tensor *with_null[2] = {t, NULL};
+    CG_ASSERT_REFUSED(!cg_dist_broadcast_tensors(2, with_null), "tensor 1 is NULL");
+    CG_ASSERT_REFUSED(!cg_dist_broadcast_tensors(-1, with_null), "bad tensor list");
+    cg_tensor *wide = cg_zeros(CG_SHAPE(2, 3)), *across = cg_transpose(wide, 0, 1);
+    CG_ASSERT_REFUSED(!cg_dist_broadcast_tensors(1, &across), "tensor 0 is not contiguous");
+    cg_release_all(2, across, wide);
+    cg_tensor *p[2] = {cg_requires_grad(cg_zeros(CG_SHAPE(4)), true),
+                       cg_requires_grad(cg_zeros(CG_SHAPE(2)), true)};
+    p[0]->grad = cg_full(CG_SHAPE(4), 2.0f);
+    CG_ASSERT_REFUSED(!cg_dist_average_grads_tensors(2, p, INFINITY), "must be finite and >= 0");
+    CG_ASSERT_REFUSED(!cg_dist_average_grads_tensors(2, p, NAN), "must be finite and >= 0");
+    cg_tensor *p_null[2] = {p[0], NULL};
+    CG_ASSERT_REFUSED(!cg_dist_average_grads_tensors(2, p_null, 1.0), "parameter 1 is NULL");
+    CG_ASSERT_REFUSED(!cg_dist_average_grads_tensors(-1, p, 1.0), "bad parameter list");
+    CG_ASSERT_REFUSED(!cg_dist_reducer_new(-1, p, 4.0), "bad parameter list");
+    CG_ASSERT_REFUSED(!cg_dist_reducer_new(2, p_null, 4.0), "parameter 1 is NULL");
+    CG_ASSERT_REFUSED(!cg_dist_reducer_new_zero(2, p_null, 4.0), "parameter 1 is NULL");
+    ck_assert(!cg_dist_reducer_prepare(NULL, 1.0));
+    ck_assert(!cg_dist_reducer_finish(NULL));
+    ck_assert(!cg_dist_reducer_gather_params(NULL));
+    cg_dist_reducer *r = cg_dist_reducer_new_zero(2, p, 4.0);
+    ck_assert_msg(r != NULL, "%s", cg_last_error());
+    CG_ASSERT_REFUSED(!cg_dist_reducer_shards(r, NULL), "NULL argument");
+    if (cg_dist_size() == 1) {
+        ck_assert_msg(cg_dist_average_grads_tensors(2, p, 0.0), "%s", cg_last_error());
+        ck_assert_float_eq(cg_data(p[0]->grad)[3], 2.0f);
+        ck_assert_ptr_null(p[1]->grad);
+        cg_optim_range own[2] = {{-1, -1}, {-1, -1}};
+        ck_assert_msg(cg_dist_reducer_shards(r, own), "%s", cg_last_error());
+        ck_assert(own[0].lo == 0 && own[0].hi == 4 && own[1].lo == 0 && own[1].hi == 2);
+        /* the shard's optimizer after a step, gathered into a fresh one */
+        cg_optim_param op[2] = {{"a", p[0], 0.0}, {"b", p[1], 0.0}};
+        cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.999, 1e-8);
+        cg_optim *shard = cg_optim_new_sharded(&cfg, 2, op, own), *full = cg_optim_new(&cfg, 2, op);
+        ck_assert(shard && full);
+        p[1]->grad = cg_full(CG_SHAPE(2), -1.0f);
+        ck_assert_msg(cg_optim_step(shard), "%s", cg_last_error());
+        ck_assert_msg(cg_dist_gather_optim(shard, full), "%s", cg_last_error());
+        ck_assert_int_eq(cg_optim_steps(full), 1);
+        for (int i = 0; i < 2; i++) {
+            cg_tensor *a = cg_optim_state(shard, i, "exp_avg"),
+                      *b = cg_optim_state(full, i, "exp_avg");
+            ck_assert(a && b);
+            ck_assert(!memcmp(cg_data(a), cg_data(b), (size_t)cg_numel(a) * sizeof(float)));
+            ck_assert(cg_data(b)[0] != 0.0f);
+        }
+        cg_optim_free(shard);
+        cg_optim_free(full);
+    }
+    cg_dist_reducer_free(r);
+    if (cg_dist_size() == 1 && !cg_dist_compiled_with_mpi()) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            int fd = open("/dev/null", O_WRONLY);
+            if (fd >= 0)
+                dup2(fd, 2);
+            cg_dist_abort(3, "stopping");
+        }
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 3, "cg_dist_abort(3): status %d",
+                      status);
+    }
+    cg_release_all(3, t, p[0], p[1]);
+}
+END_TEST
+
 /* ZeRO's all-gather of the updated parameters when a rank owns runs of a
  * single element: parameters of 3, 1 and 2 floats, one per bucket (rank q
  * of N owns floats [F q / N, F (q + 1) / N) of a bucket of F: with 2 ranks
@@ -994,6 +1082,7 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, test_zero_nonfinite_other_shard);
     tcase_add_test(tc, test_broadcast_tensors_checked);
     tcase_add_test(tc, test_zero_gather_small_runs);
+    tcase_add_test(tc, test_arguments_checked);
     suite_add_tcase(s, tc);
     tc = tcase_create("buffers");
     tcase_add_test(tc, test_broadcast_buffers);

@@ -53,6 +53,24 @@ train_ok "--init-from d6e90db" '"step": 4' \
 # seq2seq's flat state of that time (its keys; d6e90db's seq2seq had only
 # 128-wide presets, too large to keep), over a small checkpoint of today
 zoo_ckpts
+# a seq2seq state of before "pad_to_multiple" and "max_len_tokens" (its
+# --max-len counted characters; no padding): resumed
+cp s.st s0.st
+python3 - s0.st <<'EOF' || fail "could not write the state without pad_to_multiple"
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = json.loads(h['__metadata__']['train'])
+del t['model']['pad_to_multiple'], t['model']['max_len_tokens']
+h['__metadata__']['train'] = json.dumps(t)
+hb = json.dumps(h, separators=(',', ':')).encode()
+hb += b' ' * (-len(hb) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
+EOF
+train_ok "seq2seq resume without pad_to_multiple and max_len_tokens" '"step": 8' \
+  "$seq2seq" train --resume s0.st --data p.tsv --steps 8 --threads 1
 python3 - s.st <<'EOF' || fail "could not write the flat seq2seq state"
 import json, struct, sys
 p = sys.argv[1]

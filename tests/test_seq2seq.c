@@ -2480,7 +2480,8 @@ START_TEST(test_cli_resume_and_output_rules)
                            "--valid-size, --test-size, --lr, --d");
     /* --pad-to-multiple is recorded (absent in older checkpoints: 1) and
      * resumed: 2 + 4 steps equal 6 straight (dropout's draws follow the
-     * padded shapes, so a resume without it would differ) */
+     * padded shapes, so a resume without it would differ, as does a run
+     * without it) */
     char pk[PATH_MAX], pstraight[PATH_MAX];
     snprintf(pk, sizeof pk, "%s", tmp_path("p.safetensors"));
     snprintf(pstraight, sizeof pstraight, "%s", tmp_path("p6.safetensors"));
@@ -2510,6 +2511,16 @@ START_TEST(test_cli_resume_and_output_rules)
     free(out);
     free(err);
     ck_assert(same_params(pk, pstraight));
+    /* and it takes effect: the same 6 steps unpadded end elsewhere */
+    char punpadded[PATH_MAX];
+    snprintf(punpadded, sizeof punpadded, "%s", tmp_path("p1.safetensors"));
+    snprintf(args, sizeof args, "train --tokenizer char --data '%s' --out '%s' --steps 6 %s",
+             tmp_path("small.tsv"), punpadded, common);
+    rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "train failed: %s", err);
+    free(out);
+    free(err);
+    ck_assert_msg(!same_params(punpadded, pstraight), "--pad-to-multiple 8 changed nothing");
     snprintf(args, sizeof args,
              "train --tokenizer char --data '%s' --out '%s' --pad-to-multiple 0 %s",
              tmp_path("small.tsv"), tmp_path("p0.st"), common);

@@ -17,7 +17,8 @@
 #   6. the extra file is a file the run reads: never one it writes (the
 #      checkpoint with --force, its metrics log) nor standard output
 #   and, beside them, the Noam rate of every step in the metrics log (from
-#   step 1, as the reference trainer counts)
+#   step 1, as the reference trainer counts), and --lr X's peak of X at
+#   step --warmup
 #   test_seq2seq_extra.sh SEQ2SEQ CKPT_WRITER
 set -uo pipefail
 seq2seq=$1
@@ -48,6 +49,15 @@ want = [(s, 0.5 * 16 ** -0.5 * min(s ** -0.5, s * 10 ** -1.5)) for s in (1, 2, 3
 sys.exit(not (len(got) == 3 and all(a == c and abs(b / d - 1) < 1e-9 for (a, b), (c, d) in zip(got, want))))' \
   lr.st.metrics.jsonl && echo "ok: the Noam rate of steps 1 to 3" ||
   fail "the metrics log's Noam rates: $(grep '"lr"' lr.st.metrics.jsonl)"
+# --lr X instead of --factor: the Noam peak, at step --warmup, is X
+"$seq2seq" train "${S2S[@]}" --steps 3 --log-every 1 --lr 0.002 --warmup 3 --out lrp.st \
+  >/dev/null 2>lrp.err || fail "training with --lr for the Noam peak failed: $(tail -1 lrp.err)"
+python3 -c '
+import json, sys
+got = [j["lr"] for j in map(json.loads, open(sys.argv[1])) if "lr" in j]
+sys.exit(not (len(got) == 3 and abs(got[2] / 0.002 - 1) < 1e-9))' lrp.st.metrics.jsonl &&
+  echo "ok: --lr 0.002 --warmup 3: the rate of step 3 is 0.002" ||
+  fail "--lr 0.002 --warmup 3: the metrics log's rates: $(grep '"lr"' lrp.st.metrics.jsonl)"
 train_ok "with --extra-data" . "$seq2seq" train "${S2S[@]}" --extra-data e.tsv --steps 4 --out x.st
 want='^train 7 pairs (extra pairs: 7 read, 3 dropped as held-out, 2 dropped as duplicates, 2 used) in '
 if grep -q "$want" b.err; then

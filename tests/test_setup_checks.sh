@@ -8,7 +8,12 @@
 #  - flags: exit 2 with the flag's name for a bad value; warnings for values
 #    that are changed; existing files need --force; a name too long for its
 #    temporary (the path, or --keep-last's last kept checkpoint) is refused;
-#  - sample prints nothing before its checks are done.
+#  - sample prints nothing before its checks are done;
+#  - what the flags set is what the run did: the config's dropouts and
+#    label smoothing, --init-from's batch size, --seed's 32 bits, charlm's
+#    evaluation at step 0, seq2seq's last line against eval of its
+#    checkpoint (test pairs, chrF greedy and beam) and its wrong-source
+#    loss above the right one once the model reads its source.
 #   test_setup_checks.sh CHARLM SEQ2SEQ CKPT_WRITER
 set -uo pipefail
 charlm=$1
@@ -278,8 +283,31 @@ expect_ok "charlm --lora-dropout 1" "" \
 expect_ok "charlm sample of a lora-dropout-1 adapter" "" "$charlm" sample --ckpt lp1.st --length 5
 expect_ok "charlm --init-from --dropout 1" "" \
   "$charlm" train --init-from a.st --data c.txt --dropout 1 --threads 1 --steps 2 --out ip1.st
+"$tool" getmeta ip1.st config | grep -q '"dropout": 1[,}]' && echo "ok: its config says dropout 1" ||
+  fail "ip1.st's config: $("$tool" getmeta ip1.st config)"
+# charlm evaluates before its first step too: its loss curve starts at step 0
+head -1 a.st.metrics.jsonl | grep -q '^{"step": 0, "train_loss": [0-9.]*, "val_loss": [0-9.]*}$' &&
+  echo "ok: charlm's metrics log starts with the evaluation at step 0" ||
+  fail "charlm's metrics log starts with: $(head -1 a.st.metrics.jsonl)"
+# --init-from: the batch size given, else the base's (a.st's 4)
+"$charlm" train --init-from a.st --data c.txt --batch-size 2 --threads 1 --steps 2 --out ib2.st >/dev/null 2>&1 &&
+  "$charlm" train --init-from a.st --data c.txt --threads 1 --steps 2 --out ib4.st >/dev/null 2>&1 &&
+  "$tool" getmeta ib2.st train | grep -q '"batch_size":2,' && "$tool" getmeta ib4.st train | grep -q '"batch_size":4,' &&
+  echo "ok: --init-from --batch-size 2 trains batches of 2, without it the base's 4" ||
+  fail "--init-from batch sizes: $("$tool" getmeta ib2.st train | grep -o '"batch_size":[0-9]*')"
 expect_ok "seq2seq train --dropout 1 --word-dropout 1" "" \
   "$seq2seq" train --data p.tsv "${S2S[@]}" --dropout 1 --word-dropout 1 --steps 2 --out sp1.st
+"$tool" getmeta sp1.st config | grep '"dropout": 1[,}]' | grep -q '"word_dropout": 1[,}]' &&
+  echo "ok: its config says dropout 1, word_dropout 1" || fail "sp1.st's config: $("$tool" getmeta sp1.st config)"
+# --seed: numpy's RandomState takes 32 bits, 4294967295 the largest
+expect_ok "seq2seq train --seed 4294967295" "" \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --seed 4294967295 --steps 2 --out sx.st
+expect "seq2seq train --seed 4294967296" 2 "^seq2seq: error: --seed: 4294967296 is out of range" \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --seed 4294967296 --steps 2 --out sy.st
+"$seq2seq" train --data p.tsv "${S2S[@]}" --label-smoothing 0.25 --steps 2 --out ls.st >/dev/null 2>&1 &&
+  "$tool" getmeta ls.st config | grep -q '"label_smoothing": 0.25[,}]' &&
+  echo "ok: seq2seq train --label-smoothing 0.25: its config says so" ||
+  fail "ls.st's config: $("$tool" getmeta ls.st config)"
 expect_ok "seq2seq translate of a dropout-1 checkpoint" "" "$seq2seq" translate --ckpt sp1.st "the cat"
 for v in 1.0001 -0.1 nan inf; do
   expect "charlm --dropout $v" 2 "^charlm: error: --dropout: " \
@@ -387,6 +415,38 @@ no_file "attention: a --text of 256 tokens" atl
 expect_ok "seq2seq eval --test-limit past the split" "" "$seq2seq" eval --ckpt s.st --test-limit 1000 --threads 1
 grep -q '"test_pairs": 20,' out.txt && echo "ok: --test-limit 1000 decodes the 20 test pairs" ||
   fail "eval --test-limit 1000: $(cat out.txt)"
+# train's last line decodes the test split as eval does: --test-limit past
+# the split takes its 20 pairs, greedy and with the beam of 4, their chrF
+# eval's of the checkpoint with --beam 1 and --beam 4
+jf() { sed -n "s/.*\"$1\": \([^,}]*\).*/\1/p" "$2"; }
+if "$seq2seq" train --data p.tsv "${S2S[@]}" --test-limit 1000 --steps 4 --out tl.st >tl.json 2>tl.err &&
+   "$seq2seq" eval --ckpt tl.st --test-limit 1000 --beam 1 --threads 1 >e1.json 2>/dev/null &&
+   "$seq2seq" eval --ckpt tl.st --test-limit 1000 --beam 4 --threads 1 >e4.json 2>/dev/null; then
+  got="$(jf test_pairs tl.json) $(jf chrf_greedy tl.json) $(jf chrf_beam tl.json)"
+  want="20 $(jf chrf e1.json) $(jf chrf e4.json)"
+  [ "$got" = "$want" ] && echo "ok: train --test-limit 1000: 20 test pairs, chrF greedy and beam as eval's ($got)" ||
+    fail "train --test-limit 1000: test_pairs, chrf_greedy, chrf_beam $got; eval's $want"
+else
+  fail "train --test-limit 1000: $(tail -1 tl.err)"
+fi
+# "val_nll_wrong_src" pairs each validation target with another pair's
+# source: a model that learned to reverse its source (300 steps on random
+# words) does far worse so than "val_nll"
+python3 -c 'import random
+r = random.Random(1)
+for i in range(400):
+    w = "".join(r.choice("abcdefgh") for _ in range(5))
+    print(w + "\t" + w[::-1])' >rev.tsv
+if "$seq2seq" train --data rev.tsv --tokenizer char --d 32 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 64 \
+  --max-tokens 400 --valid-size 20 --test-size 20 --test-limit 2 --dropout 0 --lr 3e-3 --warmup 30 \
+  --steps 300 --eval-every 100 --threads 1 --out rev.st >rev.json 2>rev.err; then
+  nll="$(jf val_nll rev.json) $(jf val_nll_wrong_src rev.json)"
+  awk -v n="$nll" 'BEGIN { split(n, a, " "); exit !(a[2] > a[1] + 1) }' &&
+    echo "ok: a model that reads its source: val_nll, val_nll_wrong_src $nll" ||
+    fail "val_nll, val_nll_wrong_src $nll: the wrong sources do not hurt"
+else
+  fail "train on reversed words: $(tail -1 rev.err)"
+fi
 
 # ---- sample's speed line names the decoding it used (round thirty-one:
 # the key/value cache by default, the full recompute with --no-cache)

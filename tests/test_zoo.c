@@ -24,6 +24,7 @@
 #include "models/util/cli.h"
 #include "models/data/data.h"
 #include "models/charlm/sampling.h"
+#include "models/train/average.h"
 #include "models/train/finetune.h"
 #include "models/train/options.h"
 #include "models/train/train_common.h"
@@ -649,6 +650,43 @@ START_TEST(test_origin_of_opened_bytes)
                     "is not the base checkpoint of adapter 'a.safetensors'");
     cg_st_close(g);
     cg_st_close(f);
+    rm_tmpdir();
+}
+END_TEST
+
+/* cg_ckpt_average refuses fewer than 2 inputs itself (the commands check
+ * their count first), before it reads any: nothing is called, nothing
+ * written. */
+static bool avg_never(const char *a, const char *b)
+{
+    (void)a;
+    (void)b;
+    ck_abort_msg("same_arch called");
+    return false;
+}
+
+static bool avg_loads_never(const char *path)
+{
+    (void)path;
+    ck_abort_msg("loads called");
+    return false;
+}
+
+START_TEST(test_average_needs_two)
+{
+    make_tmpdir();
+    char in[1300], out[1300];
+    snprintf(in, sizeof in, "%s", tmp_path("in.safetensors"));
+    snprintf(out, sizeof out, "%s", tmp_path("out.safetensors"));
+    save_one(in, 1.0f);
+    const cg_avg_model m = {"charlm", avg_never, avg_loads_never, NULL};
+    const char *const inputs[1] = {in};
+    long long params = -1;
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ckpt_average(&m, inputs, 1, out, false, &params),
+                    "averaging needs at least 2 checkpoints (got 1)");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ckpt_average(&m, inputs, 0, out, false, &params),
+                    "averaging needs at least 2 checkpoints (got 0)");
+    ck_assert(access(out, F_OK) != 0);
     rm_tmpdir();
 }
 END_TEST
@@ -1529,6 +1567,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_history_far_steps);
     tcase_add_test(t, test_history_best_ties);
     tcase_add_test(t, test_origin_of_opened_bytes);
+    tcase_add_test(t, test_average_needs_two);
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_flag_table);
     tcase_add_test(t, test_flag_switch_off);

@@ -28,11 +28,17 @@ bool cg_dist_init(int *argc, char ***argv)
 }
 void cg_dist_finalize(void) {}
 bool cg_dist_wait_for_root(void) { return true; }
+/* The checks of dist_mpi.c's, so that a call the MPI build refuses is
+ * refused here too. */
 bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
 {
+    if (n < 0 || (n > 0 && !ts)) {
+        cg_set_error("dist: broadcast: bad tensor list");
+        return false;
+    }
     for (int i = 0; i < n; i++)
-        if (!ts || !ts[i]) {
-            cg_set_error("dist: broadcast: tensor %d is NULL", i);
+        if (!ts[i] || !cg_is_contiguous(ts[i])) {
+            cg_set_error("dist: broadcast: tensor %d is %s", i, ts[i] ? "not contiguous" : "NULL");
             return false;
         }
     return true;
@@ -45,15 +51,19 @@ bool cg_dist_broadcast_bytes(void *buf, size_t bytes)
 }
 bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weight)
 {
+    if (n < 0 || (n > 0 && !params)) {
+        cg_set_error("dist: average_grads: bad parameter list");
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if (!params[i]) {
+            cg_set_error("dist: average_grads: parameter %d is NULL", i);
+            return false;
+        }
     if (!(weight >= 0) || !isfinite(weight)) {
         cg_set_error("dist: average_grads: weight %g must be finite and >= 0", weight);
         return false;
     }
-    for (int i = 0; i < n; i++)
-        if (!params || !params[i]) {
-            cg_set_error("dist: average_grads: parameter %d is NULL", i);
-            return false;
-        }
     return true;
 }
 bool cg_dist_allreduce_sum(double *v, int n)
