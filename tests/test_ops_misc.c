@@ -311,7 +311,31 @@ START_TEST(test_topk_scalar)
     ck_assert_msg(e, "%s", cg_last_error());
     ck_assert_int_eq(e->ndim, 1);
     ck_assert_int_eq(e->shape[0], 0);
+    /* topk of NULL: refused, and *indices holds NULL, not what it held */
+    cg_tensor *held = s;
+    CG_ASSERT_FAILS(cg_topk(NULL, 1, 0, true, &held), "cg_topk");
+    ck_assert_ptr_null(held);
     cg_release_all(4, s, v, ids, e);
+}
+END_TEST
+
+/* cumsum of a 0-d tensor (dim 0 or -1, as torch.cumsum takes): the value,
+ * its gradient 1, and no error left behind by a successful op. */
+START_TEST(test_cumsum_scalar)
+{
+    for (int dim = -1; dim <= 0; dim++) {
+        cg_tensor *s = cg_requires_grad(cg_scalar(1.5f), true);
+        cg_clear_error();
+        cg_tensor *c = cg_cumsum(s, dim);
+        ck_assert_msg(c, "%s", cg_last_error());
+        ck_assert_msg(!cg_has_error(), "dim %d: a successful cumsum left '%s'", dim,
+                      cg_last_error());
+        ck_assert_int_eq(c->ndim, 0);
+        ck_assert_float_eq(cg_item(c), 1.5f);
+        ck_assert_msg(cg_backward(c, NULL, false), "%s", cg_last_error());
+        ck_assert_float_eq(cg_item(cg_grad(s)), 1.0f);
+        cg_release_all(2, s, c);
+    }
 }
 END_TEST
 
@@ -501,6 +525,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, test_topk_dtypes);
     tcase_add_test(tc, test_topk_against_sort);
     tcase_add_test(tc, test_topk_scalar);
+    tcase_add_test(tc, test_cumsum_scalar);
     tcase_add_test(tc, test_bce_infinite_logits);
     tcase_add_test(tc, test_tril_cumsum_dtypes);
     tcase_add_test(tc, test_index_add_scatter_add);

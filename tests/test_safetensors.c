@@ -1085,6 +1085,13 @@ START_TEST(load_range_reads_a_run)
         cg_clear_error();
         ck_assert(!cg_st_load_range(f, "m", 0, NULL));
         assert_error_has("NULL destination");
+        /* a NULL destination that an earlier failure left keeps its cause */
+        cg_set_error("the cause");
+        ck_assert(!cg_st_load_range(f, "m", 0, NULL));
+        ck_assert_str_eq(cg_last_error(), "the cause");
+        ck_assert(!cg_st_load_into(f, "m", NULL));
+        ck_assert_str_eq(cg_last_error(), "the cause");
+        cg_clear_error();
         cg_release_all(4, t, i, x, col);
         cg_st_close(f);
     }
