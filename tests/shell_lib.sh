@@ -33,6 +33,11 @@
 #                              = ARGS) after load(PATH) -> ({name: (dtype,
 #                              shape, bytes)}, metadata): a safetensors file
 #                              read with the standard library only
+#   st_meta FILE CODE [OUT]    FILE's metadata rewritten (into OUT, if given)
+#                              by the Python statements CODE, run with m the
+#                              metadata (a dict of strings) and t the
+#                              "train" value parsed (None if absent), which
+#                              goes back into m after CODE
 #   finish                     exit 1 after failures (a command not found
 #                              is one), else 0
 # and python3 on PATH as the interpreter itself, not a version manager's
@@ -200,6 +205,23 @@ def load(p):
 PY
 )
   python3 -c "$prelude"$'\n'"$(cat)" "$@"
+}
+st_meta() {
+  python3 - "$@" <<'PY'
+import json, struct, sys
+src, code = sys.argv[1], sys.argv[2]
+b = open(src, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+m = h.setdefault('__metadata__', {})
+ns = {'m': m, 't': json.loads(m['train']) if 'train' in m else None, 'json': json}
+exec(code, ns)
+if ns['t'] is not None:
+    m['train'] = json.dumps(ns['t'])
+hb = json.dumps(h, separators=(',', ':')).encode()
+hb += b' ' * (-len(hb) % 8)
+open(sys.argv[3] if len(sys.argv) > 3 else src, 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
+PY
 }
 finish() {
   [ -s "$dir/.not_found" ] && failures=$((failures + $(wc -l <"$dir/.not_found")))

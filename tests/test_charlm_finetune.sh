@@ -162,16 +162,7 @@ refused "full: eval --base" "is a full checkpoint" "$charlm" eval --ckpt full.st
 cp lora.st bad.st && "$tool" setmeta bad.st adapter_config '{"r": 2}' >/dev/null
 refused "lora: a damaged adapter_config" "adapter config lacks r" "$charlm" sample --ckpt bad.st --length 5
 # an adapter whose "init_from" is gone: refused as such (round thirty)
-python3 - lora.st bad.st <<'EOF'
-import json, struct, sys
-b = open(sys.argv[1], 'rb').read()
-n = struct.unpack('<Q', b[:8])[0]
-h = json.loads(b[8:8 + n])
-del h['__metadata__']['init_from']
-t = json.dumps(h).encode()
-t += b' ' * (-len(t) % 8)
-open(sys.argv[2], 'wb').write(struct.pack('<Q', len(t)) + t + b[8 + n:])
-EOF
+st_meta lora.st "del m['init_from']" bad.st || fail "could not write bad.st"
 refused "lora: no init_from" "adapter checkpoint 'bad.st' does not record its base" \
   "$charlm" sample --ckpt bad.st --length 5
 cp lora.st bad.st && "$tool" addtensor bad.st optim.tok_emb.weight.exp_avg >/dev/null

@@ -56,38 +56,18 @@ zoo_ckpts
 # a seq2seq state of before "pad_to_multiple" and "max_len_tokens" (its
 # --max-len counted characters; no padding): resumed
 cp s.st s0.st
-python3 - s0.st <<'EOF' || fail "could not write the state without pad_to_multiple"
-import json, struct, sys
-p = sys.argv[1]
-b = open(p, 'rb').read()
-n = struct.unpack('<Q', b[:8])[0]
-h = json.loads(b[8:8 + n])
-t = json.loads(h['__metadata__']['train'])
-del t['model']['pad_to_multiple'], t['model']['max_len_tokens']
-h['__metadata__']['train'] = json.dumps(t)
-hb = json.dumps(h, separators=(',', ':')).encode()
-hb += b' ' * (-len(hb) % 8)
-open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
-EOF
+st_meta s0.st "del t['model']['pad_to_multiple'], t['model']['max_len_tokens']" ||
+  fail "could not write the state without pad_to_multiple"
 train_ok "seq2seq resume without pad_to_multiple and max_len_tokens" '"step": 8' \
   "$seq2seq" train --resume s0.st --data p.tsv --steps 8 --threads 1
-python3 - s.st <<'EOF' || fail "could not write the flat seq2seq state"
-import json, struct, sys
-p = sys.argv[1]
-b = open(p, 'rb').read()
-n = struct.unpack('<Q', b[:8])[0]
-h = json.loads(b[8:8 + n])
-h['__metadata__']['train'] = json.dumps({
+st_meta s.st 't = {
     "data": "p.tsv", "dropout_counter": "0", "dropout_seed": "11400714819323198484",
     "elapsed": 0.2, "epoch": 1, "factor": 0.25, "max_len": 256, "max_tokens": 200, "pos": 4,
     "preset": "tiny", "recent": [3.2, 3.1], "seed": "1", "steps": 4, "test_size": 20,
     "valid_size": 20, "warmup": 400,
     "history": {"dense_acc": {"loss": "0", "n": 0, "step": 0}, "dense_every": 10,
-                "dense_loss": [], "dense_step": [], "step": [4], "train": [3.2], "val": [3.1]}})
-hb = json.dumps(h, separators=(',', ':')).encode()
-hb += b' ' * (-len(hb) % 8)
-open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
-EOF
+                "dense_loss": [], "dense_step": [], "step": [4], "train": [3.2], "val": [3.1]}}' ||
+  fail "could not write the flat seq2seq state"
 refused "seq2seq resume, flat state" "s.st' was written by an earlier cgrad (2026-11-23 or before" \
   "$seq2seq" train --resume s.st --data p.tsv --steps 8 --threads 1
 one_line "seq2seq resume, flat state"

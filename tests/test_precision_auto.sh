@@ -127,17 +127,7 @@ done
 # was trained in fp32 and resumes in fp32
 "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --stop-at 4 --precision fp32 --out old.st \
   >/dev/null 2>&1 || fail "charlm train --stop-at 4 (old)"
-st_py old.st <<'EOF' || fail "could not strip the precision from old.st"
-b = open(sys.argv[1], 'rb').read()
-n = struct.unpack('<Q', b[:8])[0]
-h = json.loads(b[8:8 + n])
-t = json.loads(h['__metadata__']['train'])
-del t['options']['precision']
-h['__metadata__']['train'] = json.dumps(t)
-hb = json.dumps(h).encode()
-hb += b' ' * (-len(hb) % 8)
-open(sys.argv[1], 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
-EOF
+st_meta old.st "del t['options']['precision']" || fail "could not strip the precision from old.st"
 rc=0
 "$charlm" train --resume old.st >old.json 2>old.err || rc=$?
 if [ "$rc" -eq 0 ] && [ "$(field precision old.json)" = fp32 ] &&
