@@ -227,14 +227,8 @@ static int lm_resume(lm_run *r, const cg_train_opts *o)
 {
     cg_charlm_ckpt ck;
     const cg_charlm_load_opts lo = {.base = o->base, .seed = 0, .dropout = NAN};
-    if (!cg_charlm_ckpt_load_opts(o->resume, &lo, &ck))
+    if (!cg_charlm_ckpt_load_opts(o->resume, &lo, &ck)) /* refuses --base with a full one */
         return cg_prog_fail_lib(NULL);
-    if (o->base && !ck.adapter) {
-        cg_charlm_ckpt_free(&ck);
-        return cg_prog_fail("--base: '%s' is not a LoRA adapter checkpoint (it holds its "
-                            "whole model)",
-                            o->resume);
-    }
     r->model = ck.model;
     r->tok = ck.tok;
     ck.model = NULL;
@@ -283,10 +277,10 @@ static int lm_data_checks(lm_run *r, const cg_train_opts *o)
     r->tr = cg_corpus_train(r->corpus);
     r->va = cg_corpus_val(r->corpus);
     if (r->corpus->unknown > 0)
-        return cg_prog_fail("'%s' has %lld characters outside the checkpoint's vocabulary "
+        return cg_prog_fail("'%s' has %lld character%s outside the checkpoint's vocabulary "
                             "(first U+%04X)",
                             o->data, (long long)r->corpus->unknown,
-                            (unsigned)r->corpus->first_unknown);
+                            r->corpus->unknown == 1 ? "" : "s", (unsigned)r->corpus->first_unknown);
     bool bpe = r->tok->kind == CG_TOK_BPE;
     if (r->tr.n <= r->T || r->va.n <= r->T)
         return cg_prog_fail("'%s' is too short: %lld %s give train/val splits of "
