@@ -5,7 +5,8 @@
 #      (act "gelu_erf", gelu_approximate "none": PyTorch's exact nn.GELU()),
 #      and sample / translate / eval / --resume read it; its weights differ
 #      from those of --act gelu (another function, not another name); a
-#      gelu model's config is the text fed2817 wrote
+#      gelu model's config is the text fed2817 wrote; --norm and
+#      --norm-first reach a new run's config
 #   2. an unknown --act or --norm is refused in one line (exit 2) naming
 #      every entry of the table; --help lists them
 #   3. checkpoints written by fed2817's programs (tests/fixtures/fed2817:
@@ -102,6 +103,16 @@ expect "seq2seq eval gelu_erf" 0 "" "$seq2seq" eval --ckpt serf.st --test-limit 
 json_ok "seq2seq eval gelu_erf" out.txt
 train_ok "seq2seq resume gelu_erf" '"step": 6' "$seq2seq" train --resume serf.st --steps 6
 config_has "seq2seq resumed gelu_erf" serf.st 'act="gelu_erf"'
+
+# --norm and --norm-first reach a new run's config (the default: pre-norm)
+for nf in false true; do
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 1 --norm rmsnorm --norm-first $nf --out n$nf.st \
+    >/dev/null 2>&1 || fail "charlm train --norm-first $nf"
+  config_has "charlm --norm-first $nf" n$nf.st 'norm="rmsnorm"' "norm_first=$nf"
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 1 --norm rmsnorm --norm-first $nf \
+    --out sn$nf.st >/dev/null 2>&1 || fail "seq2seq train --norm-first $nf"
+  config_has "seq2seq --norm-first $nf" sn$nf.st 'norm="rmsnorm"' "norm_first=$nf"
+done
 
 echo "== 2. unknown names, and --help, list the tables"
 for p in "$charlm" "$seq2seq"; do

@@ -82,4 +82,22 @@ expect "damaged tokenizer.spm (sample)" 1 "tokenizer" "$charlm" sample --ckpt d.
 expect "damaged tokenizer.spm (eval)" 1 "tokenizer" "$charlm" eval --ckpt d.st
 expect "damaged tokenizer.spm (resume)" 1 "tokenizer" "$charlm" train --resume d.st --steps 9
 
+# the train split in tokens, not characters, is what must be longer than a
+# window: 900 "ab" merge into few long pieces, the 200 characters after
+# them (the validation split) hardly at all, so the train split is the
+# shorter in tokens; --T of its length is refused, one less trains
+python3 -c 'import random
+r = random.Random(1)
+print("ab" * 900 + "".join(r.choice("cdefghijklmnopqrstuvwxyz ") for _ in range(199)))' >ab.txt
+abm=(--data ab.txt --tokenizer bpe --vocab-size 270 --d 16 --H 2 --layers 1 --d-ff 32 --batch-size 4
+     --threads 1 --steps 1)
+"$charlm" train "${abm[@]}" --T 1000 --out x.st >/dev/null 2>err.txt
+read -r ntr nva < <(sed -n 's/.*give train\/val splits of \([0-9]*\)\/\([0-9]*\),.*/\1 \2/p' err.txt)
+if [ -n "${ntr:-}" ] && [ "$ntr" -lt "$nva" ]; then
+  expect "a train split of --T tokens" 1 "train/val splits of $ntr/$nva, but windows of $ntr+1" \
+    "$charlm" train "${abm[@]}" --T "$ntr" --out x.st
+  train_ok "a train split of --T + 1 tokens" '"step": 1' "$charlm" train "${abm[@]}" --T $((ntr - 1)) --out x.st
+else
+  fail "ab.txt: not a train split shorter in tokens than the validation split: $(cat err.txt)"
+fi
 finish

@@ -158,6 +158,7 @@ refused "lora: an adapter as the base" "is itself an adapter" "$charlm" sample -
 # issue 34, finding 9: --base with a full checkpoint is refused, never ignored
 refused "full: sample --base" "is a full checkpoint" "$charlm" sample --ckpt full.st --base /nonexistent --length 5
 refused "full: eval --base" "is a full checkpoint" "$charlm" eval --ckpt full.st --base wide.st
+refused "full: train --resume --base" "is a full checkpoint" "$charlm" train --resume full.st --base wide.st --steps 40
 # damaged adapter checkpoints
 cp lora.st bad.st && "$tool" setmeta bad.st adapter_config '{"r": 2}' >/dev/null
 refused "lora: a damaged adapter_config" "adapter config lacks r" "$charlm" sample --ckpt bad.st --length 5
@@ -213,6 +214,10 @@ expect "--resume of a LoRA run with --lora-rank" 2 "drop --lora-rank" \
   "$charlm" train --resume lorar.st --lora-rank 4 --steps 30
 printf 'the whale? QUEEQUEG!\n%.0s' {1..200} >c.txt
 expect "new characters" 1 "outside the checkpoint's vocabulary" \
+  "$charlm" train --init-from base.st --data c.txt --steps 2 --out x.st
+# one character outside is as many as one too many
+{ cat b.txt; printf '\302\247\n'; } >c.txt
+expect "one new character" 1 "has 1 character outside the checkpoint's vocabulary (first U+00A7)" \
   "$charlm" train --init-from base.st --data c.txt --steps 2 --out x.st
 [ -e x.st ] && fail "a refused run wrote x.st"
 intact "refusals" base.st base.orig

@@ -74,12 +74,34 @@ lr = [json.loads(l)["lr"] for l in open(sys.argv[1]) if "\"lr\"" in l]
 sys.exit(not (len(lr) == 2 and abs(lr[0] / 1e-11 - 1) < 1e-6 and abs(lr[1] / 2e-11 - 1) < 1e-6))' \
   lr.st.metrics.jsonl || fail "the metrics log's lr: $(grep '"lr"' lr.st.metrics.jsonl)"
 echo "the metrics log: a learning rate of 1e-11 is 1e-11"
+# the last line's tokens_per_s is the tokens trained (steps x batch x T) over
+# elapsed_s, the time in steps: an account, not a speed (the time it gives
+# rounds to elapsed_s's 0.1 s)
+"$charlm" train --data tiny.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 64 --batch-size 16 --threads 1 \
+  --eval-every 400 --steps 400 --out tps.st >tps.json 2>tps.log || fail "the 400-step run: $(tail -1 tps.log)"
+python3 -c 'import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+t = 400 * 16 * 64 / j["tokens_per_s"]
+sys.exit(not (j["elapsed_s"] >= 0.1 and abs(t - j["elapsed_s"]) <= 0.051) and "%s: %.3f s" % (j, t))' \
+  tps.json 2>tps.bad ||
+  fail "tokens_per_s x elapsed_s is not the tokens trained: $(cat tps.bad)"
 # 1c. the cosine's length is --steps: a resume given another --steps past the
 # warmup (100 steps) changes the schedule, and says so in one warning; within
 # the warmup, or with the same --steps, the schedule is the same and it is silent
 "$charlm" train "${model[@]}" --steps 130 --stop-at 110 --out cs.st >/dev/null 2>cs.log ||
   fail "training to step 110 failed: $(tail -1 cs.log)"
 cp cs.st cs110.st
+# the metrics log's rates follow the schedule: warmup over 100 steps, then
+# a cosine down to lr/10 at step 130 (--steps)
+python3 -c 'import json, math, sys
+lr = {j["step"]: j["lr"] for j in map(json.loads, open(sys.argv[1])) if "lr" in j}
+s0 = min(lr)
+hi = lr[s0] * 100 / s0
+want = lambda s: hi * s / 100 if s <= 100 else hi / 10 + 0.45 * hi * (1 + math.cos(math.pi * (s - 101) / 30))
+bad = [(s, lr[s], want(s)) for s in sorted(lr) if abs(lr[s] / want(s) - 1) > 1e-8]
+if bad or max(lr) <= 101 or min(lr) > 100:  # both parts logged
+    sys.exit("%s of %s" % (bad, sorted(lr)))' cs.st.metrics.jsonl 2>cs.bad ||
+  fail "the metrics log's rates are not the warmup and cosine to lr/10: $(cat cs.bad)"
 "$charlm" train --resume cs.st --steps 200 --threads 1 --out cs2.st >/dev/null 2>cs.log ||
   fail "resume with --steps 200 failed: $(tail -1 cs.log)"
 [ "$(grep -c 'warning: --steps 200 reshapes the cosine schedule of .cs.st. (warmup 100, then down to lr/10 at step 130): the learning rate of step 111 is' cs.log)" -eq 1 ] ||
