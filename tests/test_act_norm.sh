@@ -104,14 +104,16 @@ json_ok "seq2seq eval gelu_erf" out.txt
 train_ok "seq2seq resume gelu_erf" '"step": 6' "$seq2seq" train --resume serf.st --steps 6
 config_has "seq2seq resumed gelu_erf" serf.st 'act="gelu_erf"'
 
-# --norm and --norm-first reach a new run's config (the default: pre-norm)
+# --norm and --norm-first reach a new run's config (the default: pre-norm);
+# without --act, each program's default activation (charlm gelu, seq2seq
+# relu as the paper's)
 for nf in false true; do
   "$charlm" train --data c.txt "${TINY[@]}" --steps 1 --norm rmsnorm --norm-first $nf --out n$nf.st \
     >/dev/null 2>&1 || fail "charlm train --norm-first $nf"
-  config_has "charlm --norm-first $nf" n$nf.st 'norm="rmsnorm"' "norm_first=$nf"
+  config_has "charlm --norm-first $nf" n$nf.st 'norm="rmsnorm"' "norm_first=$nf" 'act="gelu"'
   "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 1 --norm rmsnorm --norm-first $nf \
     --out sn$nf.st >/dev/null 2>&1 || fail "seq2seq train --norm-first $nf"
-  config_has "seq2seq --norm-first $nf" sn$nf.st 'norm="rmsnorm"' "norm_first=$nf"
+  config_has "seq2seq --norm-first $nf" sn$nf.st 'norm="rmsnorm"' "norm_first=$nf" 'act="relu"'
 done
 
 echo "== 2. unknown names, and --help, list the tables"

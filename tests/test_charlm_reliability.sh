@@ -434,3 +434,46 @@ print(min(e, key=lambda x: x["val_loss"])["step"])' far.st.metrics.jsonl)
 bs=$("$tool" getmeta far.st.best.safetensors step)
 [ "$bs" = "$best" ] || fail "past 2^24 steps: the best checkpoint holds step $bs, not $best"
 echo "past 2^24 steps: every step evaluated and recorded as itself (best_step $best)"
+
+# 8. the recipe (train_charlm.py's): AdamW (0.9, 0.99), eps 1e-8, in the
+# checkpoint's optimizer metadata; weight decay 0.1 on the 2-D parameters
+# only. Step 1 from one init at --lr 1 and --lr 2 (warmup: rates 0.01 and
+# 0.02) gives p0 = 2 p1 - p2, and AdamW's first update is
+# lr (wd p0 + u), |u| = |g| / (|g| + eps) <= 1: so |(p0 - p1) / 0.01 -
+# wd p0| <= 1 in every element, which without the decay (or with it on a
+# vector) fails wherever sign(u) = -sign(p0). The batch stream is not the
+# init stream (its seed is not --seed).
+for lr in 1 2; do
+  "$charlm" train "${model[@]}" --steps 1 --lr $lr --precision fp32 --out wd$lr.st >/dev/null 2>wd.log ||
+    fail "the one-step run at --lr $lr: $(tail -1 wd.log)"
+done
+python3 - wd1.st wd2.st <<'EOF' || fail "the recipe: see above"
+import json, struct, sys
+def load(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    meta = h.pop('__metadata__')
+    t = {k: (v['shape'], struct.unpack('<%df' % ((v['data_offsets'][1] - v['data_offsets'][0]) // 4),
+                                      b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]]))
+         for k, v in h.items() if v['dtype'] == 'F32' and not k.startswith('optim.')}
+    return t, meta
+(t1, m), (t2, _) = load(sys.argv[1]), load(sys.argv[2])
+want = {'optim.type': 'adamw', 'optim.beta1': 0.9, 'optim.beta2': 0.99, 'optim.eps': 1e-8}
+for k, v in want.items():
+    got = m[k] if isinstance(v, str) else float(m[k])
+    if got != v:
+        sys.exit('the recipe: %s is %s, not %s' % (k, m[k], v))
+worst = {}
+for k, (shape, p1) in t1.items():
+    wd = 0.1 if len(shape) == 2 else 0.0
+    p0 = [2 * a - b for a, b in zip(p1, t2[k][1])]
+    worst[k] = max(abs((a - b) / 0.01 - wd * a) for a, b in zip(p0, p1))
+bad = {k: w for k, w in worst.items() if w > 1 + 1e-4}
+if bad or not any(len(t1[k][0]) == 2 for k in worst):
+    sys.exit('the recipe: |(p0 - p1) / lr - wd p0| > 1 in %s' % bad)
+state = json.loads(m['train'])
+if state['model']['batch_rng_seed'] == state['seed']:
+    sys.exit('the recipe: the batch stream is seeded with --seed %s, the init stream' % state['seed'])
+EOF
+echo "the recipe: AdamW (0.9, 0.99, 1e-8), weight decay 0.1 on the matrices only, the batch stream its own"

@@ -37,6 +37,11 @@ S2S=(--data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --
 train_ok "without --extra-data" . "$seq2seq" train "${S2S[@]}" --steps 4 --out a.st
 mv b.out a.out
 grep -q '^train 5 pairs in ' b.err || fail "startup line without the flag: $(grep '^train' b.err)"
+# the recipe's optimizer (train_seq2seq.py's, the paper's): Adam (0.9, 0.98), eps 1e-9
+st_py a.st <<'EOF' && echo "ok: Adam (0.9, 0.98), eps 1e-9" || fail "a.st's optimizer is not the recipe's"
+m = load(sys.argv[1])[1]
+assert m['optim.type'] == 'adam' and [float(m['optim.' + k]) for k in ('beta1', 'beta2', 'eps')] == [0.9, 0.98, 1e-9], m
+EOF
 # the Noam rate of each step, counted from 1 as train_seq2seq.py's loop
 # counts it (its lambda at step 0 would divide by zero): every step's
 # "lr" in the metrics log (logged with 10 digits)
