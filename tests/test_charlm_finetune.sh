@@ -114,6 +114,9 @@ lora_size=$(stat -c %s lora.st)
   echo "ok: lora: adapter_config $("$tool" getmeta lora.st adapter_config)" ||
   fail "lora: metadata $("$tool" getmeta lora.st adapter_config 2>&1)"
 grep -q '"trainable_params": 448' lora.json || fail "lora: trainable_params: $(tail -1 lora.json)"
+# the tokenizer is the base's: the adapter checkpoint holds none of its own
+! "$tool" getmeta lora.st vocab >/dev/null 2>&1 && ! "$tool" getmeta lora.st tokenizer >/dev/null 2>&1 &&
+  echo "ok: lora: no tokenizer of its own" || fail "lora: the adapter checkpoint holds a tokenizer"
 "$charlm" sample --ckpt lora.st --length 60 --seed 1 >lora.txt 2>ls.log || fail "lora: sample: $(tail -1 ls.log)"
 "$charlm" sample --ckpt lora.st --length 60 --seed 1 --no-cache >lora_nc.txt 2>/dev/null || fail "lora: --no-cache"
 "$charlm" sample --ckpt base.st --length 60 --seed 1 >base.txt 2>/dev/null || fail "lora: base sample"
@@ -154,7 +157,8 @@ refused "lora: a base of another shape" "d=32 against 16" "$charlm" sample --ckp
   "${run[@]}" --out deep.st >/dev/null 2>&1 || fail "deep base"
 refused "lora: a base of other layers" "its layers=2 against 1 in the adapter's base" \
   "$charlm" sample --ckpt lora.st --base deep.st --length 5
-refused "lora: an adapter as the base" "is itself an adapter" "$charlm" sample --ckpt lora.st --base lorad.st --length 5
+refused "lora: an adapter as the base" "is itself an adapter checkpoint; a base must hold every weight" \
+  "$charlm" sample --ckpt lora.st --base lorad.st --length 5
 # issue 34, finding 9: --base with a full checkpoint is refused, never ignored
 refused "full: sample --base" "is a full checkpoint" "$charlm" sample --ckpt full.st --base /nonexistent --length 5
 refused "full: eval --base" "is a full checkpoint" "$charlm" eval --ckpt full.st --base wide.st
@@ -172,6 +176,13 @@ cp lora.st bad.st && "$tool" poison bad.st base_model.model.blocks.0.attn.q_proj
 refused "lora: a NaN in an adapter" "lora_B.weight' holds nan" "$charlm" sample --ckpt bad.st --length 5
 cp lora.st bad.st && "$tool" setmeta bad.st init_from '{"path": 1}' >/dev/null
 refused "lora: a damaged init_from" '"init_from": malformed' "$charlm" eval --ckpt bad.st
+# its step a whole number in [0, 1e15]
+for step in -1 1.5 1e16; do
+  cp lora.st bad.st &&
+    "$tool" setmeta bad.st init_from "$("$tool" getmeta lora.st init_from | sed "s/\"step\":[0-9]*/\"step\":$step/")" \
+      >/dev/null
+  refused "lora: init_from's step $step" '"init_from": malformed' "$charlm" eval --ckpt bad.st
+done
 intact "lora: loading" base.st base.orig
 
 # ---------------------------------------------------------------- 3. refused
@@ -188,8 +199,16 @@ expect "--lora-rank 17 > d" 1 "--lora-rank 17 is larger than" \
 # the smaller side of each target: fc1 is 32 x 16, so 20 > 16 (and < 32)
 expect "--lora-rank 20 > fc1's inputs" 1 "(a 32 x 16 layer: at most 16)" \
   "$charlm" train "${ft[@]}" --lora-rank 20 --lora-targets fc1 --steps 2 --out x.st
-expect "--lora-targets bogus" 1 "names no Linear" \
+expect "--lora-targets bogus" 1 "'bogus' names no Linear of the CharLM (its Linears: q_proj, k_proj, v_proj, o_proj, fc1, fc2)$" \
   "$charlm" train "${ft[@]}" --lora-rank 2 --lora-targets q_proj,bogus --steps 2 --out x.st
+# the largest rank a layer takes (its smaller side: 16 of q_proj's 16 x 16),
+# and a target named by its whole path
+train_ok "--lora-rank 16 = q_proj's side" '"trainable_params": 512,' \
+  "$charlm" train "${ft[@]}" --lora-rank 16 --lora-targets q_proj --steps 1 --out x.st
+rm -f x.st*
+train_ok "--lora-targets by path" '"trainable_params": 64,' \
+  "$charlm" train "${ft[@]}" --lora-rank 2 --lora-targets blocks.0.attn.q_proj --steps 1 --out x.st
+rm -f x.st*
 expect "--d against the base" 1 "contradict" "$charlm" train "${ft[@]}" --d 32 --steps 2 --out x.st
 expect "--layers, --T against the base" 1 "--layers 2, --T 32 contradict" \
   "$charlm" train "${ft[@]}" --layers 2 --T 32 --steps 2 --out x.st

@@ -672,6 +672,34 @@ static bool avg_loads_never(const char *path)
     return false;
 }
 
+/* cg_ft_lora_attach checks its own arguments (the programs' flags check
+ * the rank first): a rank below 1 or past an int, no target names, or
+ * targets that name no Linear (no adapter is not a success), refused with
+ * nothing attached. */
+START_TEST(test_lora_attach_refusals)
+{
+    cg_charlm *m = tiny_model(true, CG_NORM_LAYERNORM, CG_ACT_GELU, 5);
+    cg_rng g = cg_rng_new(1);
+    const int64_t n0 = cg_module_num_params(CG_MODULE(m));
+    const struct {
+        cg_ft_lora l;
+        const char *why;
+    } bad[] = {
+        {{0, NAN, 0, NULL}, "--lora-rank 0: need at least 1"},
+        {{-2, NAN, 0, NULL}, "--lora-rank -2: need at least 1"},
+        {{(int64_t)INT32_MAX + 1, NAN, 0, NULL}, "need at least 1"},
+        {{2, NAN, 0, ","}, "--lora-targets: no module names given"},
+        {{2, NAN, 0, "bogus"}, "no Linear of the CharLM matches the target modules 'bogus'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CG_ASSERT_REFUSED(cg_ft_lora_attach(CG_MODULE(m), &bad[i].l, &g, NULL) == -1, bad[i].why);
+        ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), n0);
+    }
+    const cg_ft_lora ok = {1, NAN, 0, "q_proj"};
+    ck_assert_int_eq(cg_ft_lora_attach(CG_MODULE(m), &ok, &g, NULL), 2); /* one per layer */
+    cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
 START_TEST(test_average_needs_two)
 {
     make_tmpdir();
@@ -1568,6 +1596,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_history_best_ties);
     tcase_add_test(t, test_origin_of_opened_bytes);
     tcase_add_test(t, test_average_needs_two);
+    tcase_add_test(t, test_lora_attach_refusals);
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_flag_table);
     tcase_add_test(t, test_flag_switch_off);
