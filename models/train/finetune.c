@@ -250,7 +250,7 @@ int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng 
         attach_check c = {l, targets, used, n};
         if (l->rank < 1 || l->rank > INT32_MAX)
             cg_set_error("--lora-rank %lld: need at least 1", (long long)l->rank);
-        else if ((got = cg_lora_attach_all(root, &cfg, rng)) > 0 &&
+        else if ((got = cg_lora_attach_all(root, &cfg, rng)) > 0 && /* 0 matches: -1 */
                  !(each_adapter(root, check_adapter, &c) &&
                    each_adapter(root, set_dropout_rng, dropout_rng)))
             got = -1;
@@ -262,8 +262,6 @@ int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng 
                              targets[i], root->type, names);
                 got = -1;
             }
-        if (got == 0)
-            got = -1;
     }
     free(used);
     free(targets);
