@@ -694,6 +694,14 @@ START_TEST(test_lora_attach_refusals)
         CG_ASSERT_REFUSED(cg_ft_lora_attach(CG_MODULE(m), &bad[i].l, &g, NULL) == -1, bad[i].why);
         ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), n0);
     }
+    /* a target that names nothing beside one that does: the Linears that
+     * exist, each name once (two layers have one each) */
+    const cg_ft_lora half = {1, NAN, 0, "q_proj,bogus"};
+    CG_ASSERT_REFUSED(cg_ft_lora_attach(CG_MODULE(m), &half, &g, NULL) == -1,
+                      "'bogus' names no Linear of the CharLM (its Linears: q_proj, k_proj, "
+                      "v_proj, o_proj, fc1, fc2)");
+    cg_module_free(CG_MODULE(m));
+    m = tiny_model(true, CG_NORM_LAYERNORM, CG_ACT_GELU, 5);
     const cg_ft_lora ok = {1, NAN, 0, "q_proj"};
     ck_assert_int_eq(cg_ft_lora_attach(CG_MODULE(m), &ok, &g, NULL), 2); /* one per layer */
     cg_module_free(CG_MODULE(m));
