@@ -46,6 +46,13 @@ static bool is_layer_or_stack(const char *type)
            !strcmp(type, "TransformerDecoder");
 }
 
+/* PyTorch's class of a layer or stack type: an LMBlock's names are a
+ * TransformerEncoderLayer's. */
+static const char *torch_class(const char *type)
+{
+    return !strcmp(type, "LMBlock") ? "TransformerEncoderLayer" : type;
+}
+
 static const cg_module *child_named(const cg_module *m, const char *name, size_t len)
 {
     for (int i = 0; i < m->n_children; i++)
@@ -86,7 +93,7 @@ static bool torch_name(const cg_module *root, const char *name, char *out, size_
         const cg_module *child = dot ? child_named(cur, s, len) : NULL;
         if (child && !strcmp(child->type, "RMSNorm") && is_layer_or_stack(cur->type)) {
             cg_set_error("torch names: '%.*s' is an RMSNorm: PyTorch's %s has LayerNorm only",
-                         (int)(s - name + len), name, cur->type);
+                         (int)(s - name + len), name, torch_class(cur->type));
             return false;
         }
         bool in_mha = child && !strcmp(cur->type, "MultiHeadAttention");
@@ -190,18 +197,17 @@ bool cg_torch_names_of(const cg_module *m, cg_torch_names *out)
 static bool add_at(cg_module *root, const char *name, cg_tensor *t, bool buffer)
 {
     cg_module *cur = root;
-    char seg[256];
     for (const char *s = name, *dot; (dot = strchr(s, '.')); s = dot + 1) {
         size_t len = (size_t)(dot - s);
-        if (len >= sizeof seg) {
-            cg_set_error("torch names: '%s' is too long", name);
-            return false;
+        cg_module *c = (cg_module *)child_named(cur, s, len);
+        if (!c) {
+            char *seg = strndup(s, len);
+            if (!seg)
+                cg_set_error("torch names: out of memory");
+            c = seg ? cg_module_add_child(cur, seg, cg_module_new("TorchNames")) : NULL;
+            free(seg);
         }
-        memcpy(seg, s, len);
-        seg[len] = 0;
-        cg_module *c = (cg_module *)child_named(cur, seg, len);
-        cur = c ? c : cg_module_add_child(cur, seg, cg_module_new("TorchNames"));
-        if (!cur)
+        if (!(cur = c))
             return false;
     }
     const char *local = strrchr(name, '.') ? strrchr(name, '.') + 1 : name;

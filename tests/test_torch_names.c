@@ -180,6 +180,120 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* Each LayerNorm of PyTorch's layers and stacks refused as an RMSNorm by
+ * its name: a decoder layer's, an LM block's (a TransformerEncoderLayer's
+ * names), a stack's final norm (no layers: that norm alone). An RMSNorm of
+ * the user's own module is not one of PyTorch's layers: it keeps its name. */
+START_TEST(test_rmsnorm_refused_in_each_layer)
+{
+    cg_tf_config c = config(true);
+    c.norm = CG_NORM_RMSNORM;
+    cg_module *m[] = {CG_MODULE(cg_dec_layer_new(&c, NULL)), CG_MODULE(cg_lm_block_new(&c, NULL)),
+                      CG_MODULE(cg_enc_stack_new(0, &c, NULL)),
+                      CG_MODULE(cg_dec_stack_new(0, &c, NULL))};
+    static const char *const want[] = {
+        "'ln1' is an RMSNorm: PyTorch's TransformerDecoderLayer has LayerNorm only",
+        "'ln1' is an RMSNorm: PyTorch's TransformerEncoderLayer has LayerNorm only",
+        "'ln_f' is an RMSNorm: PyTorch's TransformerEncoder has LayerNorm only",
+        "'ln_f' is an RMSNorm: PyTorch's TransformerDecoder has LayerNorm only"};
+    for (int i = 0; i < 4; i++) {
+        cg_torch_names n = {0};
+        ck_assert_msg(m[i], "%s", cg_last_error());
+        CG_ASSERT_REFUSED(!cg_torch_names_of(m[i], &n), want[i]);
+        ck_assert_int_eq(n.n, 0);
+        cg_module_free(m[i]);
+    }
+    cg_module *own = cg_module_new("Mine");
+    ck_assert(cg_module_add_child(own, "norm", cg_norm_new(CG_NORM_RMSNORM, 8)));
+    cg_torch_names n = {0};
+    ck_assert(cg_torch_names_of(own, &n));
+    ck_assert_int_eq(n.n, 1);
+    ck_assert_str_eq(n.items[0].torch_name, "norm.weight");
+    cg_torch_names_free(&n);
+    cg_module_free(own);
+}
+END_TEST
+
+/* A FeedForward is flattened into linear1 and linear2 only below a layer:
+ * on its own, or in the user's module, its names are its own. */
+START_TEST(test_feedforward_outside_a_layer)
+{
+    cg_module *own = cg_module_new("Mine");
+    cg_ff *ff = cg_ff_new(8, 12, CG_ACT_RELU, NULL);
+    ck_assert(cg_module_add_child(own, "ff", ff));
+    static const char *const want[] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+    cg_torch_names a = {0}, b = {0};
+    ck_assert(cg_torch_names_of(CG_MODULE(ff), &a) && cg_torch_names_of(own, &b));
+    ck_assert_int_eq(a.n, 4);
+    ck_assert_int_eq(b.n, 4);
+    for (int i = 0; i < 4; i++) {
+        char full[32];
+        snprintf(full, sizeof full, "ff.%s", want[i]);
+        ck_assert_str_eq(a.items[i].torch_name, want[i]);
+        ck_assert_str_eq(b.items[i].torch_name, full);
+    }
+    cg_torch_names_free(&a);
+    cg_torch_names_free(&b);
+    cg_module_free(own);
+}
+END_TEST
+
+/* The user's module with a Linear under a child named by len a's. */
+static cg_module *long_named(int len, uint64_t seed)
+{
+    char child[506];
+    memset(child, 'a', (size_t)len);
+    child[len] = 0;
+    cg_rng r = cg_rng_new(seed);
+    cg_module *m = cg_module_new("Mine");
+    ck_assert(cg_module_add_child(m, child, cg_linear_new(2, 2, false, &r)));
+    return m;
+}
+
+/* PyTorch's names are built in 512 bytes: a name of 511 characters is
+ * taken, saved and loaded back, and one of 512 refused by name (not cut
+ * short, not overrun). */
+START_TEST(test_name_length_limit)
+{
+    cg_module *a = long_named(504, 1), *b = long_named(504, 2); /* "<504 a's>.weight": 511 */
+    cg_torch_names n = {0};
+    ck_assert_msg(cg_torch_names_of(a, &n), "%s", cg_last_error());
+    ck_assert_int_eq(strlen(n.items[0].torch_name), 511);
+    cg_torch_names_free(&n);
+    char path[PATH_MAX];
+    temp_file(path, sizeof path);
+    ck_assert_msg(cg_torch_save(a, path) && cg_torch_load_file(b, path), "%s", cg_last_error());
+    ck_assert_float_eq(cg_test_max_rel_diff(a, b, NULL, 0), 0.0);
+    remove(path);
+    cg_module_free(a);
+    cg_module_free(b);
+    cg_module *c = long_named(505, 1); /* 512 */
+    CG_ASSERT_REFUSED(!cg_torch_names_of(c, &n), ".weight' is too long");
+    ck_assert_int_eq(n.n, 0);
+    cg_module_free(c);
+}
+END_TEST
+
+/* An in_proj packs one attention's q, k and v: a projection whose first
+ * name is elsewhere (shared with another module first) cannot be packed,
+ * and the refusal names the part it lacks. */
+START_TEST(test_projection_shared_elsewhere)
+{
+    for (int part = 0; part < 3; part++) {
+        cg_mha *a = cg_mha_new(8, 2, NULL);
+        cg_linear *proj = part == 0 ? a->q_proj : part == 1 ? a->k_proj : a->v_proj;
+        cg_module *m = cg_module_new("Mine");
+        ck_assert(cg_module_add_child(m, "first", proj) && cg_module_add_child(m, "attn", a));
+        cg_torch_names n = {0};
+        char want[96];
+        snprintf(want, sizeof want, "'attn.in_proj_weight' lacks its %c projection", "qkv"[part]);
+        CG_ASSERT_REFUSED(!cg_torch_names_of(m, &n), want);
+        CG_ASSERT_REFUSED(!cg_torch_save(m, "/nonexistent/x.safetensors"), want);
+        cg_module_free(m);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("torch_names");
@@ -189,6 +303,10 @@ int main(void)
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_shared_layer_load);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_rmsnorm_refused_in_each_layer);
+    tcase_add_test(tc, test_feedforward_outside_a_layer);
+    tcase_add_test(tc, test_name_length_limit);
+    tcase_add_test(tc, test_projection_shared_elsewhere);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
