@@ -129,6 +129,16 @@ START_TEST(test_shared_layer_load)
     ck_assert(cg_module_add_child(shared, "a", dst) && cg_module_add_child(shared, "b", dst));
     ck_assert_msg(cg_torch_load_file(shared, path), "%s", cg_last_error());
     ck_assert_float_eq(cg_test_max_rel_diff(CG_MODULE(src), CG_MODULE(dst), NULL, 0), 0.0);
+    char saved[PATH_MAX]; /* a save writes the shared layer once, under its first name */
+    temp_file(saved, sizeof saved);
+    ck_assert(cg_torch_save(shared, saved));
+    cg_st_file *f = cg_st_open(saved);
+    ck_assert_msg(f, "%s", cg_last_error());
+    ck_assert_int_eq(cg_st_count(f), 12);
+    ck_assert(cg_st_has(f, "a.self_attn.in_proj_weight") &&
+              !cg_st_has(f, "b.self_attn.in_proj_weight") && !cg_st_has(f, "b.norm1.weight"));
+    cg_st_close(f);
+    remove(saved);
     cg_data(copy->self_attn->v_proj->bias)[1] += 1; /* b's in_proj_bias differs now */
     ck_assert(cg_torch_save(two, path));
     float before = cg_data(dst->self_attn->v_proj->bias)[1];
@@ -294,6 +304,71 @@ START_TEST(test_projection_shared_elsewhere)
 }
 END_TEST
 
+/* PyTorch packs q_proj, k_proj and v_proj into in_proj_weight and
+ * in_proj_bias: a buffer of the user's in one of them has no name there. */
+START_TEST(test_buffer_in_projection)
+{
+    cg_mha *a = cg_mha_new(8, 2, NULL);
+    cg_tensor *t = cg_zeros(1, (int64_t[]){3});
+    ck_assert(cg_module_add_buffer(CG_MODULE(a->k_proj), "scale", t, true));
+    cg_release(t);
+    const char *want = "buffer 'k_proj.scale' sits in a q/k/v projection";
+    CG_ASSERT_REFUSED(!cg_torch_save(CG_MODULE(a), "/nonexistent/x.safetensors"), want);
+    cg_module_free(CG_MODULE(a));
+}
+END_TEST
+
+/* The keys of a load refused before the file is compared (a model PyTorch
+ * has no names for) come back zeroed, as cg_module_load_ex's do, whatever
+ * the caller's struct held. */
+START_TEST(test_refused_load_zeroes_keys)
+{
+    char path[PATH_MAX];
+    temp_file(path, sizeof path);
+    cg_tf_config c = config(true);
+    cg_enc_layer *good = cg_enc_layer_new(&c, NULL);
+    ck_assert(cg_torch_save(CG_MODULE(good), path));
+    c.norm = CG_NORM_RMSNORM;
+    cg_enc_layer *rms = cg_enc_layer_new(&c, NULL);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f, "%s", cg_last_error());
+    cg_load_keys k = {.n_missing = 7, .n_unexpected = 3};
+    cg_load_options opt = {.non_strict = true, .keys = &k};
+    CG_ASSERT_REFUSED(!cg_torch_load(CG_MODULE(rms), f, &opt), "'ln1' is an RMSNorm");
+    ck_assert(!k.missing && !k.unexpected && k.n_missing == 0 && k.n_unexpected == 0);
+    cg_st_close(f);
+    remove(path);
+    cg_module_free(CG_MODULE(good));
+    cg_module_free(CG_MODULE(rms));
+}
+END_TEST
+
+/* nn.TransformerEncoderLayer's arguments into a config: each field
+ * carried over; unset ones are PyTorch's defaults (ReLU, eps 1e-5), and an
+ * eps PyTorch would take but cgrad has no equivalent for is refused. */
+START_TEST(test_config_from_torch_fields)
+{
+    cg_torch_layer_args a = {
+        .d_model = 8, .nhead = 2, .dim_feedforward = 12, .dropout = 0.25, .norm_first = true};
+    cg_tf_config c;
+    ck_assert(cg_tf_config_from_torch(&a, &c));
+    ck_assert_int_eq(c.d, 8);
+    ck_assert_int_eq(c.H, 2);
+    ck_assert_int_eq(c.d_ff, 12);
+    ck_assert_float_eq(c.dropout, 0.25);
+    ck_assert(c.norm_first && c.norm == CG_NORM_LAYERNORM && c.act == CG_ACT_RELU);
+    a.norm_first = false;
+    a.layer_norm_eps = 1e-5;
+    ck_assert(cg_tf_config_from_torch(&a, &c) && !c.norm_first);
+    a.layer_norm_eps = -1e-5;
+    CG_ASSERT_REFUSED(!cg_tf_config_from_torch(&a, &c), "layer_norm_eps=-1e-05 has no equivalent");
+    a.layer_norm_eps = 0;
+    a.dropout = 1.5;
+    CG_ASSERT_REFUSED(!cg_tf_config_from_torch(&a, &c), "dropout");
+    ck_assert_float_eq(c.dropout, 0.25); /* a refusal leaves *out as it was */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("torch_names");
@@ -307,6 +382,9 @@ int main(void)
     tcase_add_test(tc, test_feedforward_outside_a_layer);
     tcase_add_test(tc, test_name_length_limit);
     tcase_add_test(tc, test_projection_shared_elsewhere);
+    tcase_add_test(tc, test_buffer_in_projection);
+    tcase_add_test(tc, test_refused_load_zeroes_keys);
+    tcase_add_test(tc, test_config_from_torch_fields);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
