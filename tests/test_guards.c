@@ -871,6 +871,12 @@ START_TEST(test_out_lock)
     write_file(tmp("m.metrics.jsonl.tmp.99999997"), "partial", 7);
     write_file(tmp("other.safetensors.tmp.1"), "keep", 4);
     write_file(tmp("m.safetensors.tmp.notes"), "a user's", 8); /* not a writer's: kept */
+    /* nor these: a writer's pid has no leading zero or sign, its count only digits */
+    static const char *const odd[] = {"m.safetensors.tmp.099999996", "m.safetensors.tmp.-99999995",
+                                      "m.safetensors.tmp.99999994.2x",
+                                      "m.safetensors.tmp.99999993."};
+    for (int i = 0; i < 4; i++)
+        write_file(tmp(odd[i]), "a user's", 8);
     /* what a killed process of this pid left (a container's program has the
      * same pid at every start): nothing of this run's yet, removed too */
     char own[3][64];
@@ -890,6 +896,10 @@ START_TEST(test_out_lock)
     ck_assert(access(tmp("m.metrics.jsonl.tmp.99999997"), F_OK) != 0);
     ck_assert(access(tmp("other.safetensors.tmp.1"), F_OK) == 0);
     ck_assert(access(tmp("m.safetensors.tmp.notes"), F_OK) == 0);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(access(tmp(odd[i]), F_OK) == 0, "%s removed", odd[i]);
+        unlink(tmp(odd[i]));
+    }
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(tmp("m.safetensors"), &b),
                     "is being written by another run (pid ");
     ck_assert_int_eq(b.fd, -1);

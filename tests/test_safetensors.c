@@ -475,6 +475,35 @@ START_TEST(reads_python_fixture)
 }
 END_TEST
 
+/* Every control byte (0x01 to 0x1f), a quote and a backslash, in a tensor
+ * name and a metadata key and value: the writer escapes each (JSON text
+ * has no raw byte below 0x20), so the file opens and gives them back. */
+START_TEST(control_bytes_round_trip)
+{
+    char s[40];
+    int n = 0;
+    for (int c = 1; c < 0x20; c++)
+        s[n++] = (char)c;
+    s[n++] = '"';
+    s[n++] = '\\';
+    s[n] = 0;
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_st_add_f32_raw(w, s, CG_SHAPE(1), (const float[]){2.5f}));
+    ck_assert(cg_st_set_metadata(w, s, s));
+    const char *path = in_dir("control.safetensors");
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f, "%s", cg_last_error());
+    ck_assert_str_eq(cg_st_name(f, 0), s);
+    ck_assert_str_eq(cg_st_metadata(f, s), s);
+    cg_tensor *t = cg_st_get_f32(f, s);
+    ck_assert(t && cg_data(t)[0] == 2.5f);
+    cg_release(t);
+    cg_st_close(f);
+}
+END_TEST
+
 /* Metadata with numbers and nested JSON (issue 22): stored as JSON text in
  * the string map, read back as the same double / the same tree. */
 START_TEST(metadata_numbers_and_json)
@@ -1610,6 +1639,7 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, atomic_unwritable_dir);
     tcase_add_test(tc, atomic_write_fails);
     tcase_add_test(tc, metadata_numbers_and_json);
+    tcase_add_test(tc, control_bytes_round_trip);
     suite_add_tcase(s, tc);
     return s;
 }
