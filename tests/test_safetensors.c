@@ -1197,12 +1197,12 @@ START_TEST(atomic_overwrite_ok)
 {
     const char *path = in_dir("ckpt.safetensors");
     save_with(path, 1.0f);
-    ck_assert_int_eq(chmod(path, 0640), 0);
+    ck_assert_int_eq(chmod(path, 02640), 0); /* setgid, as in a shared group's directory */
     save_with(path, 2.0f);
     assert_file_holds(path, 2.0f);
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
-    ck_assert_int_eq(st.st_mode & 0777, 0640); /* permissions kept */
+    ck_assert_int_eq(st.st_mode & 07777, 02640); /* permissions kept, with the mode's high bits */
     ck_assert_int_eq(count_tmp_files(g_dir), 0);
     /* a relative path in the working directory */
     char cwd[1024];
