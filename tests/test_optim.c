@@ -1776,6 +1776,48 @@ START_TEST(clip_low_precision_grads)
 }
 END_TEST
 
+/* cg_optim_copy_state between whole optimizers: the configuration, the
+ * step counts and the buffers come across; it refuses another type, the
+ * other use of momentum, and a parameter of another name even with the
+ * same shape, and a refusal changes nothing. */
+START_TEST(copy_state_whole)
+{
+    cg_tensor *w = cg_zeros(CG_SHAPE(3, 4)), *v = cg_zeros(CG_SHAPE(3, 4));
+    cg_requires_grad(w, true);
+    cg_requires_grad(v, true);
+    cg_optim_config mom = cg_sgd_config(0.1, 0.9, false), plain = cg_sgd_config(0.5, 0, false);
+    cg_optim_config adam = cg_adam_config(0.1, 0.9, 0.99, 1e-8);
+    cg_optim *a = cg_optim_new(&mom, 1, &(cg_optim_param){"w", w, 0});
+    cg_optim *b = cg_optim_new(&mom, 1, &(cg_optim_param){"w", w, 0});
+    cg_optim *p = cg_optim_new(&plain, 1, &(cg_optim_param){"w", w, 0});
+    cg_optim *n = cg_optim_new(&mom, 1, &(cg_optim_param){"v", v, 0});
+    cg_optim *d = cg_optim_new(&adam, 1, &(cg_optim_param){"w", w, 0});
+    ck_assert(a && b && p && n && d);
+    for (int step = 0; step < 2; step++) {
+        cg_release(w->grad);
+        w->grad = cg_full(CG_SHAPE(3, 4), 1.0f + (float)step);
+        ck_assert(cg_optim_step(a));
+    }
+    cg_optim_set_lr(b, 0.25);
+    ck_assert_msg(cg_optim_copy_state(b, a), "%s", cg_last_error());
+    ck_assert(cg_optim_lr(b) == 0.1 && cg_optim_steps(b) == 2 && cg_optim_param_steps(b, 0) == 2);
+    const cg_tensor *ma = cg_optim_state(a, 0, "momentum_buffer");
+    const cg_tensor *mb = cg_optim_state(b, 0, "momentum_buffer");
+    ck_assert(ma && mb && memcmp(cg_data((cg_tensor *)ma), cg_data((cg_tensor *)mb), 12 * 4) == 0);
+    CG_ASSERT_FAILS(cg_optim_copy_state(p, a) ? (void *)1 : NULL,
+                    "sgd optimizer of 1 parameters into sgd of 1 (the type, momentum use");
+    CG_ASSERT_FAILS(cg_optim_copy_state(a, p) ? (void *)1 : NULL, "momentum use");
+    CG_ASSERT_FAILS(cg_optim_copy_state(d, a) ? (void *)1 : NULL, "into adam of 1");
+    CG_ASSERT_FAILS(cg_optim_copy_state(n, a) ? (void *)1 : NULL,
+                    "parameter 0 is 'w' [3, 4] in src, 'v' [3, 4] in dst");
+    ck_assert(cg_optim_lr(p) == 0.5 && cg_optim_steps(p) == 0 && cg_optim_steps(n) == 0);
+    cg_optim *all[] = {a, b, p, n, d};
+    for (int i = 0; i < 5; i++)
+        cg_optim_free(all[i]);
+    cg_release_all(2, w, v);
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -1831,6 +1873,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, sharded_adam_sgd);
     tcase_add_test(tc, sharded_clip_and_checks);
     tcase_add_test(tc, load_half_precision_moments);
+    tcase_add_test(tc, copy_state_whole);
     tcase_add_test(tc, clip_low_precision_grads);
     suite_add_tcase(s, tc);
 
