@@ -1100,6 +1100,62 @@ START_TEST(load_damaged_step_counts)
 }
 END_TEST
 
+/* Damaged metadata and step entries: each refused, naming it, with the
+ * optimizer unchanged. */
+START_TEST(load_damaged_metadata)
+{
+    char path[4096], bad[4096]; /* in_dir's buffer is reused */
+    snprintf(path, sizeof path, "%s", in_dir("state.safetensors"));
+    snprintf(bad, sizeof bad, "%s", in_dir("bad.safetensors"));
+    write_state(path, cg_adamw_config(1e-2, 0.9, 0.99, 1e-8));
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config aw = cg_adamw_config(1e-3, 0.9, 0.99, 1e-8);
+    cg_optim *o = make_optim(&aw, ps);
+    static const struct {
+        const char *key, *value, *msg;
+    } meta[] = {
+        {"opt.nesterov", "yes", "metadata 'opt.nesterov' = 'yes' is not true/false"},
+        {"opt.eps", "1e-999", "metadata 'opt.eps' = '1e-999' is not a finite number"},
+        {"opt.beta2", "0.99x", "metadata 'opt.beta2' = '0.99x' is not a finite number"},
+    };
+    for (size_t k = 0; k < sizeof meta / sizeof *meta; k++) {
+        write_steps(path, bad, NULL, 0, meta[k].key, meta[k].value);
+        cg_st_file *f = cg_st_open(bad);
+        ck_assert(f && !cg_optim_load(o, f, "opt"));
+        assert_error_has(meta[k].msg);
+        cg_st_close(f);
+    }
+    write_steps(path, bad, "opt.w.step", -1, NULL, NULL);
+    cg_st_file *f = cg_st_open(bad);
+    ck_assert(f && !cg_optim_load(o, f, "opt"));
+    assert_error_has("'opt.w.step' = -1 is not a step count (0 to 2^53)");
+    cg_st_close(f);
+    for (int kind = 0; kind < 2; kind++) { /* a float step, two steps */
+        cg_st_file *g = cg_st_open(path);
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(g && w);
+        copy_tensors(g, w, NULL, 0, 0, "opt.w.step");
+        copy_metadata(g, w, NULL, NULL);
+        cg_st_close(g);
+        cg_tensor *t = kind ? cg_zeros_dtype(CG_I64, CG_SHAPE(2)) : cg_zeros(0, NULL);
+        ck_assert(cg_st_add(w, "opt.w.step", t));
+        cg_release(t);
+        ck_assert(cg_st_writer_save(w, bad));
+        cg_st_writer_free(w);
+        g = cg_st_open(bad);
+        ck_assert(g && !cg_optim_load(o, g, "opt"));
+        assert_error_has(kind ? "'opt.w.step' is I64 [2], expected one I64"
+                              : "'opt.w.step' is F32 [], expected one I64");
+        cg_st_close(g);
+    }
+    cg_optim_config got = cg_optim_get_config(o);
+    ck_assert(cg_optim_steps(o) == 0 && got.lr == 1e-3 && !got.nesterov && got.eps == 1e-8);
+    cg_optim_free(o);
+    release_params(ps);
+}
+END_TEST
+
 /* SGD without momentum keeps no buffers; its state is the step counts. */
 /* The saved hyperparameters come back exactly, as PyTorch's
  * load_state_dict restores its param_groups' floats: a rate or beta
@@ -1450,6 +1506,11 @@ static void sharded_case(cg_optim_config cfg, const double *lrs)
     for (int k = 0; k < NSHARD; k++)
         ck_assert_msg(cg_optim_copy_state(full, os[k]), "%s", cg_last_error());
     assert_same_state(full, oa, cfg);
+    cg_optim *back = make_optim(&cfg, f); /* each shard copies its own run only: any order */
+    for (int k = NSHARD - 1; k >= 0; k--)
+        ck_assert_msg(cg_optim_copy_state(back, os[k]), "%s", cg_last_error());
+    assert_same_state(back, oa, cfg);
+    cg_optim_free(back);
 
     /* a sharded optimizer does not save; the gathered one does, and a shard
      * loads its part of that file (and splits from an unsharded one) */
@@ -1818,6 +1879,52 @@ START_TEST(copy_state_whole)
 }
 END_TEST
 
+/* An SGD optimizer of one parameter "w" saved under "opt", with extra
+ * tensors: another optimizer's state under "opt2" (its own prefix, not
+ * this one's), and a tensor named stray (NULL: none). Loaded back into an
+ * optimizer of cfg: the result, the error in the message. */
+static bool load_with_extra(cg_optim_config cfg, const char *stray)
+{
+    cg_tensor *w = cg_zeros(CG_SHAPE(3, 4));
+    cg_requires_grad(w, true);
+    cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"w", w, 0});
+    cg_optim_config other = cg_adam_config(0.1, 0.9, 0.99, 1e-8);
+    cg_optim *o2 = cg_optim_new(&other, 1, &(cg_optim_param){"u", w, 0});
+    cg_st_writer *wr = cg_st_writer_new();
+    ck_assert(o && o2 && wr && cg_optim_save(o, wr, "opt") && cg_optim_save(o2, wr, "opt2"));
+    cg_tensor *z = cg_zeros(CG_SHAPE(3, 4));
+    ck_assert(!stray || cg_st_add_f32(wr, stray, z));
+    const char *path = in_dir("extra.safetensors");
+    ck_assert_msg(cg_st_writer_save(wr, path), "%s", cg_last_error());
+    cg_st_writer_free(wr);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert(f);
+    bool ok = cg_optim_load(o, f, "opt");
+    ck_assert(!ok || cg_optim_load(o2, f, "opt2"));
+    cg_st_close(f);
+    cg_optim_free(o);
+    cg_optim_free(o2);
+    cg_release_all(2, w, z);
+    return ok;
+}
+
+/* The state a load takes: another prefix's tensors are not strays; a
+ * moment of another optimizer's kind is, per kind (SGD with momentum has
+ * no exp_avg, plain SGD no momentum_buffer). */
+START_TEST(load_strays_by_kind)
+{
+    cg_optim_config mom = cg_sgd_config(0.1, 0.9, false), plain = cg_sgd_config(0.1, 0, false);
+    ck_assert_msg(load_with_extra(mom, NULL), "%s", cg_last_error());
+    ck_assert_msg(load_with_extra(plain, NULL), "%s", cg_last_error());
+    CG_ASSERT_FAILS(load_with_extra(mom, "opt.w.exp_avg") ? (void *)1 : NULL,
+                    "'opt.w.exp_avg' is not the sgd state of any parameter");
+    CG_ASSERT_FAILS(load_with_extra(plain, "opt.w.momentum_buffer") ? (void *)1 : NULL,
+                    "'opt.w.momentum_buffer' is not the sgd state of any parameter");
+    CG_ASSERT_FAILS(load_with_extra(plain, "opt.w.exp_avg_sq") ? (void *)1 : NULL,
+                    "'opt.w.exp_avg_sq' is not the sgd state");
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -1874,6 +1981,8 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, sharded_clip_and_checks);
     tcase_add_test(tc, load_half_precision_moments);
     tcase_add_test(tc, copy_state_whole);
+    tcase_add_test(tc, load_strays_by_kind);
+    tcase_add_test(tc, load_damaged_metadata);
     tcase_add_test(tc, clip_low_precision_grads);
     suite_add_tcase(s, tc);
 
