@@ -147,7 +147,7 @@ bool cg_st_json_uint(const cJSON *v, uint64_t *out)
     if (!cJSON_IsNumber(v))
         return false;
     double d = v->valuedouble;
-    if (!(d >= 0.0) || !(d < 9007199254740992.0) || d != floor(d))
+    if (!(d >= 0.0) || !(d < (double)CG_ST_JSON_UINT_END) || d != floor(d))
         return false;
     *out = (uint64_t)d;
     return true;

@@ -27,7 +27,10 @@ bool cg_st_utf8_valid(const char *s);
  * when out of memory. */
 struct cJSON;
 bool cg_st_find_duplicate_key(const struct cJSON *obj, const char **dup);
-/* A JSON number that is a non-negative integer, exactly, into *out. */
+/* A JSON number that is a non-negative integer below CG_ST_JSON_UINT_END
+ * (2^53: cJSON holds numbers as doubles, exact below it), into *out. The
+ * writer refuses a size at or past it: the file could not be read back. */
+#define CG_ST_JSON_UINT_END (INT64_C(1) << 53)
 bool cg_st_json_uint(const struct cJSON *v, uint64_t *out);
 
 /* The values of tensor `name`, in host byte order, into dst (as many bytes

@@ -111,6 +111,12 @@ static int64_t check_new(cg_st_writer *w, const char *fn, const char *name, int 
                          name, shape[i], i);
             return -1;
         }
+        if (shape[i] >= CG_ST_JSON_UINT_END) { /* only an empty tensor can be so wide */
+            cg_set_error("safetensors: %s: tensor '%s': size %" PRId64 " at dim %d is 2^53 or "
+                         "more, past what a header's numbers hold exactly",
+                         fn, name, shape[i], i);
+            return -1;
+        }
         empty |= shape[i] == 0;
     }
     for (int i = 0; i < ndim; i++) { /* the nonzero sizes, as the reader counts them */

@@ -276,6 +276,8 @@ START_TEST(roundtrip_i64_metadata)
     ck_assert(add_i64(w, "ids", CG_SHAPE(2, 3), ids));
     ck_assert(add_i64(w, "one", 0, NULL, &ids[5]));
     ck_assert(add_i64(w, "none", CG_SHAPE(0), NULL));
+    /* the widest empty shape a reader takes: sizes below 2^53 */
+    ck_assert(add_i64(w, "wide0", CG_SHAPE(0, (INT64_C(1) << 53) - 1, 127), NULL));
     ck_assert(cg_st_set_metadata(w, "format", "pt"));
     ck_assert(cg_st_set_metadata(w, "config", "{\"d\": 32, \"s\": \"a\\\\b\"}"));
     ck_assert(cg_st_set_metadata(w, "format", "cgrad")); /* replaces */
@@ -298,6 +300,10 @@ START_TEST(roundtrip_i64_metadata)
     got = cg_st_get_i64(f, "one");
     ck_assert(got && got->ndim == 0 && cg_item_i64(got) == 42);
     cg_release(got);
+    int nd = 0;
+    int64_t shape[CG_MAX_DIMS];
+    ck_assert_msg(cg_st_info(f, "wide0", NULL, &nd, shape), "%s", cg_last_error());
+    ck_assert(nd == 3 && shape[0] == 0 && shape[1] == (INT64_C(1) << 53) - 1 && shape[2] == 127);
     got = cg_st_get_i64(f, "none");
     ck_assert(got && got->ndim == 1 && got->shape[0] == 0);
     cg_release(got);
@@ -360,6 +366,12 @@ START_TEST(writer_rejects_bad_input)
     cg_clear_error(); /* an empty shape whose other sizes overflow: the reader refuses it */
     ck_assert(!cg_st_add_f32_raw(w, "huge0", CG_SHAPE(INT64_C(1) << 52, INT64_C(1) << 52, 0), v));
     assert_error_has("tensor 'huge0': shape too large");
+    cg_clear_error(); /* a product that fits in int64 but not its 8-byte elements */
+    ck_assert(!cg_st_add_f32_raw(w, "huge1", CG_SHAPE(0, INT64_C(1) << 30, INT64_C(1) << 31), v));
+    assert_error_has("tensor 'huge1': shape too large");
+    cg_clear_error(); /* a size the header's JSON cannot hold exactly: unreadable */
+    ck_assert(!cg_st_add_f32_raw(w, "wide", CG_SHAPE(0, INT64_C(1) << 53), v));
+    assert_error_has("tensor 'wide': size 9007199254740992 at dim 1 is 2^53 or more");
     cg_clear_error();
     ck_assert(!cg_st_add_f32_raw(w, "deep", 9, (const int64_t[9]){1, 1, 1, 1, 1, 1, 1, 1, 1}, v));
     assert_error_has("ndim 9 out of range");
