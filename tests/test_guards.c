@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -864,12 +865,48 @@ START_TEST(test_metrics_log_taken_temp)
 }
 END_TEST
 
+/* A temporary named by a live process of another user (kill gives EPERM,
+ * not ESRCH) is not a dead writer's: kept. Run as a user other than pid 1's
+ * (as root: a child that becomes nobody, in a directory of its own). */
+START_TEST(test_out_lock_other_users_temp)
+{
+    pid_t c = fork();
+    ck_assert_int_ge(c, 0);
+    if (c == 0) {
+        if (geteuid() == 0 && setuid(65534) != 0)
+            _exit(2);
+        char dir[] = "/tmp/cg_guards_user.XXXXXX", f[64], out[64];
+        if (!mkdtemp(dir))
+            _exit(3);
+        snprintf(f, sizeof f, "%s/m.safetensors.tmp.1", dir);
+        snprintf(out, sizeof out, "%s/m.safetensors", dir);
+        FILE *fp = fopen(f, "wb");
+        if (!fp || fclose(fp) != 0)
+            _exit(4);
+        cg_out_lock lock;
+        bool took = cg_out_lock_take(out, &lock);
+        int rc = !took ? 5 : access(f, F_OK) == 0 ? 0 : 1;
+        cg_out_lock_release(&lock);
+        unlink(f);
+        rmdir(dir);
+        _exit(rc);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(c, &st, 0), c);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "child: %d (1: another user's temporary removed)", WEXITSTATUS(st));
+}
+END_TEST
+
 START_TEST(test_out_lock)
 {
     write_file(tmp("m.safetensors.tmp.99999999"), "partial", 7);
     write_file(tmp("m.loss.png.tmp.99999998.1"), "partial", 7);
     write_file(tmp("m.metrics.jsonl.tmp.99999997"), "partial", 7);
     write_file(tmp("other.safetensors.tmp.1"), "keep", 4);
+    /* a dead writer's temporary of another checkpoint, its name as long as
+     * m.safetensors: that checkpoint's lock holder removes it, not this one */
+    write_file(tmp("n.safetensors.tmp.99999990"), "partial", 7);
     write_file(tmp("m.safetensors.tmp.notes"), "a user's", 8); /* not a writer's: kept */
     /* nor these: a writer's pid has no leading zero or sign, its count only digits */
     static const char *const odd[] = {"m.safetensors.tmp.099999996", "m.safetensors.tmp.-99999995",
@@ -895,6 +932,8 @@ START_TEST(test_out_lock)
     ck_assert(access(tmp("m.loss.png.tmp.99999998.1"), F_OK) != 0);
     ck_assert(access(tmp("m.metrics.jsonl.tmp.99999997"), F_OK) != 0);
     ck_assert(access(tmp("other.safetensors.tmp.1"), F_OK) == 0);
+    ck_assert(access(tmp("n.safetensors.tmp.99999990"), F_OK) == 0);
+    unlink(tmp("n.safetensors.tmp.99999990"));
     ck_assert(access(tmp("m.safetensors.tmp.notes"), F_OK) == 0);
     for (int i = 0; i < 4; i++) {
         ck_assert_msg(access(tmp(odd[i]), F_OK) == 0, "%s removed", odd[i]);
@@ -1673,6 +1712,7 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_out_check_reads);
     tcase_add_test(d, test_kept_check);
     tcase_add_test(d, test_out_lock);
+    tcase_add_test(d, test_out_lock_other_users_temp);
     tcase_add_test(d, test_out_lock_moved);
     tcase_add_test(d, test_metrics_log_taken_temp);
     tcase_add_test(d, test_metrics_log_torn);
