@@ -379,6 +379,13 @@ START_TEST(writer_rejects_bad_input)
     ck_assert(!cg_st_add_f32(w, "nul", NULL));
     assert_error_has("NULL");
     cg_clear_error();
+    ck_assert(!cg_st_add_u8(w, "blob", 3, NULL));
+    assert_error_has("cg_st_add_u8: tensor 'blob': NULL data");
+    cg_clear_error();
+    ck_assert(!cg_st_add_u8(w, "blob", -1, "abc"));
+    assert_error_has("negative size -1 at dim 0");
+    cg_clear_error();
+    ck_assert(cg_st_add_u8(w, "blob", 0, NULL)); /* no bytes: none read */
     ck_assert(!cg_st_set_metadata(w, "k", NULL));
     ck_assert(!cg_st_set_metadata(w, "k", "\xc3"));
     assert_error_has("not valid UTF-8");
