@@ -937,6 +937,15 @@ START_TEST(load_errors)
     ck_assert_int_eq(cg_optim_param_steps(o, 1), 0);
     ck_assert(cg_optim_lr(o) == 5e-3 && cg_optim_get_config(o).beta1 == 0.8);
     cg_optim_free(o);
+    cg_release(wt);
+    /* w wider: the shapes differ in the last dim alone */
+    wt = cg_zeros(CG_SHAPE(3, 5));
+    spec[0].tensor = wt;
+    o = cg_optim_new(&cfg, OPT_NPARAMS, spec);
+    ck_assert(o && !cg_optim_load(o, f, "opt"));
+    assert_error_has("'opt.w.exp_avg' is F32 [3, 4], but parameter 'w' is F32 [3, 5]");
+    ck_assert_int_eq(cg_optim_steps(o), 0);
+    cg_optim_free(o);
 
     /* a different optimizer type */
     cg_optim_config adam = cg_adam_config(1e-3, 0.9, 0.99, 1e-8);
