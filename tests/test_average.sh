@@ -360,6 +360,14 @@ cp k.st.step00000012.safetensors k.st.step00000008.safetensors
   fail "resume into another --out: $(kept j.st) / $(kept k.st)"
 "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --out n.st >/dev/null 2>&1 && [ -z "$(kept n.st)" ] &&
   echo "ok: no --keep-last: no kept checkpoints" || fail "without --keep-last: $(kept n.st)"
+# a run stopped (--stop-at) at an evaluation saves that step twice, the
+# evaluation's save and the stop's: kept once, so that a resume stopped at
+# the next evaluation still keeps both
+"$charlm" train --data c.txt "${TINY[@]}" --steps 20 --keep-last 2 --stop-at 4 --out s.st >/dev/null 2>s.log &&
+  "$charlm" train --resume s.st --stop-at 8 >/dev/null 2>>s.log &&
+  [ "$(kept s.st)" = "s.st.step00000004.safetensors s.st.step00000008.safetensors" ] &&
+  echo "ok: --keep-last: a step saved twice (--stop-at at an evaluation) is kept once" ||
+  fail "--keep-last with --stop-at at evaluations: $(tail -1 s.log) $(kept s.st)"
 echo mine >m.st.step00000008.safetensors
 echo mine >m.st.step00000006.safetensors
 refused_quietly "--keep-last: a file it did not write" \
