@@ -2037,6 +2037,31 @@ static bool same_params(const char *a, const char *b)
     return same;
 }
 
+/* seq2seq evaluates no step 0: a run stopped before its first evaluation
+ * has only the training loss (a point of 10 steps), and draws it */
+START_TEST(test_cli_curve_before_first_evaluation)
+{
+    char data[4096];
+    numbered_pairs(data, sizeof data, 30, "a small %d.\tein kleines %d.\n");
+    write_file(tmp_path("small.tsv"), data, strlen(data));
+    char ck[PATH_MAX], args[3 * PATH_MAX], *out, *err;
+    snprintf(ck, sizeof ck, "%s", tmp_path("early.safetensors"));
+    snprintf(args, sizeof args,
+             "train --tokenizer char --data '%s' --out '%s' --steps 40 --stop-at 12 "
+             "--eval-every 20 --valid-size 4 --test-size 4 --test-limit 0 --max-tokens 200 "
+             "--d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --threads 1",
+             tmp_path("small.tsv"), ck);
+    int rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0 && strstr(out, "\"interrupted\": true") && !strstr(err, "val loss"),
+                  "exit %d: %s%s", rc, out, err);
+    free(out);
+    free(err);
+    struct stat sb;
+    ck_assert_msg(stat(tmp_path("early.loss.png"), &sb) == 0 && sb.st_size > 0,
+                  "no loss curve before the first evaluation");
+}
+END_TEST
+
 /* A NaN stops training naming the step and the tensor, and keeps the
  * checkpoint; with --skip-nonfinite such steps are skipped with a warning
  * each (as charlm train does) */
@@ -2613,6 +2638,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_cli_bad_flags);
     tcase_add_test(tc, test_cli_end_to_end);
     tcase_add_test(tc, test_cli_nonfinite);
+    tcase_add_test(tc, test_cli_curve_before_first_evaluation);
     tcase_add_test(tc, test_cli_resume_and_output_rules);
     suite_add_tcase(s, tc);
     return s;
