@@ -2059,6 +2059,19 @@ START_TEST(test_cli_curve_before_first_evaluation)
     struct stat sb;
     ck_assert_msg(stat(tmp_path("early.loss.png"), &sb) == 0 && sb.st_size > 0,
                   "no loss curve before the first evaluation");
+    /* resumed to its first evaluation: the training loss beside the
+     * validation loss is the recent steps' (seq2seq evaluates none) */
+    snprintf(args, sizeof args, "train --resume '%s' --stop-at 20 --test-limit 0 --threads 1", ck);
+    rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0 && strstr(err, "step 20: train loss ") && !strstr(err, "train loss nan"),
+                  "exit %d: %s", rc, err);
+    free(out);
+    free(err);
+    size_t n = 0;
+    char *log = read_file(tmp_path("early.metrics.jsonl"), &n);
+    const char *line = log ? strstr(log, "{\"step\": 20, \"train_loss\": ") : NULL;
+    ck_assert_msg(line && line[strlen("{\"step\": 20, \"train_loss\": ")] != 'n', "%s", log);
+    free(log);
 }
 END_TEST
 
