@@ -1332,6 +1332,52 @@ START_TEST(test_grad_accum_and_metrics)
 }
 END_TEST
 
+/* The metrics log's loss_avg is the mean of the last CG_TRAIN_RECENT (250)
+ * steps' losses: past 250 steps the oldest leave the window, across a
+ * resume too (the window is in the checkpoint). */
+START_TEST(test_loss_avg_window)
+{
+    make_tmpdir();
+    write_corpus(tmp_path("c.txt"));
+    const char *a[] = {"train",     TINY,   "--data",       "c.txt",         "--steps",     "270",
+                       "--lr",      "3e-2", "--eval-every", "300",           "--log-every", "1",
+                       "--stop-at", "255",  "--out",        "w.safetensors", NULL};
+    ck_assert_int_eq(run(a), 0);
+    const char *b[] = {"train", "--resume", "w.safetensors", "--threads", "1", NULL};
+    ck_assert_int_eq(run(b), 0);
+    char *log = slurp(tmp_path("w.metrics.jsonl"), NULL);
+    ck_assert_ptr_nonnull(log);
+    double loss[271] = {0}, avg[271] = {0};
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "loss_avg");
+        if (cJSON_IsNumber(st) && cJSON_IsNumber(l) && cJSON_IsNumber(m) && st->valuedouble >= 1 &&
+            st->valuedouble <= 270) {
+            loss[(int)st->valuedouble] = l->valuedouble;
+            avg[(int)st->valuedouble] = m->valuedouble;
+        }
+        cJSON_Delete(o);
+    }
+    free(log);
+    ck_assert_msg(fabs(loss[1] - loss[270]) > 0.05, "the losses barely move: %g %g", loss[1],
+                  loss[270]);
+    for (int s = 1; s <= 270; s++) {
+        ck_assert_msg(loss[s] > 0, "step %d not logged", s);
+        int from = s > 250 ? s - 249 : 1;
+        double sum = 0;
+        for (int k = from; k <= s; k++)
+            sum += loss[k];
+        double mean = sum / (s - from + 1); /* of losses rounded to 6 decimals */
+        ck_assert_msg(fabs(avg[s] - mean) < 2e-6,
+                      "step %d: loss_avg %.6f, the last %d losses' %.6f", s, avg[s], s - from + 1,
+                      mean);
+    }
+    rm_tmpdir();
+}
+END_TEST
+
 /* ------------------------------------------------------------ tokenizers */
 /* The text cg_charlm_generate_text writes for tok: the text of the ids
  * from the last prompt id on, less that id's own text. */
@@ -1620,6 +1666,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(p, test_resume_is_exact);
     tcase_add_test(p, test_bad_inputs);
     tcase_add_test(p, test_grad_accum_and_metrics);
+    tcase_add_test(p, test_loss_avg_window);
     suite_add_tcase(s, p);
     return s;
 }
