@@ -6,7 +6,9 @@
 #    log crossing it stops the run with a checkpoint saved;
 #  - a disk filled by the metrics log: every line parses, the run saves while
 #    it can and says so (a 200 KB tmpfs; skipped where mount is refused);
-#    too full before the first step, a --force run keeps the old checkpoint;
+#    too full before the first step, a --force run keeps the old checkpoint
+#    (the room kept back: --out's size and 64 KiB, times the copies
+#    --keep-last and --keep-best write);
 #  - an address-space limit (ulimit -v) that breaks the loss curve's drawing
 #    (pango, fontconfig) is a warning, the run ends well (skipped under ASan,
 #    which cannot run under ulimit -v);
@@ -161,12 +163,13 @@ else
   echo "skip: a full disk (cannot mount a tmpfs here)"
 fi
 # a disk too full for the metrics log before the first step (room for the
-# checkpoint, not for what the log keeps back for it): a --force run trained
-# nothing and saves nothing, the earlier run's checkpoint kept
+# checkpoint, and for 64 KiB, not for both, what the log keeps back for the
+# next save of --out, which exists): a --force run trained nothing and saves
+# nothing, the earlier run's checkpoint kept
 if mount -t tmpfs -o size=200k tmpfs full 2>/dev/null; then
   cp a.st full/o.st
   avail=$(df -B1 --output=avail full | tail -1)
-  head -c $((avail - $(wc -c <a.st) - 32768)) /dev/zero >full/filler
+  head -c $((avail - 65536 - $(wc -c <a.st) / 2)) /dev/zero >full/filler
   rc=0
   "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --out full/o.st --force >out.txt 2>err.txt || rc=$?
   if [ $rc -eq 1 ] && grep -q "^charlm: error: cannot write the metrics log: No space left on device.*stopped before the first step; nothing saved" err.txt; then
@@ -175,6 +178,20 @@ if mount -t tmpfs -o size=200k tmpfs full 2>/dev/null; then
   cmp -s full/o.st a.st && echo "ok: a full disk before the first step: the old checkpoint kept" ||
     fail "a full disk before the first step: the old checkpoint was replaced"
   ls full/*.tmp.* >/dev/null 2>&1 && fail "a full disk before the first step: left $(ls full/*.tmp.*)"
+  umount full
+fi
+# --keep-last and --keep-best write two more copies at a save: the room
+# kept back counts them (150 KB for three ~50 KB checkpoints and the curve)
+if mount -t tmpfs -o size=200k tmpfs full 2>/dev/null; then
+  avail=$(df -B1 --output=avail full | tail -1)
+  head -c $((avail - 153600)) /dev/zero >full/filler
+  rc=0
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --keep-last 1 --keep-best --out full/c.st >out.txt 2>err.txt || rc=$?
+  if [ $rc -eq 1 ] && grep -q "^charlm: error: cannot write the metrics log: No space left on device.*stopped before the first step; nothing saved" err.txt &&
+    [ ! -e full/c.st ]; then
+    echo "ok: room for one checkpoint, not its copies: $(tail -1 err.txt)"
+  else fail "room for one checkpoint, not its copies: exit $rc: $(tail -c 300 err.txt)"; fi
+  ls full/*.tmp.* >/dev/null 2>&1 && fail "room for one checkpoint, not its copies: left $(ls full/*.tmp.*)"
   umount full
 fi
 
