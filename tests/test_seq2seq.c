@@ -2124,6 +2124,10 @@ START_TEST(test_cli_nonfinite)
     /* NaN's sign is no information: "nan" whatever the sum's sign bit */
     ck_assert_msg(strstr(err, "skipping step 3: loss nan, non-finite gradient: '"), "%s", err);
     ck_assert_msg(strstr(err, "3 step(s) skipped"), "%s", err);
+    /* no step of this run had a loss: the result names the last evaluation's
+     * training loss (the recent steps' of the run it resumed), not null */
+    const char *tl = strstr(out, "\"train_loss\": ");
+    ck_assert_msg(tl && strchr("0123456789", tl[strlen("\"train_loss\": ")]), "%s", out);
     free(out);
     free(err);
     poison_copy(ck, tmp_path("ref.safetensors"), "emb.weight", false);
