@@ -17,7 +17,10 @@
 #      translates; stopped and resumed, the final evaluation's flags
 #      (--test-limit, --beam, --length-penalty, --examples) are the run's
 #      unless given again
-#   4. without the flags: no best checkpoint and no best_* fields
+#   4. without the flags: no best checkpoint and no best_* fields (nor
+#      max_minutes_reached); --patience alone: the best step and loss, no
+#      best checkpoint; a best evaluation at step 0 (never saved) names no
+#      best checkpoint, not even an earlier run's file of that name
 #   5. refusals, one line, nothing written: an existing best checkpoint
 #      without --force (replaced with it), --init-from or --data naming the
 #      best checkpoint the run writes, --resume of the best checkpoint into
@@ -155,9 +158,24 @@ cp qr.st qr4.st
 
 # ---------------------------------------------------------------- 4. off
 "$charlm" train "${RUN[@]}" --steps 8 --out n.st >n.json 2>n.log || fail "no flags: $(tail -1 n.log)"
-[ ! -e n.st.best.safetensors ] && ! grep -q 'best_\|early_stopped' n.json &&
-  echo "ok: without --keep-best and --patience: no best checkpoint, no best fields" ||
+[ ! -e n.st.best.safetensors ] && ! grep -q 'best_\|early_stopped\|max_minutes_reached' n.json &&
+  echo "ok: without --keep-best, --patience and --max-minutes: no best checkpoint, no best or flag fields" ||
   fail "without the flags: $(ls n.st*) $(tail -1 n.json)"
+# --patience alone: the best step and loss named, no best checkpoint
+"$charlm" train "${RUN[@]}" --patience 2 --out pa.st >pa.json 2>pa.log || fail "--patience alone: $(tail -1 pa.log)"
+[ "$(field pa.json best_step) $(field pa.json best_val_loss) $(field pa.json step)" = "$best $loss $stop" ] &&
+  [ "$(field pa.json best_checkpoint)" = None ] && [ ! -e pa.st.best.safetensors ] &&
+  echo "ok: --patience alone: best step $best and its loss named, no best checkpoint" ||
+  fail "--patience alone: $(tail -1 pa.json)"
+# a run whose best evaluation is its first (step 0, never saved: a trained
+# model that --lr 10 ruins) names no best checkpoint, not even the file of
+# that name an earlier run left (--force let this run write over it)
+echo mine >g.st.best.safetensors
+"$charlm" train --init-from m.st --data c.txt --threads 1 --eval-every 2 --steps 4 --lr 10 --keep-best \
+  --out g.st --force >g.json 2>g.log || fail "--keep-best, best at step 0: $(tail -1 g.log)"
+[ "$(field g.json best_step) $(field g.json best_checkpoint)" = "0 None" ] &&
+  echo "ok: the best evaluation at step 0 (never saved): no best checkpoint named" ||
+  fail "best at step 0: $(tail -1 g.json)"
 
 # ---------------------------------------------------------------- 5. refusals
 echo mine >o.st.best.safetensors
