@@ -16,6 +16,8 @@
 #   3. a NaN loss (a parameter set to 3e38) stops training with the step (numbered
 #      from 1, as on the progress line) and the
 #      tensor named, exit non-zero, and the last checkpoint is not overwritten
+#   4. --skip-nonfinite skips those steps instead; --patience counts
+#      evaluations without a finite validation loss (a NaN model stops early)
 #   5. --precision bf16: bit-identical resume, kept by the checkpoint
 #      (resume, eval); --precision fp32 on resume switches the run; a
 #      damaged recorded precision is named (resume, with --precision or not; eval)
@@ -315,6 +317,15 @@ n=$(grep -c 'warning: skipping step' skip.log || true)
 [ "$n" -eq 5 ] || fail "skip: expected 5 skipped steps (21..25), saw $n: $(tail -2 skip.log)"
 grep -q '5 step(s) skipped' skip.log || fail "skip: no summary of skipped steps"
 echo "skip: 5 non-finite steps skipped with a warning each, exit 0"
+# --patience counts evaluations without a finite validation loss too: a
+# model that evaluates to NaN from its first evaluation stops after 2
+"$charlm" train --init-from bad.orig --data tiny.txt --threads 1 --skip-nonfinite --patience 2 \
+  --eval-every 2 --steps 20 --out pnan.st >pnan.json 2>pnan.log ||
+  fail "--patience with NaN evaluations: $(tail -1 pnan.log)"
+grep -q "stopping early at step 2: 2 evaluation(s) without a finite validation loss (--patience 2)" pnan.log &&
+  grep -q '"early_stopped": true' pnan.json ||
+  fail "--patience with NaN evaluations: $(grep -i 'early\|error' pnan.log) $(tail -1 pnan.json)"
+echo "--patience 2 with NaN evaluations: stopped early at step 2"
 
 # the value of a field of the last JSON line of a file
 field() { tail -1 "$2" | sed -n "s/.*\"$1\": \"\{0,1\}\([^,\"}]*\).*/\1/p"; }
