@@ -167,6 +167,12 @@ cp qr.st qr4.st
   [ "$(field pa.json best_checkpoint)" = None ] && [ ! -e pa.st.best.safetensors ] &&
   echo "ok: --patience alone: best step $best and its loss named, no best checkpoint" ||
   fail "--patience alone: $(tail -1 pa.json)"
+# patience running out at the last step is not an early stop
+"$charlm" train "${RUN[@]}" --patience 2 --steps "$stop" --out pl.st >pl.json 2>pl.log ||
+  fail "--patience out at the last step: $(tail -1 pl.log)"
+[ "$(field pl.json step) $(field pl.json early_stopped)" = "$stop False" ] && ! grep -q 'stopping early' pl.log &&
+  echo "ok: --patience running out at the last step ($stop): not an early stop" ||
+  fail "--patience out at the last step: $(tail -1 pl.json) $(grep early pl.log)"
 # a run whose best evaluation is its first (step 0, never saved: a trained
 # model that --lr 10 ruins) names no best checkpoint, not even the file of
 # that name an earlier run left (--force let this run write over it)
