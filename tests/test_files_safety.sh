@@ -222,6 +222,8 @@ assert last["train"] == 8, last' "$2" 2>h.py; then
   fi
 }
 history_ok "metrics log after a kill and resume" h.st.metrics.jsonl
+grep -q "^charlm: warning: the metrics log 'h.st.metrics.jsonl' keeps its history up to step 4; 5 line(s) after it (a killed run's) or damaged were dropped" h.err &&
+  echo "ok: the killed run's lines dropped, counted in a warning" || fail "no warning of the dropped lines: $(cat h.err)"
 # ---- 11. a torn last line
 rm -f g.st*
 "$charlm" train --data c.txt "${TINY[@]}" --steps 8 --log-every 1 --stop-at 4 --out g.st >/dev/null 2>&1
