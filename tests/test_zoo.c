@@ -1378,6 +1378,33 @@ START_TEST(test_loss_avg_window)
 }
 END_TEST
 
+/* Without --log-every a run logs 20 times (steps/20), at most every 100
+ * steps, and its last step: 2020 steps log at 100, 200, ..., 2000, 2020. */
+START_TEST(test_log_every_default)
+{
+    make_tmpdir();
+    write_corpus(tmp_path("c.txt"));
+    const char *a[] = {"train",        TINY,     "--data", "c.txt",         "--steps", "2020",
+                       "--eval-every", "100000", "--out",  "e.safetensors", NULL};
+    ck_assert_int_eq(run(a), 0);
+    char *log = slurp(tmp_path("e.metrics.jsonl"), NULL);
+    ck_assert_ptr_nonnull(log);
+    int n = 0;
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+        if (cJSON_GetObjectItemCaseSensitive(o, "loss")) {
+            n++;
+            ck_assert_int_eq((int64_t)st->valuedouble, n <= 20 ? 100 * n : 2020);
+        }
+        cJSON_Delete(o);
+    }
+    free(log);
+    ck_assert_int_eq(n, 21);
+    rm_tmpdir();
+}
+END_TEST
+
 /* ------------------------------------------------------------ tokenizers */
 /* The text cg_charlm_generate_text writes for tok: the text of the ids
  * from the last prompt id on, less that id's own text. */
@@ -1667,6 +1694,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(p, test_bad_inputs);
     tcase_add_test(p, test_grad_accum_and_metrics);
     tcase_add_test(p, test_loss_avg_window);
+    tcase_add_test(p, test_log_every_default);
     suite_add_tcase(s, p);
     return s;
 }
