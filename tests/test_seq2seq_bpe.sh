@@ -28,16 +28,18 @@ expect "--max-minutes 0" 2 "max-minutes" \
 
 # --max-minutes: 10^9 steps would never end; the budget (0.6 s) does, and
 # the run ends as at its last step: evaluated there (no other evaluation
-# is due before)
+# is due before); the progress lines' ETA is the budget's end, not 10^9
+# steps
 if timeout 120 "$seq2seq" train "${small[@]}" --steps 1000000000 --max-minutes 0.01 \
-     --eval-every 100000000 --out mm.st >mm.out 2>mm.err; then
+     --eval-every 100000000 --log-every 10 --out mm.st >mm.out 2>mm.err; then
   line=$(tail -1 mm.out)
   if printf '%s' "$line" | grep -q '"max_minutes_reached": true' &&
      printf '%s' "$line" | grep -q '"val_bpc": [0-9]' &&
      grep -q 'max-minutes 0.01 reached at step' mm.err && [ -f mm.st ] &&
      "$seq2seq" eval --ckpt mm.st --test-limit 2 >/dev/null 2>&1 &&
      at=$(sed -n 's/.*max-minutes 0.01 reached at step \([0-9]*\).*/\1/p' mm.err) &&
-     grep -q "^{\"step\": $at, \"train_loss\": [0-9.]*, \"val_loss\": " mm.st.metrics.jsonl; then
+     grep -q "^{\"step\": $at, \"train_loss\": [0-9.]*, \"val_loss\": " mm.st.metrics.jsonl &&
+     grep -q ' ETA ' mm.err && ! grep ' ETA ' mm.err | grep -qv ' ETA 0m0[01]s$'; then
     echo "ok: --max-minutes: $line"
   else
     fail "--max-minutes: $line / $(tail -c 300 mm.err)"
