@@ -735,6 +735,8 @@ START_TEST(test_cross_entropy)
             cg_tensor *loss = cg_cross_entropy(x, t, cases[k].ignore, cases[k].ls);
             cg_tensor *root = j == 1 ? cg_muls(loss, gs[j]) : loss;
             ck_assert(cg_backward(root, NULL, j == 2));
+            if (j == 2) /* the forward's gradient taken over by the first backward: gone */
+                ck_assert_ptr_null(loss->node->saved[2]);
             if (j == 2) { /* the retained graph's second backward: x->grad doubles */
                 cg_tensor *first = cg_k_clone(x->grad);
                 ck_assert(cg_backward(root, NULL, false));
@@ -764,6 +766,18 @@ START_TEST(test_cross_entropy)
     CG_ASSERT_FAILS(cg_cross_entropy(lg, cg_test_ids(3, three), -100, 0.0f),
                     "argument 'targets' has shape [3], expected the input's [1, 4, 3] without its "
                     "class dim");
+    /* targets with the logits' first dims but fewer or as many dims: refused
+     * by the same message, not a reshape's */
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, cg_test_ids(1, (const int64_t[]){0}), -100, 0.0f),
+                    "argument 'targets' has shape [1], expected the input's [1, 4, 3]");
+    cg_tensor *same = cg_zeros_dtype(CG_I64, CG_SHAPE(1, 4, 3));
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, same, -100, 0.0f),
+                    "argument 'targets' has shape [1, 4, 3], expected the input's [1, 4, 3]");
+    cg_release(same);
+    cg_tensor *scalar = cg_scalar(1.0f);
+    CG_ASSERT_FAILS(cg_cross_entropy(scalar, cg_test_ids(0, NULL), -100, 0.0f),
+                    "cross_entropy: need inputs [..., C] with a class dim (got a scalar)");
+    cg_release(scalar);
     /* targets of another dtype: refused by name (PyTorch: expected scalar type Long) */
     cg_tensor *ft = cg_zeros(CG_SHAPE(4));
     CG_ASSERT_FAILS(cg_cross_entropy(lg, ft, -100, 0.0f),
