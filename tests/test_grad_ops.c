@@ -789,6 +789,29 @@ START_TEST(test_cross_entropy)
 }
 END_TEST
 
+/* Under no_grad the loss computes no gradient, though its logits require
+ * one: no [N, C] tensor beside the logits (the peak of live bytes says so;
+ * a test of its own, so that no earlier peak hides it). */
+START_TEST(test_cross_entropy_no_grad_no_gradient)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(64, 4096)), true);
+    cg_tensor *t = cg_test_ids(64, NULL);
+    cg_alloc_stats s0 = cg_alloc_get_stats();
+    const size_t bytes = 64 * 4096 * sizeof(float);
+    cg_no_grad_begin();
+    cg_tensor *loss = cg_cross_entropy(x, t, -100, 0.1f);
+    cg_no_grad_end();
+    ck_assert(loss && !loss->requires_grad);
+    cg_alloc_stats s1 = cg_alloc_get_stats();
+    size_t bound = s0.live_bytes + bytes / 2;
+    ck_assert_msg(s1.peak_live_bytes <= (s0.peak_live_bytes > bound ? s0.peak_live_bytes : bound),
+                  "peak %zu bytes, %zu live before: a gradient was made", s1.peak_live_bytes,
+                  s0.live_bytes);
+    cg_release_all(2, loss, x);
+}
+END_TEST
+
 static cg_tensor *dropout_fn(void *ctx, cg_tensor *const *in)
 {
     cg_rng r = cg_rng_new(*(uint64_t *)ctx); /* the same mask every call */
@@ -1607,6 +1630,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_norms_with_params);
     tcase_add_test(tc, test_add_norms);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
+    tcase_add_test(tc, test_cross_entropy_no_grad_no_gradient);
     tcase_add_test(tc, test_linear_cross_entropy);
     tcase_add_test(tc, test_linear_cross_entropy_exact);
     tcase_add_test(tc, test_dropout);
