@@ -575,6 +575,10 @@ START_TEST(test_linear_cross_entropy)
         cg_tensor *loss = cg_linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f, 4, 0.5f);
         cg_tensor *half = cg_muls(loss, 0.5f);
         ck_assert(cg_backward(half, NULL, true));
+        for (int k = 0; k < 3; k++) { /* the forward's gradients, used or not: gone */
+            const int64_t slot = loss->node->p.i[3 + k];
+            ck_assert(slot < 0 || !loss->node->saved[slot]);
+        }
         cg_tensor *first = cg_k_clone(in[1]->grad);
         ck_assert(cg_backward(half, NULL, false));
         cg_tensor *twice = cg_k_add(first, first);
