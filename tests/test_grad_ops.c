@@ -586,6 +586,17 @@ START_TEST(test_linear_cross_entropy)
             ck_assert_float_eq_tol(cg_data(in[1]->grad)[i], cg_data(twice)[i], 1e-6f);
         cg_release_all(7, in[0], in[1], in[2], loss, half, first, twice);
     }
+    /* a bias that requires no gradient: none computed nor kept for it */
+    {
+        cg_tensor *h = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4)), true);
+        cg_tensor *w = cg_requires_grad(cg_randn(&r, CG_SHAPE(5, 4)), true);
+        cg_tensor *b = cg_randn(&r, CG_SHAPE(5));
+        cg_tensor *loss = cg_linear_cross_entropy(
+            h, w, b, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 0.0f, 2, 1.0f);
+        ck_assert(loss && loss->node->p.i[3] >= 0 && loss->node->p.i[4] >= 0);
+        ck_assert_int_eq(loss->node->p.i[5], -1);
+        cg_release_all(4, loss, h, w, b);
+    }
     /* refusals, each one line */
     cg_tensor *h = cg_zeros(CG_SHAPE(3, 4)), *w = cg_zeros(CG_SHAPE(5, 3));
     cg_tensor *t3 = cg_test_ids(3, (const int64_t[]){0, 1, 2});
