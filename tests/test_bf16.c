@@ -3116,6 +3116,37 @@ START_TEST(test_norm_output_remade)
 }
 END_TEST
 
+/* A norm recorded in fp32 precision keeps no bf16 x-hat (a layer norm's
+ * saved[1] is its fp32 mean, an added norm's the sum): a linear layer
+ * reading its output in bf16 precision keeps its own copy, and its dW is
+ * the backward kernel's from that copy. */
+START_TEST(test_norm_fp32_then_linear_bf16)
+{
+    cg_rng rng = cg_rng_new(76);
+    for (int v = 0; v < 2; v++) { /* layer norm, add + RMS norm */
+        cg_tensor *x = cg_requires_grad(cg_randn(&rng, CG_SHAPE(5, 40)), true);
+        cg_tensor *x2 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(5, 40)), true);
+        cg_tensor *nw = cg_requires_grad(cg_randn(&rng, CG_SHAPE(40)), true);
+        cg_tensor *nb = cg_requires_grad(cg_randn(&rng, CG_SHAPE(40)), true);
+        cg_tensor *W = cg_requires_grad(cg_randn(&rng, CG_SHAPE(24, 40)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(5, 24));
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_tensor *y = v ? cg_add_rms_norm(x, x2, nw, 1e-5f) : cg_layer_norm(x, nw, nb, 1e-5f);
+        ck_assert(y && y->node->saved[1] && y->node->saved[1]->dtype == CG_F32);
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+        cg_tensor *o = cg_affine(y, W, NULL);
+        ck_assert_msg(o && o->node->p.i[0] > 0, "the layer keeps no copy of its own");
+        cg_tensor *c16 = cg_k_bf16_operand(y), *want = NULL;
+        ck_assert(cg_k_linear_backward(c16, W, g, NULL, NULL, &want, NULL));
+        cg_tensor *m = cg_mul(o, g), *loss = cg_sum_all(m);
+        ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        ck_assert(same_bits(W->grad, want));
+        cg_release_all(12, x, x2, nw, nb, W, g, y, o, c16, want, m, loss);
+    }
+}
+END_TEST
+
 /* cg_k_linear_act_backward: the bits of the gradient through the
  * activation given to cg_k_linear_backward, in fp32 and in bf16 precision
  * (where dx and dW together take the fused pass: the activation, the
@@ -4334,6 +4365,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_norm_xhat);
     tcase_add_test(to, test_norm_saves_xhat);
     tcase_add_test(to, test_norm_output_remade);
+    tcase_add_test(to, test_norm_fp32_then_linear_bf16);
     tcase_add_test(to, test_linear_act_backward);
     tcase_add_test(to, test_linear_dropout_backward);
     tcase_add_test(to, test_bias_grad_blocks);
