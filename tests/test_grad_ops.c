@@ -842,6 +842,13 @@ START_TEST(test_dropout)
         check(dropout_fn, &seed, 1, &x, "dropout", 0, 0);
         cg_release(x);
     }
+    /* p = 0 in training: the input itself, no mask drawn, the stream untouched */
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(4, 5)), true);
+    cg_rng d = cg_rng_new(3), d0 = d;
+    cg_tensor *y = cg_dropout(x, 0.0f, &d, true);
+    ck_assert_ptr_eq(y, x);
+    ck_assert(memcmp(&d, &d0, sizeof d) == 0);
+    cg_release_all(2, y, x);
 }
 END_TEST
 
@@ -891,6 +898,13 @@ START_TEST(test_concat_stack_split)
     cg_tensor *x = input(&r, CG_SHAPE(2, 6), LAYOUT_TRANSPOSED, DOM_ANY);
     check(split_fn, NULL, 1, &x, "split", 0, 0);
     cg_release(x);
+    /* a negative dim counts from the end, in the backward too */
+    int neg = -1;
+    cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3), LAYOUT_CONTIG, DOM_ANY),
+                        input(&r, CG_SHAPE(2, 1), LAYOUT_CONTIG, DOM_ANY),
+                        input(&r, CG_SHAPE(2, 2), LAYOUT_TRANSPOSED, DOM_ANY)};
+    check(concat_fn, &neg, 3, in, "concat dim -1", 0, 0);
+    cg_release_all(3, in[0], in[1], in[2]);
 }
 END_TEST
 
@@ -905,6 +919,14 @@ static cg_tensor *index_select1_fn(void *ctx, cg_tensor *const *in)
 static cg_tensor *gather_fn(void *ctx, cg_tensor *const *in)
 {
     return cg_gather(in[0], 1, cg_test_ids_nd(CG_SHAPE(3, 2), ctx));
+}
+static cg_tensor *index_select_neg_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_index_select(in[0], -1, cg_test_ids(4, ctx));
+}
+static cg_tensor *gather_neg_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_gather(in[0], -1, cg_test_ids_nd(CG_SHAPE(3, 2), ctx));
 }
 
 /* in[0] [5, 3] + in[1] [6, 3] at rows ctx along dim 0 (repeats accumulate) */
@@ -932,6 +954,25 @@ START_TEST(test_index_ops)
         cg_tensor *a = input(&r, CG_SHAPE(3, 4), layout, DOM_ANY);
         check(gather_fn, gids, 1, &a, "gather", 0, 0);
         cg_release(a);
+        if (layout == 0) { /* ids of CG_MAX_DIMS dims: the rows would need one more */
+            int64_t shape8[CG_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1};
+            cg_tensor *tb = cg_zeros(CG_SHAPE(5, 3));
+            CG_ASSERT_FAILS(cg_embedding(tb, cg_test_ids_nd(CG_MAX_DIMS, shape8, NULL)),
+                            "embedding: ids must have 0..7 dims (got 8)");
+            cg_tensor *t3 = cg_zeros(CG_SHAPE(5, 3, 1));
+            CG_ASSERT_FAILS(cg_embedding(t3, cg_test_ids(1, NULL)),
+                            "embedding: table must be [V, D], got [5, 3, 1]");
+            cg_release(t3);
+            cg_release(tb);
+        }
+        if (layout == 0) { /* dim -1: counted from the end, in the backward too */
+            cg_tensor *tb = input(&r, CG_SHAPE(5, 3), layout, DOM_ANY);
+            check(index_select_neg_fn, ids4, 1, &tb, "index_select dim -1", 0, 0);
+            cg_release(tb);
+            cg_tensor *ga = input(&r, CG_SHAPE(3, 4), layout, DOM_ANY);
+            check(gather_neg_fn, gids, 1, &ga, "gather dim -1", 0, 0);
+            cg_release(ga);
+        }
         /* index_add and scatter_add: both inputs, in two layouts each */
         cg_tensor *ia[2] = {input(&r, CG_SHAPE(5, 3), layout, DOM_ANY),
                             input(&r, CG_SHAPE(6, 3), (layout + 1) % N_LAYOUTS, DOM_ANY)};
