@@ -870,29 +870,27 @@ END_TEST
  * (as root: a child that becomes nobody, in a directory of its own). */
 START_TEST(test_out_lock_other_users_temp)
 {
+    char dir[PATH_MAX];
+    cg_test_mkdtemp(dir, sizeof dir, "cg_guards_user.");
+    ck_assert_int_eq(chmod(dir, 0777), 0); /* the child writes it as nobody */
     pid_t c = fork();
     ck_assert_int_ge(c, 0);
-    if (c == 0) {
-        if (geteuid() == 0 && setuid(65534) != 0)
+    if (c == 0) { /* in the directory first: its parents need not be nobody's to cross */
+        if (chdir(dir) != 0 || (geteuid() == 0 && setuid(65534) != 0))
             _exit(2);
-        char dir[] = "/tmp/cg_guards_user.XXXXXX", f[64], out[64];
-        if (!mkdtemp(dir))
-            _exit(3);
-        snprintf(f, sizeof f, "%s/m.safetensors.tmp.1", dir);
-        snprintf(out, sizeof out, "%s/m.safetensors", dir);
-        FILE *fp = fopen(f, "wb");
+        FILE *fp = fopen("m.safetensors.tmp.1", "wb");
         if (!fp || fclose(fp) != 0)
             _exit(4);
         cg_out_lock lock;
-        bool took = cg_out_lock_take(out, &lock);
-        int rc = !took ? 5 : access(f, F_OK) == 0 ? 0 : 1;
+        bool took = cg_out_lock_take("m.safetensors", &lock);
+        int rc = !took ? 5 : access("m.safetensors.tmp.1", F_OK) == 0 ? 0 : 1;
         cg_out_lock_release(&lock);
-        unlink(f);
-        rmdir(dir);
+        unlink("m.safetensors.tmp.1");
         _exit(rc);
     }
     int st = 0;
     ck_assert_int_eq(waitpid(c, &st, 0), c);
+    rmdir(dir);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
                   "child: %d (1: another user's temporary removed)", WEXITSTATUS(st));
 }
