@@ -1270,6 +1270,22 @@ static double ckpt_rel_diff(const char *a, const char *b)
     return rel;
 }
 
+/* The metrics log NAME of the scratch directory as a JSON array of its
+ * lines, each a JSON object (asserted); cJSON_Delete it. */
+static cJSON *metrics_log(const char *name)
+{
+    char *log = slurp(tmp_path(name), NULL);
+    ck_assert_msg(log != NULL, "no %s", name);
+    cJSON *lines = cJSON_CreateArray();
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        ck_assert_msg(cJSON_IsObject(o), "not a JSON object: %s", line);
+        cJSON_AddItemToArray(lines, o);
+    }
+    free(log);
+    return lines;
+}
+
 /* --grad-accum 4 with batches of B takes the steps of batches of 4B (the
  * same windows: both draw them in turn from the batch stream); --resume
  * refuses it; the metrics log has one valid JSON line per logged step and
@@ -1303,13 +1319,12 @@ START_TEST(test_grad_accum_and_metrics)
     ck_assert_int_eq(run(m1), 0);
     const char *m2[] = {"train", "--resume", "m.safetensors", "--threads", "1", NULL};
     ck_assert_int_eq(run(m2), 0);
-    char *log = slurp(tmp_path("m.metrics.jsonl"), NULL);
-    ck_assert_ptr_nonnull(log);
+    cJSON *log = metrics_log("m.metrics.jsonl");
     int steps = 0, evals = 0;
     int64_t last = -1;
-    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *o = cJSON_Parse(line);
-        ck_assert_msg(cJSON_IsObject(o), "not JSON: %s", line);
+    const cJSON *o;
+    cJSON_ArrayForEach(o, log)
+    {
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
         ck_assert(cJSON_IsNumber(st));
         if (cJSON_GetObjectItemCaseSensitive(o, "val_loss")) {
@@ -1323,11 +1338,10 @@ START_TEST(test_grad_accum_and_metrics)
             last = (int64_t)st->valuedouble;
             steps++;
         }
-        cJSON_Delete(o);
     }
     ck_assert_int_eq(steps, 20);
     ck_assert_int_eq(evals, 3);
-    free(log);
+    cJSON_Delete(log);
     rm_tmpdir();
 }
 END_TEST
@@ -1345,11 +1359,11 @@ START_TEST(test_loss_avg_window)
     ck_assert_int_eq(run(a), 0);
     const char *b[] = {"train", "--resume", "w.safetensors", "--threads", "1", NULL};
     ck_assert_int_eq(run(b), 0);
-    char *log = slurp(tmp_path("w.metrics.jsonl"), NULL);
-    ck_assert_ptr_nonnull(log);
+    cJSON *log = metrics_log("w.metrics.jsonl");
     double loss[271] = {0}, avg[271] = {0};
-    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *o = cJSON_Parse(line);
+    const cJSON *o;
+    cJSON_ArrayForEach(o, log)
+    {
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
         const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "loss_avg");
@@ -1358,9 +1372,8 @@ START_TEST(test_loss_avg_window)
             loss[(int)st->valuedouble] = l->valuedouble;
             avg[(int)st->valuedouble] = m->valuedouble;
         }
-        cJSON_Delete(o);
     }
-    free(log);
+    cJSON_Delete(log);
     ck_assert_msg(fabs(loss[1] - loss[270]) > 0.05, "the losses barely move: %g %g", loss[1],
                   loss[270]);
     for (int s = 1; s <= 270; s++) {
@@ -1387,19 +1400,18 @@ START_TEST(test_log_every_default)
     const char *a[] = {"train",        TINY,     "--data", "c.txt",         "--steps", "2020",
                        "--eval-every", "100000", "--out",  "e.safetensors", NULL};
     ck_assert_int_eq(run(a), 0);
-    char *log = slurp(tmp_path("e.metrics.jsonl"), NULL);
-    ck_assert_ptr_nonnull(log);
+    cJSON *log = metrics_log("e.metrics.jsonl");
     int n = 0;
-    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *o = cJSON_Parse(line);
+    const cJSON *o;
+    cJSON_ArrayForEach(o, log)
+    {
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
         if (cJSON_GetObjectItemCaseSensitive(o, "loss")) {
             n++;
             ck_assert_int_eq((int64_t)st->valuedouble, n <= 20 ? 100 * n : 2020);
         }
-        cJSON_Delete(o);
     }
-    free(log);
+    cJSON_Delete(log);
     ck_assert_int_eq(n, 21);
     rm_tmpdir();
 }
