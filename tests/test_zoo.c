@@ -1270,6 +1270,43 @@ static double ckpt_rel_diff(const char *a, const char *b)
     return rel;
 }
 
+/* The progress line written to a file: one line a call, its ETA rounded
+ * to the second, minutes and seconds below an hour, hours and minutes from
+ * one; an ETA not known (NaN) or negative is 0m00s; cg_progress_end adds
+ * nothing to a file (it ends a terminal's open line). */
+START_TEST(test_progress_lines)
+{
+    make_tmpdir();
+    static const double eta[] = {59.4, 59.6, 3599.4, 3599.6, 3600, 7500, 45296, NAN, -5};
+    static const char *const want[] = {"0m59s", "1m00s",  "59m59s", "1h00m", "1h00m",
+                                       "2h05m", "12h34m", "0m00s",  "0m00s"};
+    enum { N = sizeof eta / sizeof eta[0] };
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    int fd = open(tmp_path("progress"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+    close(fd);
+    for (int i = 0; i < N; i++)
+        cg_progress("charlm", i + 1, N, 2.5, 1e-3, 1234.4, eta[i]);
+    cg_progress_end();
+    fflush(stderr);
+    ck_assert(dup2(saved, STDERR_FILENO) == STDERR_FILENO);
+    close(saved);
+    char expect[1024] = "";
+    for (int i = 0; i < N; i++) {
+        size_t at = strlen(expect);
+        snprintf(expect + at, sizeof expect - at,
+                 "charlm: step %d/%d  loss 2.5000  lr 1.00e-03  1234 tok/s  ETA %s\n", i + 1, N,
+                 want[i]);
+    }
+    char *got = slurp(tmp_path("progress"), NULL);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_str_eq(got, expect);
+    free(got);
+    rm_tmpdir();
+}
+END_TEST
+
 /* The metrics log NAME of the scratch directory as a JSON array of its
  * lines, each a JSON object (asserted); cJSON_Delete it. */
 static cJSON *metrics_log(const char *name)
@@ -1687,6 +1724,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_history_json);
     tcase_add_test(t, test_history_far_steps);
     tcase_add_test(t, test_history_best_ties);
+    tcase_add_test(t, test_progress_lines);
     tcase_add_test(t, test_origin_of_opened_bytes);
     tcase_add_test(t, test_average_needs_two);
     tcase_add_test(t, test_lora_attach_refusals);
