@@ -12,7 +12,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1270,6 +1272,82 @@ static double ckpt_rel_diff(const char *a, const char *b)
     return rel;
 }
 
+/* A child that takes training's signals and raises sig; it writes a byte
+ * to fd once the first has left it running. released = false: sig again
+ * (the end of the process, but for SIGXCPU); true: the signals released,
+ * then SIGXCPU (ignored) and sig again (SIGHUP for SIGXCPU: the end). Its
+ * exit code names the first check that failed, 0 when it is not ended. */
+static int signals_child(int sig, bool released, int fd)
+{
+    struct rlimit none = {0, 0}; /* no core file from SIGXCPU's default action */
+    if (setrlimit(RLIMIT_CORE, &none) != 0)
+        return 2;
+    cg_train_catch_signals();
+    if (cg_train_interrupted())
+        return 3;
+    raise(sig);
+    if (!cg_train_interrupted())
+        return 4;
+    if (released) {
+        cg_train_release_signals();
+        if (cg_train_interrupted())
+            return 5;
+        raise(SIGXCPU); /* ignored while the final evaluation runs */
+        if (cg_train_interrupted())
+            return 6;
+    }
+    if (write(fd, "1", 1) != 1)
+        return 7;
+    raise(released && sig == SIGXCPU ? SIGHUP : sig);
+    return 0;
+}
+
+/* SIGINT, SIGTERM, SIGUSR1 (what mpirun forwards), SIGHUP and SIGXCPU each
+ * set the trainer's flag and leave the process running; a second one ends
+ * it, but for SIGXCPU (the soft CPU limit, repeated every second), ignored.
+ * Released, the flag is cleared, SIGXCPU is ignored and the others end the
+ * process at once. Each in a child: the signals end it or change its
+ * handlers. */
+START_TEST(test_train_signals)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGXCPU};
+    for (int released = 0; released <= 1; released++)
+        for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+            int p[2];
+            ck_assert_int_eq(pipe(p), 0);
+            fflush(NULL);
+            pid_t c = fork();
+            ck_assert_int_ge(c, 0);
+            if (c == 0) {
+                close(p[0]);
+                _exit(signals_child(sigs[i], released, p[1]));
+            }
+            close(p[1]);
+            char b;
+            bool lived = read(p[0], &b, 1) == 1; /* through the first signal */
+            close(p[0]);
+            int st = 0;
+            ck_assert_int_eq(waitpid(c, &st, 0), c);
+            const char *what = released ? "released" : "the second";
+            ck_assert_msg(lived, "%s (%s): the child %s %d before writing its byte",
+                          strsignal(sigs[i]), what,
+                          WIFSIGNALED(st) ? "ended by signal" : "exited with check",
+                          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            int want = released && sigs[i] == SIGXCPU ? SIGHUP : sigs[i];
+            if (!released && sigs[i] == SIGXCPU)
+                ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                              "a second SIGXCPU: the child %s %d (wanted: not ended)",
+                              WIFSIGNALED(st) ? "ended by signal" : "exited with check",
+                              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            else
+                ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == want,
+                              "%s (%s): the child %s %d (wanted: ended by %s)", strsignal(sigs[i]),
+                              what, WIFSIGNALED(st) ? "ended by signal" : "exited with check",
+                              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), strsignal(want));
+        }
+}
+END_TEST
+
 /* The progress line written to a file: one line a call, its ETA rounded
  * to the second, minutes and seconds below an hour, hours and minutes from
  * one; an ETA not known (NaN) or negative is 0m00s; cg_progress_end adds
@@ -1725,6 +1803,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_history_far_steps);
     tcase_add_test(t, test_history_best_ties);
     tcase_add_test(t, test_progress_lines);
+    tcase_add_test(t, test_train_signals);
     tcase_add_test(t, test_origin_of_opened_bytes);
     tcase_add_test(t, test_average_needs_two);
     tcase_add_test(t, test_lora_attach_refusals);
