@@ -847,7 +847,7 @@ START_TEST(test_history_json)
     ck_assert(cg_history_plot(&old, tmp_path("old.loss.png"), "loss"));
     cg_history_free(&old);
 
-    /* malformed dense fields are refused */
+    /* malformed fields are refused */
     const char *bad[] = {
         "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10,\"dense_step\":[1],"
         "\"dense_loss\":[],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":0}}",
@@ -858,6 +858,13 @@ START_TEST(test_history_json)
         "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10,\"dense_step\":[],"
         "\"dense_loss\":[],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":10}}",
         "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10}",
+        /* a block of no whole number of steps; a sum with more after its number */
+        "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10.5,\"dense_step\":[],"
+        "\"dense_loss\":[],\"dense_acc\":{\"loss\":\"0\",\"step\":0,\"n\":0}}",
+        "{\"step\":[],\"train\":[],\"val\":[],\"dense_every\":10,\"dense_step\":[],"
+        "\"dense_loss\":[],\"dense_acc\":{\"loss\":\"1.5x\",\"step\":0,\"n\":0}}",
+        /* evaluations: a validation loss missing */
+        "{\"step\":[10],\"train\":[2.5],\"val\":[]}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         cg_history x = {0};
