@@ -375,7 +375,9 @@ char *cg_ckpt_sibling(const char *ckpt_path, const char *suffix)
     size_t n = strlen(ckpt_path);
     const char *ext = ".safetensors";
     size_t e = strlen(ext);
-    if (n > e && strcmp(ckpt_path + n - e, ext) == 0)
+    /* ".safetensors" alone is a whole name (a hidden file's, no stem), in
+     * any directory: kept */
+    if (n > e && strcmp(ckpt_path + n - e, ext) == 0 && ckpt_path[n - e - 1] != '/')
         n -= e;
     char *out = malloc(n + strlen(suffix) + 1);
     if (!out) {

@@ -104,7 +104,8 @@ bool cg_train_position_check(int64_t epoch, int64_t pos, int64_t n_batches, int6
                              const char *path);
 
 /* A file kept beside a checkpoint: "<path without .safetensors><suffix>"
- * (malloc'd), e.g. ".metrics.jsonl"; cg_loss_png_path: ".loss.png". */
+ * (malloc'd), e.g. ".metrics.jsonl"; cg_loss_png_path: ".loss.png". A
+ * name that is ".safetensors" alone keeps it (it has no stem). */
 char *cg_ckpt_sibling(const char *ckpt_path, const char *suffix);
 char *cg_loss_png_path(const char *ckpt_path);
 
