@@ -115,6 +115,38 @@ START_TEST(test_position_check)
     ck_assert(!cg_train_position_check(1, -1, 9, 0, "x"));
     ck_assert(!cg_train_position_check(2, 3, 9, 3, "x"));
     ck_assert(!cg_train_position_check(1, 3, 0, 3, "x"));
+    /* epoch 0 is the position before the first shuffle: its batch is the last */
+    ck_assert(!cg_train_position_check(0, 3, 9, 0, "x"));
+    /* an epoch whose first step overflows int64 (4 * 2^62 wraps to 0) */
+    ck_assert(!cg_train_position_check((INT64_C(1) << 62) + 1, 0, 4, 0, "x"));
+}
+END_TEST
+
+/* The files beside a checkpoint: its name without ".safetensors", then the
+ * suffix; a name without that extension, or that is the extension alone
+ * (a hidden file's: no stem), is kept whole. */
+START_TEST(test_ckpt_sibling)
+{
+    static const char *const cases[][2] = {
+        {"m.safetensors", "m.loss.png"},
+        {"runs/m.safetensors", "runs/m.loss.png"},
+        {"m.st", "m.st.loss.png"},
+        {"m.safetensors.bak", "m.safetensors.bak.loss.png"},
+        {".safetensors", ".safetensors.loss.png"},
+        {"runs/.safetensors", "runs/.safetensors.loss.png"},
+        {"a.safetensors/m", "a.safetensors/m.loss.png"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *in = strdup(cases[i][0]); /* its own bytes: none read before them */
+        char *p = cg_loss_png_path(in);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_str_eq(p, cases[i][1]);
+        free(p);
+        free(in);
+    }
+    char *lock = cg_ckpt_sibling("runs/m.safetensors", "");
+    ck_assert_str_eq(lock, "runs/m");
+    free(lock);
 }
 END_TEST
 
@@ -1679,6 +1711,7 @@ static Suite *guards_suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_state_fields);
     tcase_add_test(t, test_position_check);
+    tcase_add_test(t, test_ckpt_sibling);
     tcase_add_test(t, test_history_long);
     tcase_add_test(t, test_tiny_temperature);
     tcase_add_test(t, test_json_values);
