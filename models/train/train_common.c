@@ -305,15 +305,26 @@ bool cg_history_from_json(const char *json, cg_history *h)
     return ok;
 }
 
-bool cg_history_plot(const cg_history *h, const char *path, const char *title)
+int cg_history_train_line(const cg_history *h, float *x, float *y)
 {
-    /* the training line: evaluations before the first dense point (a history
-     * begun without the dense series), the dense points, the block being
-     * filled */
     double first = h->dn > 0      ? h->dstep[0]
                    : h->acc_n > 0 ? (double)h->acc_step / (double)h->acc_n
                                   : INFINITY;
-    int cap = h->n + h->dn + 1, k = 0;
+    int k = 0;
+    for (int i = 0; i < h->n && (double)h->step[i] < first; i++, k++)
+        x[k] = (float)h->step[i], y[k] = h->train[i];
+    for (int i = 0; i < h->dn; i++, k++)
+        x[k] = h->dstep[i], y[k] = h->dloss[i];
+    if (h->acc_n > 0) {
+        x[k] = (float)((double)h->acc_step / (double)h->acc_n);
+        y[k++] = (float)(h->acc_loss / (double)h->acc_n);
+    }
+    return k;
+}
+
+bool cg_history_plot(const cg_history *h, const char *path, const char *title)
+{
+    int cap = h->n + h->dn + 1;
     float *x = malloc((size_t)cap * sizeof *x), *y = malloc((size_t)cap * sizeof *y);
     float *vx = malloc((size_t)(h->n > 0 ? h->n : 1) * sizeof *vx); /* the axis is float */
     if (!x || !y || !vx) {
@@ -325,14 +336,7 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title)
     }
     for (int i = 0; i < h->n; i++)
         vx[i] = (float)h->step[i];
-    for (int i = 0; i < h->n && (double)h->step[i] < first; i++, k++)
-        x[k] = vx[i], y[k] = h->train[i];
-    for (int i = 0; i < h->dn; i++, k++)
-        x[k] = h->dstep[i], y[k] = h->dloss[i];
-    if (h->acc_n > 0) {
-        x[k] = (float)((double)h->acc_step / (double)h->acc_n);
-        y[k++] = (float)(h->acc_loss / (double)h->acc_n);
-    }
+    int k = cg_history_train_line(h, x, y);
     char name[64];
     if (h->dn > 0 || h->acc_n > 0)
         snprintf(name, sizeof name, "train (mean of %lld steps)", (long long)cg_history_every(h));

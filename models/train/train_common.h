@@ -91,6 +91,11 @@ bool cg_history_from_cjson(const cJSON *json, cg_history *h);
  * the evaluations' train loss before its first point, for histories that
  * began without it) and the validation loss as a line with markers. */
 bool cg_history_plot(const cg_history *h, const char *path, const char *title);
+/* That curve's training line into x and y (room for h->n + h->dn + 1
+ * points each): the evaluations' training losses before the first dense
+ * point, the dense points, then the mean of the block being filled.
+ * Returns the number of points. */
+int cg_history_train_line(const cg_history *h, float *x, float *y);
 
 /* The position of an epoch-based batch order (seq2seq) read back from a
  * checkpoint: `epoch` shuffles drawn so far, `pos` batches of the current
