@@ -769,6 +769,38 @@ START_TEST(test_history_best_ties)
 }
 END_TEST
 
+/* The loss curve's training line: a history begun without the dense series
+ * draws its evaluations' training losses up to the first dense point (not
+ * after: the dense points are the finer curve), then the dense points,
+ * then the mean of the block being filled. */
+START_TEST(test_history_train_line)
+{
+    cg_history h = {0};
+    float x[16], y[16];
+    ck_assert_int_eq(cg_history_train_line(&h, x, y), 0);
+    ck_assert(cg_history_from_json("{\"step\":[0,250],\"train\":[4.5,2.5],\"val\":[4.5,3]}", &h));
+    for (int64_t s = 251; s <= 275; s++) {
+        ck_assert(cg_history_train_step(&h, s, s <= 260 ? 2.0 : s <= 270 ? 1.5 : 1.25));
+        if (s == 260)
+            ck_assert(cg_history_push(&h, 260, 2.0, 2.75));
+    }
+    ck_assert(h.n + h.dn + 1 <= 16);
+    const float wx[] = {0, 250, 255.5f, 265.5f, 273}, wy[] = {4.5f, 2.5f, 2, 1.5f, 1.25f};
+    ck_assert_int_eq(cg_history_train_line(&h, x, y), 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(x[i] == wx[i] && y[i] == wy[i], "point %d: (%g, %g), not (%g, %g)", i,
+                      (double)x[i], (double)y[i], (double)wx[i], (double)wy[i]);
+    cg_history_free(&h);
+    /* no dense point yet: the evaluations before the block being filled */
+    ck_assert(cg_history_from_json("{\"step\":[0,250],\"train\":[4.5,2.5],\"val\":[4.5,3]}", &h));
+    for (int64_t s = 245; s <= 249; s++)
+        ck_assert(cg_history_train_step(&h, s, 3.0));
+    ck_assert_int_eq(cg_history_train_line(&h, x, y), 2);
+    ck_assert(x[0] == 0 && y[0] == 4.5f && x[1] == 247 && y[1] == 3.0f);
+    cg_history_free(&h);
+}
+END_TEST
+
 START_TEST(test_history_json)
 {
     make_tmpdir();
@@ -1807,6 +1839,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_vocab_and_utf8);
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_history_json);
+    tcase_add_test(t, test_history_train_line);
     tcase_add_test(t, test_history_far_steps);
     tcase_add_test(t, test_history_best_ties);
     tcase_add_test(t, test_progress_lines);
