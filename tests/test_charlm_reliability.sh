@@ -406,7 +406,7 @@ echo "a damaged recorded precision: named on resume (with --precision or not) an
 rc=0
 "$charlm" train "${model[@]}" --precision fp16 --steps 2 --out y.st >/dev/null 2>bad.log || rc=$?
 [ "$rc" -eq 2 ] && grep -q -- '--precision' bad.log || fail "--precision fp16: exit $rc: $(cat bad.log)"
-echo "refused: $(tail -1 refuse.log)"
+echo "--precision fp16 refused: $(tail -1 bad.log)"
 
 # 6. sample --attention draws the last (up to 32) tokens as the model sees
 # them, in their context (a window of T = 48 here): the first of them
