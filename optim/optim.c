@@ -542,16 +542,19 @@ void cg_optim_zero_grad(cg_optim *o)
 
 /* ------------------------------------------------------------ queries */
 
-void cg_optim_set_lr(cg_optim *o, double lr)
+bool cg_optim_set_lr(cg_optim *o, double lr)
 {
     if (!o) {
         cg_error_null_input("cg_optim_set_lr");
-    } else if (!(lr >= 0 && lr < INFINITY)) { /* a schedule's NaN would wreck every weight */
+        return false;
+    }
+    if (!(lr >= 0 && lr < INFINITY)) { /* a schedule's NaN would wreck every weight */
         cg_set_error("optim set_lr: learning rate %g must be finite and >= 0 (kept %g)", lr,
                      o->cfg.lr);
-    } else {
-        o->cfg.lr = lr;
+        return false;
     }
+    o->cfg.lr = lr;
+    return true;
 }
 
 double cg_optim_lr(const cg_optim *o) { return o ? o->cfg.lr : 0.0; }

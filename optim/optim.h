@@ -122,8 +122,9 @@ void cg_optim_zero_grad(cg_optim *o);
  * error. */
 bool cg_train_step(cg_optim *o, cg_tensor *loss);
 
-/* A rate that is not finite and >= 0 is refused: the old one stays, + error. */
-void cg_optim_set_lr(cg_optim *o, double lr);
+/* A rate that is not finite and >= 0 is refused: the old one stays, false
+ * + error. */
+bool cg_optim_set_lr(cg_optim *o, double lr);
 double cg_optim_lr(const cg_optim *o);
 /* The configuration (lr is the current learning rate). */
 cg_optim_config cg_optim_get_config(const cg_optim *o);

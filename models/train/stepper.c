@@ -223,13 +223,18 @@ static bool reduce_ranks(cg_stepper *st, double W, double tok, double *lv, doubl
 
 /* Clipping to m->clip_norm (0: none): the gradients' norm before it, under
  * ZeRO the global norm of every rank's shard (collective: every rank takes
- * this alike). Negative + error when it fails. */
+ * this alike). Without clipping: 0, or Inf when a gradient is not finite
+ * (a finite loss can have them: the update would make the weights NaN).
+ * Negative + error when it fails. */
 static double clip(cg_stepper *st)
 {
     double max_norm = st->m->clip_norm;
-    return max_norm <= 0 ? 0.0
-           : st->zero    ? cg_dist_clip_grad_norm(st->opt, max_norm)
-                         : cg_optim_clip_grad_norm(st->opt, max_norm);
+    if (max_norm <= 0)
+        return (st->zero ? cg_dist_grads_finite(st->opt) : cg_optim_grads_finite(st->opt, NULL))
+                   ? 0.0
+                   : INFINITY;
+    return st->zero ? cg_dist_clip_grad_norm(st->opt, max_norm)
+                    : cg_optim_clip_grad_norm(st->opt, max_norm);
 }
 
 /* A non-finite loss or gradient norm over the ranks at step s: stop, or
@@ -260,7 +265,10 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
     *tokens_out = 0;
     if (!make_batches(st, &W, &tok))
         return CG_STEP_FAILED;
-    cg_optim_set_lr(st->opt, m->lr(m->self, s));
+    if (!cg_optim_set_lr(st->opt, m->lr(m->self, s))) {
+        cg_prefix_error("step %lld: ", (long long)s);
+        return CG_STEP_FAILED;
+    }
     cg_optim_zero_grad(st->opt);
     if (!forward_backward(st, W, &lv, &back_ok))
         return CG_STEP_FAILED;
