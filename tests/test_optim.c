@@ -1336,7 +1336,7 @@ START_TEST(accessors)
     ck_assert_ptr_nonnull(cg_optim_state(o, 0, "momentum_buffer"));
     ck_assert_ptr_null(cg_optim_state(o, 0, "exp_avg"));
     ck_assert_str_eq(cg_optim_type_name(CG_OPTIM_ADAMW), "adamw");
-    cg_optim_set_lr(o, 0.25);
+    ck_assert(cg_optim_set_lr(o, 0.25));
     ck_assert(cg_optim_lr(o) == 0.25 && cg_optim_get_config(o).lr == 0.25);
     /* a schedule's NaN or inf (cg_lr_noam with d_model 0 gave inf) is refused */
     cg_clear_error();
@@ -1345,7 +1345,7 @@ START_TEST(accessors)
     const double bad[3] = {NAN, INFINITY, -1e-3};
     for (int i = 0; i < 3; i++) {
         cg_clear_error();
-        cg_optim_set_lr(o, bad[i]);
+        ck_assert(!cg_optim_set_lr(o, bad[i]));
         ck_assert(cg_optim_lr(o) == 0.25);
         ck_assert_ptr_nonnull(strstr(cg_last_error(), "learning rate"));
     }

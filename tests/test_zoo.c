@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "autograd/checkpoint.h"
 #include "core/gemm.h"
 #include "core/parse.h"
 #include "models/charlm/charlm.h"
@@ -29,6 +30,8 @@
 #include "models/train/average.h"
 #include "models/train/finetune.h"
 #include "models/train/options.h"
+#include "models/train/run.h"
+#include "models/train/stepper.h"
 #include "models/train/train_common.h"
 #include "models/text/vocab.h"
 #include "testutil.h"
@@ -1826,6 +1829,191 @@ START_TEST(test_corpus_bpe_long_lines)
 }
 END_TEST
 
+/* ------------------------------------------------------------ the stepper */
+/* A model of two parameters for the stepper: w [2, 2] and b [2]. Its loss
+ * on micro-batch k is (k + 1) sum(w) + sum(b), with a NaN added (finite
+ * gradients, NaN loss), times Inf (Inf loss and gradients), or sum(sqrt(w))
+ * at w = 0 (a finite loss, Inf gradients). */
+enum { TOY_PLAIN, TOY_LOSS_NAN, TOY_LOSS_INF, TOY_GRAD_INF, TOY_BACK_FAILS };
+typedef struct {
+    cg_module *m;
+    cg_tensor *w, *b;
+    int mode;
+    double lr;
+    int calls;
+} toy_model;
+
+/* A block that gives another shape when recomputed: its backward fails. */
+static cg_tensor *flaky_block(void *ctx, cg_tensor *const *in)
+{
+    int *calls = ctx;
+    return (*calls)++ == 0 ? cg_muls(in[0], 2.0f) : cg_sum(in[0], 0, NULL, false);
+}
+
+static bool toy_batch(void *self, int k, double *weight, double *tokens)
+{
+    (void)self;
+    *weight = 1;
+    *tokens = 10 * (k + 1);
+    return true;
+}
+
+static cg_tensor *toy_loss(void *self, int k, float grad_scale)
+{
+    (void)grad_scale;
+    toy_model *t = self;
+    cg_tensor *l;
+    if (t->mode == TOY_GRAD_INF) {
+        l = cg_sum(cg_sqrt(t->w), 0, NULL, false);
+    } else if (t->mode == TOY_BACK_FAILS && k == 0) { /* the first micro-batch's backward */
+        cg_checkpoint_block blk = {
+            .fn = flaky_block, .ctx = &t->calls, .n_inputs = 1, .inputs = &t->w};
+        l = cg_sum(cg_checkpoint(&blk), 0, NULL, false);
+    } else
+        l = cg_add(cg_muls(cg_sum(t->w, 0, NULL, false), (float)(k + 1)),
+                   cg_sum(t->b, 0, NULL, false));
+    return t->mode == TOY_LOSS_NAN   ? cg_adds(l, NAN)
+           : t->mode == TOY_LOSS_INF ? cg_muls(l, INFINITY)
+                                     : l;
+}
+
+static double toy_lr(void *self, int64_t step)
+{
+    (void)step;
+    return ((toy_model *)self)->lr;
+}
+
+static toy_model toy_new(int mode, float w0)
+{
+    toy_model t = {.m = cg_module_new("toy"), .mode = mode, .lr = 0.5};
+    const int64_t ws[2] = {2, 2}, bs[1] = {2};
+    cg_tensor *w = cg_full(2, ws, w0), *b = cg_ones(1, bs);
+    ck_assert_ptr_nonnull(t.m);
+    t.w = cg_module_add_param(t.m, "w", w);
+    t.b = cg_module_add_param(t.m, "b", b);
+    ck_assert(t.w && t.b);
+    cg_release(w);
+    cg_release(b);
+    return t;
+}
+
+static cg_trainer_model toy_trainer(toy_model *t, double clip_norm)
+{
+    return (cg_trainer_model){.name = "toy",
+                              .module = t->m,
+                              .optim = cg_sgd_config(0.5, 0, false),
+                              .clip_norm = clip_norm,
+                              .self = t,
+                              .batch = toy_batch,
+                              .loss = toy_loss,
+                              .lr = toy_lr};
+}
+
+/* One step of a toy in mode at step 3: its result and error; *changed:
+ * a parameter moved. */
+static cg_step_result toy_step(int mode, float w0, double clip_norm, bool skip, double lr,
+                               char *err, size_t n, bool *changed)
+{
+    toy_model t = toy_new(mode, w0);
+    t.lr = lr;
+    cg_trainer_model tm = toy_trainer(&t, clip_norm);
+    cg_stepper st;
+    ck_assert_msg(cg_stepper_init(&st, &tm, 1, 0), "%s", cg_last_error());
+    st.skip_nonfinite = skip;
+    double loss, tokens;
+    cg_clear_error();
+    cg_step_result r = cg_stepper_step(&st, 3, &loss, &tokens);
+    snprintf(err, n, "%s", cg_last_error());
+    const float *w = cg_test_values(t.w), *b = cg_test_values(t.b);
+    *changed = w[0] != w0 || b[0] != 1.0f;
+    if (r == CG_STEP_SKIPPED) /* a skipped step drops its gradients */
+        ck_assert(t.w->grad == NULL && t.b->grad == NULL);
+    cg_stepper_free(&st);
+    cg_module_free(t.m);
+    return r;
+}
+
+/* A backward that fails in one micro-batch fails the step, named as the
+ * backward's, though the next micro-batch's succeeds; nothing is updated. */
+START_TEST(test_stepper_backward_fails)
+{
+    toy_model t = toy_new(TOY_BACK_FAILS, 1);
+    cg_trainer_model tm = toy_trainer(&t, 1.0);
+    cg_stepper st;
+    ck_assert_msg(cg_stepper_init(&st, &tm, 2, 0), "%s", cg_last_error());
+    double loss, tokens;
+    ck_assert_int_eq(cg_stepper_step(&st, 1, &loss, &tokens), CG_STEP_FAILED);
+    ck_assert_msg(strncmp(cg_last_error(), "backward: checkpoint: ", 22) == 0, "%s",
+                  cg_last_error());
+    ck_assert(cg_test_values(t.w)[0] == 1.0f && cg_test_values(t.b)[0] == 1.0f);
+    cg_stepper_free(&st);
+    cg_module_free(t.m);
+}
+END_TEST
+
+/* cg_stepper_init refuses a ZeRO stage other than 0 and 1; stage 1 with
+ * one process is the plain optimizer. */
+START_TEST(test_stepper_init)
+{
+    toy_model t = toy_new(TOY_PLAIN, 1);
+    cg_trainer_model tm = toy_trainer(&t, 1.0);
+    cg_stepper st;
+    for (int z = -1; z <= 2; z += 3) {
+        cg_clear_error();
+        ck_assert(!cg_stepper_init(&st, &tm, 1, z));
+        char want[32];
+        snprintf(want, sizeof want, "ZeRO stage %d", z);
+        ck_assert_msg(strstr(cg_last_error(), want), "%s", cg_last_error());
+        cg_stepper_free(&st);
+    }
+    ck_assert_msg(cg_stepper_init(&st, &tm, 1, 1), "%s", cg_last_error());
+    ck_assert(!st.zero && st.opt && st.n_train == 2 && !st.reducer);
+    cg_stepper_free(&st);
+    cg_module_free(t.m);
+}
+END_TEST
+
+/* A step's non-finite loss or gradients: named, with the step; skipped
+ * (gradients dropped, nothing updated) under skip_nonfinite. A finite
+ * loss with Inf gradients is one too, clipped or not (the update would
+ * make every weight NaN). A learning rate the optimizer refuses fails the
+ * step. */
+START_TEST(test_stepper_nonfinite)
+{
+    char err[512];
+    bool changed;
+    ck_assert_int_eq(toy_step(TOY_PLAIN, 1, 1.0, false, 0.5, err, sizeof err, &changed),
+                     CG_STEP_OK);
+    ck_assert(changed);
+    ck_assert_int_eq(toy_step(TOY_PLAIN, 1, 0, false, 0.5, err, sizeof err, &changed),
+                     CG_STEP_OK); /* clip_norm 0: no clipping */
+    ck_assert(changed);
+    ck_assert_int_eq(toy_step(TOY_LOSS_INF, 1, 1.0, false, 0.5, err, sizeof err, &changed),
+                     CG_STEP_NONFINITE);
+    ck_assert_msg(strstr(err, "loss is inf at step 3") && !changed, "%s", err);
+    ck_assert_int_eq(toy_step(TOY_LOSS_NAN, 1, 1.0, false, 0.5, err, sizeof err, &changed),
+                     CG_STEP_NONFINITE);
+    ck_assert_msg(strstr(err, "loss is nan at step 3") && !changed, "%s", err);
+    ck_assert_int_eq(toy_step(TOY_LOSS_NAN, 1, 1.0, true, 0.5, err, sizeof err, &changed),
+                     CG_STEP_SKIPPED);
+    ck_assert_msg(strcmp(err, "loss nan, the gradients are finite") == 0 && !changed, "%s", err);
+    for (int clip = 0; clip <= 1; clip++) {
+        ck_assert_int_eq(toy_step(TOY_GRAD_INF, 0, clip, false, 0.5, err, sizeof err, &changed),
+                         CG_STEP_NONFINITE);
+        ck_assert_msg(strncmp(err, "step 3: ", 8) == 0 && strstr(err, "'w'") && !changed,
+                      "clip %d: %s", clip, err);
+        ck_assert_int_eq(toy_step(TOY_GRAD_INF, 0, clip, true, 0.5, err, sizeof err, &changed),
+                         CG_STEP_SKIPPED);
+        ck_assert_msg(strncmp(err, "loss 0, ", 8) == 0 && strstr(err, "'w'") && !changed,
+                      "clip %d: %s", clip, err);
+    }
+    ck_assert_int_eq(toy_step(TOY_PLAIN, 1, 1.0, false, NAN, err, sizeof err, &changed),
+                     CG_STEP_FAILED);
+    ck_assert_msg(strstr(err, "step 3: ") && strstr(err, "learning rate nan") && !changed, "%s",
+                  err);
+}
+END_TEST
+
 static Suite *zoo_suite(void)
 {
     Suite *s = suite_create("zoo");
@@ -1865,6 +2053,11 @@ static Suite *zoo_suite(void)
     tcase_add_test(p, test_loss_avg_window);
     tcase_add_test(p, test_log_every_default);
     suite_add_tcase(s, p);
+    TCase *st = tcase_create("stepper");
+    tcase_add_test(st, test_stepper_init);
+    tcase_add_test(st, test_stepper_nonfinite);
+    tcase_add_test(st, test_stepper_backward_fails);
+    suite_add_tcase(s, st);
     return s;
 }
 
