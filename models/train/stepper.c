@@ -223,16 +223,13 @@ static bool reduce_ranks(cg_stepper *st, double W, double tok, double *lv, doubl
 
 /* Clipping to m->clip_norm (0: none): the gradients' norm before it, under
  * ZeRO the global norm of every rank's shard (collective: every rank takes
- * this alike). Without clipping: 0, or Inf when a gradient is not finite
- * (a finite loss can have them: the update would make the weights NaN).
- * Negative + error when it fails. */
+ * this alike). Without clipping the norm is taken all the same, with an
+ * infinite bound that scales nothing: a finite loss can have non-finite
+ * gradients, and the update would make every weight NaN. Negative + error
+ * when it fails. */
 static double clip(cg_stepper *st)
 {
-    double max_norm = st->m->clip_norm;
-    if (max_norm <= 0)
-        return (st->zero ? cg_dist_grads_finite(st->opt) : cg_optim_grads_finite(st->opt, NULL))
-                   ? 0.0
-                   : INFINITY;
+    double max_norm = st->m->clip_norm > 0 ? st->m->clip_norm : INFINITY;
     return st->zero ? cg_dist_clip_grad_norm(st->opt, max_norm)
                     : cg_optim_clip_grad_norm(st->opt, max_norm);
 }
