@@ -445,7 +445,18 @@ START_TEST(clip_optim_and_strided_grad)
     ps[0]->grad = cg_view_transpose(base, 0, 1);
     cg_release(base);
     ck_assert(!cg_is_contiguous(ps[0]->grad));
-    double total = cg_optim_clip_grad_norm(o, 1.0);
+    /* an infinite bound: the norm alone, nothing scaled (the trainer's
+     * check of a step it does not clip) */
+    float before[OPT_N] = {0};
+    for (int j = 0; j < 3; j++)
+        ck_assert(cg_copy_to(ps[j]->grad, before + offset_of(j)));
+    double total = cg_optim_clip_grad_norm(o, INFINITY);
+    ck_assert(fabs(total - OPT_CLIP1_TOTAL) <= 1e-6 * OPT_CLIP1_TOTAL);
+    float same[OPT_N] = {0};
+    for (int j = 0; j < 3; j++)
+        ck_assert(cg_copy_to(ps[j]->grad, same + offset_of(j)));
+    ck_assert_mem_eq(same, before, sizeof same);
+    total = cg_optim_clip_grad_norm(o, 1.0);
     ck_assert(fabs(total - OPT_CLIP1_TOTAL) <= 1e-6 * OPT_CLIP1_TOTAL);
     float got[OPT_N] = {0};
     for (int j = 0; j < 3; j++)
