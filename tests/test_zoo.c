@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "autograd/checkpoint.h"
@@ -30,6 +31,7 @@
 #include "models/train/average.h"
 #include "models/train/finetune.h"
 #include "models/train/options.h"
+#include "models/train/prog.h"
 #include "models/train/run.h"
 #include "models/train/stepper.h"
 #include "models/train/train_common.h"
@@ -1427,6 +1429,58 @@ START_TEST(test_progress_lines)
 }
 END_TEST
 
+/* On a terminal the progress line is rewritten in place ("\r", the line,
+ * then erase to its end), and a message ends it first: the message is on
+ * a line of its own, as is the shell's prompt after cg_progress_end. Run
+ * in a child whose stderr is a pseudo-terminal (raw: no newline
+ * translation). */
+START_TEST(test_progress_tty)
+{
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(master, 0);
+    ck_assert(grantpt(master) == 0 && unlockpt(master) == 0);
+    char slave[64];
+    ck_assert_int_eq(ptsname_r(master, slave, sizeof slave), 0);
+    fflush(NULL);
+    pid_t c = fork();
+    ck_assert_int_ge(c, 0);
+    if (c == 0) {
+        int fd = open(slave, O_RDWR | O_NOCTTY);
+        struct termios tio;
+        if (fd < 0 || tcgetattr(fd, &tio) != 0)
+            _exit(2);
+        cfmakeraw(&tio);
+        if (tcsetattr(fd, TCSANOW, &tio) != 0 || dup2(fd, STDERR_FILENO) != STDERR_FILENO)
+            _exit(3);
+        if (!cg_progress_is_tty())
+            _exit(4);
+        cg_prog_set_name("charlm");
+        cg_progress("charlm", 1, 2, 2.5, 1e-3, 1234.4, 59.4);
+        cg_progress("charlm", 2, 2, 2.5, 1e-3, 1234.4, 0);
+        cg_prog_warn("a %s", "warning");
+        cg_progress("charlm", 2, 2, 2.5, 1e-3, 1234.4, 0);
+        cg_progress_end();
+        cg_progress_end(); /* a line already ended: nothing more */
+        _exit(0);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(c, &st, 0), c);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: %d", WEXITSTATUS(st));
+    char got[1024];
+    size_t n = 0;
+    for (ssize_t r; n + 1 < sizeof got && (r = read(master, got + n, sizeof got - 1 - n)) > 0;)
+        n += (size_t)r; /* EIO once the child's side is closed */
+    got[n] = '\0';
+    close(master);
+#define LINE(s, eta) \
+    "\rcharlm: step " s "/2  loss 2.5000  lr 1.00e-03  1234 tok/s  ETA " eta "\033[K"
+    const char *want = LINE("1", "0m59s")
+        LINE("2", "0m00s") "\ncharlm: warning: a warning\n" LINE("2", "0m00s") "\n";
+#undef LINE
+    ck_assert_str_eq(got, want);
+}
+END_TEST
+
 /* The metrics log NAME of the scratch directory as a JSON array of its
  * lines, each a JSON object (asserted); cJSON_Delete it. */
 static cJSON *metrics_log(const char *name)
@@ -2032,6 +2086,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_history_best_ties);
     tcase_add_test(t, test_progress_lines);
     tcase_add_test(t, test_train_signals);
+    tcase_add_test(t, test_progress_tty);
     tcase_add_test(t, test_origin_of_opened_bytes);
     tcase_add_test(t, test_average_needs_two);
     tcase_add_test(t, test_lora_attach_refusals);
