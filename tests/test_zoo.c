@@ -1429,6 +1429,53 @@ START_TEST(test_progress_lines)
 }
 END_TEST
 
+/* The programs' messages: "<program>: error: " or "warning: ", one line
+ * (a newline or carriage return in it a space), whole however long (one
+ * of the buffer's size exactly, and one of twice it); a library failure
+ * with what failed before its error, "unknown error" when none was set. */
+START_TEST(test_prog_messages)
+{
+    make_tmpdir();
+    static char longer[4001];
+    memset(longer, 'a', 4000);
+    longer[2047] = 'b';
+    longer[3999] = 'c';
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    int fd = open(tmp_path("messages"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+    close(fd);
+    cg_prog_set_name("charlm");
+    ck_assert_int_eq(cg_prog_fail("x\ny\rz %d", 3), CG_EXIT_FAIL);
+    cg_prog_warn("w%s", "!");
+    cg_prog_fail("%.2048s", longer); /* 2,048 bytes: the buffer's size */
+    cg_prog_fail("%s", longer);
+    cg_clear_error();
+    ck_assert_int_eq(cg_prog_fail_lib(NULL), CG_EXIT_FAIL);
+    cg_set_error("the reason");
+    cg_prog_fail_lib("loading");
+    fflush(stderr);
+    ck_assert(dup2(saved, STDERR_FILENO) == STDERR_FILENO);
+    close(saved);
+    cg_prog_set_name("cgrad");
+    char *got = slurp(tmp_path("messages"), NULL);
+    ck_assert_ptr_nonnull(got);
+    size_t cap = 3 * sizeof longer + 256;
+    char *want = malloc(cap);
+    ck_assert_ptr_nonnull(want);
+    snprintf(want, cap,
+             "charlm: error: x y z 3\ncharlm: warning: w!\ncharlm: error: %.2048s\n"
+             "charlm: error: %s\ncharlm: error: unknown error\ncharlm: error: loading: the "
+             "reason\n",
+             longer, longer);
+    ck_assert_msg(strcmp(got, want) == 0, "got %zu bytes, not the %zu wanted", strlen(got),
+                  strlen(want));
+    free(got);
+    free(want);
+    rm_tmpdir();
+}
+END_TEST
+
 /* On a terminal the progress line is rewritten in place ("\r", the line,
  * then erase to its end), and a message ends it first: the message is on
  * a line of its own, as is the shell's prompt after cg_progress_end. Run
@@ -2087,6 +2134,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_progress_lines);
     tcase_add_test(t, test_train_signals);
     tcase_add_test(t, test_progress_tty);
+    tcase_add_test(t, test_prog_messages);
     tcase_add_test(t, test_origin_of_opened_bytes);
     tcase_add_test(t, test_average_needs_two);
     tcase_add_test(t, test_lora_attach_refusals);
