@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "models/charlm/charlm.h"
 #include "models/seq2seq/seq2seq.h"
+#include "models/train/model_common.h"
 #include "models/train/options.h"
 #include "optim/optim.h"
 #include "tests/testutil.h"
@@ -504,6 +505,7 @@ START_TEST(test_charlm_errors)
     ids[3] = 0;
     CG_ASSERT_FAILS(cg_charlm_forward(m, ids, 1, 17), "sequence length 17 exceeds max_len 16");
     CG_ASSERT_FAILS(cg_charlm_forward(m, ids, 0, 4), "at least");
+    CG_ASSERT_FAILS(cg_charlm_forward(m, ids, 1, 0), "batch 1 x 0 must be at least 1 x 1");
     CG_ASSERT_FAILS(cg_charlm_forward(m, NULL, 1, 4), "NULL");
     CG_ASSERT_FAILS(cg_charlm_forward(NULL, ids, 1, 4), "NULL");
     cg_tensor *logits = cg_charlm_forward(m, ids, 1, 4);
@@ -511,6 +513,8 @@ START_TEST(test_charlm_errors)
     CG_ASSERT_FAILS(cg_charlm_loss(m, logits, tg), "");
     cg_tensor *wrong = cg_zeros(CG_SHAPE(4, 7));
     CG_ASSERT_FAILS(cg_charlm_loss(m, wrong, tg), "vocabulary size 20");
+    CG_ASSERT_FAILS(cg_charlm_loss(NULL, wrong, tg), "charlm loss: NULL model");
+    CG_ASSERT_FAILS(cg_charlm_loss(m, wrong, NULL), "charlm loss: NULL targets");
     cg_release_all(2, logits, wrong);
     cg_charlm_free(m);
 }
@@ -629,6 +633,10 @@ START_TEST(test_charlm_dropout)
     ck_assert(tensors_equal(t1, t2));
     cg_release_all(2, t1, t2);
     cg_charlm_free(m);
+    /* the dropout stream is not the initialisation's of the same seed (the
+     * masks would follow the weights' draws) */
+    cg_rng drop = cg_model_dropout_rng(5), init = cg_rng_new(5);
+    ck_assert(cg_rng_uniform(&drop) != cg_rng_uniform(&init));
 }
 END_TEST
 
