@@ -1517,6 +1517,12 @@ START_TEST(test_sequential_forward_append)
     cg_tensor *y3 = cg_module_forward(seq2, x);
     ck_assert(bit_equal(y3, want));
     ck_assert(!cg_module_load_file(seq2, "/nonexistent/x.safetensors"));
+    /* a file the module does not fit: its load's failure, not true */
+    cg_module *other = cg_sequential(1, cg_linear_new(3, 4, true, NULL));
+    cg_clear_error();
+    ck_assert(!cg_module_load_file(other, path));
+    ck_assert_msg(strstr(cg_last_error(), "unexpected tensors"), "%s", cg_last_error());
+    cg_module_free(other);
     unlink(path);
     cg_release_all(8, x, h, a, want, y, y2, w2, y3);
     cg_module_free(seq);
