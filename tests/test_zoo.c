@@ -29,6 +29,7 @@
 #include "models/data/data.h"
 #include "models/charlm/sampling.h"
 #include "models/train/average.h"
+#include "models/train/checkpoint.h"
 #include "models/train/finetune.h"
 #include "models/train/options.h"
 #include "models/train/prog.h"
@@ -334,6 +335,15 @@ START_TEST(test_checkpoint_round_trip)
     free(a);
     free(b);
     cg_charlm_ckpt_free(&ck);
+    /* the save makes its directory (one level); a checkpoint needs its tokenizer */
+    const char *deep = tmp_path("runs/m.safetensors");
+    ck_assert_msg(cg_charlm_ckpt_save(deep, m, v, NULL, 7, NULL), "%s", cg_last_error());
+    ck_assert_msg(cg_charlm_ckpt_load(deep, &ck), "%s", cg_last_error());
+    ck_assert_int_eq(ck.step, 7);
+    cg_charlm_ckpt_free(&ck);
+    CG_ASSERT_FAILS(
+        (void *)(intptr_t)cg_ckpt_save(path, "charlm", "{}", NULL, CG_MODULE(m), NULL, 1, NULL),
+        "no tokenizer");
     cg_vocab_free(v);
     cg_charlm_free(m);
     rm_tmpdir();
