@@ -350,6 +350,56 @@ START_TEST(test_checkpoint_round_trip)
 }
 END_TEST
 
+/* A file of metadata only, for cg_ckpt_open: model, config, vocab and step
+ * each NULL to leave it out. */
+static void meta_file(const char *path, const char *model, const char *config, const char *vocab,
+                      const char *step)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    const float one = 1;
+    ck_assert(w && cg_st_add_f32_raw(w, "x", 1, (int64_t[]){1}, &one));
+    const char *keys[] = {"model", "config", "vocab", "step"},
+               *vals[] = {model, config, vocab, step};
+    for (int i = 0; i < 4; i++)
+        ck_assert(!vals[i] || cg_st_set_metadata(w, keys[i], vals[i]));
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+}
+
+/* cg_ckpt_open names what is wrong with a checkpoint's metadata: another
+ * model's (quoted) or none recorded, no config or vocab, a step that is
+ * not a plain integer in [0, 1e15]. */
+START_TEST(test_ckpt_open_refusals)
+{
+    make_tmpdir();
+    const char *p = tmp_path("c.safetensors");
+    meta_file(p, "charlm", "{}", "[]", "12");
+    cg_st_file *f = cg_ckpt_open(p, "charlm");
+    ck_assert_msg(f && cg_ckpt_step(f) == 12, "%s", cg_last_error());
+    cg_st_close(f);
+    static const struct {
+        const char *model, *config, *vocab, *step, *err;
+    } bad[] = {
+        {"seq2seq", "{}", "[]", "1", "is not a charlm checkpoint (its model is 'seq2seq')"},
+        {NULL, "{}", "[]", "1", "is not a charlm checkpoint (its model is not recorded)"},
+        {"charlm", NULL, "[]", "1", "lacks its config metadata"},
+        {"charlm", "{}", NULL, "1", "lacks its vocab metadata"},
+        {"charlm", "{}", "[]", "12x", "bad step '12x'"},
+        {"charlm", "{}", "[]", "-1", "bad step '-1'"},
+        {"charlm", "{}", "[]", "+1", "bad step '+1'"},
+        {"charlm", "{}", "[]", " 1", "bad step ' 1'"},
+        {"charlm", "{}", "[]", "1000000000000001", "bad step '1000000000000001'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        meta_file(p, bad[i].model, bad[i].config, bad[i].vocab, bad[i].step);
+        cg_clear_error();
+        ck_assert_msg(cg_ckpt_open(p, "charlm") == NULL, "case %zu opened", i);
+        ck_assert_msg(strstr(cg_last_error(), bad[i].err), "case %zu: %s", i, cg_last_error());
+    }
+    rm_tmpdir();
+}
+END_TEST
+
 START_TEST(test_vocab_and_utf8)
 {
     const char *s = "b\xC3\xA4"
@@ -2150,6 +2200,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(t, test_train_signals);
     tcase_add_test(t, test_progress_tty);
     tcase_add_test(t, test_prog_messages);
+    tcase_add_test(t, test_ckpt_open_refusals);
     tcase_add_test(t, test_origin_of_opened_bytes);
     tcase_add_test(t, test_average_needs_two);
     tcase_add_test(t, test_lora_attach_refusals);
