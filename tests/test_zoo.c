@@ -2180,6 +2180,89 @@ START_TEST(test_stepper_nonfinite)
 }
 END_TEST
 
+/* A file of float32 tensors of one value each, named as given (NULL ends). */
+static void tensors_file(const char *path, const char *const *names)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    const float one = 1;
+    ck_assert_ptr_nonnull(w);
+    for (int i = 0; names[i]; i++)
+        ck_assert(cg_st_add_f32_raw(w, names[i], 1, (int64_t[]){1}, &one));
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+}
+
+/* What a checkpoint may hold beside a model of w [2, 2] and b [2]: its
+ * parameters and their optimizer slots by name; an adapter's file its
+ * trainable parameters under PEFT's prefix (not a frozen one, not another
+ * prefix of that length). And the config's bound: the values it needs
+ * must be in the file, and max_len x d at most 4 values a value held plus
+ * 2^24. */
+START_TEST(test_ckpt_tensor_checks)
+{
+    make_tmpdir();
+    const char *p = tmp_path("t.safetensors");
+    toy_model t = toy_new(TOY_PLAIN, 1);
+    static const char *const ok[] = {"w",
+                                     "b",
+                                     "optim.w.step",
+                                     "optim.w.exp_avg",
+                                     "optim.b.exp_avg_sq",
+                                     "optim.b.momentum_buffer",
+                                     NULL};
+    tensors_file(p, ok);
+    cg_st_file *f = cg_st_open(p);
+    ck_assert_msg(cg_ckpt_check_tensors(t.m, f, p), "%s", cg_last_error());
+    /* 1 value a tensor: 6 held */
+    ck_assert(cg_ckpt_config_fits(6, 4096, 4096, f, p)); /* 2^24 <= 4 * 6 + 2^24 */
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ckpt_config_fits(7, 1, 1, f, p),
+                    "needs 7 parameter values but the file holds 6");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ckpt_config_fits(6, 4097, 4096, f, p),
+                    "max_len=4097 with d=4096 is implausibly large");
+    cg_st_close(f);
+    /* a slot's length but no slot's name; a slot's name off the optimizer's prefix */
+    static const char *const slot[] = {"w", "optim.w.abcd", NULL}, *off[] = {"abcdefw.step", NULL};
+    const char *const *odd[] = {slot, off};
+    for (int i = 0; i < 2; i++) {
+        tensors_file(p, odd[i]);
+        f = cg_st_open(p);
+        CG_ASSERT_FAILS((void *)(intptr_t)cg_ckpt_check_tensors(t.m, f, p),
+                        i ? "tensor 'abcdefw.step' is not a parameter"
+                          : "tensor 'optim.w.abcd' is not a parameter");
+        cg_st_close(f);
+    }
+    /* the names fit, the shapes do not: the load's error, naming the file */
+    static const char *const shapes[] = {"w", "b", NULL};
+    tensors_file(p, shapes);
+    f = cg_st_open(p);
+    cg_clear_error();
+    ck_assert(!cg_ckpt_load_params(t.m, f, p));
+    char want[PATH_MAX + 32];
+    snprintf(want, sizeof want, "checkpoint '%s': ", p);
+    ck_assert_msg(strncmp(cg_last_error(), want, strlen(want)) == 0, "%s", cg_last_error());
+    cg_st_close(f);
+    /* an adapter's file: b frozen */
+    t.b->requires_grad = false;
+    static const char *const adapter[] = {"base_model.model.w", "optim.w.exp_avg", NULL};
+    tensors_file(p, adapter);
+    f = cg_st_open(p);
+    ck_assert_msg(cg_ckpt_check_adapter_tensors(t.m, f, p), "%s", cg_last_error());
+    cg_st_close(f);
+    static const char *const frozen[] = {"base_model.model.b", NULL};
+    static const char *const prefix[] = {"base_model_MODEL.w", NULL};
+    const char *const *bad[] = {frozen, prefix};
+    for (int i = 0; i < 2; i++) {
+        tensors_file(p, bad[i]);
+        f = cg_st_open(p);
+        CG_ASSERT_FAILS((void *)(intptr_t)cg_ckpt_check_adapter_tensors(t.m, f, p),
+                        "is not an adapter parameter");
+        cg_st_close(f);
+    }
+    cg_module_free(t.m);
+    rm_tmpdir();
+}
+END_TEST
+
 static Suite *zoo_suite(void)
 {
     Suite *s = suite_create("zoo");
@@ -2226,6 +2309,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(st, test_stepper_init);
     tcase_add_test(st, test_stepper_nonfinite);
     tcase_add_test(st, test_stepper_backward_fails);
+    tcase_add_test(st, test_ckpt_tensor_checks);
     suite_add_tcase(s, st);
     return s;
 }
