@@ -339,6 +339,13 @@ START_TEST(test_prog_helpers)
     ck_assert(cg_train_precision("{\"steps\": 4}", "c.st", &pr) && pr == CG_PRECISION_FP32);
     ck_assert(!cg_train_precision("{\"options\": {\"precision\": \"bf16\"", "c.st", &pr));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': its training state is damaged"));
+    /* JSON, but not an object; options, but not an object */
+    cg_clear_error();
+    ck_assert(!cg_train_precision("[\"bf16\"]", "c.st", &pr));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "damaged (not a JSON object)"));
+    cg_clear_error();
+    ck_assert(!cg_train_precision("{\"options\": \"bf16\"}", "c.st", &pr));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "\"options\" is not a JSON object"));
     /* the same for eval's split sizes, data path and data identity (the
      * default data or split taken instead, silently) */
     const char *badst = "{\"data\": \"pairs.tsv\", \"model\": {\"valid_size\": 7}";
