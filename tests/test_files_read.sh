@@ -121,6 +121,10 @@ written "seq2seq attention --force >> a picture" att/cross.png "att/cross.png" \
 if "$seq2seq" attention --ckpt s.st --text "the cat" --out att_new/ >out.txt 2>err.txt &&
   [ -s att_new/cross.png ]; then echo "ok: attention --out att_new/ makes the directory"
 else fail "attention --out att_new/: $(tail -1 err.txt)"; fi
+# and every missing directory of a deeper one, as mkdir -p
+if "$seq2seq" attention --ckpt s.st --text "the cat" --out att_deep/a/b >out.txt 2>err.txt &&
+  [ -s att_deep/a/b/cross.png ]; then echo "ok: attention --out att_deep/a/b makes every directory"
+else fail "attention --out att_deep/a/b: $(tail -1 err.txt)"; fi
 
 # ---- CG_DEBUG: a switch like the others
 expect "CG_DEBUG=maybe" 2 "environment variable CG_DEBUG: expected true or false, got 'maybe'" \

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -396,9 +397,10 @@ START_TEST(test_read_lines)
 }
 END_TEST
 
-/* cg_ensure_parent_dir: a file at the root needs no directory; the last
- * directory of a deep path is made (one level), a missing one above it is
- * an error, and a file where the directory should be is refused. */
+/* cg_ensure_parent_dir: a file at the root needs no directory; every
+ * missing directory of a deep path is made (as mkdir -p, os.makedirs); a
+ * file where a directory should be is refused, and the directories that
+ * call made before it failed are removed again. */
 START_TEST(test_ensure_parent_dir)
 {
     cg_clear_error();
@@ -408,12 +410,23 @@ START_TEST(test_ensure_parent_dir)
     ck_assert_msg(cg_ensure_parent_dir(tmp("deep/sub/m.st")), "%s", cg_last_error());
     struct stat st;
     ck_assert(stat(tmp("deep/sub"), &st) == 0 && S_ISDIR(st.st_mode));
-    CG_ASSERT_FAILS((void *)(intptr_t)cg_ensure_parent_dir(tmp("deep/a/b/m.st")),
-                    "cannot create directory");
-    ck_assert(access(tmp("deep/a"), F_OK) != 0);
+    ck_assert_msg(cg_ensure_parent_dir(tmp("deep/a/b//c/m.st")), "%s", cg_last_error());
+    ck_assert(stat(tmp("deep/a/b/c"), &st) == 0 && S_ISDIR(st.st_mode));
+    ck_assert_msg(cg_ensure_parent_dir(tmp("deep/a/b/c/m.st")), "%s", cg_last_error());
     write_file(tmp("deep/file"), "x", 1);
     CG_ASSERT_FAILS((void *)(intptr_t)cg_ensure_parent_dir(tmp("deep/file/m.st")),
                     "is not a directory");
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ensure_parent_dir(tmp("deep/file/z/m.st")),
+                    "is not a directory");
+    char longer[NAME_MAX + 16];
+    memset(longer, 'n', NAME_MAX + 1);
+    strcpy(longer + NAME_MAX + 1, "/m.st");
+    char deeper[PATH_MAX];
+    snprintf(deeper, sizeof deeper, "%s/%s", tmp("deep/x/y"), longer);
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_ensure_parent_dir(deeper), "cannot create directory");
+    ck_assert(access(tmp("deep/x"), F_OK) != 0);
+    ck_assert(rmdir(tmp("deep/a/b/c")) == 0 && rmdir(tmp("deep/a/b")) == 0 &&
+              rmdir(tmp("deep/a")) == 0);
     ck_assert(rmdir(tmp("deep/sub")) == 0);
     ck_assert(unlink(tmp("deep/file")) == 0);
     ck_assert(rmdir(tmp("deep")) == 0);
@@ -627,9 +640,10 @@ START_TEST(test_out_check)
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("newdir/"), true), "names a directory");
     ck_assert(access(tmp("newdir"), F_OK) != 0); /* and nothing was created */
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("missing/x.st"), false), "missing");
-    ck_assert(cg_out_check(tmp("made/x.st"), true)); /* one level, as out/ by default */
+    ck_assert(cg_out_check(tmp("made/x.st"), true)); /* as out/ by default */
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("a.st/x.st"), true), "not a directory");
-    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("a/b/c.st"), true), "cannot create");
+    ck_assert_msg(cg_out_check(tmp("a/b/c.st"), true), "%s", cg_last_error()); /* as mkdir -p */
+    ck_assert(access(tmp("a/b"), W_OK) == 0);
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check("/dev/null", false), "a character device");
     ck_assert_int_eq(mkfifo(tmp("f.st"), 0600), 0);
     CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("f.st"), false), "a FIFO");
@@ -691,6 +705,18 @@ START_TEST(test_out_check)
         "exists; pass --force to overwrite it");
     ck_assert_msg(cg_out_picture_check(tmp("p.png"), true, NULL, "--ckpt", false), "%s",
                   cg_last_error());
+    /* a picture's missing directories: the caller makes them (make_dir) or
+     * they are refused; a file in their place is refused either way, and
+     * the check itself makes nothing */
+    ck_assert_msg(cg_out_picture_check(tmp("m1/m2/p.png"), false, NULL, "--ckpt", true), "%s",
+                  cg_last_error());
+    ck_assert(access(tmp("m1"), F_OK) != 0);
+    CG_ASSERT_FAILS(
+        (void *)(intptr_t)cg_out_picture_check(tmp("m1/p.png"), false, NULL, "--ckpt", false),
+        "No such file or directory");
+    CG_ASSERT_FAILS(
+        (void *)(intptr_t)cg_out_picture_check(tmp("p.png/m2/p.png"), false, NULL, "--ckpt", true),
+        "/p.png/m2': Not a directory");
     if (geteuid() != 0) { /* root writes anywhere */
         ck_assert_int_eq(mkdir(tmp("ro"), 0500), 0);
         CG_ASSERT_FAILS((void *)(intptr_t)cg_out_check(tmp("ro/x.st"), false), "not writable");

@@ -335,8 +335,8 @@ START_TEST(test_checkpoint_round_trip)
     free(a);
     free(b);
     cg_charlm_ckpt_free(&ck);
-    /* the save makes its directory (one level); a checkpoint needs its tokenizer */
-    const char *deep = tmp_path("runs/m.safetensors");
+    /* the save makes its directories (as mkdir -p); a checkpoint needs its tokenizer */
+    const char *deep = tmp_path("runs/a/m.safetensors");
     ck_assert_msg(cg_charlm_ckpt_save(deep, m, v, NULL, 7, NULL), "%s", cg_last_error());
     ck_assert_msg(cg_charlm_ckpt_load(deep, &ck), "%s", cg_last_error());
     ck_assert_int_eq(ck.step, 7);

@@ -16,6 +16,7 @@
 #include "models/report/plot.h"
 #include "models/train/train_common.h"
 #include "models/train/trainer.h"
+#include "models/util/files.h"
 
 /* The tokenizer as a batch encoder (cg_encode_fn). */
 static int64_t *tok_encode(const void *tok, const char *s, int64_t *n, int64_t *n_unk)
@@ -432,10 +433,8 @@ bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int
                                int64_t S, const int64_t *tin, int64_t T, const char *dir,
                                FILE *list)
 {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        cg_set_error("cannot create %s: %s", dir, strerror(errno));
+    if (!cg_make_dirs(dir))
         return false;
-    }
     cg_module_train(CG_MODULE(m), false);
     cg_module_keep_attention_weights(CG_MODULE(m), true);
     cg_no_grad_begin();

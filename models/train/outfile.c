@@ -620,14 +620,23 @@ bool cg_out_picture_check(const char *path, bool force, const char *in, const ch
     struct stat st;
     if (!cg_plot_format(path) || !cg_out_check_stdout_writes(path, "a picture this command draws"))
         return false;
-    /* its directory, or the one that will hold the directory the caller makes */
-    char *dir = cg_dir_part(path), *up = dir ? cg_dir_part(dir) : NULL;
-    bool ok = up && (make_dir && stat(dir, &st) != 0 && errno == ENOENT ? dir_writable(path, up)
-                                                                        : dir_writable(path, dir));
-    if (!up)
+    /* its directory or, where the caller makes the missing ones, the
+     * deepest that exists */
+    char *dir = cg_dir_part(path);
+    while (make_dir && dir && stat(dir, &st) != 0 && errno == ENOENT) {
+        char *up = cg_dir_part(dir);
+        bool top = up && strcmp(up, dir) == 0; /* "." or "/" missing: stop there */
+        free(dir);
+        dir = up;
+        if (top)
+            break;
+    }
+    if (!dir) {
         cg_set_error("out of memory");
+        return false;
+    }
+    bool ok = dir_writable(path, dir);
     free(dir);
-    free(up);
     if (!ok)
         return false;
     if (in && cg_same_file(path, in)) {

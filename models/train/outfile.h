@@ -45,8 +45,8 @@ extern "C" {
 
 /* Check that path can be written as a checkpoint, before any training:
  * not empty and not ending in '/' (a directory, "--out newdir/"); its
- * directory exists (created one level deep when create_dir, as the
- * programs' default "out/" is) and is a writable directory; path is absent
+ * directory exists (created with every missing parent when create_dir, as
+ * the programs' default "out/" is) and is a writable directory; path is absent
  * or a regular file (never a device, FIFO, socket or directory, --force or
  * not); its last component plus CG_OUT_SUFFIX_MAX fits NAME_MAX and the
  * whole path PATH_MAX. The overwrite policy (--force) stays the caller's. */
@@ -132,8 +132,9 @@ bool cg_out_check_stdout_run(const char *out);
 /* A picture a command writes (sample --attention, seq2seq attention),
  * checked before the work that makes it: refused when its name is no
  * picture format (models/report/plot.h cg_plot_format), when its directory
- * is no writable directory (make_dir: the caller creates a missing one,
- * one level, so its parent must be), when it is the file `in` the command
+ * is no writable directory (make_dir: the caller makes the missing ones,
+ * models/util/files.h cg_make_dirs, so the deepest that exists must be),
+ * when it is the file `in` the command
  * reads (`what` names it: "--ckpt"), when it exists and is no regular
  * file, when it exists and force is false ("'x' exists; pass --force to
  * overwrite it"), or when it is standard output (cg_out_check_stdout_writes). */

@@ -25,7 +25,7 @@
 /* ============================================================ output */
 /* Everything about the output, before any training (models/train/outfile.h): a
  * file name that fits with its temporary and sibling files, a regular file
- * or absent, a writable directory (created when missing, one level), and
+ * or absent, a writable directory (created when missing, as mkdir -p), and
  * the lock on NAME.cgrad-lock. */
 static int check_output(cg_trainer *t, const char *out)
 {

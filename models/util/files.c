@@ -393,30 +393,59 @@ uint32_t *cg_read_text_file(const char *path, int64_t *n)
     return cps;
 }
 
+bool cg_make_dirs(const char *dir)
+{
+    char *d = strdup(dir);
+    if (!d) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    /* each prefix that ends a component, from the top down; made_from: the
+     * end of the first one this call made (none yet: past the end) */
+    size_t n = strlen(d), made_from = n + 1;
+    bool ok = true;
+    for (size_t i = 1; i <= n && ok; i++) {
+        if (i < n && (d[i] != '/' || d[i - 1] == '/'))
+            continue;
+        char keep = d[i];
+        d[i] = '\0';
+        struct stat st;
+        if (stat(d, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) {
+                cg_set_error("'%s' is not a directory", d);
+                ok = false;
+            }
+        } else if (mkdir(d, 0777) == 0) {
+            if (made_from > n)
+                made_from = i;
+        } else if (errno != EEXIST) {
+            cg_set_error("cannot create directory '%s': %s", d, strerror(errno));
+            ok = false;
+        }
+        d[i] = keep;
+    }
+    /* a failure below: remove what this call made, deepest first (empty) */
+    for (size_t i = n; !ok && made_from <= n && i >= made_from; i--) {
+        if (i < n && (d[i] != '/' || d[i - 1] == '/'))
+            continue;
+        d[i] = '\0';
+        rmdir(d);
+    }
+    free(d);
+    return ok;
+}
+
 bool cg_ensure_parent_dir(const char *path)
 {
     const char *slash = strrchr(path, '/');
     if (!slash || slash == path)
         return true;
-    size_t n = (size_t)(slash - path);
-    char *dir = malloc(n + 1);
+    char *dir = strndup(path, (size_t)(slash - path));
     if (!dir) {
         cg_set_error("out of memory");
         return false;
     }
-    memcpy(dir, path, n);
-    dir[n] = '\0';
-    struct stat st;
-    bool ok = true;
-    if (stat(dir, &st) != 0) {
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-            cg_set_error("cannot create directory '%s': %s", dir, strerror(errno));
-            ok = false;
-        }
-    } else if (!S_ISDIR(st.st_mode)) {
-        cg_set_error("'%s' is not a directory", dir);
-        ok = false;
-    }
+    bool ok = cg_make_dirs(dir);
     free(dir);
     return ok;
 }

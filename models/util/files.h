@@ -71,7 +71,12 @@ bool cg_output_flush(FILE *f);
  * missing, unreadable, empty, too large, or not valid UTF-8. */
 uint32_t *cg_read_text_file(const char *path, int64_t *n);
 
-/* Create the parent directory of path if it is missing (one level). */
+/* Create dir and every missing directory above it (as mkdir -p). false +
+ * error when one cannot be made or a file stands in its place; the
+ * directories this call made are then removed again. */
+bool cg_make_dirs(const char *dir);
+
+/* cg_make_dirs for the directory part of path (none: nothing to do). */
 bool cg_ensure_parent_dir(const char *path);
 
 /* The directory part of path ("." when there is none), malloc'd (NULL: out
