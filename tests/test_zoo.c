@@ -1202,6 +1202,41 @@ START_TEST(test_resume_is_exact)
     ck_assert_str_eq(t1, t2);
     ck_assert_str_eq(t1, t3);
     ck_assert(strncmp(t1, "Call", 4) == 0);
+    /* --num-samples (nanoGPT's num_samples): one generator drawn on from
+     * sample to sample, so the first is the single sample above; the
+     * samples apart by a line of dashes, cache or not */
+    const char *s5[] = {
+        "sample", "--ckpt", "full.safetensors", "--prompt", "Call",          "--length", "30",
+        "--seed", "5",      "--top-k",          "4",        "--num-samples", "3",        NULL,
+        NULL};
+    ck_assert_int_eq(run(s5), 0);
+    char *n3 = slurp(tmp_path("stdout"), NULL);
+    s5[13] = "--no-cache";
+    ck_assert_int_eq(run(s5), 0);
+    char *n3b = slurp(tmp_path("stdout"), NULL);
+    ck_assert_str_eq(n3, n3b);
+    const char *sep = "---------------\n";
+    size_t l1 = strlen(t1);
+    ck_assert_msg(strncmp(n3, t1, l1) == 0 && strncmp(n3 + l1, sep, strlen(sep)) == 0, "%s", n3);
+    const char *second = n3 + l1 + strlen(sep), *third = strstr(second, sep);
+    ck_assert_ptr_nonnull(third);
+    third += strlen(sep);
+    ck_assert_msg(strncmp(second, "Call", 4) == 0 && strncmp(third, "Call", 4) == 0, "%s", n3);
+    ck_assert_uint_eq(strlen(third), l1); /* the last ends its line, as the single does */
+    ck_assert_ptr_null(strstr(third, sep));
+    ck_assert_msg(strncmp(second, t1, l1) != 0 || strncmp(third, t1, l1) != 0,
+                  "three samples alike: %s", n3);
+    char *err = slurp(tmp_path("stderr"), NULL);
+    ck_assert_msg(strstr(err, "charlm: 3 samples of 30 characters in "), "%s", err);
+    free(err);
+    free(n3);
+    free(n3b);
+    const char *s6[] = {"sample", "--ckpt",      "full.safetensors", "--num-samples",
+                        "2",      "--attention", "two.png",          NULL};
+    expect_error(s6, "--attention draws one sample");
+    ck_assert_int_ne(access(tmp_path("two.png"), F_OK), 0);
+    const char *s7[] = {"sample", "--ckpt", "full.safetensors", "--num-samples", "0", NULL};
+    expect_error(s7, "--num-samples");
     free(t1);
     free(t2);
     free(t3);
@@ -1210,7 +1245,7 @@ START_TEST(test_resume_is_exact)
         "sample", "--ckpt", "full.safetensors", "--prompt", "Qx\xE2\x82\xAC", "--length",
         "5",      NULL};
     ck_assert_int_eq(run(s3), 0);
-    char *err = slurp(tmp_path("stderr"), NULL);
+    err = slurp(tmp_path("stderr"), NULL);
     ck_assert_msg(strstr(err, "charlm: warning:") && strstr(err, "vocabulary"), "%s", err);
     free(err);
     const char *s4[] = {"sample", "--ckpt",      "full.safetensors", "--length",

@@ -72,8 +72,9 @@ static bool write_attention_png(cg_charlm *m, const cg_tokenizer *tok, const int
     return ok;
 }
 
-/* Print the prompt, then each piece as it is generated from ck, the speed
- * line, and the attention picture when asked for: -1 or the exit code.
+/* Print each sample, the prompt and then each piece as it is generated from
+ * ck, the speed line, and the attention picture when asked for: -1 or the
+ * exit code.
  * What can be checked before is (the prompt's encoding, --top-k against
  * the vocabulary), so that a refusal prints nothing on stdout. */
 int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec)
@@ -95,21 +96,31 @@ int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec)
         cg_vocab_warn_unknown(ck->vocab, PROG, "the prompt", unknown, first);
     cg_rng rng = cg_rng_new(a->seed);
     double t_gen = cg_now(), c_gen = cg_cpu_now();
-    fputs(a->prompt, stdout); /* the prompt as given */
-    fflush(stdout);
-    if (!(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &rng,
-                                         !a->no_cache, stdout)))
-        rc = cg_prog_fail_lib(NULL);
+    for (int64_t s = 0; rc < 0 && s < a->num_samples; s++) {
+        if (s > 0)
+            fputs("---------------\n", stdout);
+        fputs(a->prompt, stdout); /* the prompt as given */
+        fflush(stdout);
+        free(outp);
+        if (!(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &rng,
+                                             !a->no_cache, stdout)))
+            rc = cg_prog_fail_lib(NULL);
+        else
+            fputc('\n', stdout); /* end the sample's line (before the speed line on stderr) */
+    }
     t_gen = cg_now() - t_gen;
     c_gen = cg_cpu_now() - c_gen;
     const char *unit = ck->vocab ? "characters" : "tokens";
     if (rc < 0) {
-        fputc('\n', stdout); /* end the sample's line before the speed line on stderr */
         fflush(stdout);
+        char samples[64] = "";
+        if (a->num_samples > 1)
+            snprintf(samples, sizeof samples, "%lld samples of ", (long long)a->num_samples);
+        double all = (double)length * (double)a->num_samples;
         /* CPU time too: on a shared machine it moves less than the wall time */
-        fprintf(stderr, PROG ": %lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n",
-                (long long)length, unit, t_gen, t_gen > 0 ? (double)length / t_gen : 0.0, unit,
-                c_gen, a->no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
+        fprintf(stderr, PROG ": %s%lld %s in %.2f s (%.1f %s/s, %.2f CPU s, %s, %s)\n", samples,
+                (long long)length, unit, t_gen, t_gen > 0 ? all / t_gen : 0.0, unit, c_gen,
+                a->no_cache ? "full recompute" : "key/value cache", cg_precision_name(prec));
     }
     if (rc < 0 && a->attn_png) {
         int64_t total = n + length,

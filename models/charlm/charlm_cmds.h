@@ -20,14 +20,16 @@ char *read_prompt_file(const char *path);
 /* sample's flags. */
 typedef struct {
     const char *ckpt, *prompt, *prompt_file, *attn_png, *base, *precision;
-    int64_t length, threads;
+    int64_t length, threads, num_samples;
     uint64_t seed;
     bool no_cache, force;
     cg_sample_opts so;
 } sample_args;
 
-/* Print the prompt, then each piece as it is generated from ck, the speed
- * line, and the attention picture when asked for: -1 or the exit code. */
+/* Print num_samples samples, each the prompt and then each piece as it is
+ * generated from ck (one generator drawn on from sample to sample; a line
+ * of 15 dashes between samples), the speed line, and the attention
+ * picture when asked for (one sample): -1 or the exit code. */
 int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec);
 
 #endif

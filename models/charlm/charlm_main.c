@@ -107,7 +107,10 @@ static const char *SAMPLE_HELP =
     "                      the vocabulary are replaced, with a warning\n"
     "  --prompt-file FILE  the prompt read from FILE (nanoGPT's --start=FILE:...;\n"
     "                      '-' is standard input)\n"
-    "  --length N          characters (bpe: tokens) to generate (default 500)\n" CG_SAMPLE_HELP
+    "  --length N          characters (bpe: tokens) to generate (default 500)\n"
+    "  --num-samples N     samples drawn one after another from one generator,\n"
+    "                      each from the prompt, apart by a line of dashes\n"
+    "                      (default 1)\n" CG_SAMPLE_HELP
     "  --no-cache          recompute the whole context at every step\n"
     "  --precision P       fp32 or bf16 matrix products (bf16 weights: about twice\n"
     "                      the speed); default: the checkpoint's training precision\n"
@@ -120,8 +123,8 @@ static const char *SAMPLE_HELP =
 
 static int cmd_sample(int argc, char **argv)
 {
-    sample_args a = {.ckpt = DEFAULT_OUT, .prompt = NULL, .length = 500};
-    cg_cli_opt opts[16] = {
+    sample_args a = {.ckpt = DEFAULT_OUT, .prompt = NULL, .length = 500, .num_samples = 1};
+    cg_cli_opt opts[17] = {
         {"--prompt-file", CG_CLI_STR, &a.prompt_file, 0, 0, NULL, 0},
         {"--force", CG_CLI_SWITCH, &a.force, 0, 0, NULL, 0},
         {"--base", CG_CLI_STR, &a.base, 0, 0, NULL, 0},
@@ -132,8 +135,9 @@ static int cmd_sample(int argc, char **argv)
         {"--no-cache", CG_CLI_SWITCH, &a.no_cache, 0, 0, NULL, 0},
         {"--attention", CG_CLI_STR, &a.attn_png, 0, 0, NULL, 0},
         {"--threads", CG_CLI_I64, &a.threads, 1, 1024, NULL, 0},
+        {"--num-samples", CG_CLI_I64, &a.num_samples, 1, 1000000, NULL, 0},
     };
-    int rc = cg_prog_parse(argc, argv, opts, 10 + cg_sample_cli_opts(&a.so, &a.seed, opts + 10),
+    int rc = cg_prog_parse(argc, argv, opts, 11 + cg_sample_cli_opts(&a.so, &a.seed, opts + 11),
                            SAMPLE_HELP);
     if (rc >= 0 || (rc = cg_precision_flag(a.precision, NULL)) >= 0)
         return rc;
@@ -145,6 +149,10 @@ static int cmd_sample(int argc, char **argv)
         cg_prog_warn("--prompt '%.60s' is taken as text; --prompt-file %s reads a prompt from a "
                      "file",
                      a.prompt, a.prompt + 5);
+    if (a.attn_png && a.num_samples > 1) {
+        cg_prog_fail("--attention draws one sample's attention; give --num-samples 1");
+        return CG_EXIT_USAGE;
+    }
     if (a.attn_png && !cg_plot_format(a.attn_png)) { /* the name alone says it */
         cg_prog_fail("--attention: %s", cg_last_error());
         return CG_EXIT_USAGE;
