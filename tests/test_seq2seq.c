@@ -1914,8 +1914,46 @@ START_TEST(test_cli_end_to_end)
     ck_assert_int_eq(h.acc_step, 1 + 2 + 3 + 4 + 5);
     ck_assert(isfinite(h.acc_loss) && h.acc_loss > 0);
     cg_history_free(&h);
-    free(h1);
     free(h2);
+    /* the optimizer's flags: the recipe spelled out trains as the default;
+     * --weight-decay makes it AdamW (fairseq's adam), which resumes exactly */
+    const char *base = "train --tokenizer char --data '%s' --out '%s' --steps 5 --eval-every 2 "
+                       "--valid-size 4 --test-size 4 --test-limit 0 --max-tokens 200 "
+                       "--threads 1 %s";
+    const char *runs[][2] = {{"spelled.safetensors",
+                              "--beta1 0.9 --beta2 0.98 --adam-eps 1e-9 --clip-norm 1 "
+                              "--weight-decay 0"},
+                             {"wd.safetensors", "--weight-decay 0.5"},
+                             {"wd_half.safetensors", "--weight-decay 0.5 --stop-at 3"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, base, small, tmp_path(runs[i][0]), runs[i][1]);
+        rc = run(args, NULL, &out, &err);
+        ck_assert_msg(rc == 0, "%s: %s", runs[i][1], err);
+        free(out);
+        free(err);
+    }
+    snprintf(args, sizeof args, "train --resume '%s' --threads 1", tmp_path("wd_half.safetensors"));
+    rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "resume failed: %s", err);
+    free(out);
+    free(err);
+    h2 = ckpt_history(tmp_path("spelled.safetensors"));
+    ck_assert_str_eq(h1, h2);
+    free(h2);
+    char *w1 = ckpt_history(tmp_path("wd.safetensors")),
+         *w2 = ckpt_history(tmp_path("wd_half.safetensors"));
+    ck_assert_str_eq(w1, w2);
+    ck_assert_str_ne(w1, h1);
+    free(w1);
+    free(w2);
+    free(h1);
+    const char *types[][2] = {{"fresh.safetensors", "adam"}, {"wd_half.safetensors", "adamw"}};
+    for (int i = 0; i < 2; i++) {
+        cg_st_file *tf = cg_st_open(tmp_path(types[i][0]));
+        ck_assert_ptr_nonnull(tf);
+        ck_assert_str_eq(cg_st_metadata(tf, "optim.type"), types[i][1]);
+        cg_st_close(tf);
+    }
     /* --force overwrites an existing checkpoint */
     snprintf(
         args, sizeof args,

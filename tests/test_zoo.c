@@ -1097,16 +1097,18 @@ static void expect_error(const char *const *args, const char *needle)
     free(err);
 }
 
-/* Copy checkpoint src to dst with element 0 of tensor `poison` set to 3e38:
- * finite (a NaN weight is refused at load), but the next loss is NaN. */
-static void poison_copy(const char *src, const char *dst, const char *poison)
+/* Copy checkpoint src to dst with element 0 of tensor `poison` (NULL:
+ * none) set to 3e38, finite (a NaN weight is refused at load) but the next
+ * loss is NaN, and its "train" metadata replaced by train (NULL: kept). */
+static void ckpt_copy(const char *src, const char *dst, const char *poison, const char *train)
 {
     cg_st_file *f = cg_st_open(src);
     ck_assert_msg(f != NULL, "%s", cg_last_error());
     cg_st_writer *w = cg_st_writer_new();
     for (int i = 0; i < cg_st_metadata_count(f); i++) {
         const char *k = cg_st_metadata_key(f, i);
-        ck_assert(cg_st_set_metadata(w, k, cg_st_metadata(f, k)));
+        bool new_train = train && strcmp(k, "train") == 0;
+        ck_assert(cg_st_set_metadata(w, k, new_train ? train : cg_st_metadata(f, k)));
     }
     for (int i = 0; i < cg_st_count(f); i++) {
         const char *name = cg_st_name(f, i);
@@ -1116,7 +1118,7 @@ static void poison_copy(const char *src, const char *dst, const char *poison)
         ck_assert(cg_st_info(f, name, &dt, &nd, shape));
         if (dt == CG_ST_F32) {
             cg_tensor *t = cg_st_get_f32(f, name);
-            if (!strcmp(name, poison))
+            if (poison && !strcmp(name, poison))
                 cg_data(t)[0] = 3e38f;
             ck_assert(cg_st_add_f32(w, name, t));
             cg_release(t);
@@ -1130,6 +1132,11 @@ static void poison_copy(const char *src, const char *dst, const char *poison)
     ck_assert(cg_st_writer_save(w, dst));
     cg_st_writer_free(w);
     cg_st_close(f);
+}
+
+static void poison_copy(const char *src, const char *dst, const char *poison)
+{
+    ckpt_copy(src, dst, poison, NULL);
 }
 
 START_TEST(test_resume_is_exact)
@@ -1698,6 +1705,113 @@ START_TEST(test_grad_accum_and_metrics)
     ck_assert_int_eq(steps, 20);
     ck_assert_int_eq(evals, 3);
     cJSON_Delete(log);
+    rm_tmpdir();
+}
+END_TEST
+
+/* The optimizer's flags (--weight-decay, --beta1, --beta2, --adam-eps,
+ * --clip-norm; charlm's --warmup and --min-lr): the defaults spelled out
+ * are the recipe, bit for bit; each other value trains otherwise; the
+ * checkpoint records them and --resume continues with them (and refuses
+ * them given again); a checkpoint from before them resumes with the
+ * recipe's; the learning rates logged follow --warmup and --min-lr. */
+START_TEST(test_optimizer_flags)
+{
+    make_tmpdir();
+    write_corpus(tmp_path("c.txt"));
+#define SHAPE                                                                                   \
+    "--d", "16", "--H", "2", "--layers", "1", "--d-ff", "16", "--block-size", "8", "--threads", \
+        "1", "--data", "c.txt", "--steps", "12", "--eval-every", "6", "--batch-size", "4"
+    const char *a[] = {"train", SHAPE, "--out", "a.st", NULL};
+    ck_assert_int_eq(run(a), 0);
+    const char *b[] = {"train",    SHAPE,  "--out",          "b.st", "--warmup",    "100",
+                       "--min-lr", "1e-4", "--weight-decay", "0.1",  "--beta1",     "0.9",
+                       "--beta2",  "0.99", "--adam-eps",     "1e-8", "--clip-norm", "1",
+                       NULL};
+    ck_assert_int_eq(run(b), 0);
+    ck_assert_msg(ckpt_rel_diff("a.st", "b.st") == 0, "the recipe spelled out differs");
+    const char *other[][2] = {{"--weight-decay", "2"}, {"--beta1", "0.5"},      {"--beta2", "0.5"},
+                              {"--adam-eps", "0.01"},  {"--clip-norm", "1e-3"}, {"--warmup", "1"}};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        const char *c[] = {"train",   SHAPE,       "--out",     "c.st",
+                           "--force", other[i][0], other[i][1], NULL};
+        ck_assert_int_eq(run(c), 0);
+        ck_assert_msg(ckpt_rel_diff("a.st", "c.st") > 1e-6, "%s %s trains as the recipe",
+                      other[i][0], other[i][1]);
+    }
+    /* --min-lr after a warmup shorter than the run */
+    const char *w[] = {"train", SHAPE, "--out", "w.st", "--warmup", "2", NULL};
+    ck_assert_int_eq(run(w), 0);
+    const char *w2[] = {"train",    SHAPE, "--out",    "c.st", "--force",
+                        "--warmup", "2",   "--min-lr", "1e-3", NULL};
+    ck_assert_int_eq(run(w2), 0);
+    ck_assert_msg(ckpt_rel_diff("w.st", "c.st") > 1e-6, "--min-lr 1e-3 trains as lr/10");
+    /* recorded, and resumed exactly with them */
+    const char *d[] = {"train",    SHAPE,  "--out",       "d.st", "--warmup",       "2",
+                       "--min-lr", "1e-3", "--clip-norm", "0",    "--weight-decay", "0",
+                       NULL};
+    ck_assert_int_eq(run(d), 0);
+    const char *e[] = {"train",     SHAPE,  "--out",       "e.st", "--warmup",       "2",
+                       "--min-lr",  "1e-3", "--clip-norm", "0",    "--weight-decay", "0",
+                       "--stop-at", "5",    NULL};
+    ck_assert_int_eq(run(e), 0);
+    const char *e2[] = {"train", "--resume", "e.st", "--threads", "1", NULL};
+    ck_assert_int_eq(run(e2), 0);
+    ck_assert_msg(ckpt_rel_diff("d.st", "e.st") == 0, "a resumed run left its optimizer flags");
+    cg_st_file *f = cg_st_open(tmp_path("e.st"));
+    ck_assert_ptr_nonnull(f);
+    cJSON *tj = cJSON_Parse(cg_st_metadata(f, "train"));
+    cg_st_close(f);
+    const cJSON *opts = cJSON_GetObjectItemCaseSensitive(tj, "options");
+    const char *keys[] = {"warmup", "min_lr", "clip_norm", "weight_decay",
+                          "beta1",  "beta2",  "adam_eps"};
+    for (int i = 0; i < 7; i++)
+        ck_assert_msg(cJSON_GetObjectItemCaseSensitive(opts, keys[i]), "no \"%s\"", keys[i]);
+    cJSON_Delete(tj);
+    /* lr: 1e-3 / 2 at step 1, then the peak, and down to --min-lr (= the peak) */
+    cJSON *log = metrics_log("e.st.metrics.jsonl");
+    const cJSON *o;
+    int n = 0;
+    cJSON_ArrayForEach(o, log)
+    {
+        const cJSON *lr = cJSON_GetObjectItemCaseSensitive(o, "lr");
+        if (!lr)
+            continue;
+        int64_t step = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "step")->valuedouble;
+        ck_assert_msg(fabs(lr->valuedouble - (step == 1 ? 5e-4 : 1e-3)) < 1e-12, "step %lld: lr %g",
+                      (long long)step, lr->valuedouble);
+        n++;
+    }
+    ck_assert_int_eq(n, 12);
+    cJSON_Delete(log);
+    const char *e3[] = {"train", "--resume", "e.st", "--steps", "14", "--clip-norm", "1", NULL};
+    expect_error(e3, "drop --clip-norm");
+    /* a checkpoint written before the flags: the recipe's values */
+    const char *g[] = {"train", SHAPE, "--out", "g.st", "--stop-at", "5", NULL};
+    ck_assert_int_eq(run(g), 0);
+    f = cg_st_open(tmp_path("g.st"));
+    ck_assert_ptr_nonnull(f);
+    tj = cJSON_Parse(cg_st_metadata(f, "train"));
+    cJSON *oj = cJSON_GetObjectItemCaseSensitive(tj, "options");
+    for (int i = 0; i < 7; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(oj, keys[i]);
+    char *old = cJSON_PrintUnformatted(tj);
+    cJSON_Delete(tj);
+    ckpt_copy(tmp_path("g.st"), tmp_path("old.st"), NULL, old);
+    cg_st_close(f);
+    free(old);
+    const char *g2[] = {"train", "--resume", "old.st", "--threads", "1", NULL};
+    ck_assert_int_eq(run(g2), 0);
+    ck_assert_msg(ckpt_rel_diff("a.st", "old.st") == 0, "an old checkpoint resumed otherwise");
+    /* refused before any file is read */
+    const char *r1[] = {"train", "--beta1", "1", "--out", "r.st", NULL};
+    expect_error(r1, "--beta1 1: Adam's betas are in [0, 1)");
+    const char *r2[] = {"train", "--min-lr", "0.01", "--lr", "0.001", "--out", "r.st", NULL};
+    expect_error(r2, "--min-lr 0.01 is above the peak --lr 0.001");
+    const char *r3[] = {"train", "--clip-norm", "-1", "--out", "r.st", NULL};
+    expect_error(r3, "--clip-norm");
+    ck_assert_int_ne(access(tmp_path("r.st"), F_OK), 0);
+#undef SHAPE
     rm_tmpdir();
 }
 END_TEST
@@ -2340,6 +2454,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(p, test_resume_is_exact);
     tcase_add_test(p, test_bad_inputs);
     tcase_add_test(p, test_grad_accum_and_metrics);
+    tcase_add_test(p, test_optimizer_flags);
     tcase_add_test(p, test_loss_avg_window);
     tcase_add_test(p, test_log_every_default);
     suite_add_tcase(s, p);

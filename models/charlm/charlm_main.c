@@ -47,7 +47,12 @@ static int cmd_train(int argc, char **argv)
     cg_train_recipe rec;
     cg_train_init(&o, &rec, 2000, 250);
     rec.lr = 1e-3;
-    lm_run r = {.preset = "tiny", .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL}};
+    rec.weight_decay = 0.1; /* AdamW (0.9, 0.99, 1e-8), as nanoGPT's */
+    rec.beta2 = 0.99;
+    lm_run r = {.preset = "tiny",
+                .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL},
+                .warmup = 100,
+                .min_lr = NAN};
     /* charlm train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
@@ -64,6 +69,13 @@ static int cmd_train(int argc, char **argv)
         {"--T", CG_CLI_I64, &rec.shape.T, 1, 1 << 16, NULL, CG_CLI_FIXED},
         {"--batch-size", CG_CLI_I64, &rec.shape.B, 1, 1 << 20,
          "  --batch-size N     windows per batch B (default from the preset)\n", CG_CLI_FIXED},
+        {"--warmup", CG_CLI_I64, &r.warmup, 0, 1000000000,
+         "  --warmup N         steps of the learning rate's linear warmup (default 100)\n",
+         CG_CLI_FIXED | CG_CLI_SAVED},
+        {"--min-lr", CG_CLI_F64, &r.min_lr, 0, 10,
+         "  --min-lr X         the rate the cosine ends at, at the last step (default\n"
+         "                     lr/10; the --lr: constant after the warmup)\n",
+         CG_CLI_FIXED | CG_CLI_SAVED},
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},
         {"--init-from", CG_CLI_STR, &o.init_from, 0, 0,

@@ -24,9 +24,6 @@
 
 #define EVAL_BATCHES 20
 #define EVAL_SEED 1234
-#define WARMUP 100
-#define WEIGHT_DECAY 0.1
-#define CLIP_NORM 1.0
 #define BATCH_SEED_MIX 0xd1b54a32d192ed03ULL /* batch stream != init stream */
 #define LORA_SEED_MIX 0x2545f4914f6cdd1dULL  /* the adapters' A != the other streams */
 
@@ -66,7 +63,7 @@ static cg_tensor *lm_loss(void *self, int k, float grad_scale)
 static double lm_lr(void *self, int64_t step)
 {
     lm_run *r = self;
-    return cg_lr_warmup_cosine(step - 1, r->t->o->steps, WARMUP, r->lr, r->lr / 10);
+    return cg_lr_warmup_cosine(step - 1, r->t->o->steps, r->warmup, r->lr, r->min_lr);
 }
 
 /* --resume with another --steps: the cosine's length is --steps, so the
@@ -77,14 +74,15 @@ static void lm_schedule_note(const lm_run *r, const cg_trainer *t, const cg_trai
 {
     if (!o->resume || t->ckpt_steps == o->steps)
         return;
-    double was = cg_lr_warmup_cosine(t->start, t->ckpt_steps, WARMUP, r->lr, r->lr / 10);
+    double was = cg_lr_warmup_cosine(t->start, t->ckpt_steps, r->warmup, r->lr, r->min_lr);
     double now = lm_lr((void *)r, t->start + 1);
     if (was != now)
-        cg_prog_warn("--steps %lld reshapes the cosine schedule of '%s' (warmup %d, then down to "
-                     "lr/10 at step %lld): the learning rate of step %lld is %.3e instead of "
+        cg_prog_warn("--steps %lld reshapes the cosine schedule of '%s' (warmup %lld, then down "
+                     "to %.3e at step %lld): the learning rate of step %lld is %.3e instead of "
                      "%.3e, so the run goes on neither as that run nor as a %lld-step run would",
-                     (long long)o->steps, o->resume, WARMUP, (long long)t->ckpt_steps,
-                     (long long)t->start + 1, now, was, (long long)o->steps);
+                     (long long)o->steps, o->resume, (long long)r->warmup, r->min_lr,
+                     (long long)t->ckpt_steps, (long long)t->start + 1, now, was,
+                     (long long)o->steps);
 }
 
 static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
@@ -342,6 +340,8 @@ int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     if (!cg_trainer_set_data(t, &id))
         return cg_prog_fail_lib(NULL);
     r->T = r->model->cfg.max_len;
+    if (isnan(r->min_lr)) /* not given, nor recorded (a checkpoint from before --min-lr) */
+        r->min_lr = r->lr / 10;
     cg_charlm_set_recompute(r->model, rec->recompute);
     if ((rc = lm_data_checks(r, o)) >= 0)
         return rc;
@@ -351,9 +351,9 @@ int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
                             .plot_title = "charlm loss",
                             .module = CG_MODULE(r->model),
                             .dropout_rng = &r->model->dropout_rng,
-                            .optim = cg_adamw_config(r->lr, 0.9, 0.99, 1e-8),
-                            .weight_decay_2d = WEIGHT_DECAY,
-                            .clip_norm = CLIP_NORM,
+                            .optim = cg_adamw_config(r->lr, rec->beta1, rec->beta2, rec->adam_eps),
+                            .weight_decay_2d = rec->weight_decay,
+                            .clip_norm = rec->clip_norm,
                             .eval_at_start = true,
                             .self = r,
                             .batch = lm_batch,
@@ -390,6 +390,11 @@ int lm_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
         }
     if (cg_cli_given(a, &lora->rank) && !o->init_from && !o->resume) {
         cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
+        return CG_EXIT_USAGE;
+    }
+    if (!o->resume && r->min_lr > rec->lr) {
+        cg_prog_fail("--min-lr %g is above the peak --lr %g (the cosine goes down to it)",
+                     r->min_lr, rec->lr);
         return CG_EXIT_USAGE;
     }
     if (o->base && !o->resume) {

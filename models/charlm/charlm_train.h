@@ -33,6 +33,8 @@ typedef struct {
     cg_split_view tr, va;
     int64_t B, T, r0, r1, steps;
     double lr, label_smoothing;
+    int64_t warmup; /* --warmup: steps of the linear warmup */
+    double min_lr;  /* --min-lr: where the cosine ends (NAN until set: lr/10) */
     cg_rng batch_rng;
     int64_t *x, *y; /* grad_accum batches of B x T */
     double tl, vl;  /* the last evaluation */

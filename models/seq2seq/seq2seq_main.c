@@ -63,6 +63,8 @@ static int cmd_train(int argc, char **argv)
     rec.norm_first = false;
     rec.dropout = 0.3;
     rec.label_smoothing = 0.1;
+    rec.beta2 = 0.98; /* Adam (0.9, 0.98, 1e-9), as the paper's */
+    rec.adam_eps = 1e-9;
     mt_run r = {.preset = "tiny",
                 .max_tokens = 3000,
                 .pad_to = 1,

@@ -29,6 +29,10 @@ void cg_train_recipe_init(cg_train_recipe *r)
     r->norm_first = true;
     r->tokenizer = CG_TOK_CHAR;
     r->vocab_size = 4000;
+    r->beta1 = 0.9;
+    r->beta2 = 0.999;
+    r->adam_eps = 1e-8;
+    r->clip_norm = 1;
 }
 
 void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every)
@@ -122,6 +126,12 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
     int rc = train_precision(a, o);
     if (rc >= 0)
         return rc;
+    const double *betas[] = {&r->beta1, &r->beta2};
+    for (int i = 0; i < 2; i++)
+        if (*betas[i] >= 1) { /* the row's range takes 1; Adam's does not */
+            cg_prog_fail("--beta%d %g: Adam's betas are in [0, 1)", i + 1, *betas[i]);
+            return CG_EXIT_USAGE;
+        }
     cg_norm_kind norm;
     cg_act act;
     if (!parse_arch(r, &norm, &act)) { /* refused before any file is read */

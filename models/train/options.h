@@ -99,6 +99,10 @@ typedef struct {
     char arch_help[160];    /* their --help line (cg_train_arch_help) */
     bool norm_first;
     double dropout, label_smoothing, lr;
+    /* The optimizer's: AdamW's decoupled weight decay of the matrices (2-D
+     * parameters), Adam's betas and epsilon (a program sets its recipe's
+     * before parsing), and the gradients' clipping norm (0: none; 1). */
+    double weight_decay, beta1, beta2, adam_eps, clip_norm;
     /* The tokenizer of a fresh run (a checkpoint keeps its own): --tokenizer
      * char|bpe as given (NULL: char) and parsed, --vocab-size (4000). */
     const char *tokenizer_arg;
@@ -111,7 +115,8 @@ typedef struct {
  * grad_accum 1, precision_arg "auto" (precision fp32 until resolved); the
  * rest 0. */
 void cg_train_opts_init(cg_train_opts *o);
-/* Defaults: norm_first true, vocab_size 4000, tokenizer char; the rest 0. */
+/* Defaults: norm_first true, vocab_size 4000, tokenizer char, Adam's betas
+ * (0.9, 0.999) and epsilon 1e-8 (PyTorch's), clip_norm 1; the rest 0. */
 void cg_train_recipe_init(cg_train_recipe *r);
 /* Both, for a train command: o and r zeroed and initialised as above, with
  * seed 1 and the program's default steps and eval_every. */
@@ -152,6 +157,37 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
         {"--lr",      CG_CLI_F64, &(r)->lr,                                                       \
          1e-12,       10,         "  --lr X               peak learning rate\n",                  \
          CG_CLI_FIXED},                                                                           \
+        {"--weight-decay",                                                                        \
+         CG_CLI_F64,                                                                              \
+         &(r)->weight_decay,                                                                      \
+         0,                                                                                       \
+         100,                                                                                     \
+         "  --weight-decay W     decoupled weight decay (AdamW) of the 2-D parameters\n"          \
+         "                       (default: the program's recipe, above)\n",                       \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+        {"--beta1",                                                                               \
+         CG_CLI_F64,                                                                              \
+         &(r)->beta1,                                                                             \
+         0,                                                                                       \
+         1,                                                                                       \
+         "  --beta1 B --beta2 B  Adam's moment decay rates, in [0, 1) (default: the recipe's)\n", \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+        {"--beta2", CG_CLI_F64, &(r)->beta2, 0, 1, NULL, CG_CLI_FIXED | CG_CLI_SAVED},            \
+        {"--adam-eps",                                                                            \
+         CG_CLI_F64,                                                                              \
+         &(r)->adam_eps,                                                                          \
+         0,                                                                                       \
+         1,                                                                                       \
+         "  --adam-eps E         Adam's epsilon (default: the recipe's)\n",                       \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+        {"--clip-norm",                                                                           \
+         CG_CLI_F64,                                                                              \
+         &(r)->clip_norm,                                                                         \
+         0,                                                                                       \
+         CG_TRAIN_BIG,                                                                            \
+         "  --clip-norm C        clip the gradients' global norm to C (default 1; 0: no\n"        \
+         "                       clipping, a NaN or Inf gradient still stops the step)\n",        \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
         {"--tokenizer",                                                                           \
          CG_CLI_STR,                                                                              \
          &(r)->tokenizer_arg,                                                                     \
