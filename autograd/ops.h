@@ -202,7 +202,9 @@ cg_tensor *cg_triu(cg_tensor *a, int64_t diagonal);
 /* torch.cumsum along dim. */
 cg_tensor *cg_cumsum(cg_tensor *a, int dim);
 /* torch.topk(a, k, dim, largest, sorted=True): the values, in a's dtype
- * (differentiable: the gradient flows to the chosen elements); *indices
+ * (differentiable: the gradient flows to the chosen elements; among equal
+ * values the lower index is chosen first, which PyTorch leaves unspecified,
+ * so its gradient may reach other elements of a tie); *indices
  * (may be NULL) gets their indices, an int64 tensor of the values' shape.
  * a: any float dtype; an integer or bool a is refused ("topk: argument 1
  * is int64, expected a float tensor ..."). */
