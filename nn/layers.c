@@ -384,24 +384,36 @@ cg_tensor *cg_embed_forward(cg_embed *e, const cg_tensor *ids)
 }
 
 /* -------------------------------------------------- LayerNorm/RMSNorm */
-cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
+cg_norm_opts cg_norm_opts_default(void)
+{
+    return (cg_norm_opts){.eps = CG_NORM_EPS, .elementwise_affine = true, .bias = true};
+}
+
+cg_norm *cg_norm_new_opts(cg_norm_kind kind, int64_t dim, const cg_norm_opts *opts)
 {
     const cg_norm_info *r = cg_norm_info_of(kind, "norm");
     if (!r)
         return NULL;
     const char *type = r->type;
+    const cg_norm_opts o = opts ? *opts : cg_norm_opts_default();
     if (!positive(type, "dim", dim))
         return NULL;
+    if (!(o.eps >= 0) || !isfinite(o.eps)) {
+        cg_set_error("%s: eps must be finite and >= 0 (got %g)", type, (double)o.eps);
+        return NULL;
+    }
     cg_norm *n = (cg_norm *)cg_module_alloc(sizeof *n, type, NULL);
     if (!n)
         return NULL;
     n->base.forward = norm_impl;
     n->kind = kind;
     n->dim = dim;
-    n->eps = CG_NORM_EPS;
-    n->weight = new_param(&n->base, "weight", &n->weight, CG_SHAPE(dim));
-    bool ok = n->weight && cg_init_ones_(n->weight);
-    if (ok && r->bias)
+    n->eps = o.eps;
+    bool ok = true;
+    if (o.elementwise_affine)
+        ok = (n->weight = new_param(&n->base, "weight", &n->weight, CG_SHAPE(dim))) &&
+             cg_init_ones_(n->weight);
+    if (ok && r->bias && o.elementwise_affine && o.bias)
         ok = (n->bias = new_param(&n->base, "bias", &n->bias, CG_SHAPE(dim))) != NULL;
     if (!ok) {
         cg_module_free(&n->base);
@@ -409,6 +421,8 @@ cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim)
     }
     return n;
 }
+
+cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim) { return cg_norm_new_opts(kind, dim, NULL); }
 
 cg_norm *cg_layernorm_new(int64_t dim) { return cg_norm_new(CG_NORM_LAYERNORM, dim); }
 

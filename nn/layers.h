@@ -146,7 +146,8 @@ cg_tensor *cg_embed_forward(cg_embed *e, const cg_tensor *ids);
 /* Over the last dim, eps 1e-5.
  *   layernorm: (x - mean) / sqrt(var + eps) * weight + bias (biased var)
  *   rmsnorm:   x / sqrt(mean(x^2) + eps) * weight (bias is NULL)
- * The module type is "LayerNorm" or "RMSNorm". */
+ * The module type is "LayerNorm" or "RMSNorm". A norm made without a weight
+ * or a bias (cg_norm_new_opts) has NULL there, and no such parameter. */
 typedef struct {
     cg_module base;
     cg_norm_kind kind;
@@ -156,6 +157,18 @@ typedef struct {
     cg_tensor *bias;
 } cg_norm;
 
+/* A norm's options, as nn.LayerNorm's and nn.RMSNorm's: eps (finite, >= 0);
+ * elementwise_affine (false: no weight and no bias); bias (LayerNorm's,
+ * PyTorch's bias=False: a weight alone; RMSNorm has none either way). */
+typedef struct {
+    float eps;
+    bool elementwise_affine, bias;
+} cg_norm_opts;
+/* PyTorch's defaults: eps 1e-5, a weight, and (LayerNorm) a bias. */
+cg_norm_opts cg_norm_opts_default(void);
+
+/* opts NULL: cg_norm_opts_default(). */
+cg_norm *cg_norm_new_opts(cg_norm_kind kind, int64_t dim, const cg_norm_opts *opts);
 cg_norm *cg_norm_new(cg_norm_kind kind, int64_t dim);
 cg_norm *cg_layernorm_new(int64_t dim);
 cg_norm *cg_rmsnorm_new(int64_t dim);

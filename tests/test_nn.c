@@ -1414,6 +1414,73 @@ START_TEST(test_norm_forward)
 }
 END_TEST
 
+/* cg_norm_new_opts: nn.LayerNorm(bias=False) keeps its weight alone,
+ * elementwise_affine=False neither, for both kinds; each is the default
+ * module with a zero bias or a unit weight, through cg_norm_add_forward too,
+ * and its gradients check; eps is the one given; a bad eps is refused. */
+START_TEST(test_norm_options)
+{
+    cg_rng r = cg_rng_new(81);
+    for (int kind = 0; kind < 2; kind++) {
+        for (int v = 0; v < 2; v++) {
+            cg_norm_opts o = cg_norm_opts_default();
+            o.eps = 1e-2f;
+            if (v == 0)
+                o.bias = false;
+            else
+                o.elementwise_affine = false;
+            cg_norm *n = cg_norm_new_opts((cg_norm_kind)kind, 6, &o);
+            assert_ok(n);
+            ck_assert(n->bias == NULL && (n->weight != NULL) == (v == 0));
+            ck_assert_int_eq(cg_module_num_params(CG_MODULE(n)), v == 0 ? 6 : 0);
+            randomize(CG_MODULE(n), 5, 1.0f);
+            /* the default module with the same weight (or ones), bias 0 */
+            cg_norm *full = cg_norm_new((cg_norm_kind)kind, 6);
+            full->eps = 1e-2f;
+            cg_no_grad_begin();
+            ck_assert(!n->weight || cg_copy_(full->weight, n->weight));
+            cg_no_grad_end();
+            cg_tensor *x = randn_leaf(&r, CG_SHAPE(3, 6)), *y = randn_leaf(&r, CG_SHAPE(3, 6));
+            cg_tensor *a = cg_norm_forward(n, x), *b = cg_norm_forward(full, x);
+            float *bv = cg_test_values(b);
+            CG_ASSERT_TENSOR(a, bv, 1e-6, 1e-6);
+            free(bv);
+            cg_tensor *a2 = cg_norm_add_forward(n, x, y), *b2 = cg_norm_add_forward(full, x, y);
+            bv = cg_test_values(b2);
+            CG_ASSERT_TENSOR(a2, bv, 1e-6, 1e-6);
+            free(bv);
+            fctx c = {.m = CG_MODULE(n), .kind = K_NORM};
+            gradcheck_module(&c, 1, &x, 1e-3, 1e-2);
+            cg_release_all(6, x, y, a, b, a2, b2);
+            cg_module_free(CG_MODULE(full));
+            cg_module_free(CG_MODULE(n));
+        }
+    }
+    /* eps: the one given, against a hand computation of one row */
+    cg_norm_opts o = cg_norm_opts_default();
+    o.eps = 0.5f;
+    o.elementwise_affine = false;
+    cg_norm *n = cg_norm_new_opts(CG_NORM_RMSNORM, 2, &o);
+    cg_tensor *x = cg_from_data(CG_SHAPE(1, 2), (const float[]){1.0f, 2.0f});
+    cg_tensor *y = cg_norm_forward(n, x);
+    const double rs = 1 / sqrt((1.0 + 4.0) / 2 + 0.5);
+    CG_ASSERT_TENSOR(y, ((const float[]){(float)rs, (float)(2 * rs)}), 1e-6, 1e-6);
+    cg_release_all(2, x, y);
+    cg_module_free(CG_MODULE(n));
+    const float bad[] = {-1e-5f, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        o.eps = bad[i];
+        CG_ASSERT_FAILS(cg_norm_new_opts(CG_NORM_LAYERNORM, 4, &o), "LayerNorm: eps must be");
+    }
+    /* the default options are PyTorch's, and NULL means them */
+    o = cg_norm_opts_default();
+    ck_assert(o.eps == 1e-5f && o.elementwise_affine && o.bias);
+    n = cg_norm_new_opts(CG_NORM_LAYERNORM, 3, NULL);
+    ck_assert(n->weight && n->bias && n->eps == 1e-5f);
+    cg_module_free(CG_MODULE(n));
+}
+END_TEST
+
 START_TEST(test_dropout_train_eval)
 {
     cg_drop *d = cg_drop_new(0.5f, NULL);
@@ -2798,6 +2865,7 @@ static Suite *nn_suite(void)
     tcase_add_test(fw, test_linear_forward);
     tcase_add_test(fw, test_embedding_forward);
     tcase_add_test(fw, test_norm_forward);
+    tcase_add_test(fw, test_norm_options);
     tcase_add_test(fw, test_dropout_train_eval);
     tcase_add_test(fw, test_posenc);
     tcase_add_test(fw, test_ff_forward);
