@@ -33,6 +33,7 @@
 #include "models/train/finetune.h"
 #include "models/train/options.h"
 #include "models/train/prog.h"
+#include "models/train/program.h"
 #include "models/train/run.h"
 #include "models/train/stepper.h"
 #include "models/train/train_common.h"
@@ -2415,6 +2416,128 @@ START_TEST(test_ckpt_tensor_checks)
 }
 END_TEST
 
+/* A user's own model on the trainer (models/train/program.h): the toy
+ * above as a train program, whose evaluation fails at step fail_at. */
+typedef struct {
+    toy_model t; /* first: the toy's callbacks take the run */
+    int64_t fail_at;
+    cg_tokenizer *tok;
+} toy_run;
+
+static bool toy_evaluate(void *self, int64_t step, cg_eval_result *e)
+{
+    if (step == ((toy_run *)self)->fail_at) {
+        cg_set_error("the toy's evaluation failed");
+        return false;
+    }
+    e->train = 1.0;
+    e->val = 1.0 + 1.0 / (double)(step + 1);
+    return true;
+}
+
+static bool toy_finish(void *self, const cg_trainer *t, cJSON *j)
+{
+    (void)self;
+    (void)t;
+    (void)j;
+    return true;
+}
+
+static char *toy_config(void *self)
+{
+    (void)self;
+    return strdup("{}");
+}
+
+static int toy_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec,
+                     cg_trainer_model *m)
+{
+    (void)t;
+    (void)o;
+    (void)rec;
+    toy_run *r = self;
+    r->t = toy_new(TOY_PLAIN, 1.0f);
+    const char *text[] = {"toy"};
+    r->tok = cg_tokenizer_train(CG_TOK_CHAR, false, text, 1, 0);
+    *m = toy_trainer(&r->t, 1.0);
+    m->evaluate = toy_evaluate;
+    m->finish = toy_finish;
+    m->config_json = toy_config;
+    m->tok = r->fail_at == -2 ? NULL : r->tok; /* -2: a model without its tokenizer */
+    m->dropout_rng = NULL;                     /* none: the trainer keeps one */
+    return -1;
+}
+
+static void toy_cleanup(void *self)
+{
+    toy_run *r = self;
+    cg_module_free(r->t.m);
+    cg_tokenizer_free(r->tok);
+}
+
+/* The toy program's train command in a child, stderr into err: its exit
+ * code. */
+static int toy_train(int64_t fail_at, const char *out, const char *err)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || dup2(fd, 2) < 0 || !freopen("/dev/null", "w", stdout))
+            _exit(99);
+        cg_prog_set_name("toy");
+        cg_train_opts o;
+        cg_train_recipe rec;
+        cg_train_init(&o, &rec, 6, 2);
+        const cg_cli_opt opts[] = {CG_TRAIN_RECIPE_FLAGS(&rec), CG_TRAIN_RUN_FLAGS(&o)};
+        cg_cli_args a = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};
+        const cg_train_program p = {"toy", "", "toy.st", "/dev/null", NULL, toy_setup, toy_cleanup};
+        char *argv[] = {"--out",       (char *)out, "--threads", "1",
+                        "--precision", "fp32",      "--force",   NULL};
+        toy_run r = {.fail_at = fail_at};
+        _exit(cg_train_command(7, argv, &a, &o, &rec, &p, &r));
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status), "the toy's run ended by signal %d", WTERMSIG(status));
+    return WEXITSTATUS(status);
+}
+
+/* A user's model on the trainer, without a dropout stream: it trains; an
+ * evaluation that fails is the run's failure, named with its step and
+ * reason (exit 1), not a signal's cut (exit 0, saved); the checkpoint of
+ * the evaluation before it is kept as it was; a model without its
+ * tokenizer is refused by name. */
+START_TEST(test_trainer_eval_fails)
+{
+    make_tmpdir();
+    const char *out = tmp_path("toy.st"), *err = tmp_path("err.txt");
+    int rc = toy_train(-1, out, err);
+    char *e = slurp(err, NULL);
+    ck_assert_msg(rc == 0 && strstr(e, "toy: step 6: train loss 1.0000"), "exit %d: %s", rc, e);
+    free(e);
+    ck_assert_int_eq(unlink(out), 0);
+    rc = toy_train(4, out, err);
+    e = slurp(err, NULL);
+    ck_assert_msg(
+        rc == 1 && strstr(e, "toy: error: evaluation at step 4: the toy's evaluation failed\n") &&
+            !strstr(e, "cut short"),
+        "exit %d: %s", rc, e);
+    free(e);
+    cg_st_file *f = cg_st_open(out);
+    ck_assert_msg(f, "%s", cg_last_error());
+    ck_assert_str_eq(cg_st_metadata(f, "step"), "2");
+    cg_st_close(f);
+    /* a model that lacks what the trainer needs is named, not run */
+    rc = toy_train(-2, out, err);
+    e = slurp(err, NULL);
+    ck_assert_msg(rc == 1 && strstr(e, "toy: error: the trainer's model has no tokenizer (tok)"),
+                  "exit %d: %s", rc, e);
+    free(e);
+    rm_tmpdir();
+}
+END_TEST
+
 static Suite *zoo_suite(void)
 {
     Suite *s = suite_create("zoo");
@@ -2455,6 +2578,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(p, test_bad_inputs);
     tcase_add_test(p, test_grad_accum_and_metrics);
     tcase_add_test(p, test_optimizer_flags);
+    tcase_add_test(p, test_trainer_eval_fails);
     tcase_add_test(p, test_loss_avg_window);
     tcase_add_test(p, test_log_every_default);
     suite_add_tcase(s, p);

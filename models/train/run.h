@@ -42,12 +42,15 @@ typedef struct {
 /* Append a figure to e->extra (ignored when it is full). */
 void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value, int decimals);
 
-/* What a model plugs in. `self` is passed back to every callback. */
+/* What a model plugs in. `self` is passed back to every callback. Needed:
+ * name, module, batch, loss, lr, evaluate, finish, config_json and tok;
+ * the others may be 0 or NULL (plot_title: the name). */
 typedef struct cg_trainer_model {
     const char *name;       /* "charlm": the checkpoint's "model" and messages */
     const char *plot_title; /* title of the loss curve */
     cg_module *module;
-    cg_rng *dropout_rng;    /* the model's dropout stream: saved, seeded per rank */
+    cg_rng *dropout_rng;    /* the model's dropout stream: saved, seeded per rank
+                             * (NULL: none drawn; the trainer keeps one) */
     cg_optim_config optim;  /* the optimizer (its lr is set every step) */
     double weight_decay_2d; /* weight decay of parameters with >= 2 dims */
     double weight_decay_1d; /* ... and of the others */
@@ -103,6 +106,7 @@ struct cg_trainer {
     bool out_of_time;   /* stopped by --max-minutes (a normal end otherwise) */
     cg_rng dropout_rng; /* the saved stream (from the checkpoint on resume) */
     bool dropout_rng_set;
+    cg_rng own_dropout_rng; /* the stream of a model that gives none (saved as one) */
     /* MPI: every rank's dropout counter at the last save (a rank's stream
      * advances by its own share of the batch), n_rank_counters of them
      * (0: none); a resume on as many ranks gives each rank its own */

@@ -20,6 +20,7 @@
 #include "models/train/checkpoint.h"
 #include "models/util/config_json.h"
 #include "models/train/dist.h"
+#include "models/train/model_common.h"
 
 /* ------------------------------------------------------------ the run */
 typedef struct {
@@ -662,8 +663,40 @@ static int iteration(run_ctx *c)
     return GO_ON;
 }
 
-int cg_trainer_run(cg_trainer *t, const cg_trainer_model *m)
+/* What the model must give (models/train/run.h cg_trainer_model). */
+static bool model_complete(const cg_trainer_model *m)
 {
+    const struct {
+        bool given;
+        const char *what;
+    } need[] = {{m->name, "name"},
+                {m->module, "module"},
+                {m->batch, "batch"},
+                {m->loss, "loss"},
+                {m->lr, "lr"},
+                {m->evaluate, "evaluate"},
+                {m->finish, "finish"},
+                {m->config_json, "config_json"},
+                {m->tok, "tokenizer (tok), which its checkpoints keep"}};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (!need[i].given) {
+            cg_set_error("the trainer's model has no %s", need[i].what);
+            return false;
+        }
+    return true;
+}
+
+int cg_trainer_run(cg_trainer *t, const cg_trainer_model *model)
+{
+    if (!model_complete(model))
+        return cg_prog_fail_lib(NULL);
+    cg_trainer_model m_own = *model, *m = &m_own;
+    if (!m->dropout_rng) { /* a model without dropout: a stream nothing draws from */
+        t->own_dropout_rng = cg_model_dropout_rng(t->o->seed);
+        m->dropout_rng = &t->own_dropout_rng;
+    }
+    if (!m->plot_title)
+        m->plot_title = m->name;
     run_ctx c = {.t = t, .m = m};
     const cg_train_opts *o = t->o;
     int rc = setup(&c);
