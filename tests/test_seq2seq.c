@@ -1835,8 +1835,8 @@ START_TEST(test_cli_bad_flags)
 }
 END_TEST
 
-/* train a few steps on a small file, resume, translate, eval, attention */
-START_TEST(test_cli_end_to_end)
+/* The small file of test_cli_end_to_end: 30 pairs. */
+static void write_small(const char *path)
 {
     char data[4096] = "";
     const char *words[] = {"cat", "dog", "house", "tree", "sun", "moon"};
@@ -1846,7 +1846,62 @@ START_TEST(test_cli_end_to_end)
         snprintf(line, sizeof line, "the %s %d.\tdie %s %d.\n", words[i % 6], i, worte[i % 6], i);
         strcat(data, line);
     }
-    write_file(tmp_path("small.tsv"), data, strlen(data));
+    write_file(path, data, strlen(data));
+}
+
+/* The optimizer's flags: the recipe spelled out trains as the default;
+ * --weight-decay makes it AdamW (fairseq's adam), which resumes exactly. */
+START_TEST(test_cli_optimizer_flags)
+{
+    char small[PATH_MAX], args[3 * PATH_MAX], *out, *err;
+    snprintf(small, sizeof small, "%s", tmp_path("small.tsv"));
+    write_small(small);
+    const char *base = "train --tokenizer char --data '%s' --out '%s' --steps 5 --eval-every 2 "
+                       "--valid-size 4 --test-size 4 --test-limit 0 --max-tokens 200 "
+                       "--threads 1 %s";
+    const char *runs[][2] = {{"fresh.safetensors", ""},
+                             {"spelled.safetensors",
+                              "--beta1 0.9 --beta2 0.98 --adam-eps 1e-9 --clip-norm 1 "
+                              "--weight-decay 0"},
+                             {"wd.safetensors", "--weight-decay 0.5"},
+                             {"wd_half.safetensors", "--weight-decay 0.5 --stop-at 3"}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, base, small, tmp_path(runs[i][0]), runs[i][1]);
+        int rc = run(args, NULL, &out, &err);
+        ck_assert_msg(rc == 0, "%s: %s", runs[i][1], err);
+        free(out);
+        free(err);
+    }
+    snprintf(args, sizeof args, "train --resume '%s' --threads 1", tmp_path("wd_half.safetensors"));
+    int rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "resume failed: %s", err);
+    free(out);
+    free(err);
+    char *h1 = ckpt_history(tmp_path("fresh.safetensors")),
+         *h2 = ckpt_history(tmp_path("spelled.safetensors"));
+    ck_assert_str_eq(h1, h2);
+    char *w1 = ckpt_history(tmp_path("wd.safetensors")),
+         *w2 = ckpt_history(tmp_path("wd_half.safetensors"));
+    ck_assert_str_eq(w1, w2);
+    ck_assert_str_ne(w1, h1);
+    free(w1);
+    free(w2);
+    free(h1);
+    free(h2);
+    const char *types[][2] = {{"fresh.safetensors", "adam"}, {"wd_half.safetensors", "adamw"}};
+    for (int i = 0; i < 2; i++) {
+        cg_st_file *tf = cg_st_open(tmp_path(types[i][0]));
+        ck_assert_ptr_nonnull(tf);
+        ck_assert_str_eq(cg_st_metadata(tf, "optim.type"), types[i][1]);
+        cg_st_close(tf);
+    }
+}
+END_TEST
+
+/* train a few steps on a small file, resume, translate, eval, attention */
+START_TEST(test_cli_end_to_end)
+{
+    write_small(tmp_path("small.tsv"));
     char ck[PATH_MAX], small[PATH_MAX];
     snprintf(ck, sizeof ck, "%s", tmp_path("m.safetensors"));
     snprintf(small, sizeof small, "%s", tmp_path("small.tsv"));
@@ -1915,45 +1970,7 @@ START_TEST(test_cli_end_to_end)
     ck_assert(isfinite(h.acc_loss) && h.acc_loss > 0);
     cg_history_free(&h);
     free(h2);
-    /* the optimizer's flags: the recipe spelled out trains as the default;
-     * --weight-decay makes it AdamW (fairseq's adam), which resumes exactly */
-    const char *base = "train --tokenizer char --data '%s' --out '%s' --steps 5 --eval-every 2 "
-                       "--valid-size 4 --test-size 4 --test-limit 0 --max-tokens 200 "
-                       "--threads 1 %s";
-    const char *runs[][2] = {{"spelled.safetensors",
-                              "--beta1 0.9 --beta2 0.98 --adam-eps 1e-9 --clip-norm 1 "
-                              "--weight-decay 0"},
-                             {"wd.safetensors", "--weight-decay 0.5"},
-                             {"wd_half.safetensors", "--weight-decay 0.5 --stop-at 3"}};
-    for (int i = 0; i < 3; i++) {
-        snprintf(args, sizeof args, base, small, tmp_path(runs[i][0]), runs[i][1]);
-        rc = run(args, NULL, &out, &err);
-        ck_assert_msg(rc == 0, "%s: %s", runs[i][1], err);
-        free(out);
-        free(err);
-    }
-    snprintf(args, sizeof args, "train --resume '%s' --threads 1", tmp_path("wd_half.safetensors"));
-    rc = run(args, NULL, &out, &err);
-    ck_assert_msg(rc == 0, "resume failed: %s", err);
-    free(out);
-    free(err);
-    h2 = ckpt_history(tmp_path("spelled.safetensors"));
-    ck_assert_str_eq(h1, h2);
-    free(h2);
-    char *w1 = ckpt_history(tmp_path("wd.safetensors")),
-         *w2 = ckpt_history(tmp_path("wd_half.safetensors"));
-    ck_assert_str_eq(w1, w2);
-    ck_assert_str_ne(w1, h1);
-    free(w1);
-    free(w2);
     free(h1);
-    const char *types[][2] = {{"fresh.safetensors", "adam"}, {"wd_half.safetensors", "adamw"}};
-    for (int i = 0; i < 2; i++) {
-        cg_st_file *tf = cg_st_open(tmp_path(types[i][0]));
-        ck_assert_ptr_nonnull(tf);
-        ck_assert_str_eq(cg_st_metadata(tf, "optim.type"), types[i][1]);
-        cg_st_close(tf);
-    }
     /* --force overwrites an existing checkpoint */
     snprintf(
         args, sizeof args,
@@ -2699,6 +2716,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
     tcase_add_test(tc, test_cli_bad_flags);
     tcase_add_test(tc, test_cli_end_to_end);
+    tcase_add_test(tc, test_cli_optimizer_flags);
     tcase_add_test(tc, test_cli_nonfinite);
     tcase_add_test(tc, test_cli_curve_before_first_evaluation);
     tcase_add_test(tc, test_cli_resume_and_output_rules);

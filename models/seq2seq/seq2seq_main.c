@@ -54,17 +54,23 @@ static const char TRAIN_NOTES[] =
     "decoding (of the detokenised text) on the test split.\n"
     "\n";
 
+/* The recipe's defaults where they are not both programs' */
+static void recipe_defaults(cg_train_recipe *rec)
+{
+    rec->tokenizer_arg = "bpe"; /* README: char against bpe at equal wall time */
+    rec->norm_first = false;
+    rec->dropout = 0.3;
+    rec->label_smoothing = 0.1;
+    rec->beta2 = 0.98; /* Adam (0.9, 0.98, 1e-9), as the paper's */
+    rec->adam_eps = 1e-9;
+}
+
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
     cg_train_recipe rec;
     cg_train_init(&o, &rec, 11000, 1000);
-    rec.tokenizer_arg = "bpe"; /* README: char against bpe at equal wall time */
-    rec.norm_first = false;
-    rec.dropout = 0.3;
-    rec.label_smoothing = 0.1;
-    rec.beta2 = 0.98; /* Adam (0.9, 0.98, 1e-9), as the paper's */
-    rec.adam_eps = 1e-9;
+    recipe_defaults(&rec);
     mt_run r = {.preset = "tiny",
                 .max_tokens = 3000,
                 .pad_to = 1,
