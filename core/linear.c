@@ -5,7 +5,6 @@
  * they write y, so y is written once; in fp32 it is written into the output
  * rows first and the product added on top (beta = 1). */
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +15,7 @@
 #include "core/vmath.h"
 #include "core/upcast.h"
 #include "core/linear_impl.h"
+#include "core/tensor_impl.h"
 
 /* x rounded as the bf16 products round it, contiguous. */
 static void round_of(int64_t n, const float *x, void *y) { cg_bf16_round_run(n, x, y); }
@@ -26,7 +26,8 @@ static cg_tensor *round_copy(const cg_tensor *x) { return cg_k_map_runs(x, CG_BF
  * (q, k and v of one input; a decoder's cross-attention reading the
  * encoder's output) keep one copy between them. The slot holds a
  * reference (held: no scope gives it back), dropped when the storage dies
- * or is written. */
+ * or is written. The slot is read and replaced under the derived-slot lock
+ * (core/tensor_impl.h), which cg_tensor_modified takes it out under. */
 typedef struct {
     cg_tensor *copy;
     int64_t offset;
@@ -37,7 +38,11 @@ typedef struct {
                  * take views of the copy (slot_copy) */
 } operand_slot;
 
-static pthread_mutex_t g_operand_lock = PTHREAD_MUTEX_INITIALIZER;
+/* x's storage's version (atomic: cg_tensor_modified counts so) */
+static uint64_t version_of(const cg_tensor *x)
+{
+    return __atomic_load_n(&x->storage->version, __ATOMIC_SEQ_CST);
+}
 
 static void operand_slot_free(void *p)
 {
@@ -49,7 +54,7 @@ static void operand_slot_free(void *p)
 
 static bool same_view(const operand_slot *o, const cg_tensor *x)
 {
-    return o->offset == x->offset && o->ndim == x->ndim && o->version == x->storage->version &&
+    return o->offset == x->offset && o->ndim == x->ndim && o->version == version_of(x) &&
            !memcmp(o->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) &&
            !memcmp(o->strides, x->strides, sizeof(int64_t) * (size_t)x->ndim);
 }
@@ -61,7 +66,7 @@ static bool same_view(const operand_slot *o, const cg_tensor *x)
  * copy. */
 static cg_tensor *slot_copy(const operand_slot *o, const cg_tensor *x)
 {
-    if (o->version != x->storage->version)
+    if (o->version != version_of(x))
         return NULL;
     if (same_view(o, x))
         return cg_retain(o->copy);
@@ -86,10 +91,10 @@ static cg_tensor *operand_kept(const cg_tensor *x)
 {
     cg_storage *s = x->storage;
     cg_tensor *y = NULL;
-    pthread_mutex_lock(&g_operand_lock);
+    cg_derived_lock();
     if (s->derived && s->derived_free == operand_slot_free)
         y = slot_copy(s->derived, x);
-    pthread_mutex_unlock(&g_operand_lock);
+    cg_derived_unlock();
     return y;
 }
 
@@ -117,11 +122,11 @@ void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y)
                         x->ndim,
                         {0},
                         {0},
-                        s->version,
+                        version_of(x),
                         cg_is_contiguous(x) && cg_is_contiguous(y)};
     memcpy(o->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     memcpy(o->strides, x->strides, sizeof(int64_t) * (size_t)x->ndim);
-    pthread_mutex_lock(&g_operand_lock);
+    cg_derived_lock();
     /* a slot of this kind is replaced; another kind's (a weight's) stays */
     const bool mine = !s->derived || s->derived_free == operand_slot_free;
     void *old = mine ? s->derived : NULL;
@@ -129,7 +134,7 @@ void cg_k_bf16_operand_keep(const cg_tensor *x, cg_tensor *y)
         s->derived = o;
         s->derived_free = operand_slot_free;
     }
-    pthread_mutex_unlock(&g_operand_lock);
+    cg_derived_unlock();
     operand_slot_free(mine ? old : o);
 }
 

@@ -5,6 +5,7 @@
 #include "core/tensor.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -606,15 +607,31 @@ bool cg_set(cg_tensor *t, const int64_t *idx, float v)
     return true;
 }
 
+/* The lock of the storages' derived slots (tensor_impl.h). */
+static pthread_mutex_t g_derived_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void cg_derived_lock(void) { pthread_mutex_lock(&g_derived_lock); }
+void cg_derived_unlock(void) { pthread_mutex_unlock(&g_derived_lock); }
+
 void cg_tensor_modified(cg_tensor *t)
 {
     if (!t || !t->storage)
         return;
-    t->storage->version++; /* autograd compares it with the version it saved */
-    if (t->storage->derived) {
-        t->storage->derived_free(t->storage->derived);
-        t->storage->derived = NULL;
-    }
+    cg_storage *s = t->storage;
+    /* autograd compares it with the version it saved; atomic, as threads
+     * that write one weight at once (Hogwild's steps) each count */
+    __atomic_add_fetch(&s->version, 1, __ATOMIC_SEQ_CST);
+    /* Taken out under the lock its owner reads it under, then freed
+     * without it (its free takes what it needs): two threads that announce
+     * a write at once freed one form twice, and a product on another
+     * thread read a form as it was freed (tests/test_threads.c). */
+    cg_derived_lock();
+    void *d = s->derived;
+    void (*free_fn)(void *) = s->derived_free;
+    s->derived = NULL;
+    cg_derived_unlock();
+    if (d)
+        free_fn(d);
 }
 
 uint64_t cg_version(const cg_tensor *t)

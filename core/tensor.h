@@ -45,7 +45,8 @@ typedef struct cg_storage {
     int refcount;
     /* A form derived from the data and kept for reuse (the packed bf16
      * weight of decoding, core/linear.c), or NULL: freed with derived_free
-     * when the storage dies or its data is written (cg_tensor_modified). */
+     * when the storage dies or its data is written (cg_tensor_modified).
+     * Read and replaced under one lock (core/tensor_impl.h). */
     void *derived;
     void (*derived_free)(void *derived);
     /* The version counter (PyTorch's _version): every in-place write to the

@@ -1,5 +1,7 @@
 /* cgrad core, INTERNAL: what tensor.c (storage, lifecycle), tensor_create.c
- * (creation, copies, RNG) and tensor_views.c (views) share. Not installed.
+ * (creation, copies, RNG) and tensor_views.c (views) share, and the lock of
+ * the storages' derived slots (the weight cache, linear.c's kept operand
+ * copies). Not installed.
  * Include it after core/tensor.h (it does not include it: a module never
  * uses itself round a circle, tests/check_layers.py). */
 #ifndef CG_CORE_TENSOR_IMPL_H
@@ -15,6 +17,12 @@ void cg_storage_release(cg_storage *s);
 /* A tensor header over storage s (retained), with the given layout. */
 cg_tensor *cg_tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int ndim,
                             const int64_t *shape, const int64_t *strides);
+/* The one lock of every storage's derived slot (core/tensor.h): the forms'
+ * owners (core/weight_cache.c, core/linear.c) read, fill and replace
+ * s->derived under it, and cg_tensor_modified takes a form out under it
+ * (then frees it without it: a form's free function may take it). */
+void cg_derived_lock(void);
+void cg_derived_unlock(void);
 /* The most elements a shape may have (2^61 - 1: the bytes of that many
  * 8-byte elements still count in 64 bits). */
 #define CG_MAX_NUMEL (INT64_MAX / 4)

@@ -14,14 +14,15 @@
  * loads) frees the slot, and a version that moved on without that is a
  * miss too, so a stale copy is never read. The slot dies with its storage.
  *
- * Thread-safe: one mutex guards the slots and the byte count; an entry is
- * reference counted, so a product that holds one can finish while another
- * thread replaces it. The cache holds at most g_limit bytes; beyond that
- * a weight is packed for its caller alone and freed after the product (the
- * same bits, no saving). The entries in slots are also on one list, oldest
+ * Thread-safe: one mutex, the storages' derived-slot lock
+ * (core/tensor_impl.h, which cg_tensor_modified takes a slot out under),
+ * guards the slots, the list and the byte count; an entry is reference
+ * counted, so a product that holds one can finish while another thread
+ * replaces it or writes the weight. The cache holds at most g_limit
+ * bytes; beyond that a weight is packed for its caller alone and freed
+ * after the product (the same bits, no saving). The entries in slots are also on one list, oldest
  * first, so that lowering the limit frees the oldest at once (they would
  * otherwise stay, and be read, until their weights are written or die). */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 #include "core/gemm_internal.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "core/tensor_impl.h"
 
 struct cg_packed_weight {
     cg_packed_form form;
@@ -51,10 +53,9 @@ typedef struct weight_slot {
     cg_packed_weight *e[FORMS];
 } weight_slot;
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t g_bytes;                        /* held by slots (under g_lock) */
+static size_t g_bytes;                        /* held by slots (under the lock) */
 static size_t g_limit = (size_t)1 << 30;      /* 1 GiB */
-static cg_packed_weight *g_oldest, *g_newest; /* the cached entries (under g_lock) */
+static cg_packed_weight *g_oldest, *g_newest; /* the cached entries (under the lock) */
 static atomic_uint_fast64_t g_packs, g_hits;
 
 void cg_packed_weight_release(cg_packed_weight *e)
@@ -66,7 +67,7 @@ void cg_packed_weight_release(cg_packed_weight *e)
     }
 }
 
-/* Take e out of its slot (under g_lock). */
+/* Take e out of its slot (under the lock). */
 static void unslot(cg_packed_weight *e)
 {
     if (!e)
@@ -82,10 +83,10 @@ static void unslot(cg_packed_weight *e)
 static void slot_free(void *p)
 {
     weight_slot *s = p;
-    pthread_mutex_lock(&g_lock);
+    cg_derived_lock();
     for (int f = 0; f < FORMS; f++)
         unslot(s->e[f]);
-    pthread_mutex_unlock(&g_lock);
+    cg_derived_unlock();
     free(s);
 }
 
@@ -104,11 +105,12 @@ static bool same_key(const cg_packed_weight *e, const cg_tensor *w)
     int64_t sh[2], st[2];
     oriented(w, tr, sh, st);
     return e && e->offset == w->offset && e->shape[0] == sh[0] && e->shape[1] == sh[1] &&
-           e->strides[0] == st[0] && e->strides[1] == st[1] && e->version == w->storage->version;
+           e->strides[0] == st[0] && e->strides[1] == st[1] &&
+           e->version == __atomic_load_n(&w->storage->version, __ATOMIC_SEQ_CST);
 }
 
 /* w's slot, made when make is set and the derived slot is free (under
- * g_lock); NULL when another kind of form holds the slot. */
+ * the lock); NULL when another kind of form holds the slot. */
 static weight_slot *slot_of(cg_storage *s, bool make)
 {
     if (s->derived) /* cg_tensor_modified leaves derived_free set */
@@ -137,7 +139,7 @@ static cg_packed_weight *pack(const cg_tensor *w, cg_packed_form f)
                             .offset = w->offset,
                             .shape = {sh[0], sh[1]},
                             .strides = {st[0], st[1]},
-                            .version = w->storage->version};
+                            .version = __atomic_load_n(&w->storage->version, __ATOMIC_SEQ_CST)};
     if (f == CG_PACKED_F32) { /* its own error: another fp32 path, or out of memory */
         e->m32 = cg_f32_packed_new(sh[0], sh[1], cg_data(w), st[0], st[1]);
         e->bytes = cg_f32_packed_bytes(e->m32);
@@ -160,7 +162,7 @@ static cg_packed_weight *pack(const cg_tensor *w, cg_packed_form f)
 }
 
 /* Whether the storage's slot has room for a new entry of form f of
- * `bytes` (under g_lock): the limit counting the form's stale entry as
+ * `bytes` (under the lock): the limit counting the form's stale entry as
  * freed, and the derived slot free or a weight slot. */
 static bool fits(const cg_storage *s, int f, size_t bytes)
 {
@@ -182,26 +184,26 @@ static cg_packed_weight *get(const cg_tensor *w, cg_packed_form form, bool kept_
         return NULL;
     }
     const int f = form;
-    pthread_mutex_lock(&g_lock);
+    cg_derived_lock();
     weight_slot *ws = slot_of(w->storage, false);
     cg_packed_weight *e = ws && same_key(ws->e[f], w) ? ws->e[f] : NULL;
     if (e)
         atomic_fetch_add(&e->refs, 1);
-    pthread_mutex_unlock(&g_lock);
+    cg_derived_unlock();
     if (e) {
         atomic_fetch_add(&g_hits, 1);
         return e;
     }
     if (kept_only) { /* the fp32 form's size, known before packing */
-        pthread_mutex_lock(&g_lock);
+        cg_derived_lock();
         const bool room = fits(w->storage, f, cg_f32_packed_size(w->shape[0], w->shape[1]));
-        pthread_mutex_unlock(&g_lock);
+        cg_derived_unlock();
         if (!room)
             return NULL;
     }
     if (!(e = pack(w, form)))
         return NULL;
-    pthread_mutex_lock(&g_lock);
+    cg_derived_lock();
     if (fits(w->storage, f, e->bytes) && (ws = slot_of(w->storage, true))) {
         unslot(ws->e[f]);
         atomic_fetch_add(&e->refs, 1); /* the slot's reference */
@@ -213,7 +215,7 @@ static cg_packed_weight *get(const cg_tensor *w, cg_packed_form form, bool kept_
         *(g_newest ? &g_newest->newer : &g_oldest) = e;
         g_newest = e;
     }
-    pthread_mutex_unlock(&g_lock);
+    cg_derived_unlock();
     return e;
 }
 
@@ -243,17 +245,17 @@ const cg_f32_packed *cg_packed_weight_f32(const cg_packed_weight *e) { return e 
 
 cg_cache_stats cg_weight_cache_stats(void)
 {
-    pthread_mutex_lock(&g_lock);
+    cg_derived_lock();
     cg_cache_stats s = {atomic_load(&g_packs), atomic_load(&g_hits), g_bytes, g_limit};
-    pthread_mutex_unlock(&g_lock);
+    cg_derived_unlock();
     return s;
 }
 
 void cg_weight_cache_limit(size_t bytes)
 {
-    pthread_mutex_lock(&g_lock);
+    cg_derived_lock();
     g_limit = bytes;
     while (g_bytes > g_limit)
         unslot(g_oldest);
-    pthread_mutex_unlock(&g_lock);
+    cg_derived_unlock();
 }

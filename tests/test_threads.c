@@ -500,6 +500,78 @@ START_TEST(test_threads_share_packed_weights)
 }
 END_TEST
 
+/* Writes announced while other threads read the weight's kept forms
+ * (Hogwild's optimizer steps beside their products, or inference beside a
+ * training thread): each of two threads, in turn, runs a product on W's
+ * packed copy (bf16 where the CPU has it, else fp32's panels), takes t's
+ * bf16 operand copy, and announces a write to W and to t
+ * (cg_tensor_modified, the values unchanged). Every output must keep the
+ * bits of the same product run alone, and nothing may be freed twice or
+ * read after it was freed: cg_tensor_modified took a storage's kept form
+ * out and freed it without the lock the caches read it under, so that two
+ * threads freed one slot (glibc: "double free or corruption"), or a
+ * product read one being freed. */
+enum { MOD_THREADS = 2, MOD_ROUNDS = 10000, MOD_ROWS = 8, MOD_IN = 64, MOD_OUT = 48 };
+typedef struct {
+    cg_tensor *w, *b, *x, *t;
+    const cg_tensor *want, *want16;
+    bool bf16, ok;
+} modify_job;
+
+static void *modify_work(void *arg)
+{
+    modify_job *j = arg;
+    j->ok = true;
+    if (j->bf16)
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+    for (int r = 0; r < MOD_ROUNDS && j->ok; r++) {
+        cg_tensor *y = cg_k_linear_packed(j->x, j->w, j->b);
+        cg_tensor *c = cg_k_bf16_operand(j->t);
+        j->ok =
+            y && c && !memcmp(cg_data(y), cg_data(j->want), sizeof(float) * MOD_ROWS * MOD_OUT) &&
+            !memcmp(cg_data_bf16(c), cg_data_bf16(j->want16), sizeof(uint16_t) * MOD_ROWS * MOD_IN);
+        cg_release_all(2, y, c);
+        cg_tensor_modified(j->w);
+        cg_tensor_modified(j->t);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    return NULL;
+}
+
+START_TEST(test_threads_write_kept_weights)
+{
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *w = cg_randn(&rng, CG_SHAPE(MOD_OUT, MOD_IN)),
+              *b = cg_randn(&rng, CG_SHAPE(MOD_OUT));
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(MOD_ROWS, MOD_IN));
+    cg_tensor *t = cg_randn(&rng, CG_SHAPE(MOD_ROWS, MOD_IN));
+    const bool bf16 =
+        cg_gemm_path_available(CG_GEMM_BF16) || cg_gemm_path_available(CG_GEMM_BF16_EMULATED);
+    if (bf16)
+        cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_weight_cache_limit(0); /* alone, no copy kept */
+    cg_tensor *want = cg_k_linear_packed(x, w, b);
+    cg_weight_cache_limit((size_t)1 << 30);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_tensor *want16 = cg_k_bf16_operand(t); /* kept as t's copy: let go below */
+    cg_tensor_modified(t);
+    ck_assert(want && want16);
+    pthread_t th[MOD_THREADS];
+    modify_job j[MOD_THREADS];
+    for (int i = 0; i < MOD_THREADS; i++) {
+        j[i] = (modify_job){w, b, x, t, want, want16, bf16, false};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, modify_work, &j[i]), 0);
+    }
+    for (int i = 0; i < MOD_THREADS; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ck_assert_msg(j[i].ok, "thread %d: an output differs from the product run alone (%s)", i,
+                      cg_last_error());
+    }
+    cg_release_all(6, w, b, x, t, want, want16);
+    ck_assert_uint_eq(cg_weight_cache_stats().bytes, 0);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -511,6 +583,7 @@ static Suite *threads_suite(void)
     tcase_add_test(tc, test_shared_dropout_draws);
     tcase_add_test(tc, test_backward_through_shared_graph);
     tcase_add_test(tc, test_threads_share_packed_weights);
+    tcase_add_test(tc, test_threads_write_kept_weights);
     suite_add_tcase(s, tc);
     return s;
 }
