@@ -494,7 +494,6 @@ bool cg_optim_step(cg_optim *o)
                 continue; /* no gradient: skipped, as in PyTorch */
             s->step++;
             update_job *u = &jobs[nj++];
-            cg_tensor_modified(s->p);     /* the update below writes it */
             u->p = cg_data(s->p) + s->lo; /* the owned run (all of it unsharded) */
             u->g = g[i] + s->lo;
             u->n = s->hi - s->lo;
@@ -516,6 +515,14 @@ bool cg_optim_step(cg_optim *o)
             u->neg_step = (float)-step_size;
         }
         run_jobs(c, jobs, nj, total);
+        /* Announced once written, not before: a product on another thread
+         * during the update (Hogwild's forwards, inference beside
+         * training) packs W's kept copy from values half written, kept
+         * under the version it read; announced first, that was the new
+         * version, and the copy outlived the step (tests/test_threads.c). */
+        for (int i = 0; i < o->n; i++)
+            if (g[i])
+                cg_tensor_modified(o->s[i].p);
         o->steps++;
     }
     free(jobs);
