@@ -1146,6 +1146,110 @@ static void assert_untouched(cg_module *m, const char *name, float v0)
     ck_assert_float_eq(cg_data(cg_module_get_param(m, name))[0], v0);
 }
 
+/* The weights' kept copies (core/weight_cache.c) follow every way a whole
+ * model's weights change: an LM block and a head, their no-grad output
+ * (fp32 panels, then bf16 copies where the CPU has them) read from the
+ * cache after each change, equal to the output with the cache off: a load
+ * into the live model, LoRA merge, unmerge and load onto a base, and a tie
+ * made after the weights were packed. */
+static cg_tensor *kept_out(cg_module *root, cg_tensor *x, bool cached)
+{
+    const size_t limit = cg_weight_cache_stats().limit;
+    if (!cached)
+        cg_weight_cache_limit(0);
+    cg_no_grad_begin();
+    cg_tensor *h = cg_lm_block_forward((cg_lm_block *)root->children[0].module, x,
+                                       &(cg_attn_mask){.causal = true});
+    cg_tensor *y = cg_linear_forward((cg_linear *)root->children[1].module, h);
+    cg_no_grad_end();
+    cg_weight_cache_limit(limit);
+    cg_release(h);
+    ck_assert_msg(y != NULL, "%s", cg_last_error());
+    return y;
+}
+
+static cg_module *kept_model(uint64_t seed)
+{
+    cg_rng r = cg_rng_new(seed);
+    const cg_tf_config cfg = {.d = 32,
+                              .H = 4,
+                              .d_ff = 64,
+                              .norm = CG_NORM_LAYERNORM,
+                              .act = CG_ACT_GELU,
+                              .norm_first = true};
+    cg_module *m = cg_module_new("M");
+    ck_assert(cg_module_add_child(m, "blk", cg_lm_block_new(&cfg, &r)) &&
+              cg_module_add_child(m, "head", cg_linear_new(32, 24, true, &r)));
+    return m;
+}
+
+/* the cached output (read from copies packed before the change) equals
+ * the uncached one, and differs from before's; the copies packed again */
+static cg_tensor *kept_check(cg_module *m, cg_tensor *x, cg_tensor *before, const char *what)
+{
+    cg_tensor *a = kept_out(m, x, true), *b = kept_out(m, x, true), *want = kept_out(m, x, false);
+    float *va = cg_test_values(a), *vb = cg_test_values(b), *vw = cg_test_values(want);
+    const size_t bytes = sizeof(float) * (size_t)cg_numel(want);
+    ck_assert_msg(!memcmp(va, vw, bytes) && !memcmp(vb, vw, bytes), "%s: a stale copy", what);
+    if (before) {
+        float *v0 = cg_test_values(before);
+        ck_assert_msg(memcmp(v0, vw, bytes) != 0, "%s changed nothing", what);
+        free(v0);
+    }
+    free(va);
+    free(vb);
+    free(vw);
+    cg_release_all(3, a, b, before);
+    cg_release(kept_out(m, x, true)); /* the copies made again (the limit of 0 freed them) */
+    return want;
+}
+
+START_TEST(test_kept_weights_follow_changes)
+{
+    const bool bf16 =
+        cg_gemm_path_available(CG_GEMM_BF16) || cg_gemm_path_available(CG_GEMM_BF16_EMULATED);
+    char dir[PATH_MAX], f_other[PATH_MAX + 32], f_lora[PATH_MAX + 32];
+    cg_test_mkdtemp(dir, sizeof dir, "kept");
+    snprintf(f_other, sizeof f_other, "%s/other.safetensors", dir);
+    snprintf(f_lora, sizeof f_lora, "%s/lora.safetensors", dir);
+    cg_rng r = cg_rng_new(8);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 12, 32));
+    for (int p = 0; p < 1 + bf16; p++) {
+        cg_set_matmul_precision(p ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_module *m = kept_model(1), *other = kept_model(2), *base = kept_model(1);
+        ck_assert(cg_module_save(other, f_other, 0, NULL));
+        cg_tensor *y = kept_check(m, x, NULL, "fresh");
+        y = kept_check(m, x, (cg_module_load_file(m, f_other), y), "load");
+        const char *tg[] = {"q_proj", "fc1", "head"};
+        const cg_lora_config cfg = {.r = 4, .alpha = 8, .n_targets = 3, .targets = tg};
+        ck_assert(cg_lora_attach_all(m, &cfg, &r) == 3);
+        cg_param_list l = {0};
+        ck_assert(cg_module_params(m, &l));
+        for (int i = 0; i < l.n; i++) /* B = 0 as attached: nonzero, so merging changes W */
+            if (strstr(l.items[i].name, "lora_B"))
+                ck_assert(cg_normal_(l.items[i].tensor, &r, 0.0f, 0.5f));
+        cg_param_list_free(&l);
+        y = kept_check(m, x, y, "adapters");
+        cg_release(kept_out(base, x, true)); /* base's copies packed before the adapters */
+        ck_assert(cg_lora_save(m, f_lora) && cg_lora_merge_all(m) == 3);
+        y = kept_check(m, x, y, "merge"); /* W changed, the output barely: no "before" */
+        ck_assert(cg_lora_unmerge_all(m) == 3);
+        cg_release(kept_check(m, x, NULL, "unmerge"));
+        ck_assert(cg_lora_load(base, f_lora));
+        cg_release(kept_check(base, x, NULL, "LoRA load"));
+        y = kept_check(other, x, NULL, "other");
+        ck_assert(cg_module_tie(other, "blk.attn.k_proj.weight", "blk.attn.q_proj.weight"));
+        cg_release(kept_check(other, x, y, "tie"));
+        cg_module_free(m);
+        cg_module_free(other);
+        cg_module_free(base);
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_release(x);
+    cg_test_rm_tree(dir);
+}
+END_TEST
+
 START_TEST(test_load_strict)
 {
     cg_module *src = two_linears("a", "b", 2, 1);
@@ -2859,6 +2963,7 @@ static Suite *nn_suite(void)
     tcase_add_test(reg, test_init_bad_arguments);
     tcase_add_test(reg, test_save_load);
     tcase_add_test(reg, test_load_strict);
+    tcase_add_test(reg, test_kept_weights_follow_changes);
     suite_add_tcase(s, reg);
 
     TCase *fw = tcase_create("forward");
