@@ -106,7 +106,7 @@ if bad or max(lr) <= 101 or min(lr) > 100:  # both parts logged
   fail "the metrics log's rates are not the warmup and cosine to lr/10: $(cat cs.bad)"
 "$charlm" train --resume cs.st --steps 200 --threads 1 --out cs2.st >/dev/null 2>cs.log ||
   fail "resume with --steps 200 failed: $(tail -1 cs.log)"
-[ "$(grep -c 'warning: --steps 200 reshapes the cosine schedule of .cs.st. (warmup 100, then down to lr/10 at step 130): the learning rate of step 111 is' cs.log)" -eq 1 ] ||
+[ "$(grep -c 'warning: --steps 200 reshapes the cosine schedule of .cs.st. (warmup 100, then down to 1.000e-04 at step 130): the learning rate of step 111 is' cs.log)" -eq 1 ] ||
   fail "resume with another --steps past the warmup: no warning: $(grep -v 'step [0-9]*/' cs.log | head -3)"
 for args in "--resume cs110.st --steps 130 --out cs3.st" "--resume half20.st --steps 200 --out cs4.st"; do
   "$charlm" train $args --threads 1 >/dev/null 2>cs.log || fail "$args failed: $(tail -1 cs.log)"

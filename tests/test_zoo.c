@@ -1764,10 +1764,13 @@ START_TEST(test_optimizer_flags)
     cJSON *tj = cJSON_Parse(cg_st_metadata(f, "train"));
     cg_st_close(f);
     const cJSON *opts = cJSON_GetObjectItemCaseSensitive(tj, "options");
-    const char *keys[] = {"warmup", "min_lr", "clip_norm", "weight_decay",
-                          "beta1",  "beta2",  "adam_eps"};
-    for (int i = 0; i < 7; i++)
+    const char *keys[] = {"warmup", "clip_norm", "weight_decay", "beta1", "beta2", "adam_eps"};
+    for (int i = 0; i < 6; i++)
         ck_assert_msg(cJSON_GetObjectItemCaseSensitive(opts, keys[i]), "no \"%s\"", keys[i]);
+    /* --min-lr beside lr, in the model's state */
+    const cJSON *ml =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"), "min_lr");
+    ck_assert(cJSON_IsString(ml) && strtod(ml->valuestring, NULL) == 1e-3);
     cJSON_Delete(tj);
     /* lr: 1e-3 / 2 at step 1, then the peak, and down to --min-lr (= the peak) */
     cJSON *log = metrics_log("e.st.metrics.jsonl");
@@ -1794,8 +1797,10 @@ START_TEST(test_optimizer_flags)
     ck_assert_ptr_nonnull(f);
     tj = cJSON_Parse(cg_st_metadata(f, "train"));
     cJSON *oj = cJSON_GetObjectItemCaseSensitive(tj, "options");
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 6; i++)
         cJSON_DeleteItemFromObjectCaseSensitive(oj, keys[i]);
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"),
+                                            "min_lr");
     char *old = cJSON_PrintUnformatted(tj);
     cJSON_Delete(tj);
     ckpt_copy(tmp_path("g.st"), tmp_path("old.st"), NULL, old);

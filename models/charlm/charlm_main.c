@@ -75,7 +75,7 @@ static int cmd_train(int argc, char **argv)
         {"--min-lr", CG_CLI_F64, &r.min_lr, 0, 10,
          "  --min-lr X         the rate the cosine ends at, at the last step (default\n"
          "                     lr/10; the --lr: constant after the warmup)\n",
-         CG_CLI_FIXED | CG_CLI_SAVED},
+         CG_CLI_FIXED},
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},
         {"--init-from", CG_CLI_STR, &o.init_from, 0, 0,

@@ -129,11 +129,13 @@ static bool lm_state(void *self, cJSON *o)
     const cg_json_field f[] = {
         {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, false},
         {"lr", CG_JF_F64, &r->lr, 1e-12, 10, false},
+        /* beside lr, which its default follows (absent: from before --min-lr) */
+        {"min_lr", CG_JF_F64, &r->min_lr, 0, 10, true},
         {"label_smoothing", CG_JF_F64, &r->label_smoothing, 0, 1, false},
         {"batch_rng_seed", CG_JF_U64STR, &r->batch_rng.seed, 0, 0, false},
         {"batch_rng_counter", CG_JF_U64STR, &r->batch_rng.counter, 0, 0, false},
     };
-    return cg_trainer_model_state(r->t, "charlm", o, f, 5);
+    return cg_trainer_model_state(r->t, "charlm", o, f, 6);
 }
 
 /* The config of a fresh run from the preset and the flags (the vocabulary
