@@ -294,25 +294,22 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
         cg_tokenizer_kind_name(r->d.tok->kind), (long long)r->model->cfg.vocab,
         (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
         cg_train_precision_note(o, note, sizeof note), o->resume ? " (resumed)" : "");
-    *m = (cg_trainer_model){
-        .name = "seq2seq",
-        .plot_title = "seq2seq: label-smoothed loss",
-        .module = CG_MODULE(r->model),
-        .dropout_rng = &r->model->dropout_rng,
-        /* weight decay: AdamW's, decoupled (fairseq's adam) */
-        .optim = rec->weight_decay > 0 ? cg_adamw_config(0.0, rec->beta1, rec->beta2, rec->adam_eps)
-                                       : cg_adam_config(0.0, rec->beta1, rec->beta2, rec->adam_eps),
-        .weight_decay_2d = rec->weight_decay,
-        .clip_norm = rec->clip_norm,
-        .self = r,
-        .batch = mt_batch,
-        .loss = mt_loss,
-        .lr = mt_lr,
-        .evaluate = mt_evaluate,
-        .finish = mt_finish,
-        .config_json = mt_config,
-        .tok = r->d.tok,
-        .state_save = mt_state};
+    *m = (cg_trainer_model){.name = "seq2seq",
+                            .plot_title = "seq2seq: label-smoothed loss",
+                            .module = CG_MODULE(r->model),
+                            .dropout_rng = &r->model->dropout_rng,
+                            .optim = cg_train_optim_config(rec, 0.0),
+                            .weight_decay_2d = rec->weight_decay,
+                            .clip_norm = rec->clip_norm,
+                            .self = r,
+                            .batch = mt_batch,
+                            .loss = mt_loss,
+                            .lr = mt_lr,
+                            .evaluate = mt_evaluate,
+                            .finish = mt_finish,
+                            .config_json = mt_config,
+                            .tok = r->d.tok,
+                            .state_save = mt_state};
     return -1;
 }
 

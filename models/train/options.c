@@ -245,6 +245,12 @@ bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *
     return j == NULL || cg_json_read_fields(j, what, f, saved_fields(a, f, keys, true));
 }
 
+cg_optim_config cg_train_optim_config(const cg_train_recipe *rec, double lr)
+{
+    return rec->weight_decay > 0 ? cg_adamw_config(lr, rec->beta1, rec->beta2, rec->adam_eps)
+                                 : cg_adam_config(lr, rec->beta1, rec->beta2, rec->adam_eps);
+}
+
 void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size)
 {
     int64_t got = tok ? cg_tokenizer_vocab_size(tok) : 0;

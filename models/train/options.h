@@ -39,6 +39,7 @@
 #include "models/text/tokenizer.h"
 #include "models/util/cli.h"
 #include "nn/layers.h"
+#include "optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -479,6 +480,11 @@ bool cg_decode_precision(const char *arg, const char *train_json, const char *ck
  * CG_EXIT_USAGE for an unknown name, CG_EXIT_FAIL for bf16 on a CPU
  * without it. */
 int cg_precision_flag(const char *arg, cg_precision *out);
+/* The recipe's optimizer at learning rate lr: Adam with its betas and
+ * epsilon, AdamW (the decay decoupled, as nanoGPT's and fairseq's adam)
+ * when its weight decay is above 0; the decay itself is the trainer's
+ * (cg_trainer_model.weight_decay_2d). */
+cg_optim_config cg_train_optim_config(const cg_train_recipe *rec, double lr);
 /* A BPE tokenizer trained for --vocab-size N that has fewer ids (the text
  * has no more merges) is announced: "PROG: warning: --vocab-size N: this
  * text gives only M ids ...; using M". */
