@@ -504,11 +504,11 @@ bool cg_k_add_(cg_tensor *dst, const cg_tensor *src)
     src = cg_k_unaliased(dst, src, true, &copy);
     if (!src)
         return false;
-    cg_tensor_modified(dst);
     ew_params P = {0, 0};
     cg_iter it;
     cg_iter_init(&it, dst->ndim, dst->shape, 3, (const cg_tensor *[]){dst, dst, src});
     cg_iter_run(&it, seg_add, &P);
+    cg_tensor_modified(dst); /* once written: see cg_tensor_modified */
     cg_release(copy);
     return true;
 }
@@ -521,11 +521,11 @@ bool cg_k_muls_(cg_tensor *dst, float s)
         return false;
     if (!cg_check_writable("muls_", dst))
         return false;
-    cg_tensor_modified(dst);
     ew_params P = {s, 0};
     cg_iter it;
     cg_iter_init(&it, dst->ndim, dst->shape, 2, (const cg_tensor *[]){dst, dst});
     cg_iter_run(&it, seg_muls, &P);
+    cg_tensor_modified(dst);
     return true;
 }
 
@@ -537,10 +537,10 @@ bool cg_k_relu_(cg_tensor *dst)
         return false;
     if (!cg_check_writable("relu_", dst))
         return false;
-    cg_tensor_modified(dst);
     ew_params P = {0, 0};
     cg_iter it;
     cg_iter_init(&it, dst->ndim, dst->shape, 2, (const cg_tensor *[]){dst, dst});
     cg_iter_run(&it, seg_relu, &P);
+    cg_tensor_modified(dst);
     return true;
 }

@@ -108,10 +108,7 @@ static bool fillable(const char *op, cg_tensor *t)
         cg_set_error("%s: tensor must be contiguous", op);
         return false;
     }
-    if (!cg_check_no_history(op, t))
-        return false;
-    cg_tensor_modified(t);
-    return true;
+    return cg_check_no_history(op, t);
 }
 
 bool cg_uniform_torch_(cg_tensor *t, cg_mt19937 *g, float lo, float hi)
@@ -129,6 +126,7 @@ bool cg_uniform_torch_(cg_tensor *t, cg_mt19937 *g, float lo, float hi)
     const float span = hi - lo;
     for (int64_t i = 0, n = cg_numel(t); i < n; i++)
         d[i] = fmaf((float)(cg_mt19937_next(g) & 0xffffffu) * 0x1.0p-24f, span, lo);
+    cg_tensor_modified(t); /* once written: see cg_tensor_modified */
     return true;
 }
 
@@ -143,6 +141,7 @@ bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std)
     if (n < 16) {
         for (int64_t i = 0; i < n; i++)
             d[i] = (float)(normal_double(g) * std + mean);
+        cg_tensor_modified(t);
         return true;
     }
     for (int64_t i = 0; i < n; i++)
@@ -155,5 +154,6 @@ bool cg_normal_torch_(cg_tensor *t, cg_mt19937 *g, float mean, float std)
             tail[i] = uniform24(g);
         box_muller16(tail, mean, std);
     }
+    cg_tensor_modified(t);
     return true;
 }

@@ -601,9 +601,9 @@ bool cg_set(cg_tensor *t, const int64_t *idx, float v)
     int64_t off = offset_of("cg_set", t, idx);
     if (off < 0 || !cg_check_no_history("cg_set", t))
         return false;
-    cg_tensor_modified(t);
     float src = v;
     cg_convert_run(t->dtype, cg_elem_ptr(t, off), 1, CG_F32, &src, 1, 1);
+    cg_tensor_modified(t);
     return true;
 }
 

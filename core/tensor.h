@@ -265,10 +265,13 @@ bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src);
  * the weight cache, core/ops.h), remade at their next use. Every in-place function of the library calls it (cg_copy_,
  * cg_fill_, cg_set, the random fills and init functions, the in-place
  * kernels cg_k_*_, optimizer steps and state loads, gradient clipping,
- * safetensors loads); code that writes through cg_data() must call it
- * before the tensor is used again, or a backward that reads the old values
- * cannot notice the change and would compute a wrong gradient. (PyTorch
- * users: this is tensor._version += 1.) NULL is a no-op. */
+ * safetensors loads), once the elements are written; code that writes
+ * through cg_data() must call it after writing and before the tensor is
+ * used again, or a backward that reads the old values cannot notice the
+ * change and would compute a wrong gradient. After, not before: a product
+ * on another thread that packs the weight during the write keeps that
+ * copy under the version it read, which this call then leaves behind.
+ * (PyTorch users: this is tensor._version += 1.) NULL is a no-op. */
 void cg_tensor_modified(cg_tensor *t);
 /* The version counter of t's storage: how many in-place writes it has had
  * (0 for NULL). Views of one storage share it. */

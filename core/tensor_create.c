@@ -206,6 +206,7 @@ bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
     if (!src)
         return false;
     copy_into(dst, src);
+    cg_tensor_modified(dst); /* once written: see cg_tensor_modified */
     cg_release(copy);
     return true;
 }
@@ -213,7 +214,6 @@ bool cg_k_copy_(cg_tensor *dst, const cg_tensor *src)
 /* cg_k_copy_ once checked, src not overlapping dst but element for element */
 static void copy_into(cg_tensor *dst, const cg_tensor *src)
 {
-    cg_tensor_modified(dst);
     int64_t n = cg_numel(dst);
     if (n == 0)
         return;
@@ -251,6 +251,8 @@ static void fill_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
     }
 }
 
+static void fill_into(cg_tensor *t, float v);
+
 bool cg_fill_(cg_tensor *t, float v)
 {
     if (!t)
@@ -259,10 +261,16 @@ bool cg_fill_(cg_tensor *t, float v)
         return false;
     if (!cg_check_no_history("fill_", t))
         return false;
-    cg_tensor_modified(t);
+    fill_into(t, v);
+    cg_tensor_modified(t); /* once written: see cg_tensor_modified */
+    return true;
+}
+
+static void fill_into(cg_tensor *t, float v)
+{
     int64_t n = cg_numel(t);
     if (n == 0)
-        return true;
+        return;
     int64_t inner = t->ndim ? t->shape[t->ndim - 1] : 1;
     int64_t is = t->ndim ? t->strides[t->ndim - 1] : 0;
     if (t->dtype != CG_F32) { /* one converted element, copied (stride 0) */
@@ -272,12 +280,11 @@ bool cg_fill_(cg_tensor *t, float v)
             &(conv_rows){
                 .dst = t, .e = e, .dd = t->dtype, .sd = t->dtype, .ds = is, .inner = inner},
             n);
-        return true;
+        return;
     }
     fill_job job = {t, v, is, inner};
     cg_shares_run(n / inner, cg_shares_rows(inner), cg_shares_team(n > PAR_THRESHOLD), fill_rows,
                   &job);
-    return true;
 }
 
 /* ------------------------------------------------------------- creation */
@@ -558,7 +565,6 @@ int64_t *cg_randperm(cg_rng *r, int64_t n)
         int64_t is_ = (t)->ndim ? (t)->strides[(t)->ndim - 1] : 0;                                 \
         int64_t rows_ = inner_ ? n_ / inner_ : 0;                                                  \
         uint64_t seed_ = (r)->seed, base_ = cg_rng_take((r), (uint64_t)n_);                        \
-        cg_tensor_modified(t);                                                                     \
         _Pragma("omp parallel for schedule(static) if (n_ > PAR_THRESHOLD)") for (int64_t row = 0; \
                                                                                   row < rows_;     \
                                                                                   row++)           \
@@ -569,6 +575,7 @@ int64_t *cg_randperm(cg_rng *r, int64_t n)
                 p_[j * is_] = (expr);                                                              \
             }                                                                                      \
         }                                                                                          \
+        cg_tensor_modified(t); /* once written: see cg_tensor_modified */                          \
     } while (0)
 
 bool cg_uniform_(cg_tensor *t, cg_rng *r, float lo, float hi)
