@@ -367,11 +367,11 @@ bool cg_k_matmul_into(cg_tensor *c, const cg_tensor *a, const cg_tensor *b, floa
         return false;
     }
     operand A, B;
-    cg_tensor_modified(c); /* written below: a version bump, derived forms dropped */
     make_operand(&A, ca ? ca : a, nbd, c->shape);
     make_operand(&B, cb ? cb : b, nbd, c->shape);
     bool ok = run_batched("matmul_into", nbd, c->shape, m, n, k, alpha, &A, &B, beta, cg_data(c),
                           c->strides, rsc, csc);
+    cg_tensor_modified(c); /* once written (or partly): a version bump, derived forms dropped */
     cg_release_all(4, ua, ub, ca, cb);
     return ok;
 }

@@ -483,9 +483,10 @@ static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t
                      cg_shape_str(src, b2, sizeof b2));
         return false;
     }
-    cg_tensor_modified(dst);
-    if (n == 0 || cg_numel(dst) == 0)
+    if (n == 0 || cg_numel(dst) == 0) {
+        cg_tensor_modified(dst);
         return true;
+    }
     lines_t l;
     lines_of(dst->shape, dst->ndim, d, &l);
     /* Stable counting sort of positions by id: bucket s holds the positions
@@ -526,6 +527,7 @@ static bool index_add_ids(const char *op, cg_tensor *dst, int dim, const int64_t
     bool ok = true;
     if (!cg_is_contiguous(dst))
         ok = cg_k_copy_(dst, w); /* w is a contiguous copy of dst: write back */
+    cg_tensor_modified(dst);     /* once written: see cg_tensor_modified */
     free(start);
     free(order);
     cg_release_all(2, s, w);
@@ -744,21 +746,28 @@ static void scatter_lines(int64_t l0, int64_t l1, int thread, const void *ctx)
     }
 }
 
+static void scatter_add_into(cg_tensor *dst, int d, const int64_t *ids, const cg_tensor *src);
+
 static bool scatter_add_ids(cg_tensor *dst, int d, const int64_t *ids, const cg_tensor *src)
 {
-    cg_tensor_modified(dst);
+    scatter_add_into(dst, d, ids, src);
+    cg_tensor_modified(dst); /* once written: see cg_tensor_modified */
+    return true;
+}
+
+static void scatter_add_into(cg_tensor *dst, int d, const int64_t *ids, const cg_tensor *src)
+{
     int64_t n = cg_numel(src);
     if (n == 0)
-        return true;
+        return;
     float *dp = dst->storage->data;
     const float *sp = src->storage->data;
     if (src->ndim == 0) {
         dp[dst->offset] += sp[src->offset];
-        return true;
+        return;
     }
     scatter_job job = {dst, src, ids, d, {0}};
     contig_strides(src->ndim, src->shape, job.ist);
     const int64_t L = src->shape[d];
     cg_shares_run(n / L, cg_shares_rows(L), cg_shares_team(n > PAR_THRESHOLD), scatter_lines, &job);
-    return true;
 }

@@ -188,9 +188,9 @@ static bool broadcast_buffer_bytes(const cg_param_list *bs)
     for (int i = 0; ok && i < bs->n; i++) {
         cg_tensor *t = bs->items[i].tensor;
         size_t n = (size_t)cg_numel(t) * cg_dtype_size(t->dtype);
-        cg_tensor_modified(t); /* the broadcast writes it on every rank but 0 */
         if (!cg_dist_is_root())
             memcpy(cg_data_ptr(t), pack + off, n);
+        cg_tensor_modified(t); /* the broadcast wrote it on every rank but 0 */
         off += n;
     }
     free(pack);

@@ -432,7 +432,6 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
     }
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
-        cg_tensor_modified(ts[i]); /* the broadcast writes it on every rank but 0 */
         bufs[i] = cg_data(ts[i]);
         len[i] = cg_numel(ts[i]);
         total += len[i];
@@ -447,6 +446,8 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
         if (ok && g_rank != 0)
             for_segments(n, bufs, len, lo, hi, cg_dist_seg_unpack, 1.0f);
     }
+    for (int i = 0; i < n; i++)
+        cg_tensor_modified(ts[i]); /* the broadcast wrote it on every rank but 0 */
     free(bufs);
     free(len);
     g_comm_s += cg_now() - t0;
