@@ -628,6 +628,15 @@ int64_t cg_kv_cache_len(const cg_kv_cache *c)
     return len;
 }
 
+/* Drop the memory's padding copy and the first step's memory and mask. */
+static void forget_memory(cg_kv_cache *c)
+{
+    cg_release_held(c->cross_pad);
+    cg_release_held(c->memory);
+    cg_release_held(c->mem_pad);
+    c->cross_pad = c->memory = c->mem_pad = NULL;
+}
+
 void cg_kv_cache_free(cg_kv_cache *c)
 {
     if (!c)
@@ -638,7 +647,7 @@ void cg_kv_cache_free(cg_kv_cache *c)
     }
     free(c->self);
     free(c->cross);
-    cg_release_held(c->cross_pad);
+    forget_memory(c);
     free(c);
 }
 
@@ -650,8 +659,7 @@ void cg_kv_cache_reset(cg_kv_cache *c)
         cg_mha_kv_clear(&c->self[i]);
         cg_mha_kv_clear(&c->cross[i]);
     }
-    cg_release_held(c->cross_pad);
-    c->cross_pad = NULL;
+    forget_memory(c);
     c->S = 0;
     c->len = 0;
 }
@@ -692,6 +700,67 @@ static bool mem_pad_ok(const cg_tensor *mem_pad, const cg_tensor *memory)
     return false;
 }
 
+/* A later step's memory or mem_pad is the first step's (kept, version
+ * then): the same elements of the same storage, not written since. */
+static bool same_as_kept(const cg_tensor *t, const cg_tensor *kept, uint64_t version)
+{
+    if (!kept || t->storage != kept->storage || t->offset != kept->offset ||
+        t->ndim != kept->ndim || cg_version(t) != version)
+        return false;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] != kept->shape[i] || t->strides[i] != kept->strides[i])
+            return false;
+    return true;
+}
+
+/* After the first step: a memory or mem_pad given must be the first
+ * step's, whose keys and values the cache answers with. */
+static bool later_step_ok(const cg_kv_cache *c, const cg_tensor *memory, const cg_tensor *mem_pad)
+{
+    if (memory && !same_as_kept(memory, c->memory, c->memory_version)) {
+        cg_set_error("TransformerDecoder cached: the memory is not the first step's (or was "
+                     "written since), whose keys the cache keeps: pass it or NULL, or "
+                     "cg_kv_cache_reset for a new one");
+        return false;
+    }
+    if (mem_pad && !same_as_kept(mem_pad, c->mem_pad, c->mem_pad_version)) {
+        cg_set_error("TransformerDecoder cached: the mem_pad is not the first step's (or was "
+                     "written since): pass it or NULL, or cg_kv_cache_reset for a new memory");
+        return false;
+    }
+    return true;
+}
+
+/* The first step: check the memory and its padding and keep them. */
+static bool take_memory(cg_kv_cache *c, const cg_tf_config *cfg, cg_tensor *memory,
+                        const cg_tensor *mem_pad, int64_t B)
+{
+    if (!memory || !check_input("TransformerDecoder cached memory", cfg, memory) ||
+        memory->shape[0] != B) {
+        if (memory)
+            cg_set_error("TransformerDecoder cached: the first step needs memory [B,S,d] "
+                         "with the queries' B");
+        else
+            cg_set_error("TransformerDecoder cached: the first step needs the memory");
+        return false;
+    }
+    if (mem_pad && !mem_pad_ok(mem_pad, memory))
+        return false;
+    cg_tensor *copy = NULL; /* the caller's mask may change between steps */
+    if (mem_pad && !(copy = cg_k_clone(mem_pad)))
+        return false;
+    cg_tensor *kept = cg_retain_held(memory);
+    cg_tensor *kept_pad = mem_pad ? cg_retain_held((cg_tensor *)mem_pad) : NULL;
+    forget_memory(c);
+    c->cross_pad = copy ? cg_hold(copy) : NULL;
+    c->memory = kept;
+    c->mem_pad = kept_pad;
+    c->memory_version = cg_version(memory);
+    c->mem_pad_version = mem_pad ? cg_version(mem_pad) : 0;
+    c->S = memory->shape[1];
+    return true;
+}
+
 static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
     cg_dec_stack *s = (cg_dec_stack *)m;
@@ -706,25 +775,10 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
                      c->n_layers, s->n_layers);
         return NULL;
     }
-    if (s->n_layers > 0 && c->cross[0].len == 0) { /* first step: take the memory */
-        if (!memory || !check_input("TransformerDecoder cached memory", &s->cfg, memory) ||
-            memory->shape[0] != x->shape[0]) {
-            if (memory)
-                cg_set_error("TransformerDecoder cached: the first step needs memory [B,S,d] "
-                             "with the queries' B");
-            else
-                cg_set_error("TransformerDecoder cached: the first step needs the memory");
-            return NULL;
-        }
-        if (mem_pad && !mem_pad_ok(mem_pad, memory))
-            return NULL;
-        cg_release_held(c->cross_pad);
-        c->cross_pad = NULL;
-        c->S = memory->shape[1];
-        /* a copy: the caller's mask may change between steps */
-        if (mem_pad && !(c->cross_pad = cg_hold(cg_k_clone(mem_pad))))
-            return NULL;
-    }
+    if (s->n_layers > 0 && !(c->cross[0].len == 0 /* the first step */
+                                 ? take_memory(c, &s->cfg, memory, mem_pad, x->shape[0])
+                                 : later_step_ok(c, memory, mem_pad)))
+        return NULL;
     cg_tensor *h = cg_retain(x);
     for (int i = 0; i < s->n_layers && h; i++) {
         fwd_args la = {.kv_self = &c->self[i], .kv_cross = &c->cross[i], .cross_pad = c->cross_pad};

@@ -156,7 +156,11 @@ typedef struct {
     cg_mha_kv *cross;     /* [n_layers]; decoder stacks only */
     cg_tensor *cross_pad; /* bool [B, S] key padding of the memory (a copy), or NULL */
     int64_t S;            /* memory length (0 until the first decoder step) */
-    int64_t len;          /* positions decoded by the library's stacks (read cg_kv_cache_len) */
+    /* The first step's memory and mem_pad as given (held, with their
+     * versions), against which a later step's are checked. */
+    cg_tensor *memory, *mem_pad;
+    uint64_t memory_version, mem_pad_version;
+    int64_t len; /* positions decoded by the library's stacks (read cg_kv_cache_len) */
 } cg_kv_cache;
 
 cg_kv_cache *cg_kv_cache_new(int n_layers);
@@ -187,7 +191,10 @@ cg_mha_kv *cg_kv_cache_layer(cg_kv_cache *c, int i);
  * [B,n,d] (ln_f applied for pre-norm), attending causally to the cached
  * positions. memory [B,S,d] and mem_pad (bool [B, S], true = padding; may
  * be NULL; copied) are read on the first step only (when c holds no memory yet)
- * and may be NULL after it. Eval mode expected (dropout off); no graph is
+ * and may be NULL after it; a later step given another memory or mask (or
+ * the same one written since) is refused, the cache unchanged: the cache
+ * answers with the first memory's keys, so a new sentence needs
+ * cg_kv_cache_reset first. Eval mode expected (dropout off); no graph is
  * recorded. The cache grows by n. */
 cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
                                        const cg_tensor *mem_pad, cg_kv_cache *c);

@@ -1255,6 +1255,49 @@ START_TEST(test_kv_cache_bad_mem_pad)
 }
 END_TEST
 
+/* After the first cached step the decoder keeps the memory's keys and
+ * values: a later step given another memory (a new sentence's, the cache
+ * not reset), the same memory written since, or another mem_pad is refused
+ * with the cache unchanged (they were ignored: the old sentence's keys
+ * answered silently). The same tensors, a view of the same elements, or
+ * NULL go on; after cg_kv_cache_reset a new memory starts again. */
+START_TEST(test_kv_cache_memory_kept)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm_first = true};
+    cg_dec_stack *dec = cg_dec_stack_new(2, &cfg, &r);
+    cg_module_train(CG_MODULE(dec), false);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8)), *mem = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_tensor *other = cg_randn(&r, CG_SHAPE(2, 4, 8)), *same = cg_view_narrow(mem, 0, 0, 2);
+    cg_tensor *pad = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 4));
+    cg_tensor *pad2 = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 4));
+    cg_kv_cache *c = cg_kv_cache_new(2);
+    cg_tensor *y = cg_dec_stack_forward_cached(dec, x, mem, pad, c);
+    ck_assert_msg(y, "%s", cg_last_error());
+    cg_release(y);
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, other, pad, c), "cg_kv_cache_reset");
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, mem, pad2, c), "mem_pad");
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, NULL, pad2, c), "mem_pad");
+    ck_assert_int_eq(cg_kv_cache_len(c), 1);
+    const cg_tensor *ok_mem[3] = {mem, same, NULL};
+    for (int i = 0; i < 3; i++) {
+        y = cg_dec_stack_forward_cached(dec, x, (cg_tensor *)ok_mem[i], i == 2 ? NULL : pad, c);
+        ck_assert_msg(y, "%d: %s", i, cg_last_error());
+        cg_release(y);
+    }
+    ck_assert_int_eq(cg_kv_cache_len(c), 4);
+    ck_assert(cg_fill_(mem, 0.5));
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, mem, NULL, c), "written");
+    cg_kv_cache_reset(c);
+    y = cg_dec_stack_forward_cached(dec, x, other, NULL, c);
+    ck_assert_msg(y, "%s", cg_last_error());
+    ck_assert_int_eq(cg_kv_cache_len(c), 1);
+    cg_release_all(7, x, mem, other, same, pad, pad2, y);
+    cg_kv_cache_free(c);
+    cg_module_free(CG_MODULE(dec));
+}
+END_TEST
+
 /* A decoder stack's cached steps, the memory given at every step (as a
  * loop that always has it does) and its padding: the memory's keys are
  * taken once (each layer's cross cache holds S positions, not S per
@@ -1647,6 +1690,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_kv_cache_user_block);
     tcase_add_test(t, test_kv_cache_bad_mem_pad);
     tcase_add_test(t, test_kv_cache_decoder_steps);
+    tcase_add_test(t, test_kv_cache_memory_kept);
     tcase_add_test(t, test_sequential_forward_append);
     tcase_add_test(t, test_mlp_loader_train_step_accuracy);
     tcase_add_test(t, test_null_arguments_say_so);
