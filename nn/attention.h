@@ -157,7 +157,7 @@ cg_tensor *cg_mha_forward_cached(cg_mha *m, cg_tensor *xq, cg_tensor *xkv, bool 
  * decoding: kv NULL is cg_mha_forward(m, x, x, causal, NULL, NULL, NULL)
  * (a graph is recorded); otherwise cg_mha_forward_cached(m, x, x, causal,
  * NULL, kv), x holding only the new positions. kv is typically
- * cg_kv_cache_layer(cache, i) (nn/transformer.h). */
+ * cg_kv_cache_layer(cache, i) (nn/kv_cache.h). */
 cg_tensor *cg_mha_self(cg_mha *m, cg_tensor *x, bool causal, cg_mha_kv *kv);
 
 /* Set keep_weights on every MultiHeadAttention in a module tree (off also

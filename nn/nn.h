@@ -4,6 +4,7 @@
  *                     sinusoidal positions, FeedForward
  *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
+ *   nn/kv_cache.h     the key/value cache of incremental decoding
  *   nn/lora.h         LoRA adapters on Linear layers (PEFT-compatible files)
  *   nn/torch_names.h  PyTorch's nn.Transformer* state-dict names (in_proj)
  *   nn/sample.h       sampling from logits (temperature, top-k, top-p)
@@ -17,6 +18,7 @@
 #include "../autograd/ops.h"
 #include "../nn/attention.h"
 #include "../nn/init.h"
+#include "../nn/kv_cache.h"
 #include "../nn/layers.h"
 #include "../nn/lora.h"
 #include "../nn/data.h"

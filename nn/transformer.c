@@ -1,6 +1,7 @@
 /* Transformer encoder/decoder layers, the CharLM block, the encoder and
  * decoder stacks (one constructor), recomputation in backward
- * (cg_checkpoint) and the key/value cache of incremental decoding. */
+ * (cg_checkpoint) and the decoders' incremental decoding (the cache itself:
+ * kv_cache.c). */
 #include "nn/transformer.h"
 
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/ops.h"
+#include "nn/kv_cache_impl.h"
 
 bool cg_tf_config_check(const cg_tf_config *c)
 {
@@ -572,117 +574,6 @@ cg_tensor *cg_dec_stack_forward(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory
 }
 
 /* ------------------------------------------------ incremental decoding */
-cg_kv_cache *cg_kv_cache_new(int n_layers)
-{
-    if (n_layers < 0) {
-        cg_set_error("kv cache: n_layers must be >= 0 (got %d)", n_layers);
-        return NULL;
-    }
-    cg_kv_cache *c = calloc(1, sizeof *c);
-    size_t n = (size_t)(n_layers ? n_layers : 1);
-    if (c) {
-        c->self = calloc(n, sizeof *c->self);
-        c->cross = calloc(n, sizeof *c->cross);
-    }
-    if (!c || !c->self || !c->cross) {
-        cg_kv_cache_free(c);
-        cg_set_error("kv cache: out of memory");
-        return NULL;
-    }
-    c->n_layers = n_layers;
-    return c;
-}
-
-cg_mha_kv *cg_kv_cache_layer(cg_kv_cache *c, int i)
-{
-    if (!c)
-        return NULL;
-    if (i < 0) {
-        cg_set_error("kv cache: layer %d is negative", i);
-        return NULL;
-    }
-    if (i >= c->n_layers) { /* a model of one's own: grow to i + 1 layers */
-        size_t n = (size_t)i + 1;
-        cg_mha_kv *s = realloc(c->self, n * sizeof *s);
-        if (s)
-            c->self = s;
-        cg_mha_kv *x = s ? realloc(c->cross, n * sizeof *x) : NULL;
-        if (!x) {
-            cg_set_error("kv cache: out of memory");
-            return NULL;
-        }
-        c->cross = x;
-        for (int j = c->n_layers; j <= i; j++)
-            c->self[j] = c->cross[j] = (cg_mha_kv){0};
-        c->n_layers = i + 1;
-    }
-    return &c->self[i];
-}
-
-int64_t cg_kv_cache_len(const cg_kv_cache *c)
-{
-    int64_t len = 0;
-    for (int i = 0; c && i < c->n_layers; i++)
-        if (c->self[i].len > len)
-            len = c->self[i].len;
-    return len;
-}
-
-/* Drop the memory's padding copy and the first step's memory and mask. */
-static void forget_memory(cg_kv_cache *c)
-{
-    cg_release_held(c->cross_pad);
-    cg_release_held(c->memory);
-    cg_release_held(c->mem_pad);
-    c->cross_pad = c->memory = c->mem_pad = NULL;
-}
-
-void cg_kv_cache_free(cg_kv_cache *c)
-{
-    if (!c)
-        return;
-    for (int i = 0; i < c->n_layers; i++) {
-        cg_mha_kv_free(&c->self[i]);
-        cg_mha_kv_free(&c->cross[i]);
-    }
-    free(c->self);
-    free(c->cross);
-    forget_memory(c);
-    free(c);
-}
-
-void cg_kv_cache_reset(cg_kv_cache *c)
-{
-    if (!c)
-        return;
-    for (int i = 0; i < c->n_layers; i++) {
-        cg_mha_kv_clear(&c->self[i]);
-        cg_mha_kv_clear(&c->cross[i]);
-    }
-    forget_memory(c);
-    c->S = 0;
-    c->len = 0;
-}
-
-bool cg_kv_cache_reorder(cg_kv_cache *c, const cg_tensor *rows)
-{
-    if (!c) {
-        cg_set_error("kv cache reorder: NULL cache");
-        return false;
-    }
-    for (int i = 0; i < c->n_layers; i++)
-        if (!cg_mha_kv_reorder(&c->self[i], rows) || !cg_mha_kv_reorder(&c->cross[i], rows))
-            return false;
-    if (c->cross_pad) { /* rows were checked against the keys above */
-        cg_tensor *p = cg_index_select(c->cross_pad, 0, rows); /* bool: no graph */
-        if (!p)
-            return false;
-        cg_release_held(c->cross_pad);
-        c->cross_pad = cg_hold(p);
-    }
-    return true;
-}
-
 /* The first step's mem_pad is bool [B, S] of the memory [B, S, d]:
  * checked before the cache changes (a bad one refused by the first layer's
  * cross-attention left that layer's keys and the bad copy in the cache, so
@@ -700,37 +591,6 @@ static bool mem_pad_ok(const cg_tensor *mem_pad, const cg_tensor *memory)
     return false;
 }
 
-/* A later step's memory or mem_pad is the first step's (kept, version
- * then): the same elements of the same storage, not written since. */
-static bool same_as_kept(const cg_tensor *t, const cg_tensor *kept, uint64_t version)
-{
-    if (!kept || t->storage != kept->storage || t->offset != kept->offset ||
-        t->ndim != kept->ndim || cg_version(t) != version)
-        return false;
-    for (int i = 0; i < t->ndim; i++)
-        if (t->shape[i] != kept->shape[i] || t->strides[i] != kept->strides[i])
-            return false;
-    return true;
-}
-
-/* After the first step: a memory or mem_pad given must be the first
- * step's, whose keys and values the cache answers with. */
-static bool later_step_ok(const cg_kv_cache *c, const cg_tensor *memory, const cg_tensor *mem_pad)
-{
-    if (memory && !same_as_kept(memory, c->memory, c->memory_version)) {
-        cg_set_error("TransformerDecoder cached: the memory is not the first step's (or was "
-                     "written since), whose keys the cache keeps: pass it or NULL, or "
-                     "cg_kv_cache_reset for a new one");
-        return false;
-    }
-    if (mem_pad && !same_as_kept(mem_pad, c->mem_pad, c->mem_pad_version)) {
-        cg_set_error("TransformerDecoder cached: the mem_pad is not the first step's (or was "
-                     "written since): pass it or NULL, or cg_kv_cache_reset for a new memory");
-        return false;
-    }
-    return true;
-}
-
 /* The first step: check the memory and its padding and keep them. */
 static bool take_memory(cg_kv_cache *c, const cg_tf_config *cfg, cg_tensor *memory,
                         const cg_tensor *mem_pad, int64_t B)
@@ -744,21 +604,7 @@ static bool take_memory(cg_kv_cache *c, const cg_tf_config *cfg, cg_tensor *memo
             cg_set_error("TransformerDecoder cached: the first step needs the memory");
         return false;
     }
-    if (mem_pad && !mem_pad_ok(mem_pad, memory))
-        return false;
-    cg_tensor *copy = NULL; /* the caller's mask may change between steps */
-    if (mem_pad && !(copy = cg_k_clone(mem_pad)))
-        return false;
-    cg_tensor *kept = cg_retain_held(memory);
-    cg_tensor *kept_pad = mem_pad ? cg_retain_held((cg_tensor *)mem_pad) : NULL;
-    forget_memory(c);
-    c->cross_pad = copy ? cg_hold(copy) : NULL;
-    c->memory = kept;
-    c->mem_pad = kept_pad;
-    c->memory_version = cg_version(memory);
-    c->mem_pad_version = mem_pad ? cg_version(mem_pad) : 0;
-    c->S = memory->shape[1];
-    return true;
+    return (!mem_pad || mem_pad_ok(mem_pad, memory)) && cg_kv_cache_keep_memory(c, memory, mem_pad);
 }
 
 static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void *args)
@@ -777,7 +623,7 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
     }
     if (s->n_layers > 0 && !(c->cross[0].len == 0 /* the first step */
                                  ? take_memory(c, &s->cfg, memory, mem_pad, x->shape[0])
-                                 : later_step_ok(c, memory, mem_pad)))
+                                 : cg_kv_cache_memory_ok(c, memory, mem_pad)))
         return NULL;
     cg_tensor *h = cg_retain(x);
     for (int i = 0; i < s->n_layers && h; i++) {

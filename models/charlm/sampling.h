@@ -1,6 +1,6 @@
 /* cgrad zoo: sampling from the char LM, with a key/value cache.
  *
- * The cache is nn's (nn/transformer.h cg_kv_cache): every layer's keys and
+ * The cache is nn's (nn/kv_cache.h cg_kv_cache): every layer's keys and
  * values of the positions seen so far. cg_charlm_forward_cached runs only
  * the new tokens through the model (under no-grad, in eval mode) using the
  * model's own parameters and the same ops as cg_charlm_forward, so its
