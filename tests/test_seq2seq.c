@@ -898,6 +898,51 @@ START_TEST(test_translate_test_report)
 }
 END_TEST
 
+/* cg_beam_search_nbest (translate --nbest, fairseq's): the first is
+ * cg_beam_search's answer, bit for bit; the list is best first, of
+ * distinct hypotheses, each scored as rescoring it gives; the cached
+ * search keeps the recomputing one's list; nbest over the beam refused. */
+START_TEST(test_beam_nbest)
+{
+    for (size_t k = 0; k < sizeof PROBES / sizeof PROBES[0]; k++) {
+        int64_t S, *b = NULL, bl;
+        double bscore;
+        bool fin;
+        int64_t *ids = src_ids(PROBES[k], &S);
+        cg_hypothesis h[4], hr[4];
+        int n = 0, nr = 0;
+        ck_assert(cg_beam_search(g_model, ids, S, 4, 0.6, 40, &b, &bl, &bscore, &fin, true));
+        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, true, 4, h, &n));
+        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, false, 4, hr, &nr));
+        ck_assert_msg(n == 4 && nr == 4, "'%s': %d and %d hypotheses", PROBES[k], n, nr);
+        ck_assert(h[0].len == bl && h[0].score == bscore && h[0].finished == fin);
+        ck_assert(bl == 0 || memcmp(h[0].ids, b, (size_t)bl * sizeof *b) == 0);
+        for (int i = 0; i < n; i++) {
+            double again =
+                cg_seq2seq_score(g_model, ids, S, h[i].ids, h[i].len, h[i].finished, 0.6);
+            ck_assert_double_eq_tol(again, h[i].score, 1e-3);
+            ck_assert(i == 0 || h[i].score <= h[i - 1].score);
+            ck_assert(hr[i].len == h[i].len && hr[i].finished == h[i].finished);
+            ck_assert(memcmp(hr[i].ids, h[i].ids, (size_t)h[i].len * sizeof *b) == 0);
+            ck_assert_double_eq_tol(hr[i].score, h[i].score, 1e-4);
+            for (int j = 0; j < i; j++)
+                ck_assert(h[j].len != h[i].len ||
+                          memcmp(h[j].ids, h[i].ids, (size_t)h[i].len * sizeof *b) != 0);
+        }
+        cg_hypotheses_free(h, n);
+        cg_hypotheses_free(hr, nr);
+        free(b);
+        free(ids);
+    }
+    int64_t S, *ids = src_ids("a cat", &S);
+    cg_hypothesis h[3];
+    int n = 7;
+    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, true, 3, h, &n), "nbest=3");
+    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, true, 0, h, &n), "nbest=0");
+    free(ids);
+}
+END_TEST
+
 START_TEST(test_beam_not_worse_than_greedy)
 {
     int n_unfinished = 0;
@@ -2213,17 +2258,69 @@ START_TEST(test_cli_nonfinite)
                               "translate --ckpt '%s' --beam 3 'a small 3.'",
                               "eval --ckpt '%s' --data '%s' --test-limit 2 --beam 1",
                               "eval --ckpt '%s' --data '%s' --test-limit 2 --beam 2",
-                              "attention --ckpt '%s' --text 'a small 3.' --out '%s'"};
+                              "attention --ckpt '%s' --text 'a small 3.' --out '%s'",
+                              "translate --ckpt '%s' --beam 3 --nbest 2 'a small 3.'"};
     const char *named[] = {"greedy decode: step 0: logit ", "beam search: step 0: logit ",
                            "greedy decode: step 0: logit ", "beam search: step 0: logit ",
-                           "greedy decode: step 0: logit "};
-    for (int i = 0; i < 5; i++) {
+                           "greedy decode: step 0: logit ", "beam search: step 0: logit "};
+    for (int i = 0; i < 6; i++) {
         snprintf(args, sizeof args, decoders[i], bad,
                  i == 4 ? tmp_path("pictures") : tmp_path("small.tsv"));
         expect_cli_error(args, named[i]);
         expect_cli_error(args, "(a diverged model?)");
     }
     ck_assert(access(tmp_path("pictures"), F_OK) != 0);
+}
+END_TEST
+
+/* translate --nbest N: fairseq-generate's H-I<TAB>SCORE<TAB>TEXT lines,
+ * N a sentence, best first (the first is plain translate's line), I its
+ * index among the input lines: a line that cannot be translated has none
+ * and the next keeps its own index; N over the beam is refused. */
+START_TEST(test_cli_translate_nbest)
+{
+    write_small(tmp_path("small.tsv"));
+    char ck[PATH_MAX], args[3 * PATH_MAX], *out, *err, *plain;
+    snprintf(ck, sizeof ck, "%s", tmp_path("nbest.safetensors"));
+    snprintf(args, sizeof args,
+             "train --tokenizer char --data '%s' --out '%s' --steps 3 --valid-size 4 "
+             "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
+             tmp_path("small.tsv"), ck);
+    int rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "train failed: %s", err);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "translate --ckpt '%s' --beam 3 --threads 1", ck);
+    ck_assert(run(args, "the dog 2.\nthe moon 5.\n", &plain, &err) == 0);
+    free(err);
+    snprintf(args, sizeof args, "translate --ckpt '%s' --beam 3 --nbest 2 --threads 1", ck);
+    rc = run(args, "bad \xff input\nthe dog 2.\nthe moon 5.\n", &out, &err);
+    ck_assert_msg(rc == 0 && strstr(err, "line 1") && strstr(err, "no H line"), "%d: %s", rc, err);
+    ck_assert_int_eq(count_lines(out), 4);
+    char *line = out, *want = plain;
+    double prev = 0;
+    for (int i = 0; i < 4; i++) {
+        char head[8], *tab2, *end = strchr(line, '\n');
+        snprintf(head, sizeof head, "H-%d\t", 1 + i / 2);
+        ck_assert_msg(strncmp(line, head, 4) == 0, "line %d: %s", i, line);
+        double score = strtod(line + 4, &tab2);
+        ck_assert(*tab2 == '\t' && isfinite(score) && score <= 0);
+        ck_assert(i % 2 == 0 || score <= prev);
+        if (i % 2 == 0) { /* the best is plain translate's line */
+            size_t len = (size_t)(strchr(want, '\n') - want);
+            ck_assert(end - (tab2 + 1) == (ptrdiff_t)len && strncmp(tab2 + 1, want, len) == 0);
+            want += len + 1;
+        }
+        prev = score;
+        line = end + 1;
+    }
+    free(out);
+    free(err);
+    free(plain);
+    snprintf(args, sizeof args, "translate --ckpt '%s' --beam 3 --nbest 4 hi", ck);
+    expect_cli_error(args, "--beam 4");
+    snprintf(args, sizeof args, "translate --ckpt '%s' --nbest 2 hi", ck);
+    expect_cli_error(args, "--beam 2");
 }
 END_TEST
 
@@ -2695,6 +2792,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_translate_many);
     tcase_add_test(tc, test_translate_test_report);
     tcase_add_test(tc, test_beam_not_worse_than_greedy);
+    tcase_add_test(tc, test_beam_nbest);
     tcase_add_test(tc, test_cache_matches_recompute);
     tcase_add_test(tc, test_decode_bad_input);
     tcase_add_test(tc, test_decoded_pad_masked);
@@ -2716,6 +2814,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
     tcase_add_test(tc, test_cli_bad_flags);
     tcase_add_test(tc, test_cli_end_to_end);
+    tcase_add_test(tc, test_cli_translate_nbest);
     tcase_add_test(tc, test_cli_optimizer_flags);
     tcase_add_test(tc, test_cli_nonfinite);
     tcase_add_test(tc, test_cli_curve_before_first_evaluation);

@@ -230,12 +230,7 @@ static int cand_cmp(const void *a, const void *b)
     return (x->order > y->order) - (x->order < y->order);
 }
 
-typedef struct {
-    int64_t *ids; /* without BOS/EOS */
-    int64_t len;
-    double score;
-    bool finished; /* ended with EOS */
-} hyp;
+typedef cg_hypothesis hyp;
 
 /* Beam search's working state. The live hypotheses are rows of W ids
  * starting with BOS, all of length T, with their summed log-probabilities;
@@ -299,7 +294,8 @@ static void beam_free(beam_state *b)
 /* ids[0..len) joins the finished list with score. */
 static bool beam_finish(beam_state *b, const int64_t *ids, int64_t len, double score, bool finished)
 {
-    hyp *hp = &b->done[b->n_done++];
+    hyp *hp = &b->done[b->n_done];
+    hp->order = b->n_done++;
     hp->len = len;
     hp->finished = finished;
     hp->ids = malloc((size_t)(len > 0 ? len : 1) * sizeof(int64_t));
@@ -393,13 +389,31 @@ static bool beam_select(beam_state *b, int64_t nc, double alpha)
     return true;
 }
 
-bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
-                    int64_t max_steps, int64_t **out, int64_t *len, double *score, bool *finished,
-                    bool use_cache)
+/* Best first; among equal scores the one that finished first. */
+static int hyp_cmp(const void *a, const void *b)
 {
-    if (!m || !src || !out || !len || beam < 1 || max_steps < 1 || S < 1) {
-        cg_set_error("beam search: bad arguments (beam=%d, max_steps=%lld)", beam,
-                     (long long)max_steps);
+    const hyp *x = a, *y = b;
+    if (x->score != y->score)
+        return x->score > y->score ? -1 : 1;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+void cg_hypotheses_free(cg_hypothesis *h, int n)
+{
+    for (int i = 0; h && i < n; i++) {
+        free(h[i].ids);
+        h[i].ids = NULL;
+    }
+}
+
+bool cg_beam_search_nbest(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
+                          int64_t max_steps, bool use_cache, int nbest, cg_hypothesis *out,
+                          int *n_out)
+{
+    if (!m || !src || !out || !n_out || beam < 1 || max_steps < 1 || S < 1 || nbest < 1 ||
+        nbest > beam) {
+        cg_set_error("beam search: bad arguments (beam=%d, max_steps=%lld, nbest=%d)", beam,
+                     (long long)max_steps, nbest);
         return false;
     }
     if (!isfinite(alpha)) {
@@ -411,7 +425,7 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
                      (long long)max_steps, (long long)max_steps, (long long)m->cfg.max_len);
         return false;
     }
-    *out = NULL;
+    *n_out = 0;
     bool ok = false;
     cg_no_grad_begin();
     beam_state b;
@@ -438,22 +452,39 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
         cg_set_error("beam search: no hypothesis");
         goto out;
     }
-    int64_t best = 0;
-    for (int64_t i = 1; i < b.n_done; i++)
-        if (b.done[i].score > b.done[best].score)
-            best = i;
-    *out = b.done[best].ids;
-    b.done[best].ids = NULL;
-    *len = b.done[best].len;
-    if (score)
-        *score = b.done[best].score;
-    if (finished)
-        *finished = b.done[best].finished;
+    qsort(b.done, (size_t)b.n_done, sizeof *b.done, hyp_cmp);
+    *n_out = b.n_done < nbest ? (int)b.n_done : nbest;
+    for (int i = 0; i < *n_out; i++) {
+        out[i] = b.done[i];
+        b.done[i].ids = NULL;
+    }
     ok = true;
 out:
     beam_free(&b);
     cg_no_grad_end();
     return ok;
+}
+
+bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
+                    int64_t max_steps, int64_t **out, int64_t *len, double *score, bool *finished,
+                    bool use_cache)
+{
+    cg_hypothesis h;
+    int n = 0;
+    if (!out || !len) {
+        cg_set_error("beam search: bad arguments (NULL output)");
+        return false;
+    }
+    *out = NULL;
+    if (!cg_beam_search_nbest(m, src, S, beam, alpha, max_steps, use_cache, 1, &h, &n))
+        return false;
+    *out = h.ids;
+    *len = h.len;
+    if (score)
+        *score = h.score;
+    if (finished)
+        *finished = h.finished;
+    return true;
 }
 
 double cg_seq2seq_score(cg_seq2seq *m, const int64_t *src, int64_t S, const int64_t *hyp_ids,
@@ -612,9 +643,10 @@ static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_source
     return ok;
 }
 
-/* Beam search of source i into out[i]. */
-static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
-                     int beam, double alpha, bool use_cache, char **out, FILE *echo)
+/* The nbest best hypotheses of source i (h[0..*n)), each cut at its
+ * source's length + 50 tokens and at the model's max_len. */
+static bool beam_source(cg_seq2seq *m, const cg_sources *src, int64_t i, int beam, double alpha,
+                        bool use_cache, int nbest, cg_hypothesis *h, int *n)
 {
     int64_t S = src->len[i] + 1;
     int64_t *ids = malloc((size_t)S * sizeof *ids);
@@ -624,14 +656,55 @@ static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *s
     }
     memcpy(ids, src->ids[i], (size_t)src->len[i] * sizeof *ids);
     ids[S - 1] = CG_EOS;
-    int64_t steps = src->len[i] + 50, *res = NULL, L = 0;
+    int64_t steps = src->len[i] + 50;
     if (steps > m->cfg.max_len)
         steps = m->cfg.max_len;
     /* (its errors name it, or the encoder or decoder) */
-    bool ok = cg_beam_search(m, ids, S, beam, alpha, steps, &res, &L, NULL, NULL, use_cache) &&
-              put_text(tok, res, L, &out[i], echo);
-    free(res);
+    bool ok = cg_beam_search_nbest(m, ids, S, beam, alpha, steps, use_cache, nbest, h, n);
     free(ids);
+    return ok;
+}
+
+/* Beam search of source i into out[i]. */
+static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
+                     int beam, double alpha, bool use_cache, char **out, FILE *echo)
+{
+    cg_hypothesis h;
+    int n = 0;
+    bool ok = beam_source(m, src, i, beam, alpha, use_cache, 1, &h, &n) &&
+              put_text(tok, h.ids, h.len, &out[i], echo);
+    cg_hypotheses_free(&h, n);
+    return ok;
+}
+
+bool cg_translate_nbest(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
+                        int beam, double alpha, bool use_cache, int nbest, char **texts,
+                        double *scores, int *n)
+{
+    if (!m || !tok || !src || i < 0 || i >= src->n || !texts || !scores || !n || nbest < 1) {
+        cg_set_error("translate nbest: bad arguments");
+        return false;
+    }
+    cg_hypothesis *h = calloc((size_t)nbest, sizeof *h);
+    if (!h) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    bool was_training = m->base.training; /* decoded in eval mode, then restored */
+    cg_module_train(CG_MODULE(m), false);
+    int got = 0, k = 0;
+    bool ok = beam_source(m, src, i, beam, alpha, use_cache, nbest, h, &got);
+    cg_module_train(CG_MODULE(m), was_training);
+    for (; ok && k < got; k++) {
+        scores[k] = h[k].score;
+        ok = put_text(tok, h[k].ids, h[k].len, &texts[k], NULL);
+    }
+    cg_hypotheses_free(h, got);
+    free(h);
+    if (!ok)
+        for (int j = 0; j < k; j++)
+            free(texts[j]);
+    *n = ok ? got : 0;
     return ok;
 }
 

@@ -55,6 +55,27 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
                     int64_t max_steps, int64_t **out, int64_t *len, double *score, bool *finished,
                     bool use_cache);
 
+/* One hypothesis of a beam search: ids[0..len) without BOS and EOS
+ * (malloc'd), its score, whether it ended with EOS, and order, its place
+ * in the order the search finished its hypotheses. */
+typedef struct {
+    int64_t *ids;
+    int64_t len;
+    double score;
+    bool finished;
+    int64_t order;
+} cg_hypothesis;
+/* The same search, keeping the nbest (1 <= nbest <= beam) best of the
+ * hypotheses it finished, best first (the earlier finished first among
+ * equal scores; out[0] is cg_beam_search's answer): out[0..*n_out), the
+ * caller's array of nbest, *n_out < nbest only when the search finished
+ * fewer (cg_hypotheses_free frees their ids). fairseq-generate's --nbest. */
+bool cg_beam_search_nbest(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
+                          int64_t max_steps, bool use_cache, int nbest, cg_hypothesis *out,
+                          int *n_out);
+/* Free the ids of h[0..n) (the array is the caller's). */
+void cg_hypotheses_free(cg_hypothesis *h, int n);
+
 /* The score beam search gives hypothesis hyp[0..n) of source src: the sum
  * of log-probabilities of hyp (and of EOS after it if with_eos) divided by
  * lp(n + with_eos). NAN + error on failure. */
@@ -90,6 +111,15 @@ void cg_sources_free(cg_sources *s);
  * eval mode and leaves the model in the mode it was in. */
 char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
                         double alpha, bool use_cache, FILE *echo);
+/* The nbest best translations of source i of src by beam search (as
+ * cg_translate_all's beam path, 1 <= nbest <= beam), best first:
+ * texts[0..*n) (malloc'd UTF-8, the caller frees) and their scores (the
+ * summed log-probability over the length penalty), *n < nbest only when
+ * the search finished fewer. Decodes in eval mode and leaves the model in
+ * the mode it was in. False + error (nothing to free). */
+bool cg_translate_nbest(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
+                        int beam, double alpha, bool use_cache, int nbest, char **texts,
+                        double *scores, int *n);
 /* Free s[0..n) and s (NULL is a no-op). */
 void cg_strings_free(char **s, int64_t n);
 

@@ -21,27 +21,24 @@
 
 /* Can sentence i (text; why: the reason stdin's line could not be read,
  * or NULL) be translated? A sentence that cannot (a NUL byte or over
- * CG_LINE_MAX bytes, not UTF-8, longer than the model takes) is reported
- * and stands as an empty line. */
+ * CG_LINE_MAX bytes, not UTF-8, longer than the model takes) is reported,
+ * saying what stands for it in the output (stands). */
 static bool translatable(const cg_seq2seq_ckpt *c, const char *text, const char *why,
-                         const char *what, int64_t i)
+                         const char *what, int64_t i, const char *stands)
 {
     size_t bad;
     int64_t k = 0, *ids = NULL, max_len = c->model->cfg.max_len;
     if (why)
-        cg_prog_warn("%s %lld: %s: not translated (an empty line stands for it)", what,
-                     (long long)i + 1, why);
+        cg_prog_warn("%s %lld: %s: not translated (%s)", what, (long long)i + 1, why, stands);
     else if (cg_utf8_count(text, strlen(text), &bad) < 0)
-        cg_prog_warn("%s %lld is not valid UTF-8 (byte %zu): not translated (an empty line "
-                     "stands for it)",
-                     what, (long long)i + 1, bad + 1);
+        cg_prog_warn("%s %lld is not valid UTF-8 (byte %zu): not translated (%s)", what,
+                     (long long)i + 1, bad + 1, stands);
     else if (!(ids = cg_tokenizer_encode(c->tok, text, &k, NULL)))
-        cg_prog_warn("%s %lld: %s: not translated (an empty line stands for it)", what,
-                     (long long)i + 1, cg_last_error());
+        cg_prog_warn("%s %lld: %s: not translated (%s)", what, (long long)i + 1, cg_last_error(),
+                     stands);
     else if (k + 1 > max_len)
-        cg_prog_warn("%s %lld has %lld tokens; the model takes at most %lld: not translated "
-                     "(an empty line stands for it)",
-                     what, (long long)i + 1, (long long)k, (long long)max_len - 1);
+        cg_prog_warn("%s %lld has %lld tokens; the model takes at most %lld: not translated (%s)",
+                     what, (long long)i + 1, (long long)k, (long long)max_len - 1, stands);
     bool ok = ids && k + 1 <= max_len;
     free(ids);
     if (ok && c->tok->kind == CG_TOK_CHAR)
@@ -49,8 +46,40 @@ static bool translatable(const cg_seq2seq_ckpt *c, const char *text, const char 
     return ok;
 }
 
+/* --nbest: the best translations of every sentence not skipped, as
+ * fairseq-generate's lines H-I<TAB>SCORE<TAB>TEXT (I the sentence's index
+ * among all, from 0), each sentence's printed once decoded. -1 or the
+ * exit code. */
+static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, const cg_sources *s,
+                       const bool *skip, int64_t n)
+{
+    const int nbest = (int)t->nbest;
+    char **texts = malloc((size_t)nbest * sizeof *texts);
+    double *scores = malloc((size_t)nbest * sizeof *scores);
+    int rc = texts && scores ? -1 : cg_prog_fail("out of memory");
+    for (int64_t i = 0, j = 0; rc < 0 && i < n; i++) {
+        int got = 0;
+        if (skip[i])
+            continue;
+        if (!cg_translate_nbest(c->model, c->tok, s, j++, (int)t->beam, t->alpha, !t->no_cache,
+                                nbest, texts, scores, &got))
+            rc = cg_prog_fail_lib(NULL);
+        errno = 0;
+        for (int k = 0; k < got; k++) {
+            printf("H-%lld\t%.6f\t%s\n", (long long)i, scores[k], texts[k]);
+            free(texts[k]);
+        }
+        if (rc < 0 && !cg_output_flush(stdout)) /* a reader gone: stop */
+            rc = cg_prog_fail_lib(NULL);
+    }
+    free(texts);
+    free(scores);
+    return rc;
+}
+
 /* Translate texts[0..n) (why: as translatable's, per line, or NULL) and
- * print one line each, in order. -1 or the exit code. */
+ * print one line each, in order (--nbest: print_nbest's lines). -1 or the
+ * exit code. */
 int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *const *texts,
                     char *const *why, int64_t n, const char *what)
 {
@@ -58,20 +87,25 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
     bool *skip = calloc((size_t)(n ? n : 1), sizeof *skip);
     int rc = good && skip ? -1 : cg_prog_fail("out of memory");
     int64_t ngood = 0, nbad = 0;
+    const char *stands = t->nbest ? "no H line for it" : "an empty line stands for it";
     for (int64_t i = 0; rc < 0 && i < n; i++) {
-        skip[i] = !translatable(c, texts[i], why ? why[i] : NULL, what, i);
+        skip[i] = !translatable(c, texts[i], why ? why[i] : NULL, what, i, stands);
         nbad += skip[i];
         if (!skip[i])
             good[ngood++] = texts[i];
     }
     cg_sources s = {0};
     char **hyps = NULL;
-    if (rc < 0 && (!cg_sources_encode(c->tok, good, ngood, c->model->cfg.max_len, &s) ||
-                   !(hyps = cg_translate_all(c->model, c->tok, &s, (int)t->beam, t->alpha,
-                                             !t->no_cache, nbad ? NULL : stdout))))
+    if (rc < 0 && !cg_sources_encode(c->tok, good, ngood, c->model->cfg.max_len, &s))
+        rc = cg_prog_fail_lib(NULL);
+    else if (rc < 0 && t->nbest)
+        rc = print_nbest(c, t, &s, skip, n);
+    else if (rc < 0 && !(hyps = cg_translate_all(c->model, c->tok, &s, (int)t->beam, t->alpha,
+                                                 !t->no_cache, nbad ? NULL : stdout)))
         rc = cg_prog_fail_lib(NULL);
     errno = 0;
-    for (int64_t i = 0, j = 0; rc < 0 && nbad && i < n; i++) { /* in order, with the empty lines */
+    for (int64_t i = 0, j = 0; rc < 0 && hyps && nbad && i < n;
+         i++) { /* in order, with the empty lines */
         printf("%s\n", skip[i] ? "" : hyps[j++]);
         if (!cg_output_flush(stdout)) /* a reader gone: stop */
             rc = cg_prog_fail_lib(NULL);

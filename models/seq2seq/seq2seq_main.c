@@ -152,7 +152,16 @@ static const char TRANSLATE_HELP[] =
     "UTF-8, or longer than the model takes) is reported on stderr and printed as an\n"
     "empty line, so that the output stays line for line with the input.\n"
     "\n"
-    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT);
+    "options:\n" CG_TRANSLATE_HELP(
+        DEFAULT_CKPT) "  --nbest N            the N best translations of each sentence (N <= "
+                      "--beam),\n"
+                      "                       as fairseq-generate's lines: H-I<TAB>SCORE<TAB>TEXT, "
+                      "best\n"
+                      "                       first, I the sentence's index from 0, SCORE its "
+                      "summed\n"
+                      "                       log-probability over the length penalty; a sentence "
+                      "that\n"
+                      "                       cannot be translated has none\n";
 
 /* Standard input, read as the sentences, is not the checkpoint loaded:
  * `translate --ckpt m.st <m.st` translated the checkpoint's bytes. */
@@ -169,11 +178,17 @@ static bool stdin_not_ckpt(const char *ckpt)
 static int cmd_translate(int argc, char **argv)
 {
     cg_translate_opts t;
-    cg_cli_opt opts[6];
-    int np, rc = cg_prog_parse_pos(argc, argv, opts, cg_translate_cli_opts(&t, DEFAULT_CKPT, opts),
-                                   TRANSLATE_HELP, &np);
+    cg_cli_opt opts[7];
+    int n_opts = cg_translate_cli_opts(&t, DEFAULT_CKPT, opts);
+    opts[n_opts++] = (cg_cli_opt){"--nbest", CG_CLI_I64, &t.nbest, 1, 1000, NULL, 0};
+    int np, rc = cg_prog_parse_pos(argc, argv, opts, n_opts, TRANSLATE_HELP, &np);
     if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0)
         return rc;
+    if (t.nbest > t.beam) {
+        cg_prog_fail("--nbest %lld needs a beam of as many: give --beam %lld or more",
+                     (long long)t.nbest, (long long)t.nbest);
+        return CG_EXIT_USAGE;
+    }
     cg_cli_set_threads(PROG, t.threads);
     cg_precision prec;
     cg_seq2seq_ckpt c = {0}; /* freed whether or not it was loaded */

@@ -176,6 +176,7 @@ bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const 
 typedef struct {
     const char *ckpt, *precision;
     int64_t beam, threads;
+    int64_t nbest; /* translate's --nbest (0: not given) */
     double alpha;
     bool no_cache;
 } cg_translate_opts;
