@@ -302,7 +302,8 @@ bool cg_grad_enabled(void);
 cg_tensor *cg_requires_grad(cg_tensor *t, bool on);
 /* A new tensor sharing t's storage, outside any graph. */
 cg_tensor *cg_detach(const cg_tensor *t);
-/* Drop t's accumulated gradient (t->grad becomes NULL). */
+/* Drop t's accumulated gradient (t->grad becomes NULL), under the lock
+ * that backwards on other threads take to add into it. */
 void cg_zero_grad(cg_tensor *t);
 /* t's gradient (borrowed; NULL if none yet). */
 const cg_tensor *cg_grad(const cg_tensor *t);

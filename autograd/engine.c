@@ -479,6 +479,15 @@ cg_tensor *cg_grad_take(cg_tensor *in)
     return g;
 }
 
+void cg_grad_drop(cg_tensor *t)
+{
+    pthread_mutex_t *mu = leaf_lock(&t->grad);
+    cg_tensor *g = t->grad;
+    t->grad = NULL;
+    leaf_unlock(mu);
+    cg_release_held(g);
+}
+
 /* The version check: a tensor the backward will read must hold the values
  * the forward saw. Checks every node of order before anything is computed,
  * so that a refusal changes no gradient. */

@@ -365,10 +365,8 @@ void cg_zero_grad(cg_tensor *t)
 {
     if (t && cg_debug_enabled() && !cg_lifetime_use_ok(t, "cg_zero_grad"))
         return;
-    if (t) {
-        cg_release_held(t->grad);
-        t->grad = NULL;
-    }
+    if (t)
+        cg_grad_drop(t);
 }
 
 const cg_tensor *cg_grad(const cg_tensor *t)

@@ -25,6 +25,9 @@ static inline bool cg_is_leaf_input(const cg_tensor *in)
  * and held, when it has in's shape; else NULL and the slot as it was.
  * checkpoint.c continues it in a recomputed block's detached input. */
 cg_tensor *cg_grad_take(cg_tensor *in);
+/* Drop leaf t's .grad under the leaf's lock (cg_zero_grad): a backward
+ * on another thread adds into it before or after, never into a freed one. */
+void cg_grad_drop(cg_tensor *t);
 
 /* Release what n holds (inputs, saved tensors, ctx, its gradient) and
  * mark it freed; the struct stays while a reference to it does (its

@@ -167,6 +167,66 @@ START_TEST(test_threads_share_one_model)
 }
 END_TEST
 
+/* Zeroing the gradients while other threads' backwards add into them
+ * (Hogwild's zero_grad beside another thread's step): cg_zero_grad takes
+ * the leaf's lock, so an accumulation sees the gradient before or after,
+ * never a freed one (it released .grad unlocked: a backward adding into
+ * it, handed it by cg_node_grad_acc, wrote freed memory; ASan names it).
+ * Nothing leaks, and a last run without the zeroing gives the gradients
+ * of the work it did. */
+typedef struct {
+    model *m;
+    atomic_int *stop;
+} zero_job;
+
+static void *zero_meanwhile(void *arg)
+{
+    zero_job *z = arg;
+    cg_tensor *p[PARAMS] = {z->m->fc1->weight, z->m->fc1->bias,   z->m->fc2->weight,
+                            z->m->fc2->bias,   z->m->emb->weight, z->m->p};
+    while (!atomic_load(z->stop))
+        for (int i = 0; i < PARAMS; i++)
+            cg_zero_grad(p[i]);
+    return NULL;
+}
+
+START_TEST(test_threads_zero_grad_beside_backwards)
+{
+    int64_t live0 = cg_live_tensors();
+    model m = model_new();
+    atomic_int stop = 0;
+    zero_job z = {&m, &stop};
+    pthread_t th[3], zt;
+    worker w[3];
+    ck_assert_int_eq(pthread_create(&zt, NULL, zero_meanwhile, &z), 0);
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < 3; i++) {
+            w[i] = (worker){&m, i, NULL, false};
+            ck_assert_int_eq(pthread_create(&th[i], NULL, work, &w[i]), 0);
+        }
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+            ck_assert_msg(w[i].ok, "thread %d: %s", i, cg_last_error());
+        }
+    }
+    atomic_store(&stop, 1);
+    ck_assert_int_eq(pthread_join(zt, NULL), 0);
+    cg_module_zero_grad(m.root);
+    ck_assert(step(&m, 0, 0)); /* one step alone: its own gradients */
+    float got[HID * IN];
+    ck_assert(cg_copy_to(cg_grad(m.fc1->weight), got));
+    cg_module_zero_grad(m.root);
+    model fresh = model_new();
+    ck_assert(step(&fresh, 0, 0));
+    float want[HID * IN];
+    ck_assert(cg_copy_to(cg_grad(fresh.fc1->weight), want));
+    ck_assert(memcmp(got, want, sizeof got) == 0);
+    cg_module_free(fresh.root);
+    cg_module_free(m.root);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+}
+END_TEST
+
 /* A leaf's .grad made in one thread's scope and used by another while that
  * scope is still open (a backward that adds into it retains it): closing
  * the scope takes back only the scope's own references (cg_hold_shared),
@@ -702,6 +762,7 @@ static Suite *threads_suite(void)
     tcase_add_test(tc, test_threads_write_kept_weights);
     tcase_add_test(tc, test_threads_step_beside_products);
     tcase_add_test(tc, test_threads_copy_beside_products);
+    tcase_add_test(tc, test_threads_zero_grad_beside_backwards);
     suite_add_tcase(s, tc);
     return s;
 }
