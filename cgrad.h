@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "core/version.h"
 #include "nn/nn.h"
+#include "optim/ema.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "optim/train_state.h"

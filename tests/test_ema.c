@@ -1,0 +1,281 @@
+/* The exponential moving average of a model's weights (optim/ema.h):
+ * torch.lerp's two branches element by element, the swap and what the
+ * model's readers see after it, the checkpoint state and its refusals,
+ * the frozen parameters left out, thread counts. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/nn.h"
+#include "optim/ema.h"
+#include "optim/optim.h"
+#include "tests/testutil.h"
+
+typedef struct {
+    cg_module *root;
+    cg_linear *a, *b;
+} net;
+
+static net net_new(int seed)
+{
+    cg_rng r = cg_rng_new((uint64_t)seed);
+    net n = {cg_module_new("Net"), NULL, NULL};
+    n.a = cg_module_add_child(n.root, "a", cg_linear_new(4, 8, true, &r));
+    n.b = cg_module_add_child(n.root, "b", cg_linear_new(8, 3, false, &r));
+    return n;
+}
+
+/* One SGD step on sum(b(relu(a(x))))^2 for a batch drawn from r. */
+static void train_step(net *n, cg_optim *o, cg_rng *r)
+{
+    cg_scope *sc = cg_scope_begin();
+    cg_tensor *x = cg_randn(r, CG_SHAPE(5, 4));
+    cg_tensor *y = cg_linear_forward(n->b, cg_relu(cg_linear_forward(n->a, x)));
+    cg_tensor *loss = cg_mean(cg_mul(y, y), 0, NULL, false);
+    ck_assert_msg(cg_train_step(o, loss), "%s", cg_last_error());
+    cg_scope_end(sc);
+}
+
+/* The expected averages, computed here as torch.lerp does in float32. */
+static void lerp_ref(float *avg, const float *p, int64_t n, double decay)
+{
+    const float w = (float)(1.0 - decay);
+    for (int64_t i = 0; i < n; i++) {
+        volatile float d = p[i] - avg[i]; /* no contraction */
+        avg[i] = w < 0.5f ? avg[i] + w * d : p[i] - d * (1.0f - w);
+    }
+}
+
+/* Both of torch.lerp's branches (decay 0.9: weight 0.1; decay 0.3:
+ * weight 0.7), bit for bit over 6 steps with the decay changed between
+ * them (a warm-up); the start is a copy; decay 1 keeps it, 0 follows. */
+START_TEST(test_ema_updates)
+{
+    const double decays[] = {0.9, 0.3, 0.999, 0.5, 1.0, 0.0};
+    net n = net_new(1);
+    cg_optim *o = cg_sgd_from_module(n.root, 0.1);
+    cg_ema *e = cg_ema_new(n.root, decays[0]);
+    ck_assert_msg(e, "%s", cg_last_error());
+    ck_assert_int_eq(cg_ema_count(e), 3); /* a.weight, a.bias, b.weight */
+    ck_assert_str_eq(cg_ema_name(e, 0), "a.weight");
+    float want[3][32], *p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = cg_data(cg_optim_param_tensor(o, i));
+        memcpy(want[i], p[i], (size_t)cg_numel(cg_ema_average(e, i)) * sizeof(float));
+    }
+    cg_rng r = cg_rng_new(3);
+    for (int s = 0; s < 6; s++) {
+        train_step(&n, o, &r);
+        ck_assert(cg_ema_set_decay(e, decays[s]));
+        ck_assert(cg_ema_update(e));
+        for (int i = 0; i < 3; i++) {
+            int64_t k = cg_numel(cg_ema_average(e, i));
+            lerp_ref(want[i], p[i], k, decays[s]);
+            ck_assert_msg(memcmp(want[i], cg_data(cg_ema_average(e, i)), (size_t)k * 4) == 0,
+                          "step %d, parameter %d", s, i);
+            if (decays[s] == 0.0)
+                ck_assert(memcmp(p[i], cg_data(cg_ema_average(e, i)), (size_t)k * 4) == 0);
+        }
+    }
+    ck_assert_int_eq(cg_ema_updates(e), 6);
+    CG_ASSERT_FAILS(cg_ema_set_decay(e, 1.5), "[0, 1]");
+    CG_ASSERT_FAILS(cg_ema_set_decay(e, NAN), "[0, 1]");
+    ck_assert(cg_ema_decay(e) == 0.0);
+    ck_assert_ptr_null(cg_ema_average(e, 3));
+    cg_ema_free(e);
+    cg_optim_free(o);
+    cg_module_free(n.root);
+}
+END_TEST
+
+/* After a swap the model computes with the average (its packed weights
+ * dropped), an update is refused, and the second swap gives back the
+ * trained weights bit for bit. */
+START_TEST(test_ema_swap)
+{
+    net n = net_new(2), twin = net_new(2);
+    cg_optim *o = cg_adamw_from_module(n.root, 0.01);
+    cg_ema *e = cg_ema_new(n.root, 0.8);
+    cg_rng r = cg_rng_new(4);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 4));
+    cg_no_grad_begin();
+    cg_tensor *y0 = cg_linear_forward(n.a, x); /* packs a's weight, kept */
+    cg_no_grad_end();
+    for (int s = 0; s < 3; s++) {
+        train_step(&n, o, &r);
+        ck_assert(cg_ema_update(e));
+    }
+    cg_tensor *trained = cg_k_clone(n.a->weight);
+    ck_assert(cg_ema_swap(e) && cg_ema_swapped(e));
+    CG_ASSERT_FAILS(cg_ema_update(e), "swap back");
+    ck_assert_ptr_eq(cg_ema_average(e, 0), n.a->weight); /* the average is there now */
+    ck_assert(memcmp(cg_data(n.a->weight), cg_data(trained), 32 * sizeof(float)) != 0);
+    ck_assert(cg_k_copy_(twin.a->weight, n.a->weight) && cg_k_copy_(twin.a->bias, n.a->bias));
+    cg_tensor_modified(twin.a->weight);
+    cg_no_grad_begin();
+    cg_tensor *y = cg_linear_forward(n.a, x), *yt = cg_linear_forward(twin.a, x);
+    cg_no_grad_end();
+    ck_assert(memcmp(cg_data(y), cg_data(yt), 5 * 8 * sizeof(float)) == 0);
+    ck_assert(memcmp(cg_data(y), cg_data(y0), 5 * 8 * sizeof(float)) != 0);
+    ck_assert(cg_ema_swap(e) && !cg_ema_swapped(e));
+    ck_assert(memcmp(cg_data(n.a->weight), cg_data(trained), 32 * sizeof(float)) == 0);
+    cg_release_all(5, x, y0, y, yt, trained);
+    cg_ema_free(e);
+    cg_optim_free(o);
+    cg_module_free(n.root);
+    cg_module_free(twin.root);
+}
+END_TEST
+
+/* Frozen parameters are left out; no trainable one or a bad decay is
+ * refused. */
+START_TEST(test_ema_params)
+{
+    net n = net_new(3);
+    cg_module_requires_grad(CG_MODULE(n.a), false);
+    cg_ema *e = cg_ema_new(n.root, 0.9);
+    ck_assert_int_eq(cg_ema_count(e), 1);
+    ck_assert_str_eq(cg_ema_name(e, 0), "b.weight");
+    cg_ema_free(e);
+    cg_module_requires_grad(CG_MODULE(n.b), false);
+    CG_ASSERT_FAILS(cg_ema_new(n.root, 0.9), "no trainable parameter");
+    cg_module_requires_grad(n.root, true);
+    CG_ASSERT_FAILS(cg_ema_new(n.root, -0.1), "[0, 1]");
+    CG_ASSERT_FAILS(cg_ema_new(NULL, 0.9), "ema_new");
+    cg_module_free(n.root);
+}
+END_TEST
+
+/* Save and load: a fresh average over the same model reads back the
+ * averages, decay and count bit for bit; a missing, extra, misshapen or
+ * non-finite entry, a bad decay or count, or a load while swapped is
+ * refused with the average unchanged. */
+static void save_ema(const cg_ema *e, const char *path)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_ema_save(e, w, NULL));
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+}
+
+START_TEST(test_ema_save_load)
+{
+    net n = net_new(4);
+    cg_optim *o = cg_sgd_from_module(n.root, 0.1);
+    cg_ema *e = cg_ema_new(n.root, 0.7), *f = cg_ema_new(n.root, 0.2);
+    cg_rng r = cg_rng_new(5);
+    for (int s = 0; s < 3; s++) {
+        train_step(&n, o, &r);
+        ck_assert(cg_ema_update(e));
+    }
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    cg_test_mkdtemp(dir, sizeof dir, "ema");
+    snprintf(path, sizeof path, "%s/ok.safetensors", dir);
+    save_ema(e, path);
+    cg_st_file *sf = cg_st_open(path);
+    ck_assert(cg_ema_load(f, sf, NULL));
+    cg_st_close(sf);
+    ck_assert(cg_ema_decay(f) == 0.7 && cg_ema_updates(f) == 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert(memcmp(cg_data(cg_ema_average(e, i)), cg_data(cg_ema_average(f, i)),
+                         (size_t)cg_numel(cg_ema_average(e, i)) * 4) == 0);
+    cg_ema *g = cg_ema_new(n.root, 0.5);
+    float before = ((const float *)cg_data(cg_ema_average(g, 0)))[0];
+    const char *extra[] = {"ema.c.weight", "ema.a.weight", "ema.a.weight"};
+    const char *named[] = {"'ema.c.weight' averages no parameter", "holds nan", "is [4, 8]"};
+    for (int k = 0; k < 3; k++) { /* a stray tensor; a.weight with a NaN, of another shape */
+        cg_st_writer *w = cg_st_writer_new();
+        for (int i = 0; i < 3; i++) {
+            char key[64];
+            snprintf(key, sizeof key, "ema.%s", cg_ema_name(e, i));
+            if (k > 0 && i == 0)
+                continue;
+            ck_assert(cg_st_add(w, key, cg_ema_average(e, i)));
+        }
+        cg_tensor *t = k == 2 ? cg_full(CG_SHAPE(4, 8), 1.0f) : cg_full(CG_SHAPE(8, 4), NAN);
+        ck_assert(cg_st_add(w, extra[k], t) && cg_st_set_metadata(w, "ema.decay", "0.7") &&
+                  cg_st_set_metadata(w, "ema.updates", "3"));
+        cg_release(t);
+        ck_assert(cg_st_writer_save(w, path));
+        cg_st_writer_free(w);
+        sf = cg_st_open(path);
+        CG_ASSERT_FAILS(cg_ema_load(g, sf, NULL), named[k]);
+        cg_st_close(sf);
+    }
+    const char *meta[][3] = {{"ema.decay", "1.5", "outside [0, 1]"},
+                             {"ema.updates", "2.5", "not a whole number"},
+                             {"ema.updates", "-1", "not a whole number"}};
+    for (int k = 0; k < 3; k++) {
+        cg_st_writer *w = cg_st_writer_new();
+        ck_assert(cg_ema_save(e, w, NULL) && cg_st_set_metadata(w, meta[k][0], meta[k][1]));
+        ck_assert(cg_st_writer_save(w, path));
+        cg_st_writer_free(w);
+        sf = cg_st_open(path);
+        CG_ASSERT_FAILS(cg_ema_load(g, sf, NULL), meta[k][2]);
+        cg_st_close(sf);
+    }
+    sf = cg_st_open(path); /* another prefix: nothing there */
+    CG_ASSERT_FAILS(cg_ema_load(g, sf, "avg"), "avg.decay");
+    ck_assert(cg_ema_swap(g));
+    CG_ASSERT_FAILS(cg_ema_load(g, sf, NULL), "swap back first");
+    ck_assert(cg_ema_swap(g));
+    cg_st_close(sf);
+    ck_assert(((const float *)cg_data(cg_ema_average(g, 0)))[0] == before);
+    ck_assert(cg_ema_decay(g) == 0.5 && cg_ema_updates(g) == 0);
+    cg_ema_free(e);
+    cg_ema_free(f);
+    cg_ema_free(g);
+    cg_optim_free(o);
+    cg_module_free(n.root);
+}
+END_TEST
+
+/* A parameter large enough for both threads: the same bits at 1 and 2. */
+START_TEST(test_ema_threads)
+{
+    float *got[2];
+    for (int t = 0; t < 2; t++) {
+        cg_set_num_threads(t + 1);
+        cg_module *m = cg_module_new("Big");
+        cg_rng r = cg_rng_new(6);
+        cg_tensor *w = cg_randn(&r, CG_SHAPE(300, 700));
+        ck_assert(cg_module_add_param(m, "w", w));
+        cg_ema *e = cg_ema_new(m, 0.37);
+        for (int s = 0; s < 3; s++) {
+            cg_tensor *step = cg_randn(&r, CG_SHAPE(300, 700));
+            ck_assert(cg_k_copy_(w, step));
+            cg_tensor_modified(w);
+            cg_release(step);
+            ck_assert(cg_ema_update(e));
+        }
+        got[t] = cg_test_values(cg_ema_average(e, 0));
+        cg_release(w);
+        cg_ema_free(e);
+        cg_module_free(m);
+    }
+    cg_set_num_threads(2);
+    ck_assert(memcmp(got[0], got[1], 300 * 700 * sizeof(float)) == 0);
+    free(got[0]);
+    free(got[1]);
+}
+END_TEST
+
+static Suite *ema_suite(void)
+{
+    Suite *s = suite_create("ema");
+    TCase *tc = tcase_create("ema");
+    tcase_add_test(tc, test_ema_updates);
+    tcase_add_test(tc, test_ema_swap);
+    tcase_add_test(tc, test_ema_params);
+    tcase_add_test(tc, test_ema_save_load);
+    tcase_add_test(tc, test_ema_threads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {ema_suite()};
+    return cg_test_run(s, 1);
+}
