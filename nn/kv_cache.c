@@ -132,33 +132,66 @@ static bool same_as_kept(const cg_tensor *t, const cg_tensor *kept, uint64_t ver
 
 bool cg_kv_cache_memory_ok(const cg_kv_cache *c, const cg_tensor *memory, const cg_tensor *mem_pad)
 {
-    if (memory && !same_as_kept(memory, c->memory, c->memory_version)) {
-        cg_set_error("TransformerDecoder cached: the memory is not the first step's (or was "
-                     "written since), whose keys the cache keeps: pass it or NULL, or "
-                     "cg_kv_cache_reset for a new one");
-        return false;
-    }
-    if (mem_pad && !same_as_kept(mem_pad, c->mem_pad, c->mem_pad_version)) {
-        cg_set_error("TransformerDecoder cached: the mem_pad is not the first step's (or was "
-                     "written since): pass it or NULL, or cg_kv_cache_reset for a new memory");
-        return false;
-    }
-    return true;
+    const char *what = memory && !same_as_kept(memory, c->memory, c->memory_version) ? "memory"
+                       : mem_pad && !same_as_kept(mem_pad, c->mem_pad, c->mem_pad_version)
+                           ? "mem_pad"
+                           : NULL;
+    if (what)
+        cg_set_error("TransformerDecoder cached: the %s is not the first step's (or was written "
+                     "since); the cache keeps that one's keys, reordered with its rows: pass it "
+                     "or NULL, or cg_kv_cache_reset for a new one",
+                     what);
+    return !what;
 }
 
-bool cg_kv_cache_keep_memory(cg_kv_cache *c, cg_tensor *memory, const cg_tensor *mem_pad)
+bool cg_kv_cache_take_pad(cg_kv_cache *c, const cg_tensor *mem_pad, int64_t S)
 {
     cg_tensor *copy = NULL; /* the caller's mask may change between steps */
     if (mem_pad && !(copy = cg_k_clone(mem_pad)))
         return false;
-    cg_tensor *kept = cg_retain_held(memory);
-    cg_tensor *kept_pad = mem_pad ? cg_retain_held((cg_tensor *)mem_pad) : NULL;
-    forget_memory(c);
+    cg_release_held(c->cross_pad);
     c->cross_pad = copy ? cg_hold(copy) : NULL;
-    c->memory = kept;
-    c->mem_pad = kept_pad;
+    c->S = S;
+    return true;
+}
+
+bool cg_kv_cache_note_memory(cg_kv_cache *c, const cg_tensor *memory, const cg_tensor *mem_pad)
+{
+    cg_tensor *kept = cg_detach(memory), *kept_pad = mem_pad ? cg_detach(mem_pad) : NULL;
+    if (!kept || (mem_pad && !kept_pad)) {
+        cg_release_all(2, kept, kept_pad);
+        return false;
+    }
+    cg_release_held(c->memory);
+    cg_release_held(c->mem_pad);
+    c->memory = cg_hold(kept);
+    c->mem_pad = kept_pad ? cg_hold(kept_pad) : NULL;
     c->memory_version = cg_version(memory);
     c->mem_pad_version = mem_pad ? cg_version(mem_pad) : 0;
-    c->S = memory->shape[1];
     return true;
+}
+
+int64_t *cg_kv_cache_lens(const cg_kv_cache *c)
+{
+    int64_t *l = malloc((size_t)(2 * c->n_layers + 1) * sizeof *l);
+    if (!l) {
+        cg_set_error("kv cache: out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < c->n_layers; i++) {
+        l[2 * i] = c->self[i].len;
+        l[2 * i + 1] = c->cross[i].len;
+    }
+    l[2 * c->n_layers] = c->len;
+    return l;
+}
+
+void cg_kv_cache_restore_lens(cg_kv_cache *c, int64_t *lens)
+{
+    for (int i = 0; i < c->n_layers; i++) {
+        c->self[i].len = lens[2 * i];
+        c->cross[i].len = lens[2 * i + 1];
+    }
+    c->len = lens[2 * c->n_layers];
+    free(lens);
 }

@@ -36,11 +36,12 @@ typedef struct {
     cg_mha_kv *cross;     /* [n_layers]; decoder stacks only */
     cg_tensor *cross_pad; /* bool [B, S] key padding of the memory (a copy), or NULL */
     int64_t S;            /* memory length (0 until the first decoder step) */
-    /* The first step's memory and mem_pad as given (held, with their
-     * versions), against which a later step's are checked. */
+    int64_t len;          /* positions decoded by the library's stacks (read cg_kv_cache_len) */
+    /* The first step's memory and mem_pad as the caller gave them (held as
+     * detached aliases: their storage and version, no graph), against which
+     * a later step's are checked. */
     cg_tensor *memory, *mem_pad;
     uint64_t memory_version, mem_pad_version;
-    int64_t len; /* positions decoded by the library's stacks (read cg_kv_cache_len) */
 } cg_kv_cache;
 
 cg_kv_cache *cg_kv_cache_new(int n_layers);

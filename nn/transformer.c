@@ -591,7 +591,7 @@ static bool mem_pad_ok(const cg_tensor *mem_pad, const cg_tensor *memory)
     return false;
 }
 
-/* The first step: check the memory and its padding and keep them. */
+/* The first step: check the memory and its padding and take them. */
 static bool take_memory(cg_kv_cache *c, const cg_tf_config *cfg, cg_tensor *memory,
                         const cg_tensor *mem_pad, int64_t B)
 {
@@ -604,7 +604,8 @@ static bool take_memory(cg_kv_cache *c, const cg_tf_config *cfg, cg_tensor *memo
             cg_set_error("TransformerDecoder cached: the first step needs the memory");
         return false;
     }
-    return (!mem_pad || mem_pad_ok(mem_pad, memory)) && cg_kv_cache_keep_memory(c, memory, mem_pad);
+    return (!mem_pad || mem_pad_ok(mem_pad, memory)) &&
+           cg_kv_cache_take_pad(c, mem_pad, memory->shape[1]);
 }
 
 static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void *args)
@@ -612,18 +613,11 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
     cg_dec_stack *s = (cg_dec_stack *)m;
     cg_tensor *x = in[0], *memory = in[1];
     const fwd_args *a = args;
-    const cg_tensor *mem_pad = a->mem_pad;
     cg_kv_cache *c = a->cache;
     if (!x || !check_input("TransformerDecoder cached", &s->cfg, x))
         return NULL;
-    if (c->n_layers != s->n_layers) {
-        cg_set_error("TransformerDecoder cached: the cache has %d layers, the stack %d",
-                     c->n_layers, s->n_layers);
-        return NULL;
-    }
-    if (s->n_layers > 0 && !(c->cross[0].len == 0 /* the first step */
-                                 ? take_memory(c, &s->cfg, memory, mem_pad, x->shape[0])
-                                 : cg_kv_cache_memory_ok(c, memory, mem_pad)))
+    if (s->n_layers > 0 && c->cross[0].len == 0 && /* the first step */
+        !take_memory(c, &s->cfg, memory, a->mem_pad, x->shape[0]))
         return NULL;
     cg_tensor *h = cg_retain(x);
     for (int i = 0; i < s->n_layers && h; i++) {
@@ -638,6 +632,9 @@ static cg_tensor *dec_stack_cached_impl(cg_module *m, cg_tensor *const *in, void
     return final_norm(s->ln_f, h);
 }
 
+/* The caller's memory and mem_pad are checked (a later step) or noted (the
+ * first) here, before the stack's pre-hooks see them; a step that fails
+ * partway leaves every layer's cache as it was. */
 cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor *memory,
                                        const cg_tensor *mem_pad, cg_kv_cache *c)
 {
@@ -645,8 +642,29 @@ cg_tensor *cg_dec_stack_forward_cached(cg_dec_stack *s, cg_tensor *x, cg_tensor 
         cg_error_null_input("cg_dec_stack_forward_cached");
         return NULL;
     }
+    if (c->n_layers != s->n_layers) {
+        cg_set_error("TransformerDecoder cached: the cache has %d layers, the stack %d",
+                     c->n_layers, s->n_layers);
+        return NULL;
+    }
+    const bool first = s->n_layers > 0 && c->cross[0].len == 0;
+    if (s->n_layers > 0 && !first && !cg_kv_cache_memory_ok(c, memory, mem_pad))
+        return NULL;
+    int64_t *lens = cg_kv_cache_lens(c);
+    if (!lens)
+        return NULL;
     fwd_args a = {.mem_pad = mem_pad, .cache = c};
-    return cg_module_call(&s->base, dec_stack_cached_impl, 2, (cg_tensor *const[]){x, memory}, &a);
+    cg_tensor *y =
+        cg_module_call(&s->base, dec_stack_cached_impl, 2, (cg_tensor *const[]){x, memory}, &a);
+    if (y && first && !cg_kv_cache_note_memory(c, memory, mem_pad)) {
+        cg_release(y);
+        y = NULL;
+    }
+    if (y)
+        free(lens);
+    else
+        cg_kv_cache_restore_lens(c, lens);
+    return y;
 }
 
 cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks, cg_tensor *x,
@@ -661,7 +679,8 @@ cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks,
                      n_blocks);
         return NULL;
     }
-    cg_tensor *h = cg_retain(x);
+    int64_t *lens = cg_kv_cache_lens(c);
+    cg_tensor *h = lens ? cg_retain(x) : NULL;
     for (int i = 0; i < n_blocks && h; i++) {
         fwd_args a = {.kv_self = &c->self[i]};
         cg_tensor *n =
@@ -669,7 +688,11 @@ cg_tensor *cg_lm_blocks_forward_cached(cg_lm_block *const *blocks, int n_blocks,
         cg_release(h);
         h = n;
     }
-    if (h)
+    if (h) {
         c->len += x->shape[1];
+        free(lens);
+    } else if (lens) { /* a step that failed partway leaves the cache as it was */
+        cg_kv_cache_restore_lens(c, lens);
+    }
     return h;
 }

@@ -1276,6 +1276,7 @@ START_TEST(test_kv_cache_memory_kept)
     ck_assert_msg(y, "%s", cg_last_error());
     cg_release(y);
     CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, other, pad, c), "cg_kv_cache_reset");
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, other, NULL, c), "the memory is not");
     CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, mem, pad2, c), "mem_pad");
     CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, NULL, pad2, c), "mem_pad");
     ck_assert_int_eq(cg_kv_cache_len(c), 1);
@@ -1294,6 +1295,113 @@ START_TEST(test_kv_cache_memory_kept)
     ck_assert_int_eq(cg_kv_cache_len(c), 1);
     cg_release_all(7, x, mem, other, same, pad, pad2, y);
     cg_kv_cache_free(c);
+    cg_module_free(CG_MODULE(dec));
+}
+END_TEST
+
+static cg_dec_stack *small_decoder(cg_rng *r)
+{
+    cg_tf_config cfg = {.d = 8, .H = 2, .d_ff = 16, .norm_first = true};
+    cg_dec_stack *dec = cg_dec_stack_new(2, &cfg, r);
+    cg_module_train(CG_MODULE(dec), false);
+    return dec;
+}
+
+/* Live tensors an open cache keeps after one step over a memory computed
+ * from a leaf, with or without a graph (every caller's reference gone). */
+static int64_t kept_by_cache(bool grad)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_dec_stack *dec = small_decoder(&r);
+    int64_t live0 = cg_live_tensors();
+    cg_tensor *src = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, 8)), true);
+    if (!grad)
+        cg_no_grad_begin();
+    cg_tensor *a = cg_muls(src, 2.0f), *b = cg_gelu(a), *mem = cg_mul(b, a);
+    if (!grad)
+        cg_no_grad_end();
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8));
+    cg_kv_cache *c = cg_kv_cache_new(2);
+    cg_tensor *y = cg_dec_stack_forward_cached(dec, x, mem, NULL, c);
+    ck_assert_msg(y, "%s", cg_last_error());
+    cg_release_all(6, src, a, b, mem, x, y);
+    int64_t kept = cg_live_tensors() - live0;
+    cg_kv_cache_free(c);
+    ck_assert_int_eq(cg_live_tensors(), live0);
+    cg_module_free(CG_MODULE(dec));
+    return kept;
+}
+
+/* A pre-hook on the decoder stack that maps its memory input. */
+static bool scale_memory(void *ctx, cg_module *m, int n_in, cg_tensor **in)
+{
+    if (n_in > 1 && in[1]) {
+        cg_tensor *t = cg_muls(in[1], 1.0f);
+        cg_release(in[1]);
+        in[1] = t;
+    }
+    return true;
+}
+
+/* Fails its module's first call (an allocation failing in layer 1). */
+static bool fail_once(void *ctx, cg_module *m, int n_in, cg_tensor **in)
+{
+    int *calls = ctx;
+    if ((*calls)++ == 0) {
+        cg_set_error("planted failure");
+        return false;
+    }
+    return true;
+}
+
+/* What the cache keeps of the first step's memory (a review's findings):
+ * no graph (it held the memory itself, so every encoder activation of a
+ * memory that requires grad lived as long as the cache); the caller's
+ * memory, not what the stack's pre-hook makes of it (the same memory
+ * every step was refused from step 2); after a reorder the rows' own
+ * memory is refused (the cache reorders the first one's keys itself),
+ * NULL goes on. A first step that fails in layer 1 leaves every layer as
+ * it was (layer 0's keys stayed: the retry ran at position 1, 1.2e-3 off,
+ * and a retry giving the memory at position 0 only failed for good). */
+START_TEST(test_kv_cache_memory_review)
+{
+    ck_assert_int_eq(kept_by_cache(true), kept_by_cache(false));
+    cg_rng r = cg_rng_new(5);
+    cg_dec_stack *dec = small_decoder(&r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8)), *mem = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_hook_handle h =
+        cg_module_register_forward_pre_hook(CG_MODULE(dec), scale_memory, NULL, NULL);
+    cg_kv_cache *c = cg_kv_cache_new(2), *good = cg_kv_cache_new(2);
+    cg_tensor *y[3], *g[3];
+    for (int step = 0; step < 3; step++) {
+        y[step] = cg_dec_stack_forward_cached(dec, x, mem, NULL, c);
+        ck_assert_msg(y[step], "step %d: %s", step, cg_last_error());
+    }
+    cg_hook_remove(&h);
+    cg_tensor *rows = cg_test_ids(3, (const int64_t[]){1, 1, 0});
+    ck_assert(cg_kv_cache_reorder(c, rows));
+    cg_tensor *x3 = cg_randn(&r, CG_SHAPE(3, 1, 8)), *mem3 = cg_index_select(mem, 0, rows);
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x3, mem3, NULL, c), "reordered");
+    cg_tensor *y3 = cg_dec_stack_forward_cached(dec, x3, NULL, NULL, c);
+    ck_assert_msg(y3, "%s", cg_last_error());
+    cg_kv_cache_reset(c);
+    int calls = 0;
+    h = cg_module_register_forward_pre_hook(CG_MODULE(dec->layers[1]), fail_once, &calls, NULL);
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, mem, NULL, c), "planted");
+    cg_hook_remove(&h);
+    ck_assert_int_eq(cg_kv_cache_len(c), 0);
+    for (int step = 0; step < 3; step++) { /* the zoo's retry: the memory at position 0 only */
+        cg_tensor *m = cg_kv_cache_len(c) ? NULL : mem;
+        cg_tensor *yc = cg_dec_stack_forward_cached(dec, x, m, NULL, c);
+        g[step] = cg_dec_stack_forward_cached(dec, x, m, NULL, good);
+        ck_assert_msg(yc && g[step] && bit_equal(yc, g[step]), "step %d: %s", step,
+                      cg_last_error());
+        cg_release(yc);
+    }
+    ck_assert_int_eq(cg_kv_cache_len(c), 3);
+    cg_release_all(11, x, mem, x3, mem3, y3, y[0], y[1], y[2], g[0], g[1], g[2]);
+    cg_kv_cache_free(c);
+    cg_kv_cache_free(good);
     cg_module_free(CG_MODULE(dec));
 }
 END_TEST
@@ -1691,6 +1799,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_kv_cache_bad_mem_pad);
     tcase_add_test(t, test_kv_cache_decoder_steps);
     tcase_add_test(t, test_kv_cache_memory_kept);
+    tcase_add_test(t, test_kv_cache_memory_review);
     tcase_add_test(t, test_sequential_forward_append);
     tcase_add_test(t, test_mlp_loader_train_step_accuracy);
     tcase_add_test(t, test_null_arguments_say_so);
