@@ -177,13 +177,14 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
     cg_tensor *c = cg_k_to(a, CG_F32); /* exact for every float dtype: the order is kept */
     cg_tensor *out = c ? cg_empty_dtype(CG_I64, nd, shape) : NULL;
     int64_t *best = out ? malloc((size_t)(k ? k : 1) * sizeof *best) : NULL;
-    if (!best) {
-        if (out)
+    cg_tensor *cc = best ? cg_k_contiguous(c) : NULL;
+    if (!cc) {
+        if (out && !best)
             cg_set_error("topk: out of memory");
+        free(best);
         cg_release_all(2, c, out);
         return NULL;
     }
-    cg_tensor *cc = cg_k_contiguous(c);
     const float *x = cg_data(cc);
     int64_t *ids = cg_data_i64(out);
     for (int64_t p = 0; p < outer; p++)

@@ -318,6 +318,37 @@ START_TEST(test_packed_f32_oom_reads_w)
 }
 END_TEST
 
+/* Each malloc and each calloc in turn failing in cg_k_topk_indices (every
+ * beam search step's): the indices, or NULL and "out of memory", never a
+ * crash (the contiguous copy of a strided input was used unchecked: SIGSEGV
+ * in topk_row under a beam search that ran out of memory). */
+START_TEST(test_topk_oom_is_an_error)
+{
+    cg_rng rng = cg_rng_new(9);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(6, 5)), *xt = cg_transpose(x, 0, 1);
+    cg_tensor *want = cg_k_topk_indices(xt, 3, -1, true);
+    ck_assert_ptr_nonnull(want);
+    for (int which = 0; which < 2; which++) {
+        long k = 1;
+        for (; k < 1000; k++) {
+            cg_clear_error();
+            malloc_failed = calloc_failed = false;
+            *(which ? &fail_calloc_at : &fail_malloc_at) = k;
+            cg_tensor *got = cg_k_topk_indices(xt, 3, -1, true);
+            fail_malloc_at = fail_calloc_at = 0;
+            ck_assert_msg(got || strstr(cg_last_error(), "out of memory"), "%s %ld: '%s'",
+                          which ? "calloc" : "malloc", k, cg_last_error());
+            ck_assert(!got || !memcmp(cg_data_i64(got), cg_data_i64(want), 15 * sizeof(int64_t)));
+            cg_release(got);
+            if (!(which ? calloc_failed : malloc_failed))
+                break;
+        }
+        ck_assert_int_gt(k, 1);
+    }
+    cg_release_all(3, x, xt, want);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -328,6 +359,7 @@ int main(void)
     tcase_add_test(tc, test_st_header_oom_is_an_error);
     tcase_add_test(tc, test_lora_load_oom_is_an_error);
     tcase_add_test(tc, test_first_overflow_oom_is_an_error);
+    tcase_add_test(tc, test_topk_oom_is_an_error);
     tcase_add_test(tc, test_packed_f32_oom_reads_w);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
