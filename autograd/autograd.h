@@ -263,7 +263,8 @@ cg_tensor *cg_alias(const cg_tensor *t);
  * each backward's own gradients). A leaf's .grad is offered too (a tied
  * embedding's, or the last micro-batch's), with the leaf's lock held until
  * the backward returns (threads that share the leaf wait), one leaf a
- * backward: ask for the leaf input once, and run no backward inside. A
+ * backward: ask for the leaf input once, and run no backward, cg_zero_grad
+ * or optimizer step inside (they take leaves' locks too). A
  * backward that takes it adds its gradient into it in place, every element
  * acc + its own value rounded once (cg_k_add_'s bits, so the sums are the
  * ones the engine would make), and sets gin[i] = cg_retain(acc); the

@@ -66,10 +66,12 @@ typedef struct {
     int64_t order;
 } cg_hypothesis;
 /* The same search, keeping the nbest (1 <= nbest <= beam) best of the
- * hypotheses it finished, best first (the earlier finished first among
- * equal scores; out[0] is cg_beam_search's answer): out[0..*n_out), the
- * caller's array of nbest, *n_out < nbest only when the search finished
- * fewer (cg_hypotheses_free frees their ids). fairseq-generate's --nbest. */
+ * hypotheses cg_beam_search ranks (the finished ones and, as there, the
+ * live ones it stopped on, scored without EOS: fairseq lists finished ones
+ * only), best first, the earlier finished first among equal scores
+ * (out[0] is cg_beam_search's answer): out[0..*n_out), the caller's array
+ * of nbest, *n_out < nbest only when the search has fewer
+ * (cg_hypotheses_free frees their ids). fairseq-generate's --nbest. */
 bool cg_beam_search_nbest(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
                           int64_t max_steps, bool use_cache, int nbest, cg_hypothesis *out,
                           int *n_out);

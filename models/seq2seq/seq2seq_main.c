@@ -144,6 +144,15 @@ static int cmd_train(int argc, char **argv)
 }
 
 /* ============================================================ translate */
+/* translate's own flag, after those it shares with eval */
+#define NBEST_HELP                                                                       \
+    "  --nbest N            the N best translations of each sentence (N <= --beam),\n"   \
+    "                       as fairseq-generate's lines: H-I<TAB>SCORE<TAB>TEXT, best\n" \
+    "                       first, I the sentence's index from 0, SCORE the beam's\n"    \
+    "                       (summed natural-log probability over the length penalty;\n"  \
+    "                       fairseq's is base 2 over its own); ranked as the one\n"      \
+    "                       translation is, a live hypothesis the search stopped on\n"   \
+    "                       included; a sentence that cannot be translated has none\n"
 static const char TRANSLATE_HELP[] =
     "usage: seq2seq translate --ckpt FILE [options] [sentence ...]\n"
     "\n"
@@ -152,16 +161,7 @@ static const char TRANSLATE_HELP[] =
     "UTF-8, or longer than the model takes) is reported on stderr and printed as an\n"
     "empty line, so that the output stays line for line with the input.\n"
     "\n"
-    "options:\n" CG_TRANSLATE_HELP(
-        DEFAULT_CKPT) "  --nbest N            the N best translations of each sentence (N <= "
-                      "--beam),\n"
-                      "                       as fairseq-generate's lines: H-I<TAB>SCORE<TAB>TEXT, "
-                      "best\n"
-                      "                       first, I the sentence's index from 0, SCORE its "
-                      "summed\n"
-                      "                       log-probability over the length penalty; a sentence "
-                      "that\n"
-                      "                       cannot be translated has none\n";
+    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT) NBEST_HELP;
 
 /* Standard input, read as the sentences, is not the checkpoint loaded:
  * `translate --ckpt m.st <m.st` translated the checkpoint's bytes. */
