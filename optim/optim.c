@@ -215,6 +215,7 @@ cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim
         s[i].name = strdup(q->name);
         s[i].p = cg_hold(cg_retain(q->tensor));
         s[i].wd = q->weight_decay;
+        s[i].lr_scale = 1.0;
         s[i].lo = own ? own[i].lo : 0;
         s[i].hi = own ? own[i].hi : cg_numel(q->tensor);
         o->sharded |= s[i].lo != 0 || s[i].hi != cg_numel(q->tensor);
@@ -378,7 +379,7 @@ typedef struct {
     float *p, *buf1, *buf2;
     const float *g;
     int64_t n;
-    float wd, l2, decay, bc2_sqrt, neg_step;
+    float wd, neg_lr, l2, decay, bc2_sqrt, neg_step;
     bool first;
 } update_job;
 
@@ -394,7 +395,6 @@ static void update_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
 {
     const update_range *r = ctx;
     const cg_optim_config *c = r->c;
-    const float neg_lr = (float)-c->lr;
     int64_t base = 0;
     for (int j = 0; j < r->njobs && base < hi; base += r->jobs[j].n, j++) {
         const update_job *u = &r->jobs[j];
@@ -403,7 +403,7 @@ static void update_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
             continue;
         if (c->type == CG_OPTIM_SGD)
             sgd_update(u->p + a, u->g + a, u->buf1 ? u->buf1 + a : NULL, b - a, u->wd,
-                       (float)c->momentum, u->first, c->nesterov, neg_lr);
+                       (float)c->momentum, u->first, c->nesterov, u->neg_lr);
         else
             adam_update(u->p + a, u->g + a, u->buf1 + a, u->buf2 + a, b - a, u->l2, u->decay,
                         (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
@@ -485,7 +485,6 @@ bool cg_optim_step(cg_optim *o)
     }
     if (ok) {
         const cg_optim_config *c = &o->cfg;
-        double lr = c->lr;
         int nj = 0;
         int64_t total = 0;
         for (int i = 0; i < o->n; i++) {
@@ -502,6 +501,10 @@ bool cg_optim_step(cg_optim *o)
             u->wd = (float)s->wd;
             u->first = s->step == 1;
             total += u->n;
+            /* this parameter's rate (a param group's lr in PyTorch), in
+             * double; at scale 1 the rate itself, so the bits stay */
+            double lr = s->lr_scale == 1.0 ? c->lr : c->lr * s->lr_scale;
+            u->neg_lr = (float)-lr;
             if (c->type == CG_OPTIM_SGD)
                 continue;
             double t = (double)s->step;
@@ -597,6 +600,29 @@ double cg_optim_param_weight_decay(const cg_optim *o, int i)
 {
     const slot *s = cg_optim_get_slot(o, i, "optim_param_weight_decay");
     return s ? s->wd : -1;
+}
+
+bool cg_optim_set_lr_scale(cg_optim *o, int i, double scale)
+{
+    if (!o)
+        return cg_error_null_input("cg_optim_set_lr_scale");
+    if (!cg_optim_get_slot(o, i, "optim_set_lr_scale"))
+        return false;
+    slot *s = &o->s[i];
+    if (!(scale >= 0 && scale < INFINITY)) {
+        cg_set_error("optim_set_lr_scale: parameter '%s': learning-rate scale %g must be finite "
+                     "and >= 0 (kept %g)",
+                     s->name, scale, s->lr_scale);
+        return false;
+    }
+    s->lr_scale = scale == 0 ? 0.0 : scale; /* -0 as 0: the same rate, saved as "0" */
+    return true;
+}
+
+double cg_optim_param_lr_scale(const cg_optim *o, int i)
+{
+    const slot *s = cg_optim_get_slot(o, i, "optim_param_lr_scale");
+    return s ? s->lr_scale : -1;
 }
 
 int64_t cg_optim_param_steps(const cg_optim *o, int i)

@@ -5,12 +5,16 @@
  * parameter must be a contiguous float32 leaf (no creator node); its .grad
  * (autograd/autograd.h) is read at every step. A parameter whose grad is
  * NULL is skipped: its values, its step count and its buffers stay as they
- * are (PyTorch does the same). Per-parameter weight decay replaces PyTorch's
- * param groups (e.g. 0.1 on 2-D weights, 0 on biases and norm weights).
+ * are (PyTorch does the same). Per-parameter weight decay and learning-rate
+ * scales replace PyTorch's param groups (e.g. weight decay 0.1 on 2-D
+ * weights, 0 on biases and norm weights; a pretrained encoder at 0.1 times
+ * the rate of a new head: cg_optim_set_lr_scale).
  *
  * The arithmetic follows PyTorch's single-tensor implementations (the CPU
  * default) operation by operation, in float32 with the scalar factors
- * computed in double as Python does, with one step count per parameter:
+ * computed in double as Python does, with one step count per parameter.
+ * lr below is the parameter's own rate, lr * its scale (in double; the
+ * rate itself at scale 1), as PyTorch uses its group's lr everywhere:
  *
  *   SGD    g += wd*p  (L2, if wd != 0)
  *          momentum != 0: buf = g on the parameter's first step, else
@@ -136,6 +140,17 @@ int cg_optim_count(const cg_optim *o);
 const char *cg_optim_param_name(const cg_optim *o, int i);
 cg_tensor *cg_optim_param_tensor(const cg_optim *o, int i);
 double cg_optim_param_weight_decay(const cg_optim *o, int i);
+/* The learning-rate scale of parameter i (1.0 when built): its updates use
+ * lr * scale where the formulas above say lr (SGD's step, Adam's step size,
+ * AdamW's decay 1 - lr*wd), lr being the rate cg_optim_set_lr sets, so a
+ * schedule moves every parameter's rate by the same factor, as a PyTorch
+ * scheduler does each param group's (timm's layer-wise "lr_scale"). A
+ * scale must be finite and >= 0; at 0 the values stay while the state
+ * (moments, step count) still advances, as with a group lr of 0. False +
+ * error on a bad index or scale, nothing changed; the getter: -1 on a bad
+ * index. Saved and loaded with the state, copied by cg_optim_copy_state. */
+bool cg_optim_set_lr_scale(cg_optim *o, int i, double scale);
+double cg_optim_param_lr_scale(const cg_optim *o, int i);
 /* Updates parameter i has received (its own step count, as in PyTorch). */
 int64_t cg_optim_param_steps(const cg_optim *o, int i);
 /* Index of the parameter with this name, or -1 (no error recorded). */
@@ -178,8 +193,9 @@ bool cg_optim_shard_range(const cg_optim *o, int i, int64_t *lo, int64_t *hi);
 /* Bytes of state buffers (exp_avg, exp_avg_sq, momentum_buffer) held. */
 int64_t cg_optim_state_bytes(const cg_optim *o);
 /* Copy into dst what src holds: the learning rate and hyper-parameters, the
- * step counts (overall and per parameter), and every state element that
- * both own (the intersection of their ranges, parameter by parameter).
+ * learning-rate scales, the step counts (overall and per parameter), and
+ * every state element that both own (the intersection of their ranges,
+ * parameter by parameter).
  * Both must have the same type and the same parameter names and shapes in
  * the same order (false + error otherwise, dst unchanged). Gathering shards: an
  * unsharded dst and each shard in turn; splitting: the other way round. */
@@ -202,21 +218,26 @@ bool cg_optim_clip_grads_by(cg_optim *o, double total, double max_norm);
  *             <prefix>.<name>.exp_avg, .exp_avg_sq          (Adam, AdamW)
  *             <prefix>.<name>.momentum_buffer  (SGD with momentum)
  *   metadata  <prefix>.type ("sgd"/"adam"/"adamw"), <prefix>.step,
- *             <prefix>.lr, .momentum, .nesterov, .beta1, .beta2, .eps
+ *             <prefix>.lr, .momentum, .nesterov, .beta1, .beta2, .eps,
+ *             <prefix>.<name>.lr_scale  (only for a scale other than 1)
  *             (decimal strings that read back exactly).
  * Parameter values are not included: save them next to it. */
 bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
 /* Restore the state written by cg_optim_save: step counts, buffers, and the
- * hyper-parameters of the metadata (lr, betas, eps, momentum, nesterov, as
- * PyTorch's load_state_dict does; per-parameter weight decay stays as built).
+ * hyper-parameters of the metadata (lr, betas, eps, momentum, nesterov, and
+ * each parameter's learning-rate scale, as PyTorch's load_state_dict
+ * restores each group's lr: 1 for a parameter without an lr_scale entry,
+ * so every one of a file written before scales existed; per-parameter
+ * weight decay stays as built).
  * Moments stored BF16 or F16 widen to float32 (PyTorch's load_state_dict
  * casts state to its parameter's dtype). Everything is checked before
  * anything changes: a different optimizer type, a missing entry, a shape
  * that differs from the parameter's or a dtype that is not a float, a
  * damaged value (a non-finite moment, a negative exp_avg_sq, a step count
- * outside [0, 2^53]), or a <prefix>.* tensor that belongs to no parameter
- * gives false + an error
- * naming it, and the optimizer is left unchanged. */
+ * outside [0, 2^53], a learning-rate scale that is not a finite number >=
+ * 0), or a <prefix>.* tensor or <prefix>.*.lr_scale entry that belongs to
+ * no parameter gives false + an error naming it, and the optimizer is left
+ * unchanged. */
 bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix);
 
 /* ------------------------------------------------- gradient utilities */

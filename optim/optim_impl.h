@@ -13,6 +13,7 @@ typedef struct {
     char *name;
     cg_tensor *p; /* retained */
     double wd;
+    double lr_scale; /* its rate is lr * lr_scale (cg_optim_set_lr_scale); 1 when built */
     int64_t step;    /* updates this parameter received */
     int64_t lo, hi;  /* the elements it owns (cg_optim_new_sharded); [0, numel) */
     cg_tensor *buf1; /* exp_avg, or SGD's momentum buffer (NULL if unused) */

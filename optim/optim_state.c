@@ -78,6 +78,7 @@ bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
         slot *d = &dst->s[i];
         const slot *s = &src->s[i];
         d->step = s->step;
+        d->lr_scale = s->lr_scale;
         copy_overlap(d, d->buf1, s, s->buf1);
         copy_overlap(d, d->buf2, s, s->buf2);
     }
@@ -154,6 +155,12 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix)
         if (ok && s->buf2)
             ok = key(name, sizeof name, prefix, s->name, "exp_avg_sq") &&
                  cg_st_add_f32(w, name, s->buf2);
+        if (ok && s->lr_scale != 1.0) { /* at 1, a file as before scales existed */
+            char value[64];
+            cg_snprintf_c(value, sizeof value, "%.17g", s->lr_scale);
+            ok = key(name, sizeof name, prefix, s->name, "lr_scale") &&
+                 cg_st_set_metadata(w, name, value);
+        }
     }
     return ok;
 }
@@ -187,6 +194,34 @@ static bool meta_double(const cg_st_file *f, const char *prefix, const char *k, 
     return true;
 }
 
+/* The learning-rate scale of s's parameter in f: metadata
+ * "<prefix>.<name>.lr_scale", 1 without it (a scale of 1 is not written,
+ * and a file from before scales existed has none). False + error naming
+ * the entry if it is not a finite number >= 0. */
+static bool load_lr_scale(const cg_st_file *f, const char *prefix, const slot *s, double *out)
+{
+    char name[1024];
+    if (!key(name, sizeof name, prefix, s->name, "lr_scale"))
+        return false;
+    const char *v = cg_st_metadata(f, name);
+    *out = 1.0;
+    if (!v)
+        return true;
+    char *end;
+    errno = 0;
+    double d = cg_strtod_c(v, &end);
+    /* ERANGE with a nonzero finite result is a subnormal scale, which
+     * cg_optim_set_lr_scale takes and "%.17g" writes exactly: kept */
+    if (end == v || *end || (errno == ERANGE && d == 0) || !isfinite(d) || !(d >= 0)) {
+        cg_set_error("optim_load: %s: metadata '%s' = '%s' is not a learning-rate scale (a "
+                     "finite number >= 0)",
+                     cg_st_path(f), name, v);
+        return false;
+    }
+    *out = d == 0 ? 0.0 : d;
+    return true;
+}
+
 /* The state of one parameter read from f into fresh buffers of ns. */
 static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_config *c,
                       const slot *s, slot *ns)
@@ -196,6 +231,8 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
     int nd;
     int64_t shape[CG_MAX_DIMS];
     const char *path = cg_st_path(f);
+    if (!load_lr_scale(f, prefix, s, &ns->lr_scale))
+        return false;
     if (!key(name, sizeof name, prefix, s->name, "step"))
         return false;
     if (!cg_st_has(f, name)) {
@@ -308,6 +345,33 @@ static bool check_no_strays(const cg_optim *o, const cg_st_file *f, const char *
     return true;
 }
 
+/* Every "<prefix>.<name>.lr_scale" metadata entry of f must name one of o's
+ * parameters (a scale for another parameter is another optimizer's). */
+static bool check_no_stray_scales(const cg_optim *o, const cg_st_file *f, const char *prefix)
+{
+    static const char suffix[] = ".lr_scale";
+    const size_t lp = strlen(prefix), ls = sizeof suffix - 1;
+    for (int i = 0; i < cg_st_metadata_count(f); i++) {
+        const char *k = cg_st_metadata_key(f, i);
+        size_t lk = strlen(k);
+        if (lk <= lp + 1 + ls || strncmp(k, prefix, lp) != 0 || k[lp] != '.' ||
+            strcmp(k + lk - ls, suffix) != 0)
+            continue;
+        const char *pname = k + lp + 1;
+        const size_t ln = lk - lp - 1 - ls;
+        bool known = false;
+        for (int j = 0; !known && j < o->n; j++)
+            known = strlen(o->s[j].name) == ln && strncmp(o->s[j].name, pname, ln) == 0;
+        if (!known) {
+            cg_set_error("optim_load: %s: metadata '%s' is the learning-rate scale of no "
+                         "parameter of the optimizer",
+                         cg_st_path(f), k);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
 {
     if (!o || !f) {
@@ -354,7 +418,8 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
         return false;
     char what[512];
     snprintf(what, sizeof what, "optim_load: %s", path);
-    if (!cg_optim_check_config(what, &c) || !check_no_strays(o, f, prefix, &c))
+    if (!cg_optim_check_config(what, &c) || !check_no_strays(o, f, prefix, &c) ||
+        !check_no_stray_scales(o, f, prefix))
         return false;
 
     slot *ns = calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *ns);
@@ -373,6 +438,7 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
             s->buf1 = ns[i].buf1;
             s->buf2 = ns[i].buf2;
             s->step = ns[i].step;
+            s->lr_scale = ns[i].lr_scale;
             ns[i].buf1 = ns[i].buf2 = NULL;
         }
         o->cfg = c;

@@ -100,13 +100,22 @@ static void gather(cg_tensor *ps[OPT_NPARAMS], float *out)
         ck_assert(cg_copy_to(ps[j], out + offset_of(j)));
 }
 
-/* Run the fixture's steps and compare every parameter after every step. */
+static void set_scales(cg_optim *o, const double scales[OPT_NPARAMS])
+{
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert_msg(cg_optim_set_lr_scale(o, j, scales[j]), "%s", cg_last_error());
+}
+
+/* Run the fixture's steps and compare every parameter after every step;
+ * scales: each parameter's learning-rate scale (NULL: none set). */
 static void check_against_torch(cg_optim_config cfg, const double *lrs,
-                                const float expect[OPT_NSTEPS][OPT_N])
+                                const float expect[OPT_NSTEPS][OPT_N], const double *scales)
 {
     cg_tensor *ps[OPT_NPARAMS];
     make_params(ps);
     cg_optim *o = make_optim(&cfg, ps);
+    if (scales)
+        set_scales(o, scales);
     float got[OPT_N];
     for (int k = 0; k < OPT_NSTEPS; k++) {
         do_step(o, ps, k, lrs[k]);
@@ -128,32 +137,34 @@ static void check_against_torch(cg_optim_config cfg, const double *lrs,
 
 START_TEST(sgd_momentum_wd)
 {
-    check_against_torch(cg_sgd_config(0.1, 0.9, false), OPT_LR_SGD, OPT_EXPECT_SGD);
+    check_against_torch(cg_sgd_config(0.1, 0.9, false), OPT_LR_SGD, OPT_EXPECT_SGD, NULL);
 }
 END_TEST
 
 START_TEST(sgd_nesterov_wd)
 {
-    check_against_torch(cg_sgd_config(0.1, 0.9, true), OPT_LR_SGD_NESTEROV,
-                        OPT_EXPECT_SGD_NESTEROV);
+    check_against_torch(cg_sgd_config(0.1, 0.9, true), OPT_LR_SGD_NESTEROV, OPT_EXPECT_SGD_NESTEROV,
+                        NULL);
 }
 END_TEST
 
 START_TEST(sgd_plain_wd)
 {
-    check_against_torch(cg_sgd_config(0.1, 0.0, false), OPT_LR_SGD_PLAIN, OPT_EXPECT_SGD_PLAIN);
+    check_against_torch(cg_sgd_config(0.1, 0.0, false), OPT_LR_SGD_PLAIN, OPT_EXPECT_SGD_PLAIN,
+                        NULL);
 }
 END_TEST
 
 START_TEST(adam_l2)
 {
-    check_against_torch(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT_LR_ADAM, OPT_EXPECT_ADAM);
+    check_against_torch(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT_LR_ADAM, OPT_EXPECT_ADAM, NULL);
 }
 END_TEST
 
 START_TEST(adamw_decoupled)
 {
-    check_against_torch(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW, OPT_EXPECT_ADAMW);
+    check_against_torch(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW, OPT_EXPECT_ADAMW,
+                        NULL);
 }
 END_TEST
 
@@ -1930,6 +1941,362 @@ START_TEST(load_strays_by_kind)
 }
 END_TEST
 
+/* ------------------------------------------------ learning-rate scales */
+
+/* The fixture parameters' scales: 0.1x, 1x, 3x, and 0.5x on d, which never
+ * has a gradient. */
+static const double SCALES[OPT_NPARAMS] = {0.1, 1.0, 3.0, 0.5};
+
+/* Parameter ja's step count and state buffers in a equal jb's in b, bit
+ * for bit. */
+static void assert_same_param_state(const cg_optim *a, int ja, const cg_optim *b, int jb,
+                                    cg_optim_type type)
+{
+    ck_assert_int_eq(cg_optim_param_steps(a, ja), cg_optim_param_steps(b, jb));
+    for (int s = 0; s < (type == CG_OPTIM_SGD ? 1 : 2); s++) {
+        const char *what =
+            s == 1 ? "exp_avg_sq" : (type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg");
+        cg_tensor *x = cg_optim_state(a, ja, what), *y = cg_optim_state(b, jb, what);
+        ck_assert(x && y && cg_numel(x) == cg_numel(y));
+        ck_assert_msg(memcmp(cg_data(x), cg_data(y), (size_t)cg_numel(x) * sizeof(float)) == 0,
+                      "%s of parameter %d differs", what, ja);
+    }
+}
+
+/* AdamW with a scale per parameter against torch.optim.AdamW with one param
+ * group per parameter at lr * scale (0.1x, 2.5x, 0, 1x), the rate changing
+ * every step. */
+START_TEST(lr_scale_as_torch)
+{
+    check_against_torch(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW,
+                        OPT_EXPECT_ADAMW_SCALED, OPT_LR_SCALES);
+}
+END_TEST
+
+/* A parameter at scale s steps exactly as an optimizer of its own at the
+ * rate lr*s (computed in double by its caller), while a schedule changes
+ * lr every step: values, moments and step counts bit for bit; at scale 1
+ * exactly as without scales. */
+static void own_rate_case(cg_optim_config cfg, const double *lrs)
+{
+    cg_tensor *a[OPT_NPARAMS], *r[OPT_NPARAMS];
+    make_params(a);
+    make_params(r);
+    cg_optim *oa = make_optim(&cfg, a), *own[OPT_NPARAMS];
+    set_scales(oa, SCALES);
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        own[j] = cg_optim_new(&cfg, 1, &(cg_optim_param){OPT_NAMES[j], r[j], OPT_WD[j]});
+        ck_assert_ptr_nonnull(own[j]);
+    }
+    float va[OPT_N], vr[OPT_N];
+    for (int k = 0; k < OPT_NSTEPS; k++) {
+        do_step(oa, a, k, lrs[k]);
+        for (int j = 0; j < OPT_NPARAMS; j++) {
+            set_grad(r[j], OPT_HAS_GRAD[k][j] ? OPT_G[k] + offset_of(j) : NULL);
+            ck_assert(cg_optim_set_lr(own[j], lrs[k] * SCALES[j]));
+            ck_assert_msg(cg_optim_step(own[j]), "%s", cg_last_error());
+        }
+        gather(a, va);
+        gather(r, vr);
+        for (int e = 0; e < OPT_N; e++)
+            ck_assert_msg(memcmp(&va[e], &vr[e], sizeof(float)) == 0,
+                          "%s, step %d, element %d: %.9g with scales, %.9g at its own rate",
+                          cg_optim_type_name(cfg.type), k, e, (double)va[e], (double)vr[e]);
+    }
+    ck_assert(cg_optim_lr(oa) == lrs[OPT_NSTEPS - 1]); /* the rate set, unscaled */
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        assert_same_param_state(oa, j, own[j], 0, cfg.type);
+        cg_optim_free(own[j]);
+    }
+    cg_optim_free(oa);
+    release_params(a);
+    release_params(r);
+}
+
+START_TEST(lr_scale_is_own_rate)
+{
+    own_rate_case(cg_sgd_config(0.1, 0.9, false), OPT_LR_SGD);
+    own_rate_case(cg_sgd_config(0.1, 0.9, true), OPT_LR_SGD_NESTEROV);
+    own_rate_case(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT_LR_ADAM);
+    own_rate_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW);
+}
+END_TEST
+
+/* Scale 0 (a group lr of 0 in PyTorch): the parameter's values stay bit for
+ * bit (AdamW's decay is 1 - 0*wd = 1), while its moments and step count
+ * advance exactly as those of an optimizer of its own at lr 0; the other
+ * parameters step as without the scale. */
+START_TEST(lr_scale_zero)
+{
+    const cg_optim_config cfgs[3] = {cg_adamw_config(1e-2, 0.9, 0.99, 1e-8),
+                                     cg_adam_config(1e-2, 0.9, 0.98, 1e-9),
+                                     cg_sgd_config(0.1, 0.9, false)};
+    for (int c = 0; c < 3; c++) {
+        cg_tensor *a[OPT_NPARAMS], *b[OPT_NPARAMS];
+        make_params(a);
+        make_params(b);
+        cg_tensor *wz = cg_requires_grad(cg_from_data(CG_SHAPE(3, 4), OPT_P0), true);
+        cg_optim *oa = make_optim(&cfgs[c], a), *ob = make_optim(&cfgs[c], b);
+        cg_optim *zero = cg_optim_new(&cfgs[c], 1, &(cg_optim_param){"w", wz, OPT_WD[0]});
+        ck_assert(zero && cg_optim_set_lr_scale(oa, 0, 0.0) && cg_optim_param_lr_scale(oa, 0) == 0);
+        for (int k = 0; k < OPT_NSTEPS; k++) {
+            do_step(oa, a, k, 1e-2);
+            do_step(ob, b, k, 1e-2);
+            set_grad(wz, OPT_G[k]); /* w has a gradient at every step */
+            ck_assert(cg_optim_set_lr(zero, 0.0) && cg_optim_step(zero));
+        }
+        const char *name = cg_optim_type_name(cfgs[c].type);
+        ck_assert_msg(memcmp(cg_data(a[0]), OPT_P0, 12 * sizeof(float)) == 0, "%s: w moved", name);
+        ck_assert(memcmp(cg_data(wz), OPT_P0, 12 * sizeof(float)) == 0);
+        ck_assert_int_eq(cg_optim_param_steps(oa, 0), OPT_NSTEPS);
+        assert_same_param_state(oa, 0, zero, 0, cfgs[c].type);
+        const cg_tensor *m = cg_optim_state(oa, 0, c == 2 ? "momentum_buffer" : "exp_avg");
+        ck_assert_msg(cg_data((cg_tensor *)m)[0] != 0, "%s: the state did not advance", name);
+        for (int j = 1; j < OPT_NPARAMS; j++)
+            ck_assert_msg(
+                memcmp(cg_data(a[j]), cg_data(b[j]), (size_t)cg_numel(a[j]) * sizeof(float)) == 0,
+                "%s: parameter %d", name, j);
+        ck_assert(memcmp(cg_data(b[0]), OPT_P0, 12 * sizeof(float)) != 0); /* unscaled: moved */
+        cg_optim_free(zero);
+        cg_optim_free(ob);
+        cg_optim_free(oa);
+        cg_release(wz);
+        release_params(a);
+        release_params(b);
+    }
+}
+END_TEST
+
+/* A scale that is not finite and >= 0, or a parameter that is not there,
+ * is refused in one line naming them; nothing changes. -0 is 0. */
+START_TEST(lr_scale_refusals)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    cg_optim *o = make_optim(&cfg, ps);
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_optim_param_lr_scale(o, j) == 1.0);
+    ck_assert(cg_optim_set_lr_scale(o, 1, 0.25));
+    do_step(o, ps, 0, 1e-2);
+    float before[OPT_N], after[OPT_N], m0[4], m1[4];
+    gather(ps, before);
+    ck_assert(cg_copy_to(cg_optim_state(o, 1, "exp_avg"), m0));
+    const double bad[] = {-1e-3, -INFINITY, NAN, INFINITY, -NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(o, 1, bad[i]),
+                          "optim_set_lr_scale: parameter 'b': learning-rate scale");
+        assert_error_has("must be finite and >= 0 (kept 0.25)");
+        ck_assert(cg_optim_param_lr_scale(o, 1) == 0.25);
+    }
+    CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(o, 1, -1e-3), "scale -0.001 must be");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(o, -1, 1.0), "no parameter -1 (the optimizer has 4)");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(o, OPT_NPARAMS, 1.0), "no parameter 4");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(NULL, 0, 1.0), "cg_optim_set_lr_scale: input is NULL");
+    CG_ASSERT_REFUSED(cg_optim_param_lr_scale(o, OPT_NPARAMS) == -1, "no parameter 4");
+    CG_ASSERT_REFUSED(cg_optim_param_lr_scale(NULL, 0) == -1, "no parameter 0");
+    /* nothing changed: values, state, counts, rate and the other scales */
+    gather(ps, after);
+    ck_assert(memcmp(before, after, sizeof after) == 0);
+    ck_assert(cg_copy_to(cg_optim_state(o, 1, "exp_avg"), m1));
+    ck_assert(memcmp(m0, m1, sizeof m1) == 0);
+    ck_assert(cg_optim_steps(o) == 1 && cg_optim_param_steps(o, 1) == 1 && cg_optim_lr(o) == 1e-2);
+    ck_assert(cg_optim_param_lr_scale(o, 0) == 1.0 && cg_optim_param_lr_scale(o, 1) == 0.25);
+    /* -0 is taken as 0 (the same rate), a large finite scale as it is */
+    ck_assert(cg_optim_set_lr_scale(o, 2, -0.0));
+    ck_assert(cg_optim_param_lr_scale(o, 2) == 0 && !signbit(cg_optim_param_lr_scale(o, 2)));
+    ck_assert(cg_optim_set_lr_scale(o, 3, 1e300) && cg_optim_param_lr_scale(o, 3) == 1e300);
+    cg_optim_free(o);
+    release_params(ps);
+}
+END_TEST
+
+/* A copy of path with metadata key set to value (added if absent). */
+static void write_with_meta(const char *path, const char *out, const char *key, const char *value)
+{
+    cg_st_file *f = cg_st_open(path);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(f && w);
+    copy_tensors(f, w, NULL, 0, 0, NULL);
+    copy_metadata(f, w, NULL, NULL);
+    ck_assert(cg_st_set_metadata(w, key, value));
+    cg_st_close(f);
+    ck_assert(cg_st_writer_save(w, out));
+    cg_st_writer_free(w);
+}
+
+/* The scales go into the file as "<prefix>.<name>.lr_scale", those other
+ * than 1 only (a file without scales is the file as before), and come
+ * back exactly; a file without them (one written before scales existed)
+ * loads every scale as 1; a damaged entry, or one for a parameter the
+ * optimizer lacks, is refused naming it, the optimizer unchanged. */
+START_TEST(lr_scale_state)
+{
+    static const double scales[OPT_NPARAMS] = {0.1, 1.0, 1.0 / 3, 0.0},
+                        other[OPT_NPARAMS] = {7, 7, 7, 7};
+    char path[4096], plain[4096], bad[4096]; /* in_dir's buffer is reused */
+    snprintf(path, sizeof path, "%s", in_dir("scaled.safetensors"));
+    snprintf(plain, sizeof plain, "%s", in_dir("plain.safetensors"));
+    snprintf(bad, sizeof bad, "%s", in_dir("bad.safetensors"));
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim *o = make_optim(&cfg, ps);
+    set_scales(o, scales);
+    do_step(o, ps, 0, 1e-2);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_optim_save(o, w, "opt") && cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    cg_optim_free(o);
+    write_state(plain, cfg); /* every scale 1: no entries */
+    cg_st_file *f = cg_st_open(path), *g = cg_st_open(plain);
+    ck_assert(f && g);
+    ck_assert_str_eq(cg_st_metadata(f, "opt.w.lr_scale"), "0.10000000000000001");
+    ck_assert_ptr_null(cg_st_metadata(f, "opt.b.lr_scale"));
+    ck_assert_str_eq(cg_st_metadata(f, "opt.c.lr_scale"), "0.33333333333333331");
+    ck_assert_str_eq(cg_st_metadata(f, "opt.d.lr_scale"), "0");
+    for (int i = 0; i < cg_st_metadata_count(g); i++)
+        ck_assert_ptr_null(strstr(cg_st_metadata_key(g, i), "lr_scale"));
+    /* back exactly, over the scales the optimizer had */
+    cg_optim *r = make_optim(&cfg, ps);
+    set_scales(r, other);
+    ck_assert_msg(cg_optim_load(r, f, "opt"), "%s", cg_last_error());
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_optim_param_lr_scale(r, j) == scales[j]);
+    cg_st_close(f);
+    /* a file without entries: every scale 1 */
+    set_scales(r, other);
+    ck_assert_msg(cg_optim_load(r, g, "opt"), "%s", cg_last_error());
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_optim_param_lr_scale(r, j) == 1.0);
+    cg_st_close(g);
+    /* the smallest subnormal scale, which strtod reads with ERANGE, round-trips */
+    o = make_optim(&cfg, ps);
+    ck_assert(cg_optim_set_lr_scale(o, 2, 0x1p-1074));
+    w = cg_st_writer_new();
+    ck_assert(cg_optim_save(o, w, "opt") && cg_st_writer_save(w, bad));
+    cg_st_writer_free(w);
+    cg_optim_free(o);
+    g = cg_st_open(bad);
+    ck_assert_msg(g && cg_optim_load(r, g, "opt"), "%s", cg_last_error());
+    ck_assert(cg_optim_param_lr_scale(r, 2) == 0x1p-1074 && cg_optim_param_lr_scale(r, 0) == 1);
+    cg_st_close(g);
+    /* damaged entries, and one for a parameter the optimizer lacks */
+    static const struct {
+        const char *key, *value, *msg;
+    } cases[] = {
+        {"opt.w.lr_scale", "-0.5",
+         "metadata 'opt.w.lr_scale' = '-0.5' is not a learning-rate "
+         "scale (a finite number >= 0)"},
+        {"opt.w.lr_scale", "nan", "'opt.w.lr_scale' = 'nan' is not a learning-rate scale"},
+        {"opt.c.lr_scale", "inf", "'opt.c.lr_scale' = 'inf' is not"},
+        {"opt.c.lr_scale", "1e999", "'opt.c.lr_scale' = '1e999' is not"},
+        {"opt.d.lr_scale", "1e-999", "'opt.d.lr_scale' = '1e-999' is not"},
+        {"opt.w.lr_scale", "0.1x", "'opt.w.lr_scale' = '0.1x' is not"},
+        {"opt.b.lr_scale", "", "'opt.b.lr_scale' = '' is not"},
+        {"opt.e.lr_scale", "0.5",
+         "metadata 'opt.e.lr_scale' is the learning-rate scale of no "
+         "parameter of the optimizer"},
+    };
+    set_scales(r, other);
+    float m0[12], m1[12];
+    ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m0));
+    const int64_t steps = cg_optim_steps(r);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        write_with_meta(path, bad, cases[k].key, cases[k].value);
+        cg_st_file *b = cg_st_open(bad);
+        ck_assert_ptr_nonnull(b);
+        CG_ASSERT_REFUSED(!cg_optim_load(r, b, "opt"), cases[k].msg);
+        cg_st_close(b);
+        for (int j = 0; j < OPT_NPARAMS; j++)
+            ck_assert(cg_optim_param_lr_scale(r, j) == 7);
+        ck_assert(cg_optim_steps(r) == steps && cg_optim_lr(r) == 1e-2);
+        ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m1));
+        ck_assert(memcmp(m0, m1, sizeof m1) == 0);
+    }
+    /* another prefix's scales are not this one's */
+    write_with_meta(path, bad, "opt2.e.lr_scale", "0.5");
+    cg_st_file *b = cg_st_open(bad);
+    ck_assert_msg(b && cg_optim_load(r, b, "opt"), "%s", cg_last_error());
+    ck_assert(cg_optim_param_lr_scale(r, 0) == 0.1);
+    cg_st_close(b);
+    cg_optim_free(r);
+    release_params(ps);
+}
+END_TEST
+
+/* cg_optim_copy_state carries the scales (gathering shards, splitting into
+ * them); shards with the scales give their owned elements the unsharded
+ * optimizer's values bit for bit; a shard loads them with its run. */
+START_TEST(lr_scale_shards_and_copies)
+{
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    cg_tensor *a[OPT_NPARAMS], *s[NSHARD][OPT_NPARAMS];
+    make_params(a);
+    cg_optim *oa = make_optim(&cfg, a), *os[NSHARD];
+    set_scales(oa, SCALES);
+    for (int k = 0; k < NSHARD; k++) {
+        make_params(s[k]);
+        os[k] = make_shard(&cfg, s[k], k);
+        set_scales(os[k], SCALES);
+    }
+    float va[OPT_N], vs[OPT_N];
+    for (int step = 0; step < OPT_NSTEPS; step++) {
+        do_step(oa, a, step, OPT_LR_ADAMW[step]);
+        for (int k = 0; k < NSHARD; k++)
+            do_step(os[k], s[k], step, OPT_LR_ADAMW[step]);
+        share_owned(s);
+        gather(a, va);
+        for (int k = 0; k < NSHARD; k++) {
+            gather(s[k], vs);
+            ck_assert_msg(memcmp(va, vs, sizeof va) == 0, "step %d, shard %d differs", step, k);
+        }
+    }
+    /* the scales did something: w is not where an unscaled run takes it */
+    ck_assert(fabsf(va[0] - OPT_EXPECT_ADAMW[OPT_NSTEPS - 1][0]) > 1e-4f);
+
+    /* gathered into a whole optimizer: the scales come with the state */
+    cg_tensor *f[OPT_NPARAMS];
+    make_params(f);
+    cg_optim *full = make_optim(&cfg, f);
+    for (int k = 0; k < NSHARD; k++)
+        ck_assert_msg(cg_optim_copy_state(full, os[k]), "%s", cg_last_error());
+    assert_same_state(full, oa, cfg);
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_optim_param_lr_scale(full, j) == SCALES[j]);
+    /* split: a fresh shard takes them from the whole */
+    cg_optim *split = make_shard(&cfg, f, 1);
+    ck_assert(cg_optim_copy_state(split, oa));
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_optim_param_lr_scale(split, j) == SCALES[j]);
+    cg_optim_free(split);
+    /* a shard loads them from the gathered file, with its run */
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_optim_save(full, w, "opt") && cg_st_writer_save(w, in_dir("full.st")));
+    cg_st_writer_free(w);
+    cg_st_file *file = cg_st_open(in_dir("full.st"));
+    ck_assert_ptr_nonnull(file);
+    cg_tensor *q[OPT_NPARAMS];
+    make_params(q);
+    cg_optim *loaded = make_shard(&cfg, q, 2);
+    ck_assert_msg(cg_optim_load(loaded, file, "opt"), "%s", cg_last_error());
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_optim_param_lr_scale(loaded, j) == SCALES[j]);
+    assert_same_state(loaded, os[2], cfg);
+    cg_st_close(file);
+    cg_optim_free(loaded);
+    release_params(q);
+    cg_optim_free(full);
+    release_params(f);
+    for (int k = 0; k < NSHARD; k++) {
+        cg_optim_free(os[k]);
+        release_params(s[k]);
+    }
+    cg_optim_free(oa);
+    release_params(a);
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -1996,6 +2363,16 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, step_errors);
     tcase_add_test(tc, accessors);
     tcase_add_test(tc, from_module);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("lr_scale");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, lr_scale_as_torch);
+    tcase_add_test(tc, lr_scale_is_own_rate);
+    tcase_add_test(tc, lr_scale_zero);
+    tcase_add_test(tc, lr_scale_refusals);
+    tcase_add_test(tc, lr_scale_state);
+    tcase_add_test(tc, lr_scale_shards_and_copies);
     suite_add_tcase(s, tc);
     return s;
 }
