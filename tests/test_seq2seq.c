@@ -2182,6 +2182,21 @@ START_TEST(test_cli_curve_before_first_evaluation)
 }
 END_TEST
 
+/* A char model trained on small.tsv (written first) into ck, with flags
+ * (the steps) after the shared ones. */
+static void train_small_char(const char *ck, const char *flags)
+{
+    char args[3 * PATH_MAX], *out, *err;
+    snprintf(args, sizeof args,
+             "train --tokenizer char --data '%s' --out '%s' --valid-size 4 --test-size 4 "
+             "--test-limit 0 --max-tokens 200 --threads 1 %s",
+             tmp_path("small.tsv"), ck, flags);
+    int rc = run(args, NULL, &out, &err);
+    ck_assert_msg(rc == 0, "train failed: %s", err);
+    free(out);
+    free(err);
+}
+
 /* A NaN stops training naming the step and the tensor, and keeps the
  * checkpoint; with --skip-nonfinite such steps are skipped with a warning
  * each (as charlm train does) */
@@ -2193,15 +2208,8 @@ START_TEST(test_cli_nonfinite)
     char ck[PATH_MAX], bad[PATH_MAX], args[3 * PATH_MAX], *out, *err;
     snprintf(ck, sizeof ck, "%s", tmp_path("good.safetensors"));
     snprintf(bad, sizeof bad, "%s", tmp_path("bad.safetensors"));
-    snprintf(args, sizeof args,
-             "train --tokenizer char --data '%s' --out '%s' --steps 8 --stop-at 2 --eval-every 4 "
-             "--valid-size 4 "
-             "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
-             tmp_path("small.tsv"), ck);
-    int rc = run(args, NULL, &out, &err);
-    ck_assert_msg(rc == 0, "train failed: %s", err);
-    free(out);
-    free(err);
+    train_small_char(ck, "--steps 8 --stop-at 2 --eval-every 4");
+    int rc;
     poison_copy(ck, bad, "emb.weight", false);
     size_t n0 = 0, n1 = 0;
     char *before = read_file(bad, &n0);
@@ -2282,14 +2290,8 @@ START_TEST(test_cli_translate_nbest)
     write_small(tmp_path("small.tsv"));
     char ck[PATH_MAX], args[3 * PATH_MAX], *out, *err, *plain;
     snprintf(ck, sizeof ck, "%s", tmp_path("nbest.safetensors"));
-    snprintf(args, sizeof args,
-             "train --tokenizer char --data '%s' --out '%s' --steps 3 --valid-size 4 "
-             "--test-size 4 --test-limit 0 --max-tokens 200 --threads 1",
-             tmp_path("small.tsv"), ck);
-    int rc = run(args, NULL, &out, &err);
-    ck_assert_msg(rc == 0, "train failed: %s", err);
-    free(out);
-    free(err);
+    train_small_char(ck, "--steps 3");
+    int rc;
     snprintf(args, sizeof args, "translate --ckpt '%s' --beam 3 --threads 1", ck);
     ck_assert(run(args, "the dog 2.\nthe moon 5.\n", &plain, &err) == 0);
     free(err);
