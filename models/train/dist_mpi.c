@@ -86,9 +86,11 @@ static void *watchdog_main(void *arg)
                     "another rank probably died, hangs or took a different code path; "
                     "aborting the job\n",
                     g_rank, g_wd_what, g_timeout);
-            /* exit: a rank is stuck in a collective; only ending the whole job frees the others */
-            MPI_Abort(MPI_COMM_WORLD, 124);
-            _exit(124); /* exit: MPI_Abort returned: this rank ends all the same */
+            /* exit: a rank is stuck in a collective; only ending the whole job frees the
+             * others. This rank ends without finalizing, which mpirun answers by ending the
+             * job (its exit status this one's): MPI_Abort is not called, since MPI was
+             * started MPI_THREAD_FUNNELED and this is not the main thread. */
+            _exit(124);
         }
     }
     pthread_mutex_unlock(&g_wd_mu);
