@@ -4,6 +4,7 @@
 
 #include "autograd/autograd.h"
 #include "core/shares.h"
+#include "core/parse.h"
 #include "core/vmath.h"
 
 #include <math.h>
@@ -13,8 +14,9 @@
 
 typedef struct {
     char *name;
-    cg_tensor *p;   /* the parameter, retained */
-    cg_tensor *avg; /* its average, owned */
+    cg_tensor *p;        /* the parameter, retained */
+    cg_tensor *avg;      /* its average, owned */
+    uint64_t swapped_at; /* p's version once the average was swapped in */
 } ema_slot;
 
 struct cg_ema {
@@ -186,6 +188,8 @@ bool cg_ema_update(cg_ema *e)
     if (!params_usable(e, "ema_update"))
         return false;
     run_pass(e, false);
+    for (int i = 0; i < e->n; i++) /* cg_ema_average hands it out: announced once written */
+        cg_tensor_modified(e->s[i].avg);
     e->updates++;
     return true;
 }
@@ -198,10 +202,21 @@ bool cg_ema_swap(cg_ema *e)
     }
     if (!params_usable(e, "ema_swap"))
         return false;
+    for (int i = 0; e->swapped && i < e->n; i++)
+        if (cg_version(e->s[i].p) != e->s[i].swapped_at) {
+            cg_set_error("ema_swap: parameter '%s' was written while it held the average (an "
+                         "optimizer step, a load, a merge?): swapping back would undo that",
+                         e->s[i].name);
+            return false;
+        }
     run_pass(e, true);
-    for (int i = 0; i < e->n; i++) /* announced once written */
+    for (int i = 0; i < e->n; i++) { /* announced once written */
         cg_tensor_modified(e->s[i].p);
+        cg_tensor_modified(e->s[i].avg);
+    }
     e->swapped = !e->swapped;
+    for (int i = 0; e->swapped && i < e->n; i++)
+        e->s[i].swapped_at = cg_version(e->s[i].p);
     return true;
 }
 
@@ -259,15 +274,22 @@ bool cg_ema_save(const cg_ema *e, cg_st_writer *w, const char *prefix)
         cg_set_error("ema_save: %s is NULL", !e ? "the average" : "the writer");
         return false;
     }
+    if (e->swapped) {
+        cg_set_error("ema_save: the parameters hold the average (cg_ema_swap): the trained "
+                     "weights would be in no file; swap back first");
+        return false;
+    }
     if (!prefix)
         prefix = "ema";
     char k[1024];
     for (int i = 0; i < e->n; i++)
         if (!key(k, sizeof k, prefix, e->s[i].name) || !cg_st_add_f32(w, k, cg_ema_average(e, i)))
             return false;
-    return key(k, sizeof k, prefix, "decay") && cg_st_set_metadata_number(w, k, e->decay) &&
-           key(k, sizeof k, prefix, "updates") &&
-           cg_st_set_metadata_number(w, k, (double)e->updates);
+    char v[64], u[32];
+    cg_snprintf_c(v, sizeof v, "%.17g", e->decay);
+    snprintf(u, sizeof u, "%lld", (long long)e->updates);
+    return key(k, sizeof k, prefix, "decay") && cg_st_set_metadata(w, k, v) &&
+           key(k, sizeof k, prefix, "updates") && cg_st_set_metadata(w, k, u);
 }
 
 /* The metadata: decay in [0, 1] and a whole update count in [0, 2^53]. */
@@ -370,7 +392,10 @@ bool cg_ema_load(cg_ema *e, const cg_st_file *f, const char *prefix)
     if (!ok) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", cg_last_error());
-        cg_set_error("ema_load: %s: %s", cg_st_path(f), msg);
+        if (strstr(msg, cg_st_path(f))) /* the reader's messages name the file already */
+            cg_set_error("ema_load: %s", msg);
+        else
+            cg_set_error("ema_load: %s: %s", cg_st_path(f), msg);
         return false;
     }
     e->decay = decay;

@@ -1,6 +1,6 @@
 /* cgrad optim: an exponential moving average of a model's weights
- * (PyTorch's torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn,
- * timm's ModelEmaV2, fairseq's --ema-decay), for evaluating or keeping
+ * (PyTorch's torch.optim.swa_utils.AveragedModel with an EMA average
+ * function, timm's ModelEmaV2, fairseq's --ema-decay), for evaluating or keeping
  * weights smoother than the last step's:
  *
  *     cg_ema *ema = cg_ema_new(CG_MODULE(model), 0.999);
@@ -8,7 +8,8 @@
  *         ... cg_train_step(opt, loss);
  *         cg_ema_update(ema);
  *     }
- *     cg_ema_swap(ema);    the model now holds the average: evaluate, save
+ *     cg_ema_swap(ema);    the model now holds the average: evaluate it,
+ *                          export it (cg_module_save)
  *     cg_ema_swap(ema);    and the trained weights again
  *     cg_ema_free(ema);
  *
@@ -21,9 +22,13 @@
  *     w = 1 - decay < 0.5:  avg = avg + w * (param - avg)
  *     otherwise:            avg = param - (param - avg) * (1 - w)
  * without a fused multiply-add: the same bits on every CPU and at any
- * thread count, within one float32 ulp of PyTorch 1.13's (its vectorized
- * lerp fuses them; measured over 100,000 elements at decays 0.999, 0.9,
- * 0.3). decay 1 keeps the first copy; 0 follows the parameters.
+ * thread count; PyTorch 1.13's torch.lerp differs by at most one float32
+ * ulp of the larger operand (its vectorized kernel fuses them; measured
+ * over 100,000 elements at decays 0.999, 0.9, 0.3), more in ulps of a
+ * result near zero, where the two cancel. decay 1 keeps the first copy; 0
+ * follows the parameters. The set of parameters is fixed when the EMA is
+ * made: parameters unfrozen or adapters attached later are not averaged
+ * (make a new one).
  *
  * The parameters are retained; the averages are the EMA's own. Errors:
  * NULL/false + cg_set_error (core/error.h); never exits. */
@@ -49,12 +54,17 @@ cg_ema *cg_ema_new(const cg_module *m, double decay);
 void cg_ema_free(cg_ema *e); /* NULL is a no-op */
 
 /* One update from the parameters' current values (after an optimizer
- * step). False + error, nothing changed, while swapped (the parameters
- * hold the average then) or if a parameter stopped being contiguous. */
+ * step); the averages' readers see the write (cg_tensor_modified). False +
+ * error, nothing changed, while swapped (the parameters hold the average
+ * then) or if a parameter stopped being contiguous. */
 bool cg_ema_update(cg_ema *e);
 /* Exchange the values of the parameters and their averages; calling it
- * again exchanges them back. The parameters' readers see the write
- * (cg_tensor_modified: packed copies of the weights are dropped). */
+ * again exchanges them back. Both sides' readers see the write
+ * (cg_tensor_modified: packed copies of the weights are dropped). The swap
+ * back is refused (false + error naming it, nothing changed) when a
+ * parameter was written while it held the average (an optimizer step, a
+ * load, a LoRA merge), which the swap back would undo: do not train while
+ * swapped. */
 bool cg_ema_swap(cg_ema *e);
 /* Whether the parameters hold the average now (an odd number of swaps). */
 bool cg_ema_swapped(const cg_ema *e);
@@ -81,8 +91,10 @@ const cg_tensor *cg_ema_average(const cg_ema *e, int i);
  * same parameter names and shapes; every entry is checked before anything
  * changes: a missing or extra <prefix>.* tensor, another shape, a value
  * that is not finite, a decay outside [0, 1] or an update count that is
- * not a whole number in [0, 2^53] is refused with an error naming it, and
- * so is loading while swapped (swap back first). */
+ * not a whole number in [0, 2^53] is refused with an error naming it.
+ * Both refuse while swapped (swap back first): a checkpoint saved then
+ * would hold the average twice and the trained weights nowhere. The decay
+ * and the count are written exactly (%.17g, a whole number). */
 bool cg_ema_save(const cg_ema *e, cg_st_writer *w, const char *prefix);
 bool cg_ema_load(cg_ema *e, const cg_st_file *f, const char *prefix);
 

@@ -261,6 +261,51 @@ START_TEST(test_ema_threads)
 }
 END_TEST
 
+/* A review's findings: an update and a swap announce the averages' writes
+ * (a backward that saved an average is refused after, a product reads the
+ * new values); a save while swapped is refused (the trained weights would
+ * be in no file); a swap back over a parameter written while swapped (an
+ * optimizer step) is refused; the decay and the count read back exactly
+ * (0.30000000000000004 came back 0.3). */
+START_TEST(test_ema_review)
+{
+    net n = net_new(7);
+    cg_optim *o = cg_adamw_from_module(n.root, 0.01);
+    cg_ema *e = cg_ema_new(n.root, 0.1 + 0.2), *f = cg_ema_new(n.root, 0.5);
+    cg_rng r = cg_rng_new(8);
+    const cg_tensor *avg = cg_ema_average(e, 0);
+    uint64_t v0 = cg_version(avg);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 4));
+    cg_tensor *y = cg_linear_fn(cg_requires_grad(x, true), (cg_tensor *)avg, NULL);
+    train_step(&n, o, &r);
+    ck_assert(cg_ema_update(e) && cg_version(avg) > v0);
+    CG_ASSERT_FAILS(cg_backward(cg_sum_all(y), NULL, false) ? y : NULL, "modified");
+    ck_assert(cg_ema_swap(e));
+    cg_st_writer *w = cg_st_writer_new();
+    CG_ASSERT_FAILS(cg_ema_save(e, w, NULL) ? w : NULL, "swap back first");
+    train_step(&n, o, &r); /* a step while swapped */
+    CG_ASSERT_FAILS(cg_ema_swap(e) ? e : NULL, "'a.weight' was written");
+    ck_assert(cg_ema_swapped(e));
+    cg_ema_free(e);
+    e = cg_ema_new(n.root, 0.1 + 0.2);
+    ck_assert(cg_ema_update(e) && cg_ema_save(e, w, NULL));
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    cg_test_mkdtemp(dir, sizeof dir, "emarev");
+    snprintf(path, sizeof path, "%s/d.safetensors", dir);
+    ck_assert(cg_st_writer_save(w, path));
+    cg_st_file *sf = cg_st_open(path);
+    ck_assert_msg(cg_ema_load(f, sf, NULL), "%s", cg_last_error());
+    ck_assert(cg_ema_decay(f) == 0.1 + 0.2 && cg_ema_updates(f) == 1);
+    cg_st_close(sf);
+    cg_st_writer_free(w);
+    cg_release_all(2, x, y);
+    cg_ema_free(e);
+    cg_ema_free(f);
+    cg_optim_free(o);
+    cg_module_free(n.root);
+}
+END_TEST
+
 static Suite *ema_suite(void)
 {
     Suite *s = suite_create("ema");
@@ -270,6 +315,7 @@ static Suite *ema_suite(void)
     tcase_add_test(tc, test_ema_params);
     tcase_add_test(tc, test_ema_save_load);
     tcase_add_test(tc, test_ema_threads);
+    tcase_add_test(tc, test_ema_review);
     suite_add_tcase(s, tc);
     return s;
 }
