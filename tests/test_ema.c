@@ -279,7 +279,8 @@ START_TEST(test_ema_review)
     cg_tensor *y = cg_linear_fn(cg_requires_grad(x, true), (cg_tensor *)avg, NULL);
     train_step(&n, o, &r);
     ck_assert(cg_ema_update(e) && cg_version(avg) > v0);
-    CG_ASSERT_FAILS(cg_backward(cg_sum_all(y), NULL, false) ? y : NULL, "modified");
+    cg_tensor *loss = cg_sum_all(y);
+    CG_ASSERT_FAILS(cg_backward(loss, NULL, false) ? y : NULL, "modified");
     ck_assert(cg_ema_swap(e));
     cg_st_writer *w = cg_st_writer_new();
     CG_ASSERT_FAILS(cg_ema_save(e, w, NULL) ? w : NULL, "swap back first");
@@ -298,7 +299,7 @@ START_TEST(test_ema_review)
     ck_assert(cg_ema_decay(f) == 0.1 + 0.2 && cg_ema_updates(f) == 1);
     cg_st_close(sf);
     cg_st_writer_free(w);
-    cg_release_all(2, x, y);
+    cg_release_all(3, x, y, loss);
     cg_ema_free(e);
     cg_ema_free(f);
     cg_optim_free(o);
