@@ -205,7 +205,8 @@ bool cg_ema_swap(cg_ema *e)
     for (int i = 0; e->swapped && i < e->n; i++)
         if (cg_version(e->s[i].p) != e->s[i].swapped_at) {
             cg_set_error("ema_swap: parameter '%s' was written while it held the average (an "
-                         "optimizer step, a load, a merge?): swapping back would undo that",
+                         "optimizer step, a load, a merge?): swapping back would undo that "
+                         "(train after swapping back; cg_ema_free leaves the model as it is)",
                          e->s[i].name);
             return false;
         }
