@@ -2,10 +2,11 @@
 # Data-parallel training combined with the options reviewed on one process
 # (round fourteen; meson suite 'dist'), under mpirun on this machine:
 #   1. seq2seq --max-tokens batches with --grad-accum 3 on 2 and 3 ranks
-#      equal one process (parameters within 1e-5, the loss line alike);
+#      equal one process (parameters and their --ema-decay averages within
+#      1e-5, the loss line alike);
 #      --zero 1 equals the all-reduce run bit for bit; on 2 ranks the
 #      blocking reduction in small buckets equals the one during backward
-#   2. --keep-best --keep-last with --grad-accum and dropout on 2 ranks:
+#   2. --keep-best --keep-last --ema-decay with --grad-accum and dropout on 2 ranks:
 #      stopped at --stop-at and resumed equals the uninterrupted run bit for
 #      bit, with the same files kept
 #   3. --skip-nonfinite under --zero 1: every rank skips the poisoned steps
@@ -52,7 +53,7 @@ zoo_data
 # 1. token-budget batches split over the ranks, accumulated
 S2S=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --valid-size 20
      --test-size 20 --test-limit 1 --threads 1 --eval-every 5 --precision fp32 --seed 3
-     --dropout 0 --max-tokens 300 --steps 10 --grad-accum 3 --data p.tsv)
+     --dropout 0 --max-tokens 300 --steps 10 --grad-accum 3 --ema-decay 0.5 --data p.tsv)
 run s1 "$seq2seq" train "${S2S[@]}" --out s1.st
 run s2 mpi 2 "$seq2seq" train "${S2S[@]}" --out s2.st
 run s3 mpi 3 "$seq2seq" train "${S2S[@]}" --out s3.st
@@ -76,7 +77,8 @@ run s2b timeout 300 "${MPI[@]}" -x CG_DIST_OVERLAP=0 -x CG_DIST_BUCKET_MB=0.001 
 # 2. stop and resume with --keep-best, --keep-last, dropout and accumulation
 K=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --valid-size 20
    --test-size 20 --test-limit 1 --threads 1 --eval-every 3 --precision fp32 --seed 3
-   --dropout 0.1 --max-tokens 250 --steps 10 --grad-accum 2 --keep-best --keep-last 2 --data p.tsv)
+   --dropout 0.1 --max-tokens 250 --steps 10 --grad-accum 2 --keep-best --keep-last 2 --data p.tsv
+   --ema-decay 0.8)
 run ku mpi 2 "$seq2seq" train "${K[@]}" --out u.st
 run kh mpi 2 "$seq2seq" train "${K[@]}" --stop-at 5 --out h.st
 run kr mpi 2 "$seq2seq" train --resume h.st

@@ -22,7 +22,9 @@
 #include "models/charlm/charlm_ckpt.h"
 #include "models/seq2seq/beam.h"
 #include "models/seq2seq/seq2seq_ckpt.h"
+#include "models/train/finetune.h"
 #include "models/zoo/zoo.h"
+#include "optim/ema.h"
 #include "tests/testutil.h"
 
 static char lm_path[64], s2s_path[64], old_path[64];
@@ -385,6 +387,85 @@ START_TEST(test_float64_checkpoint)
 }
 END_TEST
 
+/* Does every trainable parameter of m hold the bits of e's average? */
+static bool params_are_averages(const cg_module *m, const cg_ema *e)
+{
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    bool same = true;
+    for (int i = 0, k = 0; i < l.n; i++) {
+        if (!l.items[i].tensor->requires_grad)
+            continue;
+        const cg_tensor *a = cg_ema_average(e, k++);
+        same = same && memcmp(cg_data(l.items[i].tensor), cg_data(a),
+                              (size_t)cg_numel(a) * sizeof(float)) == 0;
+    }
+    cg_param_list_free(&l);
+    return same;
+}
+
+/* A checkpoint with the weights' average of a run with --ema-decay
+ * (models/train/checkpoint.h cg_ckpt_weights): the loaders give the
+ * average unless asked for the trained weights, and cg_zoo_load scores
+ * with it as a file holding the averages as weights does. */
+START_TEST(test_load_uses_average)
+{
+    char path[64], avg_path[64];
+    snprintf(path, sizeof path, "zoolib_ema_%d.st", (int)getpid());
+    snprintf(avg_path, sizeof avg_path, "zoolib_avg_%d.st", (int)getpid());
+    cg_charlm_ckpt ck;
+    ck_assert(cg_charlm_ckpt_load(lm_path, &ck));
+    ck_assert(!ck.averaged); /* a file without one */
+    cg_module *m = CG_MODULE(ck.model);
+    cg_ema *e = cg_ema_new(m, 0.5);
+    cg_param_list l = {0};
+    ck_assert(e && cg_module_params(m, &l));
+    for (int i = 0; i < l.n; i++) { /* trained on: every weight doubled */
+        float *p = cg_data(l.items[i].tensor);
+        for (int64_t j = 0; j < cg_numel(l.items[i].tensor); j++)
+            p[j] *= 2;
+        cg_tensor_modified(l.items[i].tensor);
+    }
+    cg_param_list_free(&l);
+    ck_assert(cg_ema_update(e)); /* averages 1.5x the first weights */
+    char *cfg = cg_charlm_config_to_json(&ck.model->cfg);
+    const cg_ft_save ft = {.ema = e};
+    ck_assert(cg_ft_ckpt_save(path, &ft, "charlm", cfg, ck.tok, m, NULL, 1, NULL));
+    ck_assert(cg_ema_swap(e)); /* a file holding the averages as its weights */
+    ck_assert(cg_ckpt_save(avg_path, "charlm", cfg, ck.tok, m, NULL, 1, NULL));
+    ck_assert(cg_ema_swap(e));
+    free(cfg);
+
+    cg_charlm_ckpt a, t;
+    ck_assert(cg_charlm_ckpt_load(path, &a));
+    ck_assert(a.averaged && params_are_averages(CG_MODULE(a.model), e));
+    const cg_charlm_load_opts trained = {.dropout = NAN, .weights = CG_CKPT_TRAINED};
+    ck_assert(cg_charlm_ckpt_load_opts(path, &trained, &t));
+    ck_assert(!t.averaged && !params_are_averages(CG_MODULE(t.model), e));
+    cg_param_list lt = {0}, lm = {0};
+    ck_assert(cg_module_params(CG_MODULE(t.model), &lt) && cg_module_params(m, &lm));
+    for (int i = 0; i < lt.n; i++) /* the trained weights, as saved */
+        ck_assert(memcmp(cg_data(lt.items[i].tensor), cg_data(lm.items[i].tensor),
+                         (size_t)cg_numel(lm.items[i].tensor) * sizeof(float)) == 0);
+    cg_param_list_free(&lt);
+    cg_param_list_free(&lm);
+
+    cg_zoo_model *z = cg_zoo_load(path), *za = cg_zoo_load(avg_path);
+    cg_tensor *ids = cg_zoo_encode(z, "the ship and", NULL);
+    ck_assert(z && za && ids);
+    ck_assert_double_eq(cg_zoo_score(z, ids, NULL), cg_zoo_score(za, ids, NULL));
+    cg_release(ids);
+    cg_zoo_free(z);
+    cg_zoo_free(za);
+    cg_charlm_ckpt_free(&a);
+    cg_charlm_ckpt_free(&t);
+    cg_ema_free(e);
+    cg_charlm_ckpt_free(&ck);
+    remove(path);
+    remove(avg_path);
+}
+END_TEST
+
 static Suite *zoolib_suite(void)
 {
     Suite *s = suite_create("zoolib");
@@ -402,6 +483,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_decoding_keeps_mode);
     tcase_add_test(tc, test_one_sequence);
     tcase_add_test(tc, test_float64_checkpoint);
+    tcase_add_test(tc, test_load_uses_average);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -104,6 +104,8 @@ static bool load_adapter(const char *path, const cg_charlm_load_opts *o, cg_char
     } else {
         ok = cg_ft_origin_check(&out->origin, path, base, b.file) &&
              cg_ft_read_adapters(CG_MODULE(b.model), f, path, &b.model->dropout_rng) &&
+             (o->weights == CG_CKPT_TRAINED ||
+              cg_ckpt_use_average(CG_MODULE(b.model), f, path, &out->averaged)) &&
              (out->base_path = strdup(base)) != NULL;
         if (!ok && !cg_has_error())
             cg_set_error("out of memory");
@@ -188,7 +190,9 @@ static int load_at(const char *path, const cg_charlm_load_opts *o, const char *a
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;
     out->model = cg_charlm_new_skip_init(&cfg, o->seed);
-    if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path))
+    if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path) ||
+        (o->weights != CG_CKPT_TRAINED &&
+         !cg_ckpt_use_average(CG_MODULE(out->model), f, path, &out->averaged)))
         goto fail;
     return 1;
 fail:

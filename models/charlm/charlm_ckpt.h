@@ -29,6 +29,7 @@ typedef struct {
     bool has_origin;
     bool adapter;    /* an adapter checkpoint: model = its base + the adapters */
     char *base_path; /* then the base loaded (owned) */
+    bool averaged;   /* the model holds the checkpoint's weights' average (cg_ckpt_weights) */
 } cg_charlm_ckpt;
 
 /* How a checkpoint is loaded (cg_charlm_ckpt_load_opts). */
@@ -36,6 +37,11 @@ typedef struct {
     const char *base; /* an adapter checkpoint's base instead of the one it recorded (--base) */
     uint64_t seed;    /* of the model's generators (cg_charlm_new): its dropout masks */
     double dropout;   /* the model's dropout instead of the config's; NaN: the config's */
+    /* the checkpoint's weights' average when it keeps one (the default),
+     * or its trained weights (models/train/checkpoint.h); an adapter
+     * checkpoint's base gives its average either way (the weights the
+     * adapters were trained on) */
+    cg_ckpt_weights weights;
 } cg_charlm_load_opts;
 
 /* Load a checkpoint. False + error when the file is missing or corrupt, is

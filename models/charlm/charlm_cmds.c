@@ -21,6 +21,8 @@ bool load_for_stdout(const char *ckpt, const cg_charlm_load_opts *lo, cg_charlm_
 {
     if (!cg_out_check_stdout(ckpt, "--ckpt") || !cg_charlm_ckpt_load_opts(ckpt, lo, ck))
         return false;
+    if (ck->averaged)
+        cg_prog_note_average(ck->file, ckpt);
     if (!ck->base_path || cg_out_check_stdout(ck->base_path, "its base"))
         return true;
     cg_charlm_ckpt_free(ck);

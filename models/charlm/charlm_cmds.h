@@ -22,7 +22,7 @@ typedef struct {
     const char *ckpt, *prompt, *prompt_file, *attn_png, *base, *precision;
     int64_t length, threads, num_samples;
     uint64_t seed;
-    bool no_cache, force;
+    bool no_cache, force, no_ema;
     cg_sample_opts so;
 } sample_args;
 

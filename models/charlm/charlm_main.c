@@ -124,6 +124,8 @@ static const char *SAMPLE_HELP =
     "                      each from the prompt, apart by a line of dashes\n"
     "                      (default 1)\n" CG_SAMPLE_HELP
     "  --no-cache          recompute the whole context at every step\n"
+    "  --no-ema            the checkpoint's trained weights, not the moving average\n"
+    "                      a run with --ema-decay keeps beside them (the default)\n"
     "  --precision P       fp32 or bf16 matrix products (bf16 weights: about twice\n"
     "                      the speed); default: the checkpoint's training precision\n"
     "  --attention FILE    also draw the attention of every layer and head among the\n"
@@ -148,8 +150,9 @@ static int cmd_sample(int argc, char **argv)
         {"--attention", CG_CLI_STR, &a.attn_png, 0, 0, NULL, 0},
         {"--threads", CG_CLI_I64, &a.threads, 1, 1024, NULL, 0},
         {"--num-samples", CG_CLI_I64, &a.num_samples, 1, 1000000, NULL, 0},
+        {"--no-ema", CG_CLI_SWITCH, &a.no_ema, 0, 0, NULL, 0},
     };
-    int rc = cg_prog_parse(argc, argv, opts, 11 + cg_sample_cli_opts(&a.so, &a.seed, opts + 11),
+    int rc = cg_prog_parse(argc, argv, opts, 12 + cg_sample_cli_opts(&a.so, &a.seed, opts + 12),
                            SAMPLE_HELP);
     if (rc >= 0 || (rc = cg_precision_flag(a.precision, NULL)) >= 0)
         return rc;
@@ -178,7 +181,10 @@ static int cmd_sample(int argc, char **argv)
     a.prompt = a.prompt ? a.prompt : file_prompt ? file_prompt : "\n";
     cg_precision prec;
     cg_charlm_ckpt ck;
-    const cg_charlm_load_opts lo = {.base = a.base, .seed = 0, .dropout = NAN};
+    const cg_charlm_load_opts lo = {.base = a.base,
+                                    .seed = 0,
+                                    .dropout = NAN,
+                                    .weights = a.no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE};
     if (!load_for_stdout(a.ckpt, &lo, &ck)) {
         free(file_prompt);
         return cg_prog_fail_lib(NULL);
@@ -208,13 +214,18 @@ static const char *EVAL_HELP =
     "  --precision P   fp32 or bf16 matrix products (default: the checkpoint's\n"
     "                  training precision)\n"
     "  --threads N     threads for kernels\n"
-    "Prints one JSON line.\n";
+    "  --no-ema        the checkpoint's trained weights, not the moving average a\n"
+    "                  run with --ema-decay keeps beside them (the default)\n"
+    "Prints one JSON line (\"ema\": whether it judged the weights' average, when the\n"
+    "checkpoint keeps one).\n";
 
 static int cmd_eval(int argc, char **argv)
 {
     const char *ckpt = DEFAULT_OUT, *data = NULL, *base = NULL, *precision = NULL;
     int64_t threads = 0;
+    bool no_ema = false;
     cg_cli_opt opts[] = {
+        {"--no-ema", CG_CLI_SWITCH, &no_ema, 0, 0, NULL, 0},
         {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
         {"--base", CG_CLI_STR, &base, 0, 0, NULL, 0},
         {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
@@ -226,7 +237,10 @@ static int cmd_eval(int argc, char **argv)
         return prc;
     cg_cli_set_threads(PROG, threads);
     cg_charlm_ckpt ck;
-    const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN};
+    const cg_charlm_load_opts lo = {.base = base,
+                                    .seed = 0,
+                                    .dropout = NAN,
+                                    .weights = no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE};
     if (!load_for_stdout(ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
     const char *tj = cg_charlm_ckpt_train_json(&ck);
@@ -258,6 +272,8 @@ static int cmd_eval(int argc, char **argv)
         cg_json_put_int(j, "step", ck.step);
         cg_json_put_str(j, "precision", cg_precision_name(prec));
         cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(ck.tok->kind));
+        if (cg_st_metadata(ck.file, "ema.updates"))
+            cg_json_put_bool(j, "ema", ck.averaged);
         if (!cg_json_print_line(stdout, j))
             rc = cg_prog_fail_lib(NULL);
     } else if (rc < 0) {

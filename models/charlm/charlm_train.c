@@ -193,6 +193,8 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load_opts(o->init_from, &lo, &ck))
         return cg_prog_fail("--init-from: %s", cg_last_error());
+    if (ck.averaged) /* the weights its evaluations judged */
+        cg_prog_note_average(ck.file, o->init_from);
     int rc = -1;
     if (ck.adapter)
         rc = cg_prog_fail("--init-from: '%s' is a LoRA adapter checkpoint (of the base '%s'); "
@@ -226,7 +228,9 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
 static int lm_resume(lm_run *r, const cg_train_opts *o)
 {
     cg_charlm_ckpt ck;
-    const cg_charlm_load_opts lo = {.base = o->base, .seed = 0, .dropout = NAN};
+    /* the trained weights (the average, if any, is the trainer's to read) */
+    const cg_charlm_load_opts lo = {
+        .base = o->base, .seed = 0, .dropout = NAN, .weights = CG_CKPT_TRAINED};
     if (!cg_charlm_ckpt_load_opts(o->resume, &lo, &ck)) /* refuses --base with a full one */
         return cg_prog_fail_lib(NULL);
     r->model = ck.model;

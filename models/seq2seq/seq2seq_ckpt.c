@@ -28,6 +28,11 @@ void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c)
 
 bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
 {
+    return cg_seq2seq_ckpt_load_weights(path, CG_CKPT_AVERAGE, out);
+}
+
+bool cg_seq2seq_ckpt_load_weights(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *out)
+{
     memset(out, 0, sizeof *out);
     cg_st_file *f = out->file = cg_ckpt_open_at(path, "seq2seq", &out->step);
     if (!f)
@@ -56,7 +61,9 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;
     out->model = cg_seq2seq_new_skip_init(&cfg, 0);
-    if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path))
+    if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path) ||
+        (w != CG_CKPT_TRAINED &&
+         !cg_ckpt_use_average(CG_MODULE(out->model), f, path, &out->averaged)))
         goto fail;
     return true;
 fail:

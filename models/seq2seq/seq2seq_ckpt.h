@@ -21,8 +21,14 @@ typedef struct {
     cg_tokenizer *tok; /* owned: char (with specials) or bpe */
     int64_t step;
     cg_st_file *file; /* owned, open */
+    bool averaged;    /* the model holds the checkpoint's weights' average */
 } cg_seq2seq_ckpt;
 
+/* Load a checkpoint with the weights w names (models/train/checkpoint.h:
+ * the average a run with --ema-decay kept, when there is one, or the
+ * trained weights); cg_seq2seq_ckpt_load: CG_CKPT_AVERAGE. False + error
+ * naming the file. */
+bool cg_seq2seq_ckpt_load_weights(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *out);
 bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out);
 void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c);
 

@@ -188,6 +188,8 @@ int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data 
     cg_json_put_num(j, "decode_s", "%.1f", dt);
     cg_json_put_int(j, "step", c->step);
     cg_json_put_str(j, "precision", cg_precision_name(prec));
+    if (cg_st_metadata(c->file, "ema.updates")) /* whether it judged the weights' average */
+        cg_json_put_bool(j, "ema", c->averaged);
     int rc = cg_json_print_line(stdout, j) ? -1 : cg_prog_fail_lib(NULL);
     cJSON_Delete(j);
     return rc;

@@ -161,7 +161,7 @@ static const char TRANSLATE_HELP[] =
     "UTF-8, or longer than the model takes) is reported on stderr and printed as an\n"
     "empty line, so that the output stays line for line with the input.\n"
     "\n"
-    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT) NBEST_HELP;
+    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT) NBEST_HELP CG_CKPT_NO_EMA_HELP;
 
 /* Standard input, read as the sentences, is not the checkpoint loaded:
  * `translate --ckpt m.st <m.st` translated the checkpoint's bytes. */
@@ -178,9 +178,11 @@ static bool stdin_not_ckpt(const char *ckpt)
 static int cmd_translate(int argc, char **argv)
 {
     cg_translate_opts t;
-    cg_cli_opt opts[7];
+    cg_cli_opt opts[8];
+    bool no_ema = false;
     int n_opts = cg_translate_cli_opts(&t, DEFAULT_CKPT, opts);
     opts[n_opts++] = (cg_cli_opt){"--nbest", CG_CLI_I64, &t.nbest, 1, 1000, NULL, 0};
+    opts[n_opts++] = (cg_cli_opt){"--no-ema", CG_CLI_SWITCH, &no_ema, 0, 0, NULL, 0};
     int np, rc = cg_prog_parse_pos(argc, argv, opts, n_opts, TRANSLATE_HELP, &np);
     if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0)
         return rc;
@@ -195,7 +197,8 @@ static int cmd_translate(int argc, char **argv)
     /* the sentences: the arguments, else the lines of stdin */
     int64_t n = np;
     char **texts = NULL, **why = NULL; /* stdin: the reason a line could not be read, or NULL */
-    if ((np == 0 && !stdin_not_ckpt(t.ckpt)) || !ckpt_load(t.ckpt, &c) ||
+    if ((np == 0 && !stdin_not_ckpt(t.ckpt)) ||
+        !ckpt_load(t.ckpt, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c) ||
         !cg_decode_precision(t.precision, cg_st_metadata(c.file, "train"), t.ckpt, &prec) ||
         (np == 0 && !cg_out_check_stdout("/dev/stdin", "standard input")) ||
         !(texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n, &why)))
@@ -224,19 +227,21 @@ static const char EVAL_HELP[] =
     "  --split S            test (default) or valid: the validation pairs, to tune\n"
     "                       decoding (--beam, --length-penalty) without the test set\n"
     "  --test-limit N       decode only the first N pairs of the split (default: "
-    "all)\n" CG_TRANSLATE_HELP(DEFAULT_CKPT);
+    "all)\n" CG_TRANSLATE_HELP(DEFAULT_CKPT) CG_CKPT_NO_EMA_HELP;
 
 static int cmd_eval(int argc, char **argv)
 {
     const char *data = NULL, *split = "test";
     int64_t limit = -1;
+    bool no_ema = false;
     cg_translate_opts t;
-    cg_cli_opt opts[9] = {
+    cg_cli_opt opts[10] = {
         {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
         {"--test-limit", CG_CLI_I64, &limit, 1, 1e9, NULL, 0},
         {"--split", CG_CLI_STR, &split, 0, 0, NULL, 0},
+        {"--no-ema", CG_CLI_SWITCH, &no_ema, 0, 0, NULL, 0},
     };
-    int rc = cg_prog_parse(argc, argv, opts, 3 + cg_translate_cli_opts(&t, DEFAULT_CKPT, opts + 3),
+    int rc = cg_prog_parse(argc, argv, opts, 4 + cg_translate_cli_opts(&t, DEFAULT_CKPT, opts + 4),
                            EVAL_HELP);
     if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0)
         return rc;
@@ -248,8 +253,9 @@ static int cmd_eval(int argc, char **argv)
     cg_cli_set_threads(PROG, t.threads);
     cg_seq2seq_ckpt c;
     cg_mt_data ds = {0};
-    rc = ckpt_load(t.ckpt, &c) ? eval_split(&c, &t, &ds, data, valid, limit)
-                               : cg_prog_fail_lib(NULL);
+    rc = ckpt_load(t.ckpt, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c)
+             ? eval_split(&c, &t, &ds, data, valid, limit)
+             : cg_prog_fail_lib(NULL);
     cg_mt_data_free(&ds);
     cg_seq2seq_ckpt_free(&c);
     return rc < 0 ? 0 : rc;
@@ -273,15 +279,16 @@ static const char ATTENTION_HELP[] =
     "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
     "                       training precision, as translate)\n"
     "  --force              overwrite existing pictures (refused otherwise)\n"
-    "  --threads N          threads (default 2)\n";
+    "  --threads N          threads (default 2)\n" CG_CKPT_NO_EMA_HELP;
 
 static int cmd_attention(int argc, char **argv)
 {
     const char *ck = DEFAULT_CKPT, *text = NULL, *target = NULL, *dir = "attention",
                *precision = NULL;
     int64_t threads = 2;
-    bool no_cache = false, force = false;
+    bool no_cache = false, force = false, no_ema = false;
     const cg_cli_opt opts[] = {
+        {"--no-ema", CG_CLI_SWITCH, &no_ema, 0, 0, NULL, 0},
         {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0},
         {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL, 0},
@@ -310,7 +317,7 @@ static int cmd_attention(int argc, char **argv)
     cg_cli_set_threads(PROG, threads);
     cg_seq2seq_ckpt c;
     cg_precision prec; /* decoded as translate decodes it */
-    rc = ckpt_load(ck, &c) &&
+    rc = ckpt_load(ck, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c) &&
                  cg_decode_precision(precision, cg_st_metadata(c.file, "train"), ck, &prec) &&
                  attention_inputs(&c, text, target) &&
                  cg_seq2seq_attention_of_text(c.model, c.tok, text, target, "--target", !no_cache,

@@ -26,10 +26,14 @@
 
 /* A checkpoint that translate, eval or attention reads (never standard
  * output, their result). False + error (*c freed either way). */
-bool ckpt_load(const char *path, cg_seq2seq_ckpt *c)
+bool ckpt_load(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *c)
 {
     memset(c, 0, sizeof *c);
-    return cg_out_check_stdout(path, "--ckpt") && cg_seq2seq_ckpt_load(path, c);
+    if (!cg_out_check_stdout(path, "--ckpt") || !cg_seq2seq_ckpt_load_weights(path, w, c))
+        return false;
+    if (c->averaged)
+        cg_prog_note_average(c->file, path);
+    return true;
 }
 
 static bool mt_batch(void *self, int k, double *weight, double *tokens)
@@ -222,7 +226,7 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
     cg_seq2seq_ckpt ck = {0};
     /* --max-len counts ids; a checkpoint without the key counted characters */
     r->max_len_tokens = !o->resume;
-    if (o->resume && (!ckpt_load(o->resume, &ck) || !mt_state(r, NULL))) {
+    if (o->resume && (!ckpt_load(o->resume, CG_CKPT_TRAINED, &ck) || !mt_state(r, NULL))) {
         cg_seq2seq_ckpt_free(&ck); /* loaded, then its state refused */
         return cg_prog_fail_lib(NULL);
     }

@@ -17,9 +17,11 @@
 #define DEFAULT_DATA "data/en_de_ding.tsv"
 #define DEFAULT_CKPT "seq2seq.safetensors"
 
-/* A checkpoint that translate, eval or attention reads (never standard
- * output, their result). False + error (*c freed either way). */
-bool ckpt_load(const char *path, cg_seq2seq_ckpt *c);
+/* A checkpoint that --resume (w: CG_CKPT_TRAINED), translate, eval or
+ * attention reads (never standard output, their result); the commands say
+ * when they use its weights' average. False + error (*c freed either
+ * way). */
+bool ckpt_load(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *c);
 
 /* The translator as the trainer sees it. */
 typedef struct {

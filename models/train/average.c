@@ -35,11 +35,18 @@ typedef struct {
     cJSON *files; /* the identities of the files averaged */
 } avg_run;
 
-/* A parameter: neither optimizer state nor the tokenizer. */
+/* A parameter: neither optimizer state, nor a weight's average, nor the
+ * tokenizer. */
 static bool is_param(const char *name)
 {
-    return strncmp(name, "optim.", 6) != 0 && strcmp(name, CG_TOKENIZER_TENSOR) != 0;
+    return strncmp(name, "optim.", 6) != 0 && strncmp(name, "ema.", 4) != 0 &&
+           strcmp(name, CG_TOKENIZER_TENSOR) != 0;
 }
+
+/* Does f keep its weights' average (a run with --ema-decay:
+ * models/train/checkpoint.h cg_ckpt_weights)? Then that is what it is used
+ * as, and what is averaged. */
+static bool keeps_average(const cg_st_file *f) { return cg_st_metadata(f, "ema.updates") != NULL; }
 
 static bool same_str(const char *a, const char *b)
 {
@@ -62,6 +69,8 @@ static cg_st_file *open_input(avg_run *r, const char *path)
                      path);
     } else if (r->m->loads(path) && cg_ft_origin_of(path, f, &o) && (js = cg_ft_origin_json(&o)) &&
                (id = cg_json_parse(js))) {
+        if (keeps_average(f))
+            cJSON_AddBoolToObject(id, "ema", true);
         cJSON_AddItemToArray(r->files, id);
         free(js);
         return f;
@@ -76,8 +85,11 @@ static cg_st_file *open_input(avg_run *r, const char *path)
 /* Add the parameters of f (checked against the first file's) to the sums. */
 static bool accumulate(avg_run *r, const cg_st_file *f, const char *path)
 {
+    bool avg = keeps_average(f);
     for (int k = 0; k < r->np; k++) {
-        cg_tensor *t = cg_st_get_f32(f, r->p[k].name);
+        char name[600]; /* the average of a trainable parameter, else the parameter */
+        snprintf(name, sizeof name, "ema.%.590s", r->p[k].name);
+        cg_tensor *t = cg_st_get_f32(f, avg && cg_st_has(f, name) ? name : r->p[k].name);
         if (!t) {
             cg_prefix_error("'%s': ", path);
             return false;
@@ -199,7 +211,8 @@ static cg_st_writer *write_mean(const avg_run *r, int n)
     bool ok = w != NULL;
     for (int i = 0; ok && i < cg_st_metadata_count(a); i++) {
         const char *key = cg_st_metadata_key(a, i);
-        ok = cg_st_set_metadata(w, key, cg_st_metadata(a, key));
+        if (strncmp(key, "ema.", 4) != 0) /* the average's: its tensors are not written */
+            ok = cg_st_set_metadata(w, key, cg_st_metadata(a, key));
     }
     cJSON *avg = cJSON_CreateObject();
     ok = ok && avg && cJSON_AddItemReferenceToObject(avg, "files", r->files) &&

@@ -3,6 +3,11 @@
  * checkpoints), one implementation behind `charlm average` and `seq2seq
  * average`, driven by each model's config comparison.
  *
+ * Each file contributes the weights it is used with: those of a run with
+ * --ema-decay are their moving average ("ema.*", models/train/checkpoint.h
+ * cg_ckpt_weights; its "averaged" entry says "ema": true), the others'
+ * their parameters. The output keeps no average of its own.
+ *
  * cg_ckpt_average averages the parameters of two or more checkpoints of
  * one model, one architecture and one tokenizer, element by element: every
  * value is widened to double, summed, divided by the count and rounded

@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "models/train/train_common.h"
 #include "models/util/config_json.h"
+#include "optim/ema.h"
 
 cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg_tokenizer *tok,
                              const cg_module *module, const cg_optim *optim, int64_t step,
@@ -190,6 +191,8 @@ static bool check_tensors(const cg_module *m, const cg_st_file *f, const char *p
         bool known =
             adapter ? tl > pl && strncmp(t, peft, pl) == 0 && is_param(names, n, t + pl, tl - pl)
                     : is_param(names, n, t, tl) || strcmp(t, CG_TOKENIZER_TENSOR) == 0;
+        if (!known && strncmp(t, "ema.", 4) == 0) /* an average (optim/ema.h) */
+            known = is_param(names, n, t + 4, tl - 4);
         if (!known && strncmp(t, "optim.", 6) == 0) {
             for (size_t s = 0; !known && s < sizeof slots / sizeof slots[0]; s++) {
                 size_t sl = strlen(slots[s]);
@@ -244,6 +247,24 @@ bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path)
         cg_prefix_error("checkpoint '%s': ", path);
         return false;
     }
+    return true;
+}
+
+bool cg_ckpt_use_average(cg_module *m, const cg_st_file *f, const char *path, bool *used)
+{
+    if (used)
+        *used = false;
+    if (!cg_st_metadata(f, "ema.updates")) /* a run without --ema-decay */
+        return true;
+    cg_ema *e = cg_ema_new(m, 0);
+    bool ok = e && cg_ema_load(e, f, "ema") && cg_ema_swap(e);
+    cg_ema_free(e); /* the trained values it held after the swap */
+    if (!ok) {
+        cg_prefix_error("checkpoint '%s': its weights' average: ", path);
+        return false;
+    }
+    if (used)
+        *used = true;
     return true;
 }
 

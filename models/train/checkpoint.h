@@ -67,8 +67,9 @@ cg_st_file *cg_ckpt_open_at(const char *path, const char *kind, int64_t *step);
  * them; false + error naming the file. */
 bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path);
 
-/* Every tensor of f must be a parameter of m or an optimizer slot
- * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one.
+/* Every tensor of f must be a parameter of m, an optimizer slot
+ * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one or
+ * its average "ema.<parameter>".
  * False + error naming the first other tensor (a config that says 0 layers
  * while the file holds block tensors, a truncated config, an unknown extra
  * tensor); "tokenizer.spm" (models/text/tokenizer.h) is allowed. Both loaders call it, so resume is covered too. */
@@ -77,8 +78,28 @@ bool cg_ckpt_check_tensors(const cg_module *m, const cg_st_file *f, const char *
  * beside the parameters the file holds the optimizer state ("optim.*") and
  * the tokenizer (CG_TOKENIZER_TENSOR), which the model does not take. */
 #define CG_CKPT_LOAD_OPTIONS          \
-    ((cg_load_options){.n_ignore = 2, \
-                       .ignore = (const char *const[]){"optim.*", CG_TOKENIZER_TENSOR}})
+    ((cg_load_options){.n_ignore = 3, \
+                       .ignore = (const char *const[]){"optim.*", "ema.*", CG_TOKENIZER_TENSOR}})
+/* Which of a checkpoint's weights a loader gives. A run with --ema-decay
+ * (models/train/options.h) keeps the moving average of its trainable
+ * weights beside them: tensors "ema.<parameter>" and metadata "ema.decay",
+ * "ema.updates" (optim/ema.h cg_ema_save). */
+typedef enum {
+    CG_CKPT_AVERAGE = 0, /* the average when there is one: the weights the run's evaluations
+                          * judged, which sample, translate, eval, average and --init-from use */
+    CG_CKPT_TRAINED      /* the trained weights (--resume, which reads the average as its EMA;
+                          * --no-ema) */
+} cg_ckpt_weights;
+/* m (its parameters loaded from f) takes the average f keeps of its
+ * trainable parameters, when f keeps one (*used, may be NULL: whether it
+ * did); true without change for a file without "ema.updates". False +
+ * error naming the file for an average that does not match m's trainable
+ * parameters (optim/ema.h cg_ema_load's checks). */
+bool cg_ckpt_use_average(cg_module *m, const cg_st_file *f, const char *path, bool *used);
+/* The help of the flag that asks a command for CG_CKPT_TRAINED. */
+#define CG_CKPT_NO_EMA_HELP                                                             \
+    "  --no-ema             the checkpoint's trained weights, not the moving average\n" \
+    "                       a run with --ema-decay keeps beside them (the default)\n"
 /* The same for an adapter checkpoint (models/train/finetune.h) over m with
  * its adapters attached: every tensor of f is a trainable parameter of m
  * under PEFT's prefix "base_model.model." or its optimizer state. */

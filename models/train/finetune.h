@@ -37,6 +37,7 @@
 #include "models/text/tokenizer.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
+#include "optim/ema.h"
 #include "optim/optim.h"
 
 #ifdef __cplusplus
@@ -118,11 +119,14 @@ bool cg_ft_read_adapters(cg_module *root, const cg_st_file *f, const char *path,
                          cg_rng *dropout_rng);
 
 /* What a run adds to its checkpoints: where it started from (the
- * "init_from" JSON, NULL for a run from scratch) and whether it saves
- * only its adapters. */
+ * "init_from" JSON, NULL for a run from scratch), whether it saves only
+ * its adapters, and the moving average of its trainable weights
+ * (--ema-decay; NULL: none), saved as "ema.*" (models/train/checkpoint.h
+ * cg_ckpt_weights). */
 typedef struct {
     const char *init_from;
     bool adapters;
+    const cg_ema *ema;
 } cg_ft_save;
 
 /* Save a training checkpoint (models/train/checkpoint.h cg_ckpt_save) of a

@@ -132,6 +132,10 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
             cg_prog_fail("--beta%d %g: Adam's betas are in [0, 1)", i + 1, *betas[i]);
             return CG_EXIT_USAGE;
         }
+    if (cg_cli_given(a, &o->ema_start) && !(o->ema_decay > 0)) {
+        cg_prog_fail("--ema-start-update needs --ema-decay (no average is kept without it)");
+        return CG_EXIT_USAGE;
+    }
     cg_norm_kind norm;
     cg_act act;
     if (!parse_arch(r, &norm, &act)) { /* refused before any file is read */

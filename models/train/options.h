@@ -65,6 +65,11 @@ typedef struct {
      * trainer checks it as --data, a file the run reads */
     const char *extra_data;
     bool force, skip_nonfinite;
+    /* --ema-decay D (0: none) and --ema-start-update N: an exponential
+     * moving average of the trainable weights (optim/ema.h), updated after
+     * every optimizer step, with decay 0 (a copy) through step N */
+    double ema_decay;
+    int64_t ema_start;
     /* --precision auto|fp32|bf16 ("auto"): cg_train_parse resolves auto to
      * "fp32" or "bf16", the name saved in "options" (on --resume, auto
      * means the checkpoint's, restored from it; fp32 or bf16 switch) */
@@ -213,6 +218,16 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
             0                                                                                     \
     }
 
+/* --ema-decay's help (a #define: clang-format keeps its lines). */
+#define CG_TRAIN_EMA_HELP                                                                \
+    "  --ema-decay D        keep an exponential moving average of the weights\n"         \
+    "                       (fairseq's --ema-decay, timm's ModelEma): after each\n"      \
+    "                       step avg = D*avg + (1-D)*w, D in [0, 1], 0: none (the\n"     \
+    "                       default); the evaluations, --keep-best and --patience\n"     \
+    "                       judge the average, the checkpoint keeps both (\"ema.*\"),\n" \
+    "                       and what reads it (sample, translate, eval, average,\n"      \
+    "                       --init-from) uses the average unless given --no-ema\n"
+
 /* The trainer's rows of a train command's table (o: cg_train_opts *). */
 #define CG_TRAIN_RUN_FLAGS(o)                                                                     \
     {"--seed",    CG_CLI_U64,                                                                     \
@@ -356,6 +371,21 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          "                       as at the last step (default 0: never; with --resume:\n"         \
          "                       the checkpoint's unless given)\n",                               \
          0},                                                                                      \
+        {"--ema-decay",                                                                           \
+         CG_CLI_F64,                                                                              \
+         &(o)->ema_decay,                                                                         \
+         0,                                                                                       \
+         1,                                                                                       \
+         CG_TRAIN_EMA_HELP,                                                                       \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+        {"--ema-start-update",                                                                    \
+         CG_CLI_I64,                                                                              \
+         &(o)->ema_start,                                                                         \
+         0,                                                                                       \
+         CG_TRAIN_BIG,                                                                            \
+         "  --ema-start-update N  the average copies the weights through step N, then\n"          \
+         "                       averages (fairseq's; default 0)\n",                              \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
         {"--skip-nonfinite",                                                                      \
          CG_CLI_SWITCH,                                                                           \
          &(o)->skip_nonfinite,                                                                    \

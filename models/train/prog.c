@@ -1,6 +1,7 @@
 /* cgrad zoo: program plumbing (see prog.h). */
 #include "models/train/prog.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,4 +88,13 @@ int cg_prog_parse_pos(int argc, char **argv, const cg_cli_opt *opts, int n, cons
     free(flags);
     free(pos);
     return rc;
+}
+
+void cg_prog_note_average(const cg_st_file *f, const char *path)
+{
+    const char *d = cg_st_metadata(f, "ema.decay"), *n = cg_st_metadata(f, "ema.updates");
+    fprintf(stderr,
+            "%s: '%s': using the weights' moving average (EMA, decay %g, %.30s updates); "
+            "--no-ema: the trained weights\n",
+            cg_prog_name(), path, d ? strtod(d, NULL) : NAN, n ? n : "?");
 }

@@ -13,6 +13,7 @@
 #define CG_MODELS_TRAIN_PROG_H
 
 #include "models/util/cli.h"
+#include "nn/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,6 +42,10 @@ int cg_prog_parse(int argc, char **argv, const cg_cli_opt *opts, int n, const ch
  * moved, in order, to argv[0..*np). */
 int cg_prog_parse_pos(int argc, char **argv, const cg_cli_opt *opts, int n, const char *help,
                       int *np);
+/* The stderr line of a command that uses the weights' average a
+ * checkpoint f keeps (models/train/checkpoint.h cg_ckpt_weights; path:
+ * f's name): its decay and updates, and --no-ema. */
+void cg_prog_note_average(const cg_st_file *f, const char *path);
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@
 #include "models/util/config_json.h"
 #include "models/train/dist.h"
 #include "models/train/model_common.h"
+#include "optim/ema.h"
 
 /* ------------------------------------------------------------ the run */
 typedef struct {
@@ -28,6 +29,7 @@ typedef struct {
     const cg_trainer_model *m;
     cg_stepper st;
     cg_optim *opt; /* st.opt */
+    cg_ema *ema;   /* --ema-decay's average, or NULL */
     char *png;
     /* the metrics log: the room a checkpoint needs (kept free beside it),
      * and why it could not be written when the disk is full or a file-size
@@ -106,14 +108,14 @@ static uint64_t copies(const cg_train_opts *o) { return 1 + (o->keep_last > 0) +
  * checkpoint does not know and a resume would refuse). The first save that
  * replaces t->out also puts the run's metrics log in place of the old one,
  * which told the history of the old checkpoint until then. */
-static bool save_files(cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt, int64_t step,
-                       bool keep, bool best, const char *tj)
+static bool save_files(cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt,
+                       const cg_ema *ema, int64_t step, bool keep, bool best, const char *tj)
 {
     char *cfg = m->config_json(m->self);
     char *from = cfg && t->from_origin ? cg_ft_origin_json(&t->origin) : NULL;
     char *kp = keep ? cg_kept_path(t->out, step) : NULL;
     char *bp = best ? cg_best_path(t->out) : NULL;
-    cg_ft_save ft = {.init_from = from, .adapters = t->adapters};
+    cg_ft_save ft = {.init_from = from, .adapters = t->adapters, .ema = ema};
     const cg_tokenizer *tok = m->tok;
     bool ok = cfg && (from || !t->from_origin) && (kp || !keep) && (bp || !best) &&
               cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj);
@@ -200,7 +202,7 @@ static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, cg_optim *g
     bool keep = keep_at(c->t, step, c->cut_resumed);
     bool best = best_at(c->t, step);
     char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
-    bool ok = tj && save_files(c->t, m, opt, step, keep, best, tj);
+    bool ok = tj && save_files(c->t, m, opt, c->ema, step, keep, best, tj);
     cg_optim_free(gathered);
     free(tj);
     if (ok) /* kept checkpoints of this run, now too old */
@@ -253,7 +255,11 @@ static int evaluate(run_ctx *c, int64_t step)
 {
     cg_trainer *t = c->t;
     cg_eval_result e = {.train = NAN, .val = NAN};
+    if (c->ema && !cg_ema_swap(c->ema)) /* the average is judged */
+        return cg_prog_fail("evaluation at step %lld: %s", (long long)step, cg_last_error());
     bool ok = c->m->evaluate(c->m->self, step, &e);
+    if (c->ema && !cg_ema_swap(c->ema))
+        return cg_prog_fail("evaluation at step %lld: %s", (long long)step, cg_last_error());
     if (!ok && !cg_train_interrupted())
         return cg_prog_fail("evaluation at step %lld: %s", (long long)step, cg_last_error());
     /* a signal cut it short (here or on another rank: every rank evaluates
@@ -276,8 +282,8 @@ static int evaluate(run_ctx *c, int64_t step)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %s %.*f", e.extra[i].name,
                  e.extra[i].decimals, e.extra[i].value);
     cg_progress_end();
-    fprintf(stderr, "%s: step %lld: train loss %.4f, val loss %.4f%s\n", cg_prog_name(),
-            (long long)step, e.train, e.val, extra);
+    fprintf(stderr, "%s: step %lld: train loss %.4f, val loss %.4f%s%s\n", cg_prog_name(),
+            (long long)step, e.train, e.val, c->ema ? " (EMA)" : "", extra);
     if (!cg_history_push(&t->hist, step, e.train, e.val))
         return cg_prog_fail_lib(NULL);
     cJSON *j = cJSON_CreateObject();
@@ -314,6 +320,10 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
         *skipped = true;
         return -1;
     }
+    const bool copy = s <= t->o->ema_start; /* --ema-start-update: decay 0 for this update */
+    if (c->ema && !((!copy || cg_ema_set_decay(c->ema, 0)) && cg_ema_update(c->ema) &&
+                    (!copy || cg_ema_set_decay(c->ema, t->o->ema_decay))))
+        return cg_prog_fail("step %lld: the weights' average: %s", (long long)s, cg_last_error());
     if (!cg_history_train_step(&t->hist, s, lv))
         return cg_prog_fail_lib(NULL);
     t->last_loss = lv;
@@ -362,12 +372,8 @@ static int setup(run_ctx *c)
                 cg_prog_name(), cg_dist_size(), (double)cg_optim_state_bytes(c->opt) / 1e6,
                 whole / 1e6, cg_dist_size() == 1 ? "; one process: nothing to shard" : "");
     }
-    if (t->ckpt) {
-        if (!cg_optim_load(c->opt, t->ckpt, "optim"))
-            return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
-        cg_st_close(t->ckpt); /* everything is read */
-        t->ckpt = NULL;
-    }
+    if (t->ckpt && !cg_optim_load(c->opt, t->ckpt, "optim"))
+        return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
     if (t->dropout_rng_set)
         *m->dropout_rng = t->dropout_rng;
     /* Data parallel (models/train/dist.h): every rank starts from rank 0's
@@ -377,6 +383,14 @@ static int setup(run_ctx *c)
         return cg_prog_fail_lib(NULL);
     if (!cg_dist_broadcast_module(m->module))
         return cg_prog_fail_lib("broadcasting the parameters");
+    /* --ema-decay: the average starts as the weights (a fresh run), or is
+     * the checkpoint's */
+    if (t->o->ema_decay > 0 && !(c->ema = cg_ema_new(m->module, t->o->ema_decay)))
+        return cg_prog_fail_lib("--ema-decay");
+    if (t->ckpt && c->ema && !cg_ema_load(c->ema, t->ckpt, "ema"))
+        return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
+    cg_st_close(t->ckpt); /* everything is read */
+    t->ckpt = NULL;
     m->dropout_rng->seed = cg_dist_rank_seed(m->dropout_rng->seed);
     if (t->n_rank_counters == cg_dist_size() && cg_dist_size() > 1) /* resumed on as many */
         m->dropout_rng->counter = t->rank_counters[cg_dist_rank()];
@@ -402,6 +416,13 @@ static int setup(run_ctx *c)
         fprintf(stderr, "%s: resuming '%s' at step %lld\n", cg_prog_name(), t->o->resume,
                 (long long)t->start);
     return -1;
+}
+
+/* The model's final evaluation (of the weights' average with
+ * --ema-decay: the run ends with it in place), its fields into j. */
+static bool final_evaluation(run_ctx *c, cJSON *j)
+{
+    return (!c->ema || cg_ema_swap(c->ema)) && c->m->finish(c->m->self, c->t, j);
 }
 
 static int finish(run_ctx *c)
@@ -455,7 +476,7 @@ static int finish(run_ctx *c)
         /* the final evaluation (seq2seq decodes for minutes) may be cut
          * short at once: everything is saved */
         cg_train_release_signals();
-        if (!m->finish(m->self, t, j)) {
+        if (!final_evaluation(c, j)) {
             cJSON_Delete(j);
             return cg_prog_fail_lib(NULL);
         }
@@ -466,6 +487,8 @@ static int finish(run_ctx *c)
     }
     put_best(t, j);
     put_precision(t->o, j);
+    if (c->ema)
+        cg_json_put_num(j, "ema_decay", "%.10g", t->o->ema_decay);
     cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
     cg_json_put_num(j, "elapsed_s", "%.1f", t->elapsed);
     cg_json_put_int(j, "params", cg_module_num_params(m->module));
@@ -716,6 +739,7 @@ int cg_trainer_run(cg_trainer *t, const cg_trainer_model *model)
     }
     cg_progress_end();
     free(c.png);
+    cg_ema_free(c.ema);
     cg_stepper_free(&c.st);
     return rc;
 }

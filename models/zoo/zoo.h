@@ -39,9 +39,12 @@ typedef struct cg_zoo_model cg_zoo_model;
 /* Load a checkpoint of either program (its metadata "model" says which):
  * the config, the tokenizer and every parameter, checked as the programs
  * check them; a charlm LoRA adapter checkpoint loads with its base (the
- * file it recorded). The model is in eval mode (cg_module_train to train
- * it; generate, translate and score run in eval mode and leave the mode
- * as it was). NULL + error naming the file otherwise. */
+ * file it recorded). The weights are the moving average a run with
+ * --ema-decay kept, when the checkpoint has one, as the programs use them
+ * (models/train/checkpoint.h cg_ckpt_weights). The model is in eval mode
+ * (cg_module_train to train it; generate, translate and score run in eval
+ * mode and leave the mode as it was). NULL + error naming the file
+ * otherwise. */
 cg_zoo_model *cg_zoo_load(const char *path);
 void cg_zoo_free(cg_zoo_model *m); /* NULL is a no-op */
 

@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# train --ema-decay (meson suite 'models'): fairseq's --ema-decay and
+# --ema-start-update in both programs (models/train/trainer.c), and the
+# commands that read such a checkpoint (models/train/checkpoint.h
+# cg_ckpt_weights).
+#   1. every evaluation checkpoint of a charlm run holds "ema.<p>" for each
+#      trainable parameter, and each step's average is torch.lerp's update
+#      of the step before's towards that step's weights, recomputed here
+#      bit for bit in float32 (a copy through --ema-start-update); its
+#      metadata "ema.decay" and "ema.updates"
+#   2. eval, sample and --init-from use the average: the same numbers and
+#      text as a file whose parameters are the averages; --no-ema the
+#      trained weights (a file without them); eval's "ema"; the training's
+#      final validation loss is eval's
+#   3. stopped (--stop-at) and resumed, the checkpoint's tensors, averages
+#      included, are the uninterrupted run's bytes; --ema-decay given to
+#      --resume is refused (the checkpoint fixes it)
+#   4. average: each file's average is what is averaged ("ema": true in
+#      "averaged"); the output keeps no average
+#   5. LoRA: the adapters' average, used by sample unless --no-ema
+#   6. seq2seq: translate and eval use the average, --no-ema the trained
+#      weights; a resumed run's bytes are the uninterrupted run's
+#   7. refusals: --ema-start-update without --ema-decay and a decay outside
+#      [0, 1] are usage errors (2); an average missing a tensor is refused
+#      naming the file and the tensor (--no-ema still reads the weights)
+#   test_ema_zoo.sh CHARLM SEQ2SEQ
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+. "$(dirname "$0")/shell_lib.sh" ema_zoo
+zoo_data
+TINY=(--data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1 --lr 0.02)
+EMA=(--ema-decay 0.7 --ema-start-update 2)
+
+# FILE's tensors' bytes (a digest), optimizer state left out unless "all".
+digest() {
+  st_py "$@" <<'EOF'
+import hashlib
+t, m = load(sys.argv[1])
+keep = lambda k: len(sys.argv) > 2 or not k.startswith('optim.')
+print(hashlib.sha256(b''.join(k.encode() + t[k][2] for k in sorted(t) if keep(k))).hexdigest())
+EOF
+}
+# A copy OUT of FILE whose parameters are its averages ("use") or stay the
+# trained ones ("trained"), without the averages or their metadata.
+strip_avg() {
+  st_py "$@" <<'EOF'
+import json, struct
+t, m = load(sys.argv[1])
+use = sys.argv[3] == 'use'
+out = {k: (t['ema.' + k] if use and 'ema.' + k in t else v) for k, v in t.items() if not k.startswith('ema.')}
+m = {k: v for k, v in m.items() if not k.startswith('ema.')}
+h, off, blob = {'__metadata__': m}, 0, b''
+for k, (dt, sh, b) in out.items():
+    h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
+    off += len(b)
+    blob += b
+hb = json.dumps(h).encode()
+hb += b' ' * (-len(hb) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+EOF
+}
+# FILE A and FILE B have the same tensors (digest's second argument: C).
+same_tensors() {
+  local a b
+  a=$(digest "$1" ${3:-}) && b=$(digest "$2" ${3:-}) && [ -n "$a" ] && [ "$a" = "$b" ]
+}
+field() { python3 -c 'import json,sys; v=json.loads(open(sys.argv[1]).read().splitlines()[-1]).get(sys.argv[2]); print("%.6f" % v if isinstance(v, float) else v)' "$1" "$2"; }
+
+# ---------------------------------------------------------------- 1. the averages
+"$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 1 --keep-last 6 --out m.st \
+  >m.json 2>m.log || fail "charlm: $(tail -1 m.log)"
+json_ok "charlm --ema-decay: JSON line" m.json
+[ "$(field m.json ema_decay)" = 0.700000 ] && grep -q "val loss [0-9.]* (EMA)" m.log &&
+  echo "ok: the JSON line names the decay, the evaluations say (EMA)" ||
+  fail "no ema_decay or (EMA): $(tail -1 m.json) $(grep 'val loss' m.log | tail -1)"
+if st_py m.st.step0000000{1,2,3,4,5,6}.safetensors <<'EOF'; then
+import array
+def f32(x):
+    return struct.unpack('f', struct.pack('f', x))[0]
+w = f32(1.0 - 0.7)  # the update's weight, (float)(1 - decay): below 0.5
+prev = None
+for s, path in enumerate(sys.argv[1:], 1):
+    t, m = load(path)
+    assert m['ema.updates'] == str(s) and float(m['ema.decay']) == 0.7, (path, m.get('ema.updates'))
+    avg = {k[4:]: array.array('f', v[2]) for k, v in t.items() if k.startswith('ema.')}
+    params = {k for k in t if not k.startswith(('ema.', 'optim.')) and k != 'tokenizer.spm'}
+    assert set(avg) == params, (path, sorted(set(avg) ^ params)[:3])
+    for k, a in avg.items():
+        p = array.array('f', t[k][2])
+        if s <= 2:  # --ema-start-update 2: a copy
+            want = p
+        else:
+            want = [f32(q + f32(w * f32(x - q))) for q, x in zip(prev[k], p)]
+        assert list(a) == list(want), (path, k)
+    prev = avg
+print('ok: 6 steps of averages over %d parameters, bit for bit' % len(avg))
+EOF
+  :
+else
+  fail "the averages are not lerp's updates of the weights"
+fi
+
+# ---------------------------------------------------------------- 2. what reads it
+strip_avg m.st use.st use
+strip_avg m.st trained.st trained
+"$charlm" eval --ckpt m.st >e.json 2>e.log || fail "eval: $(tail -1 e.log)"
+"$charlm" eval --ckpt use.st >eu.json 2>/dev/null || fail "eval of the averages' file"
+"$charlm" eval --ckpt m.st --no-ema >en.json 2>en.log || fail "eval --no-ema: $(tail -1 en.log)"
+"$charlm" eval --ckpt trained.st >et.json 2>/dev/null || fail "eval of the trained weights' file"
+[ "$(field e.json val_loss)" = "$(field eu.json val_loss)" ] &&
+  [ "$(field e.json val_loss)" = "$(field m.json val_loss)" ] &&
+  [ "$(field e.json ema)" = True ] && [ "$(field eu.json ema)" = None ] &&
+  grep -q "using the weights' moving average (EMA, decay 0.7, 6 updates); --no-ema" e.log &&
+  echo "ok: eval judges the average: $(field e.json val_loss), as training's last evaluation" ||
+  fail "eval $(tail -1 e.json), of the averages $(tail -1 eu.json), training's $(field m.json val_loss)"
+[ "$(field en.json val_loss)" = "$(field et.json val_loss)" ] && [ "$(field en.json ema)" = False ] &&
+  [ "$(field en.json val_loss)" != "$(field e.json val_loss)" ] && ! grep -q "moving average" en.log &&
+  echo "ok: --no-ema judges the trained weights: $(field en.json val_loss)" ||
+  fail "eval --no-ema $(tail -1 en.json), of the trained weights $(tail -1 et.json)"
+SAMPLE=(--length 40 --seed 3 --threads 1)
+"$charlm" sample --ckpt m.st "${SAMPLE[@]}" >s.txt 2>/dev/null || fail "sample"
+"$charlm" sample --ckpt use.st "${SAMPLE[@]}" >su.txt 2>/dev/null || fail "sample of the averages"
+"$charlm" sample --ckpt m.st --no-ema "${SAMPLE[@]}" >sn.txt 2>/dev/null || fail "sample --no-ema"
+"$charlm" sample --ckpt trained.st "${SAMPLE[@]}" >st.txt 2>/dev/null || fail "sample of the trained"
+cmp -s s.txt su.txt && cmp -s sn.txt st.txt &&
+  echo "ok: sample draws from the average, --no-ema from the trained weights" ||
+  fail "sample's text is not the average's (or --no-ema's not the trained weights')"
+"$charlm" train "${TINY[@]}" --init-from m.st --steps 4 --stop-at 0 --out i.st >/dev/null 2>i.log ||
+  fail "--init-from: $(tail -1 i.log)"
+same_tensors i.st use.st && grep -q "using the weights' moving average" i.log &&
+  echo "ok: --init-from starts from the average" ||
+  fail "--init-from's weights are not the average: $(tail -2 i.log)"
+
+# ---------------------------------------------------------------- 3. resume
+"$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out r.st --stop-at 3 >/dev/null 2>r.log ||
+  fail "stopped run: $(tail -1 r.log)"
+"$charlm" train --resume r.st >/dev/null 2>r2.log || fail "resumed run: $(tail -1 r2.log)"
+"$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out u.st >/dev/null 2>u.log ||
+  fail "uninterrupted run: $(tail -1 u.log)"
+same_tensors r.st u.st all &&
+  echo "ok: resumed at step 3, the tensors (averages, optimizer) are the uninterrupted run's bytes" ||
+  fail "a resumed run's tensors differ from the uninterrupted run's"
+expect "--resume with --ema-decay" 2 "drop --ema-decay" "$charlm" train --resume r.st --ema-decay 0.5 --steps 8
+
+# ---------------------------------------------------------------- 4. average
+"$charlm" average --out avg.st m.st.step00000003.safetensors m.st.step00000006.safetensors \
+  >/dev/null 2>a.log || fail "average: $(tail -1 a.log)"
+if st_py avg.st m.st.step00000003.safetensors m.st.step00000006.safetensors <<'EOF'; then
+import array
+t, m = load(sys.argv[1])
+a, _ = load(sys.argv[2])
+b, _ = load(sys.argv[3])
+assert not any(k.startswith('ema.') for k in t) and not any(k.startswith('ema.') for k in m)
+files = json.loads(m['averaged'])['files']
+assert [f.get('ema') for f in files] == [True, True], files
+for k, v in t.items():
+    if k == 'tokenizer.spm':
+        continue
+    x, y = array.array('f', a['ema.' + k][2]), array.array('f', b['ema.' + k][2])
+    want = array.array('f', [(p + q) / 2 for p, q in zip(x, y)])
+    assert array.array('f', v[2]) == want, k
+print('ok: average means the files\' averages (%d tensors); it keeps none' % len(t))
+EOF
+  :
+else
+  fail "average did not mean the files' averages"
+fi
+
+# ---------------------------------------------------------------- 5. LoRA
+"$charlm" train "${TINY[@]}" --init-from trained.st --lora-rank 2 --lr 0.3 --ema-decay 0.9 --steps 6 \
+  --eval-every 3 --out l.st >l.json 2>l.log || fail "LoRA run: $(tail -1 l.log)"
+st_py l.st <<'EOF' && echo "ok: the adapter checkpoint keeps the adapters' averages" || fail "LoRA averages"
+t, m = load(sys.argv[1])
+ema = sorted(k for k in t if k.startswith('ema.'))
+assert len(ema) == sum(k.startswith('base_model.') for k in t) and all('lora_' in k for k in ema), ema[:3]
+assert m['ema.updates'] == '6', m.get('ema.updates')
+EOF
+"$charlm" eval --ckpt l.st >le.json 2>le.log || fail "LoRA eval: $(tail -1 le.log)"
+"$charlm" eval --ckpt l.st --no-ema >ln.json 2>/dev/null || fail "LoRA eval --no-ema"
+grep -q "'l.st': using the weights' moving average" le.log && [ "$(field le.json ema)" = True ] &&
+  [ "$(field le.json val_loss)" = "$(field l.json val_loss)" ] &&
+  [ "$(field le.json val_loss)" != "$(field ln.json val_loss)" ] &&
+  echo "ok: a LoRA checkpoint is judged with its adapters' average, as trained; --no-ema not" ||
+  fail "LoRA eval: $(tail -1 le.json) --no-ema $(tail -1 ln.json) training's $(field l.json val_loss)"
+"$charlm" sample --ckpt l.st "${SAMPLE[@]}" >/dev/null 2>&1 || fail "LoRA sample"
+
+# ---------------------------------------------------------------- 6. seq2seq
+S2S=(--data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
+  --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 3 --ema-decay 0.8 --factor 2)
+"$seq2seq" train "${S2S[@]}" --steps 6 --out t.st >t.json 2>t.log || fail "seq2seq: $(tail -1 t.log)"
+[ "$(field t.json ema_decay)" = 0.800000 ] || fail "seq2seq's JSON line: $(tail -1 t.json)"
+strip_avg t.st tu.st use
+strip_avg t.st tt.st trained
+for s in 'the cat 5 sat' 'the cat 17 sat'; do echo "$s"; done >src.txt
+"$seq2seq" translate --ckpt t.st <src.txt >tr.txt 2>tr.log || fail "translate: $(tail -1 tr.log)"
+"$seq2seq" translate --ckpt tu.st <src.txt >tru.txt 2>/dev/null || fail "translate of the averages"
+"$seq2seq" translate --ckpt t.st --no-ema --beam 2 <src.txt >trn.txt 2>/dev/null || fail "translate --no-ema"
+"$seq2seq" translate --ckpt tt.st --beam 2 <src.txt >trt.txt 2>/dev/null || fail "translate, trained"
+cmp -s tr.txt tru.txt && cmp -s trn.txt trt.txt && grep -q "moving average (EMA, decay 0.8" tr.log &&
+  echo "ok: translate uses the average, --no-ema the trained weights" ||
+  fail "translate: $(cat tr.txt tru.txt trn.txt trt.txt | tr '\n' '|')"
+"$seq2seq" eval --ckpt t.st --test-limit 2 >te.json 2>/dev/null || fail "seq2seq eval"
+"$seq2seq" eval --ckpt t.st --test-limit 2 --no-ema >ten.json 2>/dev/null || fail "seq2seq eval --no-ema"
+[ "$(field te.json ema)" = True ] && [ "$(field ten.json ema)" = False ] &&
+  echo "ok: seq2seq eval says which weights it judged" || fail "eval: $(tail -1 te.json) $(tail -1 ten.json)"
+"$seq2seq" train "${S2S[@]}" --steps 6 --out tr.st --stop-at 4 >/dev/null 2>/dev/null || fail "seq2seq stopped"
+"$seq2seq" train --resume tr.st >/dev/null 2>tr2.log || fail "seq2seq resumed: $(tail -1 tr2.log)"
+same_tensors tr.st t.st all &&
+  echo "ok: seq2seq resumed at step 4: the uninterrupted run's bytes" || fail "seq2seq resume differs"
+
+# ---------------------------------------------------------------- 7. refusals
+expect "--ema-start-update alone" 2 "--ema-start-update needs --ema-decay" \
+  "$charlm" train "${TINY[@]}" --ema-start-update 3 --steps 2 --out x.st
+expect "--ema-decay 1.5" 2 "ema-decay" "$charlm" train "${TINY[@]}" --ema-decay 1.5 --steps 2 --out x.st
+expect "--ema-decay -0.1" 2 "ema-decay" "$charlm" train "${TINY[@]}" --ema-decay -0.1 --steps 2 --out x.st
+[ ! -e x.st ] || fail "a refused run wrote x.st"
+st_py m.st bad.st <<'EOF'
+t, m = load(sys.argv[1])
+drop = sorted(k for k in t if k.startswith('ema.'))[0]
+h, off, blob = {'__metadata__': m}, 0, b''
+for k, (dt, sh, b) in t.items():
+    if k != drop:
+        h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
+        off += len(b)
+        blob += b
+hb = json.dumps(h).encode()
+hb += b' ' * (-len(hb) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+EOF
+refused "an average missing a tensor" "checkpoint 'bad.st': its weights' average: .*ema\." \
+  "$charlm" eval --ckpt bad.st
+[ "$(grep -c . err.txt)" = 1 ] || fail "not one line: $(cat err.txt)"
+"$charlm" eval --ckpt bad.st --no-ema >/dev/null 2>&1 && echo "ok: --no-ema reads its trained weights" ||
+  fail "--no-ema on a file whose average is damaged"
+finish
