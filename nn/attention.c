@@ -162,7 +162,9 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
 /* -------------------------------------------------------------- module */
 static void mha_destroy(cg_module *m) { cg_release_held(((cg_mha *)m)->weights); }
 
-cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng)
+cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng) { return cg_mha_new_bias(d, H, true, rng); }
+
+cg_mha *cg_mha_new_bias(int64_t d, int64_t H, bool bias, cg_rng *rng)
 {
     if (d <= 0 || H <= 0 || d % H) {
         cg_set_error("MultiHeadAttention: d=%lld is not divisible by H=%lld (both must be "
@@ -182,7 +184,7 @@ cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng)
     static const char *names[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
     cg_linear **slots[4] = {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj};
     for (int i = 0; i < 4; i++) {
-        *slots[i] = cg_module_add_child(&m->base, names[i], cg_linear_new(d, d, true, rng));
+        *slots[i] = cg_module_add_child(&m->base, names[i], cg_linear_new(d, d, bias, rng));
         if (!*slots[i]) {
             cg_module_free(&m->base);
             return NULL;

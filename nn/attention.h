@@ -102,8 +102,11 @@ typedef struct {
     void *qk_hook_ctx;
 } cg_mha;
 
-/* d % H must be 0. */
+/* d % H must be 0. The projections have biases. */
 cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng);
+/* bias false: projections without biases (nn.MultiheadAttention's
+ * bias=False); their weights are drawn as cg_mha_new draws them. */
+cg_mha *cg_mha_new_bias(int64_t d, int64_t H, bool bias, cg_rng *rng);
 /* xq [B,Tq,d], xkv [B,Tk,d] (pass xq twice for self-attention) -> [B,Tq,d].
  * key_pad and mask may be NULL; *weights_out (if not NULL) receives the
  * attention weights [B,H,Tq,Tk], detached (new reference). */

@@ -598,6 +598,11 @@ cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x)
 /* ------------------------------------------------------- FeedForward */
 cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
 {
+    return cg_ff_new_bias(d, d_ff, act, true, rng);
+}
+
+cg_ff *cg_ff_new_bias(int64_t d, int64_t d_ff, cg_act act, bool bias, cg_rng *rng)
+{
     if (!cg_act_info_of(act, "FeedForward"))
         return NULL;
     if (!positive("FeedForward", "d", d) || !positive("FeedForward", "d_ff", d_ff))
@@ -610,9 +615,9 @@ cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng)
         return NULL;
     f->base.forward = ff_impl;
     f->act = act;
-    f->fc1 = cg_module_add_child(&f->base, "fc1", cg_linear_new(d, d_ff, true, rng));
+    f->fc1 = cg_module_add_child(&f->base, "fc1", cg_linear_new(d, d_ff, bias, rng));
     f->fc2 =
-        f->fc1 ? cg_module_add_child(&f->base, "fc2", cg_linear_new(d_ff, d, true, rng)) : NULL;
+        f->fc1 ? cg_module_add_child(&f->base, "fc2", cg_linear_new(d_ff, d, bias, rng)) : NULL;
     if (!f->fc2) {
         cg_module_free(&f->base);
         return NULL;

@@ -219,7 +219,9 @@ cg_tensor *cg_posenc_rows(cg_posenc *p, int64_t start, int64_t len);
 cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x);
 
 /* ------------------------------------------------------ FeedForward */
-/* fc2(act(fc1(x))): fc1 [d_ff, d], fc2 [d, d_ff], both with bias. */
+/* fc2(act(fc1(x))): fc1 [d_ff, d], fc2 [d, d_ff], both with bias
+ * (cg_ff_new_bias with bias false: neither has one; the weights are drawn
+ * as with them). */
 typedef struct {
     cg_module base;
     cg_act act;
@@ -227,6 +229,7 @@ typedef struct {
 } cg_ff;
 
 cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng);
+cg_ff *cg_ff_new_bias(int64_t d, int64_t d_ff, cg_act act, bool bias, cg_rng *rng);
 cg_tensor *cg_ff_forward(cg_ff *f, cg_tensor *x);
 /* res + dropout(f(x)) for r (NULL: f(x)), made by fc2's product
  * (cg_linear_forward_residual); with forward hooks on f, which see its

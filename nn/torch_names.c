@@ -413,11 +413,6 @@ bool cg_tf_config_from_torch(const cg_torch_layer_args *a, cg_tf_config *out)
     }
     const char *act = a->activation ? a->activation : "relu";
     double eps = a->layer_norm_eps ? a->layer_norm_eps : 1e-5;
-    if (a->no_bias) {
-        cg_set_error("torch layer: bias=False has no equivalent (cgrad's attention, "
-                     "feed-forward and LayerNorm have biases)");
-        return false;
-    }
     if (eps != 1e-5) {
         cg_set_error("torch layer: layer_norm_eps=%g has no equivalent (cgrad's norms use 1e-5)",
                      eps);
@@ -433,7 +428,8 @@ bool cg_tf_config_from_torch(const cg_torch_layer_args *a, cg_tf_config *out)
                       .norm = CG_NORM_LAYERNORM,
                       .act = strcmp(act, "relu") ? CG_ACT_GELU_ERF : CG_ACT_RELU,
                       .norm_first = a->norm_first,
-                      .dropout = a->dropout};
+                      .dropout = a->dropout,
+                      .no_bias = a->no_bias};
     if (!cg_tf_config_check(&c))
         return false;
     *out = c;

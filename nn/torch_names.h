@@ -84,7 +84,7 @@ typedef struct {
      * (batch_first=True); feed [T, B, d] inputs through cg_transpose(x, 0, 1). */
     bool batch_first;
     bool norm_first;
-    bool no_bias; /* bias=False: refused (cgrad's attention and norms have biases) */
+    bool no_bias; /* bias=False (PyTorch 2.1's): cfg.no_bias, no Linear or LayerNorm bias */
 } cg_torch_layer_args;
 
 /* The cg_tf_config of those arguments (layernorm; dropout_rng NULL). The
@@ -92,7 +92,7 @@ typedef struct {
  * (PyTorch's dropout1/2/3); PyTorch's layers also drop the attention
  * weights and the feed-forward's hidden activations, cgrad's do not (eval
  * mode and dropout 0 agree exactly; training with dropout does not). False +
- * error naming what has no equivalent: bias=False, an eps other than 1e-5,
+ * error naming what has no equivalent: an eps other than 1e-5,
  * an activation other than "relu" and "gelu" (cgrad's tanh GELU,
  * CG_ACT_GELU, is PyTorch's activation=nn.GELU(approximate="tanh"), a
  * callable, with the same names). */

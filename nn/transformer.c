@@ -138,6 +138,14 @@ static cg_module *layer_alloc(size_t size, const char *type, const cg_tf_config 
     return cg_module_alloc(size, type, NULL);
 }
 
+/* A layer's or stack's norm: cfg's kind, with a bias unless cfg->no_bias. */
+static cg_norm *tf_norm(const cg_tf_config *cfg)
+{
+    cg_norm_opts o = cg_norm_opts_default();
+    o.bias = !cfg->no_bias;
+    return cg_norm_new_opts(cfg->norm, cfg->d, &o);
+}
+
 #define LAYER_SETUP(l, cfgp)                                                  \
     do {                                                                      \
         (l)->cfg = *(cfgp);                                                   \
@@ -272,10 +280,11 @@ cg_enc_layer *cg_enc_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng local = cg_rng_new(0);
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &l->base;
-    bool ok = (l->self_attn = ADD(m, "self_attn", cg_mha_new(cfg->d, cfg->H, r))) &&
-              (l->ln1 = ADD(m, "ln1", cg_norm_new(cfg->norm, cfg->d))) &&
-              (l->ff = ADD(m, "ff", cg_ff_new(cfg->d, cfg->d_ff, cfg->act, r))) &&
-              (l->ln2 = ADD(m, "ln2", cg_norm_new(cfg->norm, cfg->d)));
+    bool ok =
+        (l->self_attn = ADD(m, "self_attn", cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, r))) &&
+        (l->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
+        (l->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r))) &&
+        (l->ln2 = ADD(m, "ln2", tf_norm(cfg)));
     if (!ok) {
         cg_module_free(m);
         return NULL;
@@ -317,12 +326,13 @@ cg_dec_layer *cg_dec_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng local = cg_rng_new(0);
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &l->base;
-    bool ok = (l->self_attn = ADD(m, "self_attn", cg_mha_new(cfg->d, cfg->H, r))) &&
-              (l->ln1 = ADD(m, "ln1", cg_norm_new(cfg->norm, cfg->d))) &&
-              (l->cross_attn = ADD(m, "cross_attn", cg_mha_new(cfg->d, cfg->H, r))) &&
-              (l->ln2 = ADD(m, "ln2", cg_norm_new(cfg->norm, cfg->d))) &&
-              (l->ff = ADD(m, "ff", cg_ff_new(cfg->d, cfg->d_ff, cfg->act, r))) &&
-              (l->ln3 = ADD(m, "ln3", cg_norm_new(cfg->norm, cfg->d)));
+    bool ok =
+        (l->self_attn = ADD(m, "self_attn", cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, r))) &&
+        (l->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
+        (l->cross_attn = ADD(m, "cross_attn", cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, r))) &&
+        (l->ln2 = ADD(m, "ln2", tf_norm(cfg))) &&
+        (l->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r))) &&
+        (l->ln3 = ADD(m, "ln3", tf_norm(cfg)));
     if (!ok) {
         cg_module_free(m);
         return NULL;
@@ -386,10 +396,10 @@ cg_lm_block *cg_lm_block_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng local = cg_rng_new(0);
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &b->base;
-    bool ok = (b->ln1 = ADD(m, "ln1", cg_norm_new(cfg->norm, cfg->d))) &&
-              (b->attn = ADD(m, "attn", cg_mha_new(cfg->d, cfg->H, r))) &&
-              (b->ln2 = ADD(m, "ln2", cg_norm_new(cfg->norm, cfg->d))) &&
-              (b->ff = ADD(m, "ff", cg_ff_new(cfg->d, cfg->d_ff, cfg->act, r)));
+    bool ok = (b->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
+              (b->attn = ADD(m, "attn", cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, r))) &&
+              (b->ln2 = ADD(m, "ln2", tf_norm(cfg))) &&
+              (b->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r)));
     if (!ok) {
         cg_module_free(m);
         return NULL;
@@ -480,7 +490,7 @@ static cg_module *stack_new(bool decoder, int n, const cg_tf_config *cfg, cg_rng
         ok = ((*p.layers)[i] = ADD(list, name, l)) != NULL;
     }
     if (ok && cfg->norm_first)
-        ok = (*p.ln_f = ADD(s, "ln_f", cg_norm_new(cfg->norm, cfg->d))) != NULL;
+        ok = (*p.ln_f = ADD(s, "ln_f", tf_norm(cfg))) != NULL;
     if (!ok) {
         cg_module_free(s);
         return NULL;

@@ -29,6 +29,10 @@ typedef struct {
     cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf */
     bool norm_first;   /* pre-norm (true) or post-norm */
     float dropout;     /* in [0, 1] (1: every value dropped, as nn.Dropout(1.0)) */
+    /* PyTorch's bias=False (nanoGPT's bias = False): the attention's and
+     * feed-forward's Linears and the LayerNorms have no bias (the weights
+     * are drawn as with them). false (the zero value): biases. */
+    bool no_bias;
     /* Generator for every dropout mask of the layer/stack (borrowed: must
      * outlive the module). NULL: the module owns one, seeded with 0. */
     cg_rng *dropout_rng;

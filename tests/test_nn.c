@@ -2849,16 +2849,17 @@ START_TEST(test_grad_enc_layer)
 {
     cg_rng r = cg_rng_new(36);
     const uint8_t pad[6] = {0, 0, 0, 0, 1, 1};
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 8; v++) { /* v & 4: bias=False */
         bool nf = v & 1;
         cg_tf_config cfg = small_cfg(v & 2 ? CG_NORM_RMSNORM : CG_NORM_LAYERNORM,
                                      v & 2 ? CG_ACT_RELU : CG_ACT_GELU, nf);
+        cfg.no_bias = v & 4;
         cg_enc_layer *e = cg_enc_layer_new(&cfg, NULL);
         randomize(CG_MODULE(e), 50 + v, 0.5f);
-        fctx c = {
-            .m = CG_MODULE(e),
-            .kind = K_ENC,
-            .sm = {.causal = v == 1, .key_pad = v >= 2 ? cg_test_mask(CG_SHAPE(2, 3), pad) : NULL}};
+        fctx c = {.m = CG_MODULE(e),
+                  .kind = K_ENC,
+                  .sm = {.causal = (v & 3) == 1,
+                         .key_pad = (v & 3) >= 2 ? cg_test_mask(CG_SHAPE(2, 3), pad) : NULL}};
         cg_tensor *x = randn_leaf(&r, CG_SHAPE(2, 3, 6));
         gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
         cg_release(x);
@@ -2872,17 +2873,18 @@ START_TEST(test_grad_dec_layer)
     cg_rng r = cg_rng_new(37);
     const uint8_t tpad[4] = {0, 0, 0, 1};       /* B=2, T=2 */
     const uint8_t spad[6] = {0, 1, 1, 0, 0, 0}; /* B=2, S=3 */
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 8; v++) {               /* v & 4: bias=False */
         bool nf = v & 1;
         cg_tf_config cfg = small_cfg(v & 2 ? CG_NORM_LAYERNORM : CG_NORM_RMSNORM,
                                      v & 2 ? CG_ACT_GELU : CG_ACT_RELU, nf);
+        cfg.no_bias = v & 4;
         cg_dec_layer *d = cg_dec_layer_new(&cfg, NULL);
         randomize(CG_MODULE(d), 60 + v, 0.5f);
-        fctx c = {
-            .m = CG_MODULE(d),
-            .kind = K_DEC,
-            .sm = {.causal = true, .key_pad = v >= 2 ? cg_test_mask(CG_SHAPE(2, 2), tpad) : NULL},
-            .cm = {.key_pad = v >= 1 ? cg_test_mask(CG_SHAPE(2, 3), spad) : NULL}};
+        fctx c = {.m = CG_MODULE(d),
+                  .kind = K_DEC,
+                  .sm = {.causal = true,
+                         .key_pad = (v & 3) >= 2 ? cg_test_mask(CG_SHAPE(2, 2), tpad) : NULL},
+                  .cm = {.key_pad = (v & 3) >= 1 ? cg_test_mask(CG_SHAPE(2, 3), spad) : NULL}};
         cg_tensor *in[2] = {randn_leaf(&r, CG_SHAPE(2, 2, 6)), randn_leaf(&r, CG_SHAPE(2, 3, 6))};
         gradcheck_module(&c, 2, in, 2e-3, 2e-2);
         cg_release_all(2, in[0], in[1]);
@@ -2895,12 +2897,15 @@ START_TEST(test_grad_block_and_stacks)
 {
     cg_rng r = cg_rng_new(38);
     cg_tf_config cfg = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, true);
-    cg_lm_block *b = cg_lm_block_new(&cfg, NULL);
-    randomize(CG_MODULE(b), 70, 0.5f);
-    fctx c = {.m = CG_MODULE(b), .kind = K_BLOCK, .sm = {.causal = true}};
     cg_tensor *x = randn_leaf(&r, CG_SHAPE(1, 3, 6));
-    gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
-    cg_module_free(CG_MODULE(b));
+    for (int nb = 0; nb < 2; nb++) { /* with biases, and bias=False */
+        cfg.no_bias = nb;
+        cg_lm_block *b = cg_lm_block_new(&cfg, NULL);
+        randomize(CG_MODULE(b), 70, 0.5f);
+        fctx c = {.m = CG_MODULE(b), .kind = K_BLOCK, .sm = {.causal = true}};
+        gradcheck_module(&c, 1, &x, 2e-3, 2e-2);
+        cg_module_free(CG_MODULE(b));
+    }
 
     /* a pre-norm encoder stack with ln_f, and a post-norm decoder stack */
     cg_tf_config ec = small_cfg(CG_NORM_RMSNORM, CG_ACT_GELU, true);
@@ -2914,6 +2919,7 @@ START_TEST(test_grad_block_and_stacks)
     cg_module_free(CG_MODULE(es));
 
     cg_tf_config dc = small_cfg(CG_NORM_LAYERNORM, CG_ACT_GELU, false);
+    dc.no_bias = true; /* bias=False: no Linear or LayerNorm bias */
     cg_dec_stack *ds = cg_dec_stack_new(2, &dc, NULL);
     randomize(CG_MODULE(ds), 72, 0.5f);
     fctx c3 = {

@@ -38,7 +38,8 @@ static model build(const cg_st_file *io)
                              .dim_feedforward = meta_int(io, "dim_feedforward"),
                              .activation = cg_st_metadata(io, "activation"),
                              .norm_first = meta_int(io, "norm_first"),
-                             .batch_first = meta_int(io, "batch_first")};
+                             .batch_first = meta_int(io, "batch_first"),
+                             .no_bias = meta_int(io, "bias") == 0};
     model r = {.kind = cg_st_metadata(io, "kind"), .batch_first = a.batch_first};
     cg_tf_config c;
     int n = (int)meta_int(io, "layers");

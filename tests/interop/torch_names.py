@@ -26,15 +26,21 @@ except ImportError as e:
 from make_dtype_files import load, save  # noqa: E402  (the format's reader and writer)
 
 D, H, FF, B, T, S = 16, 4, 24, 2, 5, 4
-CASES = {  # name: (kind, activation, norm_first, batch_first, layers, key padding)
-    "enc_post_relu": ("enc_layer", "relu", False, True, 1, True),
-    "enc_pre_gelu": ("enc_layer", "gelu", True, False, 1, False),
-    "dec_post_relu": ("dec_layer", "relu", False, True, 1, False),
-    "dec_pre_gelu": ("dec_layer", "gelu", True, True, 1, False),
-    "encoder_pre": ("encoder", "relu", True, True, 2, False),
-    "encoder_post": ("encoder", "gelu", False, True, 2, False),
-    "decoder_pre": ("decoder", "gelu", True, True, 2, False),
-    "transformer_pre": ("transformer", "relu", True, True, 2, False),
+CASES = {  # name: (kind, activation, norm_first, batch_first, layers, key padding, bias)
+    "enc_post_relu": ("enc_layer", "relu", False, True, 1, True, True),
+    "enc_pre_gelu": ("enc_layer", "gelu", True, False, 1, False, True),
+    "dec_post_relu": ("dec_layer", "relu", False, True, 1, False, True),
+    "dec_pre_gelu": ("dec_layer", "gelu", True, True, 1, False, True),
+    "encoder_pre": ("encoder", "relu", True, True, 2, False, True),
+    "encoder_post": ("encoder", "gelu", False, True, 2, False, True),
+    "decoder_pre": ("decoder", "gelu", True, True, 2, False, True),
+    "transformer_pre": ("transformer", "relu", True, True, 2, False, True),
+    # bias=False (PyTorch 2.1's; strip_biases on older ones); batch_first False
+    # keeps 1.13's encoder fast path, which needs every bias, out of the way
+    "enc_post_nobias": ("enc_layer", "relu", False, False, 1, True, False),
+    "dec_pre_nobias": ("dec_layer", "gelu", True, True, 1, False, False),
+    "encoder_pre_nobias": ("encoder", "gelu", True, False, 2, False, False),
+    "transformer_pre_nobias": ("transformer", "relu", True, False, 2, False, False),
 }
 
 
@@ -52,6 +58,23 @@ def build(kind, act, norm_first, batch_first, n):
     if kind == "decoder":
         return torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(**kw), n, norm)
     return torch.nn.Transformer(num_encoder_layers=n, num_decoder_layers=n, **kw)
+
+
+def strip_biases(model):
+    """bias=False as PyTorch 2.1 makes it, on a PyTorch without the argument:
+    the attention's in_proj_bias and every Linear's and LayerNorm's bias
+    unregistered (None, as bias=False leaves them)."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.MultiheadAttention):
+            m.register_parameter("in_proj_bias", None)
+        if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm)):
+            m.register_parameter("bias", None)
+    return model
+
+
+def build_case(kind, act, nf, bf, n, bias):
+    model = build(kind, act, nf, bf, n)
+    return model if bias else strip_biases(model)
 
 
 def run(model, kind, bf, x, mem, pad):
@@ -74,9 +97,9 @@ def inputs(batch_first, seed):
 
 
 def make(out):
-    for i, (name, (kind, act, nf, bf, n, use_pad)) in enumerate(CASES.items()):
+    for i, (name, (kind, act, nf, bf, n, use_pad, bias)) in enumerate(CASES.items()):
         torch.manual_seed(100 + i)
-        model = build(kind, act, nf, bf, n)
+        model = build_case(kind, act, nf, bf, n, bias)
         with torch.no_grad():  # every parameter distinct: a swapped name cannot pass
             for p in model.parameters():
                 p.copy_(torch.randn_like(p) * 0.3)
@@ -88,7 +111,7 @@ def make(out):
         if use_pad:
             io["pad"] = pad
         meta = {"kind": kind, "activation": act, "norm_first": int(nf), "batch_first": int(bf),
-                "layers": n, "d_model": D, "nhead": H, "dim_feedforward": FF}
+                "layers": n, "d_model": D, "nhead": H, "dim_feedforward": FF, "bias": int(bias)}
         save(f"{out}/{name}.io.safetensors", io, {k: str(v) for k, v in meta.items()})
     # nn.Transformer post-norm has encoder.norm and decoder.norm: no cgrad equivalent
     torch.manual_seed(1)
@@ -100,8 +123,8 @@ def make(out):
 
 def check(out):
     bad = 0
-    for i, (name, (kind, act, nf, bf, n, use_pad)) in enumerate(CASES.items()):
-        model = build(kind, act, nf, bf, n)
+    for i, (name, (kind, act, nf, bf, n, use_pad, bias)) in enumerate(CASES.items()):
+        model = build_case(kind, act, nf, bf, n, bias)
         model.load_state_dict(load(f"{out}/{name}.cg.safetensors"), strict=True)
         model.eval()
         x, mem, pad = inputs(bf, 200 + i)  # the inputs make() wrote
