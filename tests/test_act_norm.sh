@@ -13,6 +13,12 @@
 #      relu and gelu, layernorm and rmsnorm, pre- and post-norm, both
 #      models) load with the same meaning: the same sample or translation,
 #      the same evaluation, and --resume continues them
+#   4. --bias false (nanoGPT's bias = False) in both programs: the config
+#      says "bias": false and the checkpoint holds no bias; sample,
+#      translate, eval and --resume read it; --resume and --init-from refuse
+#      --bias true; a config saying false over a file with biases, or a bias
+#      that is not true or false, is refused naming it (PyTorch's numbers:
+#      the torch_interop test)
 #   test_act_norm.sh CHARLM SEQ2SEQ FIXTURES
 set -uo pipefail
 charlm=$1
@@ -162,5 +168,46 @@ for m in lm_gelu lm_relu s2s_relu s2s_gelu; do
   train_ok "resume $m" '"step": 6' "$p" train --resume $m.st --data $data --steps 6 --threads 1
   same_json "resume $m" "$fx/$m.resumed" b.out 2e-3 tokens_per_s elapsed_s decode_s bleu_greedy \
     bleu_beam chrf_greedy chrf_beam
+done
+echo "== 4. --bias false"
+no_bias() { # the checkpoint $2 holds no bias tensor
+  if st_py "$2" <<'EOF'; then
+t = load(sys.argv[1])[0]
+b = [k for k in t if 'bias' in k]
+assert not b and len(t) > 3, b[:3]
+EOF
+    echo "ok: $1: no bias tensor"
+  else
+    fail "$1: bias tensors in $2"
+  fi
+}
+train_ok "charlm --bias false" '"step": 4' \
+  "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --bias false --out nb.st
+config_has "charlm --bias false" nb.st 'bias=false'
+no_bias "charlm --bias false" nb.st
+expect "charlm sample --bias false" 0 "" "$charlm" sample --ckpt nb.st --length 20 --threads 1
+expect "charlm eval --bias false" 0 "" "$charlm" eval --ckpt nb.st --threads 1
+json_ok "charlm eval --bias false" out.txt
+train_ok "charlm resume --bias false" '"step": 6' "$charlm" train --resume nb.st --steps 6
+config_has "charlm resumed --bias false" nb.st 'bias=false'
+expect "charlm --resume --bias true" 2 "drop --bias" "$charlm" train --resume nb.st --bias true --steps 8
+expect "charlm --init-from --bias true" 1 "--bias true contradicts it" \
+  "$charlm" train --data c.txt --init-from nb.st --bias true --steps 2 --out x.st
+train_ok "seq2seq --bias false" '"step": 4' \
+  "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --bias false --out snb.st
+config_has "seq2seq --bias false" snb.st 'bias=false'
+no_bias "seq2seq --bias false" snb.st
+expect "seq2seq translate --bias false" 0 "" "$seq2seq" translate --ckpt snb.st --threads 1 "the cat 7 sat"
+train_ok "seq2seq resume --bias false" '"step": 6' "$seq2seq" train --resume snb.st --steps 6
+st_meta erf.st 'c = json.loads(m["config"]); c["bias"] = False; m["config"] = json.dumps(c)' lie.st
+refused "a config saying bias false over biases" "'lie.st': tensor '.*bias' is not a parameter" \
+  "$charlm" eval --ckpt lie.st
+st_meta erf.st 'c = json.loads(m["config"]); c["bias"] = "no"; m["config"] = json.dumps(c)' bad.st
+refused "a bias that is not a boolean" "bias" "$charlm" eval --ckpt bad.st
+[ "$(grep -c . err.txt)" = 1 ] || fail "not one line: $(cat err.txt)"
+for p in "$charlm" "$seq2seq"; do
+  help=$("$p" train --help) # no pipe: pipefail and grep -q race
+  grep -q -- "--bias true|false" <<<"$help" && echo "ok: $(basename "$p") --help: --bias" ||
+    fail "$(basename "$p") train --help has no --bias"
 done
 finish

@@ -212,13 +212,17 @@ START_TEST(test_config_arch_facts)
         "true, \"dropout\": 0}",
         &back));
     ck_assert(back.d == 16 && back.norm_first && back.act == CG_ACT_GELU && back.layers == 2);
+    ck_assert(back.bias); /* written before "bias" was a key: biases */
+    /* "bias" is a field (--bias false), not a fact */
+    ck_assert(cg_charlm_config_from_json("{\"bias\": false}", &back) && !back.bias);
+    ck_assert(cg_charlm_config_from_json("{\"bias\": true}", &back) && back.bias);
     /* a config that says the model is another one is refused, naming the key */
     const char *bad[] = {"{\"pos_enc\": \"learned\"}",
                          "{\"emb_scale\": 1}",
                          "{\"tied_head\": false}",
                          "{\"norm_eps\": 1e-6}",
                          "{\"gelu_approximate\": \"none\"}",
-                         "{\"bias\": false}",
+                         "{\"bias\": \"no\"}",
                          "{\"norm_first\": true, \"final_norm\": false}"};
     const char *key[] = {"pos_enc",          "emb_scale", "tied_head", "norm_eps",
                          "gelu_approximate", "bias",      "final_norm"};

@@ -22,6 +22,7 @@ static const cg_charlm_config DEFAULTS = {.vocab = 65,
                                           .norm = CG_NORM_LAYERNORM,
                                           .act = CG_ACT_GELU,
                                           .norm_first = true,
+                                          .bias = true,
                                           .dropout = 0.0f};
 
 /* The config's JSON fields and their rules, in the order they are written. */
@@ -90,7 +91,8 @@ static cg_charlm *model_new(const cg_charlm_config *cfg, uint64_t seed, bool ini
                                                 cg_lm_block_new(&tf, cg_init_skip()))) != NULL;
     }
     if (ok && cfg->norm_first)
-        ok = (m->ln_f = cg_module_add_child(base, "ln_f", cg_norm_new(cfg->norm, cfg->d))) != NULL;
+        ok = (m->ln_f = cg_module_add_child(base, "ln_f",
+                                            cg_model_norm(cfg->norm, cfg->d, cfg->bias))) != NULL;
     /* models.py init_params over the finished tree: one rule for every
      * parameter. */
     ok = ok && (!init || cg_module_init_params_torch(base, seed, CG_INIT_STD));

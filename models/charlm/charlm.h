@@ -39,6 +39,7 @@ typedef struct {
     cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
     cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf */
     bool norm_first;   /* pre-norm (true) or post-norm */
+    bool bias;         /* biases in every Linear and LayerNorm (nanoGPT's bias; true) */
     float dropout;     /* in [0, 1]; after the embedding and each sublayer */
     /* the training loss (cg_charlm_forward_loss): 0 = logits, then
      * cross-entropy; -1 (CG_LCE_EXACT) = the head fused with the loss in
@@ -54,7 +55,7 @@ cg_charlm_config cg_charlm_config_default(void);
 /* False + error naming the bad field (e.g. "d=30 is not divisible by H=4"). */
 bool cg_charlm_config_check(const cg_charlm_config *c);
 /* Parse a JSON object with the models.py field names ("vocab", "d", "H",
- * "layers", "d_ff", "max_len", "norm", "act", "norm_first", "dropout");
+ * "layers", "d_ff", "max_len", "norm", "act", "norm_first", "bias", "dropout");
  * other keys are ignored, missing fields keep their defaults. The result is
  * checked. False + error on malformed JSON or a field of the wrong type. */
 bool cg_charlm_config_from_json(const char *json, cg_charlm_config *out);

@@ -184,8 +184,9 @@ static int load_at(const char *path, const cg_charlm_load_opts *o, const char *a
         goto fail;
     }
     double d = (double)cfg.d, ff = (double)cfg.d_ff;
-    double norm = cfg.norm == CG_NORM_LAYERNORM ? 2 * d : d;
-    double block = 2 * norm + 4 * (d * d + d) + d * ff + ff + ff * d + d;
+    double b = cfg.bias ? 1 : 0; /* --bias false: no Linear or LayerNorm bias */
+    double norm = cfg.norm == CG_NORM_LAYERNORM ? (1 + b) * d : d;
+    double block = 2 * norm + 4 * (d * d + b * d) + d * ff + b * ff + ff * d + b * d;
     double need = (double)cfg.vocab * d + (double)cfg.layers * block + (cfg.norm_first ? norm : 0);
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;

@@ -155,6 +155,7 @@ static bool lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, cons
     cfg->d_ff = p->d_ff;
     cfg->max_len = p->T;
     cfg->norm_first = rc->norm_first;
+    cfg->bias = rc->bias;
     cfg->dropout = (float)rc->dropout;
     *Bout = p->B;
     return true;
@@ -167,7 +168,8 @@ static cg_train_arch lm_arch(const cg_charlm_config *c)
         .shape = {.d = c->d, .H = c->H, .layers = c->layers, .d_ff = c->d_ff, .T = c->max_len},
         .norm = c->norm,
         .act = c->act,
-        .norm_first = c->norm_first};
+        .norm_first = c->norm_first,
+        .bias = c->bias};
 }
 
 /* --init-from: the flags given (cfg: the config they and the preset make)

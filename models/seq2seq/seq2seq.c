@@ -24,6 +24,7 @@ static const cg_seq2seq_config DEFAULTS = {.vocab = 96,
                                            .norm = CG_NORM_LAYERNORM,
                                            .act = CG_ACT_RELU,
                                            .norm_first = false,
+                                           .bias = true,
                                            .dropout = 0.0f,
                                            .label_smoothing = 0.1f};
 

@@ -46,6 +46,7 @@ typedef struct {
     cg_norm_kind norm;
     cg_act act;
     bool norm_first;
+    bool bias;             /* biases in every Linear and LayerNorm (PyTorch's bias; true) */
     float dropout;         /* in [0, 1] */
     float label_smoothing; /* in [0, 1] */
     /* word dropout in [0, 1]: in training, each source and target token's

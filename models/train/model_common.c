@@ -63,3 +63,10 @@ cg_tensor *cg_model_logits_loss(const char *model, bool have_model, int64_t voca
     cg_release(t);
     return loss;
 }
+
+cg_norm *cg_model_norm(cg_norm_kind kind, int64_t d, bool bias)
+{
+    cg_norm_opts o = cg_norm_opts_default();
+    o.bias = bias;
+    return cg_norm_new_opts(kind, d, &o);
+}

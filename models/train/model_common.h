@@ -27,7 +27,11 @@ extern "C" {
                     .act = (c)->act,               \
                     .norm_first = (c)->norm_first, \
                     .dropout = (c)->dropout,       \
+                    .no_bias = !(c)->bias,         \
                     .dropout_rng = (rng)})
+/* A model's own norm (charlm's ln_f): kind over d, with a bias unless
+ * bias is false (the layers' own: nn/transformer.h no_bias). */
+cg_norm *cg_model_norm(cg_norm_kind kind, int64_t d, bool bias);
 
 /* The dropout stream of a model built with seed (apart from the stream of
  * its initial weights, which is the seed's own). */

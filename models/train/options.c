@@ -27,6 +27,7 @@ void cg_train_opts_init(cg_train_opts *o)
 void cg_train_recipe_init(cg_train_recipe *r)
 {
     r->norm_first = true;
+    r->bias = true;
     r->tokenizer = CG_TOK_CHAR;
     r->vocab_size = 4000;
     r->beta1 = 0.9;
@@ -49,7 +50,10 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
 const char *cg_train_arch_help(cg_train_recipe *r)
 {
     char norms[64], acts[64];
-    snprintf(r->arch_help, sizeof r->arch_help, "  --norm %s  --act %s  --norm-first true|false\n",
+    snprintf(r->arch_help, sizeof r->arch_help,
+             "  --norm %s  --act %s  --norm-first true|false\n"
+             "  --bias true|false    biases in every Linear and LayerNorm (default true; false:\n"
+             "                       nanoGPT's bias = False, PyTorch's bias=False)\n",
              cg_norm_names(norms, sizeof norms, "|"), cg_act_names(acts, sizeof acts, "|"));
     return r->arch_help;
 }
@@ -355,6 +359,8 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
         add_bad(bad, sizeof bad, &nbad, "--act %s", rec->act);
     if (cg_cli_given(a, &rec->norm_first) && want->norm_first != have->norm_first)
         add_bad(bad, sizeof bad, &nbad, "--norm-first %s", want->norm_first ? "true" : "false");
+    if (cg_cli_given(a, &rec->bias) && want->bias != have->bias)
+        add_bad(bad, sizeof bad, &nbad, "--bias %s", want->bias ? "true" : "false");
     cg_tokenizer_kind kind = tok->kind;
     if (rec->tokenizer_arg && !cg_tokenizer_kind_parse(rec->tokenizer_arg, &kind)) {
         cg_prog_fail("--tokenizer: %s", cg_last_error());

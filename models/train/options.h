@@ -102,8 +102,9 @@ typedef struct {
      * given from the preset */
     cg_train_preset shape;
     const char *norm, *act; /* as given (NULL: the model's default) */
-    char arch_help[160];    /* their --help line (cg_train_arch_help) */
+    char arch_help[320];    /* their --help lines (cg_train_arch_help) */
     bool norm_first;
+    bool bias; /* --bias: biases in every Linear and LayerNorm (true; nanoGPT's bias) */
     double dropout, label_smoothing, lr;
     /* The optimizer's: AdamW's decoupled weight decay of the matrices (2-D
      * parameters), Adam's betas and epsilon (a program sets its recipe's
@@ -121,7 +122,7 @@ typedef struct {
  * grad_accum 1, precision_arg "auto" (precision fp32 until resolved); the
  * rest 0. */
 void cg_train_opts_init(cg_train_opts *o);
-/* Defaults: norm_first true, vocab_size 4000, tokenizer char, Adam's betas
+/* Defaults: norm_first true, bias true, vocab_size 4000, tokenizer char, Adam's betas
  * (0.9, 0.999) and epsilon 1e-8 (PyTorch's), clip_norm 1; the rest 0. */
 void cg_train_recipe_init(cg_train_recipe *r);
 /* Both, for a train command: o and r zeroed and initialised as above, with
@@ -146,6 +147,7 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
         {"--norm", CG_CLI_STR, &(r)->norm, 0, 0, cg_train_arch_help(r), CG_CLI_FIXED},            \
         {"--act", CG_CLI_STR, &(r)->act, 0, 0, NULL, CG_CLI_FIXED},                               \
         {"--norm-first", CG_CLI_BOOL, &(r)->norm_first, 0, 0, NULL, CG_CLI_FIXED},                \
+        {"--bias", CG_CLI_BOOL, &(r)->bias, 0, 0, NULL, CG_CLI_FIXED},                            \
         {"--dropout",                                                                             \
          CG_CLI_F64,                                                                              \
          &(r)->dropout,                                                                           \
@@ -475,7 +477,7 @@ typedef struct {
     cg_train_preset shape;
     cg_norm_kind norm;
     cg_act act;
-    bool norm_first;
+    bool norm_first, bias;
 } cg_train_arch;
 /* --init-from: the shape, architecture and tokenizer flags given (a, rec;
  * preset: the variable of --preset) with the preset make `want`, which

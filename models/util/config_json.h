@@ -155,7 +155,8 @@ typedef struct {
  * gelu_erf: nn.GELU(), approximate="none"); a final norm ln_f
  * exactly when pre-norm; token embeddings times sqrt(d) plus sinusoidal
  * positions (not learnt, not stored); the output head tied to the
- * embedding; biases in every Linear. */
+ * embedding; and (a field, not a fact: true unless --bias false) biases in
+ * every Linear and LayerNorm. */
 /* clang-format off */
 #define CG_CF_FACT(key, json) {(key), CG_CF_CONST, 0, (json), 0, 0, NULL, NULL}
 #define CG_CONFIG_ZOO_FACTS(type)                                                      \
@@ -165,7 +166,7 @@ typedef struct {
     CG_CF_FACT("emb_scale", "\"sqrt_d\""),                                             \
     CG_CF_FACT("pos_enc", "\"sinusoidal\""),                                           \
     CG_CF_FACT("tied_head", "true"),                                                   \
-    CG_CF_FACT("bias", "true")
+    {"bias", CG_CF_BOOL, offsetof(type, bias), NULL, 0, 0, NULL, NULL}
 /* clang-format on */
 bool cg_config_read(const char *json, const char *what, const cg_config_field *f, int n, void *cfg);
 char *cg_config_write(const char *model, const cg_config_field *f, int n, const void *cfg);

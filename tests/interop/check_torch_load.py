@@ -32,17 +32,36 @@ import safetensors_io  # noqa: E402
 INIT_SEED = {"charlm": 5, "seq2seq": 6}  # the seeds export_ckpt.c builds with
 
 
+def build(kind, cfg):
+    """The reference model of a cgrad config; "bias": false (--bias false) as
+    PyTorch makes it with bias=False: every nn.Linear built without a bias
+    (its constructor then draws the weight alone) and every LayerNorm's bias
+    unregistered (it draws nothing)."""
+    cls, conf = (models.CharLM, models.CharLMConfig) if kind == "charlm" else \
+        (models.Seq2Seq, models.Seq2SeqConfig)
+    fields = {f: cfg[f] for f in conf.__dataclass_fields__ if f in cfg}
+    if cfg.get("bias", True):
+        return cls(conf(**fields))
+    linear_init = torch.nn.Linear.__init__
+    torch.nn.Linear.__init__ = lambda self, i, o, bias=True, **kw: linear_init(self, i, o, False, **kw)
+    try:
+        model = cls(conf(**fields))
+    finally:
+        torch.nn.Linear.__init__ = linear_init
+    for m in model.modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            m.register_parameter("bias", None)
+    return model
+
+
 def check(path):
     tensors, meta = safetensors_io.load(path)
     cfg = json.loads(meta["config"])
     torch.manual_seed(INIT_SEED[meta["model"]])
+    model = build(meta["model"], cfg)
     if meta["model"] == "charlm":
-        fields = {f: cfg[f] for f in models.CharLMConfig.__dataclass_fields__ if f in cfg}
-        model = models.CharLM(models.CharLMConfig(**fields))
         inputs = [torch.from_numpy(tensors["input.x"])]
     else:
-        fields = {f: cfg[f] for f in models.Seq2SeqConfig.__dataclass_fields__ if f in cfg}
-        model = models.Seq2Seq(models.Seq2SeqConfig(**fields))
         inputs = [torch.from_numpy(tensors["input.src"]), torch.from_numpy(tensors["input.tgt_in"])]
     state = {k: torch.from_numpy(v) for k, v in tensors.items()
              if not k.startswith(("input.", "expect."))}
@@ -100,7 +119,9 @@ def check_decode(path):
 
 def main():
     d = sys.argv[1]
-    ok = all([check(os.path.join(d, f)) for f in ("charlm.safetensors", "seq2seq.safetensors")])
+    ok = all([check(os.path.join(d, f)) for f in ("charlm.safetensors", "seq2seq.safetensors",
+                                                  "charlm_nobias.safetensors",
+                                                  "seq2seq_nobias.safetensors")])
     ok = check_decode(os.path.join(d, "decode.safetensors")) and ok
     sys.exit(0 if ok else 1)
 

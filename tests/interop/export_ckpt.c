@@ -112,16 +112,32 @@ static bool write_decodes(const char *path)
     return ok;
 }
 
+static bool export_models(const char *dir, const char *suffix, bool bias);
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr, "usage: export_ckpt OUTDIR\n");
         return 2;
     }
+    for (int nb = 0; nb < 2; nb++) /* with biases, then without (--bias false) */
+        if (!export_models(argv[1], nb ? "_nobias" : "", !nb))
+            return 1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/decode.safetensors", argv[1]);
+    if (!write_decodes(path))
+        return fail(path);
+    return 0;
+}
+
+/* The two models, NAME.safetensors (charlm, seq2seq) + suffix: their
+ * weights, inputs and logits; with biases or not. */
+static bool export_models(const char *dir, const char *suffix, bool bias)
+{
     char path[4096];
     cg_rng rng = cg_rng_new(11);
 
-    /* CharLM: pre-norm rmsnorm gelu, B=2, T=9 */
+    /* CharLM: pre-norm gelu (rmsnorm; layernorm without biases), B=2, T=9 */
     cg_charlm_config cc = cg_charlm_config_default();
     cc.vocab = 23;
     cc.d = 24;
@@ -129,21 +145,22 @@ int main(int argc, char **argv)
     cc.layers = 2;
     cc.d_ff = 40;
     cc.max_len = 16;
-    cc.norm = CG_NORM_RMSNORM;
+    cc.norm = bias ? CG_NORM_RMSNORM : CG_NORM_LAYERNORM;
+    cc.bias = bias;
     cg_charlm *lm = cg_charlm_new(&cc, 5);
     if (!lm)
-        return fail("charlm");
+        return !fail("charlm");
     int64_t x[18];
     for (int i = 0; i < 18; i++)
         x[i] = (int64_t)cg_rng_below(&rng, 23);
     cg_tensor *logits = cg_charlm_forward(lm, x, 2, 9);
     if (!logits)
-        return fail("charlm forward");
-    snprintf(path, sizeof path, "%s/charlm.safetensors", argv[1]);
+        return !fail("charlm forward");
+    snprintf(path, sizeof path, "%s/charlm%s.safetensors", dir, suffix);
     const int64_t xs[1][2] = {{2, 9}};
     if (!write_file(CG_MODULE(lm), path, "charlm", cg_charlm_config_to_json(&cc), 1,
                     (const char *[]){"input.x"}, (int64_t *[]){x}, xs, logits))
-        return fail(path);
+        return !fail(path);
     cg_release(logits);
     cg_charlm_free(lm);
 
@@ -154,24 +171,22 @@ int main(int argc, char **argv)
     sc.H = 2;
     sc.d_ff = 32;
     sc.max_len = 16;
+    sc.bias = bias;
     cg_seq2seq *s2s = cg_seq2seq_new(&sc, 6);
     if (!s2s)
-        return fail("seq2seq");
+        return !fail("seq2seq");
     int64_t src[2 * 7] = {5, 6, 7, 8, 9, 10, 2, 11, 12, 13, 2, 0, 0, 0};
     int64_t tgt[2 * 5] = {1, 14, 15, 16, 17, 1, 18, 19, 0, 0};
     logits = cg_seq2seq_forward(s2s, src, 2, 7, tgt, 5);
     if (!logits)
-        return fail("seq2seq forward");
-    snprintf(path, sizeof path, "%s/seq2seq.safetensors", argv[1]);
+        return !fail("seq2seq forward");
+    snprintf(path, sizeof path, "%s/seq2seq%s.safetensors", dir, suffix);
     const int64_t ss[2][2] = {{2, 7}, {2, 5}};
     if (!write_file(CG_MODULE(s2s), path, "seq2seq", cg_seq2seq_config_to_json(&sc), 2,
                     (const char *[]){"input.src", "input.tgt_in"}, (int64_t *[]){src, tgt}, ss,
                     logits))
-        return fail(path);
+        return !fail(path);
     cg_release(logits);
     cg_module_free(CG_MODULE(s2s));
-    snprintf(path, sizeof path, "%s/decode.safetensors", argv[1]);
-    if (!write_decodes(path))
-        return fail(path);
-    return 0;
+    return true;
 }
