@@ -758,8 +758,8 @@ START_TEST(test_translate_many)
     ck_assert_int_eq(cg_tokenizer_vocab_size(tok), cg_pair_vocab_size(&g_vocab));
     double bleu, chrf;
     char **h = NULL;
-    ck_assert(
-        cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, 1, 0.6, true, &bleu, &chrf, &h));
+    ck_assert(cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, 1, 0.6, true, NULL, &bleu,
+                                 &chrf, &h));
     for (int i = 0; i < NPAIRS; i++)
         ck_assert_str_eq(h[i], TGT[i]);
     ck_assert(bleu >= 0); /* no 4-grams in sentences this short: 0 */
@@ -770,7 +770,7 @@ START_TEST(test_translate_many)
     ck_assert(cg_sources_encode(tok, PROBES, 10, 64, &s));
     FILE *echo = tmpfile();
     ck_assert_ptr_nonnull(echo);
-    h = cg_translate_all(g_model, tok, &s, 3, 0.6, true, echo);
+    h = cg_translate_all(g_model, tok, &s, 3, 0.6, true, NULL, echo);
     ck_assert_ptr_nonnull(h);
     rewind(echo);
     int64_t n = 0;
@@ -865,7 +865,7 @@ START_TEST(test_translate_test_report)
     for (int i = 0; i < N; i++)
         refs[i] = p.items[i].tgt;
     for (int b = 0; b < 2; b++) {
-        ck_assert(cg_translate_score(g_model, tok, &p, idx, N, b ? 3 : 1, 0.6, true, &bleu[b],
+        ck_assert(cg_translate_score(g_model, tok, &p, idx, N, b ? 3 : 1, 0.6, true, NULL, &bleu[b],
                                      &chrf[b], &h[b]));
         ck_assert_double_eq_tol(chrf[b], cg_chrf(N, (const char *const *)h[b], refs), 1e-9);
         ck_assert(fabs(chrf[b] - cg_chrf(N, refs, (const char *const *)h[b])) > 1e-3);
@@ -912,8 +912,8 @@ START_TEST(test_beam_nbest)
         cg_hypothesis h[4], hr[4];
         int n = 0, nr = 0;
         ck_assert(cg_beam_search(g_model, ids, S, 4, 0.6, 40, &b, &bl, &bscore, &fin, true));
-        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, true, 4, h, &n));
-        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, false, 4, hr, &nr));
+        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, NULL, true, 4, h, &n));
+        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, NULL, false, 4, hr, &nr));
         ck_assert_msg(n == 4 && nr == 4, "'%s': %d and %d hypotheses", PROBES[k], n, nr);
         ck_assert(h[0].len == bl && h[0].score == bscore && h[0].finished == fin);
         ck_assert(bl == 0 || memcmp(h[0].ids, b, (size_t)bl * sizeof *b) == 0);
@@ -937,8 +937,10 @@ START_TEST(test_beam_nbest)
     int64_t S, *ids = src_ids("a cat", &S);
     cg_hypothesis h[3];
     int n = 7;
-    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, true, 3, h, &n), "nbest=3");
-    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, true, 0, h, &n), "nbest=0");
+    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, NULL, true, 3, h, &n),
+                    "nbest=3");
+    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, NULL, true, 0, h, &n),
+                    "nbest=0");
     free(ids);
 }
 END_TEST
@@ -1564,8 +1566,9 @@ START_TEST(test_translate_score_bleu_order)
     for (int beam = 1; beam <= 3; beam += 2) {
         double bleu, chrf;
         char **h = NULL;
-        ck_assert_msg(cg_translate_score(m, tok, &p, idx, 2, beam, 0.6, true, &bleu, &chrf, &h),
-                      "%s", cg_last_error());
+        ck_assert_msg(
+            cg_translate_score(m, tok, &p, idx, 2, beam, 0.6, true, NULL, &bleu, &chrf, &h), "%s",
+            cg_last_error());
         for (int i = 0; i < 2; i++)
             ck_assert_str_eq(h[i], hyp);
         ck_assert_double_eq_tol(cg_bleu(2, (const char *const *)h, refs), want, 1e-9);
@@ -1630,7 +1633,7 @@ START_TEST(test_translation_length_limit)
     ck_assert(cg_sources_encode(tok, texts, 2, 64, &src));
     for (int beam = 1; beam <= 2; beam++)
         for (int cache = 0; cache < 2; cache++) {
-            char **out = cg_translate_all(m, tok, &src, beam, 0.6, cache, NULL);
+            char **out = cg_translate_all(m, tok, &src, beam, 0.6, cache, NULL, NULL);
             ck_assert_msg(out != NULL, "%s", cg_last_error());
             for (int i = 0; i < 2; i++)
                 ck_assert_msg(strlen(out[i]) == strlen(texts[i]) + 50,
@@ -1644,7 +1647,7 @@ START_TEST(test_translation_length_limit)
     /* a model of max_len 20 cuts every translation at 20 tokens */
     m = never_eos_model(cg_tokenizer_vocab_size(tok), 20);
     for (int beam = 1; beam <= 2; beam++) {
-        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL);
+        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL, NULL);
         ck_assert_msg(out != NULL, "%s", cg_last_error());
         for (int i = 0; i < 2; i++)
             ck_assert_msg(strlen(out[i]) == 20, "beam %d, source %d: %zu characters, not 20", beam,
@@ -1673,7 +1676,7 @@ START_TEST(test_translate_all_sources_end_with_eos)
     ck_assert(cg_sources_encode(tok, texts, 3, m->cfg.max_len, &src));
     int differ = 0;
     for (int beam = 1; beam <= 3; beam += 2) {
-        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL);
+        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL, NULL);
         ck_assert_msg(out != NULL, "%s", cg_last_error());
         for (int i = 0; i < 3; i++) {
             int64_t S = src.len[i] + 1, ids[16], res[64], L, *b = NULL, *noeos = NULL, n2;
