@@ -276,3 +276,81 @@ int64_t cg_multinomial(const float *probs, int64_t n, cg_rng *rng)
     }
     return last; /* rounding: the last index with mass */
 }
+
+/* ------------------------------------------------ decoding limits */
+bool cg_decode_limits_check(const cg_decode_limits *l)
+{
+    if (!l)
+        return true;
+    if (!isfinite(l->max_len_a) || l->max_len_a < 0) {
+        cg_set_error("decode limits: max_len_a is %g, must be finite and >= 0", l->max_len_a);
+        return false;
+    }
+    const struct {
+        const char *name;
+        int64_t v;
+    } f[] = {{"max_len_b", l->max_len_b},
+             {"min_len", l->min_len},
+             {"no_repeat_ngram_size", l->no_repeat_ngram_size}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < 0) {
+            cg_set_error("decode limits: %s is %lld, must be >= 0", f[i].name, (long long)f[i].v);
+            return false;
+        }
+    return true;
+}
+
+int64_t cg_decode_max_len(const cg_decode_limits *l, int64_t src_len, int64_t cap)
+{
+    if (cap <= 0)
+        return 0;
+    /* fairseq's int(a * src_len + b): the same double arithmetic, then
+     * toward zero (floor: nothing is negative) */
+    const double v = floor(l->max_len_a * (double)src_len + (double)l->max_len_b);
+    if (!(v < (double)cap))
+        return cap;
+    return v > 0 ? (int64_t)v : 0;
+}
+
+/* -inf on every token that would complete an n-gram of hyp[0..len) again:
+ * each earlier occurrence of the last n - 1 tokens bans the token that
+ * followed it (n = 1: every token of hyp). Returns whether one was banned. */
+static bool block_ngrams(const int64_t *hyp, int64_t len, int64_t n, float *scores, int64_t V)
+{
+    if (n < 1 || len < n)
+        return false;
+    const int64_t *tail = hyp + len - (n - 1);
+    bool changed = false;
+    for (int64_t i = 0; i + n <= len; i++) {
+        if (n > 1 && memcmp(hyp + i, tail, (size_t)(n - 1) * sizeof *hyp) != 0)
+            continue;
+        const int64_t t = hyp[i + n - 1];
+        if (t >= 0 && t < V && scores[t] != -INFINITY) {
+            scores[t] = -INFINITY;
+            changed = true;
+        }
+    }
+    return changed;
+}
+
+bool cg_decode_block(const cg_decode_limits *l, const int64_t *hyp, int64_t len, int64_t eos,
+                     float *scores, int64_t V)
+{
+    if (!l || (l->min_len <= 0 && l->no_repeat_ngram_size <= 0))
+        return false;
+    const bool has_eos = eos >= 0 && eos < V;
+    const float eos_score = has_eos ? scores[eos] : 0.0f;
+    bool changed = false;
+    if (has_eos && len < l->min_len && scores[eos] != -INFINITY) {
+        scores[eos] = -INFINITY;
+        changed = true;
+    }
+    changed |= block_ngrams(hyp, len, l->no_repeat_ngram_size, scores, V);
+    if (!changed || !has_eos)
+        return changed;
+    for (int64_t v = 0; v < V; v++)
+        if (scores[v] != -INFINITY)
+            return true;
+    scores[eos] = eos_score; /* nothing left: the hypothesis may end */
+    return true;
+}

@@ -48,6 +48,47 @@ cg_tensor *cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, 
  * by one uniform draw against the cumulative sum in index order. */
 int64_t cg_multinomial(const float *probs, int64_t n, cg_rng *rng);
 
+/* ------------------------------------------------ decoding limits
+ * fairseq-generate's length and repetition controls (its SequenceGenerator's
+ * max_len_a, max_len_b, min_len and no_repeat_ngram_size), for a decoder
+ * that picks each next token from a row of scores (logits or
+ * log-probabilities: greedy, beam search, sampling). Hypotheses are the
+ * tokens generated so far, without BOS (fairseq's count BOS in its
+ * n-grams; an n-gram holding BOS cannot recur, as BOS is never generated
+ * after it, unless a model emits its id). */
+typedef struct {
+    /* at most floor(max_len_a * src_len + max_len_b) tokens before EOS,
+     * src_len the source's length as the encoder reads it (its EOS
+     * included, as fairseq's src_tokens); cg_decode_max_len */
+    double max_len_a;
+    int64_t max_len_b;
+    /* EOS is not allowed before min_len tokens (0: at any step; fairseq's
+     * default is 1) */
+    int64_t min_len;
+    /* 0: off; n: no n-gram of n tokens occurs twice in a hypothesis (a token
+     * that would complete one already in it gets -inf, as fairseq's
+     * NGramRepeatBlock does) */
+    int64_t no_repeat_ngram_size;
+} cg_decode_limits;
+
+/* False + error ("decode limits: min_len is -1, must be >= 0") unless
+ * max_len_a is finite and >= 0 and the other fields are >= 0. NULL is
+ * fine (no limits). */
+bool cg_decode_limits_check(const cg_decode_limits *l);
+/* The most tokens a hypothesis of a source of src_len tokens may have:
+ * floor(max_len_a * src_len + max_len_b) (fairseq's int(a * src_len + b)),
+ * in [0, cap] (cap: what the decoder can hold, its positions). l checked. */
+int64_t cg_decode_max_len(const cg_decode_limits *l, int64_t src_len, int64_t cap);
+/* l's min_len and no_repeat_ngram_size on scores[0..V), the scores of the
+ * token that follows hyp[0..len): -inf on eos (an id) while len < min_len,
+ * and on every token that would complete an n-gram of no_repeat_ngram_size
+ * tokens already in hyp. When that leaves no score above -inf, eos keeps
+ * its own (min_len gives way: the hypothesis can end). Returns whether it
+ * wrote a score; with neither limit on (or l NULL) nothing is read or
+ * written. l checked; ids of hyp outside [0, V) block nothing. */
+bool cg_decode_block(const cg_decode_limits *l, const int64_t *hyp, int64_t len, int64_t eos,
+                     float *scores, int64_t V);
+
 #ifdef __cplusplus
 }
 #endif

@@ -111,6 +111,17 @@ done <<'EOF'
 2 | charlm  | sample --ckpt a.st --prompt a --prompt-file a.st | --prompt and --prompt-file both give the prompt
 2 | charlm  | train $TR --dropout 1.5                  | --dropout: 1.5 is out of range \[0, 1\]
 2 | seq2seq | train $S2 --label-smoothing 1.5          | --label-smoothing: 1.5 is out of range \[0, 1\]
+# the decoding limits (fairseq-generate's), each checked once: a value by the
+# flag table, two flags by translate's limits, the model's max_len once loaded
+2 | seq2seq | translate --ckpt s.st --max-len-a -1 the  | --max-len-a: -1 is out of range \[0, 1e+06\]
+2 | seq2seq | translate --ckpt s.st --max-len-a nan the | --max-len-a: 'nan' is not a finite number
+2 | seq2seq | translate --ckpt s.st --max-len-b -3 the  | --max-len-b: -3 is out of range
+2 | seq2seq | translate --ckpt s.st --max-len-b 2.5 the | --max-len-b: '2.5' is not an integer
+2 | seq2seq | translate --ckpt s.st --min-len -1 the    | --min-len: -1 is out of range
+2 | seq2seq | eval --ckpt s.st --no-repeat-ngram-size -2 | --no-repeat-ngram-size: -2 is out of range
+2 | seq2seq | translate --ckpt s.st --max-len-a 0 --max-len-b 0 the | --max-len-a 0 --max-len-b 0 leave no token to translate
+2 | seq2seq | translate --ckpt s.st --max-len-a 0 --max-len-b 3 --min-len 5 the | --min-len 5 is more than the 3 tokens --max-len-b 3 allows with --max-len-a 0
+2 | seq2seq | eval --ckpt s.st --max-len-a 0 --max-len-b 3 --min-len 5 | --min-len 5 is more than the 3 tokens
 # flags that contradict each other
 2 | seq2seq | train $S2 --lr 1e-3 --factor 1           | --lr and --factor both set the learning rate
 2 | charlm  | train $TR --resume a.st                  | --resume continues a run with the model and recipe of its checkpoint; drop --d
@@ -143,6 +154,8 @@ done <<'EOF'
 1 | charlm  | train $TR --init-from nope.st            | --init-from: checkpoint 'nope.st'
 1 | seq2seq | train $S2 --extra-data nope.tsv          | --extra-data: cannot open 'nope.tsv'
 1 | seq2seq | translate --ckpt a.st the                | 'a.st' is not a seq2seq checkpoint
+1 | seq2seq | translate --ckpt s.st --min-len 300 the  | --min-len 300 is more than the 256 tokens this model takes (its max_len)
+1 | seq2seq | eval --ckpt s.st --min-len 300           | --min-len 300 is more than the 256 tokens this model takes
 1 | seq2seq | eval --ckpt s.st --data c.txt            | c.txt:1: missing tab
 1 | charlm  | eval --ckpt a.st --data p.tsv            | '.*p.tsv' is not the data this checkpoint was trained on
 1 | charlm  | sample --ckpt a.st --base full.st        | --base full.st names the base of a LoRA adapter checkpoint, but 'a.st' is a full checkpoint

@@ -26,6 +26,7 @@
 #include "nn/safetensors.h"
 #include "optim/optim.h"
 #include "testutil.h"
+#include "tests/seq2seq_rig.h"
 
 /* ------------------------------------------------------------ helpers */
 static char g_tmpdir[PATH_MAX];
@@ -758,8 +759,8 @@ START_TEST(test_translate_many)
     ck_assert_int_eq(cg_tokenizer_vocab_size(tok), cg_pair_vocab_size(&g_vocab));
     double bleu, chrf;
     char **h = NULL;
-    ck_assert(
-        cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, 1, 0.6, true, &bleu, &chrf, &h));
+    ck_assert(cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, 1, 0.6, true, NULL, &bleu,
+                                 &chrf, &h));
     for (int i = 0; i < NPAIRS; i++)
         ck_assert_str_eq(h[i], TGT[i]);
     ck_assert(bleu >= 0); /* no 4-grams in sentences this short: 0 */
@@ -770,7 +771,7 @@ START_TEST(test_translate_many)
     ck_assert(cg_sources_encode(tok, PROBES, 10, 64, &s));
     FILE *echo = tmpfile();
     ck_assert_ptr_nonnull(echo);
-    h = cg_translate_all(g_model, tok, &s, 3, 0.6, true, echo);
+    h = cg_translate_all(g_model, tok, &s, 3, 0.6, true, NULL, echo);
     ck_assert_ptr_nonnull(h);
     rewind(echo);
     int64_t n = 0;
@@ -865,7 +866,7 @@ START_TEST(test_translate_test_report)
     for (int i = 0; i < N; i++)
         refs[i] = p.items[i].tgt;
     for (int b = 0; b < 2; b++) {
-        ck_assert(cg_translate_score(g_model, tok, &p, idx, N, b ? 3 : 1, 0.6, true, &bleu[b],
+        ck_assert(cg_translate_score(g_model, tok, &p, idx, N, b ? 3 : 1, 0.6, true, NULL, &bleu[b],
                                      &chrf[b], &h[b]));
         ck_assert_double_eq_tol(chrf[b], cg_chrf(N, (const char *const *)h[b], refs), 1e-9);
         ck_assert(fabs(chrf[b] - cg_chrf(N, refs, (const char *const *)h[b])) > 1e-3);
@@ -912,8 +913,8 @@ START_TEST(test_beam_nbest)
         cg_hypothesis h[4], hr[4];
         int n = 0, nr = 0;
         ck_assert(cg_beam_search(g_model, ids, S, 4, 0.6, 40, &b, &bl, &bscore, &fin, true));
-        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, true, 4, h, &n));
-        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, false, 4, hr, &nr));
+        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, NULL, true, 4, h, &n));
+        ck_assert(cg_beam_search_nbest(g_model, ids, S, 4, 0.6, 40, NULL, false, 4, hr, &nr));
         ck_assert_msg(n == 4 && nr == 4, "'%s': %d and %d hypotheses", PROBES[k], n, nr);
         ck_assert(h[0].len == bl && h[0].score == bscore && h[0].finished == fin);
         ck_assert(bl == 0 || memcmp(h[0].ids, b, (size_t)bl * sizeof *b) == 0);
@@ -937,8 +938,10 @@ START_TEST(test_beam_nbest)
     int64_t S, *ids = src_ids("a cat", &S);
     cg_hypothesis h[3];
     int n = 7;
-    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, true, 3, h, &n), "nbest=3");
-    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, true, 0, h, &n), "nbest=0");
+    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, NULL, true, 3, h, &n),
+                    "nbest=3");
+    CG_ASSERT_FAILS(cg_beam_search_nbest(g_model, ids, S, 2, 0.6, 40, NULL, true, 0, h, &n),
+                    "nbest=0");
     free(ids);
 }
 END_TEST
@@ -1408,54 +1411,6 @@ START_TEST(test_beam_matches_reference_search)
 }
 END_TEST
 
-/* A translator whose next-token logits from token u are the row z[u] of a
- * table (up to a constant per row, within about 1e-2), whatever the source,
- * the position and the tokens before: one decoder layer, no encoder layer,
- * the attentions' output projections zero, every norm's weight 1 and bias 0.
- * Token u's embedding is 10 in dimension u (read by the feed-forward) and 10
- * in dimension V + u (read by the tied head); the feed-forward's unit u fires
- * on dimension u alone and writes 1e5 times z[u] into dimensions V..2V-1,
- * with dimension 2V holding what makes every row's centred norm the same N:
- * the last norm then gives sqrt(d) * (row - mean) / N, and the head's 10 per
- * dimension gives z[u] + a constant. Post-norm the last norm is ln3, pre-norm
- * ln_f; the sinusoidal positions (norm 4) are small beside the spikes. */
-enum { TZ_V = 10 };
-
-static cg_seq2seq *table_model(const double z[TZ_V][TZ_V], bool norm_first)
-{
-    cg_seq2seq_config c = cg_seq2seq_config_default();
-    c.vocab = TZ_V, c.d = 32, c.H = 2, c.d_ff = TZ_V, c.max_len = 16;
-    c.enc_layers = 0, c.dec_layers = 1, c.norm_first = norm_first;
-    cg_seq2seq *m = cg_seq2seq_new(&c, 1);
-    ck_assert_ptr_nonnull(m);
-    const int64_t d = c.d, V = TZ_V;
-    const double N = 10.0 * sqrt((double)d);
-    cg_test_blank_params(CG_MODULE(m));
-    cg_dec_layer *l = m->decoder->layers[0];
-    float *e = cg_data(m->emb->weight), *w1 = cg_data(l->ff->fc1->weight),
-          *b1 = cg_data(l->ff->fc1->bias), *w2 = cg_data(l->ff->fc2->weight);
-    for (int64_t u = 0; u < V; u++) {
-        e[u * d + u] = e[u * d + V + u] = 10.0f;
-        w1[u * d + u] = 1.0f; /* [d_ff, d]: about 3.9 on u's own input, < 0 elsewhere */
-        b1[u] = -2.0f;
-        double s1 = 0, s2 = 0; /* t solves s2 + t^2 - (s1 + t)^2 / d = N^2 */
-        for (int64_t v = 0; v < V; v++)
-            s1 += z[u][v], s2 += z[u][v] * z[u][v];
-        const double a = 1.0 - 1.0 / (double)d, b = -2.0 * s1 / (double)d,
-                     cc = s2 - s1 * s1 / (double)d - N * N;
-        const double t = (-b + sqrt(b * b - 4 * a * cc)) / (2 * a);
-        for (int64_t v = 0; v < V; v++) /* fc2 [d, d_ff] */
-            w2[(V + v) * V + u] = (float)(1e5 * z[u][v]);
-        w2[2 * V * V + u] = (float)(1e5 * t);
-    }
-    cg_tensor_modified(m->emb->weight);
-    cg_tensor_modified(l->ff->fc1->weight);
-    cg_tensor_modified(l->ff->fc1->bias);
-    cg_tensor_modified(l->ff->fc2->weight);
-    cg_module_train(CG_MODULE(m), false);
-    return m;
-}
-
 /* A search that stops once beam - 1 hypotheses have finished loses the one
  * that finishes next and wins. With alpha 0, beam 3 and tokens A B C D (3 to
  * 6): from BOS, A B C are the three best; A and B then end (p(EOS) about
@@ -1564,8 +1519,9 @@ START_TEST(test_translate_score_bleu_order)
     for (int beam = 1; beam <= 3; beam += 2) {
         double bleu, chrf;
         char **h = NULL;
-        ck_assert_msg(cg_translate_score(m, tok, &p, idx, 2, beam, 0.6, true, &bleu, &chrf, &h),
-                      "%s", cg_last_error());
+        ck_assert_msg(
+            cg_translate_score(m, tok, &p, idx, 2, beam, 0.6, true, NULL, &bleu, &chrf, &h), "%s",
+            cg_last_error());
         for (int i = 0; i < 2; i++)
             ck_assert_str_eq(h[i], hyp);
         ck_assert_double_eq_tol(cg_bleu(2, (const char *const *)h, refs), want, 1e-9);
@@ -1630,7 +1586,7 @@ START_TEST(test_translation_length_limit)
     ck_assert(cg_sources_encode(tok, texts, 2, 64, &src));
     for (int beam = 1; beam <= 2; beam++)
         for (int cache = 0; cache < 2; cache++) {
-            char **out = cg_translate_all(m, tok, &src, beam, 0.6, cache, NULL);
+            char **out = cg_translate_all(m, tok, &src, beam, 0.6, cache, NULL, NULL);
             ck_assert_msg(out != NULL, "%s", cg_last_error());
             for (int i = 0; i < 2; i++)
                 ck_assert_msg(strlen(out[i]) == strlen(texts[i]) + 50,
@@ -1644,7 +1600,7 @@ START_TEST(test_translation_length_limit)
     /* a model of max_len 20 cuts every translation at 20 tokens */
     m = never_eos_model(cg_tokenizer_vocab_size(tok), 20);
     for (int beam = 1; beam <= 2; beam++) {
-        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL);
+        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL, NULL);
         ck_assert_msg(out != NULL, "%s", cg_last_error());
         for (int i = 0; i < 2; i++)
             ck_assert_msg(strlen(out[i]) == 20, "beam %d, source %d: %zu characters, not 20", beam,
@@ -1673,7 +1629,7 @@ START_TEST(test_translate_all_sources_end_with_eos)
     ck_assert(cg_sources_encode(tok, texts, 3, m->cfg.max_len, &src));
     int differ = 0;
     for (int beam = 1; beam <= 3; beam += 2) {
-        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL);
+        char **out = cg_translate_all(m, tok, &src, beam, 0.6, true, NULL, NULL);
         ck_assert_msg(out != NULL, "%s", cg_last_error());
         for (int i = 0; i < 3; i++) {
             int64_t S = src.len[i] + 1, ids[16], res[64], L, *b = NULL, *noeos = NULL, n2;

@@ -272,6 +272,43 @@ START_TEST(test_translate_alpha_not_finite)
 }
 END_TEST
 
+/* cg_zoo_translate_ex: NULL is cg_zoo_translate (the program's defaults,
+ * which the two headers spell alike); limits give cg_translate_all's
+ * translations under them (`seq2seq translate`'s), greedy and beam; bad
+ * limits are refused naming the field. */
+START_TEST(test_translate_limits)
+{
+    cg_zoo_model *m = cg_zoo_load(s2s_path);
+    cg_seq2seq_ckpt c;
+    ck_assert(m && cg_seq2seq_ckpt_load(s2s_path, &c));
+    const char *texts[] = {"the cat", "a dog and the sea"};
+    cg_sources src;
+    ck_assert(cg_sources_encode(c.tok, texts, 2, c.model->cfg.max_len, &src));
+    const cg_decode_limits l = {0.5, 1, 2, 1};
+    for (int beam = 1; beam <= 2; beam++) {
+        char **a = cg_zoo_translate(m, texts, 2, beam, 1.0);
+        char **b = cg_zoo_translate_ex(m, texts, 2, beam, 1.0, NULL);
+        char **d = cg_zoo_translate_ex(m, texts, 2, beam, 1.0, &l);
+        char **want = cg_translate_all(c.model, c.tok, &src, beam, 1.0, true, &l, NULL);
+        ck_assert_msg(a && b && d && want, "%s", cg_last_error());
+        for (int i = 0; i < 2; i++) {
+            ck_assert_str_eq(a[i], b[i]);
+            ck_assert_str_eq(d[i], want[i]);
+        }
+        cg_zoo_strings_free(a, 2);
+        cg_zoo_strings_free(b, 2);
+        cg_zoo_strings_free(d, 2);
+        cg_strings_free(want, 2);
+    }
+    CG_ASSERT_FAILS(cg_zoo_translate_ex(m, texts, 1, 1, 1.0, &(cg_decode_limits){1, -1, 0, 0}),
+                    "max_len_b is -1");
+    ck_assert(CG_ZOO_MAX_LEN_A == CG_MAX_LEN_A && CG_ZOO_MAX_LEN_B == CG_MAX_LEN_B);
+    cg_sources_free(&src);
+    cg_seq2seq_ckpt_free(&c);
+    cg_zoo_free(m);
+}
+END_TEST
+
 /* Generation and translation run in eval mode and leave the module in the
  * mode the caller set (as score does): a user fine-tuning the model who
  * looks at a sample between steps keeps training with dropout. */
@@ -480,6 +517,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_generate_huge_n_new);
     tcase_add_test(tc, test_translate_null_sentence);
     tcase_add_test(tc, test_translate_alpha_not_finite);
+    tcase_add_test(tc, test_translate_limits);
     tcase_add_test(tc, test_decoding_keeps_mode);
     tcase_add_test(tc, test_one_sequence);
     tcase_add_test(tc, test_float64_checkpoint);

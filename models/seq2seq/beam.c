@@ -1,7 +1,6 @@
 /* Greedy decoding and beam search for Seq2Seq (see beam.h). */
 #include "models/seq2seq/beam.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +8,6 @@
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "models/util/files.h"
 #include "nn/sample.h"
 
 /* Keep rows[0..n) of the cache's batch (the library takes them as a tensor). */
@@ -49,14 +47,42 @@ static cg_tensor *decode_logits(cg_seq2seq *m, const int64_t *ys, int64_t B, int
     return c;
 }
 
+/* A source's length as the encoder reads it (fairseq's src_len): its ids
+ * other than PAD, its EOS included. */
+static int64_t source_len(const int64_t *src, int64_t S)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < S; i++)
+        n += src[i] != CG_PAD;
+    return n;
+}
+
+/* Whether lim blocks any token (min_len or no_repeat_ngram_size). */
+static bool blocks(const cg_decode_limits *lim)
+{
+    return lim && (lim->min_len > 0 || lim->no_repeat_ngram_size > 0);
+}
+
+/* The steps of a source src[0..S) under lim (NULL: max_steps). */
+static int64_t source_steps(const cg_seq2seq *m, const int64_t *src, int64_t S, int64_t max_steps,
+                            const cg_decode_limits *lim)
+{
+    if (!lim)
+        return max_steps;
+    int64_t n = cg_decode_max_len(lim, source_len(src, S), m->cfg.max_len);
+    return n < max_steps ? n : max_steps;
+}
+
 /* Greedy decoding's working state. Row b's tokens so far (BOS first) are
  * ys[b*W ..], all of length T; alive[0..n_alive) are the rows still
  * decoding, keep[k] the place of alive[k] in the previous step's batch;
- * tmp is the decoder's input. out and lens are the caller's results. */
+ * tmp is the decoder's input; row b decodes at most cap[b] tokens. out
+ * and lens are the caller's results. */
 typedef struct {
     int64_t W, max_steps, n_alive, T;
-    int64_t *ys, *tmp, *alive, *keep;
+    int64_t *ys, *tmp, *alive, *keep, *cap;
     int64_t *out, *lens;
+    const cg_decode_limits *lim;
     cg_kv_cache *cache;           /* NULL: every prefix is recomputed */
     cg_seq2seq_memory mem, sel;   /* the sources' memory; sel: the alive rows' */
     const cg_seq2seq_memory *cur; /* the memory the alive rows decode against */
@@ -73,8 +99,9 @@ static bool greedy_alloc(greedy_state *g, cg_seq2seq *m, int64_t B, int64_t max_
     g->tmp = malloc((size_t)(B * W) * sizeof *g->tmp);
     g->alive = malloc((size_t)B * sizeof *g->alive);
     g->keep = malloc((size_t)B * sizeof *g->keep);
+    g->cap = malloc((size_t)B * sizeof *g->cap);
     g->cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
-    if (!g->ys || !g->tmp || !g->alive || !g->keep || (use_cache && !g->cache)) {
+    if (!g->ys || !g->tmp || !g->alive || !g->keep || !g->cap || (use_cache && !g->cache)) {
         if (!cg_has_error())
             cg_set_error("greedy decode: out of memory");
         return false;
@@ -90,6 +117,7 @@ static void greedy_free(greedy_state *g)
     free(g->tmp);
     free(g->alive);
     free(g->keep);
+    free(g->cap);
     cg_kv_cache_free(g->cache);
 }
 
@@ -101,10 +129,9 @@ static cg_tensor *last_position(cg_tensor *logits, bool last)
     return last && T > 1 ? cg_narrow(logits, 1, T - 1, 1) : cg_retain(logits);
 }
 
-/* One step: every alive row's argmax token appended (and written to out);
- * a row that produced EOS gets its length and leaves the batch, and the
- * cache or the memory copies follow the rows that stay. */
-static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
+/* The next-token logits of every alive row (a new reference), checked
+ * usable and passed through the limits' blocks. */
+static cg_tensor *greedy_logits(greedy_state *g, cg_seq2seq *m, int64_t step)
 {
     const int64_t V = m->cfg.vocab, W = g->W, T = g->T;
     /* with the cache: each row's last token at position T-1; without:
@@ -115,15 +142,34 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
     cg_tensor *l = g->cache ? cg_seq2seq_decode_step(m, g->tmp, g->n_alive, g->cur, g->cache)
                             : decode_logits(m, g->tmp, g->n_alive, T, g->cur);
     if (!l)
-        return false;
-    const float *d = cg_data(l);
+        return NULL;
+    float *d = cg_data(l);
     char what[48];
     snprintf(what, sizeof what, "greedy decode: step %lld", (long long)step);
     for (int64_t k = 0; k < g->n_alive; k++)
         if (!cg_logits_usable(d + (k * Tl + Tl - 1) * V, V, what)) {
             cg_release(l);
-            return false;
+            return NULL;
         }
+    bool wrote = false; /* the argmax then skips what the limits block */
+    for (int64_t k = 0; blocks(g->lim) && k < g->n_alive; k++)
+        wrote |= cg_decode_block(g->lim, g->ys + g->alive[k] * W + 1, T - 1, CG_EOS,
+                                 d + (k * Tl + Tl - 1) * V, V);
+    if (wrote)
+        cg_tensor_modified(l);
+    return l;
+}
+
+/* One step: every alive row's argmax token appended (and written to out);
+ * a row that produced EOS or reached its cap gets its length and leaves
+ * the batch, and the cache or the memory copies follow the rows that
+ * stay. */
+static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
+{
+    const int64_t W = g->W, T = g->T;
+    cg_tensor *l = greedy_logits(g, m, step);
+    if (!l)
+        return false;
     /* each row's next token: its last position's argmax (the first on a tie) */
     cg_tensor *last = last_position(l, true);
     cg_tensor *am = last ? cg_argmax(last, -1, false) : NULL;
@@ -139,7 +185,7 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
         g->out[b * g->max_steps + step] = best;
         if (best == CG_EOS) {
             g->lens[b] = step;
-        } else {
+        } else if (step + 1 < g->cap[b]) {
             g->keep[kept] = k;
             g->alive[kept++] = b;
         }
@@ -147,6 +193,8 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
     bool dropped = drop_cache_at_pad(&g->cache, next, g->n_alive, 1);
     cg_release(am);
     g->T++;
+    if (step + 1 == g->max_steps) /* the last step: no batch follows */
+        kept = 0;
     if (kept != g->n_alive && kept > 0 && g->cache) {
         if (!reorder(g->cache, g->keep, kept))
             return false;
@@ -160,8 +208,35 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
     return true;
 }
 
+/* Every row starts from BOS with its cap (lim's, at most max_steps) as its
+ * length; rows of cap 0 never decode (the memory then follows the others). */
+static bool greedy_start(greedy_state *g, const cg_seq2seq *m, const int64_t *src, int64_t B,
+                         int64_t S)
+{
+    g->n_alive = 0;
+    for (int64_t b = 0; b < B; b++) {
+        g->ys[b * g->W] = CG_BOS;
+        g->cap[b] = source_steps(m, src + b * S, S, g->max_steps, g->lim);
+        g->lens[b] = g->cap[b];
+        if (g->cap[b] > 0)
+            g->alive[g->n_alive++] = b;
+    }
+    for (int64_t i = 0; i < B * g->max_steps; i++)
+        g->out[i] = CG_PAD;
+    if (g->n_alive == B || g->n_alive == 0)
+        return true;
+    g->cur = &g->sel;
+    return cg_seq2seq_memory_select(&g->mem, g->alive, g->n_alive, &g->sel);
+}
+
 bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
                       int64_t *out, int64_t *lens, bool use_cache)
+{
+    return cg_greedy_decode_ex(m, src, B, S, max_steps, NULL, out, lens, use_cache);
+}
+
+bool cg_greedy_decode_ex(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
+                         const cg_decode_limits *lim, int64_t *out, int64_t *lens, bool use_cache)
 {
     if (!m || !src || !out || !lens || B < 1 || max_steps < 1) {
         cg_set_error("greedy decode: bad arguments (B=%lld, max_steps=%lld)", (long long)B,
@@ -173,19 +248,18 @@ bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, i
                      (long long)max_steps, (long long)max_steps, (long long)m->cfg.max_len);
         return false;
     }
+    if (!cg_decode_limits_check(lim)) {
+        cg_prefix_error("greedy decode: ");
+        return false;
+    }
     bool ok = false;
     cg_no_grad_begin();
     greedy_state g;
-    if (!greedy_alloc(&g, m, B, max_steps, out, lens, use_cache) ||
-        !cg_seq2seq_encode(m, src, B, S, &g.mem))
+    if (!greedy_alloc(&g, m, B, max_steps, out, lens, use_cache))
         goto out;
-    for (int64_t b = 0; b < B; b++) {
-        g.ys[b * g.W] = CG_BOS;
-        lens[b] = max_steps;
-        g.alive[b] = b;
-    }
-    for (int64_t i = 0; i < B * max_steps; i++)
-        out[i] = CG_PAD;
+    g.lim = lim;
+    if (!cg_seq2seq_encode(m, src, B, S, &g.mem) || !greedy_start(&g, m, src, B, S))
+        goto out;
     /* Rows are independent (padding is masked), so a finished row is simply
      * dropped from the batch: its remaining outputs are PAD, as in the
      * reference, without being computed. */
@@ -246,6 +320,7 @@ typedef struct {
     int64_t n_done, n_live, T;
     cg_kv_cache *cache;         /* NULL: every prefix is recomputed */
     cg_seq2seq_memory mem, sel; /* the source's memory; sel: n_live copies of it */
+    const cg_decode_limits *lim;
 } beam_state;
 
 static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps, bool use_cache)
@@ -340,12 +415,22 @@ static int64_t beam_expand(beam_state *b, cg_seq2seq *m)
     cg_release(l);
     if (!lp)
         return -1;
-    /* each row's K most likely tokens, the lower id first among equals */
+    /* the limits' blocks (-inf), then each row's K most likely tokens, the
+     * lower id first among equals; a blocked one is no candidate */
+    const bool blocking = blocks(b->lim);
+    bool wrote = false;
+    for (int64_t h = 0; blocking && h < b->n_live; h++)
+        wrote |=
+            cg_decode_block(b->lim, b->live + h * W + 1, T - 1, CG_EOS, cg_data(lp) + h * V, V);
+    if (wrote)
+        cg_tensor_modified(lp);
     cg_tensor *top = cg_k_topk_indices(lp, b->K, -1, true);
     for (int64_t h = 0; top && h < b->n_live; h++) {
         const float *row = cg_data(lp) + h * V;
         const int64_t *t = cg_data_i64(top) + h * b->K;
         for (int k = 0; k < b->K; k++) {
+            if (blocking && row[t[k]] == -INFINITY)
+                continue;
             b->cands[nc] = (cand){h, t[k], b->lscore[h] + row[t[k]], nc};
             nc++;
         }
@@ -407,8 +492,8 @@ void cg_hypotheses_free(cg_hypothesis *h, int n)
 }
 
 bool cg_beam_search_nbest(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
-                          int64_t max_steps, bool use_cache, int nbest, cg_hypothesis *out,
-                          int *n_out)
+                          int64_t max_steps, const cg_decode_limits *lim, bool use_cache, int nbest,
+                          cg_hypothesis *out, int *n_out)
 {
     if (!m || !src || !out || !n_out || beam < 1 || max_steps < 1 || S < 1 || nbest < 1 ||
         nbest > beam) {
@@ -425,15 +510,21 @@ bool cg_beam_search_nbest(cg_seq2seq *m, const int64_t *src, int64_t S, int beam
                      (long long)max_steps, (long long)max_steps, (long long)m->cfg.max_len);
         return false;
     }
+    if (!cg_decode_limits_check(lim)) {
+        cg_prefix_error("beam search: ");
+        return false;
+    }
     *n_out = 0;
     bool ok = false;
     cg_no_grad_begin();
     beam_state b;
+    const int64_t steps = source_steps(m, src, S, max_steps, lim);
     if (!beam_alloc(&b, m, beam, max_steps, use_cache) || !cg_seq2seq_encode(m, src, 1, S, &b.mem))
         goto out;
+    b.lim = lim;
     b.live[0] = CG_BOS;
     b.lscore[0] = 0.0;
-    for (int64_t step = 0; step < max_steps; step++) {
+    for (int64_t step = 0; step < steps; step++) {
         int64_t nc = beam_expand(&b, m);
         if (nc < 0 || !beam_select(&b, nc, alpha))
             goto out;
@@ -476,7 +567,7 @@ bool cg_beam_search(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, doub
         return false;
     }
     *out = NULL;
-    if (!cg_beam_search_nbest(m, src, S, beam, alpha, max_steps, use_cache, 1, &h, &n))
+    if (!cg_beam_search_nbest(m, src, S, beam, alpha, max_steps, NULL, use_cache, 1, &h, &n))
         return false;
     *out = h.ids;
     *len = h.len;
@@ -536,202 +627,4 @@ out:
     free(tout);
     cg_no_grad_end();
     return result;
-}
-
-/* ------------------------------------------------ sentences of text */
-/* Set "WHAT: <the error recorded>" ("unknown error" when none is). */
-void cg_seq2seq_prefix_error(const char *what)
-{
-    if (!*cg_last_error())
-        cg_set_error("unknown error");
-    cg_prefix_error("%s: ", what);
-}
-
-void cg_sources_free(cg_sources *s)
-{
-    for (int64_t i = 0; s->ids && i < s->n; i++)
-        free(s->ids[i]);
-    free(s->ids);
-    free(s->len);
-    memset(s, 0, sizeof *s);
-}
-
-bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_t n,
-                       int64_t max_len, cg_sources *out)
-{
-    out->n = 0;
-    out->ids = calloc((size_t)(n ? n : 1), sizeof *out->ids);
-    out->len = calloc((size_t)(n ? n : 1), sizeof *out->len);
-    if (!out->ids || !out->len) {
-        cg_sources_free(out);
-        cg_set_error("out of memory");
-        return false;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k;
-        int64_t *ids = cg_tokenizer_encode(tok, texts[i], &k, NULL);
-        char what[48];
-        snprintf(what, sizeof what, "sentence %lld", (long long)i + 1);
-        if (!ids)
-            cg_seq2seq_prefix_error(what);
-        else if (k + 1 > max_len)
-            cg_set_error("sentence %lld has %lld tokens; the model takes at most %lld",
-                         (long long)i + 1, (long long)k, (long long)max_len - 1);
-        if (!ids || k + 1 > max_len) {
-            free(ids);
-            cg_sources_free(out);
-            return false;
-        }
-        out->ids[i] = ids;
-        out->len[i] = k;
-        out->n++;
-    }
-    return true;
-}
-
-void cg_strings_free(char **s, int64_t n)
-{
-    if (!s)
-        return;
-    for (int64_t i = 0; i < n; i++)
-        free(s[i]);
-    free(s);
-}
-
-/* out[i] = the text of ids[0..L) (echoed); false + error. */
-static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, char **out, FILE *echo)
-{
-    if (!(*out = cg_tokenizer_decode(tok, ids, L)))
-        return false;
-    if (!echo)
-        return true;
-    errno = 0; /* checked at once: a reader gone stops the translation here */
-    fprintf(echo, "%s\n", *out);
-    return cg_output_flush(echo);
-}
-
-/* Greedy decoding of sources c0..c0+B at once into out[c0..). */
-static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t c0,
-                         int64_t B, bool use_cache, char **out, FILE *echo)
-{
-    int64_t S = 0;
-    for (int64_t i = 0; i < B; i++)
-        if (src->len[c0 + i] + 1 > S)
-            S = src->len[c0 + i] + 1;
-    int64_t steps = S - 1 + 50;
-    if (steps > m->cfg.max_len)
-        steps = m->cfg.max_len;
-    int64_t *ids = calloc((size_t)(B * S), sizeof *ids);
-    int64_t *res = malloc((size_t)(B * steps) * sizeof *res);
-    int64_t *lens = malloc((size_t)B * sizeof *lens);
-    bool ok = ids && res && lens;
-    if (!ok)
-        cg_set_error("out of memory");
-    for (int64_t i = 0; ok && i < B; i++) {
-        memcpy(ids + i * S, src->ids[c0 + i], (size_t)src->len[c0 + i] * sizeof *ids);
-        ids[i * S + src->len[c0 + i]] = CG_EOS;
-    }
-    /* (its errors name it, or the encoder or decoder) */
-    ok = ok && cg_greedy_decode(m, ids, B, S, steps, res, lens, use_cache);
-    for (int64_t i = 0; ok && i < B; i++) {
-        int64_t lim = src->len[c0 + i] + 50, L = lens[i] < lim ? lens[i] : lim;
-        ok = put_text(tok, res + i * steps, L, &out[c0 + i], echo);
-    }
-    free(ids);
-    free(res);
-    free(lens);
-    return ok;
-}
-
-/* The nbest best hypotheses of source i (h[0..*n)), each cut at its
- * source's length + 50 tokens and at the model's max_len. */
-static bool beam_source(cg_seq2seq *m, const cg_sources *src, int64_t i, int beam, double alpha,
-                        bool use_cache, int nbest, cg_hypothesis *h, int *n)
-{
-    int64_t S = src->len[i] + 1;
-    int64_t *ids = malloc((size_t)S * sizeof *ids);
-    if (!ids) {
-        cg_set_error("out of memory");
-        return false;
-    }
-    memcpy(ids, src->ids[i], (size_t)src->len[i] * sizeof *ids);
-    ids[S - 1] = CG_EOS;
-    int64_t steps = src->len[i] + 50;
-    if (steps > m->cfg.max_len)
-        steps = m->cfg.max_len;
-    /* (its errors name it, or the encoder or decoder) */
-    bool ok = cg_beam_search_nbest(m, ids, S, beam, alpha, steps, use_cache, nbest, h, n);
-    free(ids);
-    return ok;
-}
-
-/* Beam search of source i into out[i]. */
-static bool beam_one(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
-                     int beam, double alpha, bool use_cache, char **out, FILE *echo)
-{
-    cg_hypothesis h;
-    int n = 0;
-    bool ok = beam_source(m, src, i, beam, alpha, use_cache, 1, &h, &n) &&
-              put_text(tok, h.ids, h.len, &out[i], echo);
-    cg_hypotheses_free(&h, n);
-    return ok;
-}
-
-bool cg_translate_nbest(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
-                        int beam, double alpha, bool use_cache, int nbest, char **texts,
-                        double *scores, int *n)
-{
-    if (!m || !tok || !src || i < 0 || i >= src->n || !texts || !scores || !n || nbest < 1) {
-        cg_set_error("translate nbest: bad arguments");
-        return false;
-    }
-    cg_hypothesis *h = calloc((size_t)nbest, sizeof *h);
-    if (!h) {
-        cg_set_error("out of memory");
-        return false;
-    }
-    bool was_training = m->base.training; /* decoded in eval mode, then restored */
-    cg_module_train(CG_MODULE(m), false);
-    int got = 0, k = 0;
-    bool ok = beam_source(m, src, i, beam, alpha, use_cache, nbest, h, &got);
-    cg_module_train(CG_MODULE(m), was_training);
-    for (; ok && k < got; k++) {
-        scores[k] = h[k].score;
-        ok = put_text(tok, h[k].ids, h[k].len, &texts[k], NULL);
-    }
-    cg_hypotheses_free(h, got);
-    free(h);
-    if (!ok)
-        for (int j = 0; j < k; j++)
-            free(texts[j]);
-    *n = ok ? got : 0;
-    return ok;
-}
-
-char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
-                        double alpha, bool use_cache, FILE *echo)
-{
-    char **out = calloc((size_t)(src->n ? src->n : 1), sizeof *out);
-    if (!out) {
-        cg_set_error("out of memory");
-        return NULL;
-    }
-    bool was_training = m->base.training; /* decoded in eval mode, then restored */
-    cg_module_train(CG_MODULE(m), false);
-    bool ok = true;
-    if (beam <= 1) {
-        const int64_t chunk = 50;
-        for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk)
-            ok = greedy_chunk(m, tok, src, c0, src->n - c0 < chunk ? src->n - c0 : chunk, use_cache,
-                              out, echo);
-    } else {
-        for (int64_t i = 0; ok && i < src->n; i++)
-            ok = beam_one(m, tok, src, i, beam, alpha, use_cache, out, echo);
-    }
-    cg_module_train(CG_MODULE(m), was_training);
-    if (!ok) {
-        cg_strings_free(out, src->n);
-        return NULL;
-    }
-    return out;
 }

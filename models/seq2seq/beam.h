@@ -11,6 +11,7 @@
 
 #include "models/seq2seq/seq2seq.h"
 #include "models/text/tokenizer.h"
+#include "nn/sample.h" /* cg_decode_limits */
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,6 +30,14 @@ extern "C" {
  * an argmax would pick a token that means nothing. */
 bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
                       int64_t *out, int64_t *lens, bool use_cache);
+/* cg_greedy_decode under fairseq-generate's limits (nn/sample.h; NULL:
+ * none, cg_greedy_decode): row b stops after min(max_steps,
+ * cg_decode_max_len(lim, n_b, max_len)) tokens, n_b its ids other than PAD
+ * (its EOS included: the source as the encoder reads it), lens[b] that many
+ * when it produced no EOS (0: nothing decoded); each next token is the
+ * argmax after cg_decode_block (min_len, no_repeat_ngram_size). */
+bool cg_greedy_decode_ex(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
+                         const cg_decode_limits *lim, int64_t *out, int64_t *lens, bool use_cache);
 
 /* The length penalty ((5 + len) / 6)^alpha. */
 double cg_length_penalty(int64_t len, double alpha);
@@ -71,10 +80,16 @@ typedef struct {
  * only), best first, the earlier finished first among equal scores
  * (out[0] is cg_beam_search's answer): out[0..*n_out), the caller's array
  * of nbest, *n_out < nbest only when the search has fewer
- * (cg_hypotheses_free frees their ids). fairseq-generate's --nbest. */
+ * (cg_hypotheses_free frees their ids). fairseq-generate's --nbest.
+ * lim (NULL: none, cg_beam_search's): the search stops after
+ * min(max_steps, cg_decode_max_len(lim, n, max_len)) steps, n the source's
+ * ids other than PAD (its EOS included), and each hypothesis's
+ * log-probabilities pass cg_decode_block (min_len, no_repeat_ngram_size)
+ * before its top tokens are taken; a blocked token (-inf) is never a
+ * candidate. */
 bool cg_beam_search_nbest(cg_seq2seq *m, const int64_t *src, int64_t S, int beam, double alpha,
-                          int64_t max_steps, bool use_cache, int nbest, cg_hypothesis *out,
-                          int *n_out);
+                          int64_t max_steps, const cg_decode_limits *lim, bool use_cache, int nbest,
+                          cg_hypothesis *out, int *n_out);
 /* Free the ids of h[0..n) (the array is the caller's). */
 void cg_hypotheses_free(cg_hypothesis *h, int n);
 
@@ -102,26 +117,38 @@ bool cg_sources_encode(const cg_tokenizer *tok, const char *const *texts, int64_
                        int64_t max_len, cg_sources *out);
 void cg_sources_free(cg_sources *s);
 
+/* The translations' limits by default: at most the source's tokens + 50
+ * (max_len_a 1 and max_len_b 49: src_len counts the source's EOS), what
+ * `seq2seq translate` always gave; EOS at any step; no n-gram blocking. */
+#define CG_MAX_LEN_A 1.0
+#define CG_MAX_LEN_B 49
+#define CG_MAX_LEN_A_TEXT "1"
+#define CG_MAX_LEN_B_TEXT "49"
+cg_decode_limits cg_translate_limits_default(void);
+
 /* Translate every source: beam <= 1 greedy in chunks of 50 (reference
  * `greedy`), else beam search (alpha: its length penalty) one sentence at a
- * time. Each output is cut at its source's length + 50 tokens (and at the
- * model's max_len). Returns n malloc'd UTF-8 strings (cg_strings_free);
+ * time, both under lim (NULL: cg_translate_limits_default()): source i's
+ * output has at most cg_decode_max_len(lim, its tokens + 1 (EOS), the
+ * model's max_len) tokens, EOS not before lim->min_len of them, and no
+ * repeated n-gram of lim->no_repeat_ngram_size (cg_greedy_decode_ex,
+ * cg_beam_search_nbest). Returns n malloc'd UTF-8 strings (cg_strings_free);
  * echo (may be NULL) gets each line as soon as it is decoded (a write that
  * fails stops it: NULL + "cannot write the output: ...", models/util/files.h
  * cg_output_flush). use_cache:
  * with the key/value cache (else every prefix is recomputed). Decodes in
  * eval mode and leaves the model in the mode it was in. */
 char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
-                        double alpha, bool use_cache, FILE *echo);
+                        double alpha, bool use_cache, const cg_decode_limits *lim, FILE *echo);
 /* The nbest best translations of source i of src by beam search (as
- * cg_translate_all's beam path, 1 <= nbest <= beam), best first:
- * texts[0..*n) (malloc'd UTF-8, the caller frees) and their scores (the
- * summed log-probability over the length penalty), *n < nbest only when
- * the search finished fewer. Decodes in eval mode and leaves the model in
- * the mode it was in. False + error (nothing to free). */
+ * cg_translate_all's beam path, lim as there, 1 <= nbest <= beam), best
+ * first: texts[0..*n) (malloc'd UTF-8, the caller frees) and their scores
+ * (the summed log-probability over the length penalty), *n < nbest only
+ * when the search finished fewer. Decodes in eval mode and leaves the
+ * model in the mode it was in. False + error (nothing to free). */
 bool cg_translate_nbest(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t i,
-                        int beam, double alpha, bool use_cache, int nbest, char **texts,
-                        double *scores, int *n);
+                        int beam, double alpha, bool use_cache, const cg_decode_limits *lim,
+                        int nbest, char **texts, double *scores, int *n);
 /* Free s[0..n) and s (NULL is a no-op). */
 void cg_strings_free(char **s, int64_t n);
 

@@ -62,7 +62,7 @@ static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, con
         if (skip[i])
             continue;
         if (!cg_translate_nbest(c->model, c->tok, s, j++, (int)t->beam, t->alpha, !t->no_cache,
-                                nbest, texts, scores, &got))
+                                &t->lim, nbest, texts, scores, &got))
             rc = cg_prog_fail_lib(NULL);
         errno = 0;
         for (int k = 0; k < got; k++) {
@@ -86,6 +86,8 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
     const char **good = malloc((size_t)(n ? n : 1) * sizeof *good);
     bool *skip = calloc((size_t)(n ? n : 1), sizeof *skip);
     int rc = good && skip ? -1 : cg_prog_fail("out of memory");
+    if (rc < 0 && !cg_translate_limits_flags(&t->lim, c->model->cfg.max_len))
+        rc = cg_prog_fail_lib(NULL);
     int64_t ngood = 0, nbad = 0;
     const char *stands = t->nbest ? "no H line for it" : "an empty line stands for it";
     for (int64_t i = 0; rc < 0 && i < n; i++) {
@@ -101,7 +103,7 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
     else if (rc < 0 && t->nbest)
         rc = print_nbest(c, t, &s, skip, n);
     else if (rc < 0 && !(hyps = cg_translate_all(c->model, c->tok, &s, (int)t->beam, t->alpha,
-                                                 !t->no_cache, nbad ? NULL : stdout)))
+                                                 !t->no_cache, &t->lim, nbad ? NULL : stdout)))
         rc = cg_prog_fail_lib(NULL);
     errno = 0;
     for (int64_t i = 0, j = 0; rc < 0 && hyps && nbad && i < n;
@@ -149,6 +151,21 @@ bool attention_inputs(const cg_seq2seq_ckpt *c, const char *text, const char *ta
     return true;
 }
 
+/* The decoding limits that are not translate's defaults, into eval's JSON
+ * line under fairseq's names (a default run's line is as it was). */
+static void put_limits(cJSON *j, const cg_decode_limits *l)
+{
+    const cg_decode_limits d = cg_translate_limits_default();
+    if (l->max_len_a != d.max_len_a || l->max_len_b != d.max_len_b) {
+        cg_json_put_num(j, "max_len_a", "%g", l->max_len_a);
+        cg_json_put_int(j, "max_len_b", l->max_len_b);
+    }
+    if (l->min_len != d.min_len)
+        cg_json_put_int(j, "min_len", l->min_len);
+    if (l->no_repeat_ngram_size != d.no_repeat_ngram_size)
+        cg_json_put_int(j, "no_repeat_ngram_size", l->no_repeat_ngram_size);
+}
+
 /* eval's scores of c on the split (valid, else test) of its data (the
  * file data, else the one it recorded), as one JSON line: -1 or the exit
  * code. */
@@ -158,6 +175,7 @@ int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data 
     const char *ck = t->ckpt, *tj = cg_st_metadata(c->file, "train");
     cg_precision prec; /* the products as trained, or as --precision says */
     if (!cg_decode_precision(t->precision, tj, ck, &prec) ||
+        !cg_translate_limits_flags(&t->lim, c->model->cfg.max_len) ||
         !cg_mt_data_load_ckpt(ds, tj, ck, data, DEFAULT_DATA))
         return cg_prog_fail_lib(NULL);
     const int64_t *idx = valid ? ds->split.valid : ds->split.test;
@@ -175,7 +193,7 @@ int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data 
                               valid ? "the validation pairs" : "the test pairs");
     double bleu, chrf, t0 = cg_now();
     if (!cg_translate_score(c->model, c->tok, &ds->pairs, idx, nt, (int)t->beam, t->alpha,
-                            !t->no_cache, &bleu, &chrf, NULL))
+                            !t->no_cache, &t->lim, &bleu, &chrf, NULL))
         return cg_prog_fail_lib(NULL);
     double dt = cg_now() - t0;
     cJSON *j = cJSON_CreateObject();
@@ -183,6 +201,7 @@ int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data 
     cg_json_put_num(j, "chrf", "%.2f", chrf);
     cg_json_put_int(j, "beam", t->beam);
     cg_json_put_num(j, "length_penalty", "%g", t->alpha);
+    put_limits(j, &t->lim);
     cg_json_put_str(j, "split", valid ? "valid" : "test");
     cg_json_put_int(j, valid ? "valid_pairs" : "test_pairs", nt);
     cg_json_put_num(j, "decode_s", "%.1f", dt);

@@ -2,7 +2,8 @@
  * BPE subwords (models/text/tokenizer.h).
  *
  *   seq2seq train      [--data F --preset tiny|base --steps N ...]
- *   seq2seq translate  --ckpt F [--beam N --length-penalty A --no-cache] [sentences...]
+ *   seq2seq translate  --ckpt F [--beam N --length-penalty A --no-cache --max-len-a A
+ *                      --max-len-b B --min-len N --no-repeat-ngram-size N] [sentences...]
  *   seq2seq eval       --ckpt F [--beam N] [--no-cache]
  *   seq2seq attention  --ckpt F --text S [--out DIR]
  *   seq2seq average    --out F CKPT CKPT...
@@ -178,7 +179,7 @@ static bool stdin_not_ckpt(const char *ckpt)
 static int cmd_translate(int argc, char **argv)
 {
     cg_translate_opts t;
-    cg_cli_opt opts[8];
+    cg_cli_opt opts[CG_TRANSLATE_N_OPTS + 2];
     bool no_ema = false;
     int n_opts = cg_translate_cli_opts(&t, DEFAULT_CKPT, opts);
     opts[n_opts++] = (cg_cli_opt){"--nbest", CG_CLI_I64, &t.nbest, 1, 1000, NULL, 0};
@@ -186,6 +187,10 @@ static int cmd_translate(int argc, char **argv)
     int np, rc = cg_prog_parse_pos(argc, argv, opts, n_opts, TRANSLATE_HELP, &np);
     if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0)
         return rc;
+    if (!cg_translate_limits_flags(&t.lim, 0)) {
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
     if (t.nbest > t.beam) {
         cg_prog_fail("--nbest %lld needs a beam of as many: give --beam %lld or more",
                      (long long)t.nbest, (long long)t.nbest);
@@ -235,7 +240,7 @@ static int cmd_eval(int argc, char **argv)
     int64_t limit = -1;
     bool no_ema = false;
     cg_translate_opts t;
-    cg_cli_opt opts[10] = {
+    cg_cli_opt opts[4 + CG_TRANSLATE_N_OPTS] = {
         {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
         {"--test-limit", CG_CLI_I64, &limit, 1, 1e9, NULL, 0},
         {"--split", CG_CLI_STR, &split, 0, 0, NULL, 0},
@@ -245,6 +250,10 @@ static int cmd_eval(int argc, char **argv)
                            EVAL_HELP);
     if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0)
         return rc;
+    if (!cg_translate_limits_flags(&t.lim, 0)) {
+        cg_prog_fail_lib(NULL);
+        return CG_EXIT_USAGE;
+    }
     bool valid = strcmp(split, "valid") == 0;
     if (!valid && strcmp(split, "test") != 0) {
         cg_prog_fail("--split: '%s' is not one of test, valid", split);

@@ -374,7 +374,7 @@ bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t
 
 bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
                         const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
-                        double *bleu, double *chrf, char ***hyps)
+                        const cg_decode_limits *lim, double *bleu, double *chrf, char ***hyps)
 {
     const char **srcs = malloc((size_t)(n ? n : 1) * sizeof *srcs);
     const char **refs = malloc((size_t)(n ? n : 1) * sizeof *refs);
@@ -388,7 +388,7 @@ bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *
         refs[i] = p->items[idx[i]].tgt;
     }
     ok = ok && cg_sources_encode(tok, srcs, n, m->cfg.max_len, &s) &&
-         (h = cg_translate_all(m, tok, &s, beam, alpha, use_cache, NULL));
+         (h = cg_translate_all(m, tok, &s, beam, alpha, use_cache, lim, NULL));
     if (ok) {
         *bleu = cg_bleu((int)n, (const char *const *)h, refs);
         *chrf = cg_chrf((int)n, (const char *const *)h, refs);
@@ -478,9 +478,9 @@ bool cg_translate_test(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p
 {
     double t0 = cg_now();
     char **hg = NULL, **hb = NULL;
-    bool ok = cg_translate_score(m, tok, p, idx, n, 1, alpha, true, &res->bleu_greedy,
+    bool ok = cg_translate_score(m, tok, p, idx, n, 1, alpha, true, NULL, &res->bleu_greedy,
                                  &res->chrf_greedy, &hg) &&
-              cg_translate_score(m, tok, p, idx, n, beam, alpha, true, &res->bleu_beam,
+              cg_translate_score(m, tok, p, idx, n, beam, alpha, true, NULL, &res->bleu_beam,
                                  &res->chrf_beam, &hb);
     res->seconds = cg_now() - t0;
     for (int64_t i = 0; ok && i < n && i < examples; i++)
@@ -559,14 +559,41 @@ bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const 
 
 int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts)
 {
-    *o = (cg_translate_opts){.ckpt = default_ckpt, .beam = 1, .threads = 2, .alpha = CG_BEAM_ALPHA};
+    *o = (cg_translate_opts){.ckpt = default_ckpt,
+                             .beam = 1,
+                             .threads = 2,
+                             .alpha = CG_BEAM_ALPHA,
+                             .lim = cg_translate_limits_default()};
     opts[0] = (cg_cli_opt){"--ckpt", CG_CLI_STR, &o->ckpt, 0, 0, NULL, 0};
     opts[1] = (cg_cli_opt){"--beam", CG_CLI_I64, &o->beam, 1, 1000, NULL, 0};
     opts[2] = (cg_cli_opt){"--length-penalty", CG_CLI_F64, &o->alpha, -100, 100, NULL, 0};
     opts[3] = (cg_cli_opt){"--no-cache", CG_CLI_SWITCH, &o->no_cache, 0, 0, NULL, 0};
     opts[4] = (cg_cli_opt){"--precision", CG_CLI_STR, &o->precision, 0, 0, NULL, 0};
     opts[5] = (cg_cli_opt){"--threads", CG_CLI_I64, &o->threads, 1, 1024, NULL, 0};
-    return 6;
+    opts[6] = (cg_cli_opt){"--max-len-a", CG_CLI_F64, &o->lim.max_len_a, 0, 1e6, NULL, 0};
+    opts[7] = (cg_cli_opt){"--max-len-b", CG_CLI_I64, &o->lim.max_len_b, 0, 1e9, NULL, 0};
+    opts[8] = (cg_cli_opt){"--min-len", CG_CLI_I64, &o->lim.min_len, 0, 1e9, NULL, 0};
+    opts[9] = (cg_cli_opt){
+        "--no-repeat-ngram-size", CG_CLI_I64, &o->lim.no_repeat_ngram_size, 0, 1e9, NULL, 0};
+    return CG_TRANSLATE_N_OPTS;
+}
+
+bool cg_translate_limits_flags(const cg_decode_limits *l, int64_t model_max_len)
+{
+    const long long b = (long long)l->max_len_b, n = (long long)l->min_len;
+    if (model_max_len > 0 && l->min_len > model_max_len)
+        cg_set_error("--min-len %lld is more than the %lld tokens this model takes (its max_len): "
+                     "no translation could end",
+                     n, (long long)model_max_len);
+    else if (model_max_len <= 0 && l->max_len_a == 0 && l->max_len_b == 0)
+        cg_set_error("--max-len-a 0 --max-len-b 0 leave no token to translate");
+    else if (model_max_len <= 0 && l->max_len_a == 0 && l->min_len > l->max_len_b)
+        cg_set_error("--min-len %lld is more than the %lld tokens --max-len-b %lld allows with "
+                     "--max-len-a 0: no translation could end",
+                     n, b, b);
+    else
+        return true;
+    return false;
 }
 
 bool cg_mt_check_split(const cg_mt_data *d, const cg_tokenizer *tok, bool valid, int64_t n,

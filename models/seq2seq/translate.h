@@ -131,12 +131,13 @@ bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *b
 bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t *idx, int64_t n,
                                  int64_t max_tokens, const cg_tokenizer *tok, double *nll);
 
-/* Translate the sources of pairs idx[0..n) (n >= 1; cg_translate_all) and
- * score them against their targets: *bleu and *chrf (sacreBLEU defaults);
- * *hyps (may be NULL) receives the translations (cg_strings_free). */
+/* Translate the sources of pairs idx[0..n) (n >= 1; cg_translate_all, lim
+ * as there) and score them against their targets: *bleu and *chrf
+ * (sacreBLEU defaults); *hyps (may be NULL) receives the translations
+ * (cg_strings_free). */
 bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
                         const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
-                        double *bleu, double *chrf, char ***hyps);
+                        const cg_decode_limits *lim, double *bleu, double *chrf, char ***hyps);
 
 /* The attention of one pass of m over source src[0..S) (with its EOS) and
  * decoder input tin[0..T) (BOS + the translation) as PNG heatmap grids
@@ -150,7 +151,8 @@ bool cg_seq2seq_draw_attention(cg_seq2seq *m, const cg_tokenizer *tok, const int
                                FILE *list);
 
 /* The test of a trained translator: the sources of pairs idx[0..n)
- * translated greedily and with beam search (beam, alpha; key/value cache),
+ * translated greedily and with beam search (beam, alpha; key/value cache;
+ * cg_translate_limits_default()),
  * each scored against the targets, and the first `examples` printed to out
  * as SRC/REF/GRDY/BEAM blocks; seconds: the decoding time. */
 typedef struct {
@@ -170,17 +172,27 @@ bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const 
                                   const char *dir, FILE *list, FILE *log);
 
 /* The flags of the commands that translate from a checkpoint (--ckpt --beam
- * --length-penalty --no-cache --precision --threads) with their defaults
- * (default_ckpt, 1, CG_BEAM_ALPHA, off, the checkpoint's, 2) appended to opts;
- * returns 6. CG_TRANSLATE_HELP(default_ckpt) is their help. */
+ * --length-penalty --no-cache --precision --threads, and the decoding
+ * limits --max-len-a --max-len-b --min-len --no-repeat-ngram-size) with
+ * their defaults (default_ckpt, 1, CG_BEAM_ALPHA, off, the checkpoint's, 2,
+ * cg_translate_limits_default()) appended to opts; returns
+ * CG_TRANSLATE_N_OPTS. CG_TRANSLATE_HELP(default_ckpt) is their help. */
 typedef struct {
     const char *ckpt, *precision;
     int64_t beam, threads;
     int64_t nbest; /* translate's --nbest (0: not given) */
     double alpha;
     bool no_cache;
+    cg_decode_limits lim; /* fairseq-generate's limits (nn/sample.h) */
 } cg_translate_opts;
+enum { CG_TRANSLATE_N_OPTS = 10 };
 int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts);
+/* The limits' flags against each other (model_max_len 0: at the parse; a
+ * command-line error, exit 2) or against the model's max_len (after the
+ * checkpoint is loaded; exit 1): false + error when no translation could
+ * have a token (--max-len-a 0 --max-len-b 0) or end (--min-len above
+ * every cap: --max-len-b with --max-len-a 0, or the model's max_len). */
+bool cg_translate_limits_flags(const cg_decode_limits *l, int64_t model_max_len);
 #define CG_TRANSLATE_HELP(default_ckpt)                                                      \
     "  --ckpt FILE          checkpoint (default " default_ckpt ")\n"                         \
     "  --beam N             beam size; 1 = greedy decoding (default 1)\n"                    \
@@ -189,7 +201,19 @@ int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli
     "  --no-cache           recompute the whole prefix at every step (no key/value cache)\n" \
     "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"       \
     "                       training precision)\n"                                           \
-    "  --threads N          threads (default 2)\n"
+    "  --threads N          threads (default 2)\n"                                           \
+    "  --max-len-a A        at most floor(A * src_len + B) tokens a translation, as\n"       \
+    "  --max-len-b B        fairseq-generate's (src_len: the source's tokens with its\n"     \
+    "                       EOS; default " CG_MAX_LEN_A_TEXT " and " CG_MAX_LEN_B_TEXT       \
+    ": the source's tokens + 50), never\n"                                                   \
+    "                       more than the model's max_len (the positions it has); a\n"       \
+    "                       translation the cap stops has no EOS\n"                          \
+    "  --min-len N          no EOS before N tokens (default 0; fairseq's is 1); a cap\n"     \
+    "                       below N stops the translation first, and EOS is let\n"           \
+    "                       through where --no-repeat-ngram-size leaves nothing else\n"      \
+    "  --no-repeat-ngram-size N\n"                                                           \
+    "                       no N tokens in a row twice in a translation (a token\n"          \
+    "                       that would repeat them is never chosen; default 0: off)\n"
 
 #ifdef __cplusplus
 }

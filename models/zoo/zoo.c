@@ -322,6 +322,12 @@ cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_n
 char **cg_zoo_translate(cg_zoo_model *m, const char *const *texts, int64_t n, int beam,
                         double alpha)
 {
+    return cg_zoo_translate_ex(m, texts, n, beam, alpha, NULL);
+}
+
+char **cg_zoo_translate_ex(cg_zoo_model *m, const char *const *texts, int64_t n, int beam,
+                           double alpha, const cg_decode_limits *lim)
+{
     if (!want_kind(m, false, "translate"))
         return NULL;
     if (!texts || n < 0) {
@@ -336,7 +342,7 @@ char **cg_zoo_translate(cg_zoo_model *m, const char *const *texts, int64_t n, in
     cg_sources src;
     if (!cg_sources_encode(m->tok, texts, n, m->s.model->cfg.max_len, &src))
         return NULL;
-    char **out = cg_translate_all(m->s.model, m->tok, &src, beam, alpha, true, NULL);
+    char **out = cg_translate_all(m->s.model, m->tok, &src, beam, alpha, true, lim, NULL);
     cg_sources_free(&src);
     return out;
 }

@@ -122,6 +122,19 @@ cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_n
 #define CG_ZOO_LENGTH_PENALTY 1.0
 char **cg_zoo_translate(cg_zoo_model *m, const char *const *texts, int64_t n, int beam,
                         double alpha);
+/* cg_zoo_translate under fairseq-generate's decoding limits (nn/sample.h
+ * cg_decode_limits, `seq2seq translate`'s --max-len-a, --max-len-b,
+ * --min-len and --no-repeat-ngram-size): each translation at most
+ * floor(max_len_a * src_len + max_len_b) tokens, src_len its source's
+ * tokens with the EOS the encoder reads (never more than the model's
+ * max_len), no EOS before min_len tokens (unless the n-gram rule leaves no
+ * other token), no n-gram of no_repeat_ngram_size tokens twice. NULL: the
+ * program's defaults, {CG_ZOO_MAX_LEN_A, CG_ZOO_MAX_LEN_B, 0, 0} (the
+ * source's tokens + 50, as cg_zoo_translate). */
+#define CG_ZOO_MAX_LEN_A 1.0
+#define CG_ZOO_MAX_LEN_B 49
+char **cg_zoo_translate_ex(cg_zoo_model *m, const char *const *texts, int64_t n, int beam,
+                           double alpha, const cg_decode_limits *lim);
 /* Free s[0..n) and s (NULL is a no-op). */
 void cg_zoo_strings_free(char **s, int64_t n);
 
