@@ -344,7 +344,7 @@ bool cg_history_plot(const cg_history *h, const char *path, const char *title)
         snprintf(name, sizeof name, "train");
     cg_plot_series s[2] = {
         {.name = name, .x = x, .y = y, .n = k, .color = 0x7DA7E0, .width = 1.0f},
-        {.name = "validation",
+        {.name = h->val_name ? h->val_name : "validation",
          .x = vx,
          .y = h->val,
          .n = h->n,

@@ -65,6 +65,8 @@ typedef struct {
     int64_t every; /* 0 means CG_HISTORY_EVERY */
     double acc_loss;
     int64_t acc_step, acc_n;
+    /* the validation line's legend in the plot (static; NULL: "validation") */
+    const char *val_name;
 } cg_history;
 
 bool cg_history_push(cg_history *h, int64_t step, double train, double val);

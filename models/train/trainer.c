@@ -389,6 +389,8 @@ static int setup(run_ctx *c)
         return cg_prog_fail_lib("--ema-decay");
     if (t->ckpt && c->ema && !cg_ema_load(c->ema, t->ckpt, "ema"))
         return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
+    if (c->ema)
+        t->hist.val_name = "validation (EMA)";
     cg_st_close(t->ckpt); /* everything is read */
     t->ckpt = NULL;
     m->dropout_rng->seed = cg_dist_rank_seed(m->dropout_rng->seed);
