@@ -17,6 +17,9 @@
 #      translates; stopped and resumed, the final evaluation's flags
 #      (--test-limit, --beam, --length-penalty, --examples) are the run's
 #      unless given again
+#      --eval-bleu N --best-metric chrf: the best evaluation and the early
+#      stop are the highest chrF's in the metrics log, the logged scores
+#      eval's of the best checkpoint, exact over a resume; refusals
 #   4. without the flags: no best checkpoint and no best_* fields (nor
 #      max_minutes_reached); --patience alone: the best step and loss, no
 #      best checkpoint; a best evaluation at step 0 (never saved) names no
@@ -155,6 +158,57 @@ cp qr.st qr4.st
 [ "$(field qr.json test_pairs) $(field qr.json beam)" = "1 1" ] &&
   echo "ok: given again to --resume, they are this run's" ||
   fail "given to --resume: test_pairs $(field qr.json test_pairs), beam $(field qr.json beam)"
+
+# 3c. --eval-bleu N --best-metric chrf (fairseq's --eval-bleu with
+# --best-checkpoint-metric --maximize-best-checkpoint-metric): each
+# evaluation decodes N validation pairs; the best is the highest chrF (the
+# first of equal ones), patience counts evaluations without a higher one;
+# the logged scores are those eval gives for that checkpoint on those pairs
+S2B=(--data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32
+  --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --eval-every 3
+  --steps 30 --factor 2 --eval-bleu 10 --best-metric chrf --keep-best --patience 2)
+"$seq2seq" train "${S2B[@]}" --out qb.st >qb.json 2>qb.log || fail "--best-metric chrf: $(tail -1 qb.log)"
+read -r bstep bchrf bstop <<<"$(python3 - qb.st.metrics.jsonl <<'EOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+ev = [(e['step'], e['val_chrf']) for e in ev if 'val_chrf' in e]
+best, stop = None, 'none'
+for i, (s, v) in enumerate(ev):
+    if best is None or v > ev[best][1]:
+        best = i
+    if i - best >= 2 and stop == 'none':
+        stop = s
+print(ev[best][0], '%.6f' % ev[best][1], stop)
+EOF
+)"
+[ -n "$bstep" ] && [ "$(field qb.json best_step) $(field qb.json best_chrf) $(field qb.json best_metric)" = "$bstep $bchrf chrf" ] &&
+  [ "$(meta qb.st.best.safetensors step)" = "$bstep" ] && [ "$(field qb.json step)" = "$bstop" ] &&
+  grep -q "without a chrf above" qb.log &&
+  echo "ok: --best-metric chrf: best step $bstep (chrF $bchrf) and the stop at $bstop are the metrics log's" ||
+  fail "--best-metric chrf: JSON $(tail -1 qb.json); log: best $bstep $bchrf stop $bstop"
+"$seq2seq" eval --ckpt qb.st.best.safetensors --split valid --test-limit 10 >qe.json 2>qe.log ||
+  fail "eval of the best: $(tail -1 qe.log)"
+python3 - qe.json qb.st.metrics.jsonl "$bstep" <<'EOF' &&
+import json, sys
+e = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+log = [json.loads(l) for l in open(sys.argv[2])]
+at = [x for x in log if x.get('step') == int(sys.argv[3]) and 'val_chrf' in x][0]
+assert abs(e['chrf'] - at['val_chrf']) < 0.006 and abs(e['bleu'] - at['val_bleu']) < 0.006, (e, at)
+EOF
+  echo "ok: the logged BLEU and chrF are eval's of that checkpoint on those 10 pairs" ||
+  fail "the logged scores are not eval's: $(tail -1 qe.json)"
+"$seq2seq" train "${S2B[@]}" --stop-at 7 --out qs.st >/dev/null 2>qs.log || fail "stop-at 7: $(tail -1 qs.log)"
+"$seq2seq" train --resume qs.st >qs.json 2>qs.log || fail "resume: $(tail -1 qs.log)"
+cmp -s qs.st qb.st && cmp -s qs.st.best.safetensors qb.st.best.safetensors &&
+  echo "ok: --best-metric chrf stopped and resumed: the same final and best checkpoints" ||
+  fail "--best-metric resumed: $(tail -1 qs.json)"
+expect "--best-metric bleu alone" 2 "--best-metric bleu needs --eval-bleu" \
+  "$seq2seq" train --data p.tsv --best-metric bleu --steps 2 --out x.st
+expect "--best-metric foo" 2 "'foo' is not one of loss, bleu, chrf" \
+  "$seq2seq" train --data p.tsv --eval-bleu 5 --best-metric foo --steps 2 --out x.st
+expect "--resume with --best-metric" 2 "drop --best-metric" \
+  "$seq2seq" train --resume qs.st --best-metric loss
+[ ! -e x.st ] || fail "a refused run wrote x.st"
 
 # ---------------------------------------------------------------- 4. off
 "$charlm" train "${RUN[@]}" --steps 8 --out n.st >n.json 2>n.log || fail "no flags: $(tail -1 n.log)"

@@ -365,11 +365,11 @@ START_TEST(test_prog_helpers)
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "'c.st': its training state is damaged"));
 
     cg_eval_result e = {0};
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 8; i++)
         cg_eval_add(&e, "k", "n", i, 2);
-    ck_assert_int_eq(e.n_extra, 4);
-    ck_assert_double_eq(e.extra[3].value, 3);
-    ck_assert_int_eq(e.extra[3].decimals, 2);
+    ck_assert_int_eq(e.n_extra, 6);
+    ck_assert_double_eq(e.extra[5].value, 5);
+    ck_assert_int_eq(e.extra[5].decimals, 2);
 }
 END_TEST
 

@@ -66,6 +66,17 @@ static void recipe_defaults(cg_train_recipe *rec)
     rec->adam_eps = 1e-9;
 }
 
+/* --eval-bleu's and --best-metric's help (a #define: clang-format keeps its lines) */
+#define EVAL_BLEU_HELP                                                                     \
+    "  --eval-bleu N        also decode the first N validation pairs greedily at each\n"   \
+    "                       evaluation and report their BLEU and chrF (fairseq's\n"        \
+    "                       --eval-bleu; default 0: none)\n"                               \
+    "  --best-metric M      what --keep-best and --patience judge: loss (the validation\n" \
+    "                       loss, lower better; the default), bleu or chrf (of\n"          \
+    "                       --eval-bleu's decoding, higher better: fairseq's\n"            \
+    "                       --best-checkpoint-metric bleu with\n"                          \
+    "                       --maximize-best-checkpoint-metric)\n"
+
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
@@ -134,6 +145,9 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_SAVED},
         {"--examples", CG_CLI_I64, &r.examples, 0, 1e9,
          "  --examples N         test examples to print (default 3)\n", CG_CLI_SAVED},
+        {"--eval-bleu", CG_CLI_I64, &r.eval_bleu, 0, 1e9, EVAL_BLEU_HELP,
+         CG_CLI_FIXED | CG_CLI_SAVED},
+        {"--best-metric", CG_CLI_STR, &o.best_metric, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         CG_TRAIN_RECIPE_FLAGS(&rec),
         CG_TRAIN_RUN_FLAGS(&o),

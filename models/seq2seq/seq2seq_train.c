@@ -67,7 +67,42 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
     cg_eval_add(e, "val_nll", "nll", nll, 4);
     cg_eval_add(e, "val_bpc", "bits/char", cg_bits_per_char(nll, ntok, r->d.valid_chars), 4);
     cg_eval_add(e, "epoch", "epoch", (double)r->d.epoch, 0);
+    if (r->eval_bleu == 0)
+        return true;
+    /* --eval-bleu: the first N validation pairs, greedy, default limits */
+    int64_t n = r->eval_bleu < r->d.split.n_valid ? r->eval_bleu : r->d.split.n_valid;
+    double bleu, chrf;
+    if (!cg_translate_score(r->model, r->d.tok, &r->d.pairs, r->d.split.valid, n, 1, r->alpha, true,
+                            NULL, &bleu, &chrf, NULL))
+        return false;
+    cg_eval_add(e, "val_bleu", "bleu", bleu, 2);
+    cg_eval_add(e, "val_chrf", "chrF", chrf, 2);
+    const char *m = r->t->o->best_metric;
+    e->score = m && !strcmp(m, "bleu") ? bleu : m && !strcmp(m, "chrf") ? chrf : NAN;
     return true;
+}
+
+/* --best-metric (the flag's, or a resumed checkpoint's: ckpt its name,
+ * else NULL): loss, or bleu or chrf with --eval-bleu. -1 or the exit code
+ * (the error printed). */
+static int best_metric_check(const mt_run *r, const char *metric, const char *ckpt)
+{
+    bool score = metric && (!strcmp(metric, "bleu") || !strcmp(metric, "chrf"));
+    if (!metric || !strcmp(metric, "loss") || (score && r->eval_bleu > 0))
+        return -1;
+    char why[160];
+    if (score)
+        snprintf(why, sizeof why,
+                 "--best-metric %s needs --eval-bleu N (the validation pairs "
+                 "it decodes at each evaluation)",
+                 metric);
+    else
+        snprintf(why, sizeof why, "--best-metric '%.60s' is not one of loss, bleu, chrf", metric);
+    if (ckpt)
+        cg_prog_fail("'%s': its training state's %s (a damaged checkpoint?)", ckpt, why);
+    else
+        cg_prog_fail("%s", why);
+    return ckpt ? CG_EXIT_FAIL : CG_EXIT_USAGE;
 }
 
 /* The final evaluation: validation losses (also with every target paired
@@ -249,6 +284,7 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
                              rec->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG) ||
          /* what decoding at the end and every rank's share need, known now */
          !cg_mt_check_split(&r->d, r->d.tok, false, r->test_limit, r->max_len, o->data) ||
+         !cg_mt_check_split(&r->d, r->d.tok, true, r->eval_bleu, r->max_len, o->data) ||
          !cg_mt_check_ranks(&r->d, r->max_tokens, o->resume != NULL)))
         rc = cg_prog_fail_lib(NULL);
     /* the recipe's max_len filtered the pairs; the model's must take them
@@ -274,7 +310,9 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
 {
     mt_run *r = self;
     r->t = t;
-    int rc = mt_data_model(r, t, o, rec);
+    int rc = o->resume ? best_metric_check(r, o->best_metric, o->resume) : -1;
+    if (rc < 0)
+        rc = mt_data_model(r, t, o, rec);
     if (rc >= 0)
         return rc;
     r->d.pad_to = r->pad_to;
@@ -328,6 +366,9 @@ int mt_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
     const cg_cli_args *a = o->args;
     if (o->resume)
         return -1; /* the checkpoint's model and recipe (flags refused: cg_trainer_begin) */
+    int rc = best_metric_check(r, o->best_metric, NULL);
+    if (rc >= 0)
+        return rc;
     if (cg_cli_given(a, &rec->lr) && cg_cli_given(a, &r->factor)) {
         cg_prog_fail("--lr and --factor both set the learning rate; give one");
         return CG_EXIT_USAGE;

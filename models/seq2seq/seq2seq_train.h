@@ -29,6 +29,9 @@ typedef struct {
     const char *preset;
     int64_t max_tokens, pad_to, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
     double factor, alpha, word_dropout;
+    /* --eval-bleu N: the first N validation pairs decoded greedily at each
+     * evaluation, their BLEU and chrF reported (0: none) */
+    int64_t eval_bleu;
     /* --max-len counts ids (BPE pieces too); false: a BPE checkpoint from
      * before, whose training pairs were kept by their characters */
     bool max_len_tokens;

@@ -22,6 +22,7 @@ void cg_train_opts_init(cg_train_opts *o)
     o->precision_was = NULL;
     o->threads = 0;
     o->grad_accum = 1;
+    o->best_metric = "loss";
 }
 
 void cg_train_recipe_init(cg_train_recipe *r)

@@ -64,6 +64,11 @@ typedef struct {
     /* --extra-data FILE (seq2seq): more training pairs; here so that the
      * trainer checks it as --data, a file the run reads */
     const char *extra_data;
+    /* --best-metric NAME (seq2seq): what --keep-best and --patience judge:
+     * NULL or "loss", the validation loss (lower better); else a score the
+     * model's evaluation gives (seq2seq: "bleu", "chrf" of --eval-bleu's
+     * decoding; higher better) */
+    const char *best_metric;
     bool force, skip_nonfinite;
     /* --ema-decay D (0: none) and --ema-start-update N: an exponential
      * moving average of the trainable weights (optim/ema.h), updated after
@@ -119,8 +124,8 @@ typedef struct {
 } cg_train_recipe;
 
 /* Defaults: stop_at -1 (off), log_every 0 (auto), threads 0 (all cores),
- * grad_accum 1, precision_arg "auto" (precision fp32 until resolved); the
- * rest 0. */
+ * grad_accum 1, precision_arg "auto" (precision fp32 until resolved),
+ * best_metric "loss"; the rest 0. */
 void cg_train_opts_init(cg_train_opts *o);
 /* Defaults: norm_first true, bias true, vocab_size 4000, tokenizer char, Adam's betas
  * (0.9, 0.999) and epsilon 1e-8 (PyTorch's), clip_norm 1; the rest 0. */

@@ -31,13 +31,14 @@ typedef struct cg_trainer cg_trainer;
 /* An evaluation's figures. */
 typedef struct {
     double train, val;
+    double score; /* in the run's --best-metric (options.h), when it has one; else NaN */
     int n_extra;
     struct {
         const char *key;  /* metrics-log key ("val_nll") */
         const char *name; /* on the evaluation line ("nll") */
         double value;
         int decimals;
-    } extra[4];
+    } extra[6];
 } cg_eval_result;
 /* Append a figure to e->extra (ignored when it is full). */
 void cg_eval_add(cg_eval_result *e, const char *key, const char *name, double value, int decimals);
@@ -73,7 +74,8 @@ typedef struct cg_trainer_model {
     double (*lr)(void *self, int64_t step);
     /* Evaluation at `step`: e->val, and e->train (NaN: the trainer uses
      * the mean of the recent training losses); e->extra: more figures for
-     * the evaluation line and the metrics log. */
+     * the evaluation line and the metrics log; e->score: the run's
+     * --best-metric, when it names one (the model checks the name). */
     bool (*evaluate)(void *self, int64_t step, cg_eval_result *e);
     /* At the end of a completed run (the checkpoint is saved): the final
      * evaluation; adds its fields to the JSON line (models/util/config_json.h

@@ -96,13 +96,31 @@ void cg_progress_end(void)
 int cg_history_best(const cg_history *h)
 {
     int b = -1;
-    for (int i = 0; i < h->n; i++)
-        if (isfinite(h->val[i]) && (b < 0 || h->val[i] < h->val[b]))
+    for (int i = 0; i < h->n; i++) {
+        const float *v = h->metric ? h->score : h->val;
+        bool better = h->metric ? v[i] > v[b < 0 ? i : b] : v[i] < v[b < 0 ? i : b];
+        if (isfinite(v[i]) && (b < 0 || better))
             b = i;
+    }
     return b;
 }
 
+const char *cg_history_best_name(const cg_history *h)
+{
+    return h->metric ? h->metric : "validation loss";
+}
+
+double cg_history_best_value(const cg_history *h, int i)
+{
+    return h->metric ? h->score[i] : h->val[i];
+}
+
 bool cg_history_push(cg_history *h, int64_t step, double train, double val)
+{
+    return cg_history_push_scored(h, step, train, val, NAN);
+}
+
+bool cg_history_push_scored(cg_history *h, int64_t step, double train, double val, double score)
 {
     if (h->n == h->cap) {
         int cap = h->cap ? 2 * h->cap : 16;
@@ -115,7 +133,10 @@ bool cg_history_push(cg_history *h, int64_t step, double train, double val)
         float *v = realloc(h->val, (size_t)cap * sizeof *v);
         if (v)
             h->val = v;
-        if (!s || !t || !v) {
+        float *sc = realloc(h->score, (size_t)cap * sizeof *sc);
+        if (sc)
+            h->score = sc;
+        if (!s || !t || !v || !sc) {
             cg_set_error("out of memory");
             return false;
         }
@@ -124,6 +145,7 @@ bool cg_history_push(cg_history *h, int64_t step, double train, double val)
     h->step[h->n] = step;
     h->train[h->n] = (float)train;
     h->val[h->n] = (float)val;
+    h->score[h->n] = (float)score;
     h->n++;
     return true;
 }
@@ -187,6 +209,7 @@ void cg_history_free(cg_history *h)
     free(h->step);
     free(h->train);
     free(h->val);
+    free(h->score);
     free(h->dstep);
     free(h->dloss);
     memset(h, 0, sizeof *h);
@@ -211,11 +234,14 @@ char *cg_history_to_json(const cg_history *h)
     cJSON *s = cJSON_AddArrayToObject(o, "step");
     cJSON *t = cJSON_AddArrayToObject(o, "train");
     cJSON *v = cJSON_AddArrayToObject(o, "val");
-    bool ok = s && t && v;
+    cJSON *sc = h->metric ? cJSON_AddArrayToObject(o, "score") : NULL;
+    bool ok = s && t && v && (sc || !h->metric);
     for (int i = 0; ok && i < h->n; i++) {
         cJSON_AddItemToArray(s, cJSON_CreateNumber((double)h->step[i]));
         cJSON_AddItemToArray(t, cJSON_CreateNumber(h->train[i]));
         cJSON_AddItemToArray(v, cJSON_CreateNumber(h->val[i]));
+        if (sc)
+            cJSON_AddItemToArray(sc, cJSON_CreateNumber(h->score[i]));
     }
     ok = ok && cJSON_AddNumberToObject(o, "dense_every", (double)cg_history_every(h));
     cJSON *ds = ok ? cJSON_AddArrayToObject(o, "dense_step") : NULL;
@@ -290,6 +316,15 @@ bool cg_history_from_cjson(const cJSON *o, cg_history *h)
         double x, y;
         ok = cJSON_IsNumber(a) && fabs(a->valuedouble) <= 9e15 && json_loss(b, &x) &&
              json_loss(c, &y) && cg_history_push(h, (int64_t)a->valuedouble, x, y);
+    }
+    /* the scores (a run with a metric; absent: NaN, none is the best) */
+    const cJSON *sc = ok ? cJSON_GetObjectItemCaseSensitive(o, "score") : NULL;
+    ok = ok && (!sc || (cJSON_IsArray(sc) && cJSON_GetArraySize(sc) == h->n));
+    int i = 0;
+    for (const cJSON *a = sc ? sc->child : NULL; ok && a; a = a->next) {
+        double x = NAN;
+        ok = json_loss(a, &x);
+        h->score[i++] = (float)x;
     }
     ok = ok && dense_from_json(o, h);
     if (!ok)

@@ -60,6 +60,12 @@ typedef struct {
     int n, cap;
     int64_t *step; /* exact at any step (a float's rounded past 2^24) */
     float *train, *val;
+    /* each evaluation's score in `metric` (static: "bleu"), higher is
+     * better, which then chooses the best evaluation instead of the
+     * validation loss (fairseq's --best-checkpoint-metric with
+     * --maximize-best-checkpoint-metric); metric NULL: none (NaN) */
+    float *score;
+    const char *metric;
     int dn, dcap;
     float *dstep, *dloss;
     int64_t every; /* 0 means CG_HISTORY_EVERY */
@@ -70,16 +76,24 @@ typedef struct {
 } cg_history;
 
 bool cg_history_push(cg_history *h, int64_t step, double train, double val);
-/* The evaluation of the lowest validation loss (the first of equal ones;
- * NaN is never the lowest): its index in h, or -1 when none is finite. */
+/* cg_history_push with the evaluation's score in h->metric. */
+bool cg_history_push_scored(cg_history *h, int64_t step, double train, double val, double score);
+/* The best evaluation: that of the highest score when h->metric is set,
+ * else of the lowest validation loss (the first of equal ones; NaN is
+ * never the best): its index in h, or -1 when none is finite. */
 int cg_history_best(const cg_history *h);
+/* What chooses the best evaluation: h->metric, or "validation loss". */
+const char *cg_history_best_name(const cg_history *h);
+/* Its value at evaluation i (the score, or the validation loss). */
+double cg_history_best_value(const cg_history *h, int i);
 /* Record the training loss of one optimizer step (the loss of the step that
  * brought the model to `step`). A non-finite loss is not recorded. */
 bool cg_history_train_step(cg_history *h, int64_t step, double loss);
 /* Steps per point of the dense series. */
 int64_t cg_history_every(const cg_history *h);
 void cg_history_free(cg_history *h);
-/* {"step":[...],"train":[...],"val":[...],"dense_every":K,"dense_step":[...],
+/* {"step":[...],"train":[...],"val":[...],("score":[...] with a metric,)
+ *  "dense_every":K,"dense_step":[...],
  *  "dense_loss":[...],"dense_acc":{"loss":"<sum, %.17g>","step":S,"n":N}}
  * (malloc'd) or NULL. */
 char *cg_history_to_json(const cg_history *h);

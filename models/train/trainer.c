@@ -254,7 +254,7 @@ static void metrics_line(run_ctx *c, cJSON *j)
 static int evaluate(run_ctx *c, int64_t step)
 {
     cg_trainer *t = c->t;
-    cg_eval_result e = {.train = NAN, .val = NAN};
+    cg_eval_result e = {.train = NAN, .val = NAN, .score = NAN};
     if (c->ema && !cg_ema_swap(c->ema)) /* the average is judged */
         return cg_prog_fail("evaluation at step %lld: %s", (long long)step, cg_last_error());
     bool ok = c->m->evaluate(c->m->self, step, &e);
@@ -284,7 +284,7 @@ static int evaluate(run_ctx *c, int64_t step)
     cg_progress_end();
     fprintf(stderr, "%s: step %lld: train loss %.4f, val loss %.4f%s%s\n", cg_prog_name(),
             (long long)step, e.train, e.val, c->ema ? " (EMA)" : "", extra);
-    if (!cg_history_push(&t->hist, step, e.train, e.val))
+    if (!cg_history_push_scored(&t->hist, step, e.train, e.val, e.score))
         return cg_prog_fail_lib(NULL);
     cJSON *j = cJSON_CreateObject();
     cg_json_put_int(j, "step", step);
@@ -521,7 +521,8 @@ static void put_precision(const cg_train_opts *o, cJSON *j)
 }
 
 /* The best evaluation (--keep-best, --patience): "best_step",
- * "best_val_loss" and "best_checkpoint" (when that file is there). */
+ * "best_val_loss", with --best-metric "best_metric" and "best_<metric>",
+ * and "best_checkpoint" (when that file is there). */
 static void put_best(const cg_trainer *t, cJSON *j)
 {
     int b = cg_history_best(&t->hist);
@@ -529,6 +530,12 @@ static void put_best(const cg_trainer *t, cJSON *j)
         return;
     cg_json_put_int(j, "best_step", t->hist.step[b]);
     cg_json_put_num(j, "best_val_loss", "%.6f", t->hist.val[b]);
+    if (t->hist.metric) {
+        char key[64];
+        snprintf(key, sizeof key, "best_%s", t->hist.metric);
+        cg_json_put_str(j, "best_metric", t->hist.metric);
+        cg_json_put_num(j, key, "%.4f", t->hist.score[b]);
+    }
     char *bp = t->o->keep_best ? cg_best_path(t->out) : NULL;
     if (bp && t->best_saved == t->hist.step[b] && access(bp, F_OK) == 0)
         cg_json_put_str(j, "best_checkpoint", bp);
@@ -554,17 +561,19 @@ static bool out_of_patience(run_ctx *c, int64_t step)
     if (!cg_dist_allreduce_max(&out, 1) || out == 0)
         return false;
     t->early_stopped = true;
+    const char *what = cg_history_best_name(h);
     if (b >= 0)
         fprintf(stderr,
-                "%s: stopping early at step %lld: %lld evaluation(s) without a validation loss "
-                "below %.4f (step %lld; --patience %lld)\n",
-                cg_prog_name(), (long long)step, (long long)(h->n - 1 - b), h->val[b],
-                (long long)h->step[b], (long long)t->o->patience);
+                "%s: stopping early at step %lld: %lld evaluation(s) without a %s %s %.4f "
+                "(step %lld; --patience %lld)\n",
+                cg_prog_name(), (long long)step, (long long)(h->n - 1 - b), what,
+                h->metric ? "above" : "below", cg_history_best_value(h, b), (long long)h->step[b],
+                (long long)t->o->patience);
     else
         fprintf(stderr,
-                "%s: stopping early at step %lld: %d evaluation(s) without a finite validation "
-                "loss (--patience %lld)\n",
-                cg_prog_name(), (long long)step, h->n, (long long)t->o->patience);
+                "%s: stopping early at step %lld: %d evaluation(s) without a finite %s "
+                "(--patience %lld)\n",
+                cg_prog_name(), (long long)step, h->n, what, (long long)t->o->patience);
     return true;
 }
 

@@ -118,6 +118,13 @@ static bool resume_has_steps(const cg_trainer *t, const cg_train_opts *o)
     return false;
 }
 
+/* --best-metric's name for the history: NULL for the validation loss (o
+ * NULL: none, cg_trainer_end's). */
+static const char *best_metric(const cg_train_opts *o)
+{
+    return o && o->best_metric && strcmp(o->best_metric, "loss") != 0 ? o->best_metric : NULL;
+}
+
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
@@ -125,6 +132,7 @@ void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
     t->lock.fd = -1;
     t->last_loss = NAN;
     t->best_saved = -1;
+    t->hist.metric = best_metric(o);
 }
 
 int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out)
@@ -161,6 +169,7 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
             return cg_prog_fail_lib(NULL);
         t->adapters = cg_ft_is_adapter(t->ckpt);
+        t->hist.metric = best_metric(o);   /* the checkpoint's --best-metric */
         int b = cg_history_best(&t->hist); /* --keep-best: written then, or not kept */
         t->best_saved = b >= 0 ? t->hist.step[b] : -1;
         if (!resume_has_steps(t, o))
