@@ -106,16 +106,33 @@ static void set_scales(cg_optim *o, const double scales[OPT_NPARAMS])
         ck_assert_msg(cg_optim_set_lr_scale(o, j, scales[j]), "%s", cg_last_error());
 }
 
+/* The opening of the learning-rate tests: the fixture parameters, fresh,
+ * into ps (release_params), and an optimizer over them with cfg and each
+ * parameter's learning-rate scale (scales NULL: every scale 1). */
+static cg_optim *fixture_optim(const cg_optim_config *cfg, cg_tensor *ps[OPT_NPARAMS],
+                               const double *scales)
+{
+    make_params(ps);
+    cg_optim *o = make_optim(cfg, ps);
+    if (scales)
+        set_scales(o, scales);
+    return o;
+}
+
+/* fixture_optim's closing: the optimizer freed, then its parameters. */
+static void free_fixture(cg_optim *o, cg_tensor *ps[OPT_NPARAMS])
+{
+    cg_optim_free(o);
+    release_params(ps);
+}
+
 /* Run the fixture's steps and compare every parameter after every step;
  * scales: each parameter's learning-rate scale (NULL: none set). */
 static void check_against_torch(cg_optim_config cfg, const double *lrs,
                                 const float expect[OPT_NSTEPS][OPT_N], const double *scales)
 {
     cg_tensor *ps[OPT_NPARAMS];
-    make_params(ps);
-    cg_optim *o = make_optim(&cfg, ps);
-    if (scales)
-        set_scales(o, scales);
+    cg_optim *o = fixture_optim(&cfg, ps, scales);
     float got[OPT_N];
     for (int k = 0; k < OPT_NSTEPS; k++) {
         do_step(o, ps, k, lrs[k]);
@@ -129,8 +146,7 @@ static void check_against_torch(cg_optim_config cfg, const double *lrs,
     ck_assert_int_eq(cg_optim_param_steps(o, 2), OPT_NSTEPS - 1);
     ck_assert_int_eq(cg_optim_param_steps(o, 3), 0);
     ck_assert_int_eq(cg_optim_steps(o), OPT_NSTEPS);
-    cg_optim_free(o);
-    release_params(ps);
+    free_fixture(o, ps);
 }
 
 /* ------------------------------------------------------ vs PyTorch */
@@ -1980,10 +1996,8 @@ END_TEST
 static void own_rate_case(cg_optim_config cfg, const double *lrs)
 {
     cg_tensor *a[OPT_NPARAMS], *r[OPT_NPARAMS];
-    make_params(a);
+    cg_optim *oa = fixture_optim(&cfg, a, SCALES), *own[OPT_NPARAMS];
     make_params(r);
-    cg_optim *oa = make_optim(&cfg, a), *own[OPT_NPARAMS];
-    set_scales(oa, SCALES);
     for (int j = 0; j < OPT_NPARAMS; j++) {
         own[j] = cg_optim_new(&cfg, 1, &(cg_optim_param){OPT_NAMES[j], r[j], OPT_WD[j]});
         ck_assert_ptr_nonnull(own[j]);
@@ -2008,8 +2022,7 @@ static void own_rate_case(cg_optim_config cfg, const double *lrs)
         assert_same_param_state(oa, j, own[j], 0, cfg.type);
         cg_optim_free(own[j]);
     }
-    cg_optim_free(oa);
-    release_params(a);
+    free_fixture(oa, a);
     release_params(r);
 }
 
@@ -2033,10 +2046,8 @@ START_TEST(lr_scale_zero)
                                      cg_sgd_config(0.1, 0.9, false)};
     for (int c = 0; c < 3; c++) {
         cg_tensor *a[OPT_NPARAMS], *b[OPT_NPARAMS];
-        make_params(a);
-        make_params(b);
+        cg_optim *oa = fixture_optim(&cfgs[c], a, NULL), *ob = fixture_optim(&cfgs[c], b, NULL);
         cg_tensor *wz = cg_requires_grad(cg_from_data(CG_SHAPE(3, 4), OPT_P0), true);
-        cg_optim *oa = make_optim(&cfgs[c], a), *ob = make_optim(&cfgs[c], b);
         cg_optim *zero = cg_optim_new(&cfgs[c], 1, &(cg_optim_param){"w", wz, OPT_WD[0]});
         ck_assert(zero && cg_optim_set_lr_scale(oa, 0, 0.0) && cg_optim_param_lr_scale(oa, 0) == 0);
         for (int k = 0; k < OPT_NSTEPS; k++) {
@@ -2058,11 +2069,9 @@ START_TEST(lr_scale_zero)
                 "%s: parameter %d", name, j);
         ck_assert(memcmp(cg_data(b[0]), OPT_P0, 12 * sizeof(float)) != 0); /* unscaled: moved */
         cg_optim_free(zero);
-        cg_optim_free(ob);
-        cg_optim_free(oa);
         cg_release(wz);
-        release_params(a);
-        release_params(b);
+        free_fixture(ob, b);
+        free_fixture(oa, a);
     }
 }
 END_TEST
@@ -2071,10 +2080,9 @@ END_TEST
  * is refused in one line naming them; nothing changes. -0 is 0. */
 START_TEST(lr_scale_refusals)
 {
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
     cg_tensor *ps[OPT_NPARAMS];
-    make_params(ps);
-    cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
-    cg_optim *o = make_optim(&cfg, ps);
+    cg_optim *o = fixture_optim(&cfg, ps, NULL);
     for (int j = 0; j < OPT_NPARAMS; j++)
         ck_assert(cg_optim_param_lr_scale(o, j) == 1.0);
     ck_assert(cg_optim_set_lr_scale(o, 1, 0.25));
@@ -2106,8 +2114,7 @@ START_TEST(lr_scale_refusals)
     ck_assert(cg_optim_set_lr_scale(o, 2, -0.0));
     ck_assert(cg_optim_param_lr_scale(o, 2) == 0 && !signbit(cg_optim_param_lr_scale(o, 2)));
     ck_assert(cg_optim_set_lr_scale(o, 3, 1e300) && cg_optim_param_lr_scale(o, 3) == 1e300);
-    cg_optim_free(o);
-    release_params(ps);
+    free_fixture(o, ps);
 }
 END_TEST
 
@@ -2140,9 +2147,7 @@ START_TEST(lr_scale_state)
     snprintf(bad, sizeof bad, "%s", in_dir("bad.safetensors"));
     const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
     cg_tensor *ps[OPT_NPARAMS];
-    make_params(ps);
-    cg_optim *o = make_optim(&cfg, ps);
-    set_scales(o, scales);
+    cg_optim *o = fixture_optim(&cfg, ps, scales);
     do_step(o, ps, 0, 1e-2);
     cg_st_writer *w = cg_st_writer_new();
     ck_assert(cg_optim_save(o, w, "opt") && cg_st_writer_save(w, path));
@@ -2220,8 +2225,7 @@ START_TEST(lr_scale_state)
     ck_assert_msg(b && cg_optim_load(r, b, "opt"), "%s", cg_last_error());
     ck_assert(cg_optim_param_lr_scale(r, 0) == 0.1);
     cg_st_close(b);
-    cg_optim_free(r);
-    release_params(ps);
+    free_fixture(r, ps);
 }
 END_TEST
 
@@ -2232,9 +2236,7 @@ START_TEST(lr_scale_shards_and_copies)
 {
     const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
     cg_tensor *a[OPT_NPARAMS], *s[NSHARD][OPT_NPARAMS];
-    make_params(a);
-    cg_optim *oa = make_optim(&cfg, a), *os[NSHARD];
-    set_scales(oa, SCALES);
+    cg_optim *oa = fixture_optim(&cfg, a, SCALES), *os[NSHARD];
     for (int k = 0; k < NSHARD; k++) {
         make_params(s[k]);
         os[k] = make_shard(&cfg, s[k], k);
@@ -2257,8 +2259,7 @@ START_TEST(lr_scale_shards_and_copies)
 
     /* gathered into a whole optimizer: the scales come with the state */
     cg_tensor *f[OPT_NPARAMS];
-    make_params(f);
-    cg_optim *full = make_optim(&cfg, f);
+    cg_optim *full = fixture_optim(&cfg, f, NULL);
     for (int k = 0; k < NSHARD; k++)
         ck_assert_msg(cg_optim_copy_state(full, os[k]), "%s", cg_last_error());
     assert_same_state(full, oa, cfg);
@@ -2284,16 +2285,11 @@ START_TEST(lr_scale_shards_and_copies)
         ck_assert(cg_optim_param_lr_scale(loaded, j) == SCALES[j]);
     assert_same_state(loaded, os[2], cfg);
     cg_st_close(file);
-    cg_optim_free(loaded);
-    release_params(q);
-    cg_optim_free(full);
-    release_params(f);
-    for (int k = 0; k < NSHARD; k++) {
-        cg_optim_free(os[k]);
-        release_params(s[k]);
-    }
-    cg_optim_free(oa);
-    release_params(a);
+    free_fixture(loaded, q);
+    free_fixture(full, f);
+    for (int k = 0; k < NSHARD; k++)
+        free_fixture(os[k], s[k]);
+    free_fixture(oa, a);
 }
 END_TEST
 
