@@ -56,7 +56,7 @@ const char *cg_optim_type_name(cg_optim_type t);
 
 typedef struct cg_optim_config {
     cg_optim_type type;
-    double lr;           /* initial learning rate (>= 0) */
+    double lr;           /* initial learning rate: a rate (cg_optim_set_lr) */
     double momentum;     /* SGD: >= 0; 0 = plain SGD */
     bool nesterov;       /* SGD: needs momentum > 0 */
     double beta1, beta2; /* Adam/AdamW: in [0, 1) */
@@ -126,8 +126,13 @@ void cg_optim_zero_grad(cg_optim *o);
  * error. */
 bool cg_train_step(cg_optim *o, cg_tensor *loss);
 
-/* A rate that is not finite and >= 0 is refused: the old one stays, false
- * + error. */
+/* The learning rate. The one rule for a rate, here and wherever one is
+ * checked (the config's lr, cg_optim_set_lr_scale, cg_optim_load): a
+ * finite number >= 0. Subnormals are rates, as in PyTorch (any lr >= 0):
+ * a schedule (StepLR) passes through them on its way to 0, and a
+ * checkpoint written then loads back exactly (a double that small is 0 in
+ * the float32 step). NaN, inf and negatives are refused: the old rate
+ * stays, false + error. Whatever is taken is saved and loaded back. */
 bool cg_optim_set_lr(cg_optim *o, double lr);
 double cg_optim_lr(const cg_optim *o);
 /* The configuration (lr is the current learning rate). */
@@ -234,10 +239,10 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
  * anything changes: a different optimizer type, a missing entry, a shape
  * that differs from the parameter's or a dtype that is not a float, a
  * damaged value (a non-finite moment, a negative exp_avg_sq, a step count
- * outside [0, 2^53], a learning-rate scale that is not a finite number >=
- * 0), or a <prefix>.* tensor or <prefix>.*.lr_scale entry that belongs to
- * no parameter gives false + an error naming it, and the optimizer is left
- * unchanged. */
+ * outside [0, 2^53], a learning rate or scale that breaks the rule for
+ * rates of cg_optim_set_lr), or a <prefix>.* tensor or <prefix>.*.lr_scale
+ * entry that belongs to no parameter gives false + an error naming it,
+ * and the optimizer is left unchanged. */
 bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix);
 
 /* ------------------------------------------------- gradient utilities */

@@ -2191,8 +2191,7 @@ START_TEST(lr_scale_state)
         const char *key, *value, *msg;
     } cases[] = {
         {"opt.w.lr_scale", "-0.5",
-         "metadata 'opt.w.lr_scale' = '-0.5' is not a learning-rate "
-         "scale (a finite number >= 0)"},
+         "metadata 'opt.w.lr_scale' = '-0.5': learning-rate scale -0.5 must be finite and >= 0"},
         {"opt.w.lr_scale", "nan", "'opt.w.lr_scale' = 'nan' is not a learning-rate scale"},
         {"opt.c.lr_scale", "inf", "'opt.c.lr_scale' = 'inf' is not"},
         {"opt.c.lr_scale", "1e999", "'opt.c.lr_scale' = '1e999' is not"},
@@ -2293,6 +2292,56 @@ START_TEST(lr_scale_shards_and_copies)
 }
 END_TEST
 
+/* ------------------------------------------------ the learning-rate rule */
+
+/* o saved under "opt" into path, then loaded into r: the load's result. */
+static bool save_then_load(const cg_optim *o, cg_optim *r, const char *path)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(w && cg_optim_save(o, w, "opt") && cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+    bool ok = cg_optim_load(r, f, "opt");
+    cg_st_close(f);
+    return ok;
+}
+
+/* A subnormal rate is a rate, as in PyTorch (any lr >= 0): StepLR takes a
+ * rate through them on its way to 0, and a checkpoint written then must
+ * resume. Whatever the optimizer takes is saved and loaded back bit for
+ * bit: a subnormal rate from the config and from cg_optim_set_lr, and
+ * subnormal eps, beta1 and momentum (strtod reads each with ERANGE); a
+ * step at such a rate leaves float32 weights where they were. */
+START_TEST(lr_rule_subnormal_round_trip)
+{
+    const double tiny = cg_lr_step_decay(1070, 1, 0.5, 1.0);
+    ck_assert(tiny == 0x1p-1070);
+    const cg_optim_config cfgs[2] = {cg_adamw_config(0x1p-1074, 0x1p-1060, 0.99, 0x1p-1050),
+                                     cg_sgd_config(0x1p-1074, 0x1p-1065, false)},
+                          other[2] = {cg_adamw_default(1.0), cg_sgd_config(1.0, 0.5, false)};
+    for (int c = 0; c < 2; c++) {
+        cg_tensor *ps[OPT_NPARAMS], *qs[OPT_NPARAMS];
+        cg_optim *o = fixture_optim(&cfgs[c], ps, NULL), *r = fixture_optim(&other[c], qs, NULL);
+        ck_assert(cg_optim_lr(o) == 0x1p-1074);
+        ck_assert_msg(save_then_load(o, r, in_dir("tiny.st")), "%s", cg_last_error());
+        cg_optim_config a = cg_optim_get_config(o), b = cg_optim_get_config(r);
+        ck_assert(b.lr == 0x1p-1074 && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+                  a.momentum == b.momentum);
+        do_step(o, ps, 0, tiny); /* cg_optim_set_lr(o, tiny), then a step */
+        ck_assert(cg_optim_lr(o) == tiny);
+        float got[OPT_N];
+        gather(ps, got);
+        ck_assert_msg(memcmp(got, OPT_P0, sizeof got) == 0, "%s: a weight moved",
+                      cg_optim_type_name(cfgs[c].type));
+        ck_assert_msg(save_then_load(o, r, in_dir("tiny.st")), "%s", cg_last_error());
+        ck_assert(cg_optim_lr(r) == tiny && cg_optim_steps(r) == 1);
+        free_fixture(r, qs);
+        free_fixture(o, ps);
+    }
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -2369,6 +2418,11 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, lr_scale_refusals);
     tcase_add_test(tc, lr_scale_state);
     tcase_add_test(tc, lr_scale_shards_and_copies);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("lr_rule");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, lr_rule_subnormal_round_trip);
     suite_add_tcase(s, tc);
     return s;
 }
