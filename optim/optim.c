@@ -59,13 +59,19 @@ cg_optim_config cg_adamw_default(double lr) { return cg_adamw_config(lr, 0.9, 0.
 /* ------------------------------------------------------------ helpers */
 
 /* Subnormals are rates: PyTorch takes any lr >= 0, a schedule (StepLR)
- * passes through them on its way to 0, and "%.17g" writes them exactly. */
+ * passes through them on its way to 0, and "%.17g" writes them exactly.
+ * FLT_MAX bounds a rate: the step rounds -rate to float once, and past it
+ * that is -inf, which wrote inf and NaN into the weights. */
 bool cg_optim_rate_ok(double lr, double scale, char *why, size_t n)
 {
-    if (!(lr >= 0 && lr <= DBL_MAX)) /* a schedule's NaN would wreck every weight */
-        snprintf(why, n, "learning rate %g must be finite and >= 0", lr);
+    if (!(lr >= 0 && lr <= FLT_MAX)) /* a schedule's NaN would wreck every weight */
+        snprintf(why, n, "learning rate %g must be finite, >= 0 and at most %g (float32's largest)",
+                 lr, (double)FLT_MAX);
     else if (!(scale >= 0 && scale <= DBL_MAX))
         snprintf(why, n, "learning-rate scale %g must be finite and >= 0", scale);
+    else if (!(param_rate(lr, scale) <= FLT_MAX))
+        snprintf(why, n, "learning rate %g times scale %g is %g, past float32's largest (%g)", lr,
+                 scale, param_rate(lr, scale), (double)FLT_MAX);
     else
         return true;
     return false;
@@ -516,9 +522,8 @@ bool cg_optim_step(cg_optim *o)
             u->wd = (float)s->wd;
             u->first = s->step == 1;
             total += u->n;
-            /* this parameter's rate (a param group's lr in PyTorch), in
-             * double; at scale 1 the rate itself, so the bits stay */
-            double lr = s->lr_scale == 1.0 ? c->lr : c->lr * s->lr_scale;
+            /* this parameter's rate: at most FLT_MAX (cg_optim_rate_ok) */
+            double lr = param_rate(c->lr, s->lr_scale);
             u->neg_lr = (float)-lr;
             if (c->type == CG_OPTIM_SGD)
                 continue;
@@ -578,6 +583,12 @@ bool cg_optim_set_lr(cg_optim *o, double lr)
         cg_set_error("optim set_lr: %s (kept %g)", why, o->cfg.lr);
         return false;
     }
+    for (int i = 0; i < o->n; i++) /* and every parameter's own rate */
+        if (!cg_optim_rate_ok(lr, o->s[i].lr_scale, why, sizeof why)) {
+            cg_set_error("optim set_lr: parameter '%s': %s (kept %g)", o->s[i].name, why,
+                         o->cfg.lr);
+            return false;
+        }
     o->cfg.lr = lr;
     return true;
 }

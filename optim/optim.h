@@ -128,11 +128,16 @@ bool cg_train_step(cg_optim *o, cg_tensor *loss);
 
 /* The learning rate. The one rule for a rate, here and wherever one is
  * checked (the config's lr, cg_optim_set_lr_scale, cg_optim_load): a
- * finite number >= 0. Subnormals are rates, as in PyTorch (any lr >= 0):
- * a schedule (StepLR) passes through them on its way to 0, and a
- * checkpoint written then loads back exactly (a double that small is 0 in
- * the float32 step). NaN, inf and negatives are refused: the old rate
- * stays, false + error. Whatever is taken is saved and loaded back. */
+ * number from 0 to FLT_MAX (float32's largest, 3.4e38: the step uses the
+ * rate in float32), and so must every parameter's own rate be, lr times
+ * its scale (cg_optim_set_lr_scale). Subnormals are rates, as in PyTorch
+ * (any lr >= 0): a schedule (StepLR) passes through them on its way to 0,
+ * and a checkpoint written then loads back exactly (a double that small
+ * is 0 in the float32 step). Refused, the old rate kept, false + error
+ * (naming the parameter whose rate it would take past FLT_MAX): NaN,
+ * inf, a negative, a rate past FLT_MAX, or one that some parameter's
+ * scale takes past it (there the step would write inf and NaN into the
+ * weights). Whatever is taken is saved and loaded back. */
 bool cg_optim_set_lr(cg_optim *o, double lr);
 double cg_optim_lr(const cg_optim *o);
 /* The configuration (lr is the current learning rate). */
@@ -150,10 +155,12 @@ double cg_optim_param_weight_decay(const cg_optim *o, int i);
  * AdamW's decay 1 - lr*wd), lr being the rate cg_optim_set_lr sets, so a
  * schedule moves every parameter's rate by the same factor, as a PyTorch
  * scheduler does each param group's (timm's layer-wise "lr_scale"). A
- * scale must be finite and >= 0; at 0 the values stay while the state
- * (moments, step count) still advances, as with a group lr of 0. False +
- * error on a bad index or scale, nothing changed; the getter: -1 on a bad
- * index. Saved and loaded with the state, copied by cg_optim_copy_state. */
+ * scale must be finite and >= 0, and the parameter's rate, lr * scale, a
+ * rate (cg_optim_set_lr: at most FLT_MAX); at 0 the values stay while the
+ * state (moments, step count) still advances, as with a group lr of 0.
+ * False + error naming the parameter on a bad index or scale, nothing
+ * changed; the getter: -1 on a bad index. Saved and loaded with the
+ * state, copied by cg_optim_copy_state. */
 bool cg_optim_set_lr_scale(cg_optim *o, int i, double scale);
 double cg_optim_param_lr_scale(const cg_optim *o, int i);
 /* Updates parameter i has received (its own step count, as in PyTorch). */

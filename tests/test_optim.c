@@ -8,6 +8,7 @@
  * torch.nn.utils.clip_grad_norm_, the NaN/Inf check, bit-identical resume
  * through a safetensors file, and errors. */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2110,10 +2111,11 @@ START_TEST(lr_scale_refusals)
     ck_assert(memcmp(m0, m1, sizeof m1) == 0);
     ck_assert(cg_optim_steps(o) == 1 && cg_optim_param_steps(o, 1) == 1 && cg_optim_lr(o) == 1e-2);
     ck_assert(cg_optim_param_lr_scale(o, 0) == 1.0 && cg_optim_param_lr_scale(o, 1) == 0.25);
-    /* -0 is taken as 0 (the same rate), a large finite scale as it is */
+    /* -0 is taken as 0 (the same rate), a large finite scale as it is while
+     * the parameter's rate stays a float32 (lr_rule_rate_past_float_max) */
     ck_assert(cg_optim_set_lr_scale(o, 2, -0.0));
     ck_assert(cg_optim_param_lr_scale(o, 2) == 0 && !signbit(cg_optim_param_lr_scale(o, 2)));
-    ck_assert(cg_optim_set_lr_scale(o, 3, 1e300) && cg_optim_param_lr_scale(o, 3) == 1e300);
+    ck_assert(cg_optim_set_lr_scale(o, 3, 1e30) && cg_optim_param_lr_scale(o, 3) == 1e30);
     free_fixture(o, ps);
 }
 END_TEST
@@ -2342,6 +2344,115 @@ START_TEST(lr_rule_subnormal_round_trip)
 }
 END_TEST
 
+/* Each parameter's rate, lr * its scale, goes into the float32 step (-lr,
+ * rounded once): past FLT_MAX it was inf, and the step wrote inf and NaN
+ * into the weights. cg_optim_set_lr_scale and cg_optim_set_lr refuse a
+ * value that takes some parameter's rate past FLT_MAX, naming it, and
+ * change nothing; so does a config with such a rate. FLT_MAX itself is a
+ * rate. At rate 0 any finite scale is taken (its rate is 0), and a rate
+ * set later is judged with it. */
+START_TEST(lr_rule_rate_past_float_max)
+{
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    cg_tensor *ps[OPT_NPARAMS];
+    cg_optim *o = fixture_optim(&cfg, ps, (const double[OPT_NPARAMS]){1, 1, 1e30, 1});
+    do_step(o, ps, 0, 1e-2);
+    float before[OPT_N], after[OPT_N], m0[12], m1[12];
+    gather(ps, before);
+    ck_assert(cg_copy_to(cg_optim_state(o, 0, "exp_avg"), m0));
+    CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(o, 1, 1e300),
+                      "optim_set_lr_scale: parameter 'b': learning rate 0.01 times scale 1e+300 "
+                      "is 1e+298, past float32's largest (3.40282e+38) (kept 1)");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, 1e9),
+                      "optim set_lr: parameter 'c': learning rate 1e+09 times scale 1e+30 is "
+                      "1e+39, past float32's largest (3.40282e+38) (kept 0.01)");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, 1e39),
+                      "optim set_lr: learning rate 1e+39 must be finite, >= 0 and at most "
+                      "3.40282e+38 (float32's largest) (kept 0.01)");
+    gather(ps, after);
+    ck_assert(memcmp(before, after, sizeof after) == 0);
+    ck_assert(cg_copy_to(cg_optim_state(o, 0, "exp_avg"), m1));
+    ck_assert(memcmp(m0, m1, sizeof m1) == 0);
+    ck_assert(cg_optim_lr(o) == 1e-2 && cg_optim_steps(o) == 1);
+    ck_assert(cg_optim_param_lr_scale(o, 1) == 1 && cg_optim_param_lr_scale(o, 2) == 1e30);
+    /* the edge: a rate of FLT_MAX is one, the next double is not */
+    ck_assert(cg_optim_set_lr(o, 1e8)); /* c: 1e38 */
+    ck_assert(cg_optim_set_lr(o, 1.0) && cg_optim_set_lr_scale(o, 1, FLT_MAX));
+    CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(o, 1, nextafter(FLT_MAX, INFINITY)),
+                      "parameter 'b': learning rate 1 times scale 3.40282e+38 is 3.40282e+38, "
+                      "past float32's largest");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, nextafter(1.0, 2.0)), "parameter 'b': learning rate 1 ");
+    ck_assert(cg_optim_set_lr_scale(o, 1, 1.0) && cg_optim_set_lr_scale(o, 2, 1.0));
+    ck_assert(cg_optim_set_lr(o, FLT_MAX));
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, nextafter(FLT_MAX, INFINITY)),
+                      "learning rate 3.40282e+38 must be finite, >= 0 and at most 3.40282e+38");
+    /* at rate 0, a large scale is taken; a rate then is judged with it */
+    ck_assert(cg_optim_set_lr(o, 0.0) && cg_optim_set_lr_scale(o, 3, 1e300));
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, 1e-2), "optim set_lr: parameter 'd': learning rate");
+    ck_assert(cg_optim_lr(o) == 0 && cg_optim_param_lr_scale(o, 3) == 1e300);
+    /* a config's rate */
+    cg_optim_config big = cfg;
+    big.lr = 1e39;
+    CG_ASSERT_FAILS(cg_optim_new(&big, 1, &(cg_optim_param){"w", ps[0], 0}),
+                    "optim_new: learning rate 1e+39 must be finite, >= 0 and at most");
+    free_fixture(o, ps);
+}
+END_TEST
+
+/* A file whose rate and scales take a parameter's rate past FLT_MAX
+ * loaded, and the next step wrote inf into that parameter: refused now,
+ * naming the entry, the optimizer unchanged, as a rate past FLT_MAX is.
+ * A large scale saved at rate 0 loads, as cg_optim_set_lr_scale took it,
+ * and a rate set afterwards is refused naming its parameter. */
+START_TEST(lr_rule_load_past_float_max)
+{
+    char path[4096], bad[4096]; /* in_dir's buffer is reused */
+    snprintf(path, sizeof path, "%s", in_dir("state.safetensors"));
+    snprintf(bad, sizeof bad, "%s", in_dir("bad.safetensors"));
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    static const double seven[OPT_NPARAMS] = {7, 7, 7, 7};
+    cg_tensor *ps[OPT_NPARAMS], *qs[OPT_NPARAMS];
+    cg_optim *o = fixture_optim(&cfg, ps, (const double[OPT_NPARAMS]){1, 1, 1e30, 1});
+    cg_optim *r = fixture_optim(&cfg, qs, seven);
+    do_step(o, ps, 0, 1e-2);
+    ck_assert_msg(save_then_load(o, r, path), "%s", cg_last_error());
+    ck_assert(cg_optim_param_lr_scale(r, 2) == 1e30);
+    static const struct {
+        const char *key, *value, *msg;
+    } cases[] = {
+        {"opt.w.lr_scale", "1e300",
+         "metadata 'opt.w.lr_scale' = '1e300': learning rate 0.01 times scale 1e+300 is "
+         "1e+298, past float32's largest (3.40282e+38)"},
+        {"opt.lr", "1e9",
+         "metadata 'opt.c.lr_scale' = '1e+30': learning rate 1e+09 times scale 1e+30 is 1e+39, "
+         "past float32's largest"},
+        {"opt.lr", "1e39", "learning rate 1e+39 must be finite, >= 0 and at most 3.40282e+38"},
+    };
+    set_scales(r, seven);
+    float m0[12], m1[12];
+    ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m0));
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        write_with_meta(path, bad, cases[k].key, cases[k].value);
+        cg_st_file *f = cg_st_open(bad);
+        ck_assert_ptr_nonnull(f);
+        CG_ASSERT_REFUSED(!cg_optim_load(r, f, "opt"), cases[k].msg);
+        cg_st_close(f);
+        for (int j = 0; j < OPT_NPARAMS; j++)
+            ck_assert(cg_optim_param_lr_scale(r, j) == 7);
+        ck_assert(cg_optim_steps(r) == 1 && cg_optim_lr(r) == 1e-2);
+        ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m1));
+        ck_assert(memcmp(m0, m1, sizeof m1) == 0);
+    }
+    /* rate 0 and a scale of 1e300: saved, loaded, judged when a rate comes */
+    ck_assert(cg_optim_set_lr(o, 0.0) && cg_optim_set_lr_scale(o, 0, 1e300));
+    ck_assert_msg(save_then_load(o, r, path), "%s", cg_last_error());
+    ck_assert(cg_optim_lr(r) == 0 && cg_optim_param_lr_scale(r, 0) == 1e300);
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(r, 1e-2), "optim set_lr: parameter 'w': learning rate");
+    free_fixture(r, qs);
+    free_fixture(o, ps);
+}
+END_TEST
+
 static Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -2423,6 +2534,8 @@ static Suite *optim_suite(void)
     tc = tcase_create("lr_rule");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, lr_rule_subnormal_round_trip);
+    tcase_add_test(tc, lr_rule_rate_past_float_max);
+    tcase_add_test(tc, lr_rule_load_past_float_max);
     suite_add_tcase(s, tc);
     return s;
 }
