@@ -2134,6 +2134,38 @@ static void write_with_meta(const char *path, const char *out, const char *key, 
     cg_st_writer_free(w);
 }
 
+/* A metadata entry set in a copy of a saved state, and the refusal's words. */
+typedef struct {
+    const char *key, *value, *msg;
+} meta_edit;
+
+/* Each edit of the file at path (written to bad) is refused by r's load
+ * with its msg in the error, and r is left as it was: its scales, step
+ * count, rate and w's exp_avg. */
+static void assert_edits_refused(cg_optim *r, const char *path, const char *bad,
+                                 const meta_edit *edits, size_t n)
+{
+    float m0[12], m1[12];
+    double scales[OPT_NPARAMS];
+    ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m0));
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        scales[j] = cg_optim_param_lr_scale(r, j);
+    const int64_t steps = cg_optim_steps(r);
+    const double lr = cg_optim_lr(r);
+    for (size_t k = 0; k < n; k++) {
+        write_with_meta(path, bad, edits[k].key, edits[k].value);
+        cg_st_file *b = cg_st_open(bad);
+        ck_assert_ptr_nonnull(b);
+        CG_ASSERT_REFUSED(!cg_optim_load(r, b, "opt"), edits[k].msg);
+        cg_st_close(b);
+        for (int j = 0; j < OPT_NPARAMS; j++)
+            ck_assert(cg_optim_param_lr_scale(r, j) == scales[j]);
+        ck_assert(cg_optim_steps(r) == steps && cg_optim_lr(r) == lr);
+        ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m1));
+        ck_assert(memcmp(m0, m1, sizeof m1) == 0);
+    }
+}
+
 /* The scales go into the file as "<prefix>.<name>.lr_scale", those other
  * than 1 only (a file without scales is the file as before), and come
  * back exactly; a file without them (one written before scales existed)
@@ -2189,9 +2221,7 @@ START_TEST(lr_scale_state)
     ck_assert(cg_optim_param_lr_scale(r, 2) == 0x1p-1074 && cg_optim_param_lr_scale(r, 0) == 1);
     cg_st_close(g);
     /* damaged entries, and one for a parameter the optimizer lacks */
-    static const struct {
-        const char *key, *value, *msg;
-    } cases[] = {
+    static const meta_edit cases[] = {
         {"opt.w.lr_scale", "-0.5",
          "metadata 'opt.w.lr_scale' = '-0.5': learning-rate scale -0.5 must be finite and >= 0"},
         {"opt.w.lr_scale", "nan", "'opt.w.lr_scale' = 'nan' is not a learning-rate scale"},
@@ -2204,22 +2234,9 @@ START_TEST(lr_scale_state)
          "metadata 'opt.e.lr_scale' is the learning-rate scale of no "
          "parameter of the optimizer"},
     };
-    set_scales(r, other);
-    float m0[12], m1[12];
-    ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m0));
-    const int64_t steps = cg_optim_steps(r);
-    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        write_with_meta(path, bad, cases[k].key, cases[k].value);
-        cg_st_file *b = cg_st_open(bad);
-        ck_assert_ptr_nonnull(b);
-        CG_ASSERT_REFUSED(!cg_optim_load(r, b, "opt"), cases[k].msg);
-        cg_st_close(b);
-        for (int j = 0; j < OPT_NPARAMS; j++)
-            ck_assert(cg_optim_param_lr_scale(r, j) == 7);
-        ck_assert(cg_optim_steps(r) == steps && cg_optim_lr(r) == 1e-2);
-        ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m1));
-        ck_assert(memcmp(m0, m1, sizeof m1) == 0);
-    }
+    set_scales(r, other); /* kept through every refusal */
+    ck_assert(cg_optim_lr(r) == 1e-2);
+    assert_edits_refused(r, path, bad, cases, sizeof cases / sizeof *cases);
     /* another prefix's scales are not this one's */
     write_with_meta(path, bad, "opt2.e.lr_scale", "0.5");
     cg_st_file *b = cg_st_open(bad);
@@ -2417,9 +2434,7 @@ START_TEST(lr_rule_load_past_float_max)
     do_step(o, ps, 0, 1e-2);
     ck_assert_msg(save_then_load(o, r, path), "%s", cg_last_error());
     ck_assert(cg_optim_param_lr_scale(r, 2) == 1e30);
-    static const struct {
-        const char *key, *value, *msg;
-    } cases[] = {
+    static const meta_edit cases[] = {
         {"opt.w.lr_scale", "1e300",
          "metadata 'opt.w.lr_scale' = '1e300': learning rate 0.01 times scale 1e+300 is "
          "1e+298, past float32's largest (3.40282e+38)"},
@@ -2428,21 +2443,9 @@ START_TEST(lr_rule_load_past_float_max)
          "past float32's largest"},
         {"opt.lr", "1e39", "learning rate 1e+39 must be finite, >= 0 and at most 3.40282e+38"},
     };
-    set_scales(r, seven);
-    float m0[12], m1[12];
-    ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m0));
-    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        write_with_meta(path, bad, cases[k].key, cases[k].value);
-        cg_st_file *f = cg_st_open(bad);
-        ck_assert_ptr_nonnull(f);
-        CG_ASSERT_REFUSED(!cg_optim_load(r, f, "opt"), cases[k].msg);
-        cg_st_close(f);
-        for (int j = 0; j < OPT_NPARAMS; j++)
-            ck_assert(cg_optim_param_lr_scale(r, j) == 7);
-        ck_assert(cg_optim_steps(r) == 1 && cg_optim_lr(r) == 1e-2);
-        ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m1));
-        ck_assert(memcmp(m0, m1, sizeof m1) == 0);
-    }
+    set_scales(r, seven); /* kept through every refusal */
+    ck_assert(cg_optim_steps(r) == 1 && cg_optim_lr(r) == 1e-2);
+    assert_edits_refused(r, path, bad, cases, sizeof cases / sizeof *cases);
     /* rate 0 and a scale of 1e300: saved, loaded, judged when a rate comes */
     ck_assert(cg_optim_set_lr(o, 0.0) && cg_optim_set_lr_scale(o, 0, 1e300));
     ck_assert_msg(save_then_load(o, r, path), "%s", cg_last_error());
