@@ -14,6 +14,7 @@
 #include "optim/optim_impl.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <math.h>
@@ -57,14 +58,34 @@ cg_optim_config cg_adamw_default(double lr) { return cg_adamw_config(lr, 0.9, 0.
 
 /* ------------------------------------------------------------ helpers */
 
+/* Subnormals are rates: PyTorch takes any lr >= 0, a schedule (StepLR)
+ * passes through them on its way to 0, and "%.17g" writes them exactly.
+ * FLT_MAX bounds a rate: the step rounds -rate to float once, and past it
+ * that is -inf, which wrote inf and NaN into the weights. */
+bool cg_optim_rate_ok(double lr, double scale, char *why, size_t n)
+{
+    if (!(lr >= 0 && lr <= FLT_MAX)) /* a schedule's NaN would wreck every weight */
+        snprintf(why, n, "learning rate %g must be finite, >= 0 and at most %g (float32's largest)",
+                 lr, (double)FLT_MAX);
+    else if (!(scale >= 0 && scale <= DBL_MAX))
+        snprintf(why, n, "learning-rate scale %g must be finite and >= 0", scale);
+    else if (!(param_rate(lr, scale) <= FLT_MAX))
+        snprintf(why, n, "learning rate %g times scale %g is %g, past float32's largest (%g)", lr,
+                 scale, param_rate(lr, scale), (double)FLT_MAX);
+    else
+        return true;
+    return false;
+}
+
 bool cg_optim_check_config(const char *what, const cg_optim_config *c)
 {
     if ((int)c->type < 0 || (int)c->type >= CG_OPTIM_NTYPES) {
         cg_set_error("%s: unknown optimizer type %d", what, (int)c->type);
         return false;
     }
-    if (!(c->lr >= 0) || !isfinite(c->lr)) {
-        cg_set_error("%s: learning rate %g must be finite and >= 0", what, c->lr);
+    char why[192];
+    if (!cg_optim_rate_ok(c->lr, 1.0, why, sizeof why)) {
+        cg_set_error("%s: %s", what, why);
         return false;
     }
     if (c->type == CG_OPTIM_SGD) {
@@ -501,9 +522,8 @@ bool cg_optim_step(cg_optim *o)
             u->wd = (float)s->wd;
             u->first = s->step == 1;
             total += u->n;
-            /* this parameter's rate (a param group's lr in PyTorch), in
-             * double; at scale 1 the rate itself, so the bits stay */
-            double lr = s->lr_scale == 1.0 ? c->lr : c->lr * s->lr_scale;
+            /* this parameter's rate: at most FLT_MAX (cg_optim_rate_ok) */
+            double lr = param_rate(c->lr, s->lr_scale);
             u->neg_lr = (float)-lr;
             if (c->type == CG_OPTIM_SGD)
                 continue;
@@ -558,11 +578,17 @@ bool cg_optim_set_lr(cg_optim *o, double lr)
         cg_error_null_input("cg_optim_set_lr");
         return false;
     }
-    if (!(lr >= 0 && lr < INFINITY)) { /* a schedule's NaN would wreck every weight */
-        cg_set_error("optim set_lr: learning rate %g must be finite and >= 0 (kept %g)", lr,
-                     o->cfg.lr);
+    char why[192];
+    if (!cg_optim_rate_ok(lr, 1.0, why, sizeof why)) {
+        cg_set_error("optim set_lr: %s (kept %g)", why, o->cfg.lr);
         return false;
     }
+    for (int i = 0; i < o->n; i++) /* and every parameter's own rate */
+        if (!cg_optim_rate_ok(lr, o->s[i].lr_scale, why, sizeof why)) {
+            cg_set_error("optim set_lr: parameter '%s': %s (kept %g)", o->s[i].name, why,
+                         o->cfg.lr);
+            return false;
+        }
     o->cfg.lr = lr;
     return true;
 }
@@ -609,10 +635,9 @@ bool cg_optim_set_lr_scale(cg_optim *o, int i, double scale)
     if (!cg_optim_get_slot(o, i, "optim_set_lr_scale"))
         return false;
     slot *s = &o->s[i];
-    if (!(scale >= 0 && scale < INFINITY)) {
-        cg_set_error("optim_set_lr_scale: parameter '%s': learning-rate scale %g must be finite "
-                     "and >= 0 (kept %g)",
-                     s->name, scale, s->lr_scale);
+    char why[192];
+    if (!cg_optim_rate_ok(o->cfg.lr, scale, why, sizeof why)) {
+        cg_set_error("optim_set_lr_scale: parameter '%s': %s (kept %g)", s->name, why, s->lr_scale);
         return false;
     }
     s->lr_scale = scale == 0 ? 0.0 : scale; /* -0 as 0: the same rate, saved as "0" */

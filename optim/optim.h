@@ -56,7 +56,7 @@ const char *cg_optim_type_name(cg_optim_type t);
 
 typedef struct cg_optim_config {
     cg_optim_type type;
-    double lr;           /* initial learning rate (>= 0) */
+    double lr;           /* initial learning rate: a rate (cg_optim_set_lr) */
     double momentum;     /* SGD: >= 0; 0 = plain SGD */
     bool nesterov;       /* SGD: needs momentum > 0 */
     double beta1, beta2; /* Adam/AdamW: in [0, 1) */
@@ -126,8 +126,18 @@ void cg_optim_zero_grad(cg_optim *o);
  * error. */
 bool cg_train_step(cg_optim *o, cg_tensor *loss);
 
-/* A rate that is not finite and >= 0 is refused: the old one stays, false
- * + error. */
+/* The learning rate. The one rule for a rate, here and wherever one is
+ * checked (the config's lr, cg_optim_set_lr_scale, cg_optim_load): a
+ * number from 0 to FLT_MAX (float32's largest, 3.4e38: the step uses the
+ * rate in float32), and so must every parameter's own rate be, lr times
+ * its scale (cg_optim_set_lr_scale). Subnormals are rates, as in PyTorch
+ * (any lr >= 0): a schedule (StepLR) passes through them on its way to 0,
+ * and a checkpoint written then loads back exactly (a double that small
+ * is 0 in the float32 step). Refused, the old rate kept, false + error
+ * (naming the parameter whose rate it would take past FLT_MAX): NaN,
+ * inf, a negative, a rate past FLT_MAX, or one that some parameter's
+ * scale takes past it (there the step would write inf and NaN into the
+ * weights). Whatever is taken is saved and loaded back. */
 bool cg_optim_set_lr(cg_optim *o, double lr);
 double cg_optim_lr(const cg_optim *o);
 /* The configuration (lr is the current learning rate). */
@@ -145,10 +155,12 @@ double cg_optim_param_weight_decay(const cg_optim *o, int i);
  * AdamW's decay 1 - lr*wd), lr being the rate cg_optim_set_lr sets, so a
  * schedule moves every parameter's rate by the same factor, as a PyTorch
  * scheduler does each param group's (timm's layer-wise "lr_scale"). A
- * scale must be finite and >= 0; at 0 the values stay while the state
- * (moments, step count) still advances, as with a group lr of 0. False +
- * error on a bad index or scale, nothing changed; the getter: -1 on a bad
- * index. Saved and loaded with the state, copied by cg_optim_copy_state. */
+ * scale must be finite and >= 0, and the parameter's rate, lr * scale, a
+ * rate (cg_optim_set_lr: at most FLT_MAX); at 0 the values stay while the
+ * state (moments, step count) still advances, as with a group lr of 0.
+ * False + error naming the parameter on a bad index or scale, nothing
+ * changed; the getter: -1 on a bad index. Saved and loaded with the
+ * state, copied by cg_optim_copy_state. */
 bool cg_optim_set_lr_scale(cg_optim *o, int i, double scale);
 double cg_optim_param_lr_scale(const cg_optim *o, int i);
 /* Updates parameter i has received (its own step count, as in PyTorch). */
@@ -234,10 +246,10 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
  * anything changes: a different optimizer type, a missing entry, a shape
  * that differs from the parameter's or a dtype that is not a float, a
  * damaged value (a non-finite moment, a negative exp_avg_sq, a step count
- * outside [0, 2^53], a learning-rate scale that is not a finite number >=
- * 0), or a <prefix>.* tensor or <prefix>.*.lr_scale entry that belongs to
- * no parameter gives false + an error naming it, and the optimizer is left
- * unchanged. */
+ * outside [0, 2^53], a learning rate or scale that breaks the rule for
+ * rates of cg_optim_set_lr), or a <prefix>.* tensor or <prefix>.*.lr_scale
+ * entry that belongs to no parameter gives false + an error naming it,
+ * and the optimizer is left unchanged. */
 bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix);
 
 /* ------------------------------------------------- gradient utilities */

@@ -7,6 +7,7 @@
 #define CG_OPTIM_IMPL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -50,6 +51,18 @@ static inline const char *buf1_name(const cg_optim_config *c)
     return c->type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg";
 }
 
+/* A parameter's own rate at the optimizer's rate lr (its param group's lr
+ * in PyTorch), in double; at scale 1 the rate itself, so the bits stay.
+ * The step uses it, and the rule for rates judges it. */
+static inline double param_rate(double lr, double scale) { return scale == 1.0 ? lr : lr * scale; }
+
+/* The one rule for learning rates (optim.h, above cg_optim_set_lr), which
+ * every check of a rate uses: the configs', cg_optim_set_lr's,
+ * cg_optim_set_lr_scale's and cg_optim_load's. True if lr is a rate, scale
+ * a learning-rate scale and param_rate(lr, scale) a rate too (scale 1 to
+ * check lr alone); otherwise false, and why in why[n] ("learning rate -1
+ * must be ..."), for the caller to frame (nothing is recorded). */
+bool cg_optim_rate_ok(double lr, double scale, char *why, size_t n);
 /* False + error (prefixed by what) if c is not a valid configuration. */
 bool cg_optim_check_config(const char *what, const cg_optim_config *c);
 /* The slot of parameter i, or NULL + error. */

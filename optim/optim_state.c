@@ -177,15 +177,29 @@ static const char *get_meta(const cg_st_file *f, const char *prefix, const char 
     return v;
 }
 
+/* v as a finite number, as "%.17g" wrote it, subnormals included: strtod
+ * reads one with ERANGE and a result neither 0 nor inf (a subnormal
+ * learning rate or eps is one cg_optim_set_lr or a config takes). False
+ * for anything else: no number, text after it, inf, nan, a value past
+ * the doubles or one that underflows to 0 ("1e-999", never written). */
+static bool parse_finite(const char *v, double *out)
+{
+    char *end;
+    errno = 0;
+    double d = cg_strtod_c(v, &end);
+    if (end == v || *end || !isfinite(d) || (errno == ERANGE && d == 0))
+        return false;
+    *out = d;
+    return true;
+}
+
 static bool meta_double(const cg_st_file *f, const char *prefix, const char *k, double *out)
 {
     const char *v = get_meta(f, prefix, k);
     if (!v)
         return false;
-    char *end;
-    errno = 0;
-    double d = cg_strtod_c(v, &end);
-    if (end == v || *end || errno == ERANGE || !isfinite(d)) {
+    double d;
+    if (!parse_finite(v, &d)) {
         cg_set_error("optim_load: %s: metadata '%s.%s' = '%s' is not a finite number",
                      cg_st_path(f), prefix, k, v);
         return false;
@@ -197,25 +211,27 @@ static bool meta_double(const cg_st_file *f, const char *prefix, const char *k, 
 /* The learning-rate scale of s's parameter in f: metadata
  * "<prefix>.<name>.lr_scale", 1 without it (a scale of 1 is not written,
  * and a file from before scales existed has none). False + error naming
- * the entry if it is not a finite number >= 0. */
-static bool load_lr_scale(const cg_st_file *f, const char *prefix, const slot *s, double *out)
+ * the entry if it is not a number, or breaks the rule for rates at the
+ * file's rate lr (cg_optim_rate_ok, as cg_optim_set_lr_scale would). */
+static bool load_lr_scale(const cg_st_file *f, const char *prefix, double lr, const slot *s,
+                          double *out)
 {
-    char name[1024];
+    char name[1024], why[192];
     if (!key(name, sizeof name, prefix, s->name, "lr_scale"))
         return false;
     const char *v = cg_st_metadata(f, name);
     *out = 1.0;
     if (!v)
         return true;
-    char *end;
-    errno = 0;
-    double d = cg_strtod_c(v, &end);
-    /* ERANGE with a nonzero finite result is a subnormal scale, which
-     * cg_optim_set_lr_scale takes and "%.17g" writes exactly: kept */
-    if (end == v || *end || (errno == ERANGE && d == 0) || !isfinite(d) || !(d >= 0)) {
+    double d;
+    if (!parse_finite(v, &d)) {
         cg_set_error("optim_load: %s: metadata '%s' = '%s' is not a learning-rate scale (a "
                      "finite number >= 0)",
                      cg_st_path(f), name, v);
+        return false;
+    }
+    if (!cg_optim_rate_ok(lr, d, why, sizeof why)) {
+        cg_set_error("optim_load: %s: metadata '%s' = '%s': %s", cg_st_path(f), name, v, why);
         return false;
     }
     *out = d == 0 ? 0.0 : d;
@@ -231,7 +247,7 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
     int nd;
     int64_t shape[CG_MAX_DIMS];
     const char *path = cg_st_path(f);
-    if (!load_lr_scale(f, prefix, s, &ns->lr_scale))
+    if (!load_lr_scale(f, prefix, c->lr, s, &ns->lr_scale))
         return false;
     if (!key(name, sizeof name, prefix, s->name, "step"))
         return false;

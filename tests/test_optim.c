@@ -8,6 +8,7 @@
  * torch.nn.utils.clip_grad_norm_, the NaN/Inf check, bit-identical resume
  * through a safetensors file, and errors. */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,16 +107,33 @@ static void set_scales(cg_optim *o, const double scales[OPT_NPARAMS])
         ck_assert_msg(cg_optim_set_lr_scale(o, j, scales[j]), "%s", cg_last_error());
 }
 
+/* The opening of the learning-rate tests: the fixture parameters, fresh,
+ * into ps (release_params), and an optimizer over them with cfg and each
+ * parameter's learning-rate scale (scales NULL: every scale 1). */
+static cg_optim *fixture_optim(const cg_optim_config *cfg, cg_tensor *ps[OPT_NPARAMS],
+                               const double *scales)
+{
+    make_params(ps);
+    cg_optim *o = make_optim(cfg, ps);
+    if (scales)
+        set_scales(o, scales);
+    return o;
+}
+
+/* fixture_optim's closing: the optimizer freed, then its parameters. */
+static void free_fixture(cg_optim *o, cg_tensor *ps[OPT_NPARAMS])
+{
+    cg_optim_free(o);
+    release_params(ps);
+}
+
 /* Run the fixture's steps and compare every parameter after every step;
  * scales: each parameter's learning-rate scale (NULL: none set). */
 static void check_against_torch(cg_optim_config cfg, const double *lrs,
                                 const float expect[OPT_NSTEPS][OPT_N], const double *scales)
 {
     cg_tensor *ps[OPT_NPARAMS];
-    make_params(ps);
-    cg_optim *o = make_optim(&cfg, ps);
-    if (scales)
-        set_scales(o, scales);
+    cg_optim *o = fixture_optim(&cfg, ps, scales);
     float got[OPT_N];
     for (int k = 0; k < OPT_NSTEPS; k++) {
         do_step(o, ps, k, lrs[k]);
@@ -129,8 +147,7 @@ static void check_against_torch(cg_optim_config cfg, const double *lrs,
     ck_assert_int_eq(cg_optim_param_steps(o, 2), OPT_NSTEPS - 1);
     ck_assert_int_eq(cg_optim_param_steps(o, 3), 0);
     ck_assert_int_eq(cg_optim_steps(o), OPT_NSTEPS);
-    cg_optim_free(o);
-    release_params(ps);
+    free_fixture(o, ps);
 }
 
 /* ------------------------------------------------------ vs PyTorch */
@@ -1980,10 +1997,8 @@ END_TEST
 static void own_rate_case(cg_optim_config cfg, const double *lrs)
 {
     cg_tensor *a[OPT_NPARAMS], *r[OPT_NPARAMS];
-    make_params(a);
+    cg_optim *oa = fixture_optim(&cfg, a, SCALES), *own[OPT_NPARAMS];
     make_params(r);
-    cg_optim *oa = make_optim(&cfg, a), *own[OPT_NPARAMS];
-    set_scales(oa, SCALES);
     for (int j = 0; j < OPT_NPARAMS; j++) {
         own[j] = cg_optim_new(&cfg, 1, &(cg_optim_param){OPT_NAMES[j], r[j], OPT_WD[j]});
         ck_assert_ptr_nonnull(own[j]);
@@ -2008,8 +2023,7 @@ static void own_rate_case(cg_optim_config cfg, const double *lrs)
         assert_same_param_state(oa, j, own[j], 0, cfg.type);
         cg_optim_free(own[j]);
     }
-    cg_optim_free(oa);
-    release_params(a);
+    free_fixture(oa, a);
     release_params(r);
 }
 
@@ -2033,10 +2047,8 @@ START_TEST(lr_scale_zero)
                                      cg_sgd_config(0.1, 0.9, false)};
     for (int c = 0; c < 3; c++) {
         cg_tensor *a[OPT_NPARAMS], *b[OPT_NPARAMS];
-        make_params(a);
-        make_params(b);
+        cg_optim *oa = fixture_optim(&cfgs[c], a, NULL), *ob = fixture_optim(&cfgs[c], b, NULL);
         cg_tensor *wz = cg_requires_grad(cg_from_data(CG_SHAPE(3, 4), OPT_P0), true);
-        cg_optim *oa = make_optim(&cfgs[c], a), *ob = make_optim(&cfgs[c], b);
         cg_optim *zero = cg_optim_new(&cfgs[c], 1, &(cg_optim_param){"w", wz, OPT_WD[0]});
         ck_assert(zero && cg_optim_set_lr_scale(oa, 0, 0.0) && cg_optim_param_lr_scale(oa, 0) == 0);
         for (int k = 0; k < OPT_NSTEPS; k++) {
@@ -2058,11 +2070,9 @@ START_TEST(lr_scale_zero)
                 "%s: parameter %d", name, j);
         ck_assert(memcmp(cg_data(b[0]), OPT_P0, 12 * sizeof(float)) != 0); /* unscaled: moved */
         cg_optim_free(zero);
-        cg_optim_free(ob);
-        cg_optim_free(oa);
         cg_release(wz);
-        release_params(a);
-        release_params(b);
+        free_fixture(ob, b);
+        free_fixture(oa, a);
     }
 }
 END_TEST
@@ -2071,10 +2081,9 @@ END_TEST
  * is refused in one line naming them; nothing changes. -0 is 0. */
 START_TEST(lr_scale_refusals)
 {
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
     cg_tensor *ps[OPT_NPARAMS];
-    make_params(ps);
-    cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
-    cg_optim *o = make_optim(&cfg, ps);
+    cg_optim *o = fixture_optim(&cfg, ps, NULL);
     for (int j = 0; j < OPT_NPARAMS; j++)
         ck_assert(cg_optim_param_lr_scale(o, j) == 1.0);
     ck_assert(cg_optim_set_lr_scale(o, 1, 0.25));
@@ -2102,12 +2111,12 @@ START_TEST(lr_scale_refusals)
     ck_assert(memcmp(m0, m1, sizeof m1) == 0);
     ck_assert(cg_optim_steps(o) == 1 && cg_optim_param_steps(o, 1) == 1 && cg_optim_lr(o) == 1e-2);
     ck_assert(cg_optim_param_lr_scale(o, 0) == 1.0 && cg_optim_param_lr_scale(o, 1) == 0.25);
-    /* -0 is taken as 0 (the same rate), a large finite scale as it is */
+    /* -0 is taken as 0 (the same rate), a large finite scale as it is while
+     * the parameter's rate stays a float32 (lr_rule_rate_past_float_max) */
     ck_assert(cg_optim_set_lr_scale(o, 2, -0.0));
     ck_assert(cg_optim_param_lr_scale(o, 2) == 0 && !signbit(cg_optim_param_lr_scale(o, 2)));
-    ck_assert(cg_optim_set_lr_scale(o, 3, 1e300) && cg_optim_param_lr_scale(o, 3) == 1e300);
-    cg_optim_free(o);
-    release_params(ps);
+    ck_assert(cg_optim_set_lr_scale(o, 3, 1e30) && cg_optim_param_lr_scale(o, 3) == 1e30);
+    free_fixture(o, ps);
 }
 END_TEST
 
@@ -2125,6 +2134,38 @@ static void write_with_meta(const char *path, const char *out, const char *key, 
     cg_st_writer_free(w);
 }
 
+/* A metadata entry set in a copy of a saved state, and the refusal's words. */
+typedef struct {
+    const char *key, *value, *msg;
+} meta_edit;
+
+/* Each edit of the file at path (written to bad) is refused by r's load
+ * with its msg in the error, and r is left as it was: its scales, step
+ * count, rate and w's exp_avg. */
+static void assert_edits_refused(cg_optim *r, const char *path, const char *bad,
+                                 const meta_edit *edits, size_t n)
+{
+    float m0[12], m1[12];
+    double scales[OPT_NPARAMS];
+    ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m0));
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        scales[j] = cg_optim_param_lr_scale(r, j);
+    const int64_t steps = cg_optim_steps(r);
+    const double lr = cg_optim_lr(r);
+    for (size_t k = 0; k < n; k++) {
+        write_with_meta(path, bad, edits[k].key, edits[k].value);
+        cg_st_file *b = cg_st_open(bad);
+        ck_assert_ptr_nonnull(b);
+        CG_ASSERT_REFUSED(!cg_optim_load(r, b, "opt"), edits[k].msg);
+        cg_st_close(b);
+        for (int j = 0; j < OPT_NPARAMS; j++)
+            ck_assert(cg_optim_param_lr_scale(r, j) == scales[j]);
+        ck_assert(cg_optim_steps(r) == steps && cg_optim_lr(r) == lr);
+        ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m1));
+        ck_assert(memcmp(m0, m1, sizeof m1) == 0);
+    }
+}
+
 /* The scales go into the file as "<prefix>.<name>.lr_scale", those other
  * than 1 only (a file without scales is the file as before), and come
  * back exactly; a file without them (one written before scales existed)
@@ -2140,9 +2181,7 @@ START_TEST(lr_scale_state)
     snprintf(bad, sizeof bad, "%s", in_dir("bad.safetensors"));
     const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
     cg_tensor *ps[OPT_NPARAMS];
-    make_params(ps);
-    cg_optim *o = make_optim(&cfg, ps);
-    set_scales(o, scales);
+    cg_optim *o = fixture_optim(&cfg, ps, scales);
     do_step(o, ps, 0, 1e-2);
     cg_st_writer *w = cg_st_writer_new();
     ck_assert(cg_optim_save(o, w, "opt") && cg_st_writer_save(w, path));
@@ -2182,12 +2221,9 @@ START_TEST(lr_scale_state)
     ck_assert(cg_optim_param_lr_scale(r, 2) == 0x1p-1074 && cg_optim_param_lr_scale(r, 0) == 1);
     cg_st_close(g);
     /* damaged entries, and one for a parameter the optimizer lacks */
-    static const struct {
-        const char *key, *value, *msg;
-    } cases[] = {
+    static const meta_edit cases[] = {
         {"opt.w.lr_scale", "-0.5",
-         "metadata 'opt.w.lr_scale' = '-0.5' is not a learning-rate "
-         "scale (a finite number >= 0)"},
+         "metadata 'opt.w.lr_scale' = '-0.5': learning-rate scale -0.5 must be finite and >= 0"},
         {"opt.w.lr_scale", "nan", "'opt.w.lr_scale' = 'nan' is not a learning-rate scale"},
         {"opt.c.lr_scale", "inf", "'opt.c.lr_scale' = 'inf' is not"},
         {"opt.c.lr_scale", "1e999", "'opt.c.lr_scale' = '1e999' is not"},
@@ -2198,30 +2234,16 @@ START_TEST(lr_scale_state)
          "metadata 'opt.e.lr_scale' is the learning-rate scale of no "
          "parameter of the optimizer"},
     };
-    set_scales(r, other);
-    float m0[12], m1[12];
-    ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m0));
-    const int64_t steps = cg_optim_steps(r);
-    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        write_with_meta(path, bad, cases[k].key, cases[k].value);
-        cg_st_file *b = cg_st_open(bad);
-        ck_assert_ptr_nonnull(b);
-        CG_ASSERT_REFUSED(!cg_optim_load(r, b, "opt"), cases[k].msg);
-        cg_st_close(b);
-        for (int j = 0; j < OPT_NPARAMS; j++)
-            ck_assert(cg_optim_param_lr_scale(r, j) == 7);
-        ck_assert(cg_optim_steps(r) == steps && cg_optim_lr(r) == 1e-2);
-        ck_assert(cg_copy_to(cg_optim_state(r, 0, "exp_avg"), m1));
-        ck_assert(memcmp(m0, m1, sizeof m1) == 0);
-    }
+    set_scales(r, other); /* kept through every refusal */
+    ck_assert(cg_optim_lr(r) == 1e-2);
+    assert_edits_refused(r, path, bad, cases, sizeof cases / sizeof *cases);
     /* another prefix's scales are not this one's */
     write_with_meta(path, bad, "opt2.e.lr_scale", "0.5");
     cg_st_file *b = cg_st_open(bad);
     ck_assert_msg(b && cg_optim_load(r, b, "opt"), "%s", cg_last_error());
     ck_assert(cg_optim_param_lr_scale(r, 0) == 0.1);
     cg_st_close(b);
-    cg_optim_free(r);
-    release_params(ps);
+    free_fixture(r, ps);
 }
 END_TEST
 
@@ -2232,9 +2254,7 @@ START_TEST(lr_scale_shards_and_copies)
 {
     const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
     cg_tensor *a[OPT_NPARAMS], *s[NSHARD][OPT_NPARAMS];
-    make_params(a);
-    cg_optim *oa = make_optim(&cfg, a), *os[NSHARD];
-    set_scales(oa, SCALES);
+    cg_optim *oa = fixture_optim(&cfg, a, SCALES), *os[NSHARD];
     for (int k = 0; k < NSHARD; k++) {
         make_params(s[k]);
         os[k] = make_shard(&cfg, s[k], k);
@@ -2257,8 +2277,7 @@ START_TEST(lr_scale_shards_and_copies)
 
     /* gathered into a whole optimizer: the scales come with the state */
     cg_tensor *f[OPT_NPARAMS];
-    make_params(f);
-    cg_optim *full = make_optim(&cfg, f);
+    cg_optim *full = fixture_optim(&cfg, f, NULL);
     for (int k = 0; k < NSHARD; k++)
         ck_assert_msg(cg_optim_copy_state(full, os[k]), "%s", cg_last_error());
     assert_same_state(full, oa, cfg);
@@ -2284,16 +2303,156 @@ START_TEST(lr_scale_shards_and_copies)
         ck_assert(cg_optim_param_lr_scale(loaded, j) == SCALES[j]);
     assert_same_state(loaded, os[2], cfg);
     cg_st_close(file);
-    cg_optim_free(loaded);
-    release_params(q);
-    cg_optim_free(full);
-    release_params(f);
-    for (int k = 0; k < NSHARD; k++) {
-        cg_optim_free(os[k]);
-        release_params(s[k]);
+    free_fixture(loaded, q);
+    free_fixture(full, f);
+    for (int k = 0; k < NSHARD; k++)
+        free_fixture(os[k], s[k]);
+    free_fixture(oa, a);
+}
+END_TEST
+
+/* ------------------------------------------------ the learning-rate rule */
+
+/* o saved under "opt" into path, then loaded into r: the load's result. */
+static bool save_then_load(const cg_optim *o, cg_optim *r, const char *path)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(w && cg_optim_save(o, w, "opt") && cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_ptr_nonnull(f);
+    bool ok = cg_optim_load(r, f, "opt");
+    cg_st_close(f);
+    return ok;
+}
+
+/* A subnormal rate is a rate, as in PyTorch (any lr >= 0): StepLR takes a
+ * rate through them on its way to 0, and a checkpoint written then must
+ * resume. Whatever the optimizer takes is saved and loaded back bit for
+ * bit: a subnormal rate from the config and from cg_optim_set_lr, and
+ * subnormal eps, beta1 and momentum (strtod reads each with ERANGE); a
+ * step at such a rate leaves float32 weights where they were. */
+START_TEST(lr_rule_subnormal_round_trip)
+{
+    const double tiny = cg_lr_step_decay(1070, 1, 0.5, 1.0);
+    ck_assert(tiny == 0x1p-1070);
+    const cg_optim_config cfgs[2] = {cg_adamw_config(0x1p-1074, 0x1p-1060, 0.99, 0x1p-1050),
+                                     cg_sgd_config(0x1p-1074, 0x1p-1065, false)},
+                          other[2] = {cg_adamw_default(1.0), cg_sgd_config(1.0, 0.5, false)};
+    for (int c = 0; c < 2; c++) {
+        cg_tensor *ps[OPT_NPARAMS], *qs[OPT_NPARAMS];
+        cg_optim *o = fixture_optim(&cfgs[c], ps, NULL), *r = fixture_optim(&other[c], qs, NULL);
+        ck_assert(cg_optim_lr(o) == 0x1p-1074);
+        ck_assert_msg(save_then_load(o, r, in_dir("tiny.st")), "%s", cg_last_error());
+        cg_optim_config a = cg_optim_get_config(o), b = cg_optim_get_config(r);
+        ck_assert(b.lr == 0x1p-1074 && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+                  a.momentum == b.momentum);
+        do_step(o, ps, 0, tiny); /* cg_optim_set_lr(o, tiny), then a step */
+        ck_assert(cg_optim_lr(o) == tiny);
+        float got[OPT_N];
+        gather(ps, got);
+        ck_assert_msg(memcmp(got, OPT_P0, sizeof got) == 0, "%s: a weight moved",
+                      cg_optim_type_name(cfgs[c].type));
+        ck_assert_msg(save_then_load(o, r, in_dir("tiny.st")), "%s", cg_last_error());
+        ck_assert(cg_optim_lr(r) == tiny && cg_optim_steps(r) == 1);
+        free_fixture(r, qs);
+        free_fixture(o, ps);
     }
-    cg_optim_free(oa);
-    release_params(a);
+}
+END_TEST
+
+/* Each parameter's rate, lr * its scale, goes into the float32 step (-lr,
+ * rounded once): past FLT_MAX it was inf, and the step wrote inf and NaN
+ * into the weights. cg_optim_set_lr_scale and cg_optim_set_lr refuse a
+ * value that takes some parameter's rate past FLT_MAX, naming it, and
+ * change nothing; so does a config with such a rate. FLT_MAX itself is a
+ * rate. At rate 0 any finite scale is taken (its rate is 0), and a rate
+ * set later is judged with it. */
+START_TEST(lr_rule_rate_past_float_max)
+{
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    cg_tensor *ps[OPT_NPARAMS];
+    cg_optim *o = fixture_optim(&cfg, ps, (const double[OPT_NPARAMS]){1, 1, 1e30, 1});
+    do_step(o, ps, 0, 1e-2);
+    float before[OPT_N], after[OPT_N], m0[12], m1[12];
+    gather(ps, before);
+    ck_assert(cg_copy_to(cg_optim_state(o, 0, "exp_avg"), m0));
+    CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(o, 1, 1e300),
+                      "optim_set_lr_scale: parameter 'b': learning rate 0.01 times scale 1e+300 "
+                      "is 1e+298, past float32's largest (3.40282e+38) (kept 1)");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, 1e9),
+                      "optim set_lr: parameter 'c': learning rate 1e+09 times scale 1e+30 is "
+                      "1e+39, past float32's largest (3.40282e+38) (kept 0.01)");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, 1e39),
+                      "optim set_lr: learning rate 1e+39 must be finite, >= 0 and at most "
+                      "3.40282e+38 (float32's largest) (kept 0.01)");
+    gather(ps, after);
+    ck_assert(memcmp(before, after, sizeof after) == 0);
+    ck_assert(cg_copy_to(cg_optim_state(o, 0, "exp_avg"), m1));
+    ck_assert(memcmp(m0, m1, sizeof m1) == 0);
+    ck_assert(cg_optim_lr(o) == 1e-2 && cg_optim_steps(o) == 1);
+    ck_assert(cg_optim_param_lr_scale(o, 1) == 1 && cg_optim_param_lr_scale(o, 2) == 1e30);
+    /* the edge: a rate of FLT_MAX is one, the next double is not */
+    ck_assert(cg_optim_set_lr(o, 1e8)); /* c: 1e38 */
+    ck_assert(cg_optim_set_lr(o, 1.0) && cg_optim_set_lr_scale(o, 1, FLT_MAX));
+    CG_ASSERT_REFUSED(!cg_optim_set_lr_scale(o, 1, nextafter(FLT_MAX, INFINITY)),
+                      "parameter 'b': learning rate 1 times scale 3.40282e+38 is 3.40282e+38, "
+                      "past float32's largest");
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, nextafter(1.0, 2.0)), "parameter 'b': learning rate 1 ");
+    ck_assert(cg_optim_set_lr_scale(o, 1, 1.0) && cg_optim_set_lr_scale(o, 2, 1.0));
+    ck_assert(cg_optim_set_lr(o, FLT_MAX));
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, nextafter(FLT_MAX, INFINITY)),
+                      "learning rate 3.40282e+38 must be finite, >= 0 and at most 3.40282e+38");
+    /* at rate 0, a large scale is taken; a rate then is judged with it */
+    ck_assert(cg_optim_set_lr(o, 0.0) && cg_optim_set_lr_scale(o, 3, 1e300));
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(o, 1e-2), "optim set_lr: parameter 'd': learning rate");
+    ck_assert(cg_optim_lr(o) == 0 && cg_optim_param_lr_scale(o, 3) == 1e300);
+    /* a config's rate */
+    cg_optim_config big = cfg;
+    big.lr = 1e39;
+    CG_ASSERT_FAILS(cg_optim_new(&big, 1, &(cg_optim_param){"w", ps[0], 0}),
+                    "optim_new: learning rate 1e+39 must be finite, >= 0 and at most");
+    free_fixture(o, ps);
+}
+END_TEST
+
+/* A file whose rate and scales take a parameter's rate past FLT_MAX
+ * loaded, and the next step wrote inf into that parameter: refused now,
+ * naming the entry, the optimizer unchanged, as a rate past FLT_MAX is.
+ * A large scale saved at rate 0 loads, as cg_optim_set_lr_scale took it,
+ * and a rate set afterwards is refused naming its parameter. */
+START_TEST(lr_rule_load_past_float_max)
+{
+    char path[4096], bad[4096]; /* in_dir's buffer is reused */
+    snprintf(path, sizeof path, "%s", in_dir("state.safetensors"));
+    snprintf(bad, sizeof bad, "%s", in_dir("bad.safetensors"));
+    const cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.99, 1e-8);
+    static const double seven[OPT_NPARAMS] = {7, 7, 7, 7};
+    cg_tensor *ps[OPT_NPARAMS], *qs[OPT_NPARAMS];
+    cg_optim *o = fixture_optim(&cfg, ps, (const double[OPT_NPARAMS]){1, 1, 1e30, 1});
+    cg_optim *r = fixture_optim(&cfg, qs, seven);
+    do_step(o, ps, 0, 1e-2);
+    ck_assert_msg(save_then_load(o, r, path), "%s", cg_last_error());
+    ck_assert(cg_optim_param_lr_scale(r, 2) == 1e30);
+    static const meta_edit cases[] = {
+        {"opt.w.lr_scale", "1e300",
+         "metadata 'opt.w.lr_scale' = '1e300': learning rate 0.01 times scale 1e+300 is "
+         "1e+298, past float32's largest (3.40282e+38)"},
+        {"opt.lr", "1e9",
+         "metadata 'opt.c.lr_scale' = '1e+30': learning rate 1e+09 times scale 1e+30 is 1e+39, "
+         "past float32's largest"},
+        {"opt.lr", "1e39", "learning rate 1e+39 must be finite, >= 0 and at most 3.40282e+38"},
+    };
+    set_scales(r, seven); /* kept through every refusal */
+    ck_assert(cg_optim_steps(r) == 1 && cg_optim_lr(r) == 1e-2);
+    assert_edits_refused(r, path, bad, cases, sizeof cases / sizeof *cases);
+    /* rate 0 and a scale of 1e300: saved, loaded, judged when a rate comes */
+    ck_assert(cg_optim_set_lr(o, 0.0) && cg_optim_set_lr_scale(o, 0, 1e300));
+    ck_assert_msg(save_then_load(o, r, path), "%s", cg_last_error());
+    ck_assert(cg_optim_lr(r) == 0 && cg_optim_param_lr_scale(r, 0) == 1e300);
+    CG_ASSERT_REFUSED(!cg_optim_set_lr(r, 1e-2), "optim set_lr: parameter 'w': learning rate");
+    free_fixture(r, qs);
+    free_fixture(o, ps);
 }
 END_TEST
 
@@ -2373,6 +2532,13 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, lr_scale_refusals);
     tcase_add_test(tc, lr_scale_state);
     tcase_add_test(tc, lr_scale_shards_and_copies);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("lr_rule");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, lr_rule_subnormal_round_trip);
+    tcase_add_test(tc, lr_rule_rate_past_float_max);
+    tcase_add_test(tc, lr_rule_load_past_float_max);
     suite_add_tcase(s, tc);
     return s;
 }
