@@ -240,8 +240,8 @@ refused "an average missing a tensor" "checkpoint 'bad.st': its weights' average
 # ---------------------------------------------------------------- 8. a full disk
 # A run that has saved nothing yet keeps back the room of its first
 # checkpoint (models/train/trainer.c first_reserve); the averages make it
-# 4 bytes a trainable weight larger: a filler leaves the metrics log about
-# 8 KB beyond that room and a checkpoint (SIZE: one step's) 140 KB of averages.
+# 4 bytes a trainable weight larger (140 KB here): a filler leaves the
+# metrics log about 8 KB beyond the room of a checkpoint (size.st's).
 BIG=(--data c.txt --d 64 --H 2 --layers 1 --d-ff 128 --T 16 --batch-size 2 --threads 1 --ema-decay 0.9)
 mkdir full
 trap 'end_children; umount "$dir/full" 2>/dev/null; rm -rf "$dir"' EXIT

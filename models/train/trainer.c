@@ -337,7 +337,8 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
 
 /* The room the next checkpoint and loss curve need until a save measures
  * it: those of --out when it exists (a resumed run), else the saved
- * parameters and the optimizer state in fp32 and 64 KiB for the rest. */
+ * parameters, the optimizer state and --ema-decay's average of the
+ * trainable ones in fp32, and 64 KiB for the rest. */
 static uint64_t first_reserve(const run_ctx *c)
 {
     struct stat st;
@@ -349,7 +350,8 @@ static uint64_t first_reserve(const run_ctx *c)
         trainable += cg_numel(c->st.op[i].tensor);
     int64_t saved = c->t->adapters ? trainable : cg_module_num_params(c->m->module);
     int64_t state = cg_optim_state_bytes(c->opt) * (c->st.zero ? cg_dist_size() : 1);
-    return r + (uint64_t)saved * 4 + (uint64_t)(state > 0 ? state : 0);
+    int64_t averaged = c->t->o->ema_decay > 0 ? trainable : 0;
+    return r + (uint64_t)(saved + averaged) * 4 + (uint64_t)(state > 0 ? state : 0);
 }
 
 static int setup(run_ctx *c)
