@@ -22,7 +22,8 @@
 #      weights; a resumed run's bytes are the uninterrupted run's
 #   7. refusals: --ema-start-update without --ema-decay and a decay outside
 #      [0, 1] are usage errors (2); an average missing a tensor is refused
-#      naming the file and the tensor (--no-ema still reads the weights)
+#      naming the file and the tensor (--no-ema still reads the weights), and
+#      so are the averages without their metadata
 #   8. a disk that the metrics log fills before the first save (a tmpfs;
 #      skipped where mount is refused): the room kept back for the
 #      checkpoint counts the average, so the run stops and saves it
@@ -236,6 +237,19 @@ refused "an average missing a tensor" "checkpoint 'bad.st': its weights' average
 [ "$(grep -c . err.txt)" = 1 ] || fail "not one line: $(cat err.txt)"
 "$charlm" eval --ckpt bad.st --no-ema >/dev/null 2>&1 && echo "ok: --no-ema reads its trained weights" ||
   fail "--no-ema on a file whose average is damaged"
+# the averages' tensors without their metadata ("ema.updates", which says
+# that a file keeps an average): a damaged file, not one to read as the
+# trained weights; --no-ema still reads them
+st_meta m.st "del m['ema.decay'], m['ema.updates']" nometa.st
+st_meta m.st "del m['ema.updates']" halfmeta.st
+for f in nometa halfmeta; do
+  refused "$f: eval" "^charlm: error: checkpoint '$f.st': .*no metadata 'ema.updates'" "$charlm" eval --ckpt $f.st
+  [ "$(grep -c . err.txt)" = 1 ] || fail "$f: not one line: $(cat err.txt)"
+  rm -f nm.st
+  refused "$f: average" "'$f.st'.*'ema.updates'" "$charlm" average --out nm.st m.st $f.st
+  [ ! -e nm.st ] || fail "$f: average wrote nm.st"
+  "$charlm" eval --ckpt $f.st --no-ema >/dev/null 2>&1 || fail "$f: --no-ema does not read it"
+done
 
 # ---------------------------------------------------------------- 8. a full disk
 # A run that has saved nothing yet keeps back the room of its first
