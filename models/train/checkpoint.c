@@ -250,11 +250,29 @@ bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path)
     return true;
 }
 
+bool cg_ckpt_keeps_average(const cg_st_file *f, const char *path, bool *keeps)
+{
+    *keeps = cg_st_metadata(f, "ema.updates") != NULL;
+    const char *part = *keeps || !cg_st_metadata(f, "ema.decay") ? NULL : "ema.decay";
+    for (int i = 0; !*keeps && !part && i < cg_st_count(f); i++)
+        if (strncmp(cg_st_name(f, i), "ema.", 4) == 0)
+            part = cg_st_name(f, i);
+    if (!part)
+        return true;
+    cg_set_error("checkpoint '%s': %s '%.200s' is a part of a weights' average (--ema-decay), but "
+                 "there is no metadata 'ema.updates': a damaged file?",
+                 path, strcmp(part, "ema.decay") == 0 ? "metadata" : "tensor", part);
+    return false;
+}
+
 bool cg_ckpt_use_average(cg_module *m, const cg_st_file *f, const char *path, bool *used)
 {
+    bool keeps;
     if (used)
         *used = false;
-    if (!cg_st_metadata(f, "ema.updates")) /* a run without --ema-decay */
+    if (!cg_ckpt_keeps_average(f, path, &keeps))
+        return false;
+    if (!keeps) /* a run without --ema-decay */
         return true;
     cg_ema *e = cg_ema_new(m, 0);
     bool ok = e && cg_ema_load(e, f, "ema") && cg_ema_swap(e);
