@@ -14,7 +14,10 @@
 #      final validation loss is eval's
 #   3. stopped (--stop-at) and resumed, the checkpoint's tensors, averages
 #      included, are the uninterrupted run's bytes; --ema-decay given to
-#      --resume is refused (the checkpoint fixes it)
+#      --resume is refused (the checkpoint fixes it), and so is an average
+#      that is not the run's (another decay, more updates than steps, an
+#      average in a run without --ema-decay); eval refuses more updates
+#      than steps too
 #   4. average: each file's average is what is averaged ("ema": true in
 #      "averaged"); the output keeps no average
 #   5. LoRA: the adapters' average, used by sample unless --no-ema
@@ -139,6 +142,7 @@ same_tensors i.st use.st && grep -q "using the weights' moving average" i.log &&
 # ---------------------------------------------------------------- 3. resume
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out r.st --stop-at 3 >/dev/null 2>r.log ||
   fail "stopped run: $(tail -1 r.log)"
+cp r.st r3.st # at step 3
 "$charlm" train --resume r.st >/dev/null 2>r2.log || fail "resumed run: $(tail -1 r2.log)"
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out u.st >/dev/null 2>u.log ||
   fail "uninterrupted run: $(tail -1 u.log)"
@@ -146,6 +150,35 @@ same_tensors r.st u.st all &&
   echo "ok: resumed at step 3, the tensors (averages, optimizer) are the uninterrupted run's bytes" ||
   fail "a resumed run's tensors differ from the uninterrupted run's"
 expect "--resume with --ema-decay" 2 "drop --ema-decay" "$charlm" train --resume r.st --ema-decay 0.5 --steps 8
+# the average a resumed checkpoint keeps is its run's: another decay than
+# the run's --ema-decay, more updates than steps, or an average in a run
+# without --ema-decay (which would drop it) are refused naming the file
+"$charlm" train "${TINY[@]}" --steps 6 --eval-every 2 --out rn.st --stop-at 3 >/dev/null 2>&1 ||
+  fail "the run without an average"
+st_meta r3.st "m['ema.decay'] = '0.5'" rd.st
+st_meta r3.st "m['ema.updates'] = '4'" ru.st
+st_py rn.st r3.st rp.st <<'EOF2'
+t, m = load(sys.argv[1])
+a, am = load(sys.argv[2])
+t.update({k: v for k, v in a.items() if k.startswith('ema.')})
+m.update({k: v for k, v in am.items() if k.startswith('ema.')})
+h, off, blob = {'__metadata__': m}, 0, b''
+for k, (dt, sh, b) in t.items():
+    h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
+    off += len(b)
+    blob += b
+hb = json.dumps(h).encode()
+hb += b' ' * (-len(hb) % 8)
+open(sys.argv[3], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+EOF2
+refused "--resume, another decay" "^charlm: error: 'rd.st': its average's 'ema.decay' = 0.5 is not its run's --ema-decay 0.7" \
+  "$charlm" train --resume rd.st
+refused "eval, more updates than steps" "^charlm: error: checkpoint 'ru.st': .*'ema.updates' = 4 is more than its 3 steps" \
+  "$charlm" eval --ckpt ru.st
+refused "--resume, more updates than steps" "^charlm: error: 'ru.st': .*'ema.updates' = 4 is more than its 3 steps" \
+  "$charlm" train --resume ru.st
+refused "--resume, an average in a run without one" "^charlm: error: 'rp.st' keeps a weights' average (ema\.\*) but its run has no --ema-decay" \
+  "$charlm" train --resume rp.st
 
 # ---------------------------------------------------------------- 4. average
 "$charlm" average --out avg.st m.st.step00000003.safetensors m.st.step00000006.safetensors \
