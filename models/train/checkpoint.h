@@ -30,6 +30,7 @@
 #include "models/text/tokenizer.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
+#include "optim/ema.h"
 #include "optim/optim.h"
 
 #ifdef __cplusplus
@@ -102,6 +103,11 @@ bool cg_ckpt_keeps_average(const cg_st_file *f, const char *path, bool *keeps);
  * parameters (optim/ema.h cg_ema_load's checks) or a damaged one
  * (cg_ckpt_keeps_average). */
 bool cg_ckpt_use_average(cg_module *m, const cg_st_file *f, const char *path, bool *used);
+/* --resume: e (NULL for a run without --ema-decay) takes the average f
+ * keeps, which must be its run's: kept when e is not NULL (cg_ema_load's
+ * checks), of that run's decay, at most one update a step. False + error
+ * naming path otherwise. */
+bool cg_ckpt_resume_average(cg_ema *e, const cg_st_file *f, const char *path, double decay);
 /* The help of the flag that asks a command for CG_CKPT_TRAINED. */
 #define CG_CKPT_NO_EMA_HELP                                                             \
     "  --no-ema             the checkpoint's trained weights, not the moving average\n" \

@@ -389,8 +389,8 @@ static int setup(run_ctx *c)
      * the checkpoint's */
     if (t->o->ema_decay > 0 && !(c->ema = cg_ema_new(m->module, t->o->ema_decay)))
         return cg_prog_fail_lib("--ema-decay");
-    if (t->ckpt && c->ema && !cg_ema_load(c->ema, t->ckpt, "ema"))
-        return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
+    if (t->ckpt && !cg_ckpt_resume_average(c->ema, t->ckpt, t->o->resume, t->o->ema_decay))
+        return cg_prog_fail_lib(NULL);
     if (c->ema)
         t->hist.val_name = "validation (EMA)";
     cg_st_close(t->ckpt); /* everything is read */
