@@ -6,7 +6,8 @@
 #   1. every evaluation checkpoint of a charlm run holds "ema.<p>" for each
 #      trainable parameter, and each step's average is torch.lerp's update
 #      of the step before's towards that step's weights, recomputed here
-#      bit for bit in float32 (a copy through --ema-start-update); its
+#      bit for bit in float32 (a copy before update N of
+#      --ema-start-update N, as fairseq's num_updates < N); its
 #      metadata "ema.decay" and "ema.updates"
 #   2. eval, sample and --init-from use the average: the same numbers and
 #      text as a file whose parameters are the averages; --no-ema the
@@ -95,7 +96,7 @@ for s, path in enumerate(sys.argv[1:], 1):
     assert set(avg) == params, (path, sorted(set(avg) ^ params)[:3])
     for k, a in avg.items():
         p = array.array('f', t[k][2])
-        if s <= 2:  # --ema-start-update 2: a copy
+        if s < 2:  # --ema-start-update 2: fairseq's decay 0 while the updates (this one too) are < 2
             want = p
         else:
             want = [f32(q + f32(w * f32(x - q))) for q, x in zip(prev[k], p)]
