@@ -320,7 +320,10 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
         *skipped = true;
         return -1;
     }
-    const bool copy = s <= t->o->ema_start; /* --ema-start-update: decay 0 for this update */
+    /* --ema-start-update N: decay 0 (a copy) while the updates, this one
+     * included, are fewer than N (fairseq's num_updates, which skipped
+     * steps do not count) */
+    const bool copy = c->ema && cg_ema_updates(c->ema) + 1 < t->o->ema_start;
     if (c->ema && !((!copy || cg_ema_set_decay(c->ema, 0)) && cg_ema_update(c->ema) &&
                     (!copy || cg_ema_set_decay(c->ema, t->o->ema_decay))))
         return cg_prog_fail("step %lld: the weights' average: %s", (long long)s, cg_last_error());
