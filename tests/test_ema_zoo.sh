@@ -28,6 +28,7 @@
 #      [0, 1] are usage errors (2); an average missing a tensor is refused
 #      naming the file and the tensor (--no-ema still reads the weights), and
 #      so are the averages without their metadata
+#      train --help's --ema-decay names only commands its program has
 #   8. a disk that the metrics log fills before the first save (a tmpfs;
 #      skipped where mount is refused): the room kept back for the
 #      checkpoint counts the average, so the run stops and saves it
@@ -284,6 +285,27 @@ for f in nometa halfmeta; do
   [ ! -e nm.st ] || fail "$f: average wrote nm.st"
   "$charlm" eval --ckpt $f.st --no-ema >/dev/null 2>&1 || fail "$f: --no-ema does not read it"
 done
+# train --help's --ema-decay names only commands and flags its program has
+# (charlm has no translate, seq2seq no sample nor --init-from), and every
+# decoding or eval command of either takes --no-ema
+for prog in "$charlm" "$seq2seq"; do
+  name=$(basename "$prog")
+  help=$("$prog" train --help)
+  para=$(sed -n '/--ema-decay D/,/--ema-start-update/p' <<<"$help" | tr '\n' ' ')
+  for cmd in sample translate eval attention average; do
+    if grep -qw "$cmd" <<<"$para" && ! "$prog" "$cmd" --help >/dev/null 2>&1; then
+      fail "$name train --help's --ema-decay names '$cmd', which $name does not have"
+    fi
+    if "$prog" "$cmd" --help >/dev/null 2>&1 && [ "$cmd" != average ] &&
+      ! grep -q -- "--no-ema" <<<"$("$prog" "$cmd" --help)"; then
+      fail "$name $cmd takes no --no-ema"
+    fi
+  done
+  if grep -q -- "--init-from" <<<"$para" && ! grep -q -- "^  --init-from" <<<"$help"; then
+    fail "$name train --help's --ema-decay names --init-from, which $name train does not take"
+  fi
+done
+echo "ok: train --help's --ema-decay names what each program has"
 
 # ---------------------------------------------------------------- 8. a full disk
 # A run that has saved nothing yet keeps back the room of its first
