@@ -233,8 +233,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     "                       step avg = D*avg + (1-D)*w, D in [0, 1], 0: none (the\n"     \
     "                       default); the evaluations, --keep-best and --patience\n"     \
     "                       judge the average, the checkpoint keeps both (\"ema.*\"),\n" \
-    "                       and what reads it (sample, translate, eval, average,\n"      \
-    "                       --init-from) uses the average unless given --no-ema\n"
+    "                       and the commands that read it use the average (average\n"    \
+    "                       always; eval and the decoding ones unless given --no-ema)\n"
 
 /* The trainer's rows of a train command's table (o: cg_train_opts *). */
 #define CG_TRAIN_RUN_FLAGS(o)                                                                     \
