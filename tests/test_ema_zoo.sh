@@ -6,7 +6,8 @@
 #   1. every evaluation checkpoint of a charlm run holds "ema.<p>" for each
 #      trainable parameter, and each step's average is torch.lerp's update
 #      of the step before's towards that step's weights, recomputed here
-#      bit for bit in float32 (a copy through --ema-start-update); its
+#      bit for bit in float32 (a copy before update N of
+#      --ema-start-update N, as fairseq's num_updates < N); its
 #      metadata "ema.decay" and "ema.updates"
 #   2. eval, sample and --init-from use the average: the same numbers and
 #      text as a file whose parameters are the averages; --no-ema the
@@ -14,7 +15,10 @@
 #      final validation loss is eval's
 #   3. stopped (--stop-at) and resumed, the checkpoint's tensors, averages
 #      included, are the uninterrupted run's bytes; --ema-decay given to
-#      --resume is refused (the checkpoint fixes it)
+#      --resume is refused (the checkpoint fixes it), and so is an average
+#      that is not the run's (another decay, more updates than steps, an
+#      average in a run without --ema-decay); eval refuses more updates
+#      than steps too
 #   4. average: each file's average is what is averaged ("ema": true in
 #      "averaged"); the output keeps no average
 #   5. LoRA: the adapters' average, used by sample unless --no-ema
@@ -22,7 +26,12 @@
 #      weights; a resumed run's bytes are the uninterrupted run's
 #   7. refusals: --ema-start-update without --ema-decay and a decay outside
 #      [0, 1] are usage errors (2); an average missing a tensor is refused
-#      naming the file and the tensor (--no-ema still reads the weights)
+#      naming the file and the tensor (--no-ema still reads the weights), and
+#      so are the averages without their metadata
+#      train --help's --ema-decay names only commands its program has
+#   8. a disk that the metrics log fills before the first save (a tmpfs;
+#      skipped where mount is refused): the room kept back for the
+#      checkpoint counts the average, so the run stops and saves it
 #   test_ema_zoo.sh CHARLM SEQ2SEQ
 set -uo pipefail
 charlm=$1
@@ -88,7 +97,7 @@ for s, path in enumerate(sys.argv[1:], 1):
     assert set(avg) == params, (path, sorted(set(avg) ^ params)[:3])
     for k, a in avg.items():
         p = array.array('f', t[k][2])
-        if s <= 2:  # --ema-start-update 2: a copy
+        if s < 2:  # --ema-start-update 2: fairseq's decay 0 while the updates (this one too) are < 2
             want = p
         else:
             want = [f32(q + f32(w * f32(x - q))) for q, x in zip(prev[k], p)]
@@ -135,6 +144,7 @@ same_tensors i.st use.st && grep -q "using the weights' moving average" i.log &&
 # ---------------------------------------------------------------- 3. resume
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out r.st --stop-at 3 >/dev/null 2>r.log ||
   fail "stopped run: $(tail -1 r.log)"
+cp r.st r3.st # at step 3
 "$charlm" train --resume r.st >/dev/null 2>r2.log || fail "resumed run: $(tail -1 r2.log)"
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out u.st >/dev/null 2>u.log ||
   fail "uninterrupted run: $(tail -1 u.log)"
@@ -142,6 +152,44 @@ same_tensors r.st u.st all &&
   echo "ok: resumed at step 3, the tensors (averages, optimizer) are the uninterrupted run's bytes" ||
   fail "a resumed run's tensors differ from the uninterrupted run's"
 expect "--resume with --ema-decay" 2 "drop --ema-decay" "$charlm" train --resume r.st --ema-decay 0.5 --steps 8
+# the average a resumed checkpoint keeps is its run's: another decay than
+# the run's --ema-decay, more updates than steps, or an average in a run
+# without --ema-decay (which would drop it) are refused naming the file
+"$charlm" train "${TINY[@]}" --steps 6 --eval-every 2 --out rn.st --stop-at 3 >/dev/null 2>&1 ||
+  fail "the run without an average"
+# the average never touches the training: its weights and optimizer state
+# are those of the run without --ema-decay, bit for bit (bf16 where the CPU
+# has it: the packed weights follow each evaluation's swaps)
+st_py r3.st rn.st <<'EOF2' && echo "ok: --ema-decay leaves the trained weights and optimizer bit for bit" ||
+t, _ = load(sys.argv[1])
+u, _ = load(sys.argv[2])
+assert {k: v for k, v in t.items() if not k.startswith('ema.')} == u
+EOF2
+  fail "--ema-decay changed the training"
+st_meta r3.st "m['ema.decay'] = '0.5'" rd.st
+st_meta r3.st "m['ema.updates'] = '4'" ru.st
+st_py rn.st r3.st rp.st <<'EOF2'
+t, m = load(sys.argv[1])
+a, am = load(sys.argv[2])
+t.update({k: v for k, v in a.items() if k.startswith('ema.')})
+m.update({k: v for k, v in am.items() if k.startswith('ema.')})
+h, off, blob = {'__metadata__': m}, 0, b''
+for k, (dt, sh, b) in t.items():
+    h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
+    off += len(b)
+    blob += b
+hb = json.dumps(h).encode()
+hb += b' ' * (-len(hb) % 8)
+open(sys.argv[3], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+EOF2
+refused "--resume, another decay" "^charlm: error: 'rd.st': its average's 'ema.decay' = 0.5 is not its run's --ema-decay 0.7" \
+  "$charlm" train --resume rd.st
+refused "eval, more updates than steps" "^charlm: error: checkpoint 'ru.st': .*'ema.updates' = 4 is more than its 3 steps" \
+  "$charlm" eval --ckpt ru.st
+refused "--resume, more updates than steps" "^charlm: error: 'ru.st': .*'ema.updates' = 4 is more than its 3 steps" \
+  "$charlm" train --resume ru.st
+refused "--resume, an average in a run without one" "^charlm: error: 'rp.st' keeps a weights' average (ema\.\*) but its run has no --ema-decay" \
+  "$charlm" train --resume rp.st
 
 # ---------------------------------------------------------------- 4. average
 "$charlm" average --out avg.st m.st.step00000003.safetensors m.st.step00000006.safetensors \
@@ -233,4 +281,64 @@ refused "an average missing a tensor" "checkpoint 'bad.st': its weights' average
 [ "$(grep -c . err.txt)" = 1 ] || fail "not one line: $(cat err.txt)"
 "$charlm" eval --ckpt bad.st --no-ema >/dev/null 2>&1 && echo "ok: --no-ema reads its trained weights" ||
   fail "--no-ema on a file whose average is damaged"
+# the averages' tensors without their metadata ("ema.updates", which says
+# that a file keeps an average): a damaged file, not one to read as the
+# trained weights; --no-ema still reads them
+st_meta m.st "del m['ema.decay'], m['ema.updates']" nometa.st
+st_meta m.st "del m['ema.updates']" halfmeta.st
+for f in nometa halfmeta; do
+  refused "$f: eval" "^charlm: error: checkpoint '$f.st': .*no metadata 'ema.updates'" "$charlm" eval --ckpt $f.st
+  [ "$(grep -c . err.txt)" = 1 ] || fail "$f: not one line: $(cat err.txt)"
+  rm -f nm.st
+  refused "$f: average" "'$f.st'.*'ema.updates'" "$charlm" average --out nm.st m.st $f.st
+  [ ! -e nm.st ] || fail "$f: average wrote nm.st"
+  "$charlm" eval --ckpt $f.st --no-ema >/dev/null 2>&1 || fail "$f: --no-ema does not read it"
+done
+# train --help's --ema-decay names only commands and flags its program has
+# (charlm has no translate, seq2seq no sample nor --init-from), and every
+# decoding or eval command of either takes --no-ema
+for prog in "$charlm" "$seq2seq"; do
+  name=$(basename "$prog")
+  help=$("$prog" train --help)
+  para=$(sed -n '/--ema-decay D/,/--ema-start-update/p' <<<"$help" | tr '\n' ' ')
+  for cmd in sample translate eval attention average; do
+    if grep -qw "$cmd" <<<"$para" && ! "$prog" "$cmd" --help >/dev/null 2>&1; then
+      fail "$name train --help's --ema-decay names '$cmd', which $name does not have"
+    fi
+    if "$prog" "$cmd" --help >/dev/null 2>&1 && [ "$cmd" != average ] &&
+      ! grep -q -- "--no-ema" <<<"$("$prog" "$cmd" --help)"; then
+      fail "$name $cmd takes no --no-ema"
+    fi
+  done
+  if grep -q -- "--init-from" <<<"$para" && ! grep -q -- "^  --init-from" <<<"$help"; then
+    fail "$name train --help's --ema-decay names --init-from, which $name train does not take"
+  fi
+done
+echo "ok: train --help's --ema-decay names what each program has"
+
+# ---------------------------------------------------------------- 8. a full disk
+# A run that has saved nothing yet keeps back the room of its first
+# checkpoint (models/train/trainer.c first_reserve); the averages make it
+# 4 bytes a trainable weight larger (140 KB here): a filler leaves the
+# metrics log about 8 KB beyond the room of a checkpoint (size.st's).
+BIG=(--data c.txt --d 64 --H 2 --layers 1 --d-ff 128 --T 16 --batch-size 2 --threads 1 --ema-decay 0.9)
+mkdir full
+trap 'end_children; umount "$dir/full" 2>/dev/null; rm -rf "$dir"' EXIT
+if mount -t tmpfs -o size=1m tmpfs full 2>/dev/null; then
+  "$charlm" train "${BIG[@]}" --steps 1 --out size.st >/dev/null 2>&1 || fail "the full disk's model"
+  avail=$(df -B1 --output=avail full | tail -1)
+  head -c $((avail - $(wc -c <size.st) - 65536 - 8000)) /dev/zero >full/filler
+  rc=0
+  timeout 300 "$charlm" train "${BIG[@]}" --eval-every 1000000 --steps 1000000 --log-every 1 \
+    --out full/k.st >out.txt 2>err.txt || rc=$?
+  if [ $rc -eq 1 ] && grep -q "^charlm: error: cannot write the metrics log: No space left on device.*stopped at step [0-9]* and saved the checkpoint 'full/k.st'" err.txt &&
+    "$charlm" eval --ckpt full/k.st 2>/dev/null | grep -q '"ema": true'; then
+    echo "ok: a full disk before the first save, with the averages: $(tail -1 err.txt)"
+  else
+    fail "a full disk before the first save, with the averages: exit $rc: $(tail -c 300 err.txt)"
+  fi
+  umount full
+else
+  echo "skip: a full disk (cannot mount a tmpfs here)"
+fi
 finish

@@ -8,8 +8,9 @@
  *     per window; beam search's sum of log-probabilities);
  *   - greedy generation against the argmax of the forward, step by step;
  *   - refusals: another model's call, float ids, a file that is no zoo
- *     checkpoint, NULL in. The programs' equality (charlm sample, seq2seq
- *     translate) is tests/test_zoo_lib.sh's. */
+ *     checkpoint, NULL in, a damaged weights' average (its tensors without
+ *     "ema.updates", more updates than steps). The programs' equality
+ *     (charlm sample, seq2seq translate) is tests/test_zoo_lib.sh's. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -503,6 +504,43 @@ START_TEST(test_load_uses_average)
 }
 END_TEST
 
+/* A damaged average: cg_zoo_load refuses, naming the file, the averages'
+ * tensors without "ema.updates" and more updates than the file's steps;
+ * the trained weights still load. */
+START_TEST(test_load_refuses_damaged_average)
+{
+    char path[64];
+    snprintf(path, sizeof path, "zoolib_bad_ema_%d.st", (int)getpid());
+    cg_charlm_ckpt ck;
+    ck_assert(cg_charlm_ckpt_load(lm_path, &ck));
+    cg_module *m = CG_MODULE(ck.model);
+    char *cfg = cg_charlm_config_to_json(&ck.model->cfg);
+    cg_ema *e = cg_ema_new(m, 0.5);
+    ck_assert(cfg && e);
+    for (int k = 0; k < 2; k++) {
+        cg_st_writer *w = cg_ckpt_writer("charlm", cfg, ck.tok, m, NULL, 1, NULL);
+        char name[256]; /* k 0: an average's tensor alone; 1: 2 updates at step 1 */
+        snprintf(name, sizeof name, "ema.%s", cg_ema_name(e, 0));
+        ck_assert(w && (k == 1 || cg_st_add_f32(w, name, cg_ema_average(e, 0))));
+        ck_assert(k == 0 || (cg_ema_update(e) && cg_ema_update(e) && cg_ema_save(e, w, "ema")));
+        ck_assert(cg_ckpt_writer_save(w, path));
+        cg_clear_error();
+        ck_assert_ptr_null(cg_zoo_load(path));
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), path));
+        ck_assert_ptr_nonnull(strstr(cg_last_error(), k == 0 ? "no metadata 'ema.updates'"
+                                                             : "'ema.updates' = 2 is more than"));
+        cg_charlm_ckpt t;
+        const cg_charlm_load_opts trained = {.dropout = NAN, .weights = CG_CKPT_TRAINED};
+        ck_assert(cg_charlm_ckpt_load_opts(path, &trained, &t));
+        cg_charlm_ckpt_free(&t);
+    }
+    cg_ema_free(e);
+    free(cfg);
+    cg_charlm_ckpt_free(&ck);
+    remove(path);
+}
+END_TEST
+
 static Suite *zoolib_suite(void)
 {
     Suite *s = suite_create("zoolib");
@@ -522,6 +560,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_one_sequence);
     tcase_add_test(tc, test_float64_checkpoint);
     tcase_add_test(tc, test_load_uses_average);
+    tcase_add_test(tc, test_load_refuses_damaged_average);
     suite_add_tcase(s, tc);
     return s;
 }

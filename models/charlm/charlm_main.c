@@ -79,9 +79,10 @@ static int cmd_train(int argc, char **argv)
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},
         {"--init-from", CG_CLI_STR, &o.init_from, 0, 0,
-         "  --init-from FILE   a new run from this checkpoint's weights, on --data: its\n"
-         "                     shape and tokenizer, a fresh optimizer, step 0 (the file is\n"
-         "                     only read; the checkpoint records it)\n",
+         "  --init-from FILE   a new run from this checkpoint's weights (their moving\n"
+         "                     average, when its run kept one: --ema-decay), on --data:\n"
+         "                     its shape and tokenizer, a fresh optimizer, step 0 (the\n"
+         "                     file is only read; the checkpoint records it)\n",
          CG_CLI_FIXED},
         {"--lora-rank", CG_CLI_I64, &r.lora.rank, 1, 1 << 16,
          "  --lora-rank R      with --init-from: freeze the model and train LoRA adapters\n"

@@ -250,14 +250,65 @@ bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path)
     return true;
 }
 
+bool cg_ckpt_keeps_average(const cg_st_file *f, const char *path, bool *keeps)
+{
+    *keeps = cg_st_metadata(f, "ema.updates") != NULL;
+    const char *part = *keeps || !cg_st_metadata(f, "ema.decay") ? NULL : "ema.decay";
+    for (int i = 0; !*keeps && !part && i < cg_st_count(f); i++)
+        if (strncmp(cg_st_name(f, i), "ema.", 4) == 0)
+            part = cg_st_name(f, i);
+    if (!part)
+        return true;
+    cg_set_error("checkpoint '%s': %s '%.200s' is a part of a weights' average (--ema-decay), but "
+                 "there is no metadata 'ema.updates': a damaged file?",
+                 path, strcmp(part, "ema.decay") == 0 ? "metadata" : "tensor", part);
+    return false;
+}
+
+/* The average f keeps into e (cg_ema_load), at most one update a step. */
+static bool load_average(cg_ema *e, const cg_st_file *f)
+{
+    if (!cg_ema_load(e, f, "ema"))
+        return false;
+    int64_t steps = cg_ckpt_step(f);
+    if (cg_ema_updates(e) <= steps)
+        return true;
+    cg_set_error("'ema.updates' = %lld is more than its %lld steps (one update a step at most)",
+                 (long long)cg_ema_updates(e), (long long)steps);
+    return false;
+}
+
+bool cg_ckpt_resume_average(cg_ema *e, const cg_st_file *f, const char *path, double decay)
+{
+    bool keeps;
+    if (!cg_ckpt_keeps_average(f, path, &keeps))
+        return false;
+    if (!e && keeps)
+        cg_set_error("'%s' keeps a weights' average (ema.*) but its run has no --ema-decay: a "
+                     "damaged checkpoint?",
+                     path);
+    else if (e && !load_average(e, f))
+        cg_prefix_error("'%s': ", path);
+    else if (e && cg_ema_decay(e) != decay)
+        cg_set_error("'%s': its average's 'ema.decay' = %.15g is not its run's --ema-decay %.15g: "
+                     "a damaged checkpoint?",
+                     path, cg_ema_decay(e), decay);
+    else
+        return true;
+    return false;
+}
+
 bool cg_ckpt_use_average(cg_module *m, const cg_st_file *f, const char *path, bool *used)
 {
+    bool keeps;
     if (used)
         *used = false;
-    if (!cg_st_metadata(f, "ema.updates")) /* a run without --ema-decay */
+    if (!cg_ckpt_keeps_average(f, path, &keeps))
+        return false;
+    if (!keeps) /* a run without --ema-decay */
         return true;
     cg_ema *e = cg_ema_new(m, 0);
-    bool ok = e && cg_ema_load(e, f, "ema") && cg_ema_swap(e);
+    bool ok = e && load_average(e, f) && cg_ema_swap(e);
     cg_ema_free(e); /* the trained values it held after the swap */
     if (!ok) {
         cg_prefix_error("checkpoint '%s': its weights' average: ", path);

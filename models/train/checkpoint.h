@@ -30,6 +30,7 @@
 #include "models/text/tokenizer.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
+#include "optim/ema.h"
 #include "optim/optim.h"
 
 #ifdef __cplusplus
@@ -90,12 +91,23 @@ typedef enum {
     CG_CKPT_TRAINED      /* the trained weights (--resume, which reads the average as its EMA;
                           * --no-ema) */
 } cg_ckpt_weights;
+/* Does f keep a weights' average (*keeps: metadata "ema.updates")? False +
+ * error naming the file for a part of one without it (an "ema.*" tensor,
+ * or "ema.decay"): a damaged file, whose trained weights are not to be
+ * taken for what its evaluations judged. */
+bool cg_ckpt_keeps_average(const cg_st_file *f, const char *path, bool *keeps);
 /* m (its parameters loaded from f) takes the average f keeps of its
  * trainable parameters, when f keeps one (*used, may be NULL: whether it
- * did); true without change for a file without "ema.updates". False +
+ * did); true without change for a file that keeps none. False +
  * error naming the file for an average that does not match m's trainable
- * parameters (optim/ema.h cg_ema_load's checks). */
+ * parameters (optim/ema.h cg_ema_load's checks) or a damaged one
+ * (cg_ckpt_keeps_average). */
 bool cg_ckpt_use_average(cg_module *m, const cg_st_file *f, const char *path, bool *used);
+/* --resume: e (NULL for a run without --ema-decay) takes the average f
+ * keeps, which must be its run's: kept when e is not NULL (cg_ema_load's
+ * checks), of that run's decay, at most one update a step. False + error
+ * naming path otherwise. */
+bool cg_ckpt_resume_average(cg_ema *e, const cg_st_file *f, const char *path, double decay);
 /* The help of the flag that asks a command for CG_CKPT_TRAINED. */
 #define CG_CKPT_NO_EMA_HELP                                                             \
     "  --no-ema             the checkpoint's trained weights, not the moving average\n" \

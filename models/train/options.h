@@ -72,7 +72,8 @@ typedef struct {
     bool force, skip_nonfinite;
     /* --ema-decay D (0: none) and --ema-start-update N: an exponential
      * moving average of the trainable weights (optim/ema.h), updated after
-     * every optimizer step, with decay 0 (a copy) through step N */
+     * every optimizer step, with decay 0 (a copy) for updates 1 .. N-1
+     * (fairseq's: while num_updates < N) */
     double ema_decay;
     int64_t ema_start;
     /* --precision auto|fp32|bf16 ("auto"): cg_train_parse resolves auto to
@@ -232,8 +233,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     "                       step avg = D*avg + (1-D)*w, D in [0, 1], 0: none (the\n"     \
     "                       default); the evaluations, --keep-best and --patience\n"     \
     "                       judge the average, the checkpoint keeps both (\"ema.*\"),\n" \
-    "                       and what reads it (sample, translate, eval, average,\n"      \
-    "                       --init-from) uses the average unless given --no-ema\n"
+    "                       and the commands that read it use the average (average\n"    \
+    "                       always; eval and the decoding ones unless given --no-ema)\n"
 
 /* The trainer's rows of a train command's table (o: cg_train_opts *). */
 #define CG_TRAIN_RUN_FLAGS(o)                                                                     \
@@ -390,8 +391,9 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          &(o)->ema_start,                                                                         \
          0,                                                                                       \
          CG_TRAIN_BIG,                                                                            \
-         "  --ema-start-update N  the average copies the weights through step N, then\n"          \
-         "                       averages (fairseq's; default 0)\n",                              \
+         "  --ema-start-update N  the average's updates before the Nth copy the weights\n"        \
+         "                       (decay 0, as fairseq's while num_updates < N; a skipped\n"       \
+         "                       step is no update; default 0)\n",                                \
          CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
         {"--skip-nonfinite",                                                                      \
          CG_CLI_SWITCH,                                                                           \

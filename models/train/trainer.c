@@ -320,7 +320,10 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
         *skipped = true;
         return -1;
     }
-    const bool copy = s <= t->o->ema_start; /* --ema-start-update: decay 0 for this update */
+    /* --ema-start-update N: decay 0 (a copy) while the updates, this one
+     * included, are fewer than N (fairseq's num_updates, which skipped
+     * steps do not count) */
+    const bool copy = c->ema && cg_ema_updates(c->ema) + 1 < t->o->ema_start;
     if (c->ema && !((!copy || cg_ema_set_decay(c->ema, 0)) && cg_ema_update(c->ema) &&
                     (!copy || cg_ema_set_decay(c->ema, t->o->ema_decay))))
         return cg_prog_fail("step %lld: the weights' average: %s", (long long)s, cg_last_error());
@@ -337,7 +340,8 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
 
 /* The room the next checkpoint and loss curve need until a save measures
  * it: those of --out when it exists (a resumed run), else the saved
- * parameters and the optimizer state in fp32 and 64 KiB for the rest. */
+ * parameters, the optimizer state and --ema-decay's average of the
+ * trainable ones in fp32, and 64 KiB for the rest. */
 static uint64_t first_reserve(const run_ctx *c)
 {
     struct stat st;
@@ -349,7 +353,8 @@ static uint64_t first_reserve(const run_ctx *c)
         trainable += cg_numel(c->st.op[i].tensor);
     int64_t saved = c->t->adapters ? trainable : cg_module_num_params(c->m->module);
     int64_t state = cg_optim_state_bytes(c->opt) * (c->st.zero ? cg_dist_size() : 1);
-    return r + (uint64_t)saved * 4 + (uint64_t)(state > 0 ? state : 0);
+    int64_t averaged = c->t->o->ema_decay > 0 ? trainable : 0;
+    return r + (uint64_t)(saved + averaged) * 4 + (uint64_t)(state > 0 ? state : 0);
 }
 
 static int setup(run_ctx *c)
@@ -387,8 +392,8 @@ static int setup(run_ctx *c)
      * the checkpoint's */
     if (t->o->ema_decay > 0 && !(c->ema = cg_ema_new(m->module, t->o->ema_decay)))
         return cg_prog_fail_lib("--ema-decay");
-    if (t->ckpt && c->ema && !cg_ema_load(c->ema, t->ckpt, "ema"))
-        return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
+    if (t->ckpt && !cg_ckpt_resume_average(c->ema, t->ckpt, t->o->resume, t->o->ema_decay))
+        return cg_prog_fail_lib(NULL);
     if (c->ema)
         t->hist.val_name = "validation (EMA)";
     cg_st_close(t->ckpt); /* everything is read */
