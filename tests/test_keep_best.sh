@@ -19,7 +19,8 @@
 #      unless given again
 #      --eval-bleu N --best-metric chrf: the best evaluation and the early
 #      stop are the highest chrF's in the metrics log, the logged scores
-#      eval's of the best checkpoint, exact over a resume; refusals
+#      eval's of the best checkpoint, exact over a resume; refusals (a
+#      history that lost a score among them)
 #   4. without the flags: no best checkpoint and no best_* fields (nor
 #      max_minutes_reached); --patience alone: the best step and loss, no
 #      best checkpoint; a best evaluation at step 0 (never saved) names no
@@ -198,6 +199,7 @@ EOF
   echo "ok: the logged BLEU and chrF are eval's of that checkpoint on those 10 pairs" ||
   fail "the logged scores are not eval's: $(tail -1 qe.json)"
 "$seq2seq" train "${S2B[@]}" --stop-at 7 --out qs.st >/dev/null 2>qs.log || fail "stop-at 7: $(tail -1 qs.log)"
+cp qs.st qs7.st
 "$seq2seq" train --resume qs.st >qs.json 2>qs.log || fail "resume: $(tail -1 qs.log)"
 cmp -s qs.st qb.st && cmp -s qs.st.best.safetensors qb.st.best.safetensors &&
   echo "ok: --best-metric chrf stopped and resumed: the same final and best checkpoints" ||
@@ -208,6 +210,16 @@ expect "--best-metric foo" 2 "'foo' is not one of loss, bleu, chrf" \
   "$seq2seq" train --data p.tsv --eval-bleu 5 --best-metric foo --steps 2 --out x.st
 expect "--resume with --best-metric" 2 "drop --best-metric" \
   "$seq2seq" train --resume qs.st --best-metric loss
+# a history that lost an evaluation's score (every evaluation of a run with
+# --best-metric has one) would choose another best and count --patience
+# otherwise, silently: refused, naming the file and the evaluation
+st_meta qs7.st 'del t["history"]["score"]' qd.st
+expect "a history without its scores" 1 "'qd.st': its history has no chrf of the evaluation at step 3" \
+  "$seq2seq" train --resume qd.st
+st_meta qs7.st 't["history"]["score"][1] = None' qd.st
+expect "a history without a score" 1 "'qd.st': its history has no chrf of the evaluation at step 6" \
+  "$seq2seq" train --resume qd.st
+[ ! -e qd.st.best.safetensors ] || fail "a refused resume wrote qd.st.best.safetensors"
 [ ! -e x.st ] || fail "a refused run wrote x.st"
 
 # ---------------------------------------------------------------- 4. off

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -833,6 +834,43 @@ START_TEST(test_translate_many)
                                             NULL, NULL));
     ck_assert_str_eq(cg_last_error(), "--target is not valid UTF-8");
     cg_test_rm_tree(dir);
+    cg_tokenizer_free(tok);
+}
+END_TEST
+
+/* A signal the trainer takes (Ctrl-C, SIGTERM, mpirun's SIGUSR1) during
+ * train --eval-bleu's decoding cuts it short, as it cuts the validation
+ * loss: "interrupted" before the next chunk of sentences (greedy) or the
+ * next sentence (beam), so the evaluation is left out and the run saves at
+ * once rather than after decoding every pair; the model left in its mode.
+ * Released (the final evaluation, the translate and eval commands), it
+ * decodes. */
+START_TEST(test_translate_interrupted)
+{
+    int64_t all[NPAIRS] = {0, 1, 2, 3, 4};
+    cg_tokenizer *tok = cg_pairs_train_tokenizer(&g_pairs, all, NPAIRS, CG_TOK_CHAR, 0);
+    ck_assert_ptr_nonnull(tok);
+    cg_module_train(CG_MODULE(g_model), true);
+    double bleu, chrf;
+    char why[2][128];
+    bool done[2];
+    cg_train_catch_signals();
+    raise(SIGUSR1); /* what mpirun forwards to every rank */
+    for (int b = 0; b < 2; b++) {
+        done[b] = cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, b ? 3 : 1, 0.6, true,
+                                     NULL, &bleu, &chrf, NULL);
+        snprintf(why[b], sizeof why[b], "%s", cg_last_error());
+    }
+    cg_train_release_signals(); /* before any assertion: the next tests decode */
+    for (int b = 0; b < 2; b++)
+        ck_assert_msg(!done[b] && !strcmp(why[b], "interrupted"), "beam %d: %s", b ? 3 : 1,
+                      done[b] ? "decoded every pair" : why[b]);
+    ck_assert(g_model->base.training);
+    ck_assert_msg(cg_translate_score(g_model, tok, &g_pairs, all, NPAIRS, 1, 0.6, true, NULL, &bleu,
+                                     &chrf, NULL),
+                  "%s", cg_last_error());
+    ck_assert_double_eq_tol(chrf, 100.0, 1e-6);
+    cg_module_train(CG_MODULE(g_model), false);
     cg_tokenizer_free(tok);
 }
 END_TEST
@@ -2748,6 +2786,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_overfit_greedy_exact);
     tcase_add_test(tc, test_beam1_equals_greedy);
     tcase_add_test(tc, test_translate_many);
+    tcase_add_test(tc, test_translate_interrupted);
     tcase_add_test(tc, test_translate_test_report);
     tcase_add_test(tc, test_beam_not_worse_than_greedy);
     tcase_add_test(tc, test_beam_nbest);

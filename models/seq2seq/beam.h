@@ -140,6 +140,12 @@ cg_decode_limits cg_translate_limits_default(void);
  * eval mode and leaves the model in the mode it was in. */
 char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
                         double alpha, bool use_cache, const cg_decode_limits *lim, FILE *echo);
+/* cg_translate_all asking stop (may be NULL) before each chunk of sentences
+ * (greedy) or sentence (beam): true ends it, NULL + "interrupted" (train
+ * --eval-bleu's decoding, cut short by a signal as the validation loss is). */
+char **cg_translate_all_until(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                              int beam, double alpha, bool use_cache, const cg_decode_limits *lim,
+                              FILE *echo, bool (*stop)(void));
 /* The nbest best translations of source i of src by beam search (as
  * cg_translate_all's beam path, lim as there, 1 <= nbest <= beam), best
  * first: texts[0..*n) (malloc'd UTF-8, the caller frees) and their scores

@@ -203,6 +203,22 @@ bool cg_translate_nbest(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources
 char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
                         double alpha, bool use_cache, const cg_decode_limits *lim, FILE *echo)
 {
+    return cg_translate_all_until(m, tok, src, beam, alpha, use_cache, lim, echo, NULL);
+}
+
+/* stop given and true: "interrupted" */
+static bool stopped(bool (*stop)(void))
+{
+    if (!stop || !stop())
+        return false;
+    cg_set_error("interrupted");
+    return true;
+}
+
+char **cg_translate_all_until(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                              int beam, double alpha, bool use_cache, const cg_decode_limits *lim,
+                              FILE *echo, bool (*stop)(void))
+{
     cg_decode_limits d;
     if (!translate_limits(lim, &d))
         return NULL;
@@ -216,12 +232,13 @@ char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources
     bool ok = true;
     if (beam <= 1) {
         const int64_t chunk = 50;
-        for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk)
-            ok = greedy_chunk(m, tok, src, c0, src->n - c0 < chunk ? src->n - c0 : chunk, use_cache,
-                              &d, out, echo);
+        for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk) {
+            const int64_t B = src->n - c0 < chunk ? src->n - c0 : chunk;
+            ok = !stopped(stop) && greedy_chunk(m, tok, src, c0, B, use_cache, &d, out, echo);
+        }
     } else {
         for (int64_t i = 0; ok && i < src->n; i++)
-            ok = beam_one(m, tok, src, i, beam, alpha, use_cache, &d, out, echo);
+            ok = !stopped(stop) && beam_one(m, tok, src, i, beam, alpha, use_cache, &d, out, echo);
     }
     cg_module_train(CG_MODULE(m), was_training);
     if (!ok) {

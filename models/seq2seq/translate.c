@@ -388,7 +388,10 @@ bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *
         refs[i] = p->items[idx[i]].tgt;
     }
     ok = ok && cg_sources_encode(tok, srcs, n, m->cfg.max_len, &s) &&
-         (h = cg_translate_all(m, tok, &s, beam, alpha, use_cache, lim, NULL));
+         /* cut short by a signal the trainer caught (--eval-bleu's), as
+          * cg_seq2seq_valid_loss is */
+         (h = cg_translate_all_until(m, tok, &s, beam, alpha, use_cache, lim, NULL,
+                                     cg_train_interrupted));
     if (ok) {
         *bleu = cg_bleu((int)n, (const char *const *)h, refs);
         *chrf = cg_chrf((int)n, (const char *const *)h, refs);

@@ -134,7 +134,9 @@ bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t
 /* Translate the sources of pairs idx[0..n) (n >= 1; cg_translate_all, lim
  * as there) and score them against their targets: *bleu and *chrf
  * (sacreBLEU defaults); *hyps (may be NULL) receives the translations
- * (cg_strings_free). */
+ * (cg_strings_free). A signal the trainer caught (cg_train_interrupted:
+ * train --eval-bleu's decoding) stops the decoding between sentences, as
+ * it stops cg_seq2seq_valid_loss: false + "interrupted". */
 bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
                         const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
                         const cg_decode_limits *lim, double *bleu, double *chrf, char ***hyps);

@@ -125,6 +125,22 @@ static const char *best_metric(const cg_train_opts *o)
     return o && o->best_metric && strcmp(o->best_metric, "loss") != 0 ? o->best_metric : NULL;
 }
 
+/* A resumed history judged by a score (--best-metric): every evaluation of
+ * that run recorded one (BLEU and chrF are always numbers), so one missing
+ * is damage, which would choose another best evaluation and count
+ * --patience otherwise, silently. False + error naming the evaluation. */
+static bool scores_recorded(const cg_history *h, const char *path)
+{
+    for (int i = 0; h->metric && i < h->n; i++)
+        if (!isfinite(h->score[i])) {
+            cg_set_error("'%s': its history has no %s of the evaluation at step %lld (a damaged "
+                         "checkpoint?)",
+                         path, h->metric, (long long)h->step[i]);
+            return false;
+        }
+    return true;
+}
+
 void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
 {
     memset(t, 0, sizeof *t);
@@ -169,7 +185,9 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
             !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
             return cg_prog_fail_lib(NULL);
         t->adapters = cg_ft_is_adapter(t->ckpt);
-        t->hist.metric = best_metric(o);   /* the checkpoint's --best-metric */
+        t->hist.metric = best_metric(o); /* the checkpoint's --best-metric */
+        if (!scores_recorded(&t->hist, o->resume))
+            return cg_prog_fail_lib(NULL);
         int b = cg_history_best(&t->hist); /* --keep-best: written then, or not kept */
         t->best_saved = b >= 0 ? t->hist.step[b] : -1;
         if (!resume_has_steps(t, o))
