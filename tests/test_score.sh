@@ -9,7 +9,8 @@
 #      precisions, bp, ratio, hyp_len, ref_len, the sentence count) the
 #      sacreBLEU definitions computed here from the reference's own 13a
 #      tokens and n-gram counts; the signatures; the same line from --hyp
-#      and from standard input (`translate | score`)
+#      and from standard input; `translate | score` (a 4-step model) gives
+#      the line of translate's output file
 #   2. edge corpora, each against the reference: empty hypothesis lines, no
 #      4-gram in common ('exp' smoothing), hypotheses shorter than their
 #      references (BP < 1), no n-gram of some order, every hypothesis empty,
@@ -181,6 +182,18 @@ rc=0
 cat h.txt | "$seq2seq" score --ref r.txt >pipe.json 2>&1 && cmp -s pipe.json stdin.json &&
   echo "ok: the hypotheses from a pipe: the same line" || fail "the hypotheses from a pipe: $(head -c 300 pipe.json)"
 jsonl_ok "the line parses" stdin.json
+# translate's output piped in: the line of its file (a tiny model, 4 steps)
+zoo_data
+"$seq2seq" train --data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 \
+  --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --steps 4 --out s.st \
+  >/dev/null 2>s.log || fail "seq2seq train: $(tail -1 s.log)"
+head -30 p.tsv | cut -f1 >src.txt
+head -30 p.tsv | cut -f2 >ref.txt
+"$seq2seq" translate --ckpt s.st --threads 1 <src.txt >tr.txt 2>tr.log || fail "translate: $(tail -1 tr.log)"
+scored "translate's output" ref.txt tr.txt "len(hyps) == 30"
+"$seq2seq" translate --ckpt s.st --threads 1 <src.txt 2>/dev/null | "$seq2seq" score --ref ref.txt >piped.json 2>&1 &&
+  cmp -s piped.json "translate's output.json" && echo "ok: translate | score: the line of its file" ||
+  fail "translate | score: $(head -c 300 piped.json)"
 
 # ---- 2. edge corpora
 scored "empty hypothesis lines" r40.txt empty_lines.txt "hyps.count('') >= 13"
