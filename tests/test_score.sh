@@ -9,8 +9,9 @@
 #      precisions, bp, ratio, hyp_len, ref_len, the sentence count) the
 #      sacreBLEU definitions computed here from the reference's own 13a
 #      tokens and n-gram counts; the signatures; the same line from --hyp
-#      and from standard input; `translate | score` (a 4-step model) gives
-#      the line of translate's output file
+#      and from standard input (no --hyp, --hyp -; --ref - for the
+#      references); `translate | score` (a 4-step model) gives the line of
+#      translate's output file
 #   2. edge corpora, each against the reference: empty hypothesis lines, no
 #      4-gram in common ('exp' smoothing), hypotheses shorter than their
 #      references (BP < 1), no n-gram of some order, every hypothesis empty,
@@ -20,8 +21,8 @@
 #      "\n" (the scores of the plain file), --hyp naming --ref's file
 #      (scored, with a warning)
 #   3. every refusal, one line on stderr and nothing on stdout: exit 2 for
-#      the command line (no --ref, an unknown flag, an argument, standard
-#      input a terminal without --hyp), exit 1 for the inputs (missing, a
+#      the command line (no --ref, an unknown flag, an argument, --ref -
+#      without --hyp FILE, standard input a terminal), exit 1 for the inputs (missing, a
 #      directory, empty, a line not UTF-8 named by its number, a NUL byte,
 #      past CG_MAX_INPUT_MB, the line counts apart naming both, standard
 #      output appended to an input, which stays intact, a closed stdout)
@@ -182,6 +183,10 @@ rc=0
 cat h.txt | "$seq2seq" score --ref r.txt >pipe.json 2>&1 && cmp -s pipe.json stdin.json &&
   echo "ok: the hypotheses from a pipe: the same line" || fail "the hypotheses from a pipe: $(head -c 300 pipe.json)"
 jsonl_ok "the line parses" stdin.json
+"$seq2seq" score --ref r.txt --hyp - <h.txt >dash.json 2>&1 && cmp -s dash.json stdin.json &&
+  echo "ok: --hyp -: standard input" || fail "--hyp -: $(head -c 300 dash.json)"
+"$seq2seq" score --ref - --hyp h.txt <r.txt >dash.json 2>&1 && cmp -s dash.json stdin.json &&
+  echo "ok: --ref -: the references on standard input" || fail "--ref -: $(head -c 300 dash.json)"
 # translate's output piped in: the line of its file (a tiny model, 4 steps)
 zoo_data
 "$seq2seq" train --data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 \
@@ -218,12 +223,18 @@ grep -q "warning: --hyp 'r40.txt' is --ref's file" "the references as hypotheses
   echo "ok: --hyp is --ref's file: $(head -1 "the references as hypotheses.err")" ||
   fail "--hyp is --ref's file: no warning: $(cat "the references as hypotheses.err")"
 ln -s r40.txt link.txt
-"$seq2seq" score --ref link.txt <r40.txt >/dev/null 2>err.txt && grep -q "warning: standard input is --ref's file" err.txt &&
+"$seq2seq" score --ref link.txt <r40.txt >/dev/null 2>err.txt && grep -q "warning: standard input (the hypotheses) is --ref's file" err.txt &&
   echo "ok: standard input is --ref's file (a link): $(head -1 err.txt)" ||
   fail "standard input is --ref's file: $(cat err.txt)"
 
 # ---- 3. refusals
 refuse "no --ref" 2 "^seq2seq: error: score needs --ref FILE" "$seq2seq" score --hyp h.txt
+refuse "--ref - without --hyp" 2 "^seq2seq: error: --ref - and the hypotheses cannot both be standard input: give --hyp FILE$" \
+  "$seq2seq" score --ref - <r.txt
+refuse "--ref - --hyp -" 2 "^seq2seq: error: --ref - and the hypotheses cannot both be standard input" \
+  "$seq2seq" score --ref - --hyp - <r.txt
+refuse "--ref - empty" 1 "^seq2seq: error: standard input (the references) is empty$" \
+  "$seq2seq" score --ref - --hyp h.txt </dev/null
 refuse "an unknown flag" 2 "^seq2seq: error: .*--sys" "$seq2seq" score --ref r.txt --sys h.txt
 refuse "an argument" 2 "^seq2seq: error: .*unexpected argument 'h.txt'" "$seq2seq" score --ref r.txt h.txt
 refuse "--ref missing" 1 "^seq2seq: error: --ref: cannot open 'nope.txt': No such file or directory$" \
@@ -233,14 +244,14 @@ mkdir adir
 refuse "--ref a directory" 1 "^seq2seq: error: --ref: 'adir' is a directory, not a file$" \
   "$seq2seq" score --ref adir --hyp h.txt
 refuse "--hyp a directory" 1 "^seq2seq: error: --hyp: 'adir' is a directory" "$seq2seq" score --ref r.txt --hyp adir
-refuse "standard input a directory" 1 "^seq2seq: error: standard input (the hypotheses, no --hyp) is a directory" \
+refuse "standard input a directory" 1 "^seq2seq: error: standard input (the hypotheses) is a directory" \
   "$seq2seq" score --ref r.txt <adir
 : >empty.txt
 refuse "--ref empty" 1 "^seq2seq: error: --ref: 'empty.txt' is empty$" "$seq2seq" score --ref empty.txt --hyp h.txt
 refuse "--hyp empty" 1 "^seq2seq: error: --hyp: 'empty.txt' is empty$" "$seq2seq" score --ref r.txt --hyp empty.txt
-refuse "standard input empty" 1 "^seq2seq: error: standard input (the hypotheses, no --hyp) is empty$" \
+refuse "standard input empty" 1 "^seq2seq: error: standard input (the hypotheses) is empty$" \
   "$seq2seq" score --ref r.txt </dev/null
-refuse "standard input closed" 1 "^seq2seq: error: cannot read standard input (the hypotheses, no --hyp): Bad file descriptor$" \
+refuse "standard input closed" 1 "^seq2seq: error: cannot read standard input (the hypotheses): Bad file descriptor$" \
   "$seq2seq" score --ref r.txt <&-
 printf 'ein Satz\nzwei S\xe4tze\ndrei\n' >latin1.txt
 printf 'a\nb\nc\n' >abc.txt
@@ -248,7 +259,7 @@ refuse "--hyp not UTF-8" 1 "^seq2seq: error: --hyp 'latin1.txt': line 2 is not v
   "$seq2seq" score --ref abc.txt --hyp latin1.txt
 refuse "--ref not UTF-8" 1 "^seq2seq: error: --ref 'latin1.txt': line 2 is not valid UTF-8" \
   "$seq2seq" score --ref latin1.txt --hyp abc.txt
-refuse "standard input not UTF-8" 1 "^seq2seq: error: standard input (the hypotheses, no --hyp): line 2 is not valid UTF-8" \
+refuse "standard input not UTF-8" 1 "^seq2seq: error: standard input (the hypotheses): line 2 is not valid UTF-8" \
   "$seq2seq" score --ref abc.txt <latin1.txt
 printf 'a\nb\x00c\nd\n' >nul.txt
 refuse "a NUL byte" 1 "^seq2seq: error: --hyp: 'nul.txt' holds a NUL byte at offset 3: not a text file$" \
@@ -259,7 +270,7 @@ refuse "past CG_MAX_INPUT_MB" 1 "^seq2seq: error: --ref: 'big.txt' is larger tha
 head -3 r.txt >r3.txt
 refuse "fewer hypotheses" 1 "^seq2seq: error: --hyp 'abc.txt' has 3 lines and --ref 'r40.txt' 40: one hypothesis per reference line (nothing was scored)$" \
   "$seq2seq" score --ref r40.txt --hyp abc.txt
-refuse "more hypotheses" 1 "^seq2seq: error: standard input (the hypotheses, no --hyp) has 40 lines and --ref 'abc.txt' 3" \
+refuse "more hypotheses" 1 "^seq2seq: error: standard input (the hypotheses) has 40 lines and --ref 'abc.txt' 3" \
   "$seq2seq" score --ref abc.txt <r40.txt
 printf 'a\nb\nc\n\n' >abc4.txt # an empty fourth line is a line
 refuse "an empty last line counts" 1 "has 4 lines and --ref 'abc.txt' 3" "$seq2seq" score --ref abc.txt --hyp abc4.txt
@@ -284,14 +295,17 @@ rc=0
 # standard input a terminal, no --hyp: refused at once, not waited on
 if python3 -c 'import os; os.openpty()' 2>/dev/null; then
   rc=0
-  timeout 20 python3 - "$seq2seq" >tty.txt 2>&1 <<'EOF' || rc=$?
+  timeout 30 python3 - "$seq2seq" >tty.txt 2>&1 <<'EOF' || rc=$?
 import os, subprocess, sys
 master, slave = os.openpty()
-p = subprocess.run([sys.argv[1], "score", "--ref", "r.txt"], stdin=slave, capture_output=True, timeout=10)
-sys.stdout.write("%d|%s" % (p.returncode, p.stderr.decode(errors="replace")))
+for args in (["--ref", "r.txt"], ["--ref", "-", "--hyp", "h.txt"]):
+    p = subprocess.run([sys.argv[1], "score"] + args, stdin=slave, capture_output=True, timeout=10)
+    sys.stdout.write("%d|%s" % (p.returncode, p.stderr.decode(errors="replace")))
 EOF
-  [ "$rc" -eq 0 ] && grep -q "^2|seq2seq: error: no --hyp, and standard input is a terminal" tty.txt &&
-    echo "ok: standard input a terminal: $(cat tty.txt)" || fail "standard input a terminal: $rc $(cat tty.txt)"
+  [ "$rc" -eq 0 ] && [ "$(wc -l <tty.txt)" -eq 2 ] &&
+    grep -q "^2|seq2seq: error: standard input (the hypotheses) is a terminal: give --hyp FILE, or pipe them in$" tty.txt &&
+    grep -q "^2|seq2seq: error: standard input (the references) is a terminal: give --ref FILE, or pipe them in$" tty.txt &&
+    echo "ok: standard input a terminal: $(tr '\n' ' ' <tty.txt)" || fail "standard input a terminal: $rc $(cat tty.txt)"
 else
   echo "note: no pseudo-terminal here: the terminal case is left out"
 fi

@@ -221,57 +221,50 @@ int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data 
 
 /* ============================================================ score */
 
-/* A text score reads: the file read once, its lines pointing into it. */
+/* An input of score: --ref's or --hyp's file (path NULL: standard input),
+ * read once, its lines pointing into it. */
 typedef struct {
+    const char *flag, *path;
     char *buf;
     const char **lines;
     int64_t n;
 } score_text;
 
-#define SCORE_STDIN "standard input (the hypotheses, no --hyp)"
-
-/* An error of cg_read_file_once on "-" names standard input. */
-static void name_stdin(void)
+/* How messages name t: "--ref 'r.txt'", "standard input (the hypotheses)". */
+static const char *input_name(char *buf, size_t n, const score_text *t)
 {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", cg_last_error());
-    const char *q = strstr(msg, "'-'");
-    if (q)
-        cg_set_error("%.*s%s%s", (int)(q - msg), msg, SCORE_STDIN, q + 3);
-}
-
-/* How messages name an input: "--ref 'r.txt'", or standard input. */
-static const char *input_name(char *buf, size_t n, const char *flag, const char *path)
-{
-    if (path)
-        snprintf(buf, n, "%s '%s'", flag, path);
+    if (t->path)
+        snprintf(buf, n, "%s '%s'", t->flag, t->path);
     else
-        snprintf(buf, n, "%s", SCORE_STDIN);
+        snprintf(buf, n, "standard input (the %s)",
+                 strcmp(t->flag, "--ref") ? "hypotheses" : "references");
     return buf;
 }
 
-/* The file path (NULL: standard input) read once as text, as the zoo reads
- * its inputs (models/util/files.h cg_read_file_once: a directory, an empty
- * file, a NUL byte or more than the input limit refused), into lines as
- * translate reads its stdin (cg_read_lines: "\n" ends a line, the "\r"s
+/* The file t->path (NULL: standard input) read once as text, as the zoo
+ * reads its inputs (models/util/files.h cg_read_file_once: a directory, an
+ * empty file, a NUL byte or more than the input limit refused), into lines
+ * as translate reads its stdin (cg_read_lines: "\n" ends a line, the "\r"s
  * before it dropped, a last line without one counted), each valid UTF-8 as
- * sacreBLEU reads its files: false + error naming the flag (and the line). */
-static bool score_read(const char *path, const char *flag, score_text *t)
+ * sacreBLEU reads its files: false + error naming t (and the line). */
+static bool score_read(score_text *t)
 {
     size_t len;
-    char name[4200];
-    if (!(t->buf = cg_read_file_once(path ? path : "-", 0, true, &len))) {
-        if (path)
-            cg_prefix_error("%s: ", flag);
-        else
-            name_stdin();
+    char name[4200], msg[1024];
+    if (!(t->buf = cg_read_file_once(t->path ? t->path : "-", 0, true, &len))) {
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        const char *q = strstr(msg, "'-'"); /* standard input, named */
+        if (t->path)
+            cg_prefix_error("%s: ", t->flag);
+        else if (q)
+            cg_set_error("%.*s%s%s", (int)(q - msg), msg, input_name(name, sizeof name, t), q + 3);
         return false;
     }
-    int64_t n = len > 0 && t->buf[len - 1] != '\n'; /* a last line without "\n" */
+    int64_t n = t->buf[len - 1] != '\n'; /* a last line without "\n" (len > 0) */
     for (size_t i = 0; i < len; i++)
         n += t->buf[i] == '\n';
     if (!(t->lines = malloc((size_t)n * sizeof *t->lines))) {
-        cg_set_error("out of memory reading %s", input_name(name, sizeof name, flag, path));
+        cg_set_error("out of memory reading %s", input_name(name, sizeof name, t));
         return false;
     }
     char *p = t->buf, *end = t->buf + len; /* *end is a NUL */
@@ -284,7 +277,7 @@ static bool score_read(const char *path, const char *flag, score_text *t)
             p[--ll] = '\0';
         if (cg_utf8_count(p, ll, &bad) < 0) {
             cg_set_error("%s: line %lld is not valid UTF-8 (bad byte 0x%02x at byte %zu)",
-                         input_name(name, sizeof name, flag, path), (long long)t->n + 1,
+                         input_name(name, sizeof name, t), (long long)t->n + 1,
                          (unsigned)(unsigned char)p[bad], bad + 1);
             return false;
         }
@@ -346,45 +339,50 @@ static int score_print(const score_text *r, const score_text *h)
     return rc;
 }
 
-/* --hyp (or standard input) that is --ref's file is scored, with a warning. */
-static void warn_same(const char *ref, const char *hyp)
+/* The checks before anything is read, each input in its own right (a file,
+ * or standard input: at most one, not a terminal) and against standard
+ * output: -1 or the exit code. */
+static int score_inputs_ok(const score_text *r, const score_text *h)
 {
-    if (hyp && cg_same_file(hyp, ref))
-        cg_prog_warn("--hyp '%s' is --ref's file: the references are scored against themselves",
-                     hyp);
-    else if (!hyp && cg_same_file("/dev/stdin", ref))
-        cg_prog_warn("standard input is --ref's file '%s': the references are scored against "
-                     "themselves",
-                     ref);
+    char name[4200];
+    const score_text *in = !r->path ? r : !h->path ? h : NULL;
+    if (!r->path && !h->path) {
+        cg_prog_fail("--ref - and the hypotheses cannot both be standard input: give --hyp FILE");
+        return CG_EXIT_USAGE;
+    }
+    if (in && isatty(STDIN_FILENO)) {
+        cg_prog_fail("%s is a terminal: give %s FILE, or pipe them in",
+                     input_name(name, sizeof name, in), in->flag);
+        return CG_EXIT_USAGE;
+    }
+    for (const score_text *t = r; t; t = t == r ? h : NULL)
+        if (!cg_out_check_stdout(t->path ? t->path : "/dev/stdin",
+                                 t->path ? t->flag : "standard input"))
+            return cg_prog_fail_lib(NULL);
+    return -1;
 }
 
 int score_files(const char *ref, const char *hyp)
 {
-    if (!hyp && isatty(STDIN_FILENO)) {
-        cg_prog_fail("no --hyp, and standard input is a terminal: give --hyp FILE or pipe the "
-                     "hypotheses in (seq2seq translate ... | seq2seq score --ref REF)");
-        return CG_EXIT_USAGE;
-    }
-    if (!cg_out_check_stdout(ref, "--ref") || (hyp && !cg_out_check_stdout(hyp, "--hyp")) ||
-        (!hyp && !cg_out_check_stdout("/dev/stdin", "standard input")))
-        return cg_prog_fail_lib(NULL);
-    score_text r = {0}, h = {0};
-    char name[4200];
-    int rc = -1;
-    if (!score_read(ref, "--ref", &r) || !score_read(hyp, "--hyp", &h))
+    score_text r = {.flag = "--ref", .path = strcmp(ref, "-") ? ref : NULL},
+               h = {.flag = "--hyp", .path = hyp && strcmp(hyp, "-") ? hyp : NULL};
+    char rn[4200], hn[4200];
+    int rc = score_inputs_ok(&r, &h);
+    if (rc < 0 && (!score_read(&r) || !score_read(&h)))
         rc = cg_prog_fail_lib(NULL);
-    else if (h.n != r.n)
-        rc = cg_prog_fail("%s has %lld lines and --ref '%s' %lld: one hypothesis per reference "
-                          "line (nothing was scored)",
-                          input_name(name, sizeof name, "--hyp", hyp), (long long)h.n, ref,
-                          (long long)r.n);
-    else if (r.n > INT32_MAX)
-        rc = cg_prog_fail("--ref '%s' has %lld lines; score takes at most %d", ref, (long long)r.n,
-                          (int)INT32_MAX);
-    if (rc < 0) {
-        warn_same(ref, hyp);
+    else if (rc < 0 && h.n != r.n)
+        rc = cg_prog_fail("%s has %lld lines and %s %lld: one hypothesis per reference line "
+                          "(nothing was scored)",
+                          input_name(hn, sizeof hn, &h), (long long)h.n,
+                          input_name(rn, sizeof rn, &r), (long long)r.n);
+    else if (rc < 0 && r.n > INT32_MAX)
+        rc = cg_prog_fail("%s has %lld lines; score takes at most %d",
+                          input_name(rn, sizeof rn, &r), (long long)r.n, (int)INT32_MAX);
+    if (rc < 0 && cg_same_file(h.path ? h.path : "/dev/stdin", r.path ? r.path : "/dev/stdin"))
+        cg_prog_warn("%s is %s's file: the references are scored against themselves",
+                     input_name(hn, sizeof hn, &h), r.path ? "--ref" : "standard input");
+    if (rc < 0)
         rc = score_print(&r, &h);
-    }
     free(r.buf);
     free(r.lines);
     free(h.buf);
