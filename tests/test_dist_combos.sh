@@ -12,7 +12,7 @@
 #   3. --skip-nonfinite under --zero 1: every rank skips the poisoned steps
 #      and the parameters stay as they were
 #   4. the commands that are not data-parallel (average, sample, eval,
-#      translate, attention) are refused under mpirun on every rank (exit 2)
+#      translate, attention, score) are refused under mpirun on every rank (exit 2)
 #      before any file is written (each rank wrote the same --out: a race that
 #      failed, left temporaries or crashed mpirun); their --help still works
 #   5. a checkpoint whose batch is smaller than the ranks, resumed: the
@@ -106,9 +106,11 @@ grep -q 'skipping step 5: loss nan,' pz.log && ! grep -q -- '-nan' pz.log &&
 # 4. commands that run as one process
 rc=0
 run a1 "$charlm" train "${TINY[@]}" --steps 4 --out a.st
+printf 'ein Satz\n' >sc.txt
 for cmd in "$charlm average --out avg.st a.st a.st" "$charlm sample --ckpt a.st --length 5" \
   "$charlm eval --ckpt a.st" "$charlm sample --ckpt a.st --length 5 --attention att.png" \
-  "$seq2seq translate --ckpt s1.st hallo" "$seq2seq attention --ckpt s1.st --text hallo --out attdir"; do
+  "$seq2seq translate --ckpt s1.st hallo" "$seq2seq attention --ckpt s1.st --text hallo --out attdir" \
+  "$seq2seq score --ref sc.txt --hyp sc.txt"; do
   rc=0
   # shellcheck disable=SC2086 # the words of cmd
   mpi 2 $cmd >out.txt 2>err.txt || rc=$?

@@ -365,6 +365,113 @@ START_TEST(test_reference_edges)
 }
 END_TEST
 
+/* ------------------------------------------------------------ BLEU's statistics */
+
+/* cg_bleu_compute's st against the values given (precisions to TOL, the
+ * counts exactly) and cg_bleu's score bit for bit. */
+static void check_stats(int n, const char *const *h, const char *const *r, const double p[4],
+                        double bp, long long hyp_len, long long ref_len)
+{
+    cg_bleu_stats st;
+    ck_assert(cg_bleu_compute(n, h, r, &st));
+    double b = cg_bleu(n, h, r);
+    ck_assert_msg(memcmp(&b, &st.score, sizeof b) == 0, "cg_bleu %.17g, its stats' score %.17g", b,
+                  st.score);
+    for (int g = 0; g < 4; g++)
+        ck_assert_msg(fabs(st.precisions[g] - p[g]) <= TOL, "p%d: %.17g, expected %.17g", g + 1,
+                      st.precisions[g], p[g]);
+    ck_assert_double_eq_tol(st.bp, bp, TOL);
+    ck_assert_int_eq(st.hyp_len, hyp_len);
+    ck_assert_int_eq(st.ref_len, ref_len);
+    ck_assert_double_eq(st.ratio, ref_len ? (double)hyp_len / (double)ref_len : 0.0);
+    ck_assert_int_eq(st.totals[0], hyp_len);
+}
+
+START_TEST(test_bleu_stats_hand)
+{
+    /* test_bleu_hand's: 1-grams 3/4, 2-grams 1/3, 3- and 4-grams smoothed
+     * 1/(2*2) and 1/(4*1); 4 tokens against 6 */
+    const char *h2[] = {"the cat the cat"}, *r2[] = {"the cat sat on the mat"};
+    check_stats(1, h2, r2, (double[]){75.0, 100.0 / 3.0, 25.0, 25.0}, exp(1.0 - 1.5), 4, 6);
+    cg_bleu_stats st;
+    ck_assert(cg_bleu_compute(1, h2, r2, &st));
+    ck_assert(st.matches[0] == 3 && st.matches[1] == 1 && st.matches[2] == 0 && st.matches[3] == 0);
+    ck_assert(st.totals[1] == 3 && st.totals[2] == 2 && st.totals[3] == 1);
+    ck_assert_double_eq_tol(
+        st.score, exp(1.0 - 1.5) * exp((log(75.0) + log(100.0 / 3.0) + log(25.0) + log(25.0)) / 4),
+        TOL);
+    /* a longer hypothesis: no brevity penalty, ratio above 1 */
+    const char *h1[] = {"the cat sat on the mat ."}, *r1[] = {"the cat sat on the mat"};
+    check_stats(1, h1, r1, (double[]){600.0 / 7, 500.0 / 6, 400.0 / 5, 300.0 / 4}, 1.0, 7, 6);
+    /* no 4-gram in the hypotheses: the score and p4 are 0, p1..p3 kept */
+    const char *h4[] = {"a b c"}, *r4[] = {"a b c d"};
+    check_stats(1, h4, r4, (double[]){100, 100, 100, 0}, exp(1.0 - 4.0 / 3.0), 3, 4);
+    ck_assert(cg_bleu_compute(1, h4, r4, &st) && st.score == 0.0);
+    /* empty hypotheses: bp 0 (sacreBLEU's), every precision 0 */
+    const char *e[] = {"", ""}, *r6[] = {"a b c d e", "f"};
+    check_stats(2, e, r6, (double[]){0, 0, 0, 0}, 0.0, 0, 6);
+    /* no sentence, and empty lines on both sides: bp 1, ratio 0 */
+    check_stats(0, NULL, NULL, (double[]){0, 0, 0, 0}, 1.0, 0, 0);
+    check_stats(2, e, e, (double[]){0, 0, 0, 0}, 1.0, 0, 0);
+    /* not one match (metrics.h: sacreBLEU would stop at 0): every order
+     * smoothed, 1/(2*4), 1/(4*3), 1/(8*2), 1/(16*1) */
+    const char *hx[] = {"a b c d"}, *rx[] = {"e f g h"};
+    check_stats(1, hx, rx, (double[]){12.5, 100.0 / 12, 6.25, 6.25}, 1.0, 4, 4);
+    /* bad arguments: false, st zero, the error said */
+    const char *hn[] = {NULL};
+    cg_clear_error();
+    st.score = 5;
+    ck_assert(!cg_bleu_compute(1, hn, r1, &st));
+    ck_assert(strstr(cg_last_error(), "hyps[0]") != NULL);
+    ck_assert(st.score == 0 && st.hyp_len == 0 && st.bp == 0);
+    cg_clear_error();
+    ck_assert(!cg_bleu_compute(1, h1, r1, NULL));
+    ck_assert(cg_has_error());
+    cg_clear_error();
+}
+END_TEST
+
+/* On every slice of the 310 real pairs (metrics_expected.txt's): cg_bleu
+ * is its stats' score bit for bit, and the precisions, brevity penalty and
+ * ratio are what the counts give (sacreBLEU's compute_bleu). */
+START_TEST(test_bleu_stats_reference)
+{
+    lines_t cases = read_lines("metrics_cases.tsv");
+    lines_t exp_ = read_lines("metrics_expected.txt");
+    const char **hyps = malloc((size_t)cases.n * sizeof *hyps);
+    const char **refs = malloc((size_t)cases.n * sizeof *refs);
+    split_cases(&cases, hyps, refs);
+    int short_ones = 0, smoothed = 0;
+    for (int k = 0; k < exp_.n; k++) {
+        int start, count;
+        ck_assert_int_eq(sscanf(exp_.lines[k], "%d %d", &start, &count), 2);
+        cg_bleu_stats st;
+        ck_assert(cg_bleu_compute(count, hyps + start, refs + start, &st));
+        double b = cg_bleu(count, hyps + start, refs + start);
+        ck_assert_msg(memcmp(&b, &st.score, sizeof b) == 0, "lines %d..%d: %.17g against %.17g",
+                      start + 1, start + count, b, st.score);
+        long long k2 = 1;
+        for (int g = 0; g < 4 && st.totals[g] > 0; g++) {
+            double p = st.matches[g] ? 100.0 * (double)st.matches[g] / (double)st.totals[g]
+                                     : 100.0 / (double)((k2 *= 2) * st.totals[g]);
+            ck_assert(st.precisions[g] == p);
+            smoothed += st.matches[g] == 0;
+        }
+        double bp = st.hyp_len >= st.ref_len ? 1.0
+                    : st.hyp_len == 0        ? 0.0
+                                             : exp(1 - (double)st.ref_len / (double)st.hyp_len);
+        ck_assert(st.bp == bp);
+        short_ones += st.bp < 1;
+    }
+    ck_assert_int_gt(short_ones, 10); /* the data has both cases */
+    ck_assert_int_gt(smoothed, 5);
+    free(hyps);
+    free(refs);
+    free_lines(&cases);
+    free_lines(&exp_);
+}
+END_TEST
+
 /* ------------------------------------------------------------ plot */
 
 static char plot_dir[PATH_MAX];
@@ -1401,11 +1508,13 @@ static Suite *metrics_suite(void)
     tcase_add_test(tc, test_bleu_hand);
     tcase_add_test(tc, test_chrf_hand);
     tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_bleu_stats_hand);
     suite_add_tcase(s, tc);
     tc = tcase_create("reference");
     tcase_add_test(tc, test_reference_tokens);
     tcase_add_test(tc, test_reference_scores);
     tcase_add_test(tc, test_reference_edges);
+    tcase_add_test(tc, test_bleu_stats_reference);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -470,11 +470,10 @@ static bool intern_tokens(intern_ws *w, const tok13a *h, const tok13a *r)
     return true;
 }
 
-double cg_bleu(int n, const char *const *hyps, const char *const *refs)
+/* The corpus counts of BLEU into st (matches, totals, lengths): false when
+ * memory runs out. */
+static bool bleu_counts(int n, const char *const *hyps, const char *const *refs, cg_bleu_stats *st)
 {
-    if (!check_args("cg_bleu", n, hyps, refs))
-        return -1.0;
-    long long match[4] = {0}, total[4] = {0}, hyp_len = 0, ref_len = 0;
     tok13a th = {0}, tr = {0};
     intern_ws iw = {0};
     ngram_ws nw = {0};
@@ -486,16 +485,16 @@ double cg_bleu(int n, const char *const *hyps, const char *const *refs)
             break;
         }
         size_t lh = iw.ids_h.n, lr = iw.ids_r.n;
-        hyp_len += (long long)lh;
-        ref_len += (long long)lr;
+        st->hyp_len += (long long)lh;
+        st->ref_len += (long long)lr;
         for (int g = 1; g <= 4; g++) {
             long long m = ngram_matches(&nw, iw.ids_h.v, lh, iw.ids_r.v, lr, g);
             if (m < 0) {
                 ok = false;
                 break;
             }
-            match[g - 1] += m;
-            total[g - 1] += lh >= (size_t)g ? (long long)(lh - (size_t)g + 1) : 0;
+            st->matches[g - 1] += m;
+            st->totals[g - 1] += lh >= (size_t)g ? (long long)(lh - (size_t)g + 1) : 0;
         }
     }
     tok_free(&th);
@@ -504,28 +503,61 @@ double cg_bleu(int n, const char *const *hyps, const char *const *refs)
     u32_free(&iw.ids_h);
     u32_free(&iw.ids_r);
     ngram_ws_free(&nw);
-    if (!ok) {
-        cg_set_error("cg_bleu: out of memory");
-        return -1.0;
-    }
+    return ok;
+}
+
+/* The score, precisions, brevity penalty and ratio of st's counts (in the
+ * order of metrics.py's operations: the score is its to the last bit). */
+static void bleu_finish(cg_bleu_stats *st)
+{
+    long long hyp_len = st->hyp_len, ref_len = st->ref_len;
+    st->ratio = ref_len ? (double)hyp_len / (double)ref_len : 0.0;
+    st->bp = hyp_len >= ref_len ? 1.0
+             : hyp_len == 0     ? 0.0
+                                : exp(1 - (double)ref_len / (double)hyp_len);
+    st->score = 0.0;
     if (hyp_len == 0)
-        return 0.0;
+        return;
     double log_p = 0.0;
     long long k = 1;
     for (int g = 0; g < 4; g++) {
         double p;
-        if (total[g] == 0)
-            return 0.0;
-        if (match[g] == 0) { /* 'exp' smoothing */
+        if (st->totals[g] == 0)
+            return;                /* no g+1-grams: BLEU 0, this and the higher precisions 0 */
+        if (st->matches[g] == 0) { /* 'exp' smoothing */
             k *= 2;
-            p = 100.0 / (double)(k * total[g]);
+            p = 100.0 / (double)(k * st->totals[g]);
         } else {
-            p = 100.0 * (double)match[g] / (double)total[g];
+            p = 100.0 * (double)st->matches[g] / (double)st->totals[g];
         }
+        st->precisions[g] = p;
         log_p += log(p) / 4;
     }
-    double bp = hyp_len >= ref_len ? 1.0 : exp(1 - (double)ref_len / (double)hyp_len);
-    return bp * exp(log_p);
+    st->score = st->bp * exp(log_p);
+}
+
+bool cg_bleu_compute(int n, const char *const *hyps, const char *const *refs, cg_bleu_stats *st)
+{
+    if (!st) {
+        cg_set_error("cg_bleu_compute: st is NULL");
+        return false;
+    }
+    *st = (cg_bleu_stats){0};
+    if (!check_args("cg_bleu", n, hyps, refs))
+        return false;
+    if (!bleu_counts(n, hyps, refs, st)) {
+        *st = (cg_bleu_stats){0};
+        cg_set_error("cg_bleu: out of memory");
+        return false;
+    }
+    bleu_finish(st);
+    return true;
+}
+
+double cg_bleu(int n, const char *const *hyps, const char *const *refs)
+{
+    cg_bleu_stats st;
+    return cg_bleu_compute(n, hyps, refs, &st) ? st.score : -1.0;
 }
 
 /* ------------------------------------------------------------ chrF */

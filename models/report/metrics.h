@@ -14,9 +14,16 @@
  *
  * One reference per hypothesis. Both functions return a score in [0, 100],
  * or -1.0 with a message (cg_last_error) when an argument is NULL, n < 0 or
- * memory runs out. n == 0 gives 0.0. */
+ * memory runs out. n == 0 gives 0.0.
+ *
+ * One difference from sacreBLEU 2.x, shared with metrics.py: a corpus with
+ * no matching n-gram of any order (not one token of the hypotheses in their
+ * references) scores the 'exp'-smoothed value, where sacreBLEU stops at 0.0
+ * (its "early stop", issue #141). Any other corpus scores as sacreBLEU's. */
 #ifndef CG_METRICS_H
 #define CG_METRICS_H
+
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,6 +31,27 @@ extern "C" {
 
 double cg_bleu(int n, const char *const *hyps, const char *const *refs);
 double cg_chrf(int n, const char *const *hyps, const char *const *refs);
+
+/* What sacreBLEU's BLEU line shows beside the score (its BLEUScore):
+ * "score p1/p2/p3/p4 (BP = bp ratio = ratio hyp_len = .. ref_len = ..)". */
+typedef struct {
+    /* cg_bleu's value, bit for bit */
+    double score;
+    /* 1- to 4-gram precisions x100, an order without a match 'exp'-smoothed;
+     * 0 from the first order the hypotheses have no n-gram of (the score is
+     * then 0) */
+    double precisions[4];
+    /* brevity penalty: 1 when hyp_len >= ref_len, else exp(1 - ref_len /
+     * hyp_len); 0 for hyp_len 0 */
+    double bp;
+    double ratio;                    /* hyp_len / ref_len (0 when ref_len is 0) */
+    long long hyp_len, ref_len;      /* 13a tokens over the corpus */
+    long long matches[4], totals[4]; /* clipped n-gram matches; hypothesis n-grams */
+} cg_bleu_stats;
+
+/* Corpus BLEU with its statistics into *st (cg_bleu is its score): true, or
+ * false + error as cg_bleu's -1.0 (*st then zero). */
+bool cg_bleu_compute(int n, const char *const *hyps, const char *const *refs, cg_bleu_stats *st);
 
 /* The 13a tokenisation of one line, tokens joined by single spaces, e.g.
  * "Hello, world. 3.5 - 4-5" -> "Hello , world . 3.5 - 4 - 5".

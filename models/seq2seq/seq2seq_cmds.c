@@ -1,7 +1,8 @@
-/* The work of seq2seq's translate and eval commands, whose flags and help
- * stay in seq2seq_main.c: translate's sentences checked (one that cannot be
- * translated is reported and stands as an empty line) and translated in
- * order, and eval's scores of a split as one JSON line. Moved here from
+/* The work of seq2seq's translate, eval and score commands, whose flags
+ * and help stay in seq2seq_main.c: translate's sentences checked (one that
+ * cannot be translated is reported and stands as an empty line) and
+ * translated in order, eval's scores of a split as one JSON line, and
+ * score's of a translation file against its references. Moved here from
  * seq2seq_main.c (issue 35). */
 #include "models/seq2seq/seq2seq_cmds.h"
 
@@ -10,9 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/parse.h"
+#include "core/utf8.h"
 #include "models/data/pairs.h"
+#include "models/report/metrics.h"
 #include "models/seq2seq/seq2seq_train.h" /* PROG, DEFAULT_DATA */
 #include "models/text/tokenizer.h"
 #include "models/text/vocab.h" /* cg_warn_unknown_chars */
@@ -211,5 +216,176 @@ int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data 
         cg_json_put_bool(j, "ema", c->averaged);
     int rc = cg_json_print_line(stdout, j) ? -1 : cg_prog_fail_lib(NULL);
     cJSON_Delete(j);
+    return rc;
+}
+
+/* ============================================================ score */
+
+/* An input of score: --ref's or --hyp's file (path NULL: standard input),
+ * read once, its lines pointing into it. */
+typedef struct {
+    const char *flag, *path;
+    char *buf;
+    const char **lines;
+    int64_t n;
+} score_text;
+
+/* How messages name t: "--ref 'r.txt'", "standard input (the hypotheses)". */
+static const char *input_name(char *buf, size_t n, const score_text *t)
+{
+    if (t->path)
+        snprintf(buf, n, "%s '%s'", t->flag, t->path);
+    else
+        snprintf(buf, n, "standard input (the %s)",
+                 strcmp(t->flag, "--ref") ? "hypotheses" : "references");
+    return buf;
+}
+
+/* The file t->path (NULL: standard input) read once as text, as the zoo
+ * reads its inputs (models/util/files.h cg_read_file_once: a directory, an
+ * empty file, a NUL byte or more than the input limit refused), into lines
+ * as translate reads its stdin (cg_read_lines: "\n" ends a line, the "\r"s
+ * before it dropped, a last line without one counted), each valid UTF-8 as
+ * sacreBLEU reads its files: false + error naming t (and the line). */
+static bool score_read(score_text *t)
+{
+    size_t len;
+    char name[4200], msg[1024];
+    if (!(t->buf = cg_read_file_once(t->path ? t->path : "-", 0, true, &len))) {
+        snprintf(msg, sizeof msg, "%s", cg_last_error());
+        const char *q = strstr(msg, "'-'"); /* standard input, named */
+        if (t->path)
+            cg_prefix_error("%s: ", t->flag);
+        else if (q)
+            cg_set_error("%.*s%s%s", (int)(q - msg), msg, input_name(name, sizeof name, t), q + 3);
+        return false;
+    }
+    int64_t n = t->buf[len - 1] != '\n'; /* a last line without "\n" (len > 0) */
+    for (size_t i = 0; i < len; i++)
+        n += t->buf[i] == '\n';
+    if (!(t->lines = malloc((size_t)n * sizeof *t->lines))) {
+        cg_set_error("out of memory reading %s", input_name(name, sizeof name, t));
+        return false;
+    }
+    char *p = t->buf, *end = t->buf + len; /* *end is a NUL */
+    for (t->n = 0; t->n < n; t->n++) {
+        char *e = memchr(p, '\n', (size_t)(end - p));
+        e = e ? e : end;
+        *e = '\0';
+        size_t ll = (size_t)(e - p), bad = 0;
+        while (ll > 0 && p[ll - 1] == '\r')
+            p[--ll] = '\0';
+        if (cg_utf8_count(p, ll, &bad) < 0) {
+            cg_set_error("%s: line %lld is not valid UTF-8 (bad byte 0x%02x at byte %zu)",
+                         input_name(name, sizeof name, t), (long long)t->n + 1,
+                         (unsigned)(unsigned char)p[bad], bad + 1);
+            return false;
+        }
+        t->lines[t->n] = p;
+        p = e + 1;
+    }
+    return true;
+}
+
+/* The printf format of x that reads back as x: the shortest of %.15g,
+ * %.16g and %.17g (as cJSON's and Python's repr). */
+static const char *exact_fmt(double x)
+{
+    static const char *const fmts[] = {"%.15g", "%.16g", "%.17g"};
+    char b[40];
+    for (int i = 0; i < 2; i++) {
+        cg_snprintf_c(b, sizeof b, fmts[i], x);
+        if (cg_strtod_c(b, NULL) == x)
+            return fmts[i];
+    }
+    return fmts[2];
+}
+
+/* sacreBLEU's signatures of the settings (BLEU(), CHRF()); "impl:cgrad":
+ * models/report/metrics.c computed them, not sacreBLEU */
+#define SCORE_IMPL "|impl:cgrad|compat:sacrebleu-2.x"
+#define BLEU_SIGNATURE "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" SCORE_IMPL
+#define CHRF_SIGNATURE "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no" SCORE_IMPL
+
+/* score's JSON line of the hypotheses h against the references r (as
+ * many lines): -1 or the exit code. */
+static int score_print(const score_text *r, const score_text *h)
+{
+    cg_bleu_stats st;
+    double chrf = 0;
+    const int n = (int)r->n;
+    if (!cg_bleu_compute(n, h->lines, r->lines, &st) || (chrf = cg_chrf(n, h->lines, r->lines)) < 0)
+        return cg_prog_fail_lib(NULL);
+    char prec[200];
+    const double *p = st.precisions;
+    snprintf(prec, sizeof prec, "[%s, %s, %s, %s]", CG_JSON_NUM(exact_fmt(p[0]), p[0]),
+             CG_JSON_NUM(exact_fmt(p[1]), p[1]), CG_JSON_NUM(exact_fmt(p[2]), p[2]),
+             CG_JSON_NUM(exact_fmt(p[3]), p[3]));
+    cJSON *j = cJSON_CreateObject();
+    cg_json_put_num(j, "bleu", exact_fmt(st.score), st.score);
+    cg_json_put_num(j, "chrf", exact_fmt(chrf), chrf);
+    bool ok = j && cJSON_AddRawToObject(j, "precisions", prec);
+    cg_json_put_num(j, "bp", exact_fmt(st.bp), st.bp);
+    cg_json_put_num(j, "ratio", exact_fmt(st.ratio), st.ratio);
+    cg_json_put_int(j, "hyp_len", st.hyp_len);
+    cg_json_put_int(j, "ref_len", st.ref_len);
+    cg_json_put_int(j, "sentences", r->n);
+    cg_json_put_str(j, "bleu_signature", BLEU_SIGNATURE);
+    cg_json_put_str(j, "chrf_signature", CHRF_SIGNATURE);
+    int rc = !ok                             ? cg_prog_fail("out of memory")
+             : cg_json_print_line(stdout, j) ? -1
+                                             : cg_prog_fail_lib(NULL);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* The checks before anything is read, each input in its own right (a file,
+ * or standard input: at most one, not a terminal) and against standard
+ * output: -1 or the exit code. */
+static int score_inputs_ok(const score_text *r, const score_text *h)
+{
+    char name[4200];
+    const score_text *in = !r->path ? r : !h->path ? h : NULL;
+    if (!r->path && !h->path) {
+        cg_prog_fail("--ref - and the hypotheses cannot both be standard input: give --hyp FILE");
+        return CG_EXIT_USAGE;
+    }
+    if (in && isatty(STDIN_FILENO)) {
+        cg_prog_fail("%s is a terminal: give %s FILE, or pipe them in",
+                     input_name(name, sizeof name, in), in->flag);
+        return CG_EXIT_USAGE;
+    }
+    for (const score_text *t = r; t; t = t == r ? h : NULL)
+        if (!cg_out_check_stdout(t->path ? t->path : "/dev/stdin",
+                                 t->path ? t->flag : "standard input"))
+            return cg_prog_fail_lib(NULL);
+    return -1;
+}
+
+int score_files(const char *ref, const char *hyp)
+{
+    score_text r = {.flag = "--ref", .path = strcmp(ref, "-") ? ref : NULL},
+               h = {.flag = "--hyp", .path = hyp && strcmp(hyp, "-") ? hyp : NULL};
+    char rn[4200], hn[4200];
+    int rc = score_inputs_ok(&r, &h);
+    if (rc < 0 && (!score_read(&r) || !score_read(&h)))
+        rc = cg_prog_fail_lib(NULL);
+    else if (rc < 0 && h.n != r.n)
+        rc = cg_prog_fail("%s has %lld lines and %s %lld: one hypothesis per reference line "
+                          "(nothing was scored)",
+                          input_name(hn, sizeof hn, &h), (long long)h.n,
+                          input_name(rn, sizeof rn, &r), (long long)r.n);
+    else if (rc < 0 && r.n > INT32_MAX)
+        rc = cg_prog_fail("%s has %lld lines; score takes at most %d",
+                          input_name(rn, sizeof rn, &r), (long long)r.n, (int)INT32_MAX);
+    if (rc < 0 && cg_same_file(h.path ? h.path : "/dev/stdin", r.path ? r.path : "/dev/stdin"))
+        cg_prog_warn("%s is %s's file: the references are scored against themselves",
+                     input_name(hn, sizeof hn, &h), r.path ? "--ref" : "standard input");
+    if (rc < 0)
+        rc = score_print(&r, &h);
+    free(r.buf);
+    free(r.lines);
+    free(h.buf);
+    free(h.lines);
     return rc;
 }

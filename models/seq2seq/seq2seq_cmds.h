@@ -1,4 +1,4 @@
-/* The work of seq2seq's translate and eval commands, private to the
+/* The work of seq2seq's translate, eval and score commands, private to the
  * seq2seq program (their flags and help stay in seq2seq_main.c). */
 #ifndef CG_MODELS_SEQ2SEQ_CMDS_H
 #define CG_MODELS_SEQ2SEQ_CMDS_H
@@ -22,5 +22,10 @@ int eval_split(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, cg_mt_data 
  * (false + error), and characters a char vocabulary lacks announced (they
  * are read as unk). */
 bool attention_inputs(const cg_seq2seq_ckpt *c, const char *text, const char *target);
+
+/* score: corpus BLEU (with sacreBLEU's details) and chrF of the hypotheses
+ * (the file hyp, or standard input when NULL) against the references ref,
+ * one line each, as one JSON line: -1 or the exit code. */
+int score_files(const char *ref, const char *hyp);
 
 #endif

@@ -6,6 +6,7 @@
  *                      --max-len-b B --min-len N --no-repeat-ngram-size N] [sentences...]
  *   seq2seq eval       --ckpt F [--beam N] [--no-cache]
  *   seq2seq attention  --ckpt F --text S [--out DIR]
+ *   seq2seq score      --ref F [--hyp F]   (BLEU and chrF of a translation file)
  *   seq2seq average    --out F CKPT CKPT...
  *
  * The training recipe is shared/reference/train_seq2seq.py (see its
@@ -13,7 +14,7 @@
  * bit-exactly (models/data/pairs.h). The loop is models/train/trainer.h's, as are the
  * exit codes and the one-line errors "seq2seq: error: ...". This file holds
  * the program's flag tables, help texts and commands; the training glue is
- * seq2seq_train.c, the work of translate and eval seq2seq_cmds.c. */
+ * seq2seq_train.c, the work of translate, eval and score seq2seq_cmds.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,6 +352,45 @@ static int cmd_attention(int argc, char **argv)
     return rc;
 }
 
+/* ============================================================ score */
+static const char SCORE_HELP[] =
+    "usage: seq2seq score --ref FILE [--hyp FILE]\n"
+    "\n"
+    "Score a translation file against its references, one sentence a line in each\n"
+    "(fairseq-score --sys HYP --ref REF; sacrebleu REF -i HYP -m bleu chrf): corpus\n"
+    "BLEU and chrF as sacreBLEU 2.x computes them with its defaults, as one JSON\n"
+    "line: bleu, chrf, BLEU's four n-gram precisions, bp (brevity penalty), ratio,\n"
+    "hyp_len and ref_len (13a tokens), sentences, and each metric's signature\n"
+    "(sacreBLEU's settings; impl:cgrad: computed by cgrad, not by sacreBLEU).\n"
+    "Numbers are given in full (sacreBLEU prints one decimal).\n"
+    "  seq2seq translate --ckpt m.st <src.txt | seq2seq score --ref ref.txt\n"
+    "\n"
+    "options:\n"
+    "  --ref FILE           the references (required; -: standard input, with --hyp)\n"
+    "  --hyp FILE           the hypotheses (default, or -: standard input)\n"
+    "Both are UTF-8 text (a line that is not is refused, by its number), read as\n"
+    "translate reads its input: a line ends at \"\\n\" (a \"\\r\" before it dropped; a\n"
+    "last line without one counts); they must have as many lines. An empty line is\n"
+    "an empty hypothesis (translate prints one for a sentence it cannot translate).\n";
+
+static int cmd_score(int argc, char **argv)
+{
+    const char *ref = NULL, *hyp = NULL;
+    const cg_cli_opt opts[] = {
+        {"--ref", CG_CLI_STR, &ref, 0, 0, NULL, 0},
+        {"--hyp", CG_CLI_STR, &hyp, 0, 0, NULL, 0},
+    };
+    int rc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), SCORE_HELP);
+    if (rc >= 0)
+        return rc;
+    if (!ref) {
+        cg_prog_fail("score needs --ref FILE, the references (try --help)");
+        return CG_EXIT_USAGE;
+    }
+    rc = score_files(ref, hyp);
+    return rc < 0 ? 0 : rc;
+}
+
 /* ============================================================ average */
 /* Does the checkpoint at path load as a translator? (average's check) */
 static bool mt_loads(const char *path)
@@ -373,6 +413,7 @@ static const char MAIN_HELP[] =
     "  translate  translate sentences (arguments or stdin lines)\n"
     "  eval       BLEU and chrF on the test split, one JSON line\n"
     "  attention  PNG heatmaps of every attention layer and head for one sentence\n"
+    "  score      BLEU and chrF of a translation file against its references\n"
     "  average    average the weights of checkpoints (e.g. those of train --keep-last)\n"
     "Run 'seq2seq COMMAND --help' (or 'seq2seq help COMMAND') for a command's options.\n"
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
@@ -382,8 +423,9 @@ int main(int argc, char **argv)
     static const cg_prog_command cmds[] = {{"train", cmd_train},
                                            {"translate", cmd_translate},
                                            {"eval", cmd_eval},
-                                           {"attention", cmd_attention}};
+                                           {"attention", cmd_attention},
+                                           {"score", cmd_score}};
     static const cg_program p = {
-        PROG, MAIN_HELP, cmds, 4, {"seq2seq", cg_seq2seq_config_same_arch, mt_loads, NULL}};
+        PROG, MAIN_HELP, cmds, 5, {"seq2seq", cg_seq2seq_config_same_arch, mt_loads, NULL}};
     return cg_program_main(argc, argv, &p);
 }
