@@ -151,6 +151,42 @@ void cg_trainer_init(cg_trainer *t, cg_train_opts *o)
     t->hist.metric = best_metric(o);
 }
 
+/* --resume: the checkpoint, its recipe, history and origin; -1 to go on, else
+ * the exit code */
+static int begin_resume(cg_trainer *t, cg_train_opts *o, const char *kind)
+{
+    char given[512];
+    if (cg_cli_given_list(o->args, CG_CLI_FIXED, given, sizeof given)) {
+        cg_prog_fail("--resume continues a run with the model and recipe of its "
+                     "checkpoint; drop %s",
+                     given);
+        return CG_EXIT_USAGE; /* the flags alone say it */
+    }
+    t->ckpt = cg_ckpt_open(o->resume, kind);
+    if (!t->ckpt)
+        return cg_prog_fail_lib(NULL);
+    if (cg_st_metadata(t->ckpt, "averaged")) /* models/train/average.h */
+        return cg_prog_fail("'%s' is an average of checkpoints: weights only, no optimizer "
+                            "state, so --resume cannot continue it%s",
+                            o->resume,
+                            has_flag(o->args, "--init-from")
+                                ? " (start a new run from its weights with --init-from)"
+                                : "; use it to decode and evaluate");
+    t->start = cg_ckpt_step(t->ckpt);
+    if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume) ||
+        !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
+        return cg_prog_fail_lib(NULL);
+    t->adapters = cg_ft_is_adapter(t->ckpt);
+    t->hist.metric = best_metric(o); /* the checkpoint's --best-metric */
+    if (!scores_recorded(&t->hist, o->resume))
+        return cg_prog_fail_lib(NULL);
+    int b = cg_history_best(&t->hist); /* --keep-best: written then, or not kept */
+    t->best_saved = b >= 0 ? t->hist.step[b] : -1;
+    if (!resume_has_steps(t, o))
+        return cg_prog_fail_lib(NULL);
+    return -1;
+}
+
 int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const char *default_out)
 {
     cg_trainer_init(t, o);
@@ -163,35 +199,9 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
     cg_cli_set_threads(cg_prog_name(), o->threads);
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
-        char given[512];
-        if (cg_cli_given_list(o->args, CG_CLI_FIXED, given, sizeof given)) {
-            cg_prog_fail("--resume continues a run with the model and recipe of its "
-                         "checkpoint; drop %s",
-                         given);
-            return CG_EXIT_USAGE; /* the flags alone say it */
-        }
-        t->ckpt = cg_ckpt_open(o->resume, kind);
-        if (!t->ckpt)
-            return cg_prog_fail_lib(NULL);
-        if (cg_st_metadata(t->ckpt, "averaged")) /* models/train/average.h */
-            return cg_prog_fail("'%s' is an average of checkpoints: weights only, no optimizer "
-                                "state, so --resume cannot continue it%s",
-                                o->resume,
-                                has_flag(o->args, "--init-from")
-                                    ? " (start a new run from its weights with --init-from)"
-                                    : "; use it to decode and evaluate");
-        t->start = cg_ckpt_step(t->ckpt);
-        if (!cg_trainer_restore(t, cg_st_metadata(t->ckpt, "train"), o->resume) ||
-            !cg_ft_origin_read(t->ckpt, o->resume, &t->origin, &t->from_origin))
-            return cg_prog_fail_lib(NULL);
-        t->adapters = cg_ft_is_adapter(t->ckpt);
-        t->hist.metric = best_metric(o); /* the checkpoint's --best-metric */
-        if (!scores_recorded(&t->hist, o->resume))
-            return cg_prog_fail_lib(NULL);
-        int b = cg_history_best(&t->hist); /* --keep-best: written then, or not kept */
-        t->best_saved = b >= 0 ? t->hist.step[b] : -1;
-        if (!resume_has_steps(t, o))
-            return cg_prog_fail_lib(NULL);
+        int rr = begin_resume(t, o, kind);
+        if (rr >= 0)
+            return rr;
     }
     /* before the model is built or evaluated; cg_trainer_end restores it */
     t->outer_precision = cg_autocast_begin(o->precision);
