@@ -148,6 +148,30 @@ run klr mpi 2 "$charlm" train --resume kl.st
   echo "ok: resumed after the cut save: the kept files of the uninterrupted run" ||
   fail "resumed after the cut save: $(ls kl.st.step* | tr '\n' ' ') against $(ls klu.st.step* | tr '\n' ' ')"
 
+# 8. --eval-bleu N: each rank decodes its share of the N pairs and the
+# counts are summed, so the logged BLEU and chrF are those of all N pairs
+# (eval's of the checkpoint of that step): 9 pairs in shares of 4 and 5 on
+# 2 ranks, 3 each on 3; 3 pairs on 4 ranks leave rank 0 none
+EB=(--tokenizer char --d 32 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 64 --valid-size 20
+    --test-size 20 --test-limit 1 --threads 1 --eval-every 150 --precision fp32 --seed 5
+    --max-tokens 300 --steps 150 --factor 2 --warmup 30 --data p.tsv)
+for case in "2 9" "3 9" "4 3"; do
+  read -r np nb <<<"$case"
+  run "eb$np" mpi "$np" "$seq2seq" train "${EB[@]}" --eval-bleu "$nb" --out "eb$np.st"
+  "$seq2seq" eval --ckpt "eb$np.st" --split valid --test-limit "$nb" >"ebe$np.json" 2>"ebe$np.log" ||
+    fail "eval of eb$np.st: $(tail -1 "ebe$np.log")"
+  python3 - "ebe$np.json" "eb$np.st.metrics.jsonl" <<'EOF' &&
+import json, sys
+e = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+at = [x for x in map(json.loads, open(sys.argv[2])) if 'val_chrf' in x][-1]
+assert at['step'] == 150, at
+assert abs(e['chrf'] - at['val_chrf']) < 0.006 and abs(e['bleu'] - at['val_bleu']) < 0.006, (e, at)
+assert 20 < at['val_chrf'] < 100, at  # a model that translates some
+EOF
+    echo "ok: --eval-bleu $nb on $np ranks: the logged BLEU and chrF are eval's of those $nb pairs" ||
+    fail "--eval-bleu $nb on $np ranks: $(tail -1 "ebe$np.json") against $(tail -1 "eb$np.st.metrics.jsonl")"
+done
+
 # 7. each save of rank 0 takes 3 s or more (two fsyncs of 1.5 s), the
 # watchdog's limit is 2 s (exported: mpirun's -x reaches the first program
 # of a colon-separated command line only); LeakSanitizer cannot stop a

@@ -314,6 +314,65 @@ START_TEST(test_reference_scores)
 }
 END_TEST
 
+/* The counts of a corpus's parts added are the whole corpus's, and give
+ * its scores to the last bit (train --eval-bleu's ranks each count their
+ * share): the 310 real pairs cut into 1 to 7 parts, some empty. */
+START_TEST(test_counts_add_up)
+{
+    lines_t cases = read_lines("metrics_cases.tsv");
+    ck_assert_int_eq(cases.n, 310);
+    const char **hyps = malloc((size_t)cases.n * sizeof *hyps);
+    const char **refs = malloc((size_t)cases.n * sizeof *refs);
+    split_cases(&cases, hyps, refs);
+    const int n = cases.n;
+    for (int parts = 1; parts <= 7; parts++) {
+        cg_bleu_stats sum = {0}, part;
+        cg_chrf_counts csum = {0}, cpart;
+        for (int k = 0; k < parts; k++) {
+            /* part k: [lo, hi); with 7 parts the first is empty */
+            int lo = parts == 7 ? (k == 0 ? 0 : n * (k - 1) / 6) : n * k / parts;
+            int hi = parts == 7 ? (k == 0 ? 0 : n * k / 6) : n * (k + 1) / parts;
+            ck_assert(cg_bleu_count(hi - lo, hyps + lo, refs + lo, &part));
+            ck_assert(cg_chrf_count(hi - lo, hyps + lo, refs + lo, &cpart));
+            sum.hyp_len += part.hyp_len;
+            sum.ref_len += part.ref_len;
+            for (int g = 0; g < 4; g++) {
+                sum.matches[g] += part.matches[g];
+                sum.totals[g] += part.totals[g];
+            }
+            for (int g = 0; g < CG_CHRF_ORDER; g++) {
+                csum.hyp[g] += cpart.hyp[g];
+                csum.ref[g] += cpart.ref[g];
+                csum.match[g] += cpart.match[g];
+            }
+        }
+        cg_bleu_stats whole;
+        ck_assert(cg_bleu_compute(n, hyps, refs, &whole));
+        cg_bleu_finish(&sum);
+        ck_assert_msg(sum.score == whole.score && sum.bp == whole.bp && sum.ratio == whole.ratio,
+                      "%d parts: BLEU %.17g, whole %.17g", parts, sum.score, whole.score);
+        for (int g = 0; g < 4; g++)
+            ck_assert(sum.precisions[g] == whole.precisions[g]);
+        ck_assert(cg_chrf_score(&csum) == cg_chrf(n, hyps, refs));
+        ck_assert(whole.score > 0 && whole.score < 100 && cg_chrf_score(&csum) > 0);
+    }
+    /* an empty part counts nothing; a bad argument zeroes the counts */
+    cg_chrf_counts c = {0};
+    c.hyp[0] = 5;
+    ck_assert(cg_chrf_count(0, NULL, NULL, &c) && c.hyp[0] == 0 && cg_chrf_score(&c) == 0.0);
+    c.hyp[0] = 5;
+    ck_assert(!cg_chrf_count(-1, hyps, refs, &c) && c.hyp[0] == 0);
+    ck_assert(!cg_chrf_count(1, hyps, refs, NULL));
+    cg_bleu_stats st = {.score = 7, .hyp_len = 3};
+    ck_assert(cg_bleu_count(0, NULL, NULL, &st) && st.hyp_len == 0);
+    cg_bleu_finish(&st);
+    ck_assert(st.score == 0.0 && st.ratio == 0.0);
+    free(hyps);
+    free(refs);
+    free_lines(&cases);
+}
+END_TEST
+
 /* Inputs the 310 real pairs do not hold, each scored against
  * shared/reference/metrics.py (its corpus_bleu and corpus_chrf of the lines
  * decoded with errors="surrogateescape", printed with %.17g): U+001C..U+001F,
@@ -1513,6 +1572,7 @@ static Suite *metrics_suite(void)
     tc = tcase_create("reference");
     tcase_add_test(tc, test_reference_tokens);
     tcase_add_test(tc, test_reference_scores);
+    tcase_add_test(tc, test_counts_add_up);
     tcase_add_test(tc, test_reference_edges);
     tcase_add_test(tc, test_bleu_stats_reference);
     suite_add_tcase(s, tc);

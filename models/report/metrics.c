@@ -508,8 +508,11 @@ static bool bleu_counts(int n, const char *const *hyps, const char *const *refs,
 
 /* The score, precisions, brevity penalty and ratio of st's counts (in the
  * order of metrics.py's operations: the score is its to the last bit). */
-static void bleu_finish(cg_bleu_stats *st)
+void cg_bleu_finish(cg_bleu_stats *st)
 {
+    st->score = st->bp = st->ratio = 0.0;
+    for (int g = 0; g < 4; g++)
+        st->precisions[g] = 0.0;
     long long hyp_len = st->hyp_len, ref_len = st->ref_len;
     st->ratio = ref_len ? (double)hyp_len / (double)ref_len : 0.0;
     st->bp = hyp_len >= ref_len ? 1.0
@@ -536,10 +539,10 @@ static void bleu_finish(cg_bleu_stats *st)
     st->score = st->bp * exp(log_p);
 }
 
-bool cg_bleu_compute(int n, const char *const *hyps, const char *const *refs, cg_bleu_stats *st)
+bool cg_bleu_count(int n, const char *const *hyps, const char *const *refs, cg_bleu_stats *st)
 {
     if (!st) {
-        cg_set_error("cg_bleu_compute: st is NULL");
+        cg_set_error("cg_bleu: st is NULL");
         return false;
     }
     *st = (cg_bleu_stats){0};
@@ -550,7 +553,18 @@ bool cg_bleu_compute(int n, const char *const *hyps, const char *const *refs, cg
         cg_set_error("cg_bleu: out of memory");
         return false;
     }
-    bleu_finish(st);
+    return true;
+}
+
+bool cg_bleu_compute(int n, const char *const *hyps, const char *const *refs, cg_bleu_stats *st)
+{
+    if (!st) {
+        cg_set_error("cg_bleu_compute: st is NULL");
+        return false;
+    }
+    if (!cg_bleu_count(n, hyps, refs, st))
+        return false;
+    cg_bleu_finish(st);
     return true;
 }
 
@@ -561,8 +575,6 @@ double cg_bleu(int n, const char *const *hyps, const char *const *refs)
 }
 
 /* ------------------------------------------------------------ chrF */
-
-enum { CHRF_ORDER = 6 };
 
 static bool decode_nospace(const char *s, u32vec *out)
 {
@@ -577,12 +589,15 @@ static bool decode_nospace(const char *s, u32vec *out)
     return true;
 }
 
-double cg_chrf(int n, const char *const *hyps, const char *const *refs)
+bool cg_chrf_count(int n, const char *const *hyps, const char *const *refs, cg_chrf_counts *c)
 {
+    if (!c) {
+        cg_set_error("cg_chrf: c is NULL");
+        return false;
+    }
+    *c = (cg_chrf_counts){0};
     if (!check_args("cg_chrf", n, hyps, refs))
-        return -1.0;
-    /* per order: hypothesis n-grams, reference n-grams, matches */
-    long long stats[CHRF_ORDER][3] = {{0}};
+        return false;
     u32vec h = {0}, r = {0};
     ngram_ws nw = {0};
     bool ok = true;
@@ -591,29 +606,34 @@ double cg_chrf(int n, const char *const *hyps, const char *const *refs)
             ok = false;
             break;
         }
-        for (int g = 1; g <= CHRF_ORDER; g++) {
+        for (int g = 1; g <= CG_CHRF_ORDER; g++) {
             long long m = ngram_matches(&nw, h.v, h.n, r.v, r.n, g);
             if (m < 0) {
                 ok = false;
                 break;
             }
-            stats[g - 1][0] += h.n >= (size_t)g ? (long long)(h.n - (size_t)g + 1) : 0;
-            stats[g - 1][1] += r.n >= (size_t)g ? (long long)(r.n - (size_t)g + 1) : 0;
-            stats[g - 1][2] += m;
+            c->hyp[g - 1] += h.n >= (size_t)g ? (long long)(h.n - (size_t)g + 1) : 0;
+            c->ref[g - 1] += r.n >= (size_t)g ? (long long)(r.n - (size_t)g + 1) : 0;
+            c->match[g - 1] += m;
         }
     }
     u32_free(&h);
     u32_free(&r);
     ngram_ws_free(&nw);
     if (!ok) {
+        *c = (cg_chrf_counts){0};
         cg_set_error("cg_chrf: out of memory");
-        return -1.0;
     }
+    return ok;
+}
+
+double cg_chrf_score(const cg_chrf_counts *c)
+{
     const double beta = 2.0, f = beta * beta;
     double prec = 0.0, rec = 0.0;
     int effective = 0;
-    for (int g = 0; g < CHRF_ORDER; g++) {
-        long long nh = stats[g][0], nr = stats[g][1], nm = stats[g][2];
+    for (int g = 0; g < CG_CHRF_ORDER; g++) {
+        long long nh = c->hyp[g], nr = c->ref[g], nm = c->match[g];
         if (nh && nr) {
             prec = prec + (double)nm / (double)nh;
             rec = rec + (double)nm / (double)nr;
@@ -627,4 +647,10 @@ double cg_chrf(int n, const char *const *hyps, const char *const *refs)
     if (prec + rec == 0)
         return 0.0;
     return 100.0 * (1 + f) * prec * rec / (f * prec + rec);
+}
+
+double cg_chrf(int n, const char *const *hyps, const char *const *refs)
+{
+    cg_chrf_counts c;
+    return cg_chrf_count(n, hyps, refs, &c) ? cg_chrf_score(&c) : -1.0;
 }

@@ -53,6 +53,27 @@ typedef struct {
  * false + error as cg_bleu's -1.0 (*st then zero). */
 bool cg_bleu_compute(int n, const char *const *hyps, const char *const *refs, cg_bleu_stats *st);
 
+/* Both metrics are ratios of counts summed over the corpus's sentences, so
+ * the counts of its parts (e.g. each MPI rank's share of the sentences)
+ * added give the whole corpus's, and its score to the last bit:
+ *   cg_bleu_count each part into its own cg_bleu_stats, add their matches,
+ *   totals, hyp_len and ref_len, then cg_bleu_finish the sum;
+ *   cg_chrf_count each part, add the three arrays, then cg_chrf_score. */
+bool cg_bleu_count(int n, const char *const *hyps, const char *const *refs, cg_bleu_stats *st);
+void cg_bleu_finish(cg_bleu_stats *st); /* score, precisions, bp, ratio from the counts */
+
+enum { CG_CHRF_ORDER = 6 };
+typedef struct {
+    /* per character n-gram order 1..6: hypothesis n-grams, reference
+     * n-grams, matches (whitespace removed) */
+    long long hyp[CG_CHRF_ORDER], ref[CG_CHRF_ORDER], match[CG_CHRF_ORDER];
+} cg_chrf_counts;
+
+/* chrF's counts of hyps[0..n) against refs[0..n) into *c (set, not added):
+ * true, or false + error (as cg_chrf's -1.0; *c then zero). */
+bool cg_chrf_count(int n, const char *const *hyps, const char *const *refs, cg_chrf_counts *c);
+double cg_chrf_score(const cg_chrf_counts *c); /* in [0, 100]; cg_chrf's value, bit for bit */
+
 /* The 13a tokenisation of one line, tokens joined by single spaces, e.g.
  * "Hello, world. 3.5 - 4-5" -> "Hello , world . 3.5 - 4 - 5".
  * Returns a malloc'd string the caller frees, or NULL with an error set. */

@@ -71,7 +71,8 @@ static void recipe_defaults(cg_train_recipe *rec)
 #define EVAL_BLEU_HELP                                                                     \
     "  --eval-bleu N        also decode the first N validation pairs greedily at each\n"   \
     "                       evaluation and report their BLEU and chrF (fairseq's\n"        \
-    "                       --eval-bleu; default 0: none)\n"                               \
+    "                       --eval-bleu; default 0: none; under mpirun each rank\n"        \
+    "                       decodes a share)\n"                                            \
     "  --best-metric M      what --keep-best and --patience judge: loss (the validation\n" \
     "                       loss, lower better; the default), bleu or chrf (of\n"          \
     "                       --eval-bleu's decoding, higher better: fairseq's\n"            \

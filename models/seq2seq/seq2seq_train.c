@@ -19,6 +19,7 @@
 #include "models/data/data.h"
 #include "models/data/pairs.h"
 #include "models/text/tokenizer.h"
+#include "models/train/dist.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 
@@ -56,6 +57,60 @@ static double mt_lr(void *self, int64_t step)
     return cg_lr_noam(step, r->model->cfg.d, r->warmup, r->factor);
 }
 
+/* --eval-bleu: the first N validation pairs, greedy, default limits, each
+ * rank decoding its share (as fairseq's workers do) and the counts summed
+ * over the ranks (exact: integers), so the scores are those of all N
+ * pairs. Every rank takes part in the sum even when a signal cut its
+ * decoding short: that rank returns false ("interrupted"), the others NaN
+ * scores, and the trainer, seeing the cut on any rank, leaves the
+ * evaluation out (an error on a rank is a cut for the others too, its
+ * rank failing the run). */
+static bool eval_bleu_scores(mt_run *r, double *bleu, double *chrf)
+{
+    int64_t n = r->eval_bleu < r->d.split.n_valid ? r->eval_bleu : r->d.split.n_valid, lo, hi;
+    cg_dist_share(n, &lo, &hi); /* a rank may have none */
+    cg_bleu_stats b;
+    cg_chrf_counts c;
+    bool ok = cg_translate_counts(r->model, r->d.tok, &r->d.pairs, r->d.split.valid + lo, hi - lo,
+                                  1, r->alpha, true, NULL, &b, &c, NULL);
+    enum { NB = 10, NC = 3 * CG_CHRF_ORDER };
+    double v[NB + NC + 1] = {0};
+    for (int g = 0; ok && g < 4; g++) {
+        v[g] = (double)b.matches[g];
+        v[4 + g] = (double)b.totals[g];
+    }
+    for (int g = 0; ok && g < CG_CHRF_ORDER; g++) {
+        v[NB + g] = (double)c.hyp[g];
+        v[NB + CG_CHRF_ORDER + g] = (double)c.ref[g];
+        v[NB + 2 * CG_CHRF_ORDER + g] = (double)c.match[g];
+    }
+    v[8] = ok ? (double)b.hyp_len : 0;
+    v[9] = ok ? (double)b.ref_len : 0;
+    v[NB + NC] = !ok;
+    if (!cg_dist_allreduce_sum(v, NB + NC + 1))
+        return false;
+    if (!ok)
+        return false; /* "interrupted", or an error the trainer fails the run on */
+    *bleu = *chrf = NAN;
+    if (v[NB + NC] > 0)
+        return true;
+    for (int g = 0; g < 4; g++) {
+        b.matches[g] = (long long)v[g];
+        b.totals[g] = (long long)v[4 + g];
+    }
+    b.hyp_len = (long long)v[8];
+    b.ref_len = (long long)v[9];
+    for (int g = 0; g < CG_CHRF_ORDER; g++) {
+        c.hyp[g] = (long long)v[NB + g];
+        c.ref[g] = (long long)v[NB + CG_CHRF_ORDER + g];
+        c.match[g] = (long long)v[NB + 2 * CG_CHRF_ORDER + g];
+    }
+    cg_bleu_finish(&b);
+    *bleu = b.score;
+    *chrf = cg_chrf_score(&c);
+    return true;
+}
+
 static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
 {
     (void)step;
@@ -69,12 +124,11 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
     cg_eval_add(e, "epoch", "epoch", (double)r->d.epoch, 0);
     if (r->eval_bleu == 0)
         return true;
-    /* --eval-bleu: the first N validation pairs, greedy, default limits */
-    int64_t n = r->eval_bleu < r->d.split.n_valid ? r->eval_bleu : r->d.split.n_valid;
     double bleu, chrf;
-    if (!cg_translate_score(r->model, r->d.tok, &r->d.pairs, r->d.split.valid, n, 1, r->alpha, true,
-                            NULL, &bleu, &chrf, NULL))
+    if (!eval_bleu_scores(r, &bleu, &chrf))
         return false;
+    if (isnan(bleu)) /* cut short on another rank: the trainer leaves it out */
+        return true;
     cg_eval_add(e, "val_bleu", "bleu", bleu, 2);
     cg_eval_add(e, "val_chrf", "chrF", chrf, 2);
     const char *m = r->t->o->best_metric;

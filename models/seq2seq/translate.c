@@ -372,12 +372,19 @@ bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t
     return ok;
 }
 
-bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
-                        const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
-                        const cg_decode_limits *lim, double *bleu, double *chrf, char ***hyps)
+bool cg_translate_counts(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                         const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
+                         const cg_decode_limits *lim, cg_bleu_stats *bleu, cg_chrf_counts *chrf,
+                         char ***hyps)
 {
-    const char **srcs = malloc((size_t)(n ? n : 1) * sizeof *srcs);
-    const char **refs = malloc((size_t)(n ? n : 1) * sizeof *refs);
+    *bleu = (cg_bleu_stats){0};
+    *chrf = (cg_chrf_counts){0};
+    if (hyps)
+        *hyps = NULL;
+    if (n == 0)
+        return true;
+    const char **srcs = malloc((size_t)n * sizeof *srcs);
+    const char **refs = malloc((size_t)n * sizeof *refs);
     cg_sources s = {0};
     char **h = NULL;
     bool ok = srcs && refs;
@@ -392,13 +399,10 @@ bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *
           * cg_seq2seq_valid_loss is */
          (h = cg_translate_all_until(m, tok, &s, beam, alpha, use_cache, lim, NULL,
                                      cg_train_interrupted));
-    if (ok) {
-        *bleu = cg_bleu((int)n, (const char *const *)h, refs);
-        *chrf = cg_chrf((int)n, (const char *const *)h, refs);
-        if (*bleu < 0 || *chrf < 0) {
-            cg_seq2seq_prefix_error("metrics");
-            ok = false;
-        }
+    if (ok && (!cg_bleu_count((int)n, (const char *const *)h, refs, bleu) ||
+               !cg_chrf_count((int)n, (const char *const *)h, refs, chrf))) {
+        cg_seq2seq_prefix_error("metrics");
+        ok = false;
     }
     if (ok && hyps)
         *hyps = h;
@@ -408,6 +412,20 @@ bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *
     free(srcs);
     free(refs);
     return ok;
+}
+
+bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                        const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
+                        const cg_decode_limits *lim, double *bleu, double *chrf, char ***hyps)
+{
+    cg_bleu_stats b;
+    cg_chrf_counts c;
+    if (!cg_translate_counts(m, tok, p, idx, n, beam, alpha, use_cache, lim, &b, &c, hyps))
+        return false;
+    cg_bleu_finish(&b);
+    *bleu = b.score;
+    *chrf = cg_chrf_score(&c);
+    return true;
 }
 
 /* dir/file: the attention of mods[0..layers) over row_ids x col_ids. */

@@ -14,6 +14,7 @@
 
 #include "models/util/cli.h"
 #include "models/data/pairs.h"
+#include "models/report/metrics.h"
 #include "models/seq2seq/beam.h"
 #include "models/seq2seq/seq2seq.h"
 #include "models/text/tokenizer.h"
@@ -140,6 +141,15 @@ bool cg_seq2seq_wrong_source_nll(cg_seq2seq *m, const cg_pairs *p, const int64_t
 bool cg_translate_score(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
                         const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
                         const cg_decode_limits *lim, double *bleu, double *chrf, char ***hyps);
+
+/* cg_translate_score's decoding, its counts rather than its scores: the
+ * BLEU and chrF counts (models/report/metrics.h) of the translations of
+ * pairs idx[0..n), n >= 0 (0: zero counts, nothing decoded), to be added
+ * to other parts' (train --eval-bleu's ranks). */
+bool cg_translate_counts(cg_seq2seq *m, const cg_tokenizer *tok, const cg_pairs *p,
+                         const int64_t *idx, int64_t n, int beam, double alpha, bool use_cache,
+                         const cg_decode_limits *lim, cg_bleu_stats *bleu, cg_chrf_counts *chrf,
+                         char ***hyps);
 
 /* The attention of one pass of m over source src[0..S) (with its EOS) and
  * decoder input tin[0..T) (BOS + the translation) as PNG heatmap grids
