@@ -222,6 +222,55 @@ expect "a history without a score" 1 "'qd.st': its history has no chrf of the ev
 [ ! -e qd.st.best.safetensors ] || fail "a refused resume wrote qd.st.best.safetensors"
 [ ! -e x.st ] || fail "a refused run wrote x.st"
 
+# 3d. --eval-bleu-beam K (fairseq's --eval-bleu-args '{"beam": K}'): the
+# logged scores are eval's with --beam K and --length-penalty (here 58 and
+# 31 chrF apart from greedy's); the flag is the checkpoint's, a checkpoint
+# from before it decodes greedily, and alone it is refused
+S2E=(--data p.tsv --tokenizer char --d 32 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 64
+  --max-tokens 300 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --factor 2
+  --warmup 30 --eval-bleu 20 --eval-every 40 --steps 80 --length-penalty 0.6)
+"$seq2seq" train "${S2E[@]}" --eval-bleu-beam 3 --out eb.st >eb.json 2>eb.log ||
+  fail "--eval-bleu-beam 3: $(tail -1 eb.log)"
+"$seq2seq" eval --ckpt eb.st --split valid --test-limit 20 --beam 3 --length-penalty 0.6 >ebe.json 2>&1 &&
+  "$seq2seq" eval --ckpt eb.st --split valid --test-limit 20 >ebg.json 2>&1 ||
+  fail "eval of eb.st: $(tail -1 ebe.json) $(tail -1 ebg.json)"
+python3 - ebe.json ebg.json eb.st.metrics.jsonl <<'EOF' &&
+import json, sys
+e, g = (json.loads(open(f).read().splitlines()[-1]) for f in sys.argv[1:3])
+at = [x for x in map(json.loads, open(sys.argv[3])) if 'val_chrf' in x][-1]
+assert at['step'] == 80 and e['beam'] == 3, (at, e)
+assert abs(e['chrf'] - at['val_chrf']) < 0.006 and abs(e['bleu'] - at['val_bleu']) < 0.006, (e, at)
+assert abs(g['chrf'] - at['val_chrf']) > 1, (g, at)  # not greedy's
+EOF
+  echo "ok: --eval-bleu-beam 3: the logged BLEU and chrF are eval --beam 3's, not greedy's" ||
+  fail "--eval-bleu-beam 3: $(tail -1 ebe.json) greedy $(tail -1 ebg.json) log $(grep val_chrf eb.st.metrics.jsonl | tail -1)"
+"$seq2seq" train "${S2E[@]}" --eval-bleu-beam 3 --stop-at 40 --out ebs.st >/dev/null 2>ebs.log ||
+  fail "--eval-bleu-beam --stop-at 40: $(tail -1 ebs.log)"
+cp ebs.st ebs40.st
+"$seq2seq" train --resume ebs.st >/dev/null 2>ebs.log || fail "--eval-bleu-beam resumed: $(tail -1 ebs.log)"
+cmp -s ebs.st eb.st &&
+  [ "$(grep val_chrf ebs.st.metrics.jsonl | tail -1)" = "$(grep val_chrf eb.st.metrics.jsonl | tail -1)" ] &&
+  echo "ok: --eval-bleu-beam comes back with --resume: the same checkpoint and logged scores" ||
+  fail "--eval-bleu-beam resumed: $(grep val_chrf ebs.st.metrics.jsonl | tail -1)"
+# a checkpoint from before the flag: greedy, as it was trained
+st_meta ebs40.st 'del t["options"]["eval_bleu_beam"]' ebo.st
+"$seq2seq" train --resume ebo.st >/dev/null 2>ebo.log || fail "resume without eval_bleu_beam: $(tail -1 ebo.log)"
+python3 - ebg.json ebo.st.metrics.jsonl <<'EOF' &&
+import json, sys
+g = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+at = [x for x in map(json.loads, open(sys.argv[2])) if 'val_chrf' in x][-1]
+assert at['step'] == 80 and abs(g['chrf'] - at['val_chrf']) < 0.006, (g, at)
+EOF
+  echo "ok: a checkpoint without eval_bleu_beam resumes decoding greedily" ||
+  fail "resume without eval_bleu_beam: $(grep val_chrf ebo.st.metrics.jsonl | tail -1) greedy $(tail -1 ebg.json)"
+expect "--eval-bleu-beam alone" 2 "--eval-bleu-beam is the beam of --eval-bleu N's decoding" \
+  "$seq2seq" train --data p.tsv --eval-bleu-beam 3 --steps 2 --out x.st
+expect "--eval-bleu-beam 0" 2 "--eval-bleu-beam: 0 is out of range" \
+  "$seq2seq" train --data p.tsv --eval-bleu 5 --eval-bleu-beam 0 --steps 2 --out x.st
+expect "--resume with --eval-bleu-beam" 2 "drop --eval-bleu-beam" \
+  "$seq2seq" train --resume ebs40.st --eval-bleu-beam 2
+[ ! -e x.st ] || fail "a refused run wrote x.st"
+
 # ---------------------------------------------------------------- 4. off
 "$charlm" train "${RUN[@]}" --steps 8 --out n.st >n.json 2>n.log || fail "no flags: $(tail -1 n.log)"
 [ ! -e n.st.best.safetensors ] && ! grep -q 'best_\|early_stopped\|max_minutes_reached' n.json &&

@@ -69,10 +69,11 @@ static void recipe_defaults(cg_train_recipe *rec)
 
 /* --eval-bleu's and --best-metric's help (a #define: clang-format keeps its lines) */
 #define EVAL_BLEU_HELP                                                                     \
-    "  --eval-bleu N        also decode the first N validation pairs greedily at each\n"   \
-    "                       evaluation and report their BLEU and chrF (fairseq's\n"        \
-    "                       --eval-bleu; default 0: none; under mpirun each rank\n"        \
-    "                       decodes a share)\n"                                            \
+    "  --eval-bleu N        also decode the first N validation pairs at each evaluation\n" \
+    "                       and report their BLEU and chrF (fairseq's --eval-bleu;\n"      \
+    "                       default 0: none; under mpirun each rank decodes a share)\n"    \
+    "  --eval-bleu-beam K   their beam, with --length-penalty (default 1: greedy;\n"       \
+    "                       fairseq's --eval-bleu-args '{\"beam\": K}')\n"                 \
     "  --best-metric M      what --keep-best and --patience judge: loss (the validation\n" \
     "                       loss, lower better; the default), bleu or chrf (of\n"          \
     "                       --eval-bleu's decoding, higher better: fairseq's\n"            \
@@ -96,7 +97,8 @@ static int cmd_train(int argc, char **argv)
                 .beam = 4,
                 .examples = 3,
                 .factor = 0.5,
-                .alpha = CG_BEAM_ALPHA};
+                .alpha = CG_BEAM_ALPHA,
+                .eval_beam = 1};
     /* seq2seq train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
@@ -149,6 +151,7 @@ static int cmd_train(int argc, char **argv)
          "  --examples N         test examples to print (default 3)\n", CG_CLI_SAVED},
         {"--eval-bleu", CG_CLI_I64, &r.eval_bleu, 0, 1e9, EVAL_BLEU_HELP,
          CG_CLI_FIXED | CG_CLI_SAVED},
+        {"--eval-bleu-beam", CG_CLI_I64, &r.eval_beam, 1, 1000, NULL, CG_CLI_FIXED | CG_CLI_SAVED},
         {"--best-metric", CG_CLI_STR, &o.best_metric, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         CG_TRAIN_RECIPE_FLAGS(&rec),

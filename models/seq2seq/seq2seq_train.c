@@ -57,7 +57,8 @@ static double mt_lr(void *self, int64_t step)
     return cg_lr_noam(step, r->model->cfg.d, r->warmup, r->factor);
 }
 
-/* --eval-bleu: the first N validation pairs, greedy, default limits, each
+/* --eval-bleu: the first N validation pairs, greedy or --eval-bleu-beam's
+ * beam with --length-penalty, default limits, each
  * rank decoding its share (as fairseq's workers do) and the counts summed
  * over the ranks (exact: integers), so the scores are those of all N
  * pairs. Every rank takes part in the sum even when a signal cut its
@@ -72,7 +73,7 @@ static bool eval_bleu_scores(mt_run *r, double *bleu, double *chrf)
     cg_bleu_stats b;
     cg_chrf_counts c;
     bool ok = cg_translate_counts(r->model, r->d.tok, &r->d.pairs, r->d.split.valid + lo, hi - lo,
-                                  1, r->alpha, true, NULL, &b, &c, NULL);
+                                  (int)r->eval_beam, r->alpha, true, NULL, &b, &c, NULL);
     enum { NB = 10, NC = 3 * CG_CHRF_ORDER };
     double v[NB + NC + 1] = {0};
     for (int g = 0; ok && g < 4; g++) {
@@ -423,6 +424,11 @@ int mt_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
     int rc = best_metric_check(r, o->best_metric, NULL);
     if (rc >= 0)
         return rc;
+    if (cg_cli_given(a, &r->eval_beam) && r->eval_bleu == 0) {
+        cg_prog_fail(
+            "--eval-bleu-beam is the beam of --eval-bleu N's decoding: give --eval-bleu N");
+        return CG_EXIT_USAGE;
+    }
     if (cg_cli_given(a, &rec->lr) && cg_cli_given(a, &r->factor)) {
         cg_prog_fail("--lr and --factor both set the learning rate; give one");
         return CG_EXIT_USAGE;

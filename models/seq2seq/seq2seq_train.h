@@ -32,6 +32,7 @@ typedef struct {
     /* --eval-bleu N: the first N validation pairs decoded greedily at each
      * evaluation, their BLEU and chrF reported (0: none) */
     int64_t eval_bleu;
+    int64_t eval_beam; /* --eval-bleu-beam: their beam (1: greedy) */
     /* --max-len counts ids (BPE pieces too); false: a BPE checkpoint from
      * before, whose training pairs were kept by their characters */
     bool max_len_tokens;
