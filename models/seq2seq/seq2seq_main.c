@@ -80,6 +80,16 @@ static void recipe_defaults(cg_train_recipe *rec)
     "                       --best-checkpoint-metric bleu with\n"                          \
     "                       --maximize-best-checkpoint-metric)\n"
 
+/* Their rows (r an mt_run *, o a cg_train_opts *) */
+/* clang-format off */
+#define EVAL_BLEU_FLAGS(r, o)                                                                   \
+    {"--eval-bleu", CG_CLI_I64, &(r)->eval_bleu, 0, 1e9, EVAL_BLEU_HELP,                        \
+     CG_CLI_FIXED | CG_CLI_SAVED},                                                              \
+    {"--eval-bleu-beam", CG_CLI_I64, &(r)->eval_beam, 1, 1000, NULL,                            \
+     CG_CLI_FIXED | CG_CLI_SAVED},                                                              \
+    {"--best-metric", CG_CLI_STR, &(o)->best_metric, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED}
+/* clang-format on */
+
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
@@ -149,10 +159,7 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_SAVED},
         {"--examples", CG_CLI_I64, &r.examples, 0, 1e9,
          "  --examples N         test examples to print (default 3)\n", CG_CLI_SAVED},
-        {"--eval-bleu", CG_CLI_I64, &r.eval_bleu, 0, 1e9, EVAL_BLEU_HELP,
-         CG_CLI_FIXED | CG_CLI_SAVED},
-        {"--eval-bleu-beam", CG_CLI_I64, &r.eval_beam, 1, 1000, NULL, CG_CLI_FIXED | CG_CLI_SAVED},
-        {"--best-metric", CG_CLI_STR, &o.best_metric, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},
+        EVAL_BLEU_FLAGS(&r, &o),
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         CG_TRAIN_RECIPE_FLAGS(&rec),
         CG_TRAIN_RUN_FLAGS(&o),
