@@ -488,3 +488,44 @@ if state['model']['batch_rng_seed'] == state['seed']:
     sys.exit('the recipe: the batch stream is seeded with --seed %s, the init stream' % state['seed'])
 EOF
 echo "the recipe: AdamW (0.9, 0.99, 1e-8), weight decay 0.1 on the matrices only, the batch stream its own"
+
+# 9. eval --split all (any text, whole) and --stride S (sliding windows,
+#    each target scored once, after at least T - S of context): the default
+#    stride is T (the windows and loss of before), smaller strides score
+#    T + (windows - 1) S targets, another text is refused for the
+#    validation split but taken whole; bad values exit 2
+"$charlm" eval --ckpt bf_fp32.st --threads 1 >ev_def.json 2>ev.log || fail "eval: $(tail -1 ev.log)"
+"$charlm" eval --ckpt bf_fp32.st --threads 1 --stride 16 >ev_16.json 2>ev.log || fail "eval --stride 16: $(tail -1 ev.log)"
+"$charlm" eval --ckpt bf_fp32.st --threads 1 --stride 5 >ev_5.json 2>ev.log || fail "eval --stride 5: $(tail -1 ev.log)"
+"$charlm" eval --ckpt bf_fp32.st --threads 1 --split all >ev_all.json 2>ev.log || fail "eval --split all: $(tail -1 ev.log)"
+head -c 400 tiny.txt | tr 'a-m' 'n-z' >other.txt
+"$charlm" eval --ckpt bf_fp32.st --threads 1 --split all --data other.txt --stride 4 >ev_o.json 2>ev.log ||
+  fail "eval --split all of another text: $(tail -1 ev.log)"
+python3 - ev_def.json ev_16.json ev_5.json ev_all.json ev_o.json tiny.txt <<'PY' || fail "eval --split/--stride: see above"
+import json, math, sys
+d, s16, s5, a, o = (json.loads(open(f).read().splitlines()[-1]) for f in sys.argv[1:6])
+n = len(open(sys.argv[6], encoding='utf-8').read())
+val = n - int(0.9 * n)
+assert d == s16 and d['stride'] == 16 and d['split'] == 'valid' and d['loss'] == d['val_loss'], (d, s16)
+assert d['windows'] == (val - 1) // 16 and d['scored'] == 16 * d['windows'], d
+assert s5['windows'] == (val - 1 - 16) // 5 + 1 and s5['scored'] == 16 + (s5['windows'] - 1) * 5, s5
+assert abs(math.exp(s5['loss']) - s5['perplexity']) < 1e-3 * s5['perplexity'], s5
+assert a['split'] == 'all' and 'val_loss' not in a and a['windows'] == (n - 1) // 16, a
+assert o['windows'] == (400 - 1 - 16) // 4 + 1 and o['scored'] == 16 + (o['windows'] - 1) * 4, o
+PY
+echo "eval: --stride 16 is the default; --stride 5 scores $(field scored ev_5.json) targets in $(field windows ev_5.json) windows; --split all takes another text"
+rc=0
+"$charlm" eval --ckpt bf_fp32.st --data other.txt >/dev/null 2>ev.log || rc=$?
+[ "$rc" = 1 ] && grep -q "is not the data this checkpoint was trained on" ev.log ||
+  fail "the validation split of another text: exit $rc, $(tail -1 ev.log)"
+for bad in "--stride 17" "--stride 0" "--split train"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$charlm" eval --ckpt bf_fp32.st $bad >ev.out 2>ev.log || rc=$?
+  [ "$rc" = 2 ] && [ ! -s ev.out ] && [ "$(wc -l <ev.log)" = 1 ] || fail "eval $bad: exit $rc, $(cat ev.log)"
+done
+printf 'short\n' >short.txt
+rc=0
+"$charlm" eval --ckpt bf_fp32.st --split all --data short.txt >ev.out 2>ev.log || rc=$?
+[ "$rc" = 1 ] && grep -q "shorter than one window of 16+1" ev.log || fail "eval of a short text: exit $rc, $(tail -1 ev.log)"
+echo "eval: --stride 17 and 0, --split train exit 2; a text shorter than a window exits 1"

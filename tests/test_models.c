@@ -588,6 +588,75 @@ START_TEST(test_charlm_full_loss_passes)
 }
 END_TEST
 
+/* The strided (sliding-window) loss against one token at a time: each
+ * target i + 1 of the split is scored by the window that first holds it,
+ * with that window's context; here recomputed from that window's logits,
+ * the softmax in double. stride == T is the full loss, bit for bit. */
+static double token_nll(cg_charlm *m, const int32_t *ids, int64_t w0, int64_t T, int64_t t)
+{
+    int64_t x[16];
+    for (int64_t k = 0; k < T; k++)
+        x[k] = ids[w0 + k];
+    cg_tensor *logits = cg_charlm_forward(m, x, 1, T);
+    ck_assert_ptr_nonnull(logits);
+    const float *l = cg_data(logits) + t * 20;
+    double mx = l[0], z = 0;
+    for (int v = 1; v < 20; v++)
+        mx = l[v] > mx ? l[v] : mx;
+    for (int v = 0; v < 20; v++)
+        z += exp((double)l[v] - mx);
+    double nll = log(z) + mx - (double)l[ids[w0 + t + 1]];
+    cg_release(logits);
+    return nll;
+}
+
+START_TEST(test_charlm_strided_loss)
+{
+    cg_charlm_config c = small_lm();
+    c.layers = 1;
+    cg_charlm *m = cg_charlm_new(&c, 5);
+    enum { T = 16, N = 61 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7 + i / 5) % 20);
+    cg_split_view s = {ids, N};
+    cg_module_train(CG_MODULE(m), false);
+    const int64_t strides[] = {1, 3, 7, 15};
+    for (int k = 0; k < 4; k++) {
+        int64_t S = strides[k], nwin, scored;
+        double got;
+        ck_assert_msg(cg_charlm_strided_loss(m, s, T, S, &got, &nwin, &scored), "%s",
+                      cg_last_error());
+        ck_assert_int_eq(nwin, (N - 1 - T) / S + 1);
+        cg_no_grad_begin();
+        double want = 0;
+        int64_t n = 0;
+        for (int64_t w = 0; w < nwin; w++)
+            for (int64_t t = w == 0 ? 0 : T - S; t < T; t++, n++)
+                want += token_nll(m, ids, w * S, T, t);
+        cg_no_grad_end();
+        ck_assert_int_eq(scored, n);
+        ck_assert_int_eq(n, T + (nwin - 1) * S); /* each target once */
+        want /= (double)n;
+        ck_assert_msg(fabs(got - want) < 1e-5, "stride %lld: %.9g, token by token %.9g",
+                      (long long)S, got, want);
+    }
+    double full, strided;
+    int64_t nwin, nfull, scored;
+    ck_assert(cg_charlm_full_loss(m, s, T, &full, &nfull));
+    ck_assert(cg_charlm_strided_loss(m, s, T, T, &strided, &nwin, &scored));
+    ck_assert(full == strided && nwin == nfull && scored == nfull * T);
+    CG_ASSERT_FAILS(cg_charlm_strided_loss(m, s, T, 0, &strided, &nwin, &scored),
+                    "stride 0 is out of range [1, 16]");
+    CG_ASSERT_FAILS(cg_charlm_strided_loss(m, s, T, T + 1, &strided, &nwin, &scored),
+                    "stride 17 is out of range [1, 16]");
+    CG_ASSERT_FAILS(
+        cg_charlm_strided_loss(m, (cg_split_view){ids, T}, T, 4, &strided, &nwin, &scored),
+        "shorter than one window of 16+1");
+    cg_charlm_free(m);
+}
+END_TEST
+
 /* The full validation loss keeps one pass's logits at a time ([4096, V]),
  * not its chunk's ([64 T, V], copied together: 13 GB at GPT-2's 50,257
  * ids and T 1,024, where training's fused head keeps 256 rows of them).
@@ -1083,6 +1152,7 @@ static Suite *models_suite(void)
     tcase_add_test(tc, test_charlm_causal);
     tcase_add_test(tc, test_charlm_dropout);
     tcase_add_test(tc, test_charlm_full_loss_passes);
+    tcase_add_test(tc, test_charlm_strided_loss);
     tcase_add_test(tc, test_charlm_full_loss_logits_bounded);
     suite_add_tcase(s, tc);
 

@@ -222,11 +222,9 @@ static int64_t pass_windows(int64_t T)
  * per row, and a product of more than 4 rows sums each element over k in
  * one fixed order: core/gemm.c), and the rows' losses are summed in order,
  * so the loss is the same bits as one pass's cg_charlm_loss. */
-static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64_t B, int64_t T,
-                         int64_t per, double *out)
+static bool windows_sum(cg_charlm *m, const int64_t *x, const int64_t *y, int64_t B, int64_t T,
+                        int64_t per, double *total, int64_t *kept)
 {
-    double total = 0;
-    int64_t kept = 0;
     bool ok = true;
     for (int64_t b0 = 0; ok && b0 < B; b0 += per) {
         /* the rest at once when it would leave a pass of 4 rows or fewer */
@@ -235,9 +233,18 @@ static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64
         cg_tensor *rows =
             logits ? cg_reshape(logits, 2, (const int64_t[]){n * T, m->cfg.vocab}) : NULL;
         cg_tensor *t = rows ? cg_from_i64(1, (const int64_t[]){n * T}, y + b0 * T) : NULL;
-        ok = t && cg_k_cross_entropy_sum(rows, t, -100, 0.0f, &total, &kept);
+        ok = t && cg_k_cross_entropy_sum(rows, t, -100, 0.0f, total, kept);
         cg_release_all(3, logits, rows, t);
     }
+    return ok;
+}
+
+static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64_t B, int64_t T,
+                         int64_t per, double *out)
+{
+    double total = 0;
+    int64_t kept = 0;
+    bool ok = windows_sum(m, x, y, B, T, per, &total, &kept);
     if (ok)
         *out = (float)(total / (double)kept); /* as cg_cross_entropy rounds its mean */
     return ok;
@@ -312,5 +319,55 @@ bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, 
     free(y);
     *out = total / (double)n;
     *nwin = n;
+    return ok;
+}
+
+bool cg_charlm_strided_loss(cg_charlm *m, cg_split_view s, int64_t T, int64_t stride, double *out,
+                            int64_t *nwin, int64_t *scored)
+{
+    if (stride < 1 || stride > T) {
+        cg_set_error("stride %lld is out of range [1, %lld] (the model's context)",
+                     (long long)stride, (long long)T);
+        return false;
+    }
+    if (stride == T) { /* the full loss's windows and bits */
+        bool ok = cg_charlm_full_loss(m, s, T, out, nwin);
+        *scored = ok ? *nwin * T : 0;
+        return ok;
+    }
+    if (s.n - 1 < T) {
+        cg_set_error("the split (%lld tokens) is shorter than one window of %lld+1", (long long)s.n,
+                     (long long)T);
+        return false;
+    }
+    const int64_t n = (s.n - 1 - T) / stride + 1, chunk = 64, per = pass_windows(T);
+    int64_t *x = malloc((size_t)(chunk * T) * sizeof *x);
+    int64_t *y = malloc((size_t)(chunk * T) * sizeof *y);
+    bool ok = x && y;
+    if (!ok)
+        cg_set_error("out of memory");
+    bool was_training = m->base.training;
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    double total = 0;
+    int64_t kept = 0;
+    for (int64_t st = 0; ok && st < n; st += chunk) {
+        int64_t b = n - st < chunk ? n - st : chunk;
+        for (int64_t i = 0; i < b; i++) {
+            cg_split_window(s, (st + i) * stride, T, x + i * T, y + i * T);
+            for (int64_t t = 0; st + i > 0 && t < T - stride; t++)
+                y[i * T + t] = -100; /* scored by an earlier window */
+        }
+        ok = windows_sum(m, x, y, b, T, per, &total, &kept);
+    }
+    cg_no_grad_end();
+    cg_module_train(CG_MODULE(m), was_training);
+    free(x);
+    free(y);
+    if (ok) {
+        *out = total / (double)kept;
+        *nwin = n;
+        *scored = kept;
+    }
     return ok;
 }

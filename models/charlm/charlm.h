@@ -122,6 +122,16 @@ cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, i
 bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
                             uint64_t seed, bool (*stop)(void), double *out);
 bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, int64_t *nwin);
+/* The mean loss over windows of T advancing by stride (1 <= stride <= T),
+ * as Hugging Face's sliding-window perplexity: the first window scores its
+ * T targets, each next one, stride further, only its last stride (those no
+ * window scored before), each then seen after at least T - stride tokens
+ * of context. *nwin windows ((s.n - 1 - T) / stride + 1; the targets after
+ * the last one are not scored), *scored targets. stride == T is
+ * cg_charlm_full_loss, bit for bit. False + error (stride out of range, a
+ * split shorter than one window of T + 1). */
+bool cg_charlm_strided_loss(cg_charlm *m, cg_split_view s, int64_t T, int64_t stride, double *out,
+                            int64_t *nwin, int64_t *scored);
 
 #ifdef __cplusplus
 }

@@ -206,81 +206,135 @@ static int cmd_sample(int argc, char **argv)
 /* ------------------------------------------------------------------- eval */
 static const char *EVAL_HELP =
     "usage: charlm eval [options]\n"
-    "Loss, perplexity and bits per character of a checkpoint on the validation\n"
-    "split (last 10%) of a text, over consecutive windows of the model's context.\n"
+    "Loss, perplexity and bits per character of a checkpoint on a text: the\n"
+    "validation split (last 10%) of its training text, or a whole text.\n"
     "  --ckpt FILE     checkpoint (default " DEFAULT_OUT ")\n"
     "  --base FILE     a LoRA checkpoint's base (default: the file it recorded)\n"
     "  --data FILE     text (default: the one the checkpoint was trained on, else\n"
     "                  " DEFAULT_DATA ")\n"
+    "  --split S       valid (default: the last 10% of the text it was trained on)\n"
+    "                  or all (the whole of --data, any text: a held-out file)\n"
+    "  --stride S      windows of the model's context T start S tokens apart\n"
+    "                  (1 <= S <= T; default T: consecutive windows); each scores\n"
+    "                  only the tokens no window before it did, so each token is\n"
+    "                  seen after at least T - S of context (Hugging Face's\n"
+    "                  sliding-window perplexity; about T/S times the work)\n"
     "  --precision P   fp32 or bf16 matrix products (default: the checkpoint's\n"
     "                  training precision)\n"
     "  --threads N     threads for kernels\n"
     "  --no-ema        the checkpoint's trained weights, not the moving average a\n"
     "                  run with --ema-decay keeps beside them (the default)\n"
-    "Prints one JSON line (\"ema\": whether it judged the weights' average, when the\n"
-    "checkpoint keeps one).\n";
+    "Prints one JSON line: loss (val_loss too for the validation split),\n"
+    "perplexity, bits_per_char, the windows, T, stride, the tokens scored, and\n"
+    "\"ema\": whether it judged the weights' average, when the checkpoint keeps one.\n";
+
+typedef struct {
+    const char *ckpt, *data, *base, *precision, *split;
+    int64_t threads, stride;
+    bool no_ema;
+} eval_args;
+
+/* eval's JSON line. False + error. */
+static bool eval_print(const cg_charlm_ckpt *ck, const eval_args *a, cg_precision prec, double loss,
+                       double bpc, int64_t nwin, int64_t stride, int64_t scored)
+{
+    cJSON *j = cJSON_CreateObject();
+    if (!j) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    cg_json_put_num(j, "loss", "%.4f", loss);
+    if (!strcmp(a->split, "valid"))
+        cg_json_put_num(j, "val_loss", "%.4f", loss);
+    cg_json_put_num(j, "perplexity", "%.4f", exp(loss));
+    cg_json_put_num(j, "bits_per_char", "%.4f", bpc);
+    cg_json_put_str(j, "split", a->split);
+    cg_json_put_int(j, "windows", nwin);
+    cg_json_put_int(j, "T", ck->model->cfg.max_len);
+    cg_json_put_int(j, "stride", stride);
+    cg_json_put_int(j, "scored", scored);
+    cg_json_put_int(j, "step", ck->step);
+    cg_json_put_str(j, "precision", cg_precision_name(prec));
+    cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(ck->tok->kind));
+    if (cg_st_metadata(ck->file, "ema.updates"))
+        cg_json_put_bool(j, "ema", ck->averaged);
+    bool ok = cg_json_print_line(stdout, j);
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* The split's loss and bits per character. -1 or the exit code. */
+static int eval_loss(cg_charlm_ckpt *ck, const eval_args *a, const char *path,
+                     const cg_corpus *corpus, double *loss, double *bpc, int64_t *nwin,
+                     int64_t *stride, int64_t *scored)
+{
+    const int64_t T = ck->model->cfg.max_len;
+    *stride = a->stride > 0 ? a->stride : T;
+    if (*stride > T) {
+        cg_prog_fail("--stride: %lld is out of range [1, %lld] (the model's context T)",
+                     (long long)*stride, (long long)T);
+        return CG_EXIT_USAGE;
+    }
+    bool all = !strcmp(a->split, "all");
+    cg_split_view s = all ? (cg_split_view){corpus->ids, corpus->n} : cg_corpus_val(corpus);
+    if (!cg_charlm_strided_loss(ck->model, s, T, *stride, loss, nwin, scored))
+        return cg_prog_fail("'%s': %s", path, cg_last_error());
+    int64_t tokens = all ? corpus->n : corpus->n - corpus->n_train;
+    int64_t chars = all ? corpus->chars : corpus->chars - corpus->chars_train;
+    *bpc = all ? (tokens == chars ? *loss / log(2.0)
+                                  : cg_bits_per_char(*loss, (double)tokens, (double)chars))
+               : cg_corpus_val_bpc(corpus, *loss);
+    return -1;
+}
 
 static int cmd_eval(int argc, char **argv)
 {
-    const char *ckpt = DEFAULT_OUT, *data = NULL, *base = NULL, *precision = NULL;
-    int64_t threads = 0;
-    bool no_ema = false;
+    eval_args a = {.ckpt = DEFAULT_OUT, .split = "valid"};
     cg_cli_opt opts[] = {
-        {"--no-ema", CG_CLI_SWITCH, &no_ema, 0, 0, NULL, 0},
-        {"--ckpt", CG_CLI_STR, &ckpt, 0, 0, NULL, 0},
-        {"--base", CG_CLI_STR, &base, 0, 0, NULL, 0},
-        {"--data", CG_CLI_STR, &data, 0, 0, NULL, 0},
-        {"--precision", CG_CLI_STR, &precision, 0, 0, NULL, 0},
-        {"--threads", CG_CLI_I64, &threads, 1, 1024, NULL, 0},
+        {"--no-ema", CG_CLI_SWITCH, &a.no_ema, 0, 0, NULL, 0},
+        {"--ckpt", CG_CLI_STR, &a.ckpt, 0, 0, NULL, 0},
+        {"--base", CG_CLI_STR, &a.base, 0, 0, NULL, 0},
+        {"--data", CG_CLI_STR, &a.data, 0, 0, NULL, 0},
+        {"--split", CG_CLI_STR, &a.split, 0, 0, NULL, 0},
+        {"--stride", CG_CLI_I64, &a.stride, 1, 1e9, NULL, 0},
+        {"--precision", CG_CLI_STR, &a.precision, 0, 0, NULL, 0},
+        {"--threads", CG_CLI_I64, &a.threads, 1, 1024, NULL, 0},
     };
     int prc = cg_prog_parse(argc, argv, opts, (int)(sizeof opts / sizeof *opts), EVAL_HELP);
-    if (prc >= 0 || (prc = cg_precision_flag(precision, NULL)) >= 0)
+    if (prc >= 0 || (prc = cg_precision_flag(a.precision, NULL)) >= 0)
         return prc;
-    cg_cli_set_threads(PROG, threads);
+    if (strcmp(a.split, "valid") && strcmp(a.split, "all")) {
+        cg_prog_fail("--split: '%.60s' is not one of valid, all", a.split);
+        return CG_EXIT_USAGE;
+    }
+    cg_cli_set_threads(PROG, a.threads);
     cg_charlm_ckpt ck;
-    const cg_charlm_load_opts lo = {.base = base,
+    const cg_charlm_load_opts lo = {.base = a.base,
                                     .seed = 0,
                                     .dropout = NAN,
-                                    .weights = no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE};
-    if (!load_for_stdout(ckpt, &lo, &ck))
+                                    .weights = a.no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE};
+    if (!load_for_stdout(a.ckpt, &lo, &ck))
         return cg_prog_fail_lib(NULL);
     const char *tj = cg_charlm_ckpt_train_json(&ck);
     cg_precision prec; /* the products as trained, or as --precision says */
     cg_corpus *corpus = NULL;
-    char *path = cg_train_data_path(tj, ckpt, data, DEFAULT_DATA);
+    char *path = cg_train_data_path(tj, a.ckpt, a.data, DEFAULT_DATA);
     cg_data_id id;
-    double loss;
-    int64_t nwin, T = ck.model->cfg.max_len;
+    double loss = NAN, bpc = NAN;
+    int64_t nwin = 0, stride = 0, scored = 0;
+    /* the validation split is the training text's; any text is whole */
     int rc = path && cg_out_check_stdout(path, "--data") &&
-                     cg_decode_precision(precision, tj, ckpt, &prec) &&
+                     cg_decode_precision(a.precision, tj, a.ckpt, &prec) &&
                      (corpus = read_corpus(path, &ck.tok, ck.tok->kind, 0, &id)) &&
-                     cg_train_data_check(tj, ckpt, &id)
+                     (!strcmp(a.split, "all") || cg_train_data_check(tj, a.ckpt, &id))
                  ? -1
                  : cg_prog_fail_lib(NULL);
-    if (rc < 0) {
-        if (ck.vocab)
-            cg_vocab_warn_unknown(ck.vocab, PROG, path, corpus->unknown, corpus->first_unknown);
-        if (!cg_charlm_full_loss(ck.model, cg_corpus_val(corpus), T, &loss, &nwin))
-            rc = cg_prog_fail("'%s': %s", path, cg_last_error());
-    }
-    cJSON *j = rc < 0 ? cJSON_CreateObject() : NULL;
-    if (j) {
-        cg_json_put_num(j, "val_loss", "%.4f", loss);
-        cg_json_put_num(j, "perplexity", "%.4f", exp(loss));
-        cg_json_put_num(j, "bits_per_char", "%.4f", cg_corpus_val_bpc(corpus, loss));
-        cg_json_put_int(j, "windows", nwin);
-        cg_json_put_int(j, "T", T);
-        cg_json_put_int(j, "step", ck.step);
-        cg_json_put_str(j, "precision", cg_precision_name(prec));
-        cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(ck.tok->kind));
-        if (cg_st_metadata(ck.file, "ema.updates"))
-            cg_json_put_bool(j, "ema", ck.averaged);
-        if (!cg_json_print_line(stdout, j))
-            rc = cg_prog_fail_lib(NULL);
-    } else if (rc < 0) {
-        rc = cg_prog_fail("out of memory");
-    }
-    cJSON_Delete(j);
+    if (rc < 0 && ck.vocab)
+        cg_vocab_warn_unknown(ck.vocab, PROG, path, corpus->unknown, corpus->first_unknown);
+    if (rc < 0)
+        rc = eval_loss(&ck, &a, path, corpus, &loss, &bpc, &nwin, &stride, &scored);
+    if (rc < 0 && !eval_print(&ck, &a, prec, loss, bpc, nwin, stride, scored))
+        rc = cg_prog_fail_lib(NULL);
     fflush(stdout);
     free(path);
     cg_corpus_free(corpus);
