@@ -750,6 +750,80 @@ START_TEST(test_beam1_equals_greedy)
 }
 END_TEST
 
+/* --sampling (cg_sample_decode): each row draws from its own generator,
+ * so a sentence decoded in a batch gets what it gets alone; each draw is
+ * cg_sample of its prefix's logits recomputed without the cache, with the
+ * row's generator; temperature 0 and top-k 1 are the argmax. */
+static void sample_alone(const int64_t *src, int64_t S, const cg_sample_config *cfg, uint64_t seed,
+                         int64_t *out, int64_t *len)
+{
+    cg_rng r = cg_rng_new(seed);
+    ck_assert_msg(cg_sample_decode(g_model, src, 1, S, 20, NULL, cfg, &r, out, len, true), "%s",
+                  cg_last_error());
+}
+
+START_TEST(test_sample_decode)
+{
+    enum { N = 4, STEPS = 20 };
+    const int64_t V = g_model->cfg.vocab;
+    int64_t S = 0, *ids[N], len[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = src_ids(PROBES[i], &len[i]);
+        S = len[i] > S ? len[i] : S;
+    }
+    int64_t src[N * 32] = {0}, out[N * STEPS], lens[N], one[STEPS], l1;
+    ck_assert(S <= 32);
+    for (int i = 0; i < N; i++)
+        memcpy(src + i * S, ids[i], (size_t)len[i] * sizeof *src);
+    const cg_sample_config cfg = {.temperature = 2.0, .top_k = 0, .top_p = 0.97};
+    cg_rng r[N];
+    for (int i = 0; i < N; i++)
+        r[i] = cg_rng_new(40 + (uint64_t)i);
+    ck_assert_msg(cg_sample_decode(g_model, src, N, S, STEPS, NULL, &cfg, r, out, lens, true), "%s",
+                  cg_last_error());
+    int differs = 0;
+    for (int i = 0; i < N; i++) {
+        sample_alone(ids[i], len[i], &cfg, 40 + (uint64_t)i, one, &l1);
+        ck_assert_int_eq(l1, lens[i]);
+        for (int64_t j = 0; j < l1; j++)
+            ck_assert_int_eq(one[j], out[i * STEPS + j]);
+        /* the draws against the recomputed logits */
+        cg_rng rr = cg_rng_new(40 + (uint64_t)i);
+        int64_t ys[STEPS + 1] = {CG_BOS};
+        int64_t n = lens[i] < STEPS ? lens[i] + 1 : STEPS; /* with the EOS drawn */
+        for (int64_t j = 0; j < n; j++) {
+            cg_no_grad_begin();
+            cg_tensor *l = cg_seq2seq_forward(g_model, ids[i], 1, len[i], ys, j + 1);
+            cg_tensor *c = l ? cg_contiguous(l) : NULL;
+            cg_no_grad_end();
+            ck_assert_ptr_nonnull(c);
+            int64_t id = cg_sample(cg_data(c) + j * V, V, &cfg, &rr);
+            cg_release_all(2, l, c);
+            ck_assert_int_eq(id, out[i * STEPS + j]);
+            ys[j + 1] = id;
+        }
+        /* and not the argmax */
+        int64_t g[STEPS], gl;
+        ck_assert(cg_greedy_decode(g_model, ids[i], 1, len[i], STEPS, g, &gl, true));
+        differs += gl != lens[i] || memcmp(g, out + i * STEPS, (size_t)gl * sizeof *g) != 0;
+        /* temperature 0 and top-k 1: the argmax */
+        const cg_sample_config t0 = {.temperature = 0, .top_k = 0, .top_p = 1};
+        const cg_sample_config k1 = {.temperature = 1, .top_k = 1, .top_p = 1};
+        for (int k = 0; k < 2; k++) {
+            sample_alone(ids[i], len[i], k ? &k1 : &t0, 7, one, &l1);
+            ck_assert_int_eq(l1, gl);
+            for (int64_t j = 0; j < gl; j++)
+                ck_assert_int_eq(one[j], g[j]);
+        }
+    }
+    ck_assert_int_gt(differs, 0);
+    CG_ASSERT_FAILS(cg_sample_decode(g_model, src, N, S, STEPS, NULL, &cfg, NULL, out, lens, true),
+                    "sample decode: no generators");
+    for (int i = 0; i < N; i++)
+        free(ids[i]);
+}
+END_TEST
+
 /* models/seq2seq/translate.h over the overfit model: many sentences translated and
  * scored, the losses, the attention pictures. */
 START_TEST(test_translate_many)
@@ -2785,6 +2859,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_checked_fixture(tc, overfit_setup, NULL);
     tcase_add_test(tc, test_overfit_greedy_exact);
     tcase_add_test(tc, test_beam1_equals_greedy);
+    tcase_add_test(tc, test_sample_decode);
     tcase_add_test(tc, test_translate_many);
     tcase_add_test(tc, test_translate_interrupted);
     tcase_add_test(tc, test_translate_test_report);

@@ -83,6 +83,8 @@ typedef struct {
     int64_t *ys, *tmp, *alive, *keep, *cap;
     int64_t *out, *lens;
     const cg_decode_limits *lim;
+    const cg_sample_config *scfg; /* NULL: the argmax; else a draw from row b's rngs[b] */
+    cg_rng *rngs;
     cg_kv_cache *cache;           /* NULL: every prefix is recomputed */
     cg_seq2seq_memory mem, sel;   /* the sources' memory; sel: the alive rows' */
     const cg_seq2seq_memory *cur; /* the memory the alive rows decode against */
@@ -160,6 +162,26 @@ static cg_tensor *greedy_logits(greedy_state *g, cg_seq2seq *m, int64_t step)
     return l;
 }
 
+/* One id per alive row of logits [n_alive,1,V], row k drawn from its
+ * sentence's generator (rngs[alive[k]]): a new int64 [n_alive,1]. */
+static cg_tensor *draw_rows(greedy_state *g, const cg_tensor *last)
+{
+    const int64_t V = last->shape[2];
+    float *buf = malloc((size_t)(g->n_alive * V) * sizeof *buf);
+    cg_tensor *ids = cg_empty_dtype(CG_I64, 2, (const int64_t[]){g->n_alive, 1});
+    bool ok = buf && ids && cg_copy_to(last, buf); /* any float dtype, any strides */
+    if (!buf)
+        cg_set_error("sample decode: out of memory");
+    for (int64_t k = 0; ok && k < g->n_alive; k++)
+        ok = (cg_data_i64(ids)[k] = cg_sample(buf + k * V, V, g->scfg, &g->rngs[g->alive[k]])) >= 0;
+    free(buf);
+    if (!ok) {
+        cg_release(ids);
+        return NULL;
+    }
+    return ids;
+}
+
 /* One step: every alive row's argmax token appended (and written to out);
  * a row that produced EOS or reached its cap gets its length and leaves
  * the batch, and the cache or the memory copies follow the rows that
@@ -170,9 +192,10 @@ static bool greedy_step(greedy_state *g, cg_seq2seq *m, int64_t step)
     cg_tensor *l = greedy_logits(g, m, step);
     if (!l)
         return false;
-    /* each row's next token: its last position's argmax (the first on a tie) */
+    /* each row's next token: its last position's argmax (the first on a
+     * tie), or a draw from its own generator */
     cg_tensor *last = last_position(l, true);
-    cg_tensor *am = last ? cg_argmax(last, -1, false) : NULL;
+    cg_tensor *am = last ? (g->scfg ? draw_rows(g, last) : cg_argmax(last, -1, false)) : NULL;
     cg_release_all(2, last, l);
     if (!am)
         return false;
@@ -238,6 +261,17 @@ bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, i
 bool cg_greedy_decode_ex(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
                          const cg_decode_limits *lim, int64_t *out, int64_t *lens, bool use_cache)
 {
+    return cg_sample_decode(m, src, B, S, max_steps, lim, NULL, NULL, out, lens, use_cache);
+}
+
+bool cg_sample_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
+                      const cg_decode_limits *lim, const cg_sample_config *cfg, cg_rng *rngs,
+                      int64_t *out, int64_t *lens, bool use_cache)
+{
+    if (cfg && !rngs) {
+        cg_set_error("sample decode: no generators");
+        return false;
+    }
     if (!m || !src || !out || !lens || B < 1 || max_steps < 1) {
         cg_set_error("greedy decode: bad arguments (B=%lld, max_steps=%lld)", (long long)B,
                      (long long)max_steps);
@@ -258,6 +292,8 @@ bool cg_greedy_decode_ex(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S
     if (!greedy_alloc(&g, m, B, max_steps, out, lens, use_cache))
         goto out;
     g.lim = lim;
+    g.scfg = cfg;
+    g.rngs = rngs;
     if (!cg_seq2seq_encode(m, src, B, S, &g.mem) || !greedy_start(&g, m, src, B, S))
         goto out;
     /* Rows are independent (padding is masked), so a finished row is simply

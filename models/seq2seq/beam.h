@@ -39,6 +39,15 @@ bool cg_greedy_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, i
 bool cg_greedy_decode_ex(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
                          const cg_decode_limits *lim, int64_t *out, int64_t *lens, bool use_cache);
 
+/* cg_greedy_decode_ex drawing each next token (nn/sample.h cg_sample: its
+ * temperature, top-k and top-p, after cg_decode_block's limits) instead of
+ * taking the argmax: row b draws from rngs[b], its own generator, so its
+ * translation does not depend on the other rows of the batch (fairseq's
+ * --sampling, e.g. for back-translation). cfg NULL: cg_greedy_decode_ex. */
+bool cg_sample_decode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S, int64_t max_steps,
+                      const cg_decode_limits *lim, const cg_sample_config *cfg, cg_rng *rngs,
+                      int64_t *out, int64_t *lens, bool use_cache);
+
 /* The length penalty ((5 + len) / 6)^alpha. */
 double cg_length_penalty(int64_t len, double alpha);
 /* The zoo's default alpha, tuned on the Ding validation split (docs/zoo.md):
@@ -146,6 +155,14 @@ char **cg_translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources
 char **cg_translate_all_until(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
                               int beam, double alpha, bool use_cache, const cg_decode_limits *lim,
                               FILE *echo, bool (*stop)(void));
+/* cg_translate_all's greedy path drawing each token (cg_sample_decode,
+ * cfg's temperature, top-k and top-p) instead of taking the argmax;
+ * sentence i of src draws from its own generator, seeded from seed and i,
+ * so its translation does not depend on the others or on how they are
+ * batched (fairseq-generate's --sampling, as back-translation uses it). */
+char **cg_translate_sample(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                           const cg_sample_config *cfg, uint64_t seed, bool use_cache,
+                           const cg_decode_limits *lim, FILE *echo);
 /* The nbest best translations of source i of src by beam search (as
  * cg_translate_all's beam path, lim as there, 1 <= nbest <= beam), best
  * first: texts[0..*n) (malloc'd UTF-8, the caller frees) and their scores

@@ -90,8 +90,8 @@ cg_decode_limits cg_translate_limits_default(void)
 /* Greedy decoding of sources c0..c0+B at once into out[c0..), each as
  * long as lim lets it be (the chunk's steps: the longest cap). */
 static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int64_t c0,
-                         int64_t B, bool use_cache, const cg_decode_limits *lim, char **out,
-                         FILE *echo)
+                         int64_t B, bool use_cache, const cg_decode_limits *lim,
+                         const cg_sample_config *cfg, uint64_t seed, char **out, FILE *echo)
 {
     int64_t S = 0, steps = 0;
     for (int64_t i = 0; i < B; i++) {
@@ -102,7 +102,11 @@ static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_source
     int64_t *ids = calloc((size_t)(B * S), sizeof *ids);
     int64_t *res = malloc((size_t)(B * (steps ? steps : 1)) * sizeof *res);
     int64_t *lens = calloc((size_t)B, sizeof *lens);
-    bool ok = ids && res && lens;
+    /* sampling: sentence i draws from its own generator, seeded by seed and i */
+    cg_rng *rngs = cfg ? malloc((size_t)B * sizeof *rngs) : NULL;
+    bool ok = ids && res && lens && (!cfg || rngs);
+    for (int64_t i = 0; ok && cfg && i < B; i++)
+        rngs[i] = cg_rng_new(seed + (uint64_t)(c0 + i) * 0x9E3779B97F4A7C15ULL);
     if (!ok)
         cg_set_error("out of memory");
     for (int64_t i = 0; ok && i < B; i++) {
@@ -111,12 +115,14 @@ static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_source
     }
     /* (its errors name it, or the encoder or decoder); every cap 0: nothing
      * to decode, the translations are empty */
-    ok = ok && (steps == 0 || cg_greedy_decode_ex(m, ids, B, S, steps, lim, res, lens, use_cache));
+    ok = ok && (steps == 0 ||
+                cg_sample_decode(m, ids, B, S, steps, lim, cfg, rngs, res, lens, use_cache));
     for (int64_t i = 0; ok && i < B; i++)
         ok = put_text(tok, res + i * steps, lens[i], &out[c0 + i], echo);
     free(ids);
     free(res);
     free(lens);
+    free(rngs);
     return ok;
 }
 
@@ -215,9 +221,11 @@ static bool stopped(bool (*stop)(void))
     return true;
 }
 
-char **cg_translate_all_until(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
-                              int beam, double alpha, bool use_cache, const cg_decode_limits *lim,
-                              FILE *echo, bool (*stop)(void))
+/* cg_translate_all_until's work, sampling with cfg (and seed) when given */
+static char **translate_all(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src, int beam,
+                            double alpha, bool use_cache, const cg_decode_limits *lim,
+                            const cg_sample_config *cfg, uint64_t seed, FILE *echo,
+                            bool (*stop)(void))
 {
     cg_decode_limits d;
     if (!translate_limits(lim, &d))
@@ -234,7 +242,8 @@ char **cg_translate_all_until(cg_seq2seq *m, const cg_tokenizer *tok, const cg_s
         const int64_t chunk = 50;
         for (int64_t c0 = 0; ok && c0 < src->n; c0 += chunk) {
             const int64_t B = src->n - c0 < chunk ? src->n - c0 : chunk;
-            ok = !stopped(stop) && greedy_chunk(m, tok, src, c0, B, use_cache, &d, out, echo);
+            ok = !stopped(stop) &&
+                 greedy_chunk(m, tok, src, c0, B, use_cache, &d, cfg, seed, out, echo);
         }
     } else {
         for (int64_t i = 0; ok && i < src->n; i++)
@@ -246,4 +255,22 @@ char **cg_translate_all_until(cg_seq2seq *m, const cg_tokenizer *tok, const cg_s
         return NULL;
     }
     return out;
+}
+
+char **cg_translate_all_until(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                              int beam, double alpha, bool use_cache, const cg_decode_limits *lim,
+                              FILE *echo, bool (*stop)(void))
+{
+    return translate_all(m, tok, src, beam, alpha, use_cache, lim, NULL, 0, echo, stop);
+}
+
+char **cg_translate_sample(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                           const cg_sample_config *cfg, uint64_t seed, bool use_cache,
+                           const cg_decode_limits *lim, FILE *echo)
+{
+    if (!cfg) {
+        cg_set_error("translate sample: cfg is NULL");
+        return NULL;
+    }
+    return translate_all(m, tok, src, 1, 0.0, use_cache, lim, cfg, seed, echo, NULL);
 }

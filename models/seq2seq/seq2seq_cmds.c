@@ -85,6 +85,19 @@ static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, con
 /* Translate texts[0..n) (why: as translatable's, per line, or NULL) and
  * print one line each, in order (--nbest: print_nbest's lines). -1 or the
  * exit code. */
+/* The translations of s: the argmax, the beam, or --sampling's draws
+ * (top-k at most the vocabulary: all of it). */
+static char **translate_good(const cg_seq2seq_ckpt *c, const cg_translate_opts *t,
+                             const cg_sources *s, FILE *echo)
+{
+    if (!t->sampling)
+        return cg_translate_all(c->model, c->tok, s, (int)t->beam, t->alpha, !t->no_cache, &t->lim,
+                                echo);
+    cg_sample_config sc = t->sample;
+    sc.top_k = sc.top_k < c->model->cfg.vocab ? sc.top_k : c->model->cfg.vocab;
+    return cg_translate_sample(c->model, c->tok, s, &sc, t->seed, !t->no_cache, &t->lim, echo);
+}
+
 int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *const *texts,
                     char *const *why, int64_t n, const char *what)
 {
@@ -107,8 +120,7 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
         rc = cg_prog_fail_lib(NULL);
     else if (rc < 0 && t->nbest)
         rc = print_nbest(c, t, &s, skip, n);
-    else if (rc < 0 && !(hyps = cg_translate_all(c->model, c->tok, &s, (int)t->beam, t->alpha,
-                                                 !t->no_cache, &t->lim, nbad ? NULL : stdout)))
+    else if (rc < 0 && !(hyps = translate_good(c, t, &s, nbad ? NULL : stdout)))
         rc = cg_prog_fail_lib(NULL);
     errno = 0;
     for (int64_t i = 0, j = 0; rc < 0 && hyps && nbad && i < n;
@@ -388,4 +400,36 @@ int score_files(const char *ref, const char *hyp)
     free(h.buf);
     free(h.lines);
     return rc;
+}
+
+/* Standard input, read as the sentences, is not the checkpoint loaded:
+ * `translate --ckpt m.st <m.st` translated the checkpoint's bytes. */
+bool stdin_not_ckpt(const char *ckpt)
+{
+    if (!cg_same_file(ckpt, "/dev/stdin"))
+        return true;
+    cg_set_error("standard input is --ckpt '%s', the checkpoint this command loads; give the "
+                 "sentences as arguments or on another standard input (nothing was translated)",
+                 ckpt);
+    return false;
+}
+
+/* --sampling's flags against the others: -1, or the exit code (2). */
+int sampling_flags(const cg_translate_opts *t)
+{
+    const cg_sample_config d = cg_sample_default();
+    const char *why = NULL;
+    if (!t->sampling && (t->sample.top_k != d.top_k || t->sample.top_p != d.top_p ||
+                         t->sample.temperature != d.temperature || t->seed != 1))
+        why = "--sampling-topk, --sampling-topp, --temperature and --seed are --sampling's: "
+              "give --sampling";
+    else if (t->sampling && (t->beam > 1 || t->nbest))
+        why = "--sampling draws one translation a sentence, token by token: drop --beam and "
+              "--nbest";
+    else if (t->sample.top_p <= 0)
+        why = "--sampling-topp: 0 keeps no token; give P in (0, 1]";
+    if (!why)
+        return -1;
+    cg_prog_fail("%s", why);
+    return CG_EXIT_USAGE;
 }

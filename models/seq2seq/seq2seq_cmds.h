@@ -28,4 +28,34 @@ bool attention_inputs(const cg_seq2seq_ckpt *c, const char *text, const char *ta
  * one line each, as one JSON line: -1 or the exit code. */
 int score_files(const char *ref, const char *hyp);
 
+/* translate's own flags' help, after those it shares with eval */
+#define NBEST_HELP                                                                       \
+    "  --nbest N            the N best translations of each sentence (N <= --beam),\n"   \
+    "                       as fairseq-generate's lines: H-I<TAB>SCORE<TAB>TEXT, best\n" \
+    "                       first, I the sentence's index from 0, SCORE the beam's\n"    \
+    "                       (summed natural-log probability over the length penalty;\n"  \
+    "                       fairseq's is base 2 over its own); ranked as the one\n"      \
+    "                       translation is, a live hypothesis the search stopped on\n"   \
+    "                       included; a sentence that cannot be translated has none\n"
+#define SAMPLING_HELP                                                                   \
+    "  --sampling           draw each token from the model's distribution instead of\n" \
+    "                       taking the likeliest (fairseq-generate's --sampling, as\n"  \
+    "                       back-translation uses it); each sentence has its own\n"     \
+    "                       generator, seeded from --seed and its position, so its\n"   \
+    "                       translation does not depend on the other sentences\n"       \
+    "  --sampling-topk K    draw among the K likeliest tokens only (default 0: all)\n"  \
+    "  --sampling-topp P    draw among the smallest set of likeliest tokens whose\n"    \
+    "                       probability reaches P, in (0, 1] (default 1: all)\n"        \
+    "  --temperature T      divide the logits by T (default 1; 0: the likeliest)\n"     \
+    "  --seed N             the draws' seed (default 1)\n"
+
+/* Standard input, read as the sentences, is not the checkpoint loaded
+ * (`translate --ckpt m.st <m.st` translated the checkpoint's bytes): false
+ * + error. */
+bool stdin_not_ckpt(const char *ckpt);
+
+/* translate's --sampling flags against the others: -1, or the exit code (2,
+ * the error printed). */
+int sampling_flags(const cg_translate_opts *t);
+
 #endif

@@ -171,15 +171,6 @@ static int cmd_train(int argc, char **argv)
 }
 
 /* ============================================================ translate */
-/* translate's own flag, after those it shares with eval */
-#define NBEST_HELP                                                                       \
-    "  --nbest N            the N best translations of each sentence (N <= --beam),\n"   \
-    "                       as fairseq-generate's lines: H-I<TAB>SCORE<TAB>TEXT, best\n" \
-    "                       first, I the sentence's index from 0, SCORE the beam's\n"    \
-    "                       (summed natural-log probability over the length penalty;\n"  \
-    "                       fairseq's is base 2 over its own); ranked as the one\n"      \
-    "                       translation is, a live hypothesis the search stopped on\n"   \
-    "                       included; a sentence that cannot be translated has none\n"
 static const char TRANSLATE_HELP[] =
     "usage: seq2seq translate --ckpt FILE [options] [sentence ...]\n"
     "\n"
@@ -188,30 +179,25 @@ static const char TRANSLATE_HELP[] =
     "UTF-8, or longer than the model takes) is reported on stderr and printed as an\n"
     "empty line, so that the output stays line for line with the input.\n"
     "\n"
-    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT) NBEST_HELP CG_CKPT_NO_EMA_HELP;
-
-/* Standard input, read as the sentences, is not the checkpoint loaded:
- * `translate --ckpt m.st <m.st` translated the checkpoint's bytes. */
-static bool stdin_not_ckpt(const char *ckpt)
-{
-    if (!cg_same_file(ckpt, "/dev/stdin"))
-        return true;
-    cg_set_error("standard input is --ckpt '%s', the checkpoint this command loads; give the "
-                 "sentences as arguments or on another standard input (nothing was translated)",
-                 ckpt);
-    return false;
-}
+    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT) NBEST_HELP SAMPLING_HELP CG_CKPT_NO_EMA_HELP;
 
 static int cmd_translate(int argc, char **argv)
 {
     cg_translate_opts t;
-    cg_cli_opt opts[CG_TRANSLATE_N_OPTS + 2];
+    cg_cli_opt opts[CG_TRANSLATE_N_OPTS + 7];
     bool no_ema = false;
     int n_opts = cg_translate_cli_opts(&t, DEFAULT_CKPT, opts);
     opts[n_opts++] = (cg_cli_opt){"--nbest", CG_CLI_I64, &t.nbest, 1, 1000, NULL, 0};
     opts[n_opts++] = (cg_cli_opt){"--no-ema", CG_CLI_SWITCH, &no_ema, 0, 0, NULL, 0};
+    opts[n_opts++] = (cg_cli_opt){"--sampling", CG_CLI_SWITCH, &t.sampling, 0, 0, NULL, 0};
+    opts[n_opts++] = (cg_cli_opt){"--sampling-topk", CG_CLI_I64, &t.sample.top_k, 0, 1e9, NULL, 0};
+    opts[n_opts++] = (cg_cli_opt){"--sampling-topp", CG_CLI_F64, &t.sample.top_p, 0, 1, NULL, 0};
+    opts[n_opts++] =
+        (cg_cli_opt){"--temperature", CG_CLI_F64, &t.sample.temperature, 0, 1e6, NULL, 0};
+    opts[n_opts++] = (cg_cli_opt){"--seed", CG_CLI_U64, &t.seed, 0, 0, NULL, 0};
     int np, rc = cg_prog_parse_pos(argc, argv, opts, n_opts, TRANSLATE_HELP, &np);
-    if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0)
+    if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0 ||
+        (rc = sampling_flags(&t)) >= 0)
         return rc;
     if (!cg_translate_limits_flags(&t.lim, 0)) {
         cg_prog_fail_lib(NULL);

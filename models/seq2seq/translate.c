@@ -584,7 +584,9 @@ int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli
                              .beam = 1,
                              .threads = 2,
                              .alpha = CG_BEAM_ALPHA,
-                             .lim = cg_translate_limits_default()};
+                             .lim = cg_translate_limits_default(),
+                             .sample = cg_sample_default(),
+                             .seed = 1};
     opts[0] = (cg_cli_opt){"--ckpt", CG_CLI_STR, &o->ckpt, 0, 0, NULL, 0};
     opts[1] = (cg_cli_opt){"--beam", CG_CLI_I64, &o->beam, 1, 1000, NULL, 0};
     opts[2] = (cg_cli_opt){"--length-penalty", CG_CLI_F64, &o->alpha, -100, 100, NULL, 0};

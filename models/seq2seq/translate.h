@@ -196,6 +196,12 @@ typedef struct {
     double alpha;
     bool no_cache;
     cg_decode_limits lim; /* fairseq-generate's limits (nn/sample.h) */
+    /* translate's --sampling (fairseq-generate's; off: the argmax or the
+     * beam), its --sampling-topk (0: off), --sampling-topp (1: off),
+     * --temperature (1) and --seed (1) */
+    bool sampling;
+    cg_sample_config sample;
+    uint64_t seed;
 } cg_translate_opts;
 enum { CG_TRANSLATE_N_OPTS = 10 };
 int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts);
