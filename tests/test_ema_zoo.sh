@@ -8,11 +8,14 @@
 #      of the step before's towards that step's weights, recomputed here
 #      bit for bit in float32 (a copy before update N of
 #      --ema-start-update N, as fairseq's num_updates < N); its
-#      metadata "ema.decay" and "ema.updates"
+#      metadata "ema.decay" and "ema.updates"; --ema-update-freq 1 is the
+#      default bit for bit, and with 3 the average moves at updates 3 and
+#      6 only (fairseq's ema_update_freq); stopped mid-period and resumed,
+#      the uninterrupted run's bytes
 #   2. eval, sample and --init-from use the average: the same numbers and
 #      text as a file whose parameters are the averages; --no-ema the
-#      trained weights (a file without them); eval's "ema"; the training's
-#      final validation loss is eval's
+#      trained weights (a file without them); eval's
+#      "ema"; the training's final validation loss is eval's
 #   3. stopped (--stop-at) and resumed, the checkpoint's tensors, averages
 #      included, are the uninterrupted run's bytes; --ema-decay given to
 #      --resume is refused (the checkpoint fixes it), and so is an average
@@ -109,6 +112,63 @@ EOF
 else
   fail "the averages are not lerp's updates of the weights"
 fi
+
+# --ema-update-freq F (fairseq's ema_update_freq): every Fth update moves
+# the average, the others leave it; the copies of --ema-start-update N are
+# the moves whose update (fairseq's num_updates) is below N
+"$charlm" train "${TINY[@]}" "${EMA[@]}" --ema-update-freq 1 --steps 6 --eval-every 1 --out m1.st \
+  >/dev/null 2>m1.log || fail "--ema-update-freq 1: $(tail -1 m1.log)"
+same_tensors m1.st m.st all && echo "ok: --ema-update-freq 1 is the default, bit for bit" ||
+  fail "--ema-update-freq 1 differs from the default"
+FREQ=(--ema-decay 0.7 --ema-start-update 5 --ema-update-freq 3)
+"$charlm" train "${TINY[@]}" "${FREQ[@]}" --steps 8 --eval-every 1 --keep-last 8 --out f.st \
+  >f.json 2>f.log || fail "--ema-update-freq 3: $(tail -1 f.log)"
+if st_py f.st.step0000000{1,2,3,4,5,6,7,8}.safetensors <<'EOF'; then
+import array
+def f32(x):
+    return struct.unpack('f', struct.pack('f', x))[0]
+w = f32(1.0 - 0.7)
+prev = None
+for s, path in enumerate(sys.argv[1:], 1):
+    t, m = load(path)
+    assert m['ema.updates'] == str(s // 3), (path, m.get('ema.updates'))
+    assert json.loads(m['train'])['options']['ema_update_freq'] == 3, path
+    avg = {k[4:]: array.array('f', v[2]) for k, v in t.items() if k.startswith('ema.')}
+    for k, a in avg.items():
+        p = array.array('f', t[k][2])
+        if s % 3:  # no move: the average stays (the first weights before update 3)
+            want = prev[k] if prev else list(a)
+        elif s < 5:  # update 3, below --ema-start-update 5: a copy
+            want = p
+        else:  # update 6: lerp
+            want = [f32(q + f32(w * f32(x - q))) for q, x in zip(prev[k], p)]
+        assert list(a) == list(want), (path, k)
+    assert s != 3 or prev is None or any(list(prev[k]) != list(avg[k]) for k in avg), 'update 3 moved nothing'
+    prev = avg
+print('ok: --ema-update-freq 3: the average moves at updates 3 (a copy) and 6 (lerp) only, bit for bit')
+EOF
+  :
+else
+  fail "--ema-update-freq 3: the averages are not fairseq's"
+fi
+[ "$(field f.json ema_update_freq)" = 3 ] || fail "the JSON line lacks ema_update_freq: $(tail -1 f.json)"
+# stopped mid-period (update 4: one update since the average's last) and
+# resumed: the uninterrupted run's bytes, the average's included
+"$charlm" train "${TINY[@]}" "${FREQ[@]}" --steps 8 --eval-every 4 --out fr.st --stop-at 4 >/dev/null 2>fr.log ||
+  fail "--ema-update-freq 3, stopped: $(tail -1 fr.log)"
+cp fr.st fr4.st
+"$charlm" train --resume fr.st >/dev/null 2>fr2.log || fail "--ema-update-freq 3, resumed: $(tail -1 fr2.log)"
+"$charlm" train "${TINY[@]}" "${FREQ[@]}" --steps 8 --eval-every 4 --out fu.st >/dev/null 2>fu.log ||
+  fail "--ema-update-freq 3, uninterrupted: $(tail -1 fu.log)"
+same_tensors fr.st fu.st all &&
+  echo "ok: --ema-update-freq 3 resumed mid-period (step 4): the uninterrupted run's bytes" ||
+  fail "--ema-update-freq 3: a resumed run's tensors differ from the uninterrupted run's"
+expect "--resume with --ema-update-freq" 2 "drop --ema-update-freq" "$charlm" train --resume fr4.st --ema-update-freq 2
+# the updates since the average's last move are the checkpoint's: one that
+# is not below the run's --ema-update-freq is refused naming it
+st_meta fr4.st "t['ema_since'] = 3" fbad.st
+refused "--resume, ema_since 3 with --ema-update-freq 3" "^charlm: error: 'fbad.st': training state: \"ema_since\" = 3 is not below" \
+  "$charlm" train --resume fbad.st
 
 # ---------------------------------------------------------------- 2. what reads it
 strip_avg m.st use.st use
@@ -214,7 +274,6 @@ EOF
 else
   fail "average did not mean the files' averages"
 fi
-
 # ---------------------------------------------------------------- 5. LoRA
 "$charlm" train "${TINY[@]}" --init-from trained.st --lora-rank 2 --lr 0.3 --ema-decay 0.9 --steps 6 \
   --eval-every 3 --out l.st >l.json 2>l.log || fail "LoRA run: $(tail -1 l.log)"
@@ -310,6 +369,7 @@ for prog in "$charlm" "$seq2seq"; do
       fail "$name $cmd takes no --no-ema"
     fi
   done
+  grep -q -- "^  --ema-update-freq N" <<<"$help" || fail "$name train --help has no --ema-update-freq"
   if grep -q -- "--init-from" <<<"$para" && ! grep -q -- "^  --init-from" <<<"$help"; then
     fail "$name train --help's --ema-decay names --init-from, which $name train does not take"
   fi
