@@ -11,7 +11,9 @@
 #      metadata "ema.decay" and "ema.updates"; --ema-update-freq 1 is the
 #      default bit for bit, and with 3 the average moves at updates 3 and
 #      6 only (fairseq's ema_update_freq); stopped mid-period and resumed,
-#      the uninterrupted run's bytes
+#      the uninterrupted run's bytes; the metrics log's evaluation lines say
+#      "ema": true (a run without an average's do not), and an older log
+#      without it is kept on --resume
 #   2. eval, sample and --init-from use the average: the same numbers and
 #      text as a file whose parameters are the averages; --no-ema the
 #      trained weights (a file without them); eval's
@@ -170,6 +172,22 @@ st_meta fr4.st "t['ema_since'] = 3" fbad.st
 refused "--resume, ema_since 3 with --ema-update-freq 3" "^charlm: error: 'fbad.st': training state: \"ema_since\" = 3 is not below" \
   "$charlm" train --resume fbad.st
 
+# ---------------------------------------------------------------- 1c. the metrics log
+# each evaluation line of a run with an average says so ("ema": true, as
+# the console's "(EMA)"); its training lines and a run without one do not
+jsonl_ok "the metrics log" m.st.metrics.jsonl
+if python3 - m.st.metrics.jsonl <<'EOF'; then
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ev = [l for l in lines if 'val_loss' in l]
+assert len(ev) == 7 and all(l.get('ema') is True for l in ev), ev
+assert all('ema' not in l for l in lines if 'val_loss' not in l), lines
+EOF
+  echo "ok: the metrics log marks the evaluations of the average (\"ema\": true)"
+else
+  fail "the metrics log does not mark the average's evaluations: $(grep val_loss m.st.metrics.jsonl | head -2)"
+fi
+
 # ---------------------------------------------------------------- 2. what reads it
 strip_avg m.st use.st use
 strip_avg m.st trained.st trained
@@ -205,7 +223,21 @@ same_tensors i.st use.st && grep -q "using the weights' moving average" i.log &&
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out r.st --stop-at 3 >/dev/null 2>r.log ||
   fail "stopped run: $(tail -1 r.log)"
 cp r.st r3.st # at step 3
+# a log written before the evaluations said "ema" (an older build's) is
+# kept on --resume, the new lines after it
+python3 -c '
+import json, sys
+ls = [json.loads(l) for l in open(sys.argv[1])]
+open(sys.argv[1], "w").writelines(json.dumps({k: v for k, v in l.items() if k != "ema"}) + "\n" for l in ls)' r.st.metrics.jsonl
+cp r.st.metrics.jsonl r3.metrics.jsonl
 "$charlm" train --resume r.st >/dev/null 2>r2.log || fail "resumed run: $(tail -1 r2.log)"
+jsonl_ok "the resumed run's metrics log" r.st.metrics.jsonl
+n3=$(wc -l <r3.metrics.jsonl)
+cmp -s r3.metrics.jsonl <(head -n "$n3" r.st.metrics.jsonl) &&
+  [ "$(grep -c '"ema": true' r.st.metrics.jsonl)" = 2 ] && ! grep -q '"ema"' r3.metrics.jsonl &&
+  [ "$(grep -c val_loss r.st.metrics.jsonl)" = $(($(grep -c val_loss r3.metrics.jsonl) + 2)) ] &&
+  echo "ok: --resume keeps an older metrics log's lines (no \"ema\"), the new evaluations marked" ||
+  fail "the resumed metrics log: $(cat r.st.metrics.jsonl)"
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out u.st >/dev/null 2>u.log ||
   fail "uninterrupted run: $(tail -1 u.log)"
 same_tensors r.st u.st all &&
@@ -217,6 +249,8 @@ expect "--resume with --ema-decay" 2 "drop --ema-decay" "$charlm" train --resume
 # without --ema-decay (which would drop it) are refused naming the file
 "$charlm" train "${TINY[@]}" --steps 6 --eval-every 2 --out rn.st --stop-at 3 >/dev/null 2>&1 ||
   fail "the run without an average"
+! grep -q '"ema"' rn.st.metrics.jsonl && grep -q val_loss rn.st.metrics.jsonl ||
+  fail "a run without an average marks its metrics log: $(head -2 rn.st.metrics.jsonl)"
 # the average never touches the training: its weights and optimizer state
 # are those of the run without --ema-decay, bit for bit (bf16 where the CPU
 # has it: the packed weights follow each evaluation's swaps)

@@ -290,6 +290,8 @@ static int evaluate(run_ctx *c, int64_t step)
     cg_json_put_int(j, "step", step);
     cg_json_put_num(j, "train_loss", "%.6f", e.train);
     cg_json_put_num(j, "val_loss", "%.6f", e.val);
+    if (c->ema) /* the average's, as the line's "(EMA)" */
+        cg_json_put_bool(j, "ema", true);
     for (int i = 0; i < e.n_extra; i++)
         put_fixed(j, e.extra[i].key, e.extra[i].value, /* a count (epoch) stays one */
                   e.extra[i].decimals > 0 ? e.extra[i].decimals + 2 : 0);
