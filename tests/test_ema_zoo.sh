@@ -16,7 +16,7 @@
 #      without it is kept on --resume
 #   2. eval, sample and --init-from use the average: the same numbers and
 #      text as a file whose parameters are the averages; --no-ema the
-#      trained weights (a file without them); eval's
+#      trained weights (a file without them; --init-from's too); eval's
 #      "ema"; the training's final validation loss is eval's
 #   3. stopped (--stop-at) and resumed, the checkpoint's tensors, averages
 #      included, are the uninterrupted run's bytes; --ema-decay given to
@@ -25,14 +25,16 @@
 #      average in a run without --ema-decay); eval refuses more updates
 #      than steps too
 #   4. average: each file's average is what is averaged ("ema": true in
-#      "averaged"); the output keeps no average
+#      "averaged"), --no-ema its trained weights ("ema": false); the output
+#      keeps no average
 #   5. LoRA: the adapters' average, used by sample unless --no-ema
 #   6. seq2seq: translate and eval use the average, --no-ema the trained
 #      weights; a resumed run's bytes are the uninterrupted run's
 #   7. refusals: --ema-start-update without --ema-decay and a decay outside
 #      [0, 1] are usage errors (2); an average missing a tensor is refused
 #      naming the file and the tensor (--no-ema still reads the weights), and
-#      so are the averages without their metadata
+#      so are the averages without their metadata (by average and
+#      --init-from too, whose --no-ema read the weights)
 #      train --help's --ema-decay names only commands its program has
 #   8. a disk that the metrics log fills before the first save (a tmpfs;
 #      skipped where mount is refused): the room kept back for the
@@ -218,6 +220,11 @@ cmp -s s.txt su.txt && cmp -s sn.txt st.txt &&
 same_tensors i.st use.st && grep -q "using the weights' moving average" i.log &&
   echo "ok: --init-from starts from the average" ||
   fail "--init-from's weights are not the average: $(tail -2 i.log)"
+"$charlm" train "${TINY[@]}" --init-from m.st --no-ema --steps 4 --stop-at 0 --out in.st >/dev/null 2>in.log ||
+  fail "--init-from --no-ema: $(tail -1 in.log)"
+same_tensors in.st trained.st && ! grep -q "moving average" in.log &&
+  echo "ok: --init-from --no-ema starts from the trained weights" ||
+  fail "--init-from --no-ema's weights are not the trained ones: $(tail -2 in.log)"
 
 # ---------------------------------------------------------------- 3. resume
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out r.st --stop-at 3 >/dev/null 2>r.log ||
@@ -308,6 +315,29 @@ EOF
 else
   fail "average did not mean the files' averages"
 fi
+"$charlm" average --no-ema --out avgn.st m.st.step00000003.safetensors m.st.step00000006.safetensors \
+  >/dev/null 2>an.log || fail "average --no-ema: $(tail -1 an.log)"
+if st_py avgn.st m.st.step00000003.safetensors m.st.step00000006.safetensors <<'EOF'; then
+import array
+t, m = load(sys.argv[1])
+a, _ = load(sys.argv[2])
+b, _ = load(sys.argv[3])
+assert not any(k.startswith('ema.') for k in t) and not any(k.startswith('ema.') for k in m)
+files = json.loads(m['averaged'])['files']
+assert [f.get('ema') for f in files] == [False, False], files
+for k, v in t.items():
+    if k == 'tokenizer.spm':
+        continue
+    x, y = array.array('f', a[k][2]), array.array('f', b[k][2])
+    want = array.array('f', [(p + q) / 2 for p, q in zip(x, y)])
+    assert array.array('f', v[2]) == want, k
+print('ok: average --no-ema means the files\' trained weights (%d tensors, "ema": false)' % len(t))
+EOF
+  :
+else
+  fail "average --no-ema did not mean the files' trained weights"
+fi
+
 # ---------------------------------------------------------------- 5. LoRA
 "$charlm" train "${TINY[@]}" --init-from trained.st --lora-rank 2 --lr 0.3 --ema-decay 0.9 --steps 6 \
   --eval-every 3 --out l.st >l.json 2>l.log || fail "LoRA run: $(tail -1 l.log)"
@@ -386,10 +416,17 @@ for f in nometa halfmeta; do
   refused "$f: average" "'$f.st'.*'ema.updates'" "$charlm" average --out nm.st m.st $f.st
   [ ! -e nm.st ] || fail "$f: average wrote nm.st"
   "$charlm" eval --ckpt $f.st --no-ema >/dev/null 2>&1 || fail "$f: --no-ema does not read it"
+  rm -f nm.st
+  "$charlm" average --no-ema --out nm.st m.st $f.st >/dev/null 2>&1 || fail "$f: average --no-ema does not read it"
+  refused "$f: --init-from" "'$f.st'.*'ema.updates'" "$charlm" train "${TINY[@]}" --init-from $f.st --steps 2 --out x.st
+  "$charlm" train "${TINY[@]}" --init-from $f.st --no-ema --steps 2 --stop-at 0 --out nx.st >/dev/null 2>&1 ||
+    fail "$f: --init-from --no-ema does not read it"
+  rm -f nx.st nx.st.* x.st
 done
 # train --help's --ema-decay names only commands and flags its program has
 # (charlm has no translate, seq2seq no sample nor --init-from), and every
-# decoding or eval command of either takes --no-ema
+# command of either that reads a checkpoint takes --no-ema (average too;
+# train's with --init-from)
 for prog in "$charlm" "$seq2seq"; do
   name=$(basename "$prog")
   help=$("$prog" train --help)
@@ -398,12 +435,15 @@ for prog in "$charlm" "$seq2seq"; do
     if grep -qw "$cmd" <<<"$para" && ! "$prog" "$cmd" --help >/dev/null 2>&1; then
       fail "$name train --help's --ema-decay names '$cmd', which $name does not have"
     fi
-    if "$prog" "$cmd" --help >/dev/null 2>&1 && [ "$cmd" != average ] &&
+    if "$prog" "$cmd" --help >/dev/null 2>&1 &&
       ! grep -q -- "--no-ema" <<<"$("$prog" "$cmd" --help)"; then
       fail "$name $cmd takes no --no-ema"
     fi
   done
   grep -q -- "^  --ema-update-freq N" <<<"$help" || fail "$name train --help has no --ema-update-freq"
+  if grep -q -- "^  --init-from" <<<"$help" && ! grep -q -- "^  --no-ema" <<<"$help"; then
+    fail "$name train --help: --init-from without --no-ema"
+  fi
   if grep -q -- "--init-from" <<<"$para" && ! grep -q -- "^  --init-from" <<<"$help"; then
     fail "$name train --help's --ema-decay names --init-from, which $name train does not take"
   fi

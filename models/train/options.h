@@ -77,6 +77,9 @@ typedef struct {
      * is one of 1 .. N-1 (fairseq's: while num_updates < N) */
     double ema_decay;
     int64_t ema_start, ema_update_freq;
+    /* --no-ema (charlm, with --init-from): start from the checkpoint's
+     * trained weights, not the moving average it keeps */
+    bool init_no_ema;
     /* --precision auto|fp32|bf16 ("auto"): cg_train_parse resolves auto to
      * "fp32" or "bf16", the name saved in "options" (on --resume, auto
      * means the checkpoint's, restored from it; fp32 or bf16 switch) */
@@ -234,8 +237,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     "                       step avg = D*avg + (1-D)*w, D in [0, 1], 0: none (the\n"     \
     "                       default); the evaluations, --keep-best and --patience\n"     \
     "                       judge the average, the checkpoint keeps both (\"ema.*\"),\n" \
-    "                       and the commands that read it use the average (average\n"    \
-    "                       always; eval and the decoding ones unless given --no-ema)\n"
+    "                       and the commands that read it use the average unless\n"      \
+    "                       given --no-ema\n"
 
 /* The trainer's rows of a train command's table (o: cg_train_opts *). */
 #define CG_TRAIN_RUN_FLAGS(o)                                                                     \
