@@ -65,15 +65,7 @@ import json, struct
 t, m = load(sys.argv[1])
 use = sys.argv[3] == 'use'
 out = {k: (t['ema.' + k] if use and 'ema.' + k in t else v) for k, v in t.items() if not k.startswith('ema.')}
-m = {k: v for k, v in m.items() if not k.startswith('ema.')}
-h, off, blob = {'__metadata__': m}, 0, b''
-for k, (dt, sh, b) in out.items():
-    h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
-    off += len(b)
-    blob += b
-hb = json.dumps(h).encode()
-hb += b' ' * (-len(hb) % 8)
-open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+save(sys.argv[2], out, {k: v for k, v in m.items() if not k.startswith('ema.')})
 EOF
 }
 # FILE A and FILE B have the same tensors (digest's second argument: C).
@@ -274,14 +266,7 @@ t, m = load(sys.argv[1])
 a, am = load(sys.argv[2])
 t.update({k: v for k, v in a.items() if k.startswith('ema.')})
 m.update({k: v for k, v in am.items() if k.startswith('ema.')})
-h, off, blob = {'__metadata__': m}, 0, b''
-for k, (dt, sh, b) in t.items():
-    h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
-    off += len(b)
-    blob += b
-hb = json.dumps(h).encode()
-hb += b' ' * (-len(hb) % 8)
-open(sys.argv[3], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+save(sys.argv[3], t, m)
 EOF2
 refused "--resume, another decay" "^charlm: error: 'rd.st': its average's 'ema.decay' = 0.5 is not its run's --ema-decay 0.7" \
   "$charlm" train --resume rd.st
@@ -389,15 +374,7 @@ expect "--ema-decay -0.1" 2 "ema-decay" "$charlm" train "${TINY[@]}" --ema-decay
 st_py m.st bad.st <<'EOF'
 t, m = load(sys.argv[1])
 drop = sorted(k for k in t if k.startswith('ema.'))[0]
-h, off, blob = {'__metadata__': m}, 0, b''
-for k, (dt, sh, b) in t.items():
-    if k != drop:
-        h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
-        off += len(b)
-        blob += b
-hb = json.dumps(h).encode()
-hb += b' ' * (-len(hb) % 8)
-open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+save(sys.argv[2], {k: v for k, v in t.items() if k != drop}, m)
 EOF
 refused "an average missing a tensor" "checkpoint 'bad.st': its weights' average: .*ema\." \
   "$charlm" eval --ckpt bad.st
