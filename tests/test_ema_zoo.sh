@@ -278,50 +278,39 @@ refused "--resume, an average in a run without one" "^charlm: error: 'rp.st' kee
   "$charlm" train --resume rp.st
 
 # ---------------------------------------------------------------- 4. average
-"$charlm" average --out avg.st m.st.step00000003.safetensors m.st.step00000006.safetensors \
-  >/dev/null 2>a.log || fail "average: $(tail -1 a.log)"
-if st_py avg.st m.st.step00000003.safetensors m.st.step00000006.safetensors <<'EOF'; then
+# average [--no-ema] of the kept checkpoints of steps 3 and 6 into OUT:
+# the mean of their averages ("ema": true), with --no-ema of their trained
+# weights ("ema": false), bit for bit; OUT keeps no average
+average_of() {
+  local out=$1 what=${2:-averages}
+  "$charlm" average ${2:+--no-ema} --out "$out" m.st.step00000003.safetensors \
+    m.st.step00000006.safetensors >/dev/null 2>a.log || fail "average ${2:-}: $(tail -1 a.log)"
+  if st_py "$out" m.st.step00000003.safetensors m.st.step00000006.safetensors "$what" <<'EOF'; then
 import array
 t, m = load(sys.argv[1])
 a, _ = load(sys.argv[2])
 b, _ = load(sys.argv[3])
+ema = sys.argv[4] == 'averages'
+pre = 'ema.' if ema else ''
 assert not any(k.startswith('ema.') for k in t) and not any(k.startswith('ema.') for k in m)
 files = json.loads(m['averaged'])['files']
-assert [f.get('ema') for f in files] == [True, True], files
+assert [f.get('ema') for f in files] == [ema, ema], files
 for k, v in t.items():
     if k == 'tokenizer.spm':
         continue
-    x, y = array.array('f', a['ema.' + k][2]), array.array('f', b['ema.' + k][2])
+    x, y = array.array('f', a[pre + k][2]), array.array('f', b[pre + k][2])
     want = array.array('f', [(p + q) / 2 for p, q in zip(x, y)])
     assert array.array('f', v[2]) == want, k
-print('ok: average means the files\' averages (%d tensors); it keeps none' % len(t))
+print('ok: average %smeans the files\' %s (%d tensors, "ema": %s); it keeps none'
+      % ('' if ema else '--no-ema ', sys.argv[4], len(t), str(ema).lower()))
 EOF
-  :
-else
-  fail "average did not mean the files' averages"
-fi
-"$charlm" average --no-ema --out avgn.st m.st.step00000003.safetensors m.st.step00000006.safetensors \
-  >/dev/null 2>an.log || fail "average --no-ema: $(tail -1 an.log)"
-if st_py avgn.st m.st.step00000003.safetensors m.st.step00000006.safetensors <<'EOF'; then
-import array
-t, m = load(sys.argv[1])
-a, _ = load(sys.argv[2])
-b, _ = load(sys.argv[3])
-assert not any(k.startswith('ema.') for k in t) and not any(k.startswith('ema.') for k in m)
-files = json.loads(m['averaged'])['files']
-assert [f.get('ema') for f in files] == [False, False], files
-for k, v in t.items():
-    if k == 'tokenizer.spm':
-        continue
-    x, y = array.array('f', a[k][2]), array.array('f', b[k][2])
-    want = array.array('f', [(p + q) / 2 for p, q in zip(x, y)])
-    assert array.array('f', v[2]) == want, k
-print('ok: average --no-ema means the files\' trained weights (%d tensors, "ema": false)' % len(t))
-EOF
-  :
-else
-  fail "average --no-ema did not mean the files' trained weights"
-fi
+    :
+  else
+    fail "average ${2:-} did not mean the files' $what"
+  fi
+}
+average_of avg.st
+average_of avgn.st "trained weights"
 
 # ---------------------------------------------------------------- 5. LoRA
 "$charlm" train "${TINY[@]}" --init-from trained.st --lora-rank 2 --lr 0.3 --ema-decay 0.9 --steps 6 \
