@@ -302,7 +302,8 @@ static int evaluate(run_ctx *c, int64_t step)
 /* fairseq's EMA.step after an optimizer update (a skipped step is none):
  * every --ema-update-freq F-th update moves the average, the others count
  * (t->ema_since); a move's update number (fairseq's num_updates: F times
- * the moves so far) below --ema-start-update N makes it a copy (decay 0). */
+ * the moves so far) below --ema-start-update N makes it a copy (decay 0):
+ * (moves + 1) F < N, as moves + 1 < ceil(N / F), which cannot overflow. */
 static bool ema_step(run_ctx *c)
 {
     cg_trainer *t = c->t;
@@ -310,7 +311,7 @@ static bool ema_step(run_ctx *c)
     if (++t->ema_since < f)
         return true;
     t->ema_since = 0;
-    const bool copy = (cg_ema_updates(c->ema) + 1) * f < t->o->ema_start;
+    const bool copy = cg_ema_updates(c->ema) + 1 < (t->o->ema_start + f - 1) / f;
     return (!copy || cg_ema_set_decay(c->ema, 0)) && cg_ema_update(c->ema) &&
            (!copy || cg_ema_set_decay(c->ema, t->o->ema_decay));
 }
