@@ -32,7 +32,9 @@
 #   st_py ARGS... <<'EOF'      python3 runs the script on stdin (sys.argv[1:]
 #                              = ARGS) after load(PATH) -> ({name: (dtype,
 #                              shape, bytes)}, metadata): a safetensors file
-#                              read with the standard library only
+#                              read with the standard library only, and
+#                              save(PATH, tensors, metadata) writing one
+#                              (load's form, in the dict's order)
 #   st_meta FILE CODE [OUT]    FILE's metadata rewritten (into OUT, if given)
 #                              by the Python statements CODE, run with m the
 #                              metadata (a dict of strings) and t the
@@ -202,6 +204,15 @@ def load(p):
     meta = h.pop('__metadata__', {})
     return {k: (v['dtype'], v['shape'], b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]])
             for k, v in h.items()}, meta
+def save(p, t, meta):
+    h, off, blob = {'__metadata__': meta}, 0, b''
+    for k, (dt, sh, b) in t.items():
+        h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
+        off += len(b)
+        blob += b
+    hb = json.dumps(h).encode()
+    hb += b' ' * (-len(hb) % 8)
+    open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
 PY
 )
   python3 -c "$prelude"$'\n'"$(cat)" "$@"

@@ -39,18 +39,9 @@ tool=$3
 root=$(cd "$(dirname "$0")/.." && pwd) # scripts/recipe_run.sh (section 6)
 . "$(dirname "$0")/shell_lib.sh" average
 
-# safetensors files read (shell_lib.sh st_py) and written with the standard library only
+# safetensors files read and written (shell_lib.sh st_py's load and save)
 st() {
   st_py "$@" <<'EOF'
-def save(p, t, meta):
-    h, off, data = {'__metadata__': meta}, 0, b''
-    for k, (dt, shape, raw) in t.items():
-        h[k] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + len(raw)]}
-        off += len(raw)
-        data += raw
-    hb = json.dumps(h).encode()
-    hb += b' ' * (-len(hb) % 8)
-    open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + data)
 def values(dt, raw):  # as Python floats (exact)
     if dt == 'F32':
         return list(struct.unpack('<%df' % (len(raw) // 4), raw))

@@ -389,6 +389,21 @@ START_TEST(test_limits_random_model)
 }
 END_TEST
 
+/* cg_translate_all of the three sources s under l (NULL: the defaults),
+ * beam and cache: sentence i has want[i] characters (case: the caller's
+ * row, -1 for the defaults). */
+static void check_lengths(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *s, int beam,
+                          bool cache, const cg_decode_limits *l, const size_t want[3], int cs)
+{
+    char **out = cg_translate_all(m, tok, s, beam, 0.6, cache, l, NULL);
+    ck_assert_msg(out, "case %d: %s", cs, cg_last_error());
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(strlen(out[i]) == want[i],
+                      "case %d, beam %d, cache %d, sentence %d: %zu characters, not %zu", cs, beam,
+                      cache, i, strlen(out[i]), want[i]);
+    cg_strings_free(out, 3);
+}
+
 /* --max-len-a/--max-len-b through cg_translate_all: a rig that never ends
  * (EOS and the specials far below the characters) gives each sentence
  * exactly min(floor(a * (n + 1) + b), max_len) characters, n its own (one
@@ -414,23 +429,11 @@ START_TEST(test_max_len_caps)
                  {{0, 100, 0, 0}, {64, 64, 64}}, {{0, 0, 0, 0}, {0, 0, 0}}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int beam = 1; beam <= 2; beam++)
-            for (int cache = 0; cache < 2; cache++) {
-                char **out = cg_translate_all(m, tok, &s, beam, 0.6, cache, &cases[k].l, NULL);
-                ck_assert_msg(out, "%s", cg_last_error());
-                for (int i = 0; i < 3; i++)
-                    ck_assert_msg(strlen(out[i]) == cases[k].want[i],
-                                  "case %zu, beam %d, cache %d, sentence %d: %zu characters, "
-                                  "not %zu",
-                                  k, beam, cache, i, strlen(out[i]), cases[k].want[i]);
-                cg_strings_free(out, 3);
-            }
-    for (int beam = 1; beam <= 2; beam++) {
-        char **d = cg_translate_all(m, tok, &s, beam, 0.6, true, NULL, NULL);
-        ck_assert_ptr_nonnull(d);
-        for (int i = 0; i < 3; i++)
-            ck_assert_uint_eq(strlen(d[i]), strlen(texts[i]) + 50);
-        cg_strings_free(d, 3);
-    }
+            for (int cache = 0; cache < 2; cache++)
+                check_lengths(m, tok, &s, beam, cache, &cases[k].l, cases[k].want, (int)k);
+    const size_t plus50[3] = {strlen(texts[0]) + 50, strlen(texts[1]) + 50, strlen(texts[2]) + 50};
+    for (int beam = 1; beam <= 2; beam++)
+        check_lengths(m, tok, &s, beam, true, NULL, plus50, -1);
     const cg_decode_limits def = cg_translate_limits_default();
     ck_assert(def.max_len_a == CG_MAX_LEN_A && def.max_len_b == CG_MAX_LEN_B && def.min_len == 0 &&
               def.no_repeat_ngram_size == 0);

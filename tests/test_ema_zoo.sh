@@ -8,11 +8,16 @@
 #      of the step before's towards that step's weights, recomputed here
 #      bit for bit in float32 (a copy before update N of
 #      --ema-start-update N, as fairseq's num_updates < N); its
-#      metadata "ema.decay" and "ema.updates"
+#      metadata "ema.decay" and "ema.updates"; --ema-update-freq 1 is the
+#      default bit for bit, and with 3 the average moves at updates 3 and
+#      6 only (fairseq's ema_update_freq); stopped mid-period and resumed,
+#      the uninterrupted run's bytes; the metrics log's evaluation lines say
+#      "ema": true (a run without an average's do not), and an older log
+#      without it is kept on --resume
 #   2. eval, sample and --init-from use the average: the same numbers and
 #      text as a file whose parameters are the averages; --no-ema the
-#      trained weights (a file without them); eval's "ema"; the training's
-#      final validation loss is eval's
+#      trained weights (a file without them; --init-from's too); eval's
+#      "ema"; the training's final validation loss is eval's
 #   3. stopped (--stop-at) and resumed, the checkpoint's tensors, averages
 #      included, are the uninterrupted run's bytes; --ema-decay given to
 #      --resume is refused (the checkpoint fixes it), and so is an average
@@ -20,14 +25,16 @@
 #      average in a run without --ema-decay); eval refuses more updates
 #      than steps too
 #   4. average: each file's average is what is averaged ("ema": true in
-#      "averaged"); the output keeps no average
+#      "averaged"), --no-ema its trained weights ("ema": false); the output
+#      keeps no average
 #   5. LoRA: the adapters' average, used by sample unless --no-ema
 #   6. seq2seq: translate and eval use the average, --no-ema the trained
 #      weights; a resumed run's bytes are the uninterrupted run's
 #   7. refusals: --ema-start-update without --ema-decay and a decay outside
 #      [0, 1] are usage errors (2); an average missing a tensor is refused
 #      naming the file and the tensor (--no-ema still reads the weights), and
-#      so are the averages without their metadata
+#      so are the averages without their metadata (by average and
+#      --init-from too, whose --no-ema read the weights)
 #      train --help's --ema-decay names only commands its program has
 #   8. a disk that the metrics log fills before the first save (a tmpfs;
 #      skipped where mount is refused): the room kept back for the
@@ -58,15 +65,7 @@ import json, struct
 t, m = load(sys.argv[1])
 use = sys.argv[3] == 'use'
 out = {k: (t['ema.' + k] if use and 'ema.' + k in t else v) for k, v in t.items() if not k.startswith('ema.')}
-m = {k: v for k, v in m.items() if not k.startswith('ema.')}
-h, off, blob = {'__metadata__': m}, 0, b''
-for k, (dt, sh, b) in out.items():
-    h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
-    off += len(b)
-    blob += b
-hb = json.dumps(h).encode()
-hb += b' ' * (-len(hb) % 8)
-open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+save(sys.argv[2], out, {k: v for k, v in m.items() if not k.startswith('ema.')})
 EOF
 }
 # FILE A and FILE B have the same tensors (digest's second argument: C).
@@ -110,6 +109,79 @@ else
   fail "the averages are not lerp's updates of the weights"
 fi
 
+# --ema-update-freq F (fairseq's ema_update_freq): every Fth update moves
+# the average, the others leave it; the copies of --ema-start-update N are
+# the moves whose update (fairseq's num_updates) is below N
+"$charlm" train "${TINY[@]}" "${EMA[@]}" --ema-update-freq 1 --steps 6 --eval-every 1 --out m1.st \
+  >/dev/null 2>m1.log || fail "--ema-update-freq 1: $(tail -1 m1.log)"
+same_tensors m1.st m.st all && echo "ok: --ema-update-freq 1 is the default, bit for bit" ||
+  fail "--ema-update-freq 1 differs from the default"
+FREQ=(--ema-decay 0.7 --ema-start-update 5 --ema-update-freq 3)
+"$charlm" train "${TINY[@]}" "${FREQ[@]}" --steps 8 --eval-every 1 --keep-last 8 --out f.st \
+  >f.json 2>f.log || fail "--ema-update-freq 3: $(tail -1 f.log)"
+if st_py f.st.step0000000{1,2,3,4,5,6,7,8}.safetensors <<'EOF'; then
+import array
+def f32(x):
+    return struct.unpack('f', struct.pack('f', x))[0]
+w = f32(1.0 - 0.7)
+prev = None
+for s, path in enumerate(sys.argv[1:], 1):
+    t, m = load(path)
+    assert m['ema.updates'] == str(s // 3), (path, m.get('ema.updates'))
+    assert json.loads(m['train'])['options']['ema_update_freq'] == 3, path
+    avg = {k[4:]: array.array('f', v[2]) for k, v in t.items() if k.startswith('ema.')}
+    for k, a in avg.items():
+        p = array.array('f', t[k][2])
+        if s % 3:  # no move: the average stays (the first weights before update 3)
+            want = prev[k] if prev else list(a)
+        elif s < 5:  # update 3, below --ema-start-update 5: a copy
+            want = p
+        else:  # update 6: lerp
+            want = [f32(q + f32(w * f32(x - q))) for q, x in zip(prev[k], p)]
+        assert list(a) == list(want), (path, k)
+    assert s != 3 or prev is None or any(list(prev[k]) != list(avg[k]) for k in avg), 'update 3 moved nothing'
+    prev = avg
+print('ok: --ema-update-freq 3: the average moves at updates 3 (a copy) and 6 (lerp) only, bit for bit')
+EOF
+  :
+else
+  fail "--ema-update-freq 3: the averages are not fairseq's"
+fi
+[ "$(field f.json ema_update_freq)" = 3 ] || fail "the JSON line lacks ema_update_freq: $(tail -1 f.json)"
+# stopped mid-period (update 4: one update since the average's last) and
+# resumed: the uninterrupted run's bytes, the average's included
+"$charlm" train "${TINY[@]}" "${FREQ[@]}" --steps 8 --eval-every 4 --out fr.st --stop-at 4 >/dev/null 2>fr.log ||
+  fail "--ema-update-freq 3, stopped: $(tail -1 fr.log)"
+cp fr.st fr4.st
+"$charlm" train --resume fr.st >/dev/null 2>fr2.log || fail "--ema-update-freq 3, resumed: $(tail -1 fr2.log)"
+"$charlm" train "${TINY[@]}" "${FREQ[@]}" --steps 8 --eval-every 4 --out fu.st >/dev/null 2>fu.log ||
+  fail "--ema-update-freq 3, uninterrupted: $(tail -1 fu.log)"
+same_tensors fr.st fu.st all &&
+  echo "ok: --ema-update-freq 3 resumed mid-period (step 4): the uninterrupted run's bytes" ||
+  fail "--ema-update-freq 3: a resumed run's tensors differ from the uninterrupted run's"
+expect "--resume with --ema-update-freq" 2 "drop --ema-update-freq" "$charlm" train --resume fr4.st --ema-update-freq 2
+# the updates since the average's last move are the checkpoint's: one that
+# is not below the run's --ema-update-freq is refused naming it
+st_meta fr4.st "t['ema_since'] = 3" fbad.st
+refused "--resume, ema_since 3 with --ema-update-freq 3" "^charlm: error: 'fbad.st': training state: \"ema_since\" = 3 is not below" \
+  "$charlm" train --resume fbad.st
+
+# ---------------------------------------------------------------- 1c. the metrics log
+# each evaluation line of a run with an average says so ("ema": true, as
+# the console's "(EMA)"); its training lines and a run without one do not
+jsonl_ok "the metrics log" m.st.metrics.jsonl
+if python3 - m.st.metrics.jsonl <<'EOF'; then
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ev = [l for l in lines if 'val_loss' in l]
+assert len(ev) == 7 and all(l.get('ema') is True for l in ev), ev
+assert all('ema' not in l for l in lines if 'val_loss' not in l), lines
+EOF
+  echo "ok: the metrics log marks the evaluations of the average (\"ema\": true)"
+else
+  fail "the metrics log does not mark the average's evaluations: $(grep val_loss m.st.metrics.jsonl | head -2)"
+fi
+
 # ---------------------------------------------------------------- 2. what reads it
 strip_avg m.st use.st use
 strip_avg m.st trained.st trained
@@ -140,12 +212,31 @@ cmp -s s.txt su.txt && cmp -s sn.txt st.txt &&
 same_tensors i.st use.st && grep -q "using the weights' moving average" i.log &&
   echo "ok: --init-from starts from the average" ||
   fail "--init-from's weights are not the average: $(tail -2 i.log)"
+"$charlm" train "${TINY[@]}" --init-from m.st --no-ema --steps 4 --stop-at 0 --out in.st >/dev/null 2>in.log ||
+  fail "--init-from --no-ema: $(tail -1 in.log)"
+same_tensors in.st trained.st && ! grep -q "moving average" in.log &&
+  echo "ok: --init-from --no-ema starts from the trained weights" ||
+  fail "--init-from --no-ema's weights are not the trained ones: $(tail -2 in.log)"
 
 # ---------------------------------------------------------------- 3. resume
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out r.st --stop-at 3 >/dev/null 2>r.log ||
   fail "stopped run: $(tail -1 r.log)"
 cp r.st r3.st # at step 3
+# a log written before the evaluations said "ema" (an older build's) is
+# kept on --resume, the new lines after it
+python3 -c '
+import json, sys
+ls = [json.loads(l) for l in open(sys.argv[1])]
+open(sys.argv[1], "w").writelines(json.dumps({k: v for k, v in l.items() if k != "ema"}) + "\n" for l in ls)' r.st.metrics.jsonl
+cp r.st.metrics.jsonl r3.metrics.jsonl
 "$charlm" train --resume r.st >/dev/null 2>r2.log || fail "resumed run: $(tail -1 r2.log)"
+jsonl_ok "the resumed run's metrics log" r.st.metrics.jsonl
+n3=$(wc -l <r3.metrics.jsonl)
+cmp -s r3.metrics.jsonl <(head -n "$n3" r.st.metrics.jsonl) &&
+  [ "$(grep -c '"ema": true' r.st.metrics.jsonl)" = 2 ] && ! grep -q '"ema"' r3.metrics.jsonl &&
+  [ "$(grep -c val_loss r.st.metrics.jsonl)" = $(($(grep -c val_loss r3.metrics.jsonl) + 2)) ] &&
+  echo "ok: --resume keeps an older metrics log's lines (no \"ema\"), the new evaluations marked" ||
+  fail "the resumed metrics log: $(cat r.st.metrics.jsonl)"
 "$charlm" train "${TINY[@]}" "${EMA[@]}" --steps 6 --eval-every 2 --out u.st >/dev/null 2>u.log ||
   fail "uninterrupted run: $(tail -1 u.log)"
 same_tensors r.st u.st all &&
@@ -157,6 +248,8 @@ expect "--resume with --ema-decay" 2 "drop --ema-decay" "$charlm" train --resume
 # without --ema-decay (which would drop it) are refused naming the file
 "$charlm" train "${TINY[@]}" --steps 6 --eval-every 2 --out rn.st --stop-at 3 >/dev/null 2>&1 ||
   fail "the run without an average"
+! grep -q '"ema"' rn.st.metrics.jsonl && grep -q val_loss rn.st.metrics.jsonl ||
+  fail "a run without an average marks its metrics log: $(head -2 rn.st.metrics.jsonl)"
 # the average never touches the training: its weights and optimizer state
 # are those of the run without --ema-decay, bit for bit (bf16 where the CPU
 # has it: the packed weights follow each evaluation's swaps)
@@ -173,14 +266,7 @@ t, m = load(sys.argv[1])
 a, am = load(sys.argv[2])
 t.update({k: v for k, v in a.items() if k.startswith('ema.')})
 m.update({k: v for k, v in am.items() if k.startswith('ema.')})
-h, off, blob = {'__metadata__': m}, 0, b''
-for k, (dt, sh, b) in t.items():
-    h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
-    off += len(b)
-    blob += b
-hb = json.dumps(h).encode()
-hb += b' ' * (-len(hb) % 8)
-open(sys.argv[3], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+save(sys.argv[3], t, m)
 EOF2
 refused "--resume, another decay" "^charlm: error: 'rd.st': its average's 'ema.decay' = 0.5 is not its run's --ema-decay 0.7" \
   "$charlm" train --resume rd.st
@@ -192,28 +278,39 @@ refused "--resume, an average in a run without one" "^charlm: error: 'rp.st' kee
   "$charlm" train --resume rp.st
 
 # ---------------------------------------------------------------- 4. average
-"$charlm" average --out avg.st m.st.step00000003.safetensors m.st.step00000006.safetensors \
-  >/dev/null 2>a.log || fail "average: $(tail -1 a.log)"
-if st_py avg.st m.st.step00000003.safetensors m.st.step00000006.safetensors <<'EOF'; then
+# average [--no-ema] of the kept checkpoints of steps 3 and 6 into OUT:
+# the mean of their averages ("ema": true), with --no-ema of their trained
+# weights ("ema": false), bit for bit; OUT keeps no average
+average_of() {
+  local out=$1 what=${2:-averages}
+  "$charlm" average ${2:+--no-ema} --out "$out" m.st.step00000003.safetensors \
+    m.st.step00000006.safetensors >/dev/null 2>a.log || fail "average ${2:-}: $(tail -1 a.log)"
+  if st_py "$out" m.st.step00000003.safetensors m.st.step00000006.safetensors "$what" <<'EOF'; then
 import array
 t, m = load(sys.argv[1])
 a, _ = load(sys.argv[2])
 b, _ = load(sys.argv[3])
+ema = sys.argv[4] == 'averages'
+pre = 'ema.' if ema else ''
 assert not any(k.startswith('ema.') for k in t) and not any(k.startswith('ema.') for k in m)
 files = json.loads(m['averaged'])['files']
-assert [f.get('ema') for f in files] == [True, True], files
+assert [f.get('ema') for f in files] == [ema, ema], files
 for k, v in t.items():
     if k == 'tokenizer.spm':
         continue
-    x, y = array.array('f', a['ema.' + k][2]), array.array('f', b['ema.' + k][2])
+    x, y = array.array('f', a[pre + k][2]), array.array('f', b[pre + k][2])
     want = array.array('f', [(p + q) / 2 for p, q in zip(x, y)])
     assert array.array('f', v[2]) == want, k
-print('ok: average means the files\' averages (%d tensors); it keeps none' % len(t))
+print('ok: average %smeans the files\' %s (%d tensors, "ema": %s); it keeps none'
+      % ('' if ema else '--no-ema ', sys.argv[4], len(t), str(ema).lower()))
 EOF
-  :
-else
-  fail "average did not mean the files' averages"
-fi
+    :
+  else
+    fail "average ${2:-} did not mean the files' $what"
+  fi
+}
+average_of avg.st
+average_of avgn.st "trained weights"
 
 # ---------------------------------------------------------------- 5. LoRA
 "$charlm" train "${TINY[@]}" --init-from trained.st --lora-rank 2 --lr 0.3 --ema-decay 0.9 --steps 6 \
@@ -266,15 +363,7 @@ expect "--ema-decay -0.1" 2 "ema-decay" "$charlm" train "${TINY[@]}" --ema-decay
 st_py m.st bad.st <<'EOF'
 t, m = load(sys.argv[1])
 drop = sorted(k for k in t if k.startswith('ema.'))[0]
-h, off, blob = {'__metadata__': m}, 0, b''
-for k, (dt, sh, b) in t.items():
-    if k != drop:
-        h[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}
-        off += len(b)
-        blob += b
-hb = json.dumps(h).encode()
-hb += b' ' * (-len(hb) % 8)
-open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + blob)
+save(sys.argv[2], {k: v for k, v in t.items() if k != drop}, m)
 EOF
 refused "an average missing a tensor" "checkpoint 'bad.st': its weights' average: .*ema\." \
   "$charlm" eval --ckpt bad.st
@@ -293,10 +382,17 @@ for f in nometa halfmeta; do
   refused "$f: average" "'$f.st'.*'ema.updates'" "$charlm" average --out nm.st m.st $f.st
   [ ! -e nm.st ] || fail "$f: average wrote nm.st"
   "$charlm" eval --ckpt $f.st --no-ema >/dev/null 2>&1 || fail "$f: --no-ema does not read it"
+  rm -f nm.st
+  "$charlm" average --no-ema --out nm.st m.st $f.st >/dev/null 2>&1 || fail "$f: average --no-ema does not read it"
+  refused "$f: --init-from" "'$f.st'.*'ema.updates'" "$charlm" train "${TINY[@]}" --init-from $f.st --steps 2 --out x.st
+  "$charlm" train "${TINY[@]}" --init-from $f.st --no-ema --steps 2 --stop-at 0 --out nx.st >/dev/null 2>&1 ||
+    fail "$f: --init-from --no-ema does not read it"
+  rm -f nx.st nx.st.* x.st
 done
 # train --help's --ema-decay names only commands and flags its program has
 # (charlm has no translate, seq2seq no sample nor --init-from), and every
-# decoding or eval command of either takes --no-ema
+# command of either that reads a checkpoint takes --no-ema (average too;
+# train's with --init-from)
 for prog in "$charlm" "$seq2seq"; do
   name=$(basename "$prog")
   help=$("$prog" train --help)
@@ -305,11 +401,15 @@ for prog in "$charlm" "$seq2seq"; do
     if grep -qw "$cmd" <<<"$para" && ! "$prog" "$cmd" --help >/dev/null 2>&1; then
       fail "$name train --help's --ema-decay names '$cmd', which $name does not have"
     fi
-    if "$prog" "$cmd" --help >/dev/null 2>&1 && [ "$cmd" != average ] &&
+    if "$prog" "$cmd" --help >/dev/null 2>&1 &&
       ! grep -q -- "--no-ema" <<<"$("$prog" "$cmd" --help)"; then
       fail "$name $cmd takes no --no-ema"
     fi
   done
+  grep -q -- "^  --ema-update-freq N" <<<"$help" || fail "$name train --help has no --ema-update-freq"
+  if grep -q -- "^  --init-from" <<<"$help" && ! grep -q -- "^  --no-ema" <<<"$help"; then
+    fail "$name train --help: --init-from without --no-ema"
+  fi
   if grep -q -- "--init-from" <<<"$para" && ! grep -q -- "^  --init-from" <<<"$help"; then
     fail "$name train --help's --ema-decay names --init-from, which $name train does not take"
   fi

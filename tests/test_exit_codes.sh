@@ -128,6 +128,13 @@ done <<'EOF'
 2 | seq2seq | train --resume s.st --dropout 0.5        | --resume continues a run .*; drop --dropout
 2 | charlm  | train --init-from a.st --resume a.st     | --init-from starts a new run
 2 | charlm  | train $TR --lora-rank 2                  | --lora-rank needs --init-from
+2 | charlm  | train $TR --ema-update-freq 0            | --ema-update-freq: 0 is out of range
+2 | charlm  | train $TR --ema-decay 0.9 --ema-update-freq -2 | --ema-update-freq: -2 is out of range
+2 | seq2seq | train $S2 --ema-decay 0.9 --ema-update-freq 2.5 | --ema-update-freq: '2.5' is not an integer
+2 | charlm  | train $TR --ema-update-freq 2            | --ema-update-freq needs --ema-decay
+2 | seq2seq | train $S2 --ema-update-freq 2            | --ema-update-freq needs --ema-decay
+2 | charlm  | train $TR --no-ema                       | --no-ema needs --init-from
+2 | charlm  | train --init-from a.st --lora-rank 2 --no-ema --steps 2 --out o.st | --no-ema with --lora-rank
 2 | charlm  | train $TR --base a.st                    | --base names the base of a LoRA checkpoint
 2 | charlm  | train $TR --tokenizer char --vocab-size 300 | --vocab-size needs --tokenizer bpe
 2 | seq2seq | attention --ckpt s.st                    | attention needs --text

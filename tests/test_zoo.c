@@ -733,9 +733,10 @@ static bool avg_never(const char *a, const char *b)
     return false;
 }
 
-static bool avg_loads_never(const char *path)
+static bool avg_loads_never(const char *path, cg_ckpt_weights w)
 {
     (void)path;
+    (void)w;
     ck_abort_msg("loads called");
     return false;
 }
@@ -786,10 +787,12 @@ START_TEST(test_average_needs_two)
     const cg_avg_model m = {"charlm", avg_never, avg_loads_never, NULL};
     const char *const inputs[1] = {in};
     long long params = -1;
-    CG_ASSERT_FAILS((void *)(intptr_t)cg_ckpt_average(&m, inputs, 1, out, false, &params),
-                    "averaging needs at least 2 checkpoints (got 1)");
-    CG_ASSERT_FAILS((void *)(intptr_t)cg_ckpt_average(&m, inputs, 0, out, false, &params),
-                    "averaging needs at least 2 checkpoints (got 0)");
+    CG_ASSERT_FAILS(
+        (void *)(intptr_t)cg_ckpt_average(&m, inputs, 1, out, false, CG_CKPT_AVERAGE, &params),
+        "averaging needs at least 2 checkpoints (got 1)");
+    CG_ASSERT_FAILS(
+        (void *)(intptr_t)cg_ckpt_average(&m, inputs, 0, out, false, CG_CKPT_AVERAGE, &params),
+        "averaging needs at least 2 checkpoints (got 0)");
     ck_assert(access(out, F_OK) != 0);
     rm_tmpdir();
 }

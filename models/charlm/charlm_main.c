@@ -84,6 +84,10 @@ static int cmd_train(int argc, char **argv)
          "                     its shape and tokenizer, a fresh optimizer, step 0 (the\n"
          "                     file is only read; the checkpoint records it)\n",
          CG_CLI_FIXED},
+        {"--no-ema", CG_CLI_SWITCH, &o.init_no_ema, 0, 0,
+         "  --no-ema           with --init-from: its trained weights, not the moving\n"
+         "                     average its run kept beside them (not with --lora-rank)\n",
+         0},
         {"--lora-rank", CG_CLI_I64, &r.lora.rank, 1, 1 << 16,
          "  --lora-rank R      with --init-from: freeze the model and train LoRA adapters\n"
          "                     of rank R; the checkpoint holds only the adapters (sample and\n"
@@ -344,10 +348,11 @@ static int cmd_eval(int argc, char **argv)
 
 /* ---------------------------------------------------------------- average */
 /* Does the checkpoint at path load as a char LM? (average's check) */
-static bool lm_loads(const char *path)
+static bool lm_loads(const char *path, cg_ckpt_weights w)
 {
     cg_charlm_ckpt ck;
-    bool ok = cg_charlm_ckpt_load(path, &ck);
+    const cg_charlm_load_opts lo = {.base = NULL, .seed = 0, .dropout = NAN, .weights = w};
+    bool ok = cg_charlm_ckpt_load_opts(path, &lo, &ck);
     cg_charlm_ckpt_free(&ck);
     return ok;
 }

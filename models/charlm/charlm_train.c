@@ -191,7 +191,8 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
     const cg_ft_lora *lora = &r->lora;
     const cg_cli_args *a = o->args;
     cg_charlm_load_opts lo = {.seed = o->seed,
-                              .dropout = cg_cli_given(a, &rec->dropout) ? rec->dropout : NAN};
+                              .dropout = cg_cli_given(a, &rec->dropout) ? rec->dropout : NAN,
+                              .weights = o->init_no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE};
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load_opts(o->init_from, &lo, &ck))
         return cg_prog_fail("--init-from: %s", cg_last_error());
@@ -398,6 +399,15 @@ int lm_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
         }
     if (cg_cli_given(a, &lora->rank) && !o->init_from && !o->resume) {
         cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
+        return CG_EXIT_USAGE;
+    }
+    if (o->init_no_ema && (!o->init_from || cg_cli_given(a, &lora->rank))) {
+        if (!o->init_from)
+            cg_prog_fail("--no-ema needs --init-from (it picks the weights a new run starts from)");
+        else /* the base would be read as its average wherever it is loaded again */
+            cg_prog_fail("--no-ema with --lora-rank: an adapter checkpoint's base is read as its "
+                         "moving average wherever it is loaded (sample, eval, --resume); drop "
+                         "--no-ema, or fine-tune in full");
         return CG_EXIT_USAGE;
     }
     if (!o->resume && r->min_lr > rec->lr) {

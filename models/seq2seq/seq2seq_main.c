@@ -390,10 +390,10 @@ static int cmd_score(int argc, char **argv)
 
 /* ============================================================ average */
 /* Does the checkpoint at path load as a translator? (average's check) */
-static bool mt_loads(const char *path)
+static bool mt_loads(const char *path, cg_ckpt_weights w)
 {
     cg_seq2seq_ckpt c;
-    bool ok = cg_seq2seq_ckpt_load(path, &c);
+    bool ok = cg_seq2seq_ckpt_load_weights(path, w, &c);
     cg_seq2seq_ckpt_free(&c);
     return ok;
 }

@@ -32,7 +32,8 @@ typedef struct {
     cg_st_file *first; /* open until the output is written */
     avg_param *p;
     int np;
-    cJSON *files; /* the identities of the files averaged */
+    cJSON *files;      /* the identities of the files averaged */
+    cg_ckpt_weights w; /* which of each file's weights */
 } avg_run;
 
 /* A parameter: neither optimizer state, nor a weight's average, nor the
@@ -67,10 +68,10 @@ static cg_st_file *open_input(avg_run *r, const char *path)
         cg_set_error("'%s' is a LoRA adapter checkpoint (only the adapters of its base); "
                      "average full checkpoints",
                      path);
-    } else if (r->m->loads(path) && cg_ft_origin_of(path, f, &o) && (js = cg_ft_origin_json(&o)) &&
-               (id = cg_json_parse(js))) {
-        if (keeps_average(f))
-            cJSON_AddBoolToObject(id, "ema", true);
+    } else if (r->m->loads(path, r->w) && cg_ft_origin_of(path, f, &o) &&
+               (js = cg_ft_origin_json(&o)) && (id = cg_json_parse(js))) {
+        if (keeps_average(f)) /* whether its average is what was averaged */
+            cJSON_AddBoolToObject(id, "ema", r->w == CG_CKPT_AVERAGE);
         cJSON_AddItemToArray(r->files, id);
         free(js);
         return f;
@@ -85,7 +86,7 @@ static cg_st_file *open_input(avg_run *r, const char *path)
 /* Add the parameters of f (checked against the first file's) to the sums. */
 static bool accumulate(avg_run *r, const cg_st_file *f, const char *path)
 {
-    bool avg = keeps_average(f);
+    bool avg = r->w == CG_CKPT_AVERAGE && keeps_average(f);
     for (int k = 0; k < r->np; k++) {
         char name[600]; /* the average of a trainable parameter, else the parameter */
         snprintf(name, sizeof name, "ema.%.590s", r->p[k].name);
@@ -276,11 +277,11 @@ static bool check_out(const char *const *inputs, int n, const char *out, bool fo
 }
 
 bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, const char *out,
-                     bool force, long long *params)
+                     bool force, cg_ckpt_weights weights, long long *params)
 {
     if (!check_out(inputs, n, out, force))
         return false;
-    avg_run r = {.m = m, .first_path = inputs[0], .files = cJSON_CreateArray()};
+    avg_run r = {.m = m, .first_path = inputs[0], .files = cJSON_CreateArray(), .w = weights};
     bool ok = r.files && (r.first = open_input(&r, inputs[0])) && take_first(&r);
     for (int i = 1; ok && i < n; i++) {
         cg_st_file *f = open_input(&r, inputs[i]);
@@ -313,8 +314,8 @@ bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, co
 int cg_average_command(int argc, char **argv, const cg_avg_model *m)
 {
     const char *prog = cg_prog_name(), *out = NULL;
-    bool force = false;
-    char help[1600];
+    bool force = false, no_ema = false;
+    char help[2000];
     snprintf(help, sizeof help,
              "usage: %s average --out FILE [--force] CKPT CKPT [CKPT...]\n"
              "Average the parameters of two or more %s checkpoints of one architecture and\n"
@@ -328,6 +329,8 @@ int cg_average_command(int argc, char **argv, const cg_avg_model *m)
              "               lock NAME.cgrad-lock (NAME: FILE without .safetensors), which\n"
              "               stays beside it as training's does\n"
              "  --force      overwrite an existing --out (refused otherwise)\n"
+             "  --no-ema     each checkpoint's trained weights, not the moving average a\n"
+             "               run with --ema-decay keeps beside them (the default)\n"
              "Refused, nothing written: another model's checkpoint, another architecture or\n"
              "tokenizer, other parameters, a LoRA adapter checkpoint, standard output sent\n"
              "into an input. Prints one JSON line.\n",
@@ -335,8 +338,9 @@ int cg_average_command(int argc, char **argv, const cg_avg_model *m)
     const cg_cli_opt opts[] = {
         {"--out", CG_CLI_STR, &out, 0, 0, NULL, 0},
         {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
+        {"--no-ema", CG_CLI_SWITCH, &no_ema, 0, 0, NULL, 0},
     };
-    int np, rc = cg_prog_parse_pos(argc, argv, opts, 2, help, &np);
+    int np, rc = cg_prog_parse_pos(argc, argv, opts, 3, help, &np);
     if (rc >= 0)
         return rc;
     if (!out || np < 2) {
@@ -347,7 +351,8 @@ int cg_average_command(int argc, char **argv, const cg_avg_model *m)
         return CG_EXIT_USAGE;
     }
     long long params = 0;
-    if (!cg_ckpt_average(m, (const char *const *)argv, np, out, force, &params))
+    const cg_ckpt_weights w = no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE;
+    if (!cg_ckpt_average(m, (const char *const *)argv, np, out, force, w, &params))
         return cg_prog_fail_lib(NULL);
     cg_clear_error(); /* the line's own failure, if any, below */
     cJSON *j = cJSON_CreateObject();

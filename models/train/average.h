@@ -6,7 +6,9 @@
  * Each file contributes the weights it is used with: those of a run with
  * --ema-decay are their moving average ("ema.*", models/train/checkpoint.h
  * cg_ckpt_weights; its "averaged" entry says "ema": true), the others'
- * their parameters. The output keeps no average of its own.
+ * their parameters; with CG_CKPT_TRAINED (--no-ema) every file's trained
+ * weights (the entry of a file that keeps an average says "ema": false).
+ * The output keeps no average of its own.
  *
  * cg_ckpt_average averages the parameters of two or more checkpoints of
  * one model, one architecture and one tokenizer, element by element: every
@@ -37,6 +39,8 @@
 
 #include <stdbool.h>
 
+#include "models/train/checkpoint.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -48,22 +52,24 @@ typedef struct {
      * naming the first field that differs (cg_charlm_config_same_arch). */
     bool (*same_arch)(const char *config_a, const char *config_b);
     /* Does the checkpoint at path load as this model (its parameters those
-     * its config describes)? False + error. */
-    bool (*loads)(const char *path);
+     * its config describes), with the weights w (its average, when it keeps
+     * one, or its trained weights)? False + error. */
+    bool (*loads)(const char *path, cg_ckpt_weights w);
     /* The help's word on starting a new run from an average's weights
      * (charlm: "train --init-from ..."), or NULL when the model has no
      * such way. */
     const char *restart;
 } cg_avg_model;
 
-/* Average inputs[0..n) into the checkpoint out (see above). force: an
- * existing out may be replaced. On success *params (may be NULL) gets the
- * number of values averaged. False + error, nothing written. */
+/* Average the weights w of inputs[0..n) into the checkpoint out (see
+ * above). force: an existing out may be replaced. On success *params (may
+ * be NULL) gets the number of values averaged. False + error, nothing
+ * written. */
 bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, const char *out,
-                     bool force, long long *params);
+                     bool force, cg_ckpt_weights w, long long *params);
 
 /* A zoo program's `average` command: `PROG average --out FILE [--force]
- * CKPT CKPT...`; prints one JSON line ({"checkpoint", "averaged",
+ * [--no-ema] CKPT CKPT...`; prints one JSON line ({"checkpoint", "averaged",
  * "params"}) and returns the exit code (2 for a bad command line: no
  * --out, fewer than 2 checkpoints; 1 for a refusal). */
 int cg_average_command(int argc, char **argv, const cg_avg_model *m);

@@ -22,6 +22,7 @@ void cg_train_opts_init(cg_train_opts *o)
     o->precision_was = NULL;
     o->threads = 0;
     o->grad_accum = 1;
+    o->ema_update_freq = 1;
     o->best_metric = "loss";
 }
 
@@ -137,8 +138,11 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
             cg_prog_fail("--beta%d %g: Adam's betas are in [0, 1)", i + 1, *betas[i]);
             return CG_EXIT_USAGE;
         }
-    if (cg_cli_given(a, &o->ema_start) && !(o->ema_decay > 0)) {
-        cg_prog_fail("--ema-start-update needs --ema-decay (no average is kept without it)");
+    const char *ema_flag = cg_cli_given(a, &o->ema_start)         ? "--ema-start-update"
+                           : cg_cli_given(a, &o->ema_update_freq) ? "--ema-update-freq"
+                                                                  : NULL;
+    if (ema_flag && !(o->ema_decay > 0) && !o->resume) { /* --resume: the checkpoint's */
+        cg_prog_fail("%s needs --ema-decay (no average is kept without it)", ema_flag);
         return CG_EXIT_USAGE;
     }
     cg_norm_kind norm;

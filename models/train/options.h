@@ -70,12 +70,16 @@ typedef struct {
      * decoding; higher better) */
     const char *best_metric;
     bool force, skip_nonfinite;
-    /* --ema-decay D (0: none) and --ema-start-update N: an exponential
-     * moving average of the trainable weights (optim/ema.h), updated after
-     * every optimizer step, with decay 0 (a copy) for updates 1 .. N-1
-     * (fairseq's: while num_updates < N) */
+    /* --ema-decay D (0: none), --ema-start-update N and --ema-update-freq
+     * F (default 1): an exponential moving average of the trainable
+     * weights (optim/ema.h), moved after every Fth optimizer update
+     * (fairseq's ema_update_freq), with decay 0 (a copy) when that update
+     * is one of 1 .. N-1 (fairseq's: while num_updates < N) */
     double ema_decay;
-    int64_t ema_start;
+    int64_t ema_start, ema_update_freq;
+    /* --no-ema (charlm, with --init-from): start from the checkpoint's
+     * trained weights, not the moving average it keeps */
+    bool init_no_ema;
     /* --precision auto|fp32|bf16 ("auto"): cg_train_parse resolves auto to
      * "fp32" or "bf16", the name saved in "options" (on --resume, auto
      * means the checkpoint's, restored from it; fp32 or bf16 switch) */
@@ -233,8 +237,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     "                       step avg = D*avg + (1-D)*w, D in [0, 1], 0: none (the\n"     \
     "                       default); the evaluations, --keep-best and --patience\n"     \
     "                       judge the average, the checkpoint keeps both (\"ema.*\"),\n" \
-    "                       and the commands that read it use the average (average\n"    \
-    "                       always; eval and the decoding ones unless given --no-ema)\n"
+    "                       and the commands that read it use the average unless\n"      \
+    "                       given --no-ema\n"
 
 /* The trainer's rows of a train command's table (o: cg_train_opts *). */
 #define CG_TRAIN_RUN_FLAGS(o)                                                                     \
@@ -394,6 +398,15 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          "  --ema-start-update N  the average's updates before the Nth copy the weights\n"        \
          "                       (decay 0, as fairseq's while num_updates < N; a skipped\n"       \
          "                       step is no update; default 0)\n",                                \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+        {"--ema-update-freq",                                                                     \
+         CG_CLI_I64,                                                                              \
+         &(o)->ema_update_freq,                                                                   \
+         1,                                                                                       \
+         CG_TRAIN_BIG,                                                                            \
+         "  --ema-update-freq N  move the average at every Nth update only, the others\n"         \
+         "                       leave it (fairseq's; default 1: at every one); a move at\n"      \
+         "                       an update below --ema-start-update's N copies the weights\n",    \
          CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
         {"--skip-nonfinite",                                                                      \
          CG_CLI_SWITCH,                                                                           \

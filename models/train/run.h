@@ -104,6 +104,11 @@ struct cg_trainer {
     double elapsed, tokens; /* training seconds and tokens of this process */
     double last_loss;       /* loss of the last step taken */
     int64_t skipped;
+    /* --ema-update-freq: the optimizer updates since the weights' average
+     * last moved (fairseq's update_freq_counter), below the flag's value;
+     * kept in the checkpoint ("ema_since") so that a resumed run moves it
+     * where the uninterrupted run would */
+    int64_t ema_since;
     bool interrupted;
     bool out_of_time;   /* stopped by --max-minutes (a normal end otherwise) */
     cg_rng dropout_rng; /* the saved stream (from the checkpoint on resume) */

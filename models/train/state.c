@@ -151,6 +151,8 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
              cg_json_add_name(j, "kept_out", ro);
         free(ro);
     }
+    if (o->ema_decay > 0 && o->ema_update_freq > 1) /* --ema-update-freq's count */
+        ok = ok && cJSON_AddNumberToObject(j, "ema_since", (double)t->ema_since);
     if (o->keep_best || o->patience > 0) { /* --keep-best, --patience */
         ok = ok && cJSON_AddBoolToObject(j, "keep_best", o->keep_best) &&
              cJSON_AddNumberToObject(j, "patience", (double)o->patience);
@@ -215,6 +217,23 @@ static bool best_restore(const cg_trainer *t, cg_train_opts *o, const char *what
     if (!cg_cli_given(o->args, &o->patience))
         o->patience = patience;
     return true;
+}
+
+/* The optimizer updates since the average last moved (--ema-update-freq;
+ * absent: 0, a checkpoint of a run that moves it at every one), below the
+ * run's --ema-update-freq. */
+static bool ema_restore(cg_trainer *t, const cg_train_opts *o, const char *what)
+{
+    t->ema_since = 0;
+    const cg_json_field f = {"ema_since", CG_JF_I64, &t->ema_since, 0, CG_TRAIN_BIG, true};
+    if (!cg_json_read_fields(t->state, what, &f, 1))
+        return false;
+    if (t->ema_since < o->ema_update_freq)
+        return true;
+    cg_set_error("%s: \"ema_since\" = %lld is not below its --ema-update-freq %lld (the updates "
+                 "since the weights' average last moved): a damaged checkpoint?",
+                 what, (long long)t->ema_since, (long long)o->ema_update_freq);
+    return false;
 }
 
 /* The resumed run's precision: the checkpoint's (had, restored into
@@ -297,7 +316,7 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
         cg_prefix_error("'%s': ", path);
         return false;
     }
-    if (!kept_restore(t, o, what) || !best_restore(t, o, what))
+    if (!kept_restore(t, o, what) || !best_restore(t, o, what) || !ema_restore(t, o, what))
         return false;
     t->dropout_rng_set = true;
     o->seed = seed;

@@ -290,11 +290,30 @@ static int evaluate(run_ctx *c, int64_t step)
     cg_json_put_int(j, "step", step);
     cg_json_put_num(j, "train_loss", "%.6f", e.train);
     cg_json_put_num(j, "val_loss", "%.6f", e.val);
+    if (c->ema) /* the average's, as the line's "(EMA)" */
+        cg_json_put_bool(j, "ema", true);
     for (int i = 0; i < e.n_extra; i++)
         put_fixed(j, e.extra[i].key, e.extra[i].value, /* a count (epoch) stays one */
                   e.extra[i].decimals > 0 ? e.extra[i].decimals + 2 : 0);
     metrics_line(c, j);
     return -1;
+}
+
+/* fairseq's EMA.step after an optimizer update (a skipped step is none):
+ * every --ema-update-freq F-th update moves the average, the others count
+ * (t->ema_since); a move's update number (fairseq's num_updates: F times
+ * the moves so far) below --ema-start-update N makes it a copy (decay 0):
+ * (moves + 1) F < N, as moves + 1 < ceil(N / F), which cannot overflow. */
+static bool ema_step(run_ctx *c)
+{
+    cg_trainer *t = c->t;
+    const int64_t f = t->o->ema_update_freq;
+    if (++t->ema_since < f)
+        return true;
+    t->ema_since = 0;
+    const bool copy = cg_ema_updates(c->ema) + 1 < (t->o->ema_start + f - 1) / f;
+    return (!copy || cg_ema_set_decay(c->ema, 0)) && cg_ema_update(c->ema) &&
+           (!copy || cg_ema_set_decay(c->ema, t->o->ema_decay));
 }
 
 /* One optimizer step from step s to s + 1. Returns -1 (done or skipped)
@@ -320,12 +339,7 @@ static int train_step(run_ctx *c, bool *skipped, double *tokens)
         *skipped = true;
         return -1;
     }
-    /* --ema-start-update N: decay 0 (a copy) while the updates, this one
-     * included, are fewer than N (fairseq's num_updates, which skipped
-     * steps do not count) */
-    const bool copy = c->ema && cg_ema_updates(c->ema) + 1 < t->o->ema_start;
-    if (c->ema && !((!copy || cg_ema_set_decay(c->ema, 0)) && cg_ema_update(c->ema) &&
-                    (!copy || cg_ema_set_decay(c->ema, t->o->ema_decay))))
+    if (c->ema && !ema_step(c))
         return cg_prog_fail("step %lld: the weights' average: %s", (long long)s, cg_last_error());
     if (!cg_history_train_step(&t->hist, s, lv))
         return cg_prog_fail_lib(NULL);
@@ -432,6 +446,16 @@ static bool final_evaluation(run_ctx *c, cJSON *j)
     return (!c->ema || cg_ema_swap(c->ema)) && c->m->finish(c->m->self, c->t, j);
 }
 
+/* --ema-decay's fields of the JSON line (--ema-update-freq's when not 1). */
+static void put_ema(const run_ctx *c, cJSON *j)
+{
+    const cg_train_opts *o = c->t->o;
+    if (c->ema)
+        cg_json_put_num(j, "ema_decay", "%.10g", o->ema_decay);
+    if (c->ema && o->ema_update_freq > 1)
+        cg_json_put_int(j, "ema_update_freq", o->ema_update_freq);
+}
+
 static int finish(run_ctx *c)
 {
     cg_trainer *t = c->t;
@@ -494,8 +518,7 @@ static int finish(run_ctx *c)
     }
     put_best(t, j);
     put_precision(t->o, j);
-    if (c->ema)
-        cg_json_put_num(j, "ema_decay", "%.10g", t->o->ema_decay);
+    put_ema(c, j);
     cg_json_put_num(j, "tokens_per_s", "%.0f", tps);
     cg_json_put_num(j, "elapsed_s", "%.1f", t->elapsed);
     cg_json_put_int(j, "params", cg_module_num_params(m->module));

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -378,6 +379,12 @@ bool cg_output_flush(FILE *f)
 {
     if (fflush(f) == 0 && !ferror(f))
         return true;
+    /* a write that failed before, with nothing left for fflush to try
+     * again (the stream drops what it could not write): its errno may be
+     * gone. A pipe whose reader went away says so (POLLERR on Linux). */
+    struct pollfd p = {.fd = fileno(f), .events = POLLOUT};
+    if (errno == 0 && p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLERR))
+        errno = EPIPE;
     cg_set_error("cannot write the output: %s", errno ? strerror(errno) : "write error");
     return false;
 }
