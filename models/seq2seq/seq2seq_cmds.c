@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,9 +83,6 @@ static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, con
     return rc;
 }
 
-/* Translate texts[0..n) (why: as translatable's, per line, or NULL) and
- * print one line each, in order (--nbest: print_nbest's lines). -1 or the
- * exit code. */
 /* The translations of s: the argmax, the beam, or --sampling's draws
  * (top-k at most the vocabulary: all of it). */
 static char **translate_good(const cg_seq2seq_ckpt *c, const cg_translate_opts *t,
@@ -98,6 +96,90 @@ static char **translate_good(const cg_seq2seq_ckpt *c, const cg_translate_opts *
     return cg_translate_sample(c->model, c->tok, s, &sc, t->seed, !t->no_cache, &t->lim, echo);
 }
 
+/* --score-reference: the score of reference i (ref) given source j of s,
+ * beam search's for that hypothesis (cg_seq2seq_score: its log-probability
+ * with EOS over the length penalty); false (warned: no H line) when it
+ * cannot be scored. *ok false on an error that ends the command. */
+static bool ref_score(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, const cg_sources *s,
+                      int64_t j, const char *ref, const char *why, int64_t i, double *score,
+                      bool *ok)
+{
+    size_t bad;
+    int64_t k = 0, *ids = NULL, max_len = c->model->cfg.max_len;
+    const char *what = "reference";
+    if (why)
+        cg_prog_warn("%s %lld: %s: not scored (no H line for it)", what, (long long)i + 1, why);
+    else if (cg_utf8_count(ref, strlen(ref), &bad) < 0)
+        cg_prog_warn("%s %lld is not valid UTF-8 (byte %zu): not scored (no H line for it)", what,
+                     (long long)i + 1, bad + 1);
+    else if (!(ids = cg_tokenizer_encode(c->tok, ref, &k, NULL)))
+        cg_prog_warn("%s %lld: %s: not scored (no H line for it)", what, (long long)i + 1,
+                     cg_last_error());
+    else if (k + 1 > max_len)
+        cg_prog_warn("%s %lld has %lld tokens; the model takes at most %lld: not scored (no H "
+                     "line for it)",
+                     what, (long long)i + 1, (long long)k, (long long)max_len - 1);
+    bool good = ids && k + 1 <= max_len;
+    int64_t S = s->len[j] + 1, *src = good ? malloc((size_t)S * sizeof *src) : NULL;
+    if (good && !src) {
+        cg_set_error("out of memory");
+        *ok = false;
+    } else if (good) {
+        memcpy(src, s->ids[j], (size_t)s->len[j] * sizeof *src);
+        src[S - 1] = CG_EOS;
+        *score = cg_seq2seq_score(c->model, src, S, ids, k, true, t->alpha);
+        *ok = !isnan(*score);
+    }
+    free(src);
+    free(ids);
+    return good && *ok;
+}
+
+/* --score-reference FILE: one H-I<TAB>SCORE<TAB>REFERENCE line for each
+ * source not skipped whose reference (the file's line I) can be scored;
+ * the file has as many lines as there are sources. -1 or the exit code. */
+static int print_ref_scores(const cg_seq2seq_ckpt *c, const cg_translate_opts *t,
+                            const cg_sources *s, const bool *skip, int64_t n)
+{
+    FILE *f = fopen(t->score_ref, "r");
+    int64_t nr = 0;
+    char **refs = NULL, **why = NULL;
+    int rc = -1;
+    if (!f)
+        rc = cg_prog_fail("--score-reference: cannot open '%s': %s", t->score_ref, strerror(errno));
+    else if (!(refs = cg_read_lines(f, t->score_ref, &nr, &why)))
+        rc = cg_prog_fail_lib(NULL);
+    else if (nr != n)
+        rc = cg_prog_fail("--score-reference '%s' has %lld lines for %lld sentences: one "
+                          "reference a sentence (nothing was scored)",
+                          t->score_ref, (long long)nr, (long long)n);
+    if (f)
+        fclose(f);
+    bool was_training = c->model->base.training; /* scored in eval mode */
+    cg_module_train(CG_MODULE(c->model), false);
+    bool ok = true;
+    for (int64_t i = 0, j = 0; rc < 0 && i < n; i++) {
+        double score;
+        if (skip[i])
+            continue;
+        bool scored = ref_score(c, t, s, j++, refs[i], why[i], i, &score, &ok);
+        errno = 0;
+        if (scored)
+            printf("H-%lld\t%.6f\t%s\n", (long long)i, score, refs[i]);
+        if (!ok || !cg_output_flush(stdout)) /* an error, or a reader gone: stop */
+            rc = cg_prog_fail_lib(NULL);
+    }
+    cg_module_train(CG_MODULE(c->model), was_training);
+    cg_strings_free(refs, nr);
+    for (int64_t i = 0; why && i < nr; i++)
+        free(why[i]);
+    free(why);
+    return rc;
+}
+
+/* Translate texts[0..n) (why: as translatable's, per line, or NULL) and
+ * print one line each, in order (--nbest: print_nbest's lines;
+ * --score-reference: print_ref_scores's). -1 or the exit code. */
 int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *const *texts,
                     char *const *why, int64_t n, const char *what)
 {
@@ -107,7 +189,8 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
     if (rc < 0 && !cg_translate_limits_flags(&t->lim, c->model->cfg.max_len))
         rc = cg_prog_fail_lib(NULL);
     int64_t ngood = 0, nbad = 0;
-    const char *stands = t->nbest ? "no H line for it" : "an empty line stands for it";
+    const char *stands =
+        t->nbest || t->score_ref ? "no H line for it" : "an empty line stands for it";
     for (int64_t i = 0; rc < 0 && i < n; i++) {
         skip[i] = !translatable(c, texts[i], why ? why[i] : NULL, what, i, stands);
         nbad += skip[i];
@@ -120,6 +203,8 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
         rc = cg_prog_fail_lib(NULL);
     else if (rc < 0 && t->nbest)
         rc = print_nbest(c, t, &s, skip, n);
+    else if (rc < 0 && t->score_ref)
+        rc = print_ref_scores(c, t, &s, skip, n);
     else if (rc < 0 && !(hyps = translate_good(c, t, &s, nbad ? NULL : stdout)))
         rc = cg_prog_fail_lib(NULL);
     errno = 0;
@@ -428,6 +513,9 @@ int sampling_flags(const cg_translate_opts *t)
               "--nbest";
     else if (t->sample.top_p <= 0)
         why = "--sampling-topp: 0 keeps no token; give P in (0, 1]";
+    else if (t->score_ref && (t->sampling || t->beam > 1 || t->nbest))
+        why = "--score-reference scores the references given, decoding nothing: drop --beam, "
+              "--nbest and --sampling";
     if (!why)
         return -1;
     cg_prog_fail("%s", why);

@@ -49,6 +49,14 @@ int score_files(const char *ref, const char *hyp);
     "  --temperature T      divide the logits by T (default 1; 0: the likeliest)\n"     \
     "  --seed N             the draws' seed (default 1)\n"
 
+#define SCORE_REF_HELP                                                                      \
+    "  --score-reference FILE\n"                                                            \
+    "                       decode nothing: score the references, FILE's lines, one a\n"    \
+    "                       sentence, as fairseq-generate's --score-reference: lines\n"     \
+    "                       H-I<TAB>SCORE<TAB>REFERENCE, SCORE the one beam search gives\n" \
+    "                       that hypothesis (--nbest's: its natural-log probability with\n" \
+    "                       EOS over the length penalty), e.g. to rerank --nbest's lists\n"
+
 /* Standard input, read as the sentences, is not the checkpoint loaded
  * (`translate --ckpt m.st <m.st` translated the checkpoint's bytes): false
  * + error. */

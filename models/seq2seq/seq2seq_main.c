@@ -179,12 +179,13 @@ static const char TRANSLATE_HELP[] =
     "UTF-8, or longer than the model takes) is reported on stderr and printed as an\n"
     "empty line, so that the output stays line for line with the input.\n"
     "\n"
-    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT) NBEST_HELP SAMPLING_HELP CG_CKPT_NO_EMA_HELP;
+    "options:\n" CG_TRANSLATE_HELP(DEFAULT_CKPT)
+        NBEST_HELP SAMPLING_HELP SCORE_REF_HELP CG_CKPT_NO_EMA_HELP;
 
 static int cmd_translate(int argc, char **argv)
 {
     cg_translate_opts t;
-    cg_cli_opt opts[CG_TRANSLATE_N_OPTS + 7];
+    cg_cli_opt opts[CG_TRANSLATE_N_OPTS + 8];
     bool no_ema = false;
     int n_opts = cg_translate_cli_opts(&t, DEFAULT_CKPT, opts);
     opts[n_opts++] = (cg_cli_opt){"--nbest", CG_CLI_I64, &t.nbest, 1, 1000, NULL, 0};
@@ -195,6 +196,7 @@ static int cmd_translate(int argc, char **argv)
     opts[n_opts++] =
         (cg_cli_opt){"--temperature", CG_CLI_F64, &t.sample.temperature, 0, 1e6, NULL, 0};
     opts[n_opts++] = (cg_cli_opt){"--seed", CG_CLI_U64, &t.seed, 0, 0, NULL, 0};
+    opts[n_opts++] = (cg_cli_opt){"--score-reference", CG_CLI_STR, &t.score_ref, 0, 0, NULL, 0};
     int np, rc = cg_prog_parse_pos(argc, argv, opts, n_opts, TRANSLATE_HELP, &np);
     if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0 ||
         (rc = sampling_flags(&t)) >= 0)

@@ -202,6 +202,9 @@ typedef struct {
     bool sampling;
     cg_sample_config sample;
     uint64_t seed;
+    /* translate's --score-reference FILE (NULL: off): the references'
+     * scores, fairseq-generate's --score-reference */
+    const char *score_ref;
 } cg_translate_opts;
 enum { CG_TRANSLATE_N_OPTS = 10 };
 int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts);

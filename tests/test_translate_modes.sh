@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# seq2seq translate's other modes, fairseq-generate's --sampling
+# (--sampling-topk, --sampling-topp, --temperature; back-translation's
+# decoding) and --score-reference, on a small model trained here:
+#   1. one line out per line in; the same --seed gives the same lines, another
+#      seed others; a sentence's draws come from its own generator, seeded
+#      by --seed and its line number, so other lines before it do not change
+#      its translation; sampling
+#      differs from the greedy output, --temperature 0 and --sampling-topk 1
+#      are the greedy output
+#   2. refusals, one line on stderr, nothing on stdout, exit 2: --beam or
+#      --nbest with --sampling, the sampling flags without it, --sampling-topp 0
+#      (the draws themselves are checked against recomputed logits in
+#      test_seq2seq's test_sample_decode)
+#   3. --score-reference FILE: the references given the n-best lists' texts
+#      score what --nbest printed for them, best and second best; a
+#      reference too long or not UTF-8 is warned about and has no H line; a
+#      file of another length, a missing file, and --beam, --nbest or
+#      --sampling beside it are refused
+#
+#   test_translate_modes.sh SEQ2SEQ
+set -euo pipefail
+seq2seq=$1
+. "$(dirname "$0")/shell_lib.sh" translate_modes
+zoo_data
+"$seq2seq" train --data p.tsv --tokenizer char --d 32 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 64 \
+  --max-tokens 300 --valid-size 20 --test-size 20 --test-limit 0 --threads 1 --steps 600 --factor 2 \
+  --warmup 30 --out s.st >/dev/null 2>s.log || fail "seq2seq train: $(tail -1 s.log)"
+sed -n '1,40p' p.tsv | cut -f1 >src.txt
+trl() { "$seq2seq" translate --ckpt s.st --threads 1 "$@" <src.txt 2>tr.log || fail "translate $*: $(tail -1 tr.log)"; }
+
+# ---- 1.
+trl >greedy.txt
+trl --sampling --seed 5 >a.txt
+trl --sampling --seed 5 >b.txt
+trl --sampling --seed 6 >c.txt
+trl --sampling --temperature 0 >t0.txt
+trl --sampling --sampling-topk 1 --seed 9 >k1.txt
+trl --sampling --sampling-topk 3 --sampling-topp 0.9 --temperature 0.7 >kp.txt
+[ "$(wc -l <a.txt) $(wc -l <kp.txt)" = "40 40" ] && echo "ok: one line out per line in" ||
+  fail "lines: $(wc -l <a.txt) and $(wc -l <kp.txt) for 40"
+cmp -s a.txt b.txt && echo "ok: --seed 5 twice: the same lines" || fail "--seed 5 twice differs"
+! cmp -s a.txt c.txt && echo "ok: --seed 6: other lines" || fail "--seed 6 gives --seed 5's lines"
+! cmp -s a.txt greedy.txt && echo "ok: sampling differs from the greedy output" ||
+  fail "sampling gives the greedy output"
+cmp -s t0.txt greedy.txt && cmp -s k1.txt greedy.txt &&
+  echo "ok: --temperature 0 and --sampling-topk 1: the greedy output" ||
+  fail "--temperature 0 or --sampling-topk 1 is not greedy: $(diff t0.txt greedy.txt | head -3) $(diff k1.txt greedy.txt | head -3)"
+# line 11 after ten other lines (reversed): the translation it has in the file
+sed -n '1,10p' src.txt | rev >pre.txt
+cat pre.txt <(sed -n '11p' src.txt) | "$seq2seq" translate --ckpt s.st --threads 1 --sampling --seed 5 \
+  2>/dev/null | sed -n '11p' >alone.txt
+[ "$(cat alone.txt)" = "$(sed -n '11p' a.txt)" ] &&
+  echo "ok: a sentence's draws do not depend on the sentences before it" ||
+  fail "line 11: $(cat alone.txt) after other lines, $(sed -n '11p' a.txt) in the file"
+
+# ---- 2.
+for bad in "--sampling --beam 2" "--sampling --beam 2 --nbest 2" "--temperature 0.5" "--seed 3" \
+  "--sampling-topk 5" "--sampling --sampling-topp 0" "--sampling --sampling-topp 1.5" \
+  "--sampling --temperature -1"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$seq2seq" translate --ckpt s.st $bad 'the cat 3 sat' >out.txt 2>err.txt || rc=$?
+  [ "$rc" = 2 ] && [ ! -s out.txt ] && [ "$(wc -l <err.txt)" = 1 ] &&
+    echo "ok: $bad: $(cat err.txt)" || fail "$bad: exit $rc, $(cat err.txt out.txt)"
+done
+
+# ---- 3.
+sed -n '100,105p' p.tsv | cut -f1 >s6.txt
+"$seq2seq" translate --ckpt s.st --threads 1 --beam 4 --nbest 2 <s6.txt >nb.txt 2>nb.log ||
+  fail "--nbest 2: $(tail -1 nb.log)"
+awk -F'\t' 'NR % 2 == 1 {print $3}' nb.txt >best.txt
+awk -F'\t' 'NR % 2 == 0 {print $3}' nb.txt >second.txt
+cat s6.txt s6.txt >s12.txt
+cat best.txt second.txt >refs.txt
+"$seq2seq" translate --ckpt s.st --threads 1 --score-reference refs.txt <s12.txt >sr.txt 2>sr.log ||
+  fail "--score-reference: $(tail -1 sr.log)"
+python3 - nb.txt sr.txt <<'PY' && echo "ok: --score-reference of the n-best texts: --nbest's scores" ||
+import sys
+nb = [l.rstrip('\n').split('\t') for l in open(sys.argv[1])]
+sr = [l.rstrip('\n').split('\t') for l in open(sys.argv[2])]
+assert len(nb) == 12 and len(sr) == 12, (len(nb), len(sr))
+want = nb[0::2] + nb[1::2]  # the best of each sentence, then the second
+for i, (w, g) in enumerate(zip(want, sr)):
+    assert g[0] == 'H-%d' % i and g[2] == w[2], (i, g, w)
+    assert abs(float(g[1]) - float(w[1])) <= 2e-6, (i, g, w)
+PY
+  fail "--score-reference: $(head -3 sr.txt) against $(head -3 nb.txt)"
+# a reference of 300 characters (the model takes 256) and one not UTF-8
+{ sed -n '1p' best.txt; head -c 300 /dev/zero | tr '\0' a; echo; printf 'die \xff katze\n'; } >bad.txt
+sed -n '1,3p' s6.txt >s3.txt
+"$seq2seq" translate --ckpt s.st --threads 1 --score-reference bad.txt <s3.txt >sb.txt 2>sb.log ||
+  fail "--score-reference of bad references: $(tail -1 sb.log)"
+[ "$(cut -f1 sb.txt)" = H-0 ] && grep -q 'reference 2 has 300 tokens; the model takes at most 255' sb.log &&
+  grep -q 'reference 3 is not valid UTF-8 (byte 5)' sb.log &&
+  echo "ok: references too long or not UTF-8: warned, no H line" ||
+  fail "bad references: $(cat sb.txt sb.log)"
+head -2 refs.txt >r2.txt
+for bad in "--score-reference r2.txt" "--score-reference nope.txt"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$seq2seq" translate --ckpt s.st $bad <s3.txt >out.txt 2>err.txt || rc=$?
+  [ "$rc" = 1 ] && [ ! -s out.txt ] && [ "$(wc -l <err.txt)" = 1 ] &&
+    echo "ok: $bad: $(cat err.txt)" || fail "$bad: exit $rc, $(cat err.txt out.txt)"
+done
+for bad in "--beam 2" "--beam 2 --nbest 1" "--sampling"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$seq2seq" translate --ckpt s.st --score-reference refs.txt $bad <s3.txt >out.txt 2>err.txt || rc=$?
+  [ "$rc" = 2 ] && [ ! -s out.txt ] && grep -q 'decoding nothing: drop --beam, --nbest and --sampling' err.txt &&
+    echo "ok: --score-reference $bad: refused" || fail "--score-reference $bad: exit $rc, $(cat err.txt out.txt)"
+done
+finish
