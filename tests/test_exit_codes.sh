@@ -38,7 +38,7 @@ one_line() {
 
 # ---- 1. the sweep
 # paths: the table's (a missing file is exit 1; --out may be written)
-paths=" --data --ckpt --out --resume --init-from --base --extra-data --attention --dump-batches --prompt-file "
+paths=" --data --ckpt --out --resume --init-from --base --extra-data --attention --dump-batches --prompt-file --score-reference "
 texts=" --prompt --text --target " # any UTF-8 text is a value
 sweep() {                          # PROG-VAR PROG BASE-ARGS: every flag of PROG's --help
   local exe=$1 name=$2 base=$3 flag rc n=0
