@@ -4,7 +4,7 @@
 # decoding) and --score-reference, on a small model trained here:
 #   1. one line out per line in; the same --seed gives the same lines, another
 #      seed others; a sentence's draws come from its own generator, seeded
-#      by --seed and its line number, so other lines before it do not change
+#      by --seed and its place among the lines translated, so other lines before it do not change
 #      its translation; sampling
 #      differs from the greedy output, --temperature 0 and --sampling-topk 1
 #      are the greedy output
@@ -17,6 +17,10 @@
 #      reference too long or not UTF-8 is warned about and has no H line; a
 #      file of another length, a missing file, and --beam, --nbest or
 #      --sampling beside it are refused
+#   4. --buffer-size N: 1, 7 and 71 lines at a time give the lines, H numbers
+#      and messages of one buffer (greedy, sampling, n-best; a bad line
+#      among them); with 1, each line's translation comes out before the
+#      next line is written (a coprocess); refused with --score-reference
 #
 #   test_translate_modes.sh SEQ2SEQ
 set -euo pipefail
@@ -110,4 +114,42 @@ for bad in "--beam 2" "--beam 2 --nbest 1" "--sampling"; do
   [ "$rc" = 2 ] && [ ! -s out.txt ] && grep -q 'decoding nothing: drop --beam, --nbest and --sampling' err.txt &&
     echo "ok: --score-reference $bad: refused" || fail "--score-reference $bad: exit $rc, $(cat err.txt out.txt)"
 done
+
+# ---- 4. --buffer-size: standard input a buffer at a time, the output the same
+sed -n '1,60p' p.tsv | cut -f1 >s60.txt
+printf 'die \xff katze\n' >>s60.txt # line 61: not UTF-8
+sed -n '61,70p' p.tsv | cut -f1 >>s60.txt
+for mode in "" "--sampling --seed 3" "--beam 2 --nbest 2"; do
+  # shellcheck disable=SC2086
+  "$seq2seq" translate --ckpt s.st --threads 1 $mode <s60.txt >all.txt 2>all.log ||
+    fail "translate $mode: $(tail -1 all.log)"
+  for b in 1 7 71; do
+    # shellcheck disable=SC2086
+    "$seq2seq" translate --ckpt s.st --threads 1 $mode --buffer-size $b <s60.txt >buf.txt 2>buf.log ||
+      fail "translate $mode --buffer-size $b: $(tail -1 buf.log)"
+    cmp -s all.txt buf.txt && cmp -s all.log buf.log || fail "translate $mode --buffer-size $b: other output or messages: $(diff all.txt buf.txt | head -3) $(diff all.log buf.log | head -3)"
+  done
+done
+[ "$(wc -l <all.txt)" = 140 ] && grep -q 'warning: line 61 is not valid UTF-8' all.log && grep -q '1 of 71 lines not translated' all.log &&
+  echo "ok: --buffer-size 1, 7 and 71: the same lines, H numbers and messages as one buffer (greedy, sampling, n-best)" ||
+  fail "--buffer-size: $(wc -l <all.txt) lines, $(cat all.log)"
+# a line in, its translation out, before the next line is written (a
+# translate waiting for the end of its input would time out the read)
+"$seq2seq" translate --ckpt s.st --threads 1 'the cat 1 sat' 'the cat 2 sat' >exp12.txt 2>/dev/null
+coproc TR { "$seq2seq" translate --ckpt s.st --threads 1 --buffer-size 1 2>co.log; }
+got=
+for k in 1 2; do
+  echo "the cat $k sat" >&"${TR[1]}"
+  IFS= read -r -t 120 line <&"${TR[0]}" || break
+  got="$got|$line"
+done
+exec {TR[1]}>&-
+wait "$TR_PID" || fail "translate --buffer-size 1 on a pipe: $(cat co.log)"
+[ "$got" = "|$(sed -n 1p exp12.txt)|$(sed -n 2p exp12.txt)" ] &&
+  echo "ok: --buffer-size 1: each line's translation printed before the next line is read" ||
+  fail "--buffer-size 1 interactively: '$got'"
+rc=0
+"$seq2seq" translate --ckpt s.st --score-reference refs.txt --buffer-size 2 <s12.txt >out.txt 2>err.txt || rc=$?
+[ "$rc" = 2 ] && grep -q 'drop --buffer-size' err.txt && echo "ok: --score-reference --buffer-size: refused" ||
+  fail "--score-reference --buffer-size: exit $rc, $(cat err.txt)"
 finish

@@ -54,10 +54,11 @@ static bool translatable(const cg_seq2seq_ckpt *c, const char *text, const char 
 
 /* --nbest: the best translations of every sentence not skipped, as
  * fairseq-generate's lines H-I<TAB>SCORE<TAB>TEXT (I the sentence's index
- * among all, from 0), each sentence's printed once decoded. -1 or the
+ * in the input, from 0: first + its index in s's), each sentence's printed
+ * once decoded. -1 or the
  * exit code. */
 static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, const cg_sources *s,
-                       const bool *skip, int64_t n)
+                       const bool *skip, int64_t n, int64_t first)
 {
     const int nbest = (int)t->nbest;
     char **texts = malloc((size_t)nbest * sizeof *texts);
@@ -72,7 +73,7 @@ static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, con
             rc = cg_prog_fail_lib(NULL);
         errno = 0;
         for (int k = 0; k < got; k++) {
-            printf("H-%lld\t%.6f\t%s\n", (long long)i, scores[k], texts[k]);
+            printf("H-%lld\t%.6f\t%s\n", (long long)(first + i), scores[k], texts[k]);
             free(texts[k]);
         }
         if (rc < 0 && !cg_output_flush(stdout)) /* a reader gone: stop */
@@ -84,16 +85,19 @@ static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, con
 }
 
 /* The translations of s: the argmax, the beam, or --sampling's draws
- * (top-k at most the vocabulary: all of it). */
+ * (top-k at most the vocabulary: all of it; before: the sentences of the
+ * input translated before s's, for the seeds). */
 static char **translate_good(const cg_seq2seq_ckpt *c, const cg_translate_opts *t,
-                             const cg_sources *s, FILE *echo)
+                             const cg_sources *s, int64_t before, FILE *echo)
 {
     if (!t->sampling)
         return cg_translate_all(c->model, c->tok, s, (int)t->beam, t->alpha, !t->no_cache, &t->lim,
                                 echo);
     cg_sample_config sc = t->sample;
     sc.top_k = sc.top_k < c->model->cfg.vocab ? sc.top_k : c->model->cfg.vocab;
-    return cg_translate_sample(c->model, c->tok, s, &sc, t->seed, !t->no_cache, &t->lim, echo);
+    /* sentence i of s is the input's (before + i)-th translated: its seed */
+    uint64_t seed = t->seed + (uint64_t)before * 0x9E3779B97F4A7C15ULL;
+    return cg_translate_sample(c->model, c->tok, s, &sc, seed, !t->no_cache, &t->lim, echo);
 }
 
 /* --score-reference: the score of reference i (ref) given source j of s,
@@ -181,7 +185,7 @@ static int print_ref_scores(const cg_seq2seq_ckpt *c, const cg_translate_opts *t
  * print one line each, in order (--nbest: print_nbest's lines;
  * --score-reference: print_ref_scores's). -1 or the exit code. */
 int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *const *texts,
-                    char *const *why, int64_t n, const char *what)
+                    char *const *why, int64_t n, const char *what, int64_t first, int64_t *nbad_all)
 {
     const char **good = malloc((size_t)(n ? n : 1) * sizeof *good);
     bool *skip = calloc((size_t)(n ? n : 1), sizeof *skip);
@@ -192,7 +196,7 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
     const char *stands =
         t->nbest || t->score_ref ? "no H line for it" : "an empty line stands for it";
     for (int64_t i = 0; rc < 0 && i < n; i++) {
-        skip[i] = !translatable(c, texts[i], why ? why[i] : NULL, what, i, stands);
+        skip[i] = !translatable(c, texts[i], why ? why[i] : NULL, what, first + i, stands);
         nbad += skip[i];
         if (!skip[i])
             good[ngood++] = texts[i];
@@ -202,10 +206,10 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
     if (rc < 0 && !cg_sources_encode(c->tok, good, ngood, c->model->cfg.max_len, &s))
         rc = cg_prog_fail_lib(NULL);
     else if (rc < 0 && t->nbest)
-        rc = print_nbest(c, t, &s, skip, n);
+        rc = print_nbest(c, t, &s, skip, n, first);
     else if (rc < 0 && t->score_ref)
         rc = print_ref_scores(c, t, &s, skip, n);
-    else if (rc < 0 && !(hyps = translate_good(c, t, &s, nbad ? NULL : stdout)))
+    else if (rc < 0 && !(hyps = translate_good(c, t, &s, first - *nbad_all, nbad ? NULL : stdout)))
         rc = cg_prog_fail_lib(NULL);
     errno = 0;
     for (int64_t i = 0, j = 0; rc < 0 && hyps && nbad && i < n;
@@ -214,8 +218,7 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
         if (!cg_output_flush(stdout)) /* a reader gone: stop */
             rc = cg_prog_fail_lib(NULL);
     }
-    if (rc < 0 && nbad)
-        cg_prog_warn("%lld of %lld %ss not translated", (long long)nbad, (long long)n, what);
+    *nbad_all += nbad;
     cg_strings_free(hyps, ngood);
     cg_sources_free(&s);
     free(good);
@@ -500,7 +503,7 @@ bool stdin_not_ckpt(const char *ckpt)
 }
 
 /* --sampling's flags against the others: -1, or the exit code (2). */
-int sampling_flags(const cg_translate_opts *t)
+int translate_flag_rules(const cg_translate_opts *t)
 {
     const cg_sample_config d = cg_sample_default();
     const char *why = NULL;
@@ -516,8 +519,35 @@ int sampling_flags(const cg_translate_opts *t)
     else if (t->score_ref && (t->sampling || t->beam > 1 || t->nbest))
         why = "--score-reference scores the references given, decoding nothing: drop --beam, "
               "--nbest and --sampling";
+    else if (t->score_ref && t->buffer)
+        why = "--score-reference reads every line before scoring (its file has one a line): "
+              "drop --buffer-size";
     if (!why)
         return -1;
     cg_prog_fail("%s", why);
     return CG_EXIT_USAGE;
+}
+
+int translate_stdin(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, int64_t *total,
+                    int64_t *nbad)
+{
+    const int64_t size = t->score_ref ? 0 : t->buffer ? t->buffer : isatty(STDIN_FILENO) ? 1 : 50;
+    int rc = -1;
+    *total = 0;
+    for (bool more = true; rc < 0 && more;) {
+        int64_t n = 0;
+        char **why = NULL, **texts = cg_read_lines_upto(stdin, "stdin", size, &n, &why);
+        if (!texts)
+            return cg_prog_fail_lib(NULL);
+        /* the first buffer always (an empty input still checks the flags) */
+        if (n > 0 || *total == 0)
+            rc = translate_texts(c, t, texts, why, n, "line", *total, nbad);
+        *total += n;
+        more = size > 0 && n == size;
+        cg_strings_free(texts, n);
+        for (int64_t i = 0; i < n; i++)
+            free(why[i]);
+        free(why);
+    }
+    return rc;
 }

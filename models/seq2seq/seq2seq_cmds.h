@@ -6,10 +6,12 @@
 #include "models/seq2seq/seq2seq_ckpt.h"
 #include "models/seq2seq/translate.h"
 
-/* Translate texts[0..n) (why: as translatable's, per line, or NULL) and
- * print one line each, in order. -1 or the exit code. */
+/* Translate texts[0..n) (why: as translatable's, per line, or NULL), the
+ * input's sentences first.. (their numbers in messages and H lines), and
+ * print one line each, in order; *nbad (the sentences of the input not
+ * translated so far) grows by this buffer's. -1 or the exit code. */
 int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *const *texts,
-                    char *const *why, int64_t n, const char *what);
+                    char *const *why, int64_t n, const char *what, int64_t first, int64_t *nbad);
 
 /* eval's scores of c on the split (valid, else test) of its data (the
  * file data, else the one it recorded), as one JSON line: -1 or the exit
@@ -50,6 +52,9 @@ int score_files(const char *ref, const char *hyp);
     "  --seed N             the draws' seed (default 1)\n"
 
 #define SCORE_REF_HELP                                                                      \
+    "  --buffer-size N      translate standard input N lines at a time, each\n"             \
+    "                       printed once its buffer is (default: 1 from a terminal,\n"      \
+    "                       as fairseq-interactive, else 50)\n"                             \
     "  --score-reference FILE\n"                                                            \
     "                       decode nothing: score the references, FILE's lines, one a\n"    \
     "                       sentence, as fairseq-generate's --score-reference: lines\n"     \
@@ -57,13 +62,19 @@ int score_files(const char *ref, const char *hyp);
     "                       that hypothesis (--nbest's: its natural-log probability with\n" \
     "                       EOS over the length penalty), e.g. to rerank --nbest's lists\n"
 
+/* translate_texts over standard input's lines, a buffer of --buffer-size
+ * at a time (translate_opts.buffer); *total gets the lines read, *nbad
+ * those not translated. -1 or the exit code. */
+int translate_stdin(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, int64_t *total,
+                    int64_t *nbad);
+
 /* Standard input, read as the sentences, is not the checkpoint loaded
  * (`translate --ckpt m.st <m.st` translated the checkpoint's bytes): false
  * + error. */
 bool stdin_not_ckpt(const char *ckpt);
 
-/* translate's --sampling flags against the others: -1, or the exit code (2,
- * the error printed). */
-int sampling_flags(const cg_translate_opts *t);
+/* translate's own flags (--sampling's, --score-reference, --buffer-size)
+ * against the others: -1, or the exit code (2, the error printed). */
+int translate_flag_rules(const cg_translate_opts *t);
 
 #endif

@@ -185,7 +185,7 @@ static const char TRANSLATE_HELP[] =
 static int cmd_translate(int argc, char **argv)
 {
     cg_translate_opts t;
-    cg_cli_opt opts[CG_TRANSLATE_N_OPTS + 8];
+    cg_cli_opt opts[CG_TRANSLATE_N_OPTS + 9];
     bool no_ema = false;
     int n_opts = cg_translate_cli_opts(&t, DEFAULT_CKPT, opts);
     opts[n_opts++] = (cg_cli_opt){"--nbest", CG_CLI_I64, &t.nbest, 1, 1000, NULL, 0};
@@ -197,9 +197,10 @@ static int cmd_translate(int argc, char **argv)
         (cg_cli_opt){"--temperature", CG_CLI_F64, &t.sample.temperature, 0, 1e6, NULL, 0};
     opts[n_opts++] = (cg_cli_opt){"--seed", CG_CLI_U64, &t.seed, 0, 0, NULL, 0};
     opts[n_opts++] = (cg_cli_opt){"--score-reference", CG_CLI_STR, &t.score_ref, 0, 0, NULL, 0};
+    opts[n_opts++] = (cg_cli_opt){"--buffer-size", CG_CLI_I64, &t.buffer, 1, 1e9, NULL, 0};
     int np, rc = cg_prog_parse_pos(argc, argv, opts, n_opts, TRANSLATE_HELP, &np);
     if (rc >= 0 || (rc = cg_precision_flag(t.precision, NULL)) >= 0 ||
-        (rc = sampling_flags(&t)) >= 0)
+        (rc = translate_flag_rules(&t)) >= 0)
         return rc;
     if (!cg_translate_limits_flags(&t.lim, 0)) {
         cg_prog_fail_lib(NULL);
@@ -212,24 +213,20 @@ static int cmd_translate(int argc, char **argv)
     }
     cg_cli_set_threads(PROG, t.threads);
     cg_precision prec;
-    cg_seq2seq_ckpt c = {0}; /* freed whether or not it was loaded */
-    /* the sentences: the arguments, else the lines of stdin */
-    int64_t n = np;
-    char **texts = NULL, **why = NULL; /* stdin: the reason a line could not be read, or NULL */
+    cg_seq2seq_ckpt c = {0};  /* freed whether or not it was loaded */
+    int64_t nbad = 0, n = np; /* the sentences: the arguments, else the lines of stdin */
     if ((np == 0 && !stdin_not_ckpt(t.ckpt)) ||
         !ckpt_load(t.ckpt, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c) ||
         !cg_decode_precision(t.precision, cg_st_metadata(c.file, "train"), t.ckpt, &prec) ||
-        (np == 0 && !cg_out_check_stdout("/dev/stdin", "standard input")) ||
-        !(texts = np > 0 ? argv : cg_read_lines(stdin, "stdin", &n, &why)))
+        (np == 0 && !cg_out_check_stdout("/dev/stdin", "standard input")))
         rc = cg_prog_fail_lib(NULL);
+    else if (np > 0)
+        rc = translate_texts(&c, &t, argv, NULL, np, "sentence", 0, &nbad);
     else
-        rc = translate_texts(&c, &t, texts, why, n, np > 0 ? "sentence" : "line");
-    if (np == 0 && texts) {
-        cg_strings_free(texts, n);
-        for (int64_t i = 0; i < n; i++)
-            free(why[i]);
-        free(why);
-    }
+        rc = translate_stdin(&c, &t, &n, &nbad);
+    if (rc < 0 && nbad)
+        cg_prog_warn("%lld of %lld %ss not translated", (long long)nbad, (long long)n,
+                     np > 0 ? "sentence" : "line");
     cg_seq2seq_ckpt_free(&c);
     return rc < 0 ? 0 : rc;
 }

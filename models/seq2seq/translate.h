@@ -205,6 +205,10 @@ typedef struct {
     /* translate's --score-reference FILE (NULL: off): the references'
      * scores, fairseq-generate's --score-reference */
     const char *score_ref;
+    /* translate's --buffer-size: standard input's lines translated (and
+     * printed) a buffer of this many at a time (0: 1 from a terminal, 50,
+     * the greedy batch, otherwise; all with --score-reference) */
+    int64_t buffer;
 } cg_translate_opts;
 enum { CG_TRANSLATE_N_OPTS = 10 };
 int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts);

@@ -300,6 +300,11 @@ long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_
 
 char **cg_read_lines(FILE *f, const char *name, int64_t *n, char ***why)
 {
+    return cg_read_lines_upto(f, name, 0, n, why);
+}
+
+char **cg_read_lines_upto(FILE *f, const char *name, int64_t max, int64_t *n, char ***why)
+{
     char **lines = NULL, **bad = NULL, *line = NULL;
     size_t lcap = 0;
     int64_t cap = 0;
@@ -307,7 +312,8 @@ char **cg_read_lines(FILE *f, const char *name, int64_t *n, char ***why)
     bool ok = true;
     int64_t half = 0; /* 1: entry *n stored in part when memory ran out */
     *n = 0;
-    while (ok && (k = cg_read_line(&line, &lcap, f, name, CG_LINE_MAX)) != -1 && k != -2) {
+    while (ok && (max <= 0 || *n < max) &&
+           (k = cg_read_line(&line, &lcap, f, name, CG_LINE_MAX)) != -1 && k != -2) {
         if (k == -3 && !why) {
             cg_prefix_error("%s: line %lld: ", name, (long long)*n + 1);
             k = -2;

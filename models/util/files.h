@@ -52,6 +52,9 @@ long long cg_read_line(char **buf, size_t *cap, FILE *f, const char *name, size_
  * entries (malloc'd, as the lines): NULL for a good line, the reason for a
  * bad one. */
 char **cg_read_lines(FILE *f, const char *name, int64_t *n, char ***why);
+/* cg_read_lines stopping after max lines (max <= 0: all): *n < max only
+ * at the end of f (a next call then gives 0 lines). */
+char **cg_read_lines_upto(FILE *f, const char *name, int64_t max, int64_t *n, char ***why);
 
 /* Write len bytes of buf to fd, going on after EINTR and short writes.
  * Returns the bytes written: len, or fewer with errno set (EIO for a write
