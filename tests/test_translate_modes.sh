@@ -4,9 +4,9 @@
 # decoding) and --score-reference, on a small model trained here:
 #   1. one line out per line in; the same --seed gives the same lines, another
 #      seed others; a sentence's draws come from its own generator, seeded
-#      by --seed and its place among the lines translated, so other lines before it do not change
-#      its translation; sampling
-#      differs from the greedy output, --temperature 0 and --sampling-topk 1
+#      by --seed and its place among the lines translated, so other lines
+#      before it do not change its translation; sampling differs from the
+#      greedy output, --temperature 0 and --sampling-topk 1
 #      are the greedy output
 #   2. refusals, one line on stderr, nothing on stdout, exit 2: --beam or
 #      --nbest with --sampling, the sampling flags without it, --sampling-topp 0
