@@ -2,6 +2,7 @@
 #include "optim/schedule.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -103,6 +104,35 @@ cg_schedule cg_schedule_linear(int64_t steps, int64_t warmup, double hi, double 
         .kind = CG_SCHED_LINEAR, .lr = hi, .lr_min = lo, .warmup = warmup, .steps = steps};
 }
 
+double cg_lr_wsd(int64_t step, int64_t steps, int64_t warmup, int64_t cooldown, double hi,
+                 double lo)
+{
+    if (!warmup_args_ok("lr_wsd", step, steps, warmup))
+        return NAN;
+    if (cooldown < 0 || cooldown > steps) {
+        cg_set_error("lr_wsd: need cooldown in [0, steps] (got %lld of %lld)", (long long)cooldown,
+                     (long long)steps);
+        return NAN;
+    }
+    if (step < warmup)
+        return hi * (double)(step + 1) / (double)warmup;
+    int64_t start = steps - cooldown;
+    if (step < start)
+        return hi;
+    double r = (double)(step - start) / (double)(cooldown > 1 ? cooldown : 1);
+    return r < 1.0 ? hi + (lo - hi) * r : lo;
+}
+
+cg_schedule cg_schedule_wsd(int64_t steps, int64_t warmup, int64_t cooldown, double hi, double lo)
+{
+    return (cg_schedule){.kind = CG_SCHED_WSD,
+                         .lr = hi,
+                         .lr_min = lo,
+                         .warmup = warmup,
+                         .steps = steps,
+                         .cooldown = cooldown};
+}
+
 cg_schedule cg_schedule_step(int64_t step_size, double gamma, double lr)
 {
     return (cg_schedule){.kind = CG_SCHED_STEP, .lr = lr, .step_size = step_size, .gamma = gamma};
@@ -120,6 +150,7 @@ double cg_schedule_lr(const cg_schedule *s, int64_t step)
     case CG_SCHED_NOAM: return cg_lr_noam(step, s->d_model, s->warmup, s->factor);
     case CG_SCHED_LINEAR: return cg_lr_warmup_linear(step, s->steps, s->warmup, s->lr, s->lr_min);
     case CG_SCHED_STEP: return cg_lr_step_decay(step, s->step_size, s->gamma, s->lr);
+    case CG_SCHED_WSD: return cg_lr_wsd(step, s->steps, s->warmup, s->cooldown, s->lr, s->lr_min);
     }
     cg_set_error("schedule_lr: unknown schedule kind %d", (int)s->kind);
     return NAN;
@@ -127,6 +158,18 @@ double cg_schedule_lr(const cg_schedule *s, int64_t step)
 
 const char *cg_schedule_name(cg_schedule_kind k)
 {
-    static const char *const names[] = {"constant", "cosine", "noam", "linear", "step"};
-    return ((int)k >= 0 && (int)k < 5) ? names[k] : "?";
+    static const char *const names[] = {"constant", "cosine", "noam", "linear", "step", "wsd"};
+    return ((int)k >= 0 && (int)k < 6) ? names[k] : "?";
+}
+
+bool cg_schedule_parse(const char *name, cg_schedule_kind *out)
+{
+    for (int k = 0; name && k <= (int)CG_SCHED_WSD; k++)
+        if (!strcmp(name, cg_schedule_name((cg_schedule_kind)k))) {
+            *out = (cg_schedule_kind)k;
+            return true;
+        }
+    cg_set_error("unknown schedule '%.60s' (constant, cosine, noam, linear, step, wsd)",
+                 name ? name : "(null)");
+    return false;
 }

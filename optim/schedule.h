@@ -16,6 +16,14 @@
  *             else:           lo + (hi - lo) * max(0, (steps - step) /
  *                                                     max(1, steps - warmup))
  *           (0 at step 0, as theirs; lo 0 gives their bits.)
+ *   wsd     warmup-stable-decay (MiniCPM; Hagele et al. 2024, "Scaling Laws
+ *           and Compute-Optimal Training Beyond Fixed Training Durations",
+ *           linear cooldown), step from 0, cosine's warmup:
+ *             step < warmup:            hi * (step + 1) / warmup
+ *             step < steps - cooldown:  hi
+ *             else:                     hi + (lo - hi) * (step - (steps -
+ *                                       cooldown)) / max(1, cooldown)
+ *           (lo reached at step == steps, as the cosine's)
  *   step    PyTorch's StepLR, step from 0: lr times gamma every step_size
  *           steps, multiplied as its scheduler does step by step (its bits,
  *           not those of lr * gamma^k; beyond 65,536 decays the rest as
@@ -24,6 +32,7 @@
 #ifndef CG_SCHEDULE_H
 #define CG_SCHEDULE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -37,6 +46,10 @@ double cg_lr_warmup_cosine(int64_t step, int64_t steps, int64_t warmup, double h
 double cg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor);
 /* NAN + error for step < 0, warmup < 0 or steps < 0. */
 double cg_lr_warmup_linear(int64_t step, int64_t steps, int64_t warmup, double hi, double lo);
+/* NAN + error for step < 0, warmup < 0, steps < 0 or cooldown outside
+ * [0, steps]. */
+double cg_lr_wsd(int64_t step, int64_t steps, int64_t warmup, int64_t cooldown, double hi,
+                 double lo);
 /* NAN + error for step < 0, step_size < 1 or gamma not finite and > 0. */
 double cg_lr_step_decay(int64_t step, int64_t step_size, double gamma, double lr);
 
@@ -45,7 +58,8 @@ typedef enum {
     CG_SCHED_COSINE,
     CG_SCHED_NOAM,
     CG_SCHED_LINEAR,
-    CG_SCHED_STEP
+    CG_SCHED_STEP,
+    CG_SCHED_WSD
 } cg_schedule_kind;
 
 /* A schedule as a value, for trainers that choose one from options. */
@@ -59,6 +73,7 @@ typedef struct cg_schedule {
     double factor;     /* noam */
     int64_t step_size; /* step */
     double gamma;      /* step */
+    int64_t cooldown;  /* wsd: the last steps, which decay lr to lr_min */
 } cg_schedule;
 
 cg_schedule cg_schedule_constant(double lr);
@@ -66,12 +81,16 @@ cg_schedule cg_schedule_cosine(int64_t steps, int64_t warmup, double hi, double 
 cg_schedule cg_schedule_noam(int64_t d_model, int64_t warmup, double factor);
 cg_schedule cg_schedule_linear(int64_t steps, int64_t warmup, double hi, double lo);
 cg_schedule cg_schedule_step(int64_t step_size, double gamma, double lr);
+cg_schedule cg_schedule_wsd(int64_t steps, int64_t warmup, int64_t cooldown, double hi, double lo);
 /* The rate at step (counted as the kind's formula counts it); NAN + error
  * for an unknown kind. */
 double cg_schedule_lr(const cg_schedule *s, int64_t step);
-/* "constant", "cosine", "noam", "linear", "step" (static; "?" if out of
- * range). */
+/* "constant", "cosine", "noam", "linear", "step", "wsd" (static; "?" if
+ * out of range). */
 const char *cg_schedule_name(cg_schedule_kind k);
+/* The kind named name (cg_schedule_name's): true, or false + error listing
+ * the names. */
+bool cg_schedule_parse(const char *name, cg_schedule_kind *out);
 
 #ifdef __cplusplus
 }

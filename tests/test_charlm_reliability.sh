@@ -529,3 +529,84 @@ rc=0
 "$charlm" eval --ckpt bf_fp32.st --split all --data short.txt >ev.out 2>ev.log || rc=$?
 [ "$rc" = 1 ] && grep -q "shorter than one window of 16+1" ev.log || fail "eval of a short text: exit $rc, $(tail -1 ev.log)"
 echo "eval: --stride 17 and 0, --split train exit 2; a text shorter than a window exits 1"
+
+# 10. --lr-schedule cosine|linear|constant|wsd and --cooldown: each step's
+#     rate in the metrics log is the formula's (worked out here); wsd
+#     stopped in its cooldown and resumed is the uninterrupted run; the
+#     schedule is the checkpoint's (a file from before it: the cosine);
+#     bad combinations exit 2
+S=(--data tiny.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --threads 1
+   --eval-every 10 --steps 20 --warmup 3 --lr 1e-3 --log-every 1 --seed 3)
+for sch in cosine linear constant wsd; do
+  extra=(--min-lr 1e-5)
+  [ $sch = constant ] && extra=()
+  [ $sch = wsd ] && extra+=(--cooldown 6)
+  "$charlm" train "${S[@]}" --lr-schedule $sch "${extra[@]}" --out sch_$sch.st >/dev/null 2>sch.log ||
+    fail "--lr-schedule $sch: $(tail -1 sch.log)"
+done
+python3 - <<'PY' || fail "--lr-schedule: see above"
+import json, math
+def rates(f):
+    return [j['lr'] for j in map(json.loads, open(f)) if 'lr' in j and 'val_loss' not in j]
+hi, lo, W, N, C = 1e-3, 1e-5, 3, 20, 6
+want = {
+    'cosine': [hi * (s + 1) / W if s < W else
+               lo + 0.5 * (1 + math.cos(math.pi * min(1, (s - W) / max(1, N - W)))) * (hi - lo)
+               for s in range(N)],
+    'linear': [hi * s / W if s < W else lo + (hi - lo) * max(0, (N - s) / max(1, N - W))
+               for s in range(N)],
+    'constant': [hi * (s + 1) / W if s < W else hi for s in range(N)],
+    'wsd': [hi * (s + 1) / W if s < W else hi if s < N - C else hi + (lo - hi) * (s - (N - C)) / C
+            for s in range(N)],
+}
+for k, w in want.items():
+    got = rates('sch_%s.st.metrics.jsonl' % k)
+    assert len(got) == N, (k, got)
+    bad = [(s, g, e) for s, (g, e) in enumerate(zip(got, w)) if abs(g - e) > 1e-6 * hi]
+    assert not bad, (k, bad)
+print('ok')
+PY
+echo "--lr-schedule: cosine, linear, constant and wsd give the formulas' rates, step by step"
+"$charlm" train "${S[@]}" --lr-schedule wsd --min-lr 1e-5 --cooldown 6 --stop-at 17 --out sch_h.st >/dev/null 2>sch.log ||
+  fail "wsd --stop-at 17: $(tail -1 sch.log)"
+cp sch_h.st sch_h17.st
+"$charlm" train --resume sch_h.st --threads 1 >/dev/null 2>sch.log || fail "wsd resumed: $(tail -1 sch.log)"
+"$tool" same sch_wsd.st sch_h.st || fail "wsd stopped in its cooldown and resumed differs from the run"
+echo "--lr-schedule wsd: stopped at 17 (in the cooldown) and resumed == the uninterrupted run"
+# a checkpoint from before --lr-schedule (no lr_schedule, no cooldown): the cosine
+python3 - sch_h17.st sch_old.st <<'PY' || fail "writing sch_old.st"
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = json.loads(h['__metadata__']['train'])
+for k in ('lr_schedule', 'cooldown'):
+    t['model'].pop(k, None)
+h['__metadata__']['train'] = json.dumps(t)
+hb = json.dumps(h, separators=(',', ':')).encode()
+hb += b' ' * (-len(hb) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
+PY
+"$charlm" train --resume sch_old.st --threads 1 >/dev/null 2>sch.log || fail "old resumed: $(tail -1 sch.log)"
+python3 - sch_old.st.metrics.jsonl <<'PY' || fail "a checkpoint without lr_schedule: not the cosine"
+import json, math, sys
+got = [j for j in map(json.loads, open(sys.argv[1])) if 'lr' in j and 'val_loss' not in j]
+hi, lo, W, N = 1e-3, 1e-5, 3, 20
+for j in got:
+    s = j['step'] - 1
+    e = lo + 0.5 * (1 + math.cos(math.pi * min(1, (s - W) / (N - W)))) * (hi - lo)
+    assert abs(j['lr'] - e) < 1e-6 * hi, (j, e)
+assert [j['step'] for j in got] == [18, 19, 20], got
+PY
+echo "--lr-schedule: a checkpoint from before it resumes with the cosine"
+for bad in "--lr-schedule foo" "--lr-schedule noam" "--cooldown 5" "--lr-schedule wsd --cooldown 21" \
+  "--lr-schedule constant --min-lr 1e-5"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$charlm" train "${S[@]}" $bad --out sch_bad.st >/dev/null 2>sch.log || rc=$?
+  [ "$rc" = 2 ] && [ "$(wc -l <sch.log)" = 1 ] && [ ! -e sch_bad.st ] || fail "$bad: exit $rc, $(cat sch.log)"
+done
+rc=0
+"$charlm" train --resume sch_h17.st --lr-schedule cosine >/dev/null 2>sch.log || rc=$?
+[ "$rc" = 2 ] && grep -q 'drop --lr-schedule' sch.log || fail "--resume --lr-schedule: exit $rc, $(cat sch.log)"
+echo "--lr-schedule: unknown names, noam, --cooldown without wsd or past --steps, constant with --min-lr, and with --resume exit 2"

@@ -389,13 +389,58 @@ START_TEST(schedule_negative_length)
 }
 END_TEST
 
+/* Warmup-stable-decay: the cosine's warmup, the peak, then a straight line
+ * down to lo over the last `cooldown` steps (lo at step == steps), each
+ * rate worked out here in double; the names parse back to their kinds. */
+START_TEST(schedule_wsd)
+{
+    const int64_t steps = 1000, warmup = 50, cooldown = 200;
+    const double hi = 1e-3, lo = 1e-5;
+    cg_schedule w = cg_schedule_wsd(steps, warmup, cooldown, hi, lo);
+    for (int64_t t = 0; t <= steps + 10; t++) {
+        double want = lo; /* from step 1000 on */
+        if (t < warmup)
+            want = hi * (double)(t + 1) / (double)warmup;
+        else if (t < steps - cooldown)
+            want = hi;
+        else if (t < steps)
+            want = hi + (lo - hi) * ((double)(t - 800) / 200.0);
+        double a = cg_lr_wsd(t, steps, warmup, cooldown, hi, lo);
+        ck_assert_msg(a == want, "wsd step %lld: %.17g vs %.17g", (long long)t, a, want);
+        ck_assert(cg_schedule_lr(&w, t) == a);
+    }
+    ck_assert(cg_lr_wsd(799, steps, warmup, cooldown, hi, lo) == hi);
+    ck_assert(fabs(cg_lr_wsd(900, steps, warmup, cooldown, hi, lo) - (hi + lo) / 2) < 1e-18);
+    ck_assert(cg_lr_wsd(1000, steps, warmup, cooldown, hi, lo) == lo);
+    /* no cooldown: the peak to the end; all cooldown: a line from step 0 */
+    ck_assert(cg_lr_wsd(999, steps, 0, 0, hi, lo) == hi);
+    ck_assert(cg_lr_wsd(0, steps, 0, steps, hi, lo) == hi);
+    ck_assert(cg_lr_wsd(500, steps, 0, steps, hi, lo) == hi + (lo - hi) * 0.5);
+    ck_assert(isnan(cg_lr_wsd(5, 10, 0, 11, hi, lo)));
+    ck_assert_msg(strstr(cg_last_error(), "lr_wsd: need cooldown in [0, steps] (got 11 of 10)"),
+                  "%s", cg_last_error());
+    ck_assert(isnan(cg_lr_wsd(5, 10, 0, -1, hi, lo)) && isnan(cg_lr_wsd(-1, 10, 0, 1, hi, lo)));
+    cg_clear_error();
+    for (int k = 0; k <= (int)CG_SCHED_WSD; k++) {
+        cg_schedule_kind got;
+        ck_assert(cg_schedule_parse(cg_schedule_name((cg_schedule_kind)k), &got) && (int)got == k);
+    }
+    cg_schedule_kind got = CG_SCHED_NOAM;
+    ck_assert(!cg_schedule_parse("Cosine", &got) && got == CG_SCHED_NOAM);
+    ck_assert_msg(strstr(cg_last_error(), "unknown schedule 'Cosine' (constant, cosine, noam"),
+                  "%s", cg_last_error());
+    ck_assert(!cg_schedule_parse(NULL, &got));
+    cg_clear_error();
+}
+END_TEST
+
 START_TEST(schedule_constant_and_kinds)
 {
     cg_schedule s = cg_schedule_constant(3e-4);
     ck_assert(cg_schedule_lr(&s, 0) == 3e-4 && cg_schedule_lr(&s, 123456) == 3e-4);
     ck_assert_str_eq(cg_schedule_name(CG_SCHED_NOAM), "noam");
     ck_assert_str_eq(cg_schedule_name((cg_schedule_kind)9), "?");
-    ck_assert_str_eq(cg_schedule_name((cg_schedule_kind)5), "?"); /* one past the last */
+    ck_assert_str_eq(cg_schedule_name((cg_schedule_kind)6), "?"); /* one past the last */
     ck_assert_str_eq(cg_schedule_name((cg_schedule_kind)-1), "?");
     s.kind = (cg_schedule_kind)9;
     cg_clear_error();
@@ -2479,6 +2524,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, schedule_cosine_bad_arguments);
     tcase_add_test(tc, schedule_negative_length);
     tcase_add_test(tc, schedule_constant_and_kinds);
+    tcase_add_test(tc, schedule_wsd);
     tcase_add_test(tc, schedule_warmup_zero);
     tcase_add_test(tc, schedule_step_far);
     suite_add_tcase(s, tc);

@@ -41,6 +41,28 @@ static const char TRAIN_NOTES[] =
     "  --tokenizer char\n"
     "\n";
 
+/* The schedule's rows of charlm train (r an lm_run *) */
+/* clang-format off */
+#define LM_SCHEDULE_FLAGS(r)                                                                    \
+    {"--warmup", CG_CLI_I64, &(r)->warmup, 0, 1000000000,                                       \
+     "  --warmup N         steps of the learning rate's linear warmup (default 100)\n",         \
+     CG_CLI_FIXED | CG_CLI_SAVED},                                                              \
+    {"--min-lr", CG_CLI_F64, &(r)->min_lr, 0, 10,                                               \
+     "  --min-lr X         the rate the schedule ends at, at the last step (default\n"         \
+     "                     lr/10)\n",                                                           \
+     CG_CLI_FIXED},                                                                             \
+    {"--lr-schedule", CG_CLI_STR, &(r)->schedule, 0, 0,                                         \
+     "  --lr-schedule S    after the warmup: cosine (default), linear (Hugging Face's:\n"      \
+     "                     a straight line to --min-lr at the last step; its warmup\n"         \
+     "                     starts at 0), constant (--lr), or wsd (warmup-stable-decay:\n"      \
+     "                     --lr, then a straight line to --min-lr over --cooldown)\n",         \
+     CG_CLI_FIXED},                                                                             \
+    {"--cooldown", CG_CLI_I64, &(r)->cooldown, 1, 1e9,                                          \
+     "  --cooldown N       wsd's last N steps, which decay the rate (default: a fifth\n"       \
+     "                     of --steps, so a resumed run with more --steps decays later)\n",    \
+     CG_CLI_FIXED}
+/* clang-format on */
+
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
@@ -52,7 +74,8 @@ static int cmd_train(int argc, char **argv)
     lm_run r = {.preset = "tiny",
                 .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL},
                 .warmup = 100,
-                .min_lr = NAN};
+                .min_lr = NAN,
+                .schedule = "cosine"};
     /* charlm train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
@@ -69,13 +92,7 @@ static int cmd_train(int argc, char **argv)
         {"--T", CG_CLI_I64, &rec.shape.T, 1, 1 << 16, NULL, CG_CLI_FIXED},
         {"--batch-size", CG_CLI_I64, &rec.shape.B, 1, 1 << 20,
          "  --batch-size N     windows per batch B (default from the preset)\n", CG_CLI_FIXED},
-        {"--warmup", CG_CLI_I64, &r.warmup, 0, 1000000000,
-         "  --warmup N         steps of the learning rate's linear warmup (default 100)\n",
-         CG_CLI_FIXED | CG_CLI_SAVED},
-        {"--min-lr", CG_CLI_F64, &r.min_lr, 0, 10,
-         "  --min-lr X         the rate the cosine ends at, at the last step (default\n"
-         "                     lr/10; the --lr: constant after the warmup)\n",
-         CG_CLI_FIXED},
+        LM_SCHEDULE_FLAGS(&r),
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},
         {"--init-from", CG_CLI_STR, &o.init_from, 0, 0,

@@ -60,10 +60,25 @@ static cg_tensor *lm_loss(void *self, int k, float grad_scale)
                                   (float)r->label_smoothing, grad_scale);
 }
 
+/* The run's schedule over steps: --lr-schedule's (constant: the cosine
+ * from --lr to --lr, the warmup then the peak) */
+static cg_schedule lm_schedule(const lm_run *r, int64_t steps)
+{
+    switch (r->sched) {
+    case CG_SCHED_LINEAR: return cg_schedule_linear(steps, r->warmup, r->lr, r->min_lr);
+    case CG_SCHED_CONSTANT: return cg_schedule_cosine(steps, r->warmup, r->lr, r->lr);
+    case CG_SCHED_WSD:
+        return cg_schedule_wsd(steps, r->warmup, r->cooldown ? r->cooldown : steps / 5, r->lr,
+                               r->min_lr);
+    default: return cg_schedule_cosine(steps, r->warmup, r->lr, r->min_lr);
+    }
+}
+
 static double lm_lr(void *self, int64_t step)
 {
     lm_run *r = self;
-    return cg_lr_warmup_cosine(step - 1, r->t->o->steps, r->warmup, r->lr, r->min_lr);
+    cg_schedule s = lm_schedule(r, r->t->o->steps);
+    return cg_schedule_lr(&s, step - 1);
 }
 
 /* --resume with another --steps: the cosine's length is --steps, so the
@@ -74,15 +89,16 @@ static void lm_schedule_note(const lm_run *r, const cg_trainer *t, const cg_trai
 {
     if (!o->resume || t->ckpt_steps == o->steps)
         return;
-    double was = cg_lr_warmup_cosine(t->start, t->ckpt_steps, r->warmup, r->lr, r->min_lr);
+    cg_schedule s = lm_schedule(r, t->ckpt_steps);
+    double was = cg_schedule_lr(&s, t->start);
     double now = lm_lr((void *)r, t->start + 1);
     if (was != now)
-        cg_prog_warn("--steps %lld reshapes the cosine schedule of '%s' (warmup %lld, then down "
+        cg_prog_warn("--steps %lld reshapes the %s schedule of '%s' (warmup %lld, then down "
                      "to %.3e at step %lld): the learning rate of step %lld is %.3e instead of "
                      "%.3e, so the run goes on neither as that run nor as a %lld-step run would",
-                     (long long)o->steps, o->resume, (long long)r->warmup, r->min_lr,
-                     (long long)t->ckpt_steps, (long long)t->start + 1, now, was,
-                     (long long)o->steps);
+                     (long long)o->steps, cg_schedule_name(r->sched), o->resume,
+                     (long long)r->warmup, r->min_lr, (long long)t->ckpt_steps,
+                     (long long)t->start + 1, now, was, (long long)o->steps);
 }
 
 static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
@@ -131,11 +147,14 @@ static bool lm_state(void *self, cJSON *o)
         {"lr", CG_JF_F64, &r->lr, 1e-12, 10, false},
         /* beside lr, which its default follows (absent: from before --min-lr) */
         {"min_lr", CG_JF_F64, &r->min_lr, 0, 10, true},
+        /* absent: from before --lr-schedule, the cosine */
+        {"lr_schedule", CG_JF_STR, &r->schedule, 0, 0, true},
+        {"cooldown", CG_JF_I64, &r->cooldown, 0, 1e9, true},
         {"label_smoothing", CG_JF_F64, &r->label_smoothing, 0, 1, false},
         {"batch_rng_seed", CG_JF_U64STR, &r->batch_rng.seed, 0, 0, false},
         {"batch_rng_counter", CG_JF_U64STR, &r->batch_rng.counter, 0, 0, false},
     };
-    return cg_trainer_model_state(r->t, "charlm", o, f, 6);
+    return cg_trainer_model_state(r->t, "charlm", o, f, 8);
 }
 
 /* The config of a fresh run from the preset and the flags (the vocabulary
@@ -336,6 +355,40 @@ static void lm_announce(const lm_run *r, const cg_trainer *t, const cg_train_opt
             cg_train_precision_note(o, note, sizeof note));
 }
 
+/* --lr-schedule and --cooldown (ckpt: the resumed checkpoint's, named;
+ * else the flags'): the schedule's kind set, -1; or the exit code. */
+static int schedule_check(lm_run *r, const cg_train_opts *o, const char *ckpt)
+{
+    const cg_cli_args *a = o->args;
+    const char *why = NULL;
+    bool ok = cg_schedule_parse(r->schedule, &r->sched) &&
+              (r->sched == CG_SCHED_COSINE || r->sched == CG_SCHED_LINEAR ||
+               r->sched == CG_SCHED_CONSTANT || r->sched == CG_SCHED_WSD);
+    char buf[160];
+    if (!ok) {
+        snprintf(buf, sizeof buf,
+                 "--lr-schedule: '%.60s' is not one of cosine, linear, constant, "
+                 "wsd",
+                 r->schedule);
+        why = buf;
+    } else if (r->cooldown && r->sched != CG_SCHED_WSD) {
+        why = "--cooldown is the length of wsd's decay: give --lr-schedule wsd";
+    } else if (!ckpt && cg_cli_given(a, &r->min_lr) && r->sched == CG_SCHED_CONSTANT) {
+        why = "--lr-schedule constant keeps --lr after the warmup: drop --min-lr";
+    } else if (r->cooldown > o->steps) {
+        snprintf(buf, sizeof buf, "--cooldown %lld is longer than the run's %lld steps",
+                 (long long)r->cooldown, (long long)o->steps);
+        why = buf;
+    }
+    r->schedule = ok ? cg_schedule_name(r->sched) : "cosine"; /* static, not the checkpoint's */
+    if (!why)
+        return -1;
+    if (ckpt && !cg_cli_given(a, &o->steps)) /* the file's own: damaged */
+        return cg_prog_fail("'%s': its training state's %s (a damaged checkpoint?)", ckpt, why);
+    cg_prog_fail("%s", why);
+    return CG_EXIT_USAGE;
+}
+
 /* Corpus, tokenizer and model (fresh, resumed or from a base), checked,
  * and the char LM as the trainer sees it. */
 int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, cg_trainer_model *m)
@@ -351,6 +404,8 @@ int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     r->T = r->model->cfg.max_len;
     if (isnan(r->min_lr)) /* not given, nor recorded (a checkpoint from before --min-lr) */
         r->min_lr = r->lr / 10;
+    if ((rc = schedule_check(r, o, o->resume)) >= 0)
+        return rc;
     cg_charlm_set_recompute(r->model, rec->recompute);
     if ((rc = lm_data_checks(r, o)) >= 0)
         return rc;

@@ -11,6 +11,7 @@
 #include "models/data/data.h"
 #include "models/train/finetune.h"
 #include "models/train/program.h"
+#include "optim/schedule.h"
 
 #define PROG "charlm"
 #define DEFAULT_DATA "data/moby_dick.txt"
@@ -35,6 +36,12 @@ typedef struct {
     double lr, label_smoothing;
     int64_t warmup; /* --warmup: steps of the linear warmup */
     double min_lr;  /* --min-lr: where the cosine ends (NAN until set: lr/10) */
+    /* --lr-schedule after the warmup: cosine, linear, constant or wsd (the
+     * flag's text, then the kind's static name), and wsd's --cooldown (0:
+     * a fifth of --steps) */
+    const char *schedule;
+    cg_schedule_kind sched;
+    int64_t cooldown;
     cg_rng batch_rng;
     int64_t *x, *y; /* grad_accum batches of B x T */
     double tl, vl;  /* the last evaluation */
