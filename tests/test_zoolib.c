@@ -310,6 +310,57 @@ START_TEST(test_translate_limits)
 }
 END_TEST
 
+/* cg_zoo_translate_sample: cg_translate_sample's translations (the
+ * program's --sampling), top-k above the vocabulary all of it; reproducible
+ * by seed, another seed others; temperature 0 the greedy ones; errors. */
+START_TEST(test_translate_sample)
+{
+    cg_zoo_model *m = cg_zoo_load(s2s_path);
+    cg_seq2seq_ckpt c;
+    ck_assert(m && cg_seq2seq_ckpt_load(s2s_path, &c));
+    const char *texts[] = {"the cat", "a dog and the sea", "the sea"};
+    cg_sources src;
+    ck_assert(cg_sources_encode(c.tok, texts, 3, c.model->cfg.max_len, &src));
+    const cg_sample_config s = {.temperature = 1.5, .top_k = 1000000, .top_p = 0.95};
+    cg_sample_config k = s;
+    k.top_k = c.model->cfg.vocab;
+    char **a = cg_zoo_translate_sample(m, texts, 3, &s, 11, NULL);
+    char **b = cg_zoo_translate_sample(m, texts, 3, &s, 11, NULL);
+    char **d = cg_zoo_translate_sample(m, texts, 3, &s, 12, NULL);
+    char **want = cg_translate_sample(c.model, c.tok, &src, &k, 11, true, NULL, NULL);
+    const cg_sample_config t0 = {.temperature = 0, .top_k = 0, .top_p = 1};
+    char **g = cg_zoo_translate_sample(m, texts, 3, &t0, 5, NULL);
+    char **gw = cg_zoo_translate(m, texts, 3, 1, 1.0);
+    ck_assert_msg(a && b && d && want && g && gw, "%s", cg_last_error());
+    int other = 0;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_str_eq(a[i], want[i]);
+        ck_assert_str_eq(a[i], b[i]);
+        ck_assert_str_eq(g[i], gw[i]);
+        other += strcmp(a[i], d[i]) != 0;
+    }
+    ck_assert_int_gt(other, 0);
+    cg_zoo_strings_free(a, 3);
+    cg_zoo_strings_free(b, 3);
+    cg_zoo_strings_free(d, 3);
+    cg_zoo_strings_free(g, 3);
+    cg_zoo_strings_free(gw, 3);
+    cg_strings_free(want, 3);
+    const char *bad[] = {"the cat", NULL};
+    CG_ASSERT_FAILS(cg_zoo_translate_sample(m, bad, 2, &s, 1, NULL), "sentence 2 is NULL");
+    CG_ASSERT_FAILS(cg_zoo_translate_sample(m, texts, 1, &s, 1, &(cg_decode_limits){1, -1, 0, 0}),
+                    "max_len_b is -1");
+    cg_zoo_model *lm = cg_zoo_load(lm_path);
+    ck_assert_ptr_nonnull(lm);
+    ck_assert_ptr_null(cg_zoo_translate_sample(lm, texts, 1, &s, 1, NULL));
+    cg_clear_error();
+    cg_zoo_free(lm);
+    cg_sources_free(&src);
+    cg_seq2seq_ckpt_free(&c);
+    cg_zoo_free(m);
+}
+END_TEST
+
 /* Generation and translation run in eval mode and leave the module in the
  * mode the caller set (as score does): a user fine-tuning the model who
  * looks at a sample between steps keeps training with dropout. */
@@ -556,6 +607,7 @@ static Suite *zoolib_suite(void)
     tcase_add_test(tc, test_translate_null_sentence);
     tcase_add_test(tc, test_translate_alpha_not_finite);
     tcase_add_test(tc, test_translate_limits);
+    tcase_add_test(tc, test_translate_sample);
     tcase_add_test(tc, test_decoding_keeps_mode);
     tcase_add_test(tc, test_one_sequence);
     tcase_add_test(tc, test_float64_checkpoint);

@@ -325,24 +325,46 @@ char **cg_zoo_translate(cg_zoo_model *m, const char *const *texts, int64_t n, in
     return cg_zoo_translate_ex(m, texts, n, beam, alpha, NULL);
 }
 
-char **cg_zoo_translate_ex(cg_zoo_model *m, const char *const *texts, int64_t n, int beam,
-                           double alpha, const cg_decode_limits *lim)
+/* The sentences texts[0..n) of a translator encoded into *src: false +
+ * error (a NULL array or sentence, text the model cannot take). */
+static bool zoo_sources(const cg_zoo_model *m, const char *const *texts, int64_t n, cg_sources *src)
 {
     if (!want_kind(m, false, "translate"))
-        return NULL;
+        return false;
     if (!texts || n < 0) {
         cg_set_error("translate: needs an array of n >= 0 sentences");
-        return NULL;
+        return false;
     }
     for (int64_t i = 0; i < n; i++)
         if (!texts[i]) {
             cg_set_error("translate: sentence %lld is NULL", (long long)i + 1);
-            return NULL;
+            return false;
         }
+    return cg_sources_encode(m->tok, texts, n, m->s.model->cfg.max_len, src);
+}
+
+char **cg_zoo_translate_ex(cg_zoo_model *m, const char *const *texts, int64_t n, int beam,
+                           double alpha, const cg_decode_limits *lim)
+{
     cg_sources src;
-    if (!cg_sources_encode(m->tok, texts, n, m->s.model->cfg.max_len, &src))
+    if (!zoo_sources(m, texts, n, &src))
         return NULL;
     char **out = cg_translate_all(m->s.model, m->tok, &src, beam, alpha, true, lim, NULL);
+    cg_sources_free(&src);
+    return out;
+}
+
+char **cg_zoo_translate_sample(cg_zoo_model *m, const char *const *texts, int64_t n,
+                               const cg_sample_config *s, uint64_t seed,
+                               const cg_decode_limits *lim)
+{
+    cg_sources src;
+    if (!zoo_sources(m, texts, n, &src))
+        return NULL;
+    cg_sample_config c = s ? *s : cg_sample_default();
+    if (c.top_k > m->s.model->cfg.vocab) /* all of them */
+        c.top_k = m->s.model->cfg.vocab;
+    char **out = cg_translate_sample(m->s.model, m->tok, &src, &c, seed, true, lim, NULL);
     cg_sources_free(&src);
     return out;
 }

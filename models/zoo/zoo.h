@@ -135,6 +135,16 @@ char **cg_zoo_translate(cg_zoo_model *m, const char *const *texts, int64_t n, in
 #define CG_ZOO_MAX_LEN_B 49
 char **cg_zoo_translate_ex(cg_zoo_model *m, const char *const *texts, int64_t n, int beam,
                            double alpha, const cg_decode_limits *lim);
+/* cg_zoo_translate_ex drawing each token instead of taking the likeliest,
+ * as `seq2seq translate --sampling` does (fairseq-generate's --sampling):
+ * softmax(logits / temperature) restricted to top_k and top_p (nn/sample.h;
+ * NULL: cg_sample_default(); temperature 0 or top_k 1: greedy), sentence i
+ * drawing from its own generator, seeded from seed and i, so its
+ * translation does not depend on the others. The same checkpoint,
+ * sentences, options and seed give the program's lines. */
+char **cg_zoo_translate_sample(cg_zoo_model *m, const char *const *texts, int64_t n,
+                               const cg_sample_config *s, uint64_t seed,
+                               const cg_decode_limits *lim);
 /* Free s[0..n) and s (NULL is a no-op). */
 void cg_zoo_strings_free(char **s, int64_t n);
 
