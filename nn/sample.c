@@ -333,6 +333,59 @@ static bool block_ngrams(const int64_t *hyp, int64_t len, int64_t n, float *scor
     return changed;
 }
 
+cg_logit_rules cg_logit_rules_default(void)
+{
+    return (cg_logit_rules){.repetition_penalty = 1.0, .no_repeat_ngram_size = 0};
+}
+
+bool cg_logit_rules_check(const cg_logit_rules *r)
+{
+    if (!r)
+        return true;
+    if (!isfinite(r->repetition_penalty) || r->repetition_penalty <= 0) {
+        cg_set_error("logit rules: repetition_penalty is %g, must be finite and > 0",
+                     r->repetition_penalty);
+        return false;
+    }
+    if (r->no_repeat_ngram_size < 0) {
+        cg_set_error("logit rules: no_repeat_ngram_size is %lld, must be >= 0",
+                     (long long)r->no_repeat_ngram_size);
+        return false;
+    }
+    return true;
+}
+
+bool cg_logit_rules_apply(const cg_logit_rules *r, const int64_t *ids, int64_t n, float *logits,
+                          int64_t V)
+{
+    if (!r)
+        return false;
+    bool changed = false;
+    if (r->repetition_penalty != 1.0) {
+        /* each id once, however often it occurs: a bit a vocabulary id (or,
+         * with no memory for it, a scan of the ids before) */
+        uint8_t *seen = calloc((size_t)(V + 7) / 8, 1);
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t t = ids[i];
+            bool done = t < 0 || t >= V;
+            if (!done && seen)
+                done = seen[t >> 3] >> (t & 7) & 1;
+            for (int64_t j = 0; !done && !seen && j < i; j++)
+                done = ids[j] == t;
+            if (done)
+                continue;
+            if (seen)
+                seen[t >> 3] |= (uint8_t)(1u << (t & 7));
+            const double x = logits[t];
+            float y = (float)(x < 0 ? x * r->repetition_penalty : x / r->repetition_penalty);
+            changed |= y != logits[t];
+            logits[t] = y;
+        }
+        free(seen);
+    }
+    return block_ngrams(ids, n, r->no_repeat_ngram_size, logits, V) || changed;
+}
+
 bool cg_decode_block(const cg_decode_limits *l, const int64_t *hyp, int64_t len, int64_t eos,
                      float *scores, int64_t V)
 {

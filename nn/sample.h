@@ -48,6 +48,33 @@ cg_tensor *cg_sample_rows(const cg_tensor *logits, const cg_sample_config *cfg, 
  * by one uniform draw against the cumulative sum in index order. */
 int64_t cg_multinomial(const float *probs, int64_t n, cg_rng *rng);
 
+/* ------------------------------------------------ logit rules
+ * Hugging Face generate()'s rules on the logits of the token that follows
+ * ids[0..n) (the prompt and what was generated), applied before the draw
+ * (before the temperature, as its logits processors come before its
+ * warpers):
+ *   repetition_penalty  CTRL's (Keskar et al. 2019; HF's
+ *                       RepetitionPenaltyLogitsProcessor): the logit of
+ *                       every id already in ids is divided by it when
+ *                       positive, multiplied when negative; 1: off
+ *   no_repeat_ngram_size  -inf on every id that would complete an n-gram
+ *                       of that many ids already in ids (HF's
+ *                       NoRepeatNGramLogitsProcessor); 0: off */
+typedef struct {
+    double repetition_penalty;
+    int64_t no_repeat_ngram_size;
+} cg_logit_rules;
+/* {1, 0}: both off. */
+cg_logit_rules cg_logit_rules_default(void);
+/* False + error ("logit rules: repetition_penalty is 0, must be finite and
+ * > 0") unless repetition_penalty is finite and > 0 and
+ * no_repeat_ngram_size >= 0. NULL is fine (no rules). */
+bool cg_logit_rules_check(const cg_logit_rules *r);
+/* r on logits[0..V): whether a logit changed. r checked (NULL: nothing);
+ * ids outside [0, V) change nothing. */
+bool cg_logit_rules_apply(const cg_logit_rules *r, const int64_t *ids, int64_t n, float *logits,
+                          int64_t V);
+
 /* ------------------------------------------------ decoding limits
  * fairseq-generate's length and repetition controls (its SequenceGenerator's
  * max_len_a, max_len_b, min_len and no_repeat_ngram_size), for a decoder

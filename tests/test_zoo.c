@@ -132,6 +132,71 @@ START_TEST(test_kv_cache_matches_full)
 }
 END_TEST
 
+/* Hugging Face's logit rules: the repetition penalty divides a positive
+ * logit and multiplies a negative one, once an id however often it occurs;
+ * the n-gram rule blocks what would repeat one; generation applies them
+ * over the prompt and what it drew (greedy: each id the argmax of its
+ * recomputed logits under the rules), and no 3-gram then occurs twice. */
+START_TEST(test_logit_rules)
+{
+    float l[6] = {2.0f, -1.0f, 0.5f, 3.0f, -4.0f, 1.0f};
+    const int64_t ids[] = {0, 1, 0, 7, -1, 4, 1};
+    cg_logit_rules r = {.repetition_penalty = 2.0, .no_repeat_ngram_size = 0};
+    ck_assert(cg_logit_rules_apply(&r, ids, 7, l, 6));
+    const float want[6] = {1.0f, -2.0f, 0.5f, 3.0f, -8.0f, 1.0f};
+    ck_assert_mem_eq(l, want, sizeof l);
+    cg_logit_rules off = cg_logit_rules_default();
+    ck_assert(!cg_logit_rules_apply(&off, ids, 7, l, 6) &&
+              !cg_logit_rules_apply(NULL, ids, 7, l, 6));
+    cg_logit_rules ng = {.repetition_penalty = 1.0, .no_repeat_ngram_size = 2};
+    const int64_t h[] = {3, 5, 2, 3}; /* "3 5" is there: after 3, 5 is blocked */
+    ck_assert(cg_logit_rules_apply(&ng, h, 4, l, 6) && l[5] == -INFINITY && l[2] == 0.5f);
+    CG_ASSERT_FAILS(cg_logit_rules_check(&(cg_logit_rules){0.0, 0}), "repetition_penalty is 0");
+    CG_ASSERT_FAILS(cg_logit_rules_check(&(cg_logit_rules){NAN, 0}), "repetition_penalty is nan");
+    CG_ASSERT_FAILS(cg_logit_rules_check(&(cg_logit_rules){1.0, -1}), "no_repeat_ngram_size is -1");
+
+    cg_charlm *m = tiny_model(true, CG_NORM_LAYERNORM, CG_ACT_GELU, 5);
+    const int64_t V = m->cfg.vocab, prompt[3] = {1, 2, 3};
+    cg_sample_opts g = {.temperature = 0, .top_k = 0, .top_p = 1};
+    const cg_logit_rules rules[2] = {{1.7, 0}, {1.0, 3}};
+    for (int k = 0; k < 2; k++) {
+        cg_rng rr = cg_rng_new(1);
+        int64_t *a = cg_charlm_generate_ex(m, prompt, 3, 8, &g, &rules[k], &rr, true, NULL, NULL);
+        ck_assert_msg(a != NULL, "%s", cg_last_error());
+        for (int64_t len = 3; len < 11; len++) {
+            cg_no_grad_begin();
+            cg_tensor *lg = cg_charlm_forward(m, a, 1, len);
+            cg_tensor *c = lg ? cg_contiguous(lg) : NULL;
+            cg_no_grad_end();
+            ck_assert_ptr_nonnull(c);
+            float row[64];
+            ck_assert(V <= 64);
+            memcpy(row, cg_data(c) + (len - 1) * V, (size_t)V * sizeof *row);
+            cg_release_all(2, lg, c);
+            cg_logit_rules_apply(&rules[k], a, len, row, V);
+            int64_t best = 0;
+            for (int64_t v = 1; v < V; v++)
+                best = row[v] > row[best] ? v : best;
+            ck_assert_int_eq(a[len], best);
+        }
+        for (int i = 0; k == 1 && i + 3 <= 11; i++)
+            for (int j = i + 1; j + 3 <= 11; j++)
+                ck_assert_msg(memcmp(a + i, a + j, 3 * sizeof *a) != 0, "3-gram at %d and %d", i,
+                              j);
+        free(a);
+    }
+    /* a rule blocking every id fails, saying so */
+    cg_rng rb = cg_rng_new(1);
+    CG_ASSERT_FAILS(cg_charlm_generate_ex(m, prompt, 3, 40, &g, &(cg_logit_rules){1.0, 1}, &rb,
+                                          true, NULL, NULL),
+                    "no_repeat_ngram_size 1 leaves no token to draw");
+    CG_ASSERT_FAILS(cg_charlm_generate_ex(m, prompt, 3, 4, &g, &(cg_logit_rules){-1.0, 0}, &rb,
+                                          true, NULL, NULL),
+                    "generate: logit rules: repetition_penalty is -1");
+    cg_charlm_free(m);
+}
+END_TEST
+
 START_TEST(test_sampling_reproducible)
 {
     cg_charlm *m = tiny_model(true, CG_NORM_LAYERNORM, CG_ACT_GELU, 5);
@@ -1936,7 +2001,8 @@ static int64_t *stream_matches(cg_charlm *m, const cg_tokenizer *tok, const int6
     ck_assert(f != NULL);
     cg_sample_opts so = {.temperature = t, .top_k = 0, .top_p = 1.0};
     cg_rng rng = cg_rng_new(3);
-    int64_t *ids = cg_charlm_generate_text(m, tok, prompt, n_prompt, n_new, &so, &rng, true, f);
+    int64_t *ids =
+        cg_charlm_generate_text(m, tok, prompt, n_prompt, n_new, &so, NULL, &rng, true, f);
     ck_assert_msg(ids != NULL, "%s", cg_last_error());
     long len = ftell(f);
     char *got = calloc((size_t)len + 1, 1);
@@ -2552,6 +2618,7 @@ static Suite *zoo_suite(void)
     TCase *t = tcase_create("sampling");
     tcase_add_test(t, test_kv_cache_matches_full);
     tcase_add_test(t, test_sampling_reproducible);
+    tcase_add_test(t, test_logit_rules);
     tcase_add_test(t, test_generate_window_past_max_len);
     tcase_add_test(t, test_sample_flag_defaults);
     tcase_add_test(t, test_sampling_bf16);

@@ -21,6 +21,7 @@
 
 #include "autograd/ops.h"
 #include "models/charlm/charlm_ckpt.h"
+#include "models/charlm/sampling.h"
 #include "models/seq2seq/beam.h"
 #include "models/seq2seq/seq2seq_ckpt.h"
 #include "models/train/finetune.h"
@@ -190,7 +191,22 @@ START_TEST(test_generate_greedy)
         cg_release_all(5, x, l, row, last, am);
     }
     ck_assert_int_eq(memcmp(o, cg_data_i64(p), 3 * sizeof *o), 0); /* the prompt first */
-    cg_release_all(2, p, out);
+    /* the logit rules: NULL is cg_zoo_generate; with them, cg_charlm_generate_ex's ids */
+    cg_tensor *same = cg_zoo_generate_ex(m, p, 4, &g, NULL, 99);
+    ck_assert(same && !memcmp(cg_data_i64(same), o, 7 * sizeof *o));
+    const cg_logit_rules r = {.repetition_penalty = 3.0, .no_repeat_ngram_size = 2};
+    cg_tensor *ruled = cg_zoo_generate_ex(m, p, 12, &g, &r, 99);
+    cg_charlm_ckpt ck;
+    ck_assert(ruled && cg_charlm_ckpt_load(lm_path, &ck));
+    cg_rng rng = cg_rng_new(99);
+    int64_t *want =
+        cg_charlm_generate_ex(ck.model, cg_data_i64(p), 3, 12, &g, &r, &rng, true, NULL, NULL);
+    ck_assert(want && !memcmp(cg_data_i64(ruled), want, 15 * sizeof *want));
+    free(want);
+    cg_charlm_ckpt_free(&ck);
+    CG_ASSERT_FAILS(cg_zoo_generate_ex(m, p, 2, &g, &(cg_logit_rules){0.0, 0}, 1),
+                    "repetition_penalty is 0");
+    cg_release_all(4, p, out, same, ruled);
     cg_zoo_free(m);
 }
 END_TEST

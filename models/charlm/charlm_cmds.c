@@ -104,8 +104,8 @@ int generate(cg_charlm_ckpt *ck, const sample_args *a, cg_precision prec)
         fputs(a->prompt, stdout); /* the prompt as given */
         fflush(stdout);
         free(outp);
-        if (!(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &rng,
-                                             !a->no_cache, stdout)))
+        if (!(outp = cg_charlm_generate_text(ck->model, ck->tok, ids, n, length, &a->so, &a->rules,
+                                             &rng, !a->no_cache, stdout)))
             rc = cg_prog_fail_lib(NULL);
         else
             fputc('\n', stdout); /* end the sample's line (before the speed line on stderr) */

@@ -24,6 +24,7 @@ typedef struct {
     uint64_t seed;
     bool no_cache, force, no_ema;
     cg_sample_opts so;
+    cg_logit_rules rules; /* --repetition-penalty, --no-repeat-ngram-size */
 } sample_args;
 
 /* Print num_samples samples, each the prompt and then each piece as it is

@@ -155,12 +155,23 @@ static const char *SAMPLE_HELP =
     "                      as a PNG (or .svg) heatmap grid\n"
     "  --force             overwrite an existing --attention FILE (refused otherwise)\n"
     "  --threads N         threads for kernels\n"
+    "  --repetition-penalty P\n"
+    "                      divide the logit of every token already in the text\n"
+    "                      (prompt included) by P, multiply it when negative\n"
+    "                      (CTRL's, Hugging Face's; default 1: off; 1.2 is usual)\n"
+    "  --no-repeat-ngram-size N\n"
+    "                      never draw a token that would repeat N tokens in a row\n"
+    "                      already in the text (Hugging Face's; default 0: off)\n"
     "Prints the prompt followed by the generated text.\n";
 
 static int cmd_sample(int argc, char **argv)
 {
-    sample_args a = {.ckpt = DEFAULT_OUT, .prompt = NULL, .length = 500, .num_samples = 1};
-    cg_cli_opt opts[17] = {
+    sample_args a = {.ckpt = DEFAULT_OUT,
+                     .prompt = NULL,
+                     .length = 500,
+                     .num_samples = 1,
+                     .rules = cg_logit_rules_default()};
+    cg_cli_opt opts[19] = {
         {"--prompt-file", CG_CLI_STR, &a.prompt_file, 0, 0, NULL, 0},
         {"--force", CG_CLI_SWITCH, &a.force, 0, 0, NULL, 0},
         {"--base", CG_CLI_STR, &a.base, 0, 0, NULL, 0},
@@ -173,8 +184,10 @@ static int cmd_sample(int argc, char **argv)
         {"--threads", CG_CLI_I64, &a.threads, 1, 1024, NULL, 0},
         {"--num-samples", CG_CLI_I64, &a.num_samples, 1, 1000000, NULL, 0},
         {"--no-ema", CG_CLI_SWITCH, &a.no_ema, 0, 0, NULL, 0},
+        {"--repetition-penalty", CG_CLI_F64, &a.rules.repetition_penalty, 1e-6, 1e6, NULL, 0},
+        {"--no-repeat-ngram-size", CG_CLI_I64, &a.rules.no_repeat_ngram_size, 0, 1e9, NULL, 0},
     };
-    int rc = cg_prog_parse(argc, argv, opts, 12 + cg_sample_cli_opts(&a.so, &a.seed, opts + 12),
+    int rc = cg_prog_parse(argc, argv, opts, 14 + cg_sample_cli_opts(&a.so, &a.seed, opts + 14),
                            SAMPLE_HELP);
     if (rc >= 0 || (rc = cg_precision_flag(a.precision, NULL)) >= 0)
         return rc;

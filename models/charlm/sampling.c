@@ -94,12 +94,33 @@ static bool last_logits_cached(cg_charlm *m, cg_kv_cache *c, const int64_t *ids,
     return ok;
 }
 
+/* Every logit -inf (the n-gram rule blocked them all)? */
+static bool all_blocked(const float *logits, int64_t V)
+{
+    for (int64_t v = 0; v < V; v++)
+        if (logits[v] != -INFINITY)
+            return false;
+    return true;
+}
+
 int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_prompt, int64_t n_new,
                             const cg_sample_opts *o, cg_rng *rng, bool use_cache,
                             cg_token_fn on_token, void *ctx)
 {
+    return cg_charlm_generate_ex(m, prompt, n_prompt, n_new, o, NULL, rng, use_cache, on_token,
+                                 ctx);
+}
+
+int64_t *cg_charlm_generate_ex(cg_charlm *m, const int64_t *prompt, int64_t n_prompt, int64_t n_new,
+                               const cg_sample_opts *o, const cg_logit_rules *rules, cg_rng *rng,
+                               bool use_cache, cg_token_fn on_token, void *ctx)
+{
     if (!m || !prompt || n_prompt < 1 || n_new < 0 || !o || !rng) {
         cg_set_error("generate: needs a model, a prompt of at least one token and n_new >= 0");
+        return NULL;
+    }
+    if (!cg_logit_rules_check(rules)) {
+        cg_prefix_error("generate: ");
         return NULL;
     }
     if (n_new > (int64_t)(SIZE_MAX / sizeof(int64_t) / 2) - n_prompt) { /* no overflow below */
@@ -132,6 +153,12 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
         }
         if (!ok)
             goto fail;
+        /* the prompt's ids too, as HF's */
+        if (cg_logit_rules_apply(rules, ids, len, logits, V) && all_blocked(logits, V)) {
+            cg_set_error("generate: no_repeat_ngram_size %lld leaves no token to draw after %lld",
+                         (long long)rules->no_repeat_ngram_size, (long long)len);
+            goto fail;
+        }
         int64_t id = cg_sample(logits, V, o, rng);
         if (id < 0 || (on_token && !on_token(ctx, id)))
             goto fail;
@@ -219,12 +246,14 @@ static bool print_token(void *ctx, int64_t id)
 
 int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
                                  int64_t n_prompt, int64_t n_new, const cg_sample_opts *o,
-                                 cg_rng *rng, bool use_cache, FILE *out)
+                                 const cg_logit_rules *rules, cg_rng *rng, bool use_cache,
+                                 FILE *out)
 {
     if (!tok)
         return NULL;
     if (!m || !prompt || n_prompt < 1) /* as cg_charlm_generate refuses it */
-        return cg_charlm_generate(m, prompt, n_prompt, n_new, o, rng, use_cache, NULL, NULL);
+        return cg_charlm_generate_ex(m, prompt, n_prompt, n_new, o, rules, rng, use_cache, NULL,
+                                     NULL);
     printer p = {.tok = tok, .out = out, .cap = 64};
     p.ids = malloc((size_t)p.cap * sizeof *p.ids);
     char *l = p.ids ? cg_tokenizer_decode(tok, prompt + n_prompt - 1, 1) : NULL;
@@ -234,7 +263,8 @@ int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const in
     if (l) {
         p.ids[p.n++] = prompt[n_prompt - 1]; /* its text counts as written */
         p.printed = strlen(l);
-        ids = cg_charlm_generate(m, prompt, n_prompt, n_new, o, rng, use_cache, print_token, &p);
+        ids = cg_charlm_generate_ex(m, prompt, n_prompt, n_new, o, rules, rng, use_cache,
+                                    print_token, &p);
         if (ids && !printer_write(&p, true)) {
             free(ids);
             ids = NULL;

@@ -69,7 +69,16 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
                             const cg_sample_opts *o, cg_rng *rng, bool use_cache,
                             cg_token_fn on_token, void *ctx);
 
-/* cg_charlm_generate, writing the text of the new ids to out (flushed) as
+/* cg_charlm_generate with Hugging Face's logit rules (nn/sample.h
+ * cg_logit_rules: --repetition-penalty, --no-repeat-ngram-size) applied to
+ * each step's logits over all the ids so far, the prompt's included,
+ * before the draw; rules NULL: none (cg_charlm_generate). An n-gram rule
+ * that blocks every token fails the step, saying so. */
+int64_t *cg_charlm_generate_ex(cg_charlm *m, const int64_t *prompt, int64_t n_prompt, int64_t n_new,
+                               const cg_sample_opts *o, const cg_logit_rules *rules, cg_rng *rng,
+                               bool use_cache, cg_token_fn on_token, void *ctx);
+
+/* cg_charlm_generate_ex, writing the text of the new ids to out (flushed) as
  * they are generated, decoded with tok (models/text/tokenizer.h): the text of
  * the ids since an anchor (the last prompt id at first) is decoded at each
  * id and what is new is written; for BPE an ending that decodes to U+FFFD
@@ -79,7 +88,8 @@ int64_t *cg_charlm_generate(cg_charlm *m, const int64_t *prompt, int64_t n_promp
  * (models/util/files.h cg_output_flush). */
 int64_t *cg_charlm_generate_text(cg_charlm *m, const cg_tokenizer *tok, const int64_t *prompt,
                                  int64_t n_prompt, int64_t n_new, const cg_sample_opts *o,
-                                 cg_rng *rng, bool use_cache, FILE *out);
+                                 const cg_logit_rules *rules, cg_rng *rng, bool use_cache,
+                                 FILE *out);
 
 #ifdef __cplusplus
 }

@@ -301,6 +301,12 @@ double cg_zoo_score(cg_zoo_model *m, const cg_tensor *x, const cg_tensor *y)
 cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_new,
                            const cg_sample_config *s, uint64_t seed)
 {
+    return cg_zoo_generate_ex(m, prompt, n_new, s, NULL, seed);
+}
+
+cg_tensor *cg_zoo_generate_ex(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_new,
+                              const cg_sample_config *s, const cg_logit_rules *rules, uint64_t seed)
+{
     if (!want_kind(m, true, "generate"))
         return NULL;
     int64_t n;
@@ -309,8 +315,8 @@ cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_n
         cg_set_error("generate: n_new is %lld, must be >= 0", (long long)n_new);
     const cg_sample_config def = cg_sample_default();
     cg_rng rng = cg_rng_new(seed);
-    int64_t *ids = p && n_new >= 0 ? cg_charlm_generate(m->c.model, p, n, n_new, s ? s : &def, &rng,
-                                                        true, NULL, NULL)
+    int64_t *ids = p && n_new >= 0 ? cg_charlm_generate_ex(m->c.model, p, n, n_new, s ? s : &def,
+                                                           rules, &rng, true, NULL, NULL)
                                    : NULL;
     int64_t total = ids ? n + n_new : 0; /* refused above when it would overflow */
     cg_tensor *t = ids ? cg_from_i64(1, &total, ids) : NULL;

@@ -111,6 +111,12 @@ double cg_zoo_score(cg_zoo_model *m, const cg_tensor *x, const cg_tensor *y);
  * and what it prints. Returns int64 [n + n_new], the prompt first. */
 cg_tensor *cg_zoo_generate(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_new,
                            const cg_sample_config *s, uint64_t seed);
+/* cg_zoo_generate under Hugging Face's logit rules (nn/sample.h
+ * cg_logit_rules; NULL: none): `charlm sample --repetition-penalty P
+ * --no-repeat-ngram-size N`'s output. */
+cg_tensor *cg_zoo_generate_ex(cg_zoo_model *m, const cg_tensor *prompt, int64_t n_new,
+                              const cg_sample_config *s, const cg_logit_rules *rules,
+                              uint64_t seed);
 
 /* seq2seq: the translations of n sentences, as `seq2seq translate` gives
  * them: beam <= 1 greedy (in batches of 50), else beam search of that
