@@ -37,10 +37,30 @@ static cg_tensor *affine_gelu_erf(cg_tensor *x, cg_tensor *w, cg_tensor *b)
     return cg_affine_gelu(x, w, b, true);
 }
 
+/* A gated row as a function of one tensor: gate(x[..., :h], x[..., h:]) */
+static cg_tensor *halves(cg_tensor *x, cg_tensor *(*gate)(cg_tensor *, cg_tensor *),
+                         const char *name)
+{
+    const int64_t w = x->ndim ? x->shape[x->ndim - 1] : 0;
+    if (x->ndim == 0 || w % 2) {
+        cg_set_error("%s: the last dim must be even, two halves (got %lld)", name, (long long)w);
+        return NULL;
+    }
+    cg_tensor *a = cg_narrow(x, -1, 0, w / 2), *b = a ? cg_narrow(x, -1, w / 2, w / 2) : NULL;
+    cg_tensor *y = b ? gate(a, b) : NULL;
+    cg_release_all(2, a, b);
+    return y;
+}
+static cg_tensor *swiglu_halves(cg_tensor *x) { return halves(x, cg_swiglu, "swiglu"); }
+static cg_tensor *geglu_halves(cg_tensor *x) { return halves(x, cg_geglu, "geglu"); }
+
 static const cg_act_info ACTS[] = {
-    [CG_ACT_RELU] = {"relu", cg_relu, "ReLU", NULL, cg_affine_relu},
-    [CG_ACT_GELU] = {"gelu", cg_gelu, "GELU", "tanh", affine_gelu_tanh},
-    [CG_ACT_GELU_ERF] = {"gelu_erf", cg_gelu_erf, "GELU", "none", affine_gelu_erf},
+    [CG_ACT_RELU] = {"relu", cg_relu, "ReLU", NULL, cg_affine_relu, NULL},
+    [CG_ACT_GELU] = {"gelu", cg_gelu, "GELU", "tanh", affine_gelu_tanh, NULL},
+    [CG_ACT_GELU_ERF] = {"gelu_erf", cg_gelu_erf, "GELU", "none", affine_gelu_erf, NULL},
+    [CG_ACT_SILU] = {"silu", cg_silu, "SiLU", NULL, NULL, NULL},
+    [CG_ACT_SWIGLU] = {"swiglu", swiglu_halves, "SwiGLU", NULL, NULL, cg_swiglu},
+    [CG_ACT_GEGLU] = {"geglu", geglu_halves, "GEGLU", "tanh", NULL, cg_geglu},
 };
 static const cg_norm_info NORMS[] = {
     [CG_NORM_LAYERNORM] = {"layernorm", "LayerNorm", true, cg_layer_norm, cg_add_layer_norm},
@@ -328,7 +348,7 @@ static cg_tensor *linear_act(cg_linear *l, cg_tensor *x, cg_act act)
     const cg_act_info *r = cg_act_info_of(act, "activation");
     if (!r)
         return NULL;
-    if (l && l->base.hooks) { /* the hooks see the layer's own output */
+    if ((l && l->base.hooks) || !r->affine) { /* the hooks see the layer's own output */
         cg_tensor *h = cg_linear_forward(l, x);
         cg_tensor *y = h ? r->forward(h) : NULL;
         cg_release(h);
@@ -618,7 +638,9 @@ cg_ff *cg_ff_new_bias(int64_t d, int64_t d_ff, cg_act act, bool bias, cg_rng *rn
     f->fc1 = cg_module_add_child(&f->base, "fc1", cg_linear_new(d, d_ff, bias, rng));
     f->fc2 =
         f->fc1 ? cg_module_add_child(&f->base, "fc2", cg_linear_new(d_ff, d, bias, rng)) : NULL;
-    if (!f->fc2) {
+    if (f->fc2 && cg_act_info_of(act, NULL)->gate)
+        f->fc3 = cg_module_add_child(&f->base, "fc3", cg_linear_new(d, d_ff, bias, rng));
+    if (!f->fc2 || (cg_act_info_of(act, NULL)->gate && !f->fc3)) {
         cg_module_free(&f->base);
         return NULL;
     }
@@ -630,7 +652,15 @@ static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
     cg_ff *f = (cg_ff *)m;
     cg_tensor *x = in[0];
-    cg_tensor *a = linear_act(f->fc1, x, f->act);
+    cg_tensor *a;
+    if (f->fc3) { /* gated: act(fc1 x) * fc3 x */
+        cg_tensor *g = cg_linear_forward(f->fc1, x);
+        cg_tensor *u = g ? cg_linear_forward(f->fc3, x) : NULL;
+        a = u ? cg_act_info_of(f->act, NULL)->gate(g, u) : NULL;
+        cg_release_all(2, g, u);
+    } else {
+        a = linear_act(f->fc1, x, f->act);
+    }
     cg_tensor *y = a ? cg_linear_forward_residual(f->fc2, a, args) : NULL;
     cg_release(a);
     return y;
