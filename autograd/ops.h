@@ -44,6 +44,12 @@ cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi);
  * of one product's output are two views). */
 cg_tensor *cg_swiglu(cg_tensor *a, cg_tensor *b);
 cg_tensor *cg_geglu(cg_tensor *a, cg_tensor *b);
+/* The same over the two halves of one tensor h [..., 2n] (a product of
+ * width 2n: the gate's and the up projection's, concatenated), one op:
+ * act(h[..., :n]) * h[..., n:] -> [..., n]; the backward writes h's whole
+ * gradient in one pass. */
+cg_tensor *cg_swiglu_halves(cg_tensor *h);
+cg_tensor *cg_geglu_halves(cg_tensor *h);
 /* cond ? a : b, cond bool (no gradient flows to it). */
 cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b);
 /* mask ? value : a, mask bool (it broadcasts to a; no gradient to it). */

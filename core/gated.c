@@ -7,6 +7,7 @@
  * thread from its own elements only: the same bits for any team. bf16
  * inputs are widened, computed in float32 and each output rounded once. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/elementwise_impl.h"
 #include "core/error.h"
@@ -53,14 +54,26 @@ EW_CLONES static void gated_bwd_run(int64_t i0, int64_t i1, int thread, const vo
 {
     (void)thread;
     const gated_job *j = ctx;
-    for (int64_t i = i0; i < i1; i++) {
-        float d;
-        const float s = gate_of(j->act, j->a[i], &d);
-        const float g = j->g[i];
-        if (j->da)
-            j->da[i] = g * j->b[i] * d;
-        if (j->db)
-            j->db[i] = g * s;
+    /* into scratch when a gradient is not wanted: one loop, which vectorises */
+    float sa[EW_RUN_G / 16], sb[EW_RUN_G / 16];
+    for (int64_t c0 = i0; c0 < i1; c0 += EW_RUN_G / 16) {
+        const int64_t c1 = i1 - c0 < EW_RUN_G / 16 ? i1 : c0 + EW_RUN_G / 16;
+        const float *restrict a = j->a + c0, *restrict b = j->b + c0, *restrict g = j->g + c0;
+        float *restrict da = j->da ? j->da + c0 : sa, *restrict db = j->db ? j->db + c0 : sb;
+        if (j->act == CG_K_GATE_SILU)
+            for (int64_t i = 0; i < c1 - c0; i++) {
+                float d;
+                const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
+                da[i] = g[i] * b[i] * d;
+                db[i] = g[i] * s;
+            }
+        else
+            for (int64_t i = 0; i < c1 - c0; i++) {
+                float d;
+                const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
+                da[i] = g[i] * b[i] * d;
+                db[i] = g[i] * s;
+            }
     }
 }
 
@@ -181,4 +194,123 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
     if (db)
         *db = rb;
     return true;
+}
+
+/* ------------------------------------------- the halves of one tensor */
+typedef struct {
+    const float *h, *g;
+    float *out;
+    int64_t n; /* the width of a half */
+    cg_k_gate act;
+} halves_job;
+
+EW_CLONES static void halves_fwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    (void)thread;
+    const halves_job *j = ctx;
+    const int64_t n = j->n;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *a = j->h + r * 2 * n, *b = a + n;
+        float *o = j->out + r * n;
+        if (j->act == CG_K_GATE_SILU)
+            for (int64_t i = 0; i < n; i++)
+                o[i] = gate_of(CG_K_GATE_SILU, a[i], NULL) * b[i];
+        else
+            for (int64_t i = 0; i < n; i++)
+                o[i] = gate_of(CG_K_GATE_GELU, a[i], NULL) * b[i];
+    }
+}
+
+EW_CLONES static void halves_bwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    (void)thread;
+    const halves_job *j = ctx;
+    const int64_t n = j->n;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *a = j->h + r * 2 * n, *b = a + n, *g = j->g + r * n;
+        float *da = j->out + r * 2 * n, *db = da + n;
+        if (j->act == CG_K_GATE_SILU) /* one loop per act: each vectorises */
+            for (int64_t i = 0; i < n; i++) {
+                float d;
+                const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
+                da[i] = g[i] * b[i] * d;
+                db[i] = g[i] * s;
+            }
+        else
+            for (int64_t i = 0; i < n; i++) {
+                float d;
+                const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
+                da[i] = g[i] * b[i] * d;
+                db[i] = g[i] * s;
+            }
+    }
+}
+
+/* h's width, checked: the last dim, even and positive; 0 + error */
+static int64_t halves_width(const char *op, const cg_tensor *h, cg_k_gate act)
+{
+    if (!h)
+        return cg_error_null_input(op), 0;
+    if ((int)act < 0 || act > CG_K_GATE_GELU) {
+        cg_set_error("%s: unknown gate activation %d", op, (int)act);
+        return 0;
+    }
+    if (h->dtype != CG_F32 && h->dtype != CG_BF16) {
+        cg_set_error("%s: float32 or bfloat16 tensors only (got %s)", op, cg_dtype_name(h->dtype));
+        return 0;
+    }
+    const int64_t w = h->ndim ? h->shape[h->ndim - 1] : 0;
+    if (w <= 0 || w % 2) {
+        char s[96];
+        cg_set_error("%s: the last dim of %s must be even, two halves (got %lld)", op,
+                     cg_shape_str(h, s, sizeof s), (long long)w);
+        return 0;
+    }
+    return w / 2;
+}
+
+static int64_t halves_grain(int64_t n) { return n >= EW_RUN_G ? 1 : EW_RUN_G / n; }
+
+cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act)
+{
+    const int64_t n = halves_width("cg_k_gated_halves", h, act);
+    if (!n)
+        return NULL;
+    int64_t shape[CG_MAX_DIMS];
+    memcpy(shape, h->shape, sizeof(int64_t) * (size_t)h->ndim);
+    shape[h->ndim - 1] = n;
+    cg_tensor *h32 = f32_dense(h), *out = h32 ? cg_empty(h->ndim, shape) : NULL;
+    if (out) {
+        const int64_t rows = cg_numel(out) / n;
+        const halves_job j = {cg_data(h32), NULL, cg_data(out), n, act};
+        cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_fwd_rows,
+                      &j);
+    }
+    cg_release(h32);
+    return as_dtype(out, h->dtype);
+}
+
+cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg_k_gate act)
+{
+    const int64_t n = halves_width("cg_k_gated_halves_backward", h, act);
+    if (!n)
+        return NULL;
+    if (!g || (g->dtype != CG_F32 && g->dtype != CG_BF16) || g->ndim != h->ndim ||
+        cg_numel(g) * 2 != cg_numel(h) || g->shape[g->ndim - 1] != n) {
+        char a[96], b[96];
+        cg_set_error("cg_k_gated_halves_backward: gradient %s for input %s (float32 or bfloat16, "
+                     "the input's shape with the last dim halved)",
+                     g ? cg_shape_str(g, a, sizeof a) : "NULL", cg_shape_str(h, b, sizeof b));
+        return NULL;
+    }
+    cg_tensor *h32 = f32_dense(h), *g32 = h32 ? f32_dense(g) : NULL;
+    cg_tensor *dh = g32 ? cg_empty(h->ndim, h->shape) : NULL;
+    if (dh) {
+        const int64_t rows = cg_numel(g) / n;
+        const halves_job j = {cg_data(h32), cg_data(g32), cg_data(dh), n, act};
+        cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_bwd_rows,
+                      &j);
+    }
+    cg_release_all(2, h32, g32);
+    return as_dtype(dh, h->dtype);
 }

@@ -106,6 +106,12 @@ typedef enum { CG_K_GATE_SILU, CG_K_GATE_GELU } cg_k_gate;
 cg_tensor *cg_k_gated(const cg_tensor *a, const cg_tensor *b, cg_k_gate act);
 bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor *g, cg_k_gate act,
                          cg_tensor **da, cg_tensor **db);
+/* The same over the two halves of one tensor h [..., 2n] (one product's
+ * output): act(h[..., :n]) * h[..., n:] -> [..., n], and the backward's
+ * gradient of h, [..., 2n], both halves written in one pass. h any strides
+ * (a copy when not contiguous), float32 or bfloat16 (g too). */
+cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act);
+cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg_k_gate act);
 cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
 /* cond ? a : b, all three broadcast together; cond is bool (another
  * dtype refused, as torch.where refuses it); a and b of any dtypes, the

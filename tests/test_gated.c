@@ -21,6 +21,12 @@
 #include "nn/layers.h"
 #include "tests/testutil.h"
 
+static bool same_bits(const cg_tensor *a, const cg_tensor *b)
+{
+    return a && b && cg_numel(a) == cg_numel(b) &&
+           !memcmp(cg_data_ptr(a), cg_data_ptr(b), (size_t)cg_numel(a) * cg_dtype_size(a->dtype));
+}
+
 static double ref_act(int gelu, double x)
 {
     if (!gelu)
@@ -78,7 +84,17 @@ START_TEST(test_gated_forward_f64)
         cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 18));
         cg_tensor *a = cg_narrow(x, 1, 0, 9), *b = cg_narrow(x, 1, 9, 9);
         check_values(gelu, a, b, 2e-6, 1e-6);
-        cg_release_all(3, x, a, b);
+        /* the halves op: the two-tensor op's bits, forward and backward */
+        const cg_k_gate k = gelu ? CG_K_GATE_GELU : CG_K_GATE_SILU;
+        cg_tensor *y2 = cg_k_gated(a, b, k), *yh = cg_k_gated_halves(x, k), *da, *db;
+        ck_assert(same_bits(y2, yh));
+        ck_assert(cg_k_gated_backward(a, b, y2, k, &da, &db));
+        cg_tensor *dh = cg_k_gated_halves_backward(x, y2, k);
+        cg_tensor *dha = cg_narrow(dh, 1, 0, 9), *dhb = cg_narrow(dh, 1, 9, 9);
+        cg_tensor *dhac = cg_k_contiguous(dha), *dhbc = cg_k_contiguous(dhb);
+        ck_assert(same_bits(da, dhac) && same_bits(db, dhbc));
+        cg_release_all(11, x, a, b, y2, yh, da, db, dh, dha, dhb, dhac);
+        cg_release(dhbc);
     }
 }
 END_TEST
@@ -106,6 +122,15 @@ static cg_tensor *halves_fn(void *ctx, cg_tensor *const *in)
 {
     return cg_activation(in[0], *(int *)ctx ? CG_ACT_GEGLU : CG_ACT_SWIGLU);
 }
+/* the two-tensor op on two strided views of one tensor */
+static cg_tensor *views_fn(void *ctx, cg_tensor *const *in)
+{
+    const int64_t w = in[0]->shape[1] / 2;
+    cg_tensor *a = cg_narrow(in[0], 1, 0, w), *b = cg_narrow(in[0], 1, w, w);
+    cg_tensor *y = (*(int *)ctx ? cg_geglu : cg_swiglu)(a, b);
+    cg_release_all(2, a, b);
+    return y;
+}
 static cg_tensor *silu_fn(void *ctx, cg_tensor *const *in)
 {
     (void)ctx;
@@ -129,6 +154,7 @@ START_TEST(test_gated_gradcheck)
             cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(6, 8), kind);
             x->requires_grad = true;
             ck_assert_msg(cg_gradcheck(halves_fn, &gelu, 1, &x, NULL, &rep), "%s", rep.message);
+            ck_assert_msg(cg_gradcheck(views_fn, &gelu, 1, &x, NULL, &rep), "%s", rep.message);
             cg_release(x);
         }
     }
@@ -140,12 +166,6 @@ START_TEST(test_gated_gradcheck)
 }
 END_TEST
 
-static bool same_bits(const cg_tensor *a, const cg_tensor *b)
-{
-    return a && b && cg_numel(a) == cg_numel(b) &&
-           !memcmp(cg_data_ptr(a), cg_data_ptr(b), (size_t)cg_numel(a) * cg_dtype_size(a->dtype));
-}
-
 START_TEST(test_gated_threads)
 {
     cg_rng r = cg_rng_new(10);
@@ -153,14 +173,18 @@ START_TEST(test_gated_threads)
     for (int dt = 0; dt < 2; dt++) {
         cg_tensor *a0 = cg_randn(&r, CG_SHAPE(64, 3000)), *b0 = cg_randn(&r, CG_SHAPE(64, 3000));
         cg_tensor *a = cg_k_to(a0, dt ? CG_BF16 : CG_F32), *b = cg_k_to(b0, dt ? CG_BF16 : CG_F32);
-        cg_tensor *out[2], *da[2], *db[2];
+        cg_tensor *out[2], *da[2], *db[2], *hs[2], *dh[2];
         for (int t = 0; t < 2; t++) {
             cg_set_num_threads(t + 1);
             out[t] = cg_k_gated(a, b, CG_K_GATE_SILU);
             ck_assert(cg_k_gated_backward(a, b, out[t], CG_K_GATE_GELU, &da[t], &db[t]));
+            hs[t] = cg_k_gated_halves(a, CG_K_GATE_GELU);
+            dh[t] = cg_k_gated_halves_backward(a, hs[t], CG_K_GATE_SILU);
         }
         cg_set_num_threads(saved);
         ck_assert(same_bits(out[0], out[1]) && same_bits(da[0], da[1]) && same_bits(db[0], db[1]));
+        ck_assert(same_bits(hs[0], hs[1]) && same_bits(dh[0], dh[1]));
+        cg_release_all(4, hs[0], hs[1], dh[0], dh[1]);
         cg_release_all(10, a0, b0, a, b, out[0], out[1], da[0], da[1], db[0], db[1]);
     }
 }
