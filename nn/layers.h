@@ -28,8 +28,9 @@ extern "C" {
  * The activations and the norms, one table each (nn/layers.c): the one
  * list that nn's modules, the zoo's models, their configs and the
  * programs' flags and --help read. Every module that takes a cg_act
- * (FeedForward, the transformer layers, cg_activation_new, cg_mlp) or a
- * cg_norm_kind (cg_norm_new, the transformer layers) accepts every row.
+ * (FeedForward, the transformer layers, cg_activation_new; cg_mlp but for
+ * the gated rows) or a cg_norm_kind (cg_norm_new, the transformer layers)
+ * accepts every row.
  * A new activation is an enum value and a row. */
 /* GELU: tanh form (the zoo's); GELU_ERF: exact, PyTorch's nn.GELU() default;
  * SILU: x sigmoid(x) (nn.SiLU). SWIGLU and GEGLU are gated: a FeedForward
@@ -78,7 +79,7 @@ typedef struct {
 const cg_act_info *cg_act_info_of(cg_act a, const char *what);
 const cg_norm_info *cg_norm_info_of(cg_norm_kind k, const char *what);
 /* A name of the table into *out: false + "unknown activation 'x'
- * (choices: relu, gelu, gelu_erf)" (norms: "unknown norm 'x' (choices:
+ * (choices: relu, gelu, gelu_erf, silu, swiglu, geglu)" (norms: "unknown norm 'x' (choices:
  * ...)"), or false + error when out is NULL. */
 bool cg_act_parse(const char *s, cg_act *out);
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out);
@@ -89,7 +90,8 @@ const char *cg_norm_kind_name(cg_norm_kind k);
  * into buf (n bytes; truncated to fit). Returns buf. */
 const char *cg_act_names(char *buf, size_t n, const char *sep);
 const char *cg_norm_names(char *buf, size_t n, const char *sep);
-/* The row's forward of x: relu(x), gelu_tanh(x) or gelu_erf(x). */
+/* The row's forward of x: relu(x), gelu_tanh(x), gelu_erf(x), silu(x); for
+ * swiglu and geglu act(x[..., :h]) * x[..., h:] (cg_swiglu_halves). */
 cg_tensor *cg_activation(cg_tensor *x, cg_act act);
 /* The activation as a module without parameters (the row's type: "ReLU",
  * "GELU"), for cg_sequential: nn.ReLU(), nn.GELU(approximate="tanh"),
