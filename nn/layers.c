@@ -331,7 +331,9 @@ static cg_tensor *linear_act(cg_linear *l, cg_tensor *x, cg_act act)
     const cg_act_info *r = cg_act_info_of(act, "activation");
     if (!r)
         return NULL;
-    if ((l && l->base.hooks) || !r->affine) { /* the hooks see the layer's own output */
+    /* the hooks see the layer's own output; a row without a fused op (silu)
+     * runs after the product */
+    if ((l && l->base.hooks) || !r->affine) {
         cg_tensor *h = cg_linear_forward(l, x);
         cg_tensor *y = h ? r->forward(h) : NULL;
         cg_release(h);
@@ -663,12 +665,7 @@ static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
     cg_ff *f = (cg_ff *)m;
     cg_tensor *x = in[0];
-    cg_tensor *a;
-    if (f->fc3) {
-        a = gated_ff(f, x);
-    } else {
-        a = linear_act(f->fc1, x, f->act);
-    }
+    cg_tensor *a = f->fc3 ? gated_ff(f, x) : linear_act(f->fc1, x, f->act);
     cg_tensor *y = a ? cg_linear_forward_residual(f->fc2, a, args) : NULL;
     cg_release(a);
     return y;
