@@ -6,8 +6,10 @@
  * (x sigmoid(x), GELU's tanh form), fp32 and bf16 (rounded once: within
  * half an ulp of bf16 of the float64 value of the bf16 inputs); the
  * gradchecks, contiguous and on the two halves of one tensor (strided
- * views); the bits at 1 and 2 threads; the FeedForward's parameters, its
- * output against the unfused ops and its gradcheck; the table's rows. The
+ * views; the halves op's bits equal the two-tensor op's); the bits at 1
+ * and 2 threads; the FeedForward's parameters, its output against the
+ * unfused ops and its gradcheck, with a hook on fc3 too (the two products'
+ * path); the table's rows; bad inputs refused. The
  * PyTorch reference is tests/interop/swiglu.py (torch_swiglu). */
 #include <check.h>
 #include <math.h>
@@ -262,6 +264,36 @@ START_TEST(test_gated_ff)
 }
 END_TEST
 
+static bool count_hook(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)m, (void)n_in, (void)in, (void)out;
+    ++*(int *)ctx;
+    return true;
+}
+
+/* a hook on fc3 sees fc3's own output: the two products and the two-tensor
+ * gate, the same function (and its gradient) as the one product's */
+START_TEST(test_gated_ff_hooks)
+{
+    cg_rng r = cg_rng_new(12);
+    cg_ff *f = cg_ff_new(8, 12, CG_ACT_SWIGLU, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 8));
+    cg_tensor *fused = cg_ff_forward(f, x);
+    int calls = 0;
+    ck_assert(cg_module_register_forward_hook(CG_MODULE(f->fc3), count_hook, &calls, NULL).id);
+    cg_tensor *hooked = cg_ff_forward(f, x);
+    ck_assert_int_eq(calls, 1);
+    float *w = cg_test_values(fused);
+    CG_ASSERT_TENSOR(hooked, w, 1e-6, 1e-5);
+    free(w);
+    x->requires_grad = true;
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(ff_fn, f, 1, &x, NULL, &rep), "%s", rep.message);
+    cg_release_all(3, x, fused, hooked);
+    cg_module_free(CG_MODULE(f));
+}
+END_TEST
+
 static Suite *gated_suite(void)
 {
     Suite *s = suite_create("gated");
@@ -274,6 +306,7 @@ static Suite *gated_suite(void)
     tcase_add_test(tc, test_gated_refusals);
     tcase_add_test(tc, test_gated_table);
     tcase_add_test(tc, test_gated_ff);
+    tcase_add_test(tc, test_gated_ff_hooks);
     suite_add_tcase(s, tc);
     return s;
 }
