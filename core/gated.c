@@ -312,5 +312,5 @@ cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg
                       &j);
     }
     cg_release_all(2, h32, g32);
-    return as_dtype(dh, g->dtype);
+    return as_dtype(dh, h->dtype);
 }

@@ -109,9 +109,7 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
 /* The same over the two halves of one tensor h [..., 2n] (one product's
  * output): act(h[..., :n]) * h[..., n:] -> [..., n], and the backward's
  * gradient of h, [..., 2n], both halves written in one pass. h any strides
- * (a copy when not contiguous), float32 or bfloat16 (g too); the gradient
- * is of g's dtype (autograd's bf16 precision keeps a bf16 copy of a float32
- * h and asks for a float32 gradient). */
+ * (a copy when not contiguous), float32 or bfloat16 (g too). */
 cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act);
 cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg_k_gate act);
 cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
