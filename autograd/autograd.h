@@ -80,6 +80,8 @@ extern "C" {
     X(SIGMOID, "sigmoid", 1, 0, 0)      /* saved output */                    \
     CG_UNARY_OPS(CG_OP_UNARY_ROW_, X) /* relu, gelu, ...: core/ops.h */       \
     X(CLAMP, "clamp", 1, CG_IN(0), 0)                                         \
+    X(GATED, "gated", 2, CG_IN(0) | CG_IN(1), 0) /* act(a) * b */             \
+    X(GATED_HALVES, "gated_halves", 1, CG_IN(0), 0) /* of h's two halves */    \
     X(WHERE, "where", 3, CG_IN(0), 0)   /* cond, a, b */                      \
     X(MASKED_FILL, "masked_fill", 2, CG_IN(1), 0)                             \
     X(SUM, "sum", 1, 0, 0)                                                    \

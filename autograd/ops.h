@@ -37,6 +37,19 @@ cg_tensor *cg_sigmoid(cg_tensor *a);
 #define CG_UNARY_DECLARE_(A, E, name, fwd, bwd) cg_tensor *cg_##name(cg_tensor *a);
 CG_UNARY_OPS(CG_UNARY_DECLARE_, ~)
 cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi);
+/* The gate of a gated feed-forward: act(a) * b as one op (core/ops.h
+ * cg_k_gated: no act(a) tensor is kept; the backward recomputes it from a).
+ * cg_swiglu: silu(a) * b; cg_geglu: gelu(a) * b, the tanh form. a and b of
+ * one shape and dtype (float32 or bfloat16), any strides (the two halves
+ * of one product's output are two views). */
+cg_tensor *cg_swiglu(cg_tensor *a, cg_tensor *b);
+cg_tensor *cg_geglu(cg_tensor *a, cg_tensor *b);
+/* The same over the two halves of one tensor h [..., 2n] (a product of
+ * width 2n: the gate's and the up projection's, concatenated), one op:
+ * act(h[..., :n]) * h[..., n:] -> [..., n]; the backward writes h's whole
+ * gradient in one pass. */
+cg_tensor *cg_swiglu_halves(cg_tensor *h);
+cg_tensor *cg_geglu_halves(cg_tensor *h);
 /* cond ? a : b, cond bool (no gradient flows to it). */
 cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b);
 /* mask ? value : a, mask bool (it broadcasts to a; no gradient to it). */

@@ -72,6 +72,38 @@ static cg_tensor *unary_record(cg_tensor *out, cg_op op, cg_tensor *a, cg_backwa
 CG_UNARY_OPS(UNARY_OP_, ~)
 #undef UNARY_OP_
 
+/* ------------------------------------------------- gated activation */
+static bool gated_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return cg_k_gated_backward(IN(0), IN(1), g, (cg_k_gate)n->p.i[0], NEEDS(0) ? &gin[0] : NULL,
+                               NEEDS(1) ? &gin[1] : NULL);
+}
+static cg_tensor *gated(cg_tensor *a, cg_tensor *b, cg_k_gate act)
+{
+    cg_node *n;
+    cg_tensor *in[2] = {a, b};
+    cg_tensor *out = record(cg_k_gated(a, b, act), CG_OP_GATED, 2, in, gated_bw, &n);
+    if (n)
+        n->p.i[0] = act;
+    return out;
+}
+cg_tensor *cg_swiglu(cg_tensor *a, cg_tensor *b) { return gated(a, b, CG_K_GATE_SILU); }
+cg_tensor *cg_geglu(cg_tensor *a, cg_tensor *b) { return gated(a, b, CG_K_GATE_GELU); }
+static bool halves_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_gated_halves_backward(IN(0), g, (cg_k_gate)n->p.i[0])) != NULL;
+}
+static cg_tensor *gated_halves(cg_tensor *h, cg_k_gate act)
+{
+    cg_node *n;
+    cg_tensor *out = record(cg_k_gated_halves(h, act), CG_OP_GATED_HALVES, 1, &h, halves_bw, &n);
+    if (n)
+        n->p.i[0] = act;
+    return out;
+}
+cg_tensor *cg_swiglu_halves(cg_tensor *h) { return gated_halves(h, CG_K_GATE_SILU); }
+cg_tensor *cg_geglu_halves(cg_tensor *h) { return gated_halves(h, CG_K_GATE_GELU); }
+
 /* -------------------------------------------------------- triangles */
 static bool triangle_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {

@@ -104,6 +104,15 @@ cg_module *cg_mlp(int n, const int64_t *sizes, cg_act act, cg_rng *rng)
         cg_set_error("MLP: need at least 2 sizes (got %d)", sizes ? n : 0);
         return NULL;
     }
+    const cg_act_info *r = cg_act_info_of(act, "MLP");
+    if (!r)
+        return NULL;
+    if (r->gate) { /* each hidden layer would halve its width */
+        cg_set_error("MLP: a gated activation (%s) halves its input; use a FeedForward "
+                     "(cg_ff_new) or cg_activation on a layer twice as wide",
+                     r->name);
+        return NULL;
+    }
     cg_module *s = cg_sequential(0);
     if (s)
         s->type = "MLP";

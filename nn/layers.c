@@ -38,9 +38,12 @@ static cg_tensor *affine_gelu_erf(cg_tensor *x, cg_tensor *w, cg_tensor *b)
 }
 
 static const cg_act_info ACTS[] = {
-    [CG_ACT_RELU] = {"relu", cg_relu, "ReLU", NULL, cg_affine_relu},
-    [CG_ACT_GELU] = {"gelu", cg_gelu, "GELU", "tanh", affine_gelu_tanh},
-    [CG_ACT_GELU_ERF] = {"gelu_erf", cg_gelu_erf, "GELU", "none", affine_gelu_erf},
+    [CG_ACT_RELU] = {"relu", cg_relu, "ReLU", NULL, cg_affine_relu, NULL},
+    [CG_ACT_GELU] = {"gelu", cg_gelu, "GELU", "tanh", affine_gelu_tanh, NULL},
+    [CG_ACT_GELU_ERF] = {"gelu_erf", cg_gelu_erf, "GELU", "none", affine_gelu_erf, NULL},
+    [CG_ACT_SILU] = {"silu", cg_silu, "SiLU", NULL, NULL, NULL},
+    [CG_ACT_SWIGLU] = {"swiglu", cg_swiglu_halves, "SwiGLU", NULL, NULL, cg_swiglu},
+    [CG_ACT_GEGLU] = {"geglu", cg_geglu_halves, "GEGLU", "tanh", NULL, cg_geglu},
 };
 static const cg_norm_info NORMS[] = {
     [CG_NORM_LAYERNORM] = {"layernorm", "LayerNorm", true, cg_layer_norm, cg_add_layer_norm},
@@ -328,7 +331,9 @@ static cg_tensor *linear_act(cg_linear *l, cg_tensor *x, cg_act act)
     const cg_act_info *r = cg_act_info_of(act, "activation");
     if (!r)
         return NULL;
-    if (l && l->base.hooks) { /* the hooks see the layer's own output */
+    /* the hooks see the layer's own output; a row without a fused op (silu)
+     * runs after the product */
+    if ((l && l->base.hooks) || !r->affine) {
         cg_tensor *h = cg_linear_forward(l, x);
         cg_tensor *y = h ? r->forward(h) : NULL;
         cg_release(h);
@@ -618,11 +623,41 @@ cg_ff *cg_ff_new_bias(int64_t d, int64_t d_ff, cg_act act, bool bias, cg_rng *rn
     f->fc1 = cg_module_add_child(&f->base, "fc1", cg_linear_new(d, d_ff, bias, rng));
     f->fc2 =
         f->fc1 ? cg_module_add_child(&f->base, "fc2", cg_linear_new(d_ff, d, bias, rng)) : NULL;
-    if (!f->fc2) {
+    if (f->fc2 && cg_act_info_of(act, NULL)->gate)
+        f->fc3 = cg_module_add_child(&f->base, "fc3", cg_linear_new(d, d_ff, bias, rng));
+    if (!f->fc2 || (cg_act_info_of(act, NULL)->gate && !f->fc3)) {
         cg_module_free(&f->base);
         return NULL;
     }
     return f;
+}
+
+/* act(fc1 x) * fc3 x, a gated FF's hidden layer: one product of width
+ * 2 d_ff, x [fc1.weight; fc3.weight]^T + [fc1.bias; fc3.bias] (the weights
+ * concatenated for the call: a copy of 2 d_ff x d, small beside the product
+ * of every row of x with them, and one packing of x instead of two), whose
+ * halves the gate reads in one pass (cg_swiglu_halves), writing the
+ * product's whole gradient in one pass too. With hooks on fc1 or fc3
+ * (which see their layer's own output): the two products, then the gate. */
+static cg_tensor *gated_ff(cg_ff *f, cg_tensor *x)
+{
+    const cg_act_info *r = cg_act_info_of(f->act, NULL);
+    if (f->fc1->base.hooks || f->fc3->base.hooks) {
+        cg_tensor *g = cg_linear_forward(f->fc1, x);
+        cg_tensor *u = g ? cg_linear_forward(f->fc3, x) : NULL;
+        cg_tensor *a = u ? r->gate(g, u) : NULL;
+        cg_release_all(2, g, u);
+        return a;
+    }
+    if (!linear_input_ok(f->fc1, x))
+        return NULL;
+    cg_tensor *w = cg_concat((cg_tensor *[]){f->fc1->weight, f->fc3->weight}, 2, 0);
+    cg_tensor *b =
+        w && f->fc1->bias ? cg_concat((cg_tensor *[]){f->fc1->bias, f->fc3->bias}, 2, 0) : NULL;
+    cg_tensor *h = w && (b || !f->fc1->bias) ? cg_linear_fn(x, w, b) : NULL;
+    cg_tensor *a = h ? r->forward(h) : NULL;
+    cg_release_all(3, w, b, h);
+    return a;
 }
 
 /* args: the cg_residual fc2 applies, or NULL */
@@ -630,7 +665,7 @@ static cg_tensor *ff_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
     cg_ff *f = (cg_ff *)m;
     cg_tensor *x = in[0];
-    cg_tensor *a = linear_act(f->fc1, x, f->act);
+    cg_tensor *a = f->fc3 ? gated_ff(f, x) : linear_act(f->fc1, x, f->act);
     cg_tensor *y = a ? cg_linear_forward_residual(f->fc2, a, args) : NULL;
     cg_release(a);
     return y;

@@ -28,11 +28,26 @@ extern "C" {
  * The activations and the norms, one table each (nn/layers.c): the one
  * list that nn's modules, the zoo's models, their configs and the
  * programs' flags and --help read. Every module that takes a cg_act
- * (FeedForward, the transformer layers, cg_activation_new, cg_mlp) or a
- * cg_norm_kind (cg_norm_new, the transformer layers) accepts every row.
+ * (FeedForward, the transformer layers, cg_activation_new; cg_mlp but for
+ * the gated rows) or a cg_norm_kind (cg_norm_new, the transformer layers)
+ * accepts every row.
  * A new activation is an enum value and a row. */
-/* GELU: tanh form (the zoo's); GELU_ERF: exact, PyTorch's nn.GELU() default */
-typedef enum { CG_ACT_RELU = 0, CG_ACT_GELU, CG_ACT_GELU_ERF, CG_N_ACTS } cg_act;
+/* GELU: tanh form (the zoo's); GELU_ERF: exact, PyTorch's nn.GELU() default;
+ * SILU: x sigmoid(x) (nn.SiLU). SWIGLU and GEGLU are gated: a FeedForward
+ * with one is fc2(act(fc1 x) * fc3 x), act SiLU or GELU (tanh form), the
+ * LLaMA / PaLM feed-forward (cg_ff below); as a function of one tensor
+ * (cg_activation, cg_activation_new) they take the last dim's two halves,
+ * act(x[..., :h]) * x[..., h:], as PyTorch's F.glu does. New rows go at the
+ * end: the values are in no file, but keep them stable anyway. */
+typedef enum {
+    CG_ACT_RELU = 0,
+    CG_ACT_GELU,
+    CG_ACT_GELU_ERF,
+    CG_ACT_SILU,
+    CG_ACT_SWIGLU,
+    CG_ACT_GEGLU,
+    CG_N_ACTS
+} cg_act;
 typedef enum { CG_NORM_LAYERNORM = 0, CG_NORM_RMSNORM, CG_N_NORMS } cg_norm_kind;
 
 typedef struct {
@@ -45,6 +60,9 @@ typedef struct {
     /* act(x w^T + b) as one op (cg_affine_relu, cg_affine_gelu): what a
      * linear layer followed by this activation records */
     cg_tensor *(*affine)(cg_tensor *x, cg_tensor *w, cg_tensor *b);
+    /* a gated row's gate, act(a) * b as one op (cg_swiglu, cg_geglu); NULL
+     * for an ungated row */
+    cg_tensor *(*gate)(cg_tensor *a, cg_tensor *b);
 } cg_act_info;
 
 typedef struct {
@@ -61,7 +79,7 @@ typedef struct {
 const cg_act_info *cg_act_info_of(cg_act a, const char *what);
 const cg_norm_info *cg_norm_info_of(cg_norm_kind k, const char *what);
 /* A name of the table into *out: false + "unknown activation 'x'
- * (choices: relu, gelu, gelu_erf)" (norms: "unknown norm 'x' (choices:
+ * (choices: relu, gelu, gelu_erf, silu, swiglu, geglu)" (norms: "unknown norm 'x' (choices:
  * ...)"), or false + error when out is NULL. */
 bool cg_act_parse(const char *s, cg_act *out);
 bool cg_norm_kind_parse(const char *s, cg_norm_kind *out);
@@ -72,7 +90,8 @@ const char *cg_norm_kind_name(cg_norm_kind k);
  * into buf (n bytes; truncated to fit). Returns buf. */
 const char *cg_act_names(char *buf, size_t n, const char *sep);
 const char *cg_norm_names(char *buf, size_t n, const char *sep);
-/* The row's forward of x: relu(x), gelu_tanh(x) or gelu_erf(x). */
+/* The row's forward of x: relu(x), gelu_tanh(x), gelu_erf(x), silu(x); for
+ * swiglu and geglu act(x[..., :h]) * x[..., h:] (cg_swiglu_halves). */
 cg_tensor *cg_activation(cg_tensor *x, cg_act act);
 /* The activation as a module without parameters (the row's type: "ReLU",
  * "GELU"), for cg_sequential: nn.ReLU(), nn.GELU(approximate="tanh"),
@@ -82,7 +101,8 @@ cg_module *cg_activation_new(cg_act act);
  * act, Linear(sizes[1], sizes[2]), act, ..., Linear(sizes[n-2], sizes[n-1])
  * (no activation after the last), with biases, drawn from rng in that
  * order: nn.Sequential(nn.Linear(2, 64), nn.ReLU(), ..., nn.Linear(64, K)),
- * names "0.weight", "0.bias", "2.weight", ... n >= 2 sizes. NULL + error. */
+ * names "0.weight", "0.bias", "2.weight", ... n >= 2 sizes. A gated act
+ * (swiglu, geglu) is refused. NULL + error. */
 cg_module *cg_mlp(int n, const int64_t *sizes, cg_act act, cg_rng *rng);
 
 /* ----------------------------------------------------------- Linear */
@@ -221,11 +241,21 @@ cg_tensor *cg_posenc_forward(cg_posenc *p, cg_tensor *x);
 /* ------------------------------------------------------ FeedForward */
 /* fc2(act(fc1(x))): fc1 [d_ff, d], fc2 [d, d_ff], both with bias
  * (cg_ff_new_bias with bias false: neither has one; the weights are drawn
- * as with them). */
+ * as with them).
+ * A gated act (swiglu, geglu) adds the up projection fc3 [d_ff, d]:
+ * fc2(act(fc1(x)) * fc3(x)), fc1 the gate projection, fc2 the down one,
+ * drawn fc1, fc2, fc3 and named so ("fc1.weight", "fc2.weight",
+ * "fc3.weight"): LLaMA's w2(F.silu(w1(x)) * w3(x)) is fc1 = w1, fc2 = w2,
+ * fc3 = w3, and a PyTorch module written with attributes fc1, fc2, fc3
+ * loads by name. d_ff is the width as given (LLaMA's ~8d/3 is the user's
+ * to pass): three d x d_ff matrices, 3/2 of an ungated FF's parameters. The
+ * two products are separate (fc1 and fc3 keep PyTorch's names and shapes);
+ * the gate is one op over both outputs (cg_swiglu, cg_geglu). */
 typedef struct {
     cg_module base;
     cg_act act;
     cg_linear *fc1, *fc2;
+    cg_linear *fc3; /* a gated act's up projection, else NULL */
 } cg_ff;
 
 cg_ff *cg_ff_new(int64_t d, int64_t d_ff, cg_act act, cg_rng *rng);

@@ -34,6 +34,7 @@ static const struct {
     {"LMBlock", "ff", ""},
     {"FeedForward", "fc1", "linear1"}, /* only below a layer (flattened) */
     {"FeedForward", "fc2", "linear2"},
+    {"FeedForward", "fc3", "linear3"}, /* a gated act's up projection (swiglu, geglu) */
     {"MultiHeadAttention", "o_proj", "out_proj"},
     {"TransformerEncoder", "ln_f", "norm"},
     {"TransformerDecoder", "ln_f", "norm"},

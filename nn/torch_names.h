@@ -14,6 +14,10 @@
  *   MultiHeadAttention o_proj.*            out_proj.*
  *   encoder/decoder layer ff.fc1.*         linear1.*
  *   encoder/decoder layer ff.fc2.*         linear2.*
+ *   encoder/decoder layer ff.fc3.*         linear3.* (a gated act's up
+ *                                          projection: a layer of your own,
+ *                                          x + linear2(F.silu(linear1(h)) *
+ *                                          linear3(h)); PyTorch's have none)
  *   encoder/decoder layer ln1, ln2, ln3    norm1, norm2, norm3
  *   decoder layer cross_attn               multihead_attn
  *   LM block ln1, attn, ln2, ff            norm1, self_attn, norm2, linear1/2

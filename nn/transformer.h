@@ -26,7 +26,8 @@ typedef struct {
     int64_t H;         /* heads; d % H == 0 */
     int64_t d_ff;      /* feed-forward width */
     cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
-    cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf */
+    cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf,
+                        * silu, swiglu, geglu (gated: the FF gains fc3) */
     bool norm_first;   /* pre-norm (true) or post-norm */
     float dropout;     /* in [0, 1] (1: every value dropped, as nn.Dropout(1.0)) */
     /* PyTorch's bias=False (nanoGPT's bias = False): the attention's and

@@ -19,6 +19,11 @@
 #      --bias true; a config saying false over a file with biases, or a bias
 #      that is not true or false, is refused naming it (PyTorch's numbers:
 #      the torch_interop test)
+#   5. --act silu, swiglu and geglu (the gated feed-forward: fc3, the up
+#      projection, of the width --d-ff gives) in both programs: the config
+#      records the act, sample / translate / eval read it, --resume
+#      continues it bit for bit (the checkpoint of 4 + 2 steps is the one
+#      of 6), --init-from takes it
 #   test_act_norm.sh CHARLM SEQ2SEQ FIXTURES
 set -uo pipefail
 charlm=$1
@@ -125,13 +130,14 @@ done
 echo "== 2. unknown names, and --help, list the tables"
 for p in "$charlm" "$seq2seq"; do
   n=$(basename "$p")
-  expect "$n --act swish" 2 "--act: unknown activation 'swish' (choices: relu, gelu, gelu_erf)$" \
+  expect "$n --act swish" 2 \
+    "--act: unknown activation 'swish' (choices: relu, gelu, gelu_erf, silu, swiglu, geglu)$" \
     "$p" train --act swish --steps 1
   [ "$(wc -l <err.txt)" -eq 1 ] || fail "$n --act swish: more than one line"
   expect "$n --norm batchnorm" 2 "--norm: unknown norm 'batchnorm' (choices: layernorm, rmsnorm)$" \
     "$p" train --norm batchnorm --steps 1
   "$p" train --help >help.txt 2>&1 || fail "$n train --help"
-  if grep -q -- "--norm layernorm|rmsnorm  --act relu|gelu|gelu_erf" help.txt; then
+  if grep -q -- "--norm layernorm|rmsnorm  --act relu|gelu|gelu_erf|silu|swiglu|geglu" help.txt; then
     echo "ok: $n train --help lists the norms and activations"
   else
     fail "$n train --help: $(grep -- --act help.txt)"
@@ -210,4 +216,62 @@ for p in "$charlm" "$seq2seq"; do
   grep -q -- "--bias true|false" <<<"$help" && echo "ok: $(basename "$p") --help: --bias" ||
     fail "$(basename "$p") train --help has no --bias"
 done
+
+echo "== 5. --act silu, swiglu, geglu"
+# the checkpoint $2 has (or, $3 = 0, has not) an up projection fc3 of the FF width
+has_fc3() {
+  if st_py "$2" "$3" <<'EOF'; then
+t = load(sys.argv[1])[0]
+k = [n for n in t if n.endswith('ff.fc3.weight')]
+if sys.argv[2] == '0':
+    assert not k, k[:2]
+else:
+    assert k and all(t[n][1] == [32, 16] for n in k), [(n, t[n][1]) for n in k]
+EOF
+    echo "ok: $1: fc3 as expected"
+  else
+    fail "$1: fc3 in $2"
+  fi
+}
+for a in swiglu geglu silu; do
+  gated=1
+  [ $a = silu ] && gated=0
+  train_ok "charlm train --act $a" '"step": 4' \
+    "$charlm" train --data c.txt "${TINY[@]}" --steps 4 --act $a --out g$a.st
+  config_has "charlm $a" g$a.st "act=\"$a\""
+  has_fc3 "charlm $a" g$a.st $gated
+  expect "charlm sample $a" 0 "" "$charlm" sample --ckpt g$a.st --length 20 --threads 1
+  [ "$(wc -c <out.txt)" -ge 20 ] || fail "charlm sample $a: $(cat out.txt)"
+  expect "charlm eval $a" 0 "" "$charlm" eval --ckpt g$a.st --threads 1
+  json_ok "charlm eval $a" out.txt
+  train_ok "seq2seq train --act $a" '"step": 4' \
+    "$seq2seq" train --data p.tsv "${S2S[@]}" --steps 4 --act $a --out sg$a.st
+  config_has "seq2seq $a" sg$a.st "act=\"$a\""
+  has_fc3 "seq2seq $a" sg$a.st $gated
+  expect "seq2seq translate $a" 0 "" "$seq2seq" translate --ckpt sg$a.st --threads 1 "the cat 7 sat"
+  [ "$(wc -l <out.txt)" -eq 1 ] || fail "seq2seq translate $a: $(cat out.txt)"
+  expect "seq2seq eval $a" 0 "" "$seq2seq" eval --ckpt sg$a.st --test-limit 2 --threads 1
+  json_ok "seq2seq eval $a" out.txt
+done
+# --resume: 4 steps then 2 more are the 6 steps of one run, bit for bit
+"$charlm" train --data c.txt "${TINY[@]}" --steps 6 --act swiglu --out g6.st >/dev/null 2>&1 ||
+  fail "charlm train --act swiglu --steps 6"
+train_ok "charlm resume swiglu" '"step": 6' "$charlm" train --resume gswiglu.st --steps 6
+if cmp -s gswiglu.st g6.st; then
+  echo "ok: charlm swiglu: resumed = uninterrupted"
+else
+  fail "charlm swiglu: the resumed checkpoint differs from the uninterrupted run's"
+fi
+"$seq2seq" train --data p.tsv "${S2S[@]}" --steps 6 --act geglu --out sg6.st >/dev/null 2>&1 ||
+  fail "seq2seq train --act geglu --steps 6"
+train_ok "seq2seq resume geglu" '"step": 6' "$seq2seq" train --resume sggeglu.st --steps 6
+if cmp -s sggeglu.st sg6.st; then
+  echo "ok: seq2seq geglu: resumed = uninterrupted"
+else
+  fail "seq2seq geglu: the resumed checkpoint differs from the uninterrupted run's"
+fi
+train_ok "charlm --init-from swiglu" '"step": 2' \
+  "$charlm" train --data c.txt --init-from g6.st --steps 2 --threads 1 --out gi.st
+config_has "charlm --init-from swiglu" gi.st 'act="swiglu"'
+has_fc3 "charlm --init-from swiglu" gi.st 1
 finish

@@ -1438,7 +1438,7 @@ START_TEST(test_json_line_writer)
     ck_assert(back2.d == 10); /* unchanged by a refused config */
     c.act = CG_N_ACTS;
     ck_assert(!cg_config_to_json(&m, &c));
-    ck_assert_msg(strstr(cg_last_error(), "m config: unknown activation 3"), "%s", cg_last_error());
+    ck_assert_msg(strstr(cg_last_error(), "m config: unknown activation 6"), "%s", cg_last_error());
     ck_assert(!cg_config_parse(&m, "{}", NULL));
 }
 END_TEST

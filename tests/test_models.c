@@ -262,7 +262,8 @@ END_TEST
 START_TEST(test_config_every_act)
 {
     const char *form[CG_N_ACTS] = {
-        [CG_ACT_RELU] = "\"tanh\"", [CG_ACT_GELU] = "\"tanh\"", [CG_ACT_GELU_ERF] = "\"none\""};
+        [CG_ACT_RELU] = "\"tanh\"", [CG_ACT_GELU] = "\"tanh\"",   [CG_ACT_GELU_ERF] = "\"none\"",
+        [CG_ACT_SILU] = "\"tanh\"", [CG_ACT_SWIGLU] = "\"tanh\"", [CG_ACT_GEGLU] = "\"tanh\""};
     int64_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     cg_tensor *logits[CG_N_ACTS];
     for (int i = 0; i < CG_N_ACTS; i++) {
@@ -270,7 +271,9 @@ START_TEST(test_config_every_act)
         c.act = (cg_act)i;
         char *js = cg_charlm_config_to_json(&c);
         cJSON *o = cJSON_Parse(js);
-        assert_key(o, "act", (const char *[]){"\"relu\"", "\"gelu\"", "\"gelu_erf\""}[i]);
+        assert_key(o, "act",
+                   (const char *[]){"\"relu\"", "\"gelu\"", "\"gelu_erf\"", "\"silu\"",
+                                    "\"swiglu\"", "\"geglu\""}[i]);
         assert_key(o, "gelu_approximate", form[i]);
         cJSON_Delete(o);
         ck_assert(cg_charlm_config_from_json(js, &back) && back.act == c.act);
@@ -291,7 +294,8 @@ START_TEST(test_config_every_act)
     /* the same weights (one seed), another function: other logits */
     ck_assert(memcmp(cg_data(logits[CG_ACT_GELU]), cg_data(logits[CG_ACT_GELU_ERF]),
                      sizeof(float) * 8 * 20) != 0);
-    cg_release_all(3, logits[0], logits[1], logits[2]);
+    for (int i = 0; i < CG_N_ACTS; i++)
+        cg_release(logits[i]);
     cg_charlm_config back;
     ck_assert(
         cg_charlm_config_from_json("{\"act\": \"relu\", \"gelu_approximate\": \"tanh\"}", &back));
@@ -305,11 +309,11 @@ START_TEST(test_config_every_act)
                                            &sback));
     ck_assert(strstr(cg_last_error(), "gelu_approximate"));
     ck_assert(!cg_seq2seq_config_from_json("{\"act\": \"swish\"}", &sback));
-    ck_assert_msg(strstr(cg_last_error(), "(choices: relu, gelu, gelu_erf)"), "%s",
-                  cg_last_error());
+    ck_assert_msg(strstr(cg_last_error(), "(choices: relu, gelu, gelu_erf, silu, swiglu, geglu)"),
+                  "%s", cg_last_error());
     cg_charlm_config bad = small_lm();
     bad.act = CG_N_ACTS;
-    CG_ASSERT_FAILS(cg_charlm_new(&bad, 0), "charlm config: unknown activation 3");
+    CG_ASSERT_FAILS(cg_charlm_new(&bad, 0), "charlm config: unknown activation 6");
 }
 END_TEST
 

@@ -8,6 +8,8 @@
 #   2. examples/zoo_translate.c = `seq2seq translate` (greedy and beam 4)
 #      on a few sentences, one with characters the vocabulary lacks;
 #   3. a checkpoint of the other model, a missing file: one line, exit 1;
+#   1b. a gated feed-forward: a swiglu charlm generates, a geglu seq2seq
+#      translates, as the programs do;
 #   4. bf16-trained checkpoints (train's --precision auto on a native bf16
 #      CPU): the examples decode in cg_zoo_precision, as the programs do.
 #   test_zoo_lib.sh CHARLM SEQ2SEQ ZOO_GENERATE ZOO_TRANSLATE
@@ -69,6 +71,17 @@ else
       "$gen" --ckpt b.st "${f[@]}"
   done
 fi
+
+# a gated feed-forward (--act swiglu; cg_zoo_load reads the act and fc3
+# from the checkpoint), and seq2seq's with geglu
+"$charlm" train --data t.txt "${TINY[@]}" --act swiglu --steps 10 --out g.st >/dev/null 2>g.err ||
+  fail "charlm train --act swiglu: $(tail -c 300 g.err)"
+same "generate swiglu" "$charlm" sample --ckpt g.st --threads 1 --length 60 --seed 4 -- \
+  "$gen" --ckpt g.st --length 60 --seed 4
+"$seq2seq" train --data p.tsv "${S2S[@]}" --precision fp32 --act geglu --steps 10 --out sg.st >/dev/null 2>sg.err ||
+  fail "seq2seq train --act geglu: $(tail -c 300 sg.err)"
+same "translate geglu" "$seq2seq" translate --ckpt sg.st --threads 1 "the cat 5 sat" -- \
+  "$tr" --ckpt sg.st "the cat 5 sat"
 
 sentences=("the cat 5 sat" "the cat 123 sat" "the cat 399 sat" "a dog sat")
 same "translate greedy" "$seq2seq" translate --ckpt s.st --threads 1 "${sentences[@]}" -- \

@@ -37,7 +37,8 @@ typedef struct {
     int64_t d_ff;      /* feed-forward width */
     int64_t max_len;   /* longest sequence (positions table) */
     cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
-    cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf */
+    cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf,
+                        * silu, swiglu, geglu (gated: the FF gains fc3, d_ff as given) */
     bool norm_first;   /* pre-norm (true) or post-norm */
     bool bias;         /* biases in every Linear and LayerNorm (nanoGPT's bias; true) */
     float dropout;     /* in [0, 1]; after the embedding and each sublayer */

@@ -1,0 +1,318 @@
+/* Check suite "gated": SiLU and the gated activations of a gated
+ * feed-forward (cg_swiglu, cg_geglu: core/gated.c; nn/layers.h's silu,
+ * swiglu and geglu rows and cg_ff's fc3).
+ *
+ * The forward against float64 values computed here from the formulas
+ * (x sigmoid(x), GELU's tanh form), fp32 and bf16 (rounded once: within
+ * half an ulp of bf16 of the float64 value of the bf16 inputs); the
+ * gradchecks, contiguous and on the two halves of one tensor (strided
+ * views; the halves op's bits equal the two-tensor op's); the bits at 1
+ * and 2 threads; the FeedForward's parameters, its output against the
+ * unfused ops and its gradcheck, with a hook on fc3 too (the two products'
+ * path); the table's rows; bad inputs refused. The
+ * PyTorch reference is tests/interop/swiglu.py (torch_swiglu). */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "core/gemm.h"
+#include "core/ops.h"
+#include "nn/layers.h"
+#include "tests/testutil.h"
+
+static bool same_bits(const cg_tensor *a, const cg_tensor *b)
+{
+    return a && b && cg_numel(a) == cg_numel(b) &&
+           !memcmp(cg_data_ptr(a), cg_data_ptr(b), (size_t)cg_numel(a) * cg_dtype_size(a->dtype));
+}
+
+static double ref_act(int gelu, double x)
+{
+    if (!gelu)
+        return x / (1.0 + exp(-x));
+    const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return 0.5 * x * (1.0 + tanh(u));
+}
+static double ref_grad(int gelu, double x)
+{
+    const double h = 1e-5;
+    if (!gelu) {
+        const double s = 1.0 / (1.0 + exp(-x));
+        return s * (1.0 + x * (1.0 - s));
+    }
+    return (ref_act(1, x + h) - ref_act(1, x - h)) / (2 * h);
+}
+
+/* out, da and db of act(a) * b against float64, within atol + rtol |ref| */
+static void check_values(int gelu, cg_tensor *a, cg_tensor *b, double rtol, double atol)
+{
+    cg_tensor *g = cg_randn(&(cg_rng){0}, a->ndim, a->shape);
+    cg_tensor *gd = a->dtype == CG_F32 ? cg_retain(g) : cg_k_to(g, a->dtype);
+    cg_tensor *out = cg_k_gated(a, b, gelu ? CG_K_GATE_GELU : CG_K_GATE_SILU), *da, *db;
+    ck_assert_msg(out && out->dtype == a->dtype, "%s", cg_last_error());
+    ck_assert(cg_k_gated_backward(a, b, gd, gelu ? CG_K_GATE_GELU : CG_K_GATE_SILU, &da, &db));
+    float *av = cg_test_values(a), *bv = cg_test_values(b), *gv = cg_test_values(gd);
+    float *ov = cg_test_values(out), *dav = cg_test_values(da), *dbv = cg_test_values(db);
+    const int64_t n = cg_numel(a);
+    for (int64_t i = 0; i < n; i++) {
+        const double x = av[i], y = bv[i], gg = gv[i];
+        const double want[3] = {ref_act(gelu, x) * y, gg * y * ref_grad(gelu, x),
+                                gg * ref_act(gelu, x)};
+        const float got[3] = {ov[i], dav[i], dbv[i]};
+        for (int k = 0; k < 3; k++)
+            ck_assert_msg(fabs(got[k] - want[k]) <= atol + rtol * fabs(want[k]),
+                          "%s %d at %lld: %.9g vs %.9g (x %g)", gelu ? "geglu" : "swiglu", k,
+                          (long long)i, got[k], want[k], x);
+    }
+    free(av), free(bv), free(gv), free(ov), free(dav), free(dbv);
+    cg_release_all(5, g, gd, out, da, db);
+}
+
+START_TEST(test_gated_forward_f64)
+{
+    cg_rng r = cg_rng_new(7);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        const int64_t shapes[2][2] = {{3, 37}, {70, 1000}}; /* one run; many, threaded */
+        for (int s = 0; s < 2; s++) {
+            cg_tensor *a = cg_randn(&r, 2, shapes[s]), *b = cg_randn(&r, 2, shapes[s]);
+            cg_k_muls_(a, 3.0f); /* into sigmoid's tails */
+            check_values(gelu, a, b, 2e-6, 1e-6);
+            cg_release_all(2, a, b);
+        }
+        /* strided inputs: the two halves of one tensor */
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 18));
+        cg_tensor *a = cg_narrow(x, 1, 0, 9), *b = cg_narrow(x, 1, 9, 9);
+        check_values(gelu, a, b, 2e-6, 1e-6);
+        /* the halves op: the two-tensor op's bits, forward and backward */
+        const cg_k_gate k = gelu ? CG_K_GATE_GELU : CG_K_GATE_SILU;
+        cg_tensor *y2 = cg_k_gated(a, b, k), *yh = cg_k_gated_halves(x, k), *da, *db;
+        ck_assert(same_bits(y2, yh));
+        ck_assert(cg_k_gated_backward(a, b, y2, k, &da, &db));
+        cg_tensor *dh = cg_k_gated_halves_backward(x, y2, k);
+        cg_tensor *dha = cg_narrow(dh, 1, 0, 9), *dhb = cg_narrow(dh, 1, 9, 9);
+        cg_tensor *dhac = cg_k_contiguous(dha), *dhbc = cg_k_contiguous(dhb);
+        ck_assert(same_bits(da, dhac) && same_bits(db, dhbc));
+        cg_release_all(11, x, a, b, y2, yh, da, db, dh, dha, dhb, dhac);
+        cg_release(dhbc);
+    }
+}
+END_TEST
+
+START_TEST(test_gated_bf16)
+{
+    cg_rng r = cg_rng_new(8);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        cg_tensor *a32 = cg_randn(&r, CG_SHAPE(33, 65)), *b32 = cg_randn(&r, CG_SHAPE(33, 65));
+        cg_k_muls_(a32, 3.0f);
+        cg_tensor *a = cg_k_to(a32, CG_BF16), *b = cg_k_to(b32, CG_BF16);
+        /* one rounding to bf16: half an ulp, at most 2^-8 relative, of the
+         * float64 value of the bf16 inputs (and float32's own error below it) */
+        check_values(gelu, a, b, 1.0 / 256 + 1e-5, 1e-6);
+        cg_release_all(4, a32, b32, a, b);
+    }
+}
+END_TEST
+
+static cg_tensor *gate_fn(void *ctx, cg_tensor *const *in)
+{
+    return (*(int *)ctx ? cg_geglu : cg_swiglu)(in[0], in[1]);
+}
+static cg_tensor *halves_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_activation(in[0], *(int *)ctx ? CG_ACT_GEGLU : CG_ACT_SWIGLU);
+}
+/* the two-tensor op on two strided views of one tensor */
+static cg_tensor *views_fn(void *ctx, cg_tensor *const *in)
+{
+    const int64_t w = in[0]->shape[1] / 2;
+    cg_tensor *a = cg_narrow(in[0], 1, 0, w), *b = cg_narrow(in[0], 1, w, w);
+    cg_tensor *y = (*(int *)ctx ? cg_geglu : cg_swiglu)(a, b);
+    cg_release_all(2, a, b);
+    return y;
+}
+static cg_tensor *silu_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    return cg_activation(in[0], CG_ACT_SILU);
+}
+
+START_TEST(test_gated_gradcheck)
+{
+    cg_rng r = cg_rng_new(9);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        cg_tensor *in[2] = {cg_randn(&r, CG_SHAPE(2, 3, 5)), cg_randn(&r, CG_SHAPE(2, 3, 5))};
+        in[0]->requires_grad = in[1]->requires_grad = true;
+        cg_gradcheck_report rep;
+        ck_assert_msg(cg_gradcheck(gate_fn, &gelu, 2, in, NULL, &rep), "%s", rep.message);
+        /* only b needs a gradient: da is not made */
+        in[0]->requires_grad = false;
+        ck_assert_msg(cg_gradcheck(gate_fn, &gelu, 2, in, NULL, &rep), "%s", rep.message);
+        cg_release_all(2, in[0], in[1]);
+        /* the halves of one tensor (strided views), and a transposed layout */
+        for (int kind = 0; kind < 2; kind++) {
+            cg_tensor *x = cg_test_randn_layout(&r, CG_SHAPE(6, 8), kind);
+            x->requires_grad = true;
+            ck_assert_msg(cg_gradcheck(halves_fn, &gelu, 1, &x, NULL, &rep), "%s", rep.message);
+            ck_assert_msg(cg_gradcheck(views_fn, &gelu, 1, &x, NULL, &rep), "%s", rep.message);
+            cg_release(x);
+        }
+    }
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(4, 7));
+    x->requires_grad = true;
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(silu_fn, NULL, 1, &x, NULL, &rep), "%s", rep.message);
+    cg_release(x);
+}
+END_TEST
+
+START_TEST(test_gated_threads)
+{
+    cg_rng r = cg_rng_new(10);
+    const int saved = cg_get_num_threads();
+    for (int dt = 0; dt < 2; dt++) {
+        cg_tensor *a0 = cg_randn(&r, CG_SHAPE(64, 3000)), *b0 = cg_randn(&r, CG_SHAPE(64, 3000));
+        cg_tensor *a = cg_k_to(a0, dt ? CG_BF16 : CG_F32), *b = cg_k_to(b0, dt ? CG_BF16 : CG_F32);
+        cg_tensor *out[2], *da[2], *db[2], *hs[2], *dh[2];
+        for (int t = 0; t < 2; t++) {
+            cg_set_num_threads(t + 1);
+            out[t] = cg_k_gated(a, b, CG_K_GATE_SILU);
+            ck_assert(cg_k_gated_backward(a, b, out[t], CG_K_GATE_GELU, &da[t], &db[t]));
+            hs[t] = cg_k_gated_halves(a, CG_K_GATE_GELU);
+            dh[t] = cg_k_gated_halves_backward(a, hs[t], CG_K_GATE_SILU);
+        }
+        cg_set_num_threads(saved);
+        ck_assert(same_bits(out[0], out[1]) && same_bits(da[0], da[1]) && same_bits(db[0], db[1]));
+        ck_assert(same_bits(hs[0], hs[1]) && same_bits(dh[0], dh[1]));
+        cg_release_all(4, hs[0], hs[1], dh[0], dh[1]);
+        cg_release_all(10, a0, b0, a, b, out[0], out[1], da[0], da[1], db[0], db[1]);
+    }
+}
+END_TEST
+
+START_TEST(test_gated_refusals)
+{
+    cg_tensor *a = cg_zeros(CG_SHAPE(2, 3)), *b = cg_zeros(CG_SHAPE(3, 2));
+    cg_tensor *c = cg_zeros(CG_SHAPE(2, 5)), *h = cg_k_to(a, CG_BF16);
+    CG_ASSERT_REFUSED(cg_swiglu(a, b) == NULL, "differ");
+    CG_ASSERT_REFUSED(cg_geglu(a, h) == NULL, "one dtype");
+    CG_ASSERT_REFUSED(cg_swiglu(NULL, a) == NULL, "");
+    CG_ASSERT_REFUSED(cg_activation(c, CG_ACT_SWIGLU) == NULL, "even");
+    cg_release_all(4, a, b, c, h);
+}
+END_TEST
+
+START_TEST(test_gated_table)
+{
+    cg_act a;
+    const char *names[3] = {"silu", "swiglu", "geglu"};
+    const cg_act want[3] = {CG_ACT_SILU, CG_ACT_SWIGLU, CG_ACT_GEGLU};
+    for (int i = 0; i < 3; i++) {
+        ck_assert(cg_act_parse(names[i], &a) && a == want[i]);
+        ck_assert_str_eq(cg_act_name(a), names[i]);
+        ck_assert_int_eq(cg_act_info_of(a, NULL)->gate != NULL, i > 0);
+    }
+    CG_ASSERT_REFUSED(
+        !cg_act_parse("reglu", &a),
+        "unknown activation 'reglu' (choices: relu, gelu, gelu_erf, silu, swiglu, geglu)");
+    CG_ASSERT_REFUSED(cg_mlp(3, (int64_t[]){2, 4, 2}, CG_ACT_SWIGLU, NULL) == NULL, "gated");
+    cg_module *m = cg_activation_new(CG_ACT_SILU);
+    ck_assert_str_eq(m->type, "SiLU");
+    cg_module_free(m);
+}
+END_TEST
+
+/* fc2(act(fc1 x) * fc3 x) by the unfused ops */
+static cg_tensor *ff_by_ops(cg_ff *f, cg_tensor *x, int gelu)
+{
+    cg_tensor *g = cg_linear_forward(f->fc1, x), *u = cg_linear_forward(f->fc3, x);
+    cg_tensor *s = gelu ? cg_gelu(g) : cg_silu(g), *p = cg_mul(s, u);
+    cg_tensor *y = cg_linear_forward(f->fc2, p);
+    cg_release_all(4, g, u, s, p);
+    return y;
+}
+
+static cg_tensor *ff_fn(void *ctx, cg_tensor *const *in) { return cg_ff_forward(ctx, in[0]); }
+
+START_TEST(test_gated_ff)
+{
+    cg_rng r = cg_rng_new(11);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        cg_ff *f = cg_ff_new(8, 12, gelu ? CG_ACT_GEGLU : CG_ACT_SWIGLU, &r);
+        ck_assert(f && f->fc3);
+        ck_assert(cg_module_get_param(CG_MODULE(f), "fc3.weight") &&
+                  cg_module_get_param(CG_MODULE(f), "fc3.bias"));
+        ck_assert_int_eq(f->fc1->out_features, 12); /* d_ff as given */
+        ck_assert_int_eq(f->fc3->weight->shape[0], 12);
+        ck_assert_int_eq(f->fc2->in_features, 12);
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 3, 8));
+        cg_tensor *y = cg_ff_forward(f, x), *want = ff_by_ops(f, x, gelu);
+        float *w = cg_test_values(want);
+        CG_ASSERT_TENSOR(y, w, 1e-6, 1e-5);
+        free(w);
+        x->requires_grad = true;
+        cg_gradcheck_report rep;
+        ck_assert_msg(cg_gradcheck(ff_fn, f, 1, &x, NULL, &rep), "%s", rep.message);
+        cg_release_all(3, x, y, want);
+        cg_module_free(CG_MODULE(f));
+    }
+    cg_ff *f = cg_ff_new(8, 12, CG_ACT_SILU, NULL); /* ungated: no fc3 */
+    ck_assert(f && !f->fc3 && !cg_module_get_param(CG_MODULE(f), "fc3.weight"));
+    cg_module_free(CG_MODULE(f));
+}
+END_TEST
+
+static bool count_hook(void *ctx, cg_module *m, int n_in, cg_tensor *const *in, cg_tensor **out)
+{
+    (void)m, (void)n_in, (void)in, (void)out;
+    ++*(int *)ctx;
+    return true;
+}
+
+/* a hook on fc3 sees fc3's own output: the two products and the two-tensor
+ * gate, the same function (and its gradient) as the one product's */
+START_TEST(test_gated_ff_hooks)
+{
+    cg_rng r = cg_rng_new(12);
+    cg_ff *f = cg_ff_new(8, 12, CG_ACT_SWIGLU, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(3, 8));
+    cg_tensor *fused = cg_ff_forward(f, x);
+    int calls = 0;
+    ck_assert(cg_module_register_forward_hook(CG_MODULE(f->fc3), count_hook, &calls, NULL).id);
+    cg_tensor *hooked = cg_ff_forward(f, x);
+    ck_assert_int_eq(calls, 1);
+    float *w = cg_test_values(fused);
+    CG_ASSERT_TENSOR(hooked, w, 1e-6, 1e-5);
+    free(w);
+    x->requires_grad = true;
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(ff_fn, f, 1, &x, NULL, &rep), "%s", rep.message);
+    cg_release_all(3, x, fused, hooked);
+    cg_module_free(CG_MODULE(f));
+}
+END_TEST
+
+static Suite *gated_suite(void)
+{
+    Suite *s = suite_create("gated");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_gated_forward_f64);
+    tcase_add_test(tc, test_gated_bf16);
+    tcase_add_test(tc, test_gated_gradcheck);
+    tcase_add_test(tc, test_gated_threads);
+    tcase_add_test(tc, test_gated_refusals);
+    tcase_add_test(tc, test_gated_table);
+    tcase_add_test(tc, test_gated_ff);
+    tcase_add_test(tc, test_gated_ff_hooks);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {gated_suite()};
+    return cg_test_run(s, 1);
+}
