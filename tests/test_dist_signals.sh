@@ -6,6 +6,10 @@
 #    saves, the job exits 0;
 #  - SIGTERM to one rank: the same; and during an evaluation, which that
 #    rank cuts short: the ranks agree, and every rank leaves it out;
+#  - SIGTERM to one seq2seq rank during an --eval-bleu evaluation, most
+#    often in its validation loss: the same (failed before: the cut rank
+#    left out --eval-bleu's sum the other joined, MPI_ERR_TRUNCATE, exit 1,
+#    the steps since the last checkpoint lost);
 #  - SIGTERM to mpirun: Open MPI 4.1 forwards it, sends SIGKILL a second
 #    later and exits 1 whatever the ranks do; a small checkpoint is saved
 #    in that second (the exit status is Open MPI's, and said in docs/zoo.md);
@@ -19,11 +23,12 @@
 #    order to the lost host waits in TCP's retransmissions (minutes).
 # The first three need mpirun (skipped without it), the last root and
 # network namespaces; 77 when neither can run.
-#   test_dist_signals.sh CHARLM MPIRUN|'' NETNS_HOSTS_SH
+#   test_dist_signals.sh CHARLM MPIRUN|'' NETNS_HOSTS_SH SEQ2SEQ
 set -uo pipefail
 charlm=$(realpath "$1")
 mpirun=$2
 netns=$(realpath "$3")
+seq2seq=$(realpath "$4")
 . "$(dirname "$0")/shell_lib.sh" dist_signals
 zoo_data
 TRAIN=(train --data "$dir/c.txt" --d 16 --H 2 --layers 1 --d-ff 32 --threads 1 --seed 3
@@ -91,6 +96,39 @@ if [ -n "$mpirun" ]; then
   done
   WAIT=0
   [ $cut != 0 ] || fail "SIGTERM to one rank during an evaluation: no evaluation cut short in 8 tries"
+  # seq2seq --eval-bleu: each evaluation a validation loss of 3000 pairs,
+  # then 2 pairs decoded by the ranks (their counts summed); the signal
+  # lands mostly in the loss
+  for ((i = 0; i < 4000; i++)); do printf 'the cat %d sat\tdie katze %d sass\n' $i $i; done >big.tsv
+  cut=0
+  for ((try = 1; try <= 4; try++)); do
+    rm -f j.st j.st.* j.json j.log
+    CG_DIST_TIMEOUT=20 OMP_NUM_THREADS=1 "$mpirun" --allow-run-as-root --oversubscribe -np 2 \
+      "$seq2seq" train --data big.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 \
+      --d-ff 32 --max-tokens 400 --valid-size 3000 --test-size 20 --test-limit 2 --threads 1 \
+      --eval-every 1 --eval-bleu 2 --steps 1000000 --out j.st >j.json 2>j.log &
+    mp=$!
+    (sleep 60; kill -KILL $mp) >/dev/null 2>&1 &
+    guard=$!
+    for ((w = 0; w < 300; w++)); do [ -s j.st ] && break; sleep 0.1; done
+    sleep 0.$((RANDOM % 10))
+    pid=$(pgrep -P $mp -n seq2seq)
+    kill -TERM "${pid:-$mp}"
+    rc=0
+    wait $mp || rc=$?
+    pkill -P $guard sleep 2>/dev/null
+    wait $guard 2>/dev/null
+    if [ $rc -ne 0 ] || ! grep -q "^seq2seq: stopped at step [0-9]*; checkpoint saved" j.log; then
+      fail "SIGTERM to one seq2seq rank during --eval-bleu's evaluation: exit $rc: $(grep -m2 -e error -e stopped j.log)"
+      break
+    fi
+    grep -q "^seq2seq: the evaluation at step [0-9]* was cut short by a signal" j.log && cut=$((cut + 1))
+  done
+  if [ $rc -eq 0 ] && [ $cut -gt 0 ]; then
+    echo "ok: SIGTERM to one seq2seq rank during --eval-bleu's evaluation: $cut of 4 cut short, each saved"
+  elif [ $rc -eq 0 ]; then
+    fail "SIGTERM to one seq2seq rank during --eval-bleu's evaluation: no evaluation cut short in 4 tries"
+  fi
   stop "SIGTERM to mpirun" mpirun TERM
   if grep -q "^charlm: stopped at step [0-9]*; checkpoint saved" j.log; then
     echo "ok: SIGTERM to mpirun: saved ($(grep '^charlm: stopped' j.log)), exit $rc (Open MPI's)"

@@ -65,15 +65,19 @@ static double mt_lr(void *self, int64_t step)
  * decoding short: that rank returns false ("interrupted"), the others NaN
  * scores, and the trainer, seeing the cut on any rank, leaves the
  * evaluation out (an error on a rank is a cut for the others too, its
- * rank failing the run). */
-static bool eval_bleu_scores(mt_run *r, double *bleu, double *chrf)
+ * rank failing the run). cut: the validation loss was cut short here, so
+ * this rank decodes nothing but still takes part in the sum (the others,
+ * whose loss finished, are in it: a rank missing it would pair their sum
+ * with the trainer's next collective). */
+static bool eval_bleu_scores(mt_run *r, bool cut, double *bleu, double *chrf)
 {
     int64_t n = r->eval_bleu < r->d.split.n_valid ? r->eval_bleu : r->d.split.n_valid, lo, hi;
     cg_dist_share(n, &lo, &hi); /* a rank may have none */
     cg_bleu_stats b;
     cg_chrf_counts c;
-    bool ok = cg_translate_counts(r->model, r->d.tok, &r->d.pairs, r->d.split.valid + lo, hi - lo,
-                                  (int)r->eval_beam, r->alpha, true, NULL, &b, &c, NULL);
+    bool ok =
+        !cut && cg_translate_counts(r->model, r->d.tok, &r->d.pairs, r->d.split.valid + lo, hi - lo,
+                                    (int)r->eval_beam, r->alpha, true, NULL, &b, &c, NULL);
     enum { NB = 10, NC = 3 * CG_CHRF_ORDER };
     double v[NB + NC + 1] = {0};
     for (int g = 0; ok && g < 4; g++) {
@@ -116,17 +120,20 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
 {
     (void)step;
     mt_run *r = self;
-    double nll, ntok;
+    double nll, ntok, bleu, chrf;
     if (!cg_seq2seq_valid_loss(r->model, &r->d.pairs, &r->d.vbatches, r->d.tok, &e->val, &nll,
-                               &ntok))
+                               &ntok)) {
+        /* a signal here: --eval-bleu's sum still has this rank's part */
+        if (r->eval_bleu > 0 && cg_train_interrupted())
+            eval_bleu_scores(r, true, &bleu, &chrf);
         return false;
+    }
     cg_eval_add(e, "val_nll", "nll", nll, 4);
     cg_eval_add(e, "val_bpc", "bits/char", cg_bits_per_char(nll, ntok, r->d.valid_chars), 4);
     cg_eval_add(e, "epoch", "epoch", (double)r->d.epoch, 0);
     if (r->eval_bleu == 0)
         return true;
-    double bleu, chrf;
-    if (!eval_bleu_scores(r, &bleu, &chrf))
+    if (!eval_bleu_scores(r, false, &bleu, &chrf))
         return false;
     if (isnan(bleu)) /* cut short on another rank: the trainer leaves it out */
         return true;
