@@ -657,6 +657,12 @@ START_TEST(test_charlm_strided_loss)
     CG_ASSERT_FAILS(
         cg_charlm_strided_loss(m, (cg_split_view){ids, T}, T, 4, &strided, &nwin, &scored),
         "shorter than one window of 16+1");
+    /* the default stride (T) on a text as short: the same words (it said
+     * "the validation split (16 characters)" of --split all's whole text,
+     * and of a BPE model's tokens) */
+    CG_ASSERT_FAILS(
+        cg_charlm_strided_loss(m, (cg_split_view){ids, T}, T, T, &strided, &nwin, &scored),
+        "the split (16 tokens) is shorter than one window of 16+1");
     cg_charlm_free(m);
 }
 END_TEST

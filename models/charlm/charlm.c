@@ -330,15 +330,15 @@ bool cg_charlm_strided_loss(cg_charlm *m, cg_split_view s, int64_t T, int64_t st
                      (long long)stride, (long long)T);
         return false;
     }
+    if (s.n - 1 < T) { /* before the full loss's, which says "validation split" */
+        cg_set_error("the split (%lld tokens) is shorter than one window of %lld+1", (long long)s.n,
+                     (long long)T);
+        return false;
+    }
     if (stride == T) { /* the full loss's windows and bits */
         bool ok = cg_charlm_full_loss(m, s, T, out, nwin);
         *scored = ok ? *nwin * T : 0;
         return ok;
-    }
-    if (s.n - 1 < T) {
-        cg_set_error("the split (%lld tokens) is shorter than one window of %lld+1", (long long)s.n,
-                     (long long)T);
-        return false;
     }
     const int64_t n = (s.n - 1 - T) / stride + 1, chunk = 64, per = pass_windows(T);
     int64_t *x = malloc((size_t)(chunk * T) * sizeof *x);
