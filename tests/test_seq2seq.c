@@ -797,6 +797,7 @@ START_TEST(test_sample_decode)
             cg_tensor *c = l ? cg_contiguous(l) : NULL;
             cg_no_grad_end();
             ck_assert_ptr_nonnull(c);
+            cg_data(c)[j * V + CG_PAD] = -INFINITY; /* never drawn */
             int64_t id = cg_sample(cg_data(c) + j * V, V, &cfg, &rr);
             cg_release_all(2, l, c);
             ck_assert_int_eq(id, out[i * STEPS + j]);
@@ -821,6 +822,37 @@ START_TEST(test_sample_decode)
                     "sample decode: no generators");
     for (int i = 0; i < N; i++)
         free(ids[i]);
+}
+END_TEST
+
+/* Sampling never draws PAD (fairseq-generate's lprobs[:, pad] = -inf): at
+ * a temperature that makes the draws near uniform, 32 sentences of 20
+ * draws hold no PAD before their EOS (they held some: a PAD is printed as
+ * nothing, counted by --min-len, and masks its key from then on). */
+START_TEST(test_sample_decode_no_pad)
+{
+    enum { N = 32, STEPS = 20 };
+    int64_t S, *ids = src_ids(PROBES[0], &S), src[N * 32], out[N * STEPS], lens[N];
+    ck_assert(S <= 32);
+    for (int i = 0; i < N; i++)
+        memcpy(src + i * S, ids, (size_t)S * sizeof *src);
+    const cg_sample_config cfg = {.temperature = 1e4, .top_k = 0, .top_p = 1};
+    for (int cache = 0; cache < 2; cache++) {
+        cg_rng r[N];
+        for (int i = 0; i < N; i++)
+            r[i] = cg_rng_new(7 + (uint64_t)i);
+        ck_assert_msg(
+            cg_sample_decode(g_model, src, N, S, STEPS, NULL, &cfg, r, out, lens, cache == 1), "%s",
+            cg_last_error());
+        int64_t drawn = 0;
+        for (int i = 0; i < N; i++)
+            for (int64_t j = 0; j < lens[i]; j++, drawn++)
+                ck_assert_msg(out[i * STEPS + j] != CG_PAD,
+                              "cache %d: sentence %d drew PAD at step %lld", cache, i,
+                              (long long)j);
+        ck_assert_int_gt(drawn, 100);
+    }
+    free(ids);
 }
 END_TEST
 
@@ -2860,6 +2892,7 @@ static Suite *seq2seq_suite(void)
     tcase_add_test(tc, test_overfit_greedy_exact);
     tcase_add_test(tc, test_beam1_equals_greedy);
     tcase_add_test(tc, test_sample_decode);
+    tcase_add_test(tc, test_sample_decode_no_pad);
     tcase_add_test(tc, test_translate_many);
     tcase_add_test(tc, test_translate_interrupted);
     tcase_add_test(tc, test_translate_test_report);

@@ -1,6 +1,7 @@
 /* Greedy decoding and beam search for Seq2Seq (see beam.h). */
 #include "models/seq2seq/beam.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,7 +164,10 @@ static cg_tensor *greedy_logits(greedy_state *g, cg_seq2seq *m, int64_t step)
 }
 
 /* One id per alive row of logits [n_alive,1,V], row k drawn from its
- * sentence's generator (rngs[alive[k]]): a new int64 [n_alive,1]. */
+ * sentence's generator (rngs[alive[k]]): a new int64 [n_alive,1]. PAD is
+ * never drawn (fairseq-generate's lprobs[:, pad] = -inf): it would print
+ * as nothing, count as a token for the limits and mask its key after;
+ * temperature 0 (cg_sample's argmax) stays greedy decoding's token. */
 static cg_tensor *draw_rows(greedy_state *g, const cg_tensor *last)
 {
     const int64_t V = last->shape[2];
@@ -172,8 +176,12 @@ static cg_tensor *draw_rows(greedy_state *g, const cg_tensor *last)
     bool ok = buf && ids && cg_copy_to(last, buf); /* any float dtype, any strides */
     if (!buf)
         cg_set_error("sample decode: out of memory");
-    for (int64_t k = 0; ok && k < g->n_alive; k++)
+    const bool draws = (float)g->scfg->temperature >= FLT_MIN; /* not cg_sample's argmax */
+    for (int64_t k = 0; ok && k < g->n_alive; k++) {
+        if (draws)
+            buf[k * V + CG_PAD] = -INFINITY;
         ok = (cg_data_i64(ids)[k] = cg_sample(buf + k * V, V, g->scfg, &g->rngs[g->alive[k]])) >= 0;
+    }
     free(buf);
     if (!ok) {
         cg_release(ids);
