@@ -250,16 +250,42 @@ static bool windows_loss(cg_charlm *m, const int64_t *x, const int64_t *y, int64
     return ok;
 }
 
+/* An evaluation's window buffers (rows x T ids, inputs and targets) and
+ * the model put in eval mode without gradients; eval_end restores the mode
+ * and frees them. False + error when the buffers cannot be had (eval_end
+ * is still called). */
+typedef struct {
+    int64_t *x, *y;
+    bool was_training;
+} eval_pass;
+
+static bool eval_begin(cg_charlm *m, int64_t rows, int64_t T, eval_pass *e)
+{
+    e->x = malloc((size_t)(rows * T) * sizeof *e->x);
+    e->y = malloc((size_t)(rows * T) * sizeof *e->y);
+    e->was_training = m->base.training;
+    cg_module_train(CG_MODULE(m), false);
+    cg_no_grad_begin();
+    if (!e->x || !e->y) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    return true;
+}
+
+static void eval_end(cg_charlm *m, eval_pass *e)
+{
+    cg_no_grad_end();
+    cg_module_train(CG_MODULE(m), e->was_training);
+    free(e->x);
+    free(e->y);
+}
+
 bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T, int n_batches,
                             uint64_t seed, bool (*stop)(void), double *out)
 {
-    int64_t *x = malloc((size_t)(B * T) * sizeof *x), *y = malloc((size_t)(B * T) * sizeof *y);
-    bool ok = x && y;
-    if (!ok)
-        cg_set_error("out of memory");
-    bool was_training = m->base.training;
-    cg_module_train(CG_MODULE(m), false);
-    cg_no_grad_begin();
+    eval_pass e;
+    bool ok = eval_begin(m, B, T, &e);
     cg_rng gen = cg_rng_new(seed);
     double total = 0;
     for (int i = 0; ok && i < n_batches; i++) {
@@ -269,13 +295,11 @@ bool cg_charlm_sampled_loss(cg_charlm *m, cg_split_view s, int64_t B, int64_t T,
             ok = false;
             break;
         }
-        ok = cg_get_batch(s, B, T, &gen, x, y) && windows_loss(m, x, y, B, T, pass_windows(T), &v);
+        ok = cg_get_batch(s, B, T, &gen, e.x, e.y) &&
+             windows_loss(m, e.x, e.y, B, T, pass_windows(T), &v);
         total += ok ? v : 0;
     }
-    cg_no_grad_end();
-    cg_module_train(CG_MODULE(m), was_training);
-    free(x);
-    free(y);
+    eval_end(m, &e);
     *out = total / n_batches;
     return ok;
 }
@@ -292,31 +316,18 @@ bool cg_charlm_full_loss(cg_charlm *m, cg_split_view s, int64_t T, double *out, 
                      (long long)s.n, (long long)T);
         return false;
     }
-    int64_t *x = malloc((size_t)(chunk * T) * sizeof *x);
-    int64_t *y = malloc((size_t)(chunk * T) * sizeof *y);
-    if (!x || !y) {
-        free(x);
-        free(y);
-        cg_set_error("out of memory");
-        return false;
-    }
-    bool was_training = m->base.training;
-    cg_module_train(CG_MODULE(m), false);
-    cg_no_grad_begin();
+    eval_pass e;
+    bool ok = eval_begin(m, chunk, T, &e);
     double total = 0;
-    bool ok = true;
     for (int64_t st = 0; ok && st < n; st += chunk) {
         int64_t b = n - st < chunk ? n - st : chunk;
         for (int64_t i = 0; i < b; i++)
-            cg_split_window(s, (st + i) * T, T, x + i * T, y + i * T);
+            cg_split_window(s, (st + i) * T, T, e.x + i * T, e.y + i * T);
         double v;
-        ok = windows_loss(m, x, y, b, T, per, &v);
+        ok = windows_loss(m, e.x, e.y, b, T, per, &v);
         total += ok ? v * (double)b : 0;
     }
-    cg_no_grad_end();
-    cg_module_train(CG_MODULE(m), was_training);
-    free(x);
-    free(y);
+    eval_end(m, &e);
     *out = total / (double)n;
     *nwin = n;
     return ok;
@@ -341,29 +352,20 @@ bool cg_charlm_strided_loss(cg_charlm *m, cg_split_view s, int64_t T, int64_t st
         return ok;
     }
     const int64_t n = (s.n - 1 - T) / stride + 1, chunk = 64, per = pass_windows(T);
-    int64_t *x = malloc((size_t)(chunk * T) * sizeof *x);
-    int64_t *y = malloc((size_t)(chunk * T) * sizeof *y);
-    bool ok = x && y;
-    if (!ok)
-        cg_set_error("out of memory");
-    bool was_training = m->base.training;
-    cg_module_train(CG_MODULE(m), false);
-    cg_no_grad_begin();
+    eval_pass e;
+    bool ok = eval_begin(m, chunk, T, &e);
     double total = 0;
     int64_t kept = 0;
     for (int64_t st = 0; ok && st < n; st += chunk) {
         int64_t b = n - st < chunk ? n - st : chunk;
         for (int64_t i = 0; i < b; i++) {
-            cg_split_window(s, (st + i) * stride, T, x + i * T, y + i * T);
+            cg_split_window(s, (st + i) * stride, T, e.x + i * T, e.y + i * T);
             for (int64_t t = 0; st + i > 0 && t < T - stride; t++)
-                y[i * T + t] = -100; /* scored by an earlier window */
+                e.y[i * T + t] = -100; /* scored by an earlier window */
         }
-        ok = windows_sum(m, x, y, b, T, per, &total, &kept);
+        ok = windows_sum(m, e.x, e.y, b, T, per, &total, &kept);
     }
-    cg_no_grad_end();
-    cg_module_train(CG_MODULE(m), was_training);
-    free(x);
-    free(y);
+    eval_end(m, &e);
     if (ok) {
         *out = total / (double)kept;
         *nwin = n;
