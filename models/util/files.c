@@ -383,10 +383,11 @@ size_t cg_write_all(int fd, const void *buf, size_t len)
 
 bool cg_output_flush(FILE *f)
 {
+    errno = 0; /* a value left by something else is not this stream's */
     if (fflush(f) == 0 && !ferror(f))
         return true;
     /* a write that failed before, with nothing left for fflush to try
-     * again (the stream drops what it could not write): its errno may be
+     * again (the stream drops what it could not write): its errno is
      * gone. A pipe whose reader went away says so (POLLERR on Linux). */
     struct pollfd p = {.fd = fileno(f), .events = POLLOUT};
     if (errno == 0 && p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLERR))
