@@ -797,7 +797,8 @@ START_TEST(test_sample_decode)
             cg_tensor *c = l ? cg_contiguous(l) : NULL;
             cg_no_grad_end();
             ck_assert_ptr_nonnull(c);
-            cg_data(c)[j * V + CG_PAD] = -INFINITY; /* never drawn */
+            float *row = cg_data(c) + j * V; /* PAD, BOS and UNK: never drawn */
+            row[CG_PAD] = row[CG_BOS] = row[CG_UNK] = -INFINITY;
             int64_t id = cg_sample(cg_data(c) + j * V, V, &cfg, &rr);
             cg_release_all(2, l, c);
             ck_assert_int_eq(id, out[i * STEPS + j]);
@@ -825,10 +826,11 @@ START_TEST(test_sample_decode)
 }
 END_TEST
 
-/* Sampling never draws PAD (fairseq-generate's lprobs[:, pad] = -inf): at
- * a temperature that makes the draws near uniform, 32 sentences of 20
- * draws hold no PAD before their EOS (they held some: a PAD is printed as
- * nothing, counted by --min-len, and masks its key from then on). */
+/* Sampling never draws PAD (fairseq-generate's lprobs[:, pad] = -inf), BOS
+ * or UNK: at a temperature that makes the draws near uniform, 32 sentences
+ * of 20 draws hold none of them before their EOS (they held some: each
+ * prints as nothing, so the text scores otherwise than the draw; a PAD is
+ * also counted by --min-len, and masks its key from then on). */
 START_TEST(test_sample_decode_no_pad)
 {
     enum { N = 32, STEPS = 20 };
@@ -847,9 +849,10 @@ START_TEST(test_sample_decode_no_pad)
         int64_t drawn = 0;
         for (int i = 0; i < N; i++)
             for (int64_t j = 0; j < lens[i]; j++, drawn++)
-                ck_assert_msg(out[i * STEPS + j] != CG_PAD,
-                              "cache %d: sentence %d drew PAD at step %lld", cache, i,
-                              (long long)j);
+                ck_assert_msg(out[i * STEPS + j] != CG_PAD && out[i * STEPS + j] != CG_BOS &&
+                                  out[i * STEPS + j] != CG_UNK,
+                              "cache %d: sentence %d drew %lld (PAD, BOS or UNK) at step %lld",
+                              cache, i, (long long)out[i * STEPS + j], (long long)j);
         ck_assert_int_gt(drawn, 100);
     }
     free(ids);

@@ -8,8 +8,8 @@
 #      before it do not change its translation; sampling differs from the
 #      greedy output, --temperature 0 and --sampling-topk 1
 #      are the greedy output
-#   2. refusals, one line on stderr, nothing on stdout, exit 2: --beam or
-#      --nbest with --sampling, the sampling flags without it, --sampling-topp 0
+#   2. refusals, one line on stderr, nothing on stdout, exit 2: --nbest
+#      above --sampling's --beam, the sampling flags without it, --sampling-topp 0
 #      (the draws themselves are checked against recomputed logits in
 #      test_seq2seq's test_sample_decode)
 #   3. --score-reference FILE: the references given the n-best lists' texts
@@ -21,6 +21,10 @@
 #      and messages of one buffer (greedy, sampling, n-best; a bad line
 #      among them); with 1, each line's translation comes out before the
 #      next line is written (a coprocess); refused with --score-reference
+#   5. --sampling --beam 4 --nbest 4: four draws a sentence, best first by
+#      --score-reference's score of their texts; the first draw is --sampling's
+#      one translation; --beam 4 alone prints the best; --temperature 0:
+#      every draw is the greedy output
 #
 #   test_translate_modes.sh SEQ2SEQ
 set -euo pipefail
@@ -59,7 +63,7 @@ cat pre.txt <(sed -n '11p' src.txt) | "$seq2seq" translate --ckpt s.st --threads
   fail "line 11: $(cat alone.txt) after other lines, $(sed -n '11p' a.txt) in the file"
 
 # ---- 2.
-for bad in "--sampling --beam 2" "--sampling --beam 2 --nbest 2" "--temperature 0.5" "--seed 3" \
+for bad in "--sampling --beam 2 --nbest 3" "--temperature 0.5" "--seed 3" \
   "--sampling-topk 5" "--sampling --sampling-topp 0" "--sampling --sampling-topp 1.5" \
   "--sampling --temperature -1"; do
   rc=0
@@ -119,7 +123,7 @@ done
 sed -n '1,60p' p.tsv | cut -f1 >s60.txt
 printf 'die \xff katze\n' >>s60.txt # line 61: not UTF-8
 sed -n '61,70p' p.tsv | cut -f1 >>s60.txt
-for mode in "" "--sampling --seed 3" "--beam 2 --nbest 2"; do
+for mode in "" "--sampling --seed 3" "--beam 2 --nbest 2" "--sampling --beam 3 --nbest 2"; do
   # shellcheck disable=SC2086
   "$seq2seq" translate --ckpt s.st --threads 1 $mode <s60.txt >all.txt 2>all.log ||
     fail "translate $mode: $(tail -1 all.log)"
@@ -131,7 +135,7 @@ for mode in "" "--sampling --seed 3" "--beam 2 --nbest 2"; do
   done
 done
 [ "$(wc -l <all.txt)" = 140 ] && grep -q 'warning: line 61 is not valid UTF-8' all.log && grep -q '1 of 71 lines not translated' all.log &&
-  echo "ok: --buffer-size 1, 7 and 71: the same lines, H numbers and messages as one buffer (greedy, sampling, n-best)" ||
+  echo "ok: --buffer-size 1, 7 and 71: the same lines, H numbers and messages as one buffer (greedy, sampling, n-best, sampled n-best)" ||
   fail "--buffer-size: $(wc -l <all.txt) lines, $(cat all.log)"
 # a line in, its translation out, before the next line is written (a
 # translate waiting for the end of its input would time out the read)
@@ -152,4 +156,34 @@ rc=0
 "$seq2seq" translate --ckpt s.st --score-reference refs.txt --buffer-size 2 <s12.txt >out.txt 2>err.txt || rc=$?
 [ "$rc" = 2 ] && grep -q 'drop --buffer-size' err.txt && echo "ok: --score-reference --buffer-size: refused" ||
   fail "--score-reference --buffer-size: exit $rc, $(cat err.txt)"
+
+# ---- 5. --sampling --beam N: N draws a sentence, ranked by --nbest's score
+trl --sampling --seed 5 --beam 4 --nbest 4 >sn.txt
+trl --sampling --seed 5 --beam 4 >sbest.txt
+trl --sampling --seed 5 --temperature 0 --beam 3 --nbest 3 >st0.txt
+cut -f3 sn.txt >sn_ref.txt
+cut -f1 sn.txt | while read -r h; do sed -n "$((${h#H-} + 1))p" src.txt; done >sn_src.txt
+"$seq2seq" translate --ckpt s.st --threads 1 --score-reference sn_ref.txt <sn_src.txt >sn_sr.txt 2>sn.log ||
+  fail "--score-reference of the draws: $(tail -1 sn.log)"
+python3 - sn.txt sn_sr.txt a.txt sbest.txt st0.txt greedy.txt <<'PY' &&
+import sys
+rows = lambda f: [l.rstrip('\n').split('\t') for l in open(f)]
+lines = lambda f: [l.rstrip('\n') for l in open(f)]
+sn, sr, one, best, t0, greedy = rows(sys.argv[1]), rows(sys.argv[2]), lines(sys.argv[3]), \
+    lines(sys.argv[4]), rows(sys.argv[5]), lines(sys.argv[6])
+assert len(sn) == 160 and len(sr) == 160 and len(t0) == 120, (len(sn), len(sr), len(t0))
+for i in range(40):
+    h = sn[4 * i:4 * i + 4]
+    assert all(r[0] == 'H-%d' % i for r in h), (i, h)
+    sc = [float(r[1]) for r in h]
+    assert sc == sorted(sc, reverse=True), (i, sc)
+    assert one[i] in [r[2] for r in h], (i, one[i], h)  # the first draw
+    assert best[i] == h[0][2], (i, best[i], h[0])
+    assert all(r[2] == greedy[i] for r in t0[3 * i:3 * i + 3]), (i, t0[3 * i:3 * i + 3])
+for k, (w, g) in enumerate(zip(sn, sr)):
+    assert g[2] == w[2] and abs(float(g[1]) - float(w[1])) <= 2e-6, (k, w, g)
+assert len(set(r[2] for r in sn)) > 40, 'the draws never differ'
+PY
+  echo "ok: --sampling --beam 4 --nbest 4: four draws each, best first by their --score-reference scores; the first draw is --sampling's; --beam 4 prints the best; --temperature 0: the greedy output" ||
+  fail "--sampling --beam 4 --nbest 4: $(head -4 sn.txt) $(head -4 sn_sr.txt)"
 finish

@@ -166,8 +166,12 @@ static cg_tensor *greedy_logits(greedy_state *g, cg_seq2seq *m, int64_t step)
 /* One id per alive row of logits [n_alive,1,V], row k drawn from its
  * sentence's generator (rngs[alive[k]]): a new int64 [n_alive,1]. PAD is
  * never drawn (fairseq-generate's lprobs[:, pad] = -inf): it would print
- * as nothing, count as a token for the limits and mask its key after;
- * temperature 0 (cg_sample's argmax) stays greedy decoding's token. */
+ * as nothing, count as a token for the limits and mask its key after; nor
+ * are BOS and UNK, which print as nothing too (the text would then score
+ * otherwise than its draw) and have probability only from label smoothing
+ * (BOS is never a target; UNK is not one in a char vocabulary, built from
+ * the training pairs, nor in BPE's, with byte fallback); temperature 0
+ * (cg_sample's argmax) stays greedy decoding's token. */
 static cg_tensor *draw_rows(greedy_state *g, const cg_tensor *last)
 {
     const int64_t V = last->shape[2];
@@ -179,7 +183,7 @@ static cg_tensor *draw_rows(greedy_state *g, const cg_tensor *last)
     const bool draws = (float)g->scfg->temperature >= FLT_MIN; /* not cg_sample's argmax */
     for (int64_t k = 0; ok && k < g->n_alive; k++) {
         if (draws)
-            buf[k * V + CG_PAD] = -INFINITY;
+            buf[k * V + CG_PAD] = buf[k * V + CG_BOS] = buf[k * V + CG_UNK] = -INFINITY;
         ok = (cg_data_i64(ids)[k] = cg_sample(buf + k * V, V, g->scfg, &g->rngs[g->alive[k]])) >= 0;
     }
     free(buf);

@@ -163,6 +163,24 @@ char **cg_translate_all_until(cg_seq2seq *m, const cg_tokenizer *tok, const cg_s
 char **cg_translate_sample(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
                            const cg_sample_config *cfg, uint64_t seed, bool use_cache,
                            const cg_decode_limits *lim, FILE *echo);
+/* The seed of draw j of sentence i's generator, from a run's seed (draw 0:
+ * cg_translate_sample's for sentence i). */
+uint64_t cg_sample_seed(uint64_t seed, int64_t i, int j);
+/* fairseq-generate's --sampling --beam N --nbest K: `draws` (N)
+ * translations of source i of src, each drawn as cg_translate_sample draws
+ * (draw j from the generator of cg_sample_seed(seed, i, j): draw 0 is
+ * cg_translate_sample's), scored as beam search scores a hypothesis
+ * (cg_seq2seq_score under alpha: the model's log-probabilities, without
+ * the temperature or truncation, with EOS unless the draw stopped at its
+ * cap), and the nbest (1 <= nbest <= draws) best of them, best first (a tie:
+ * the earlier draw): texts[0..nbest) (malloc'd UTF-8, the caller frees)
+ * and scores; *n = nbest. Draws may repeat one another. Decodes in eval
+ * mode and leaves the model in the mode it was in. False + error (nothing
+ * to free). */
+bool cg_translate_sample_nbest(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                               int64_t i, const cg_sample_config *cfg, uint64_t seed, int draws,
+                               double alpha, bool use_cache, const cg_decode_limits *lim, int nbest,
+                               char **texts, double *scores, int *n);
 /* The nbest best translations of source i of src by beam search (as
  * cg_translate_all's beam path, lim as there, 1 <= nbest <= beam), best
  * first: texts[0..*n) (malloc'd UTF-8, the caller frees) and their scores

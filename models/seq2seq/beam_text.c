@@ -4,6 +4,7 @@
 #include "models/seq2seq/beam.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,11 @@ static bool put_text(const cg_tokenizer *tok, const int64_t *ids, int64_t L, cha
     return cg_output_flush(echo);
 }
 
+uint64_t cg_sample_seed(uint64_t seed, int64_t i, int j)
+{
+    return seed + (uint64_t)i * 0x9E3779B97F4A7C15ULL + (uint64_t)j * 0xD1B54A32D192ED03ULL;
+}
+
 cg_decode_limits cg_translate_limits_default(void)
 {
     return (cg_decode_limits){.max_len_a = CG_MAX_LEN_A, .max_len_b = CG_MAX_LEN_B};
@@ -106,7 +112,7 @@ static bool greedy_chunk(cg_seq2seq *m, const cg_tokenizer *tok, const cg_source
     cg_rng *rngs = cfg ? malloc((size_t)B * sizeof *rngs) : NULL;
     bool ok = ids && res && lens && (!cfg || rngs);
     for (int64_t i = 0; ok && cfg && i < B; i++)
-        rngs[i] = cg_rng_new(seed + (uint64_t)(c0 + i) * 0x9E3779B97F4A7C15ULL);
+        rngs[i] = cg_rng_new(cg_sample_seed(seed, c0 + i, 0));
     if (!ok)
         cg_set_error("out of memory");
     for (int64_t i = 0; ok && i < B; i++) {
@@ -273,4 +279,91 @@ char **cg_translate_sample(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sour
         return NULL;
     }
     return translate_all(m, tok, src, 1, 0.0, use_cache, lim, cfg, seed, echo, NULL);
+}
+
+/* A draw's place in cg_translate_sample_nbest's ranking */
+typedef struct {
+    double score;
+    int j;
+} draw_rank;
+
+/* best score first; a tie: the earlier draw first */
+static int by_score(const void *a, const void *b)
+{
+    const draw_rank *x = a, *y = b;
+    if (x->score != y->score)
+        return x->score > y->score ? -1 : 1;
+    return x->j - y->j;
+}
+
+/* Decode `draws` rows of source i (ids: draws rows of S, filled here) with
+ * generators of sentence i, and rank them into r by their scores. */
+static bool draw_rows(cg_seq2seq *m, const cg_sources *src, int64_t i, const cg_sample_config *cfg,
+                      uint64_t seed, int draws, double alpha, bool use_cache,
+                      const cg_decode_limits *lim, int64_t steps, int64_t *ids, int64_t *res,
+                      int64_t *lens, cg_rng *rngs, draw_rank *r)
+{
+    const int64_t S = src->len[i] + 1;
+    for (int j = 0; j < draws; j++) {
+        memcpy(ids + j * S, src->ids[i], (size_t)src->len[i] * sizeof *ids);
+        ids[j * S + S - 1] = CG_EOS;
+        rngs[j] = cg_rng_new(cg_sample_seed(seed, i, j));
+        lens[j] = 0;
+    }
+    bool ok = steps == 0 ||
+              cg_sample_decode(m, ids, draws, S, steps, lim, cfg, rngs, res, lens, use_cache);
+    for (int j = 0; ok && j < draws; j++) {
+        /* a draw that stopped at its cap has no EOS to score */
+        r[j] = (draw_rank){cg_seq2seq_score(m, ids + j * S, S, res + j * (steps ? steps : 1),
+                                            lens[j], lens[j] < steps, alpha),
+                           j};
+        ok = !isnan(r[j].score);
+    }
+    if (ok)
+        qsort(r, (size_t)draws, sizeof *r, by_score);
+    return ok;
+}
+
+bool cg_translate_sample_nbest(cg_seq2seq *m, const cg_tokenizer *tok, const cg_sources *src,
+                               int64_t i, const cg_sample_config *cfg, uint64_t seed, int draws,
+                               double alpha, bool use_cache, const cg_decode_limits *lim, int nbest,
+                               char **texts, double *scores, int *n)
+{
+    cg_decode_limits d;
+    if (!m || !tok || !src || !cfg || i < 0 || i >= src->n || !texts || !scores || !n ||
+        draws < 1 || nbest < 1 || nbest > draws) {
+        cg_set_error("translate sample nbest: bad arguments");
+        return false;
+    }
+    if (!translate_limits(lim, &d))
+        return false;
+    const int64_t S = src->len[i] + 1, steps = cg_decode_max_len(&d, S, m->cfg.max_len);
+    int64_t *ids = malloc((size_t)(draws * S) * sizeof *ids);
+    int64_t *res = malloc((size_t)(draws * (steps ? steps : 1)) * sizeof *res);
+    int64_t *lens = malloc((size_t)draws * sizeof *lens);
+    cg_rng *rngs = malloc((size_t)draws * sizeof *rngs);
+    draw_rank *r = malloc((size_t)draws * sizeof *r);
+    bool ok = ids && res && lens && rngs && r;
+    if (!ok)
+        cg_set_error("out of memory");
+    bool was_training = m->base.training; /* decoded in eval mode, then restored */
+    cg_module_train(CG_MODULE(m), false);
+    ok = ok && draw_rows(m, src, i, cfg, seed, draws, alpha, use_cache, &d, steps, ids, res, lens,
+                         rngs, r);
+    cg_module_train(CG_MODULE(m), was_training);
+    int k = 0;
+    for (; ok && k < nbest; k++) {
+        const int j = r[k].j;
+        scores[k] = r[k].score;
+        ok = put_text(tok, res + j * (steps ? steps : 1), lens[j], &texts[k], NULL);
+    }
+    for (int j = 0; !ok && j < k; j++)
+        free(texts[j]);
+    *n = ok ? nbest : 0;
+    free(ids);
+    free(res);
+    free(lens);
+    free(rngs);
+    free(r);
+    return ok;
 }

@@ -34,6 +34,7 @@ extern "C" {
 #define CG_PAD 0
 #define CG_BOS 1
 #define CG_EOS 2
+#define CG_UNK 3 /* the zoo's tokenizers' unknown token (models/text/tokenizer.h) */
 
 typedef struct {
     int64_t vocab; /* V, > 3 (PAD, BOS, EOS are 0, 1, 2) */

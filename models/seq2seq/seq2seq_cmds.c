@@ -52,13 +52,38 @@ static bool translatable(const cg_seq2seq_ckpt *c, const char *text, const char 
     return ok;
 }
 
+/* --sampling's config for c's model (top-k at most the vocabulary: all of
+ * it) and the seed of the sentences after `before` translated ones. */
+static cg_sample_config sample_config(const cg_seq2seq_ckpt *c, const cg_translate_opts *t,
+                                      int64_t before, uint64_t *seed)
+{
+    cg_sample_config sc = t->sample;
+    sc.top_k = sc.top_k < c->model->cfg.vocab ? sc.top_k : c->model->cfg.vocab;
+    *seed = cg_sample_seed(t->seed, before, 0);
+    return sc;
+}
+
+/* The nbest translations of source j of s: beam search's, or the best of
+ * --sampling's --beam draws (before: the sentences translated before s's). */
+static bool nbest_of(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, const cg_sources *s,
+                     int64_t j, int64_t before, int nbest, char **texts, double *scores, int *got)
+{
+    if (!t->sampling)
+        return cg_translate_nbest(c->model, c->tok, s, j, (int)t->beam, t->alpha, !t->no_cache,
+                                  &t->lim, nbest, texts, scores, got);
+    uint64_t seed;
+    cg_sample_config sc = sample_config(c, t, before, &seed);
+    return cg_translate_sample_nbest(c->model, c->tok, s, j, &sc, seed, (int)t->beam, t->alpha,
+                                     !t->no_cache, &t->lim, nbest, texts, scores, got);
+}
+
 /* --nbest: the best translations of every sentence not skipped, as
  * fairseq-generate's lines H-I<TAB>SCORE<TAB>TEXT (I the sentence's index
  * in the input, from 0: first + its index in s's), each sentence's printed
  * once decoded. -1 or the
  * exit code. */
 static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, const cg_sources *s,
-                       const bool *skip, int64_t n, int64_t first)
+                       const bool *skip, int64_t n, int64_t first, int64_t before)
 {
     const int nbest = (int)t->nbest;
     char **texts = malloc((size_t)nbest * sizeof *texts);
@@ -68,8 +93,7 @@ static int print_nbest(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, con
         int got = 0;
         if (skip[i])
             continue;
-        if (!cg_translate_nbest(c->model, c->tok, s, j++, (int)t->beam, t->alpha, !t->no_cache,
-                                &t->lim, nbest, texts, scores, &got))
+        if (!nbest_of(c, t, s, j++, before, nbest, texts, scores, &got))
             rc = cg_prog_fail_lib(NULL);
         errno = 0;
         for (int k = 0; k < got; k++) {
@@ -93,11 +117,28 @@ static char **translate_good(const cg_seq2seq_ckpt *c, const cg_translate_opts *
     if (!t->sampling)
         return cg_translate_all(c->model, c->tok, s, (int)t->beam, t->alpha, !t->no_cache, &t->lim,
                                 echo);
-    cg_sample_config sc = t->sample;
-    sc.top_k = sc.top_k < c->model->cfg.vocab ? sc.top_k : c->model->cfg.vocab;
     /* sentence i of s is the input's (before + i)-th translated: its seed */
-    uint64_t seed = t->seed + (uint64_t)before * 0x9E3779B97F4A7C15ULL;
-    return cg_translate_sample(c->model, c->tok, s, &sc, seed, !t->no_cache, &t->lim, echo);
+    uint64_t seed;
+    cg_sample_config sc = sample_config(c, t, before, &seed);
+    if (t->beam <= 1)
+        return cg_translate_sample(c->model, c->tok, s, &sc, seed, !t->no_cache, &t->lim, echo);
+    char **out = calloc((size_t)(s->n ? s->n : 1), sizeof *out);
+    bool ok = out != NULL;
+    for (int64_t i = 0; ok && i < s->n; i++) { /* the best of --beam draws */
+        double score;
+        int got;
+        ok = nbest_of(c, t, s, i, before, 1, &out[i], &score, &got);
+        errno = 0; /* checked at once: a reader gone stops the translation here */
+        if (ok && echo) {
+            fprintf(echo, "%s\n", out[i]);
+            ok = cg_output_flush(echo);
+        }
+    }
+    if (!out)
+        cg_set_error("out of memory");
+    if (!ok)
+        cg_strings_free(out, s->n);
+    return ok ? out : NULL;
 }
 
 /* --score-reference: the score of reference i (ref) given source j of s,
@@ -206,7 +247,7 @@ int translate_texts(const cg_seq2seq_ckpt *c, const cg_translate_opts *t, char *
     if (rc < 0 && !cg_sources_encode(c->tok, good, ngood, c->model->cfg.max_len, &s))
         rc = cg_prog_fail_lib(NULL);
     else if (rc < 0 && t->nbest)
-        rc = print_nbest(c, t, &s, skip, n, first);
+        rc = print_nbest(c, t, &s, skip, n, first, first - *nbad_all);
     else if (rc < 0 && t->score_ref)
         rc = print_ref_scores(c, t, &s, skip, n);
     else if (rc < 0 && !(hyps = translate_good(c, t, &s, first - *nbad_all, nbad ? NULL : stdout)))
@@ -511,9 +552,6 @@ int translate_flag_rules(const cg_translate_opts *t)
                          t->sample.temperature != d.temperature || t->seed != 1))
         why = "--sampling-topk, --sampling-topp, --temperature and --seed are --sampling's: "
               "give --sampling";
-    else if (t->sampling && (t->beam > 1 || t->nbest))
-        why = "--sampling draws one translation a sentence, token by token: drop --beam and "
-              "--nbest";
     else if (t->sample.top_p <= 0)
         why = "--sampling-topp: 0 keeps no token; give P in (0, 1]";
     else if (t->score_ref && (t->sampling || t->beam > 1 || t->nbest))

@@ -44,7 +44,9 @@ int score_files(const char *ref, const char *hyp);
     "                       taking the likeliest (fairseq-generate's --sampling, as\n"  \
     "                       back-translation uses it); each sentence has its own\n"     \
     "                       generator, seeded from --seed and its position, so its\n"   \
-    "                       translation does not depend on the other sentences\n"       \
+    "                       translation does not depend on the other sentences;\n"      \
+    "                       with --beam N it draws N translations a sentence and\n"     \
+    "                       keeps the best by --nbest's score (--nbest K: K of them)\n" \
     "  --sampling-topk K    draw among the K likeliest tokens only (default 0: all)\n"  \
     "  --sampling-topp P    draw among the smallest set of likeliest tokens whose\n"    \
     "                       probability reaches P, in (0, 1] (default 1: all)\n"        \
