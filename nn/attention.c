@@ -110,22 +110,34 @@ bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal
 cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v,
                                            const cg_tensor *mask, cg_tensor **weights_out)
 {
+    return cg_scaled_dot_product_attention_ex(q, k, v, mask, 0.0f, NULL, weights_out);
+}
+
+cg_tensor *cg_scaled_dot_product_attention_ex(cg_tensor *q, cg_tensor *k, cg_tensor *v,
+                                              const cg_tensor *mask, float dropout_p, cg_rng *rng,
+                                              cg_tensor **weights_out)
+{
     if (weights_out)
         *weights_out = NULL;
     if (!q || !k || !v) {
         cg_error_null_input("cg_scaled_dot_product_attention");
         return NULL;
     }
+    if (!(dropout_p >= 0.0f && dropout_p <= 1.0f) || (dropout_p > 0.0f && !rng)) {
+        cg_set_error("attention: dropout_p %g must be in [0, 1], with a generator when above 0",
+                     (double)dropout_p);
+        return NULL;
+    }
     /* q, k and v as the fused kernel takes them, with a mask too */
     if (!cg_k_attention_check(q, k, v))
         return NULL;
-    if (!mask) /* nothing masked: the fused kernel */
+    if (!mask && dropout_p == 0.0f) /* nothing masked or dropped: the fused kernel */
         return cg_attention(q, k, v, false, NULL, weights_out);
     /* bfloat16 read as its float32 values (cg_to: the gradient comes back
      * bfloat16), so that the result is float32 with a mask as without one */
     const int64_t full[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
-    cg_tensor *mv = mask_view(mask, full);
-    if (!mv)
+    cg_tensor *mv = mask ? mask_view(mask, full) : NULL;
+    if (mask && !mv)
         return NULL;
     q = cg_to(q, CG_F32), k = cg_to(k, CG_F32), v = cg_to(v, CG_F32); /* released below */
     if (!q || !k || !v) {
@@ -139,7 +151,7 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
     cg_tensor *s = cg_matmul(q, kt);
     cg_tensor *ss = cg_div(s, scale);
     cg_release_all(3, scale, kt, s);
-    if (ss) { /* bool: -inf where true; float: added, as PyTorch's attn_mask */
+    if (ss && mv) { /* bool: -inf where true; float: added, as PyTorch's attn_mask */
         cg_tensor *sm = mv->dtype == CG_BOOL ? cg_masked_fill(ss, mv, -INFINITY) : cg_add(ss, mv);
         cg_release(ss);
         ss = sm;
@@ -147,8 +159,9 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
     cg_release(mv);
     cg_tensor *w = cg_softmax(ss, -1);
     cg_release(ss);
-    cg_tensor *out = w ? cg_matmul(w, v) : NULL;
-    cg_release_all(3, q, k, v);
+    cg_tensor *wd = w && dropout_p > 0.0f ? cg_dropout(w, dropout_p, rng, true) : cg_retain(w);
+    cg_tensor *out = wd ? cg_matmul(wd, v) : NULL;
+    cg_release_all(4, q, k, v, wd);
     if (!w)
         return NULL;
     if (out && weights_out && !(*weights_out = cg_detach(w))) {
@@ -161,6 +174,23 @@ cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor
 
 /* -------------------------------------------------------------- module */
 static void mha_destroy(cg_module *m) { cg_release_held(((cg_mha *)m)->weights); }
+
+bool cg_mha_set_attn_dropout(cg_mha *m, float p, cg_rng *rng)
+{
+    if (!m) {
+        cg_error_null_input("cg_mha_set_attn_dropout");
+        return false;
+    }
+    if (!(p >= 0.0f && p <= 1.0f) || (p > 0.0f && !rng)) { /* nn.Dropout's range */
+        cg_set_error("MultiHeadAttention: attention dropout %g must be in [0, 1], with a "
+                     "generator when above 0",
+                     (double)p);
+        return false;
+    }
+    m->attn_dropout = p;
+    m->attn_dropout_rng = rng;
+    return true;
+}
 
 cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng) { return cg_mha_new_bias(d, H, true, rng); }
 
@@ -251,7 +281,9 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
     /* Causal and key-padding masks go to the fused kernel (cg_attention);
      * only a general mask tensor needs the mask built and the graph path. */
     cg_tensor *amask = NULL;
-    if (mask && !cg_attention_mask(B, m->H, Tq, Tk, causal, key_pad, mask, &amask))
+    /* attention dropout: the graph path, its mask made of all three */
+    const float drop = mod->training ? m->attn_dropout : 0.0f;
+    if ((mask || drop > 0.0f) && !cg_attention_mask(B, m->H, Tq, Tk, causal, key_pad, mask, &amask))
         return NULL;
 
     /* q, k and v are read by attention's bf16 products: their rounding
@@ -282,8 +314,10 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
     bool want_w = weights_out || m->keep_weights;
     cg_tensor *w = NULL;
     cg_tensor *o = !(qh && kh && vh) ? NULL
-                   : mask ? cg_scaled_dot_product_attention(qh, kh, vh, amask, want_w ? &w : NULL)
-                          : cg_attention(qh, kh, vh, causal, key_pad, want_w ? &w : NULL);
+                   : mask || drop > 0.0f
+                       ? cg_scaled_dot_product_attention_ex(qh, kh, vh, amask, drop,
+                                                            m->attn_dropout_rng, want_w ? &w : NULL)
+                       : cg_attention(qh, kh, vh, causal, key_pad, want_w ? &w : NULL);
     cg_release_all(4, qh, kh, vh, amask);
 
     cg_tensor *y = merge_heads_out(m, o, a->res);

@@ -71,6 +71,21 @@ bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal
  * boundary a fused attention kernel can replace. */
 cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v,
                                            const cg_tensor *mask, cg_tensor **weights_out);
+/* The same with dropout on the weights (F.scaled_dot_product_attention's
+ * dropout_p, applied whenever dropout_p > 0: the caller gives 0 outside
+ * training): each weight zeroed with probability dropout_p, the others
+ * scaled by 1 / (1 - dropout_p), the mask drawn from rng as cg_dropout
+ * draws (autograd/ops.h); then @ v. With dropout_p > 0 it takes the graph
+ * path (scores, mask, softmax, dropout, @ v: the [B,H,Tq,Tk] weights are
+ * kept for backward, as PyTorch's CPU math path does with dropout), mask
+ * NULL included. *weights_out gets the weights before the dropout (the
+ * attention's distribution, for heatmaps; PyTorch's need_weights returns
+ * them after it). dropout_p 0: cg_scaled_dot_product_attention, rng
+ * unused. False + error for dropout_p outside [0, 1] or rng NULL with
+ * dropout_p > 0. */
+cg_tensor *cg_scaled_dot_product_attention_ex(cg_tensor *q, cg_tensor *k, cg_tensor *v,
+                                              const cg_tensor *mask, float dropout_p, cg_rng *rng,
+                                              cg_tensor **weights_out);
 
 typedef struct {
     cg_module base; /* type "MultiHeadAttention" */
@@ -100,6 +115,15 @@ typedef struct {
      * module with a hook (it would not know the cached keys' positions). */
     cg_tensor *(*qk_hook)(void *ctx, cg_tensor *x, bool is_key);
     void *qk_hook_ctx;
+    /* Dropout on the attention weights (nn.MultiheadAttention's dropout=,
+     * fairseq's --attention-dropout, nanoGPT's attn_dropout), set with
+     * cg_mha_set_attn_dropout: in training mode with attn_dropout > 0,
+     * cg_mha_forward and the residual form take
+     * cg_scaled_dot_product_attention_ex's graph path, drawing from
+     * *attn_dropout_rng (borrowed). 0 (the default): none, the fused
+     * kernel. The cached form (decoding, without gradients) takes none. */
+    float attn_dropout;
+    cg_rng *attn_dropout_rng;
 } cg_mha;
 
 /* d % H must be 0. The projections have biases. */
@@ -107,6 +131,9 @@ cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng);
 /* bias false: projections without biases (nn.MultiheadAttention's
  * bias=False); their weights are drawn as cg_mha_new draws them. */
 cg_mha *cg_mha_new_bias(int64_t d, int64_t H, bool bias, cg_rng *rng);
+/* Attention dropout p in [0, 1] drawn from rng (borrowed: it must outlive
+ * m; may be NULL when p is 0). False + error otherwise, m unchanged. */
+bool cg_mha_set_attn_dropout(cg_mha *m, float p, cg_rng *rng);
 /* xq [B,Tq,d], xkv [B,Tk,d] (pass xq twice for self-attention) -> [B,Tq,d].
  * key_pad and mask may be NULL; *weights_out (if not NULL) receives the
  * attention weights [B,H,Tq,Tk], detached (new reference). */

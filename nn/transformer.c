@@ -34,6 +34,11 @@ bool cg_tf_config_check(const cg_tf_config *c)
         cg_set_error("transformer config: dropout must be in [0, 1] (got %g)", (double)c->dropout);
         return false;
     }
+    if (!(c->attn_dropout >= 0.0f && c->attn_dropout <= 1.0f)) {
+        cg_set_error("transformer config: attn_dropout must be in [0, 1] (got %g)",
+                     (double)c->attn_dropout);
+        return false;
+    }
     return true;
 }
 
@@ -152,6 +157,18 @@ static cg_norm *tf_norm(const cg_tf_config *cfg)
         (l)->own_rng = cg_rng_new(0);                                         \
         (l)->rng = (cfgp)->dropout_rng ? (cfgp)->dropout_rng : &(l)->own_rng; \
     } while (0)
+
+/* A layer's attention: weights drawn from init, its attention dropout
+ * (cfg's) drawn from the layer's generator drop, or NULL (freed). */
+static cg_mha *tf_mha(const cg_tf_config *cfg, cg_rng *init, cg_rng *drop)
+{
+    cg_mha *a = cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, init);
+    if (a && !cg_mha_set_attn_dropout(a, cfg->attn_dropout, drop)) {
+        cg_module_free(&a->base);
+        return NULL;
+    }
+    return a;
+}
 
 /* ------------------------------------------------ recomputation (flag) */
 /* A layer with recompute set runs under cg_checkpoint: its ctx owns copies
@@ -281,7 +298,7 @@ cg_enc_layer *cg_enc_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &l->base;
     bool ok =
-        (l->self_attn = ADD(m, "self_attn", cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, r))) &&
+        (l->self_attn = ADD(m, "self_attn", tf_mha(cfg, r, l->rng))) &&
         (l->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
         (l->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r))) &&
         (l->ln2 = ADD(m, "ln2", tf_norm(cfg)));
@@ -327,9 +344,9 @@ cg_dec_layer *cg_dec_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &l->base;
     bool ok =
-        (l->self_attn = ADD(m, "self_attn", cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, r))) &&
+        (l->self_attn = ADD(m, "self_attn", tf_mha(cfg, r, l->rng))) &&
         (l->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
-        (l->cross_attn = ADD(m, "cross_attn", cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, r))) &&
+        (l->cross_attn = ADD(m, "cross_attn", tf_mha(cfg, r, l->rng))) &&
         (l->ln2 = ADD(m, "ln2", tf_norm(cfg))) &&
         (l->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r))) &&
         (l->ln3 = ADD(m, "ln3", tf_norm(cfg)));
@@ -397,7 +414,7 @@ cg_lm_block *cg_lm_block_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &b->base;
     bool ok = (b->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
-              (b->attn = ADD(m, "attn", cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, r))) &&
+              (b->attn = ADD(m, "attn", tf_mha(cfg, r, b->rng))) &&
               (b->ln2 = ADD(m, "ln2", tf_norm(cfg))) &&
               (b->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r)));
     if (!ok) {

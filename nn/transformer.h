@@ -30,6 +30,10 @@ typedef struct {
                         * silu, swiglu, geglu (gated: the FF gains fc3) */
     bool norm_first;   /* pre-norm (true) or post-norm */
     float dropout;     /* in [0, 1] (1: every value dropped, as nn.Dropout(1.0)) */
+    /* dropout on every attention's weights, in [0, 1] (nn/attention.h
+     * cg_mha_set_attn_dropout; fairseq's --attention-dropout, nanoGPT's
+     * attn_dropout); 0 (the zero value): none, the fused kernel */
+    float attn_dropout;
     /* PyTorch's bias=False (nanoGPT's bias = False): the attention's and
      * feed-forward's Linears and the LayerNorms have no bias (the weights
      * are drawn as with them). false (the zero value): biases. */

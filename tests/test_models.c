@@ -212,7 +212,22 @@ START_TEST(test_config_arch_facts)
         "true, \"dropout\": 0}",
         &back));
     ck_assert(back.d == 16 && back.norm_first && back.act == CG_ACT_GELU && back.layers == 2);
-    ck_assert(back.bias); /* written before "bias" was a key: biases */
+    ck_assert(back.bias);                 /* written before "bias" was a key: biases */
+    ck_assert(back.attn_dropout == 0.0f); /* before "attn_dropout": none */
+    /* attn_dropout is a field, written and read back; a recipe (a float),
+     * not the architecture */
+    c.attn_dropout = 0.25f;
+    js = cg_charlm_config_to_json(&c);
+    o = cJSON_Parse(js);
+    assert_key(o, "attn_dropout", "0.25");
+    cJSON_Delete(o);
+    ck_assert(cg_charlm_config_from_json(js, &back) && back.attn_dropout == 0.25f);
+    char *js0 = (c.attn_dropout = 0.0f, cg_charlm_config_to_json(&c));
+    ck_assert(cg_charlm_config_same_arch(js, js0));
+    free(js0);
+    free(js);
+    ck_assert(!cg_charlm_config_from_json("{\"attn_dropout\": 1.5}", &back));
+    ck_assert_msg(strstr(cg_last_error(), "attn_dropout"), "%s", cg_last_error());
     /* "bias" is a field (--bias false), not a fact */
     ck_assert(cg_charlm_config_from_json("{\"bias\": false}", &back) && !back.bias);
     ck_assert(cg_charlm_config_from_json("{\"bias\": true}", &back) && back.bias);

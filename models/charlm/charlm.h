@@ -30,18 +30,19 @@ extern "C" {
 #endif
 
 typedef struct {
-    int64_t vocab;     /* V */
-    int64_t d;         /* model width; d % H == 0 */
-    int64_t H;         /* attention heads */
-    int64_t layers;    /* >= 0 */
-    int64_t d_ff;      /* feed-forward width */
-    int64_t max_len;   /* longest sequence (positions table) */
-    cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
-    cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf,
+    int64_t vocab;      /* V */
+    int64_t d;          /* model width; d % H == 0 */
+    int64_t H;          /* attention heads */
+    int64_t layers;     /* >= 0 */
+    int64_t d_ff;       /* feed-forward width */
+    int64_t max_len;    /* longest sequence (positions table) */
+    cg_norm_kind norm;  /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
+    cg_act act;         /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf,
                         * silu, swiglu, geglu (gated: the FF gains fc3, d_ff as given) */
-    bool norm_first;   /* pre-norm (true) or post-norm */
-    bool bias;         /* biases in every Linear and LayerNorm (nanoGPT's bias; true) */
-    float dropout;     /* in [0, 1]; after the embedding and each sublayer */
+    bool norm_first;    /* pre-norm (true) or post-norm */
+    bool bias;          /* biases in every Linear and LayerNorm (nanoGPT's bias; true) */
+    float dropout;      /* in [0, 1]; after the embedding and each sublayer */
+    float attn_dropout; /* in [0, 1]; on the attention weights (nanoGPT's attn_dropout; 0) */
     /* the training loss (cg_charlm_forward_loss): 0 = logits, then
      * cross-entropy; -1 (CG_LCE_EXACT) = the head fused with the loss in
      * chunks on its product's k blocks, the same bits; > 0 = fused in

@@ -83,7 +83,11 @@ static bool load_adapter(const char *path, const cg_charlm_load_opts *o, cg_char
     const char *base = cg_ft_base_path(path, &out->origin, o->base);
     if (!base)
         return false;
-    cg_charlm_load_opts bo = {.base = NULL, .seed = o->seed, .dropout = cfg.dropout};
+    cg_charlm_load_opts bo = {.base = NULL,
+                              .seed = o->seed,
+                              .dropout = cfg.dropout,
+                              .set_attn_dropout = true,
+                              .attn_dropout = cfg.attn_dropout};
     cg_charlm_ckpt b;
     char why[160];
     int got = load_at(base, &bo, path, &b);
@@ -166,6 +170,8 @@ static int load_at(const char *path, const cg_charlm_load_opts *o, const char *a
     }
     if (!isnan(o->dropout))
         cfg.dropout = (float)o->dropout;
+    if (o->set_attn_dropout)
+        cfg.attn_dropout = (float)o->attn_dropout;
     if (cg_st_metadata(f, "tokenizer")) { /* bpe (models/tokenizer.h) */
         if (!(out->tok = cg_tokenizer_read(f, false)))
             goto fail;

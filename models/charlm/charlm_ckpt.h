@@ -37,6 +37,10 @@ typedef struct {
     const char *base; /* an adapter checkpoint's base instead of the one it recorded (--base) */
     uint64_t seed;    /* of the model's generators (cg_charlm_new): its dropout masks */
     double dropout;   /* the model's dropout instead of the config's; NaN: the config's */
+    /* set_attn_dropout: attn_dropout instead of the config's (false, the
+     * zero value: the config's) */
+    bool set_attn_dropout;
+    double attn_dropout;
     /* the checkpoint's weights' average when it keeps one (the default),
      * or its trained weights (models/train/checkpoint.h); an adapter
      * checkpoint's base gives its average either way (the weights the

@@ -176,6 +176,7 @@ static bool lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, cons
     cfg->norm_first = rc->norm_first;
     cfg->bias = rc->bias;
     cfg->dropout = (float)rc->dropout;
+    cfg->attn_dropout = (float)rc->attn_dropout;
     *Bout = p->B;
     return true;
 }
@@ -202,8 +203,9 @@ static int lm_check_base(const cg_cli_args *a, const cg_train_recipe *rec,
 }
 
 /* --init-from: the model and tokenizer from the base checkpoint (dropout
- * from --dropout when given, masks from --seed), the flags checked against
- * it, LoRA adapters attached when asked for, and the trainer told. */
+ * from --dropout and --attention-dropout when given, masks from --seed),
+ * the flags checked against it, LoRA adapters attached when asked for,
+ * and the trainer told. */
 static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
                         const cg_train_recipe *rec, const cg_charlm_config *cfg)
 {
@@ -211,6 +213,8 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
     const cg_cli_args *a = o->args;
     cg_charlm_load_opts lo = {.seed = o->seed,
                               .dropout = cg_cli_given(a, &rec->dropout) ? rec->dropout : NAN,
+                              .set_attn_dropout = cg_cli_given(a, &rec->attn_dropout),
+                              .attn_dropout = rec->attn_dropout,
                               .weights = o->init_no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE};
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load_opts(o->init_from, &lo, &ck))

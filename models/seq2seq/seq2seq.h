@@ -49,6 +49,7 @@ typedef struct {
     bool norm_first;
     bool bias;             /* biases in every Linear and LayerNorm (PyTorch's bias; true) */
     float dropout;         /* in [0, 1] */
+    float attn_dropout;    /* in [0, 1]: on the attention weights (--attention-dropout; 0) */
     float label_smoothing; /* in [0, 1] */
     /* word dropout in [0, 1]: in training, each source and target token's
      * embedding is zeroed with this probability (the others scaled by

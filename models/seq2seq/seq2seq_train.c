@@ -297,6 +297,7 @@ static bool mt_config_from_flags(const mt_run *r, const cg_train_opts *o, cg_tra
     cfg.norm_first = rec->norm_first;
     cfg.bias = rec->bias;
     cfg.dropout = (float)rec->dropout;
+    cfg.attn_dropout = (float)rec->attn_dropout;
     cfg.label_smoothing = (float)rec->label_smoothing;
     cfg.word_dropout = (float)r->word_dropout;
     *out = cfg;

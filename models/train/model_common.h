@@ -19,15 +19,16 @@ extern "C" {
 /* The layers' config of a zoo model config c (a pointer to a struct with
  * the fields of models/util/config_json.h's CG_CONFIG_ZOO_WIDTH and
  * CG_CONFIG_ZOO_BLOCK, and dropout), its dropout drawn from *rng. */
-#define CG_MODEL_TF_CONFIG(c, rng)                 \
-    ((cg_tf_config){.d = (c)->d,                   \
-                    .H = (c)->H,                   \
-                    .d_ff = (c)->d_ff,             \
-                    .norm = (c)->norm,             \
-                    .act = (c)->act,               \
-                    .norm_first = (c)->norm_first, \
-                    .dropout = (c)->dropout,       \
-                    .no_bias = !(c)->bias,         \
+#define CG_MODEL_TF_CONFIG(c, rng)                     \
+    ((cg_tf_config){.d = (c)->d,                       \
+                    .H = (c)->H,                       \
+                    .d_ff = (c)->d_ff,                 \
+                    .norm = (c)->norm,                 \
+                    .act = (c)->act,                   \
+                    .norm_first = (c)->norm_first,     \
+                    .dropout = (c)->dropout,           \
+                    .attn_dropout = (c)->attn_dropout, \
+                    .no_bias = !(c)->bias,             \
                     .dropout_rng = (rng)})
 /* A model's own norm (charlm's ln_f): kind over d, with a bias unless
  * bias is false (the layers' own: nn/transformer.h no_bias). */

@@ -115,7 +115,7 @@ typedef struct {
     char arch_help[320];    /* their --help lines (cg_train_arch_help) */
     bool norm_first;
     bool bias; /* --bias: biases in every Linear and LayerNorm (true; nanoGPT's bias) */
-    double dropout, label_smoothing, lr;
+    double dropout, attn_dropout, label_smoothing, lr;
     /* The optimizer's: AdamW's decoupled weight decay of the matrices (2-D
      * parameters), Adam's betas and epsilon (a program sets its recipe's
      * before parsing), and the gradients' clipping norm (0: none; 1). */
@@ -164,6 +164,14 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          0,                                                                                       \
          1,                                                                                       \
          "  --dropout P          dropout in [0, 1] (1: everything dropped, as nn.Dropout)\n",     \
+         CG_CLI_FIXED},                                                                           \
+        {"--attention-dropout",                                                                   \
+         CG_CLI_F64,                                                                              \
+         &(r)->attn_dropout,                                                                      \
+         0,                                                                                       \
+         1,                                                                                       \
+         "  --attention-dropout P  dropout on the attention weights, in [0, 1] (fairseq's\n"      \
+         "                       --attention-dropout, nanoGPT's attn_dropout; default 0)\n",      \
          CG_CLI_FIXED},                                                                           \
         {"--label-smoothing",                                                                     \
          CG_CLI_F64,                                                                              \

@@ -147,7 +147,8 @@ typedef struct {
     {"norm", CG_CF_NORM, offsetof(type, norm), NULL, 0, 0, NULL, NULL},        \
     {"act", CG_CF_ACT, offsetof(type, act), NULL, 0, 0, NULL, NULL},           \
     {"norm_first", CG_CF_BOOL, offsetof(type, norm_first), NULL, 0, 0, NULL, NULL}, \
-    CG_CF_PROBABILITY(type, dropout)
+    CG_CF_PROBABILITY(type, dropout),                                          \
+    CG_CF_PROBABILITY(type, attn_dropout)
 /* clang-format on */
 /* The facts both zoo models share (docs/architectures.md), as entries of a
  * table over the config struct `type`: norms with eps 1e-5; the form of
