@@ -82,6 +82,7 @@ extern "C" {
     X(CLAMP, "clamp", 1, CG_IN(0), 0)                                         \
     X(GATED, "gated", 2, CG_IN(0) | CG_IN(1), 0) /* act(a) * b */             \
     X(GATED_HALVES, "gated_halves", 1, CG_IN(0), 0) /* of h's two halves */    \
+    X(ROPE, "rope", 1, 0, 0)            /* rotary positions: a rotation */    \
     X(WHERE, "where", 3, CG_IN(0), 0)   /* cond, a, b */                      \
     X(MASKED_FILL, "masked_fill", 2, CG_IN(1), 0)                             \
     X(SUM, "sum", 1, 0, 0)                                                    \

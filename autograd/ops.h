@@ -49,6 +49,11 @@ cg_tensor *cg_geglu(cg_tensor *a, cg_tensor *b);
  * act(h[..., :n]) * h[..., n:] -> [..., n]; the backward writes h's whole
  * gradient in one pass. */
 cg_tensor *cg_swiglu_halves(cg_tensor *h);
+/* Rotary position embeddings of x [..., T, D] at positions start + t
+ * (core/ops.h cg_k_rope: the rotate-half pairing of Hugging Face's LLaMA,
+ * base theta), differentiable in x: the backward is the inverse rotation
+ * (nothing is kept). */
+cg_tensor *cg_rope(cg_tensor *x, int64_t start, double theta);
 cg_tensor *cg_geglu_halves(cg_tensor *h);
 /* cond ? a : b, cond bool (no gradient flows to it). */
 cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b);

@@ -104,6 +104,24 @@ static cg_tensor *gated_halves(cg_tensor *h, cg_k_gate act)
 cg_tensor *cg_swiglu_halves(cg_tensor *h) { return gated_halves(h, CG_K_GATE_SILU); }
 cg_tensor *cg_geglu_halves(cg_tensor *h) { return gated_halves(h, CG_K_GATE_GELU); }
 
+/* ------------------------------------------------------ rotary positions */
+static bool rope_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    double theta;
+    memcpy(&theta, &n->p.i[1], sizeof theta);
+    return (gin[0] = cg_k_rope(g, n->p.i[0], theta, true)) != NULL;
+}
+cg_tensor *cg_rope(cg_tensor *x, int64_t start, double theta)
+{
+    cg_node *n;
+    cg_tensor *out = record(cg_k_rope(x, start, theta, false), CG_OP_ROPE, 1, &x, rope_bw, &n);
+    if (n) { /* i[1] holds the double's bits (p.f shares i[0] and i[1]'s bytes) */
+        n->p.i[0] = start;
+        memcpy(&n->p.i[1], &theta, sizeof theta);
+    }
+    return out;
+}
+
 /* -------------------------------------------------------- triangles */
 static bool triangle_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {

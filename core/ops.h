@@ -112,6 +112,15 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
  * (a copy when not contiguous), float32 or bfloat16 (g too). */
 cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act);
 cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg_k_gate act);
+/* Rotary position embeddings (core/rope.c: RoFormer's rotation in the
+ * rotate-half pairing of GPT-NeoX and Hugging Face's LLaMA): along the last
+ * dim D (even, h = D/2) of x [..., T, D], the row at position start + t
+ * (t its index along dim -2) has each pair (i, i + h) rotated by the angle
+ * (start + t) theta^(-2i/D); inverse: by its negative (the backward).
+ * float32 or bfloat16, any strides; the result contiguous, of x's dtype
+ * (bf16: computed in float32, rounded once). start >= 0, theta > 1 (10000
+ * in RoFormer and LLaMA). OpenMP over rows: the same bits for any team. */
+cg_tensor *cg_k_rope(const cg_tensor *x, int64_t start, double theta, bool inverse);
 cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
 /* cond ? a : b, all three broadcast together; cond is bool (another
  * dtype refused, as torch.where refuses it); a and b of any dtypes, the

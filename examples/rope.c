@@ -1,6 +1,11 @@
 /* rope: a user-defined differentiable op, written against the installed
  * library only (cc rope.c $(pkg-config --cflags --libs cgrad)).
  *
+ * (The library has rotary embeddings built in, in Hugging Face's
+ * rotate-half pairing: cg_rope and cg_mha_set_rope, which also decode with
+ * a key/value cache. This example keeps RoFormer's interleaved pairs to
+ * show how a user adds an op of their own.)
+ *
  * Rotary position embeddings (RoFormer, Su et al. 2021): along the last
  * dimension D (even) of x [..., T, D], each pair (x[2i], x[2i+1]) at
  * position t is rotated by the angle t * base^(-2i/D). The backward of a

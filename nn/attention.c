@@ -175,6 +175,40 @@ cg_tensor *cg_scaled_dot_product_attention_ex(cg_tensor *q, cg_tensor *k, cg_ten
 /* -------------------------------------------------------------- module */
 static void mha_destroy(cg_module *m) { cg_release_held(((cg_mha *)m)->weights); }
 
+bool cg_mha_set_rope(cg_mha *m, double theta)
+{
+    if (!m) {
+        cg_error_null_input("cg_mha_set_rope");
+        return false;
+    }
+    if (theta != 0.0 && !(theta > 1.0 && isfinite(theta))) {
+        cg_set_error("MultiHeadAttention: rotary base theta %g must be a finite number above 1 "
+                     "(or 0: none)",
+                     theta);
+        return false;
+    }
+    m->rope_theta = theta;
+    return true;
+}
+
+/* *q and *k (split heads, either NULL: none) rotated from position start
+ * when m has rotary embeddings, replacing them; false when one failed
+ * (both released and NULL). */
+static bool rope_qk(const cg_mha *m, cg_tensor **q, cg_tensor **k, int64_t start)
+{
+    if (m->rope_theta == 0.0)
+        return true;
+    cg_tensor *q2 = *q ? cg_rope(*q, start, m->rope_theta) : NULL;
+    cg_tensor *k2 = *k ? cg_rope(*k, start, m->rope_theta) : NULL;
+    const bool ok = (!*q || q2) && (!*k || k2);
+    cg_release_all(2, *q, *k);
+    *q = ok ? q2 : NULL;
+    *k = ok ? k2 : NULL;
+    if (!ok)
+        cg_release_all(2, q2, k2);
+    return ok;
+}
+
 bool cg_mha_set_attn_dropout(cg_mha *m, float p, cg_rng *rng)
 {
     if (!m) {
@@ -293,7 +327,9 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
     cg_tensor *v = cg_linear_forward_keep_bf16(m->v_proj, xkv);
     cg_tensor *qh = split_heads(m, q), *kh = split_heads(m, k), *vh = split_heads(m, v);
     cg_release_all(3, q, k, v);
-    if (m->qk_hook && qh && kh) { /* e.g. rotary embeddings */
+    if (qh && kh)
+        rope_qk(m, &qh, &kh, 0);
+    if (m->qk_hook && qh && kh) { /* e.g. rotary embeddings of the user's */
         cg_tensor *q2 = m->qk_hook(m->qk_hook_ctx, qh, false);
         cg_tensor *k2 = q2 ? m->qk_hook(m->qk_hook_ctx, kh, true) : NULL;
         if (k2 && (!cg_same_shape(q2, qh) || !cg_same_shape(k2, kh))) {
@@ -568,8 +604,8 @@ static cg_tensor *mha_cached_impl(cg_module *mod, cg_tensor *const *in, void *ar
     if (xkv) {
         cg_tensor *k = cg_linear_forward(m->k_proj, xkv);
         cg_tensor *v = cg_linear_forward(m->v_proj, xkv);
-        cg_tensor *kh = split_heads(m, k), *vh = split_heads(m, v);
-        ok = kh && vh && kv_append(kv, kh, vh);
+        cg_tensor *kh = split_heads(m, k), *vh = split_heads(m, v), *none = NULL;
+        ok = kh && vh && rope_qk(m, &none, &kh, past) && kv_append(kv, kh, vh);
         cg_release_all(4, k, v, kh, vh);
     }
     if (ok && kv->k->shape[0] != B) {
@@ -579,9 +615,11 @@ static cg_tensor *mha_cached_impl(cg_module *mod, cg_tensor *const *in, void *ar
     }
     if (ok) {
         const int64_t Tk = kv->len;
-        cg_tensor *q = cg_linear_forward(m->q_proj, xq);
+        cg_tensor *q = cg_linear_forward(m->q_proj, xq), *none = NULL;
         qh = split_heads(m, q);
         cg_release(q);
+        if (qh && !rope_qk(m, &qh, &none, past)) /* the new queries' positions */
+            ok = false;
         K = cg_view_narrow(kv->k, 2, 0, Tk);
         V = cg_view_narrow(kv->v, 2, 0, Tk);
         /* One new query sees every cached key; new queries from position 0

@@ -124,6 +124,13 @@ typedef struct {
      * kernel. The cached form (decoding, without gradients) takes none. */
     float attn_dropout;
     cg_rng *attn_dropout_rng;
+    /* Rotary position embeddings (autograd/ops.h cg_rope; RoFormer in the
+     * rotate-half pairing of Hugging Face's LLaMA) on q and k after the
+     * head split, before qk_hook, set with cg_mha_set_rope: base theta,
+     * query and key t at position t (self-attention: both from one
+     * sequence), and in the cached form the new ones at the cache's length
+     * on (the cache keeps rotated keys). 0 (the default): none. */
+    double rope_theta;
 } cg_mha;
 
 /* d % H must be 0. The projections have biases. */
@@ -134,6 +141,9 @@ cg_mha *cg_mha_new_bias(int64_t d, int64_t H, bool bias, cg_rng *rng);
 /* Attention dropout p in [0, 1] drawn from rng (borrowed: it must outlive
  * m; may be NULL when p is 0). False + error otherwise, m unchanged. */
 bool cg_mha_set_attn_dropout(cg_mha *m, float p, cg_rng *rng);
+/* Rotary embeddings of base theta (> 1, finite; 10000 in RoFormer and
+ * LLaMA), or none (0). False + error otherwise, m unchanged. */
+bool cg_mha_set_rope(cg_mha *m, double theta);
 /* xq [B,Tq,d], xkv [B,Tk,d] (pass xq twice for self-attention) -> [B,Tq,d].
  * key_pad and mask may be NULL; *weights_out (if not NULL) receives the
  * attention weights [B,H,Tq,Tk], detached (new reference). */

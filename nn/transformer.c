@@ -4,6 +4,7 @@
  * kv_cache.c). */
 #include "nn/transformer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,12 @@ bool cg_tf_config_check(const cg_tf_config *c)
         return false;
     if (!(c->dropout >= 0.0f && c->dropout <= 1.0f)) { /* nn.Dropout's range, as cg_dropout's */
         cg_set_error("transformer config: dropout must be in [0, 1] (got %g)", (double)c->dropout);
+        return false;
+    }
+    if (c->rope_theta != 0.0 && !(c->rope_theta > 1.0 && isfinite(c->rope_theta))) {
+        cg_set_error("transformer config: rope_theta must be 0 (none) or a finite number above 1 "
+                     "(got %g)",
+                     c->rope_theta);
         return false;
     }
     if (!(c->attn_dropout >= 0.0f && c->attn_dropout <= 1.0f)) {
@@ -159,11 +166,13 @@ static cg_norm *tf_norm(const cg_tf_config *cfg)
     } while (0)
 
 /* A layer's attention: weights drawn from init, its attention dropout
- * (cfg's) drawn from the layer's generator drop, or NULL (freed). */
-static cg_mha *tf_mha(const cg_tf_config *cfg, cg_rng *init, cg_rng *drop)
+ * (cfg's) drawn from the layer's generator drop, cfg's rotary embeddings
+ * when it is a self-attention; or NULL (freed). */
+static cg_mha *tf_mha(const cg_tf_config *cfg, cg_rng *init, cg_rng *drop, bool self)
 {
     cg_mha *a = cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, init);
-    if (a && !cg_mha_set_attn_dropout(a, cfg->attn_dropout, drop)) {
+    if (a && (!cg_mha_set_attn_dropout(a, cfg->attn_dropout, drop) ||
+              !cg_mha_set_rope(a, self ? cfg->rope_theta : 0.0))) {
         cg_module_free(&a->base);
         return NULL;
     }
@@ -298,7 +307,7 @@ cg_enc_layer *cg_enc_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &l->base;
     bool ok =
-        (l->self_attn = ADD(m, "self_attn", tf_mha(cfg, r, l->rng))) &&
+        (l->self_attn = ADD(m, "self_attn", tf_mha(cfg, r, l->rng, true))) &&
         (l->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
         (l->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r))) &&
         (l->ln2 = ADD(m, "ln2", tf_norm(cfg)));
@@ -344,9 +353,9 @@ cg_dec_layer *cg_dec_layer_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &l->base;
     bool ok =
-        (l->self_attn = ADD(m, "self_attn", tf_mha(cfg, r, l->rng))) &&
+        (l->self_attn = ADD(m, "self_attn", tf_mha(cfg, r, l->rng, true))) &&
         (l->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
-        (l->cross_attn = ADD(m, "cross_attn", tf_mha(cfg, r, l->rng))) &&
+        (l->cross_attn = ADD(m, "cross_attn", tf_mha(cfg, r, l->rng, false))) &&
         (l->ln2 = ADD(m, "ln2", tf_norm(cfg))) &&
         (l->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r))) &&
         (l->ln3 = ADD(m, "ln3", tf_norm(cfg)));
@@ -414,7 +423,7 @@ cg_lm_block *cg_lm_block_new(const cg_tf_config *cfg, cg_rng *init_rng)
     cg_rng *r = init_rng ? init_rng : &local;
     cg_module *m = &b->base;
     bool ok = (b->ln1 = ADD(m, "ln1", tf_norm(cfg))) &&
-              (b->attn = ADD(m, "attn", tf_mha(cfg, r, b->rng))) &&
+              (b->attn = ADD(m, "attn", tf_mha(cfg, r, b->rng, true))) &&
               (b->ln2 = ADD(m, "ln2", tf_norm(cfg))) &&
               (b->ff = ADD(m, "ff", cg_ff_new_bias(cfg->d, cfg->d_ff, cfg->act, !cfg->no_bias, r)));
     if (!ok) {

@@ -34,6 +34,10 @@ typedef struct {
      * cg_mha_set_attn_dropout; fairseq's --attention-dropout, nanoGPT's
      * attn_dropout); 0 (the zero value): none, the fused kernel */
     float attn_dropout;
+    /* rotary position embeddings of this base on every self-attention's q
+     * and k (nn/attention.h cg_mha_set_rope; not on cross-attention, whose
+     * keys are another sequence's); 0 (the zero value): none */
+    double rope_theta;
     /* PyTorch's bias=False (nanoGPT's bias = False): the attention's and
      * feed-forward's Linears and the LayerNorms have no bias (the weights
      * are drawn as with them). false (the zero value): biases. */

@@ -226,6 +226,24 @@ START_TEST(test_config_arch_facts)
     ck_assert(cg_charlm_config_same_arch(js, js0));
     free(js0);
     free(js);
+    ck_assert(back.pos_enc == CG_POS_SINUSOIDAL && back.rope_theta == 10000);
+    /* positions: "pos_enc" names them, "rope_theta" is rope's base; both
+     * the architecture's */
+    c.pos_enc = CG_POS_ROPE;
+    c.rope_theta = 500000;
+    js = cg_charlm_config_to_json(&c);
+    o = cJSON_Parse(js);
+    assert_key(o, "pos_enc", "\"rope\"");
+    assert_key(o, "rope_theta", "500000");
+    cJSON_Delete(o);
+    ck_assert(cg_charlm_config_from_json(js, &back) && back.pos_enc == CG_POS_ROPE &&
+              back.rope_theta == 500000);
+    js0 = (c.pos_enc = CG_POS_SINUSOIDAL, cg_charlm_config_to_json(&c));
+    ck_assert(!cg_charlm_config_same_arch(js, js0));
+    ck_assert_msg(strstr(cg_last_error(), "pos_enc is rope in one and sinusoidal in the other"),
+                  "%s", cg_last_error());
+    free(js0);
+    free(js);
     ck_assert(!cg_charlm_config_from_json("{\"attn_dropout\": 1.5}", &back));
     ck_assert_msg(strstr(cg_last_error(), "attn_dropout"), "%s", cg_last_error());
     /* "bias" is a field (--bias false), not a fact */

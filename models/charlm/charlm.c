@@ -23,7 +23,9 @@ static const cg_charlm_config DEFAULTS = {.vocab = 65,
                                           .act = CG_ACT_GELU,
                                           .norm_first = true,
                                           .bias = true,
-                                          .dropout = 0.0f};
+                                          .dropout = 0.0f,
+                                          .pos_enc = CG_POS_SINUSOIDAL,
+                                          .rope_theta = 10000};
 
 /* The config's JSON fields and their rules, in the order they are written. */
 static const cg_config_field FIELDS[] = {
@@ -79,8 +81,9 @@ static cg_charlm *model_new(const cg_charlm_config *cfg, uint64_t seed, bool ini
     bool ok = (m->block = calloc((size_t)cfg->layers + 1, sizeof *m->block)) != NULL;
     if (!ok)
         cg_set_error("charlm: out of memory");
-    ok =
-        ok && (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
+    ok = ok &&
+         (cfg->pos_enc == CG_POS_ROPE ||                                      /* rotary: no table */
+          (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL); /* beyond scopes */
     ok = ok && (m->tok_emb = cg_module_add_child(base, "tok_emb",
                                                  cg_embed_new(cfg->vocab, cfg->d, cg_init_skip())));
     ok = ok && (m->blocks = cg_module_add_child(base, "blocks", cg_module_new("ModuleList")));

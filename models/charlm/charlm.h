@@ -1,6 +1,7 @@
 /* cgrad zoo: the decoder-only character language model (models.py CharLM).
  *
  *   h      = drop(tok_emb[x] * sqrt(d) + pe[:T])          x [B,T] int64
+ *                                  (pos_enc rope: no pe; q and k rotated instead)
  *   h      = blocks.i(h) for i < layers                   causal self-attention
  *   h      = ln_f(h)                                      pre-norm only
  *   logits = h @ tok_emb.weight^T                         tied head, [B,T,V]
@@ -43,6 +44,11 @@ typedef struct {
     bool bias;          /* biases in every Linear and LayerNorm (nanoGPT's bias; true) */
     float dropout;      /* in [0, 1]; after the embedding and each sublayer */
     float attn_dropout; /* in [0, 1]; on the attention weights (nanoGPT's attn_dropout; 0) */
+    /* positions: sinusoidal (models.py's, the default) or rope (rotary
+     * embeddings of base rope_theta, default 10000, in every attention;
+     * nothing added to the embeddings) */
+    cg_pos_kind pos_enc;
+    int64_t rope_theta;
     /* the training loss (cg_charlm_forward_loss): 0 = logits, then
      * cross-entropy; -1 (CG_LCE_EXACT) = the head fused with the loss in
      * chunks on its product's k blocks, the same bits; > 0 = fused in

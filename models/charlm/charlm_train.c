@@ -177,6 +177,8 @@ static bool lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, cons
     cfg->bias = rc->bias;
     cfg->dropout = (float)rc->dropout;
     cfg->attn_dropout = (float)rc->attn_dropout;
+    cfg->pos_enc = rc->pos;
+    cfg->rope_theta = rc->rope_theta;
     *Bout = p->B;
     return true;
 }
@@ -189,7 +191,9 @@ static cg_train_arch lm_arch(const cg_charlm_config *c)
         .norm = c->norm,
         .act = c->act,
         .norm_first = c->norm_first,
-        .bias = c->bias};
+        .bias = c->bias,
+        .pos = c->pos_enc,
+        .rope_theta = c->rope_theta};
 }
 
 /* --init-from: the flags given (cfg: the config they and the preset make)

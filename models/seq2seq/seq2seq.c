@@ -26,7 +26,9 @@ static const cg_seq2seq_config DEFAULTS = {.vocab = 96,
                                            .norm_first = false,
                                            .bias = true,
                                            .dropout = 0.0f,
-                                           .label_smoothing = 0.1f};
+                                           .label_smoothing = 0.1f,
+                                           .pos_enc = CG_POS_SINUSOIDAL,
+                                           .rope_theta = 10000};
 
 /* The config's JSON fields and their rules, in the order they are written. */
 static const cg_config_field FIELDS[] = {
@@ -90,7 +92,8 @@ static cg_seq2seq *model_new(const cg_seq2seq_config *cfg, uint64_t seed, bool i
     m->dropout_rng = cg_model_dropout_rng(seed);
     cg_tf_config tf = CG_MODEL_TF_CONFIG(cfg, &m->dropout_rng);
     cg_module *base = CG_MODULE(m);
-    bool ok = (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
+    bool ok = cfg->pos_enc == CG_POS_ROPE || /* rotary: no table */
+              (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
     ok = ok && (m->emb = cg_module_add_child(base, "emb",
                                              cg_embed_new(cfg->vocab, cfg->d, cg_init_skip())));
     ok = ok && (m->encoder = cg_module_add_child(

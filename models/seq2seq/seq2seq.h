@@ -47,9 +47,14 @@ typedef struct {
     cg_norm_kind norm;
     cg_act act;
     bool norm_first;
-    bool bias;             /* biases in every Linear and LayerNorm (PyTorch's bias; true) */
-    float dropout;         /* in [0, 1] */
-    float attn_dropout;    /* in [0, 1]: on the attention weights (--attention-dropout; 0) */
+    bool bias;          /* biases in every Linear and LayerNorm (PyTorch's bias; true) */
+    float dropout;      /* in [0, 1] */
+    float attn_dropout; /* in [0, 1]: on the attention weights (--attention-dropout; 0) */
+    /* positions: sinusoidal (the default) or rope (rotary embeddings of
+     * base rope_theta, default 10000, in the encoder's and decoder's
+     * self-attentions; nothing added to the embeddings) */
+    cg_pos_kind pos_enc;
+    int64_t rope_theta;
     float label_smoothing; /* in [0, 1] */
     /* word dropout in [0, 1]: in training, each source and target token's
      * embedding is zeroed with this probability (the others scaled by

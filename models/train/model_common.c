@@ -38,7 +38,8 @@ bool cg_model_check_ids(const char *model, const char *op, const char *what, con
 cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64_t L, int64_t d,
                                  float dropout, cg_rng *rng, bool training)
 {
-    cg_tensor *x = cg_add(cg_muls(e, (float)sqrt((double)d)), cg_view_narrow(pe, 0, pos, L));
+    cg_tensor *s = cg_muls(e, (float)sqrt((double)d));
+    cg_tensor *x = pe ? cg_add(s, cg_view_narrow(pe, 0, pos, L)) : s;
     return cg_dropout(x, dropout, rng, training);
 }
 

@@ -19,16 +19,17 @@ extern "C" {
 /* The layers' config of a zoo model config c (a pointer to a struct with
  * the fields of models/util/config_json.h's CG_CONFIG_ZOO_WIDTH and
  * CG_CONFIG_ZOO_BLOCK, and dropout), its dropout drawn from *rng. */
-#define CG_MODEL_TF_CONFIG(c, rng)                     \
-    ((cg_tf_config){.d = (c)->d,                       \
-                    .H = (c)->H,                       \
-                    .d_ff = (c)->d_ff,                 \
-                    .norm = (c)->norm,                 \
-                    .act = (c)->act,                   \
-                    .norm_first = (c)->norm_first,     \
-                    .dropout = (c)->dropout,           \
-                    .attn_dropout = (c)->attn_dropout, \
-                    .no_bias = !(c)->bias,             \
+#define CG_MODEL_TF_CONFIG(c, rng)                                                             \
+    ((cg_tf_config){.d = (c)->d,                                                               \
+                    .H = (c)->H,                                                               \
+                    .d_ff = (c)->d_ff,                                                         \
+                    .norm = (c)->norm,                                                         \
+                    .act = (c)->act,                                                           \
+                    .norm_first = (c)->norm_first,                                             \
+                    .dropout = (c)->dropout,                                                   \
+                    .attn_dropout = (c)->attn_dropout,                                         \
+                    .rope_theta = (c)->pos_enc == CG_POS_ROPE ? (double)(c)->rope_theta : 0.0, \
+                    .no_bias = !(c)->bias,                                                     \
                     .dropout_rng = (rng)})
 /* A model's own norm (charlm's ln_f): kind over d, with a bias unless
  * bias is false (the layers' own: nn/transformer.h no_bias). */
@@ -45,8 +46,8 @@ bool cg_model_check_ids(const char *model, const char *op, const char *what, con
                         int64_t B, int64_t L, int64_t max_len, int64_t vocab);
 
 /* dropout(e * sqrt(d) + pe[pos : pos + L]) for the embeddings e [B, L, d]
- * (models.py's embedding scale and positions); a new tensor of the
- * caller's scope. */
+ * (models.py's embedding scale and positions; pe NULL: none added, the
+ * rotary positions' case); a new tensor of the caller's scope. */
 cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64_t L, int64_t d,
                                  float dropout, cg_rng *rng, bool training);
 

@@ -36,6 +36,7 @@ void cg_train_recipe_init(cg_train_recipe *r)
     r->beta2 = 0.999;
     r->adam_eps = 1e-8;
     r->clip_norm = 1;
+    r->rope_theta = 10000;
 }
 
 void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every)
@@ -55,15 +56,31 @@ const char *cg_train_arch_help(cg_train_recipe *r)
     snprintf(r->arch_help, sizeof r->arch_help,
              "  --norm %s  --act %s  --norm-first true|false\n"
              "  --bias true|false    biases in every Linear and LayerNorm (default true; false:\n"
-             "                       nanoGPT's bias = False, PyTorch's bias=False)\n",
+             "                       nanoGPT's bias = False, PyTorch's bias=False)\n"
+             "  --pos-enc sinusoidal|rope  positions: sinusoidal tables added to the\n"
+             "                       embeddings (the default), or rotary embeddings of q and\n"
+             "                       k in every self-attention (RoFormer, LLaMA)\n"
+             "  --rope-theta N       rope's base (default 10000; LLaMA 3: 500000)\n",
              cg_norm_names(norms, sizeof norms, "|"), cg_act_names(acts, sizeof acts, "|"));
     return r->arch_help;
 }
 
 /* --norm and --act, when given, parsed into *norm and *act (names of nn's
  * tables); false + error naming the flag. */
-static bool parse_arch(const cg_train_recipe *r, cg_norm_kind *norm, cg_act *act)
+static bool parse_arch(cg_train_recipe *r, cg_norm_kind *norm, cg_act *act)
 {
+    r->pos = CG_POS_SINUSOIDAL;
+    if (r->pos_enc && strcmp(r->pos_enc, "sinusoidal") != 0) {
+        if (strcmp(r->pos_enc, "rope") != 0) {
+            cg_set_error("--pos-enc: '%s' is not one of sinusoidal, rope", r->pos_enc);
+            return false;
+        }
+        r->pos = CG_POS_ROPE;
+    }
+    if (r->pos != CG_POS_ROPE && r->rope_theta != 10000) {
+        cg_set_error("--rope-theta is rope's: give --pos-enc rope");
+        return false;
+    }
     if (r->norm && !cg_norm_kind_parse(r->norm, norm)) {
         cg_prefix_error("--norm: ");
         return false;
@@ -366,6 +383,10 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
         add_bad(bad, sizeof bad, &nbad, "--norm-first %s", want->norm_first ? "true" : "false");
     if (cg_cli_given(a, &rec->bias) && want->bias != have->bias)
         add_bad(bad, sizeof bad, &nbad, "--bias %s", want->bias ? "true" : "false");
+    if (rec->pos_enc && want->pos != have->pos)
+        add_bad(bad, sizeof bad, &nbad, "--pos-enc %s", rec->pos_enc);
+    if (cg_cli_given(a, &rec->rope_theta) && want->rope_theta != have->rope_theta)
+        add_bad(bad, sizeof bad, &nbad, "--rope-theta %lld", (long long)rec->rope_theta);
     cg_tokenizer_kind kind = tok->kind;
     if (rec->tokenizer_arg && !cg_tokenizer_kind_parse(rec->tokenizer_arg, &kind)) {
         cg_prog_fail("--tokenizer: %s", cg_last_error());

@@ -112,7 +112,12 @@ typedef struct {
      * given from the preset */
     cg_train_preset shape;
     const char *norm, *act; /* as given (NULL: the model's default) */
-    char arch_help[320];    /* their --help lines (cg_train_arch_help) */
+    char arch_help[640];    /* their --help lines (cg_train_arch_help) */
+    /* --pos-enc as given (NULL: sinusoidal), parsed into pos by
+     * cg_train_shape; --rope-theta (10000) */
+    const char *pos_enc;
+    cg_pos_kind pos;
+    int64_t rope_theta;
     bool norm_first;
     bool bias; /* --bias: biases in every Linear and LayerNorm (true; nanoGPT's bias) */
     double dropout, attn_dropout, label_smoothing, lr;
@@ -133,7 +138,8 @@ typedef struct {
  * best_metric "loss"; the rest 0. */
 void cg_train_opts_init(cg_train_opts *o);
 /* Defaults: norm_first true, bias true, vocab_size 4000, tokenizer char, Adam's betas
- * (0.9, 0.999) and epsilon 1e-8 (PyTorch's), clip_norm 1; the rest 0. */
+ * (0.9, 0.999) and epsilon 1e-8 (PyTorch's), clip_norm 1, rope_theta
+ * 10000; the rest 0. */
 void cg_train_recipe_init(cg_train_recipe *r);
 /* Both, for a train command: o and r zeroed and initialised as above, with
  * seed 1 and the program's default steps and eval_every. */
@@ -158,6 +164,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
         {"--act", CG_CLI_STR, &(r)->act, 0, 0, NULL, CG_CLI_FIXED},                               \
         {"--norm-first", CG_CLI_BOOL, &(r)->norm_first, 0, 0, NULL, CG_CLI_FIXED},                \
         {"--bias", CG_CLI_BOOL, &(r)->bias, 0, 0, NULL, CG_CLI_FIXED},                            \
+        {"--pos-enc", CG_CLI_STR, &(r)->pos_enc, 0, 0, NULL, CG_CLI_FIXED},                       \
+        {"--rope-theta", CG_CLI_I64, &(r)->rope_theta, 2, 1e12, NULL, CG_CLI_FIXED},              \
         {"--dropout",                                                                             \
          CG_CLI_F64,                                                                              \
          &(r)->dropout,                                                                           \
@@ -500,12 +508,14 @@ const char *cg_train_given_name(const cg_cli_args *a, const void *dst);
 
 /* A model's architecture as --init-from compares it with its base's: the
  * shape (d, H, layers or enc_layers and dec_layers, d_ff, T), norm,
- * activation, pre- or post-norm. */
+ * activation, pre- or post-norm, biases, positions. */
 typedef struct {
     cg_train_preset shape;
     cg_norm_kind norm;
     cg_act act;
     bool norm_first, bias;
+    cg_pos_kind pos;
+    int64_t rope_theta;
 } cg_train_arch;
 /* --init-from: the shape, architecture and tokenizer flags given (a, rec;
  * preset: the variable of --preset) with the preset make `want`, which

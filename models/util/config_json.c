@@ -483,6 +483,35 @@ static const char *fact_text(const cg_config_field *f, const void *cfg, char *bu
     return buf;
 }
 
+/* Name i of a CG_CF_NAME row ("a|b|c") in buf, or "" past the end */
+static const char *name_at(const cg_config_field *f, int i, char *buf, size_t n)
+{
+    const char *p = f->value;
+    for (; i > 0 && p; i--)
+        p = (p = strchr(p, '|')) ? p + 1 : NULL;
+    size_t len = p ? strcspn(p, "|") : 0;
+    snprintf(buf, n, "%.*s", (int)len, p ? p : "");
+    return buf;
+}
+
+/* A CG_CF_NAME row read: absent keeps *cfg's value */
+static bool config_name(const cJSON *o, const char *what, const cg_config_field *f, void *cfg)
+{
+    bool ok = true;
+    const char *s = cg_json_str(o, what, f->key, &ok);
+    if (!s)
+        return ok;
+    char buf[64];
+    for (int i = 0; *name_at(f, i, buf, sizeof buf); i++)
+        if (!strcmp(buf, s)) {
+            *(int *)FIELD(*f) = i;
+            return true;
+        }
+    cg_set_error("%s: \"%s\" is \"%s\"; the zoo's models have %s (docs/architectures.md)", what,
+                 f->key, s, f->value);
+    return false;
+}
+
 /* A fact of the table (after the fields are read): absent is fine, another
  * value than cfg's is refused. */
 static bool config_fact(const cJSON *o, const char *what, const cg_config_field *f, const void *cfg)
@@ -536,6 +565,7 @@ bool cg_config_read(const char *json, const char *what, const cg_config_field *f
         case CG_CF_PROB: ok = cg_json_float(o, what, f[i].key, FIELD(f[i])); break;
         case CG_CF_NORM: norm = FIELD(f[i]); break;
         case CG_CF_ACT: act = FIELD(f[i]); break;
+        case CG_CF_NAME: ok = config_name(o, what, &f[i], cfg); break;
         case CG_CF_CONST:
         case CG_CF_SAME:
         case CG_CF_GELU: break; /* below, once the fields are read */
@@ -575,6 +605,10 @@ char *cg_config_write(const char *model, const cg_config_field *f, int n, const 
         case CG_CF_ACT:
             ok = cg_json_put_str(o, f[i].key, cg_act_name(*(cg_act *)FIELD(f[i])));
             break;
+        case CG_CF_NAME:
+            ok = cg_json_put_str(o, f[i].key,
+                                 name_at(&f[i], *(int *)FIELD(f[i]), fact, sizeof fact));
+            break;
         case CG_CF_CONST:
         case CG_CF_SAME:
         case CG_CF_GELU: ok = put_raw(o, f[i].key, fact_text(&f[i], cfg, fact, sizeof fact)); break;
@@ -596,6 +630,7 @@ static const char *field_text(const cg_config_field *r, const void *cfg, char *b
         snprintf(buf, n, "%s", cg_norm_kind_name(*(const cg_norm_kind *)FIELD(*r)));
         break;
     case CG_CF_ACT: snprintf(buf, n, "%s", cg_act_name(*(const cg_act *)FIELD(*r))); break;
+    case CG_CF_NAME: name_at(r, *(const int *)FIELD(*r), buf, n); break;
     case CG_CF_CONST:
     case CG_CF_SAME:
     case CG_CF_GELU: { /* the kind's facts */
@@ -660,6 +695,14 @@ static bool field_ok(const cg_config_model *m, const char *what, const cg_config
     }
     case CG_CF_NORM: return cg_norm_info_of(*(const cg_norm_kind *)FIELD(*r), what) != NULL;
     case CG_CF_ACT: return cg_act_info_of(*(const cg_act *)FIELD(*r), what) != NULL;
+    case CG_CF_NAME: {
+        char buf[64];
+        const int v = *(const int *)FIELD(*r);
+        if (v >= 0 && *name_at(r, v, buf, sizeof buf))
+            return true;
+        cg_set_error("%s: %s %d is none of %s", what, r->key, v, r->value);
+        return false;
+    }
     default: return true;
     }
 }

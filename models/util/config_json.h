@@ -99,7 +99,13 @@ bool cg_json_print_line(FILE *f, const cJSON *o);
  *   CG_CF_GELU   PyTorch's approximate= of the GELU of the cg_act field at
  *                offset (nn/layers.h's table: "tanh" for gelu, "none" for
  *                gelu_erf; "tanh" for relu, as configs before gelu_erf
- *                wrote it): written so; read, it must agree with act. */
+ *                wrote it): written so; read, it must agree with act.
+ * And one kind names a choice:
+ *   CG_CF_NAME   an int field (an enum) written as its name, `value` the
+ *                names in the enum's order, '|' between them
+ *                ("sinusoidal|rope"); read, absent keeps the default, a
+ *                name not in the list is refused naming the key and the
+ *                names. */
 typedef enum {
     CG_CF_I64,
     CG_CF_BOOL,
@@ -108,7 +114,8 @@ typedef enum {
     CG_CF_ACT,
     CG_CF_CONST,
     CG_CF_SAME,
-    CG_CF_GELU
+    CG_CF_GELU,
+    CG_CF_NAME
 } cg_config_kind;
 typedef struct {
     const char *key;
@@ -116,7 +123,7 @@ typedef struct {
     size_t offset;     /* of the field in the config struct: int64_t, bool, float,
                         * cg_norm_kind, cg_act (CG_CF_SAME, CG_CF_GELU: the field
                         * it follows) */
-    const char *value; /* CG_CF_CONST: the JSON literal */
+    const char *value; /* CG_CF_CONST: the JSON literal; CG_CF_NAME: the names */
     /* cg_config_check's rules: a range where hi > lo (CG_CF_I64 in [lo, hi]),
      * note added to its message; divides: the key
      * of the CG_CF_I64 field this one must divide ("H" divides "d") */
@@ -165,7 +172,8 @@ typedef struct {
     {"gelu_approximate", CG_CF_GELU, offsetof(type, act), NULL, 0, 0, NULL, NULL},     \
     {"final_norm", CG_CF_SAME, offsetof(type, norm_first), NULL, 0, 0, NULL, NULL},    \
     CG_CF_FACT("emb_scale", "\"sqrt_d\""),                                             \
-    CG_CF_FACT("pos_enc", "\"sinusoidal\""),                                           \
+    {"pos_enc", CG_CF_NAME, offsetof(type, pos_enc), "sinusoidal|rope", 0, 0, NULL, NULL}, \
+    CG_CF_INT(type, rope_theta, 2, 1e12),                                              \
     CG_CF_FACT("tied_head", "true"),                                                   \
     {"bias", CG_CF_BOOL, offsetof(type, bias), NULL, 0, 0, NULL, NULL}
 /* clang-format on */

@@ -1,8 +1,10 @@
 #!/bin/sh
-# meson test: a gated feed-forward (SwiGLU, GEGLU) and a pre-norm block with
-# one, against PyTorch's hand-written w2(F.silu(w1(x)) * w3(x)), its weights
-# loaded by name (tests/interop/swiglu.py). Exits 77 (skipped) when
-# /usr/bin/python3 has no torch or numpy.
+# meson tests torch_swiglu and torch_rope: a PyTorch script writes its cases
+# into OUT (swiglu.py: a gated feed-forward and a pre-norm block with one;
+# rope.py: rotary self-attention), then cgrad's checker reads them
+# (check_swiglu, check_rope). Exits 77 (skipped) when /usr/bin/python3 has
+# no torch or numpy.
+#   run_swiglu.sh CHECKER SCRIPT OUT
 set -e
 exe=$1; script=$2; out=$3
 mkdir -p "$out"

@@ -1,0 +1,122 @@
+/* Rotary position embeddings (RoFormer, Su et al. 2021) in the rotate-half
+ * pairing of GPT-NeoX and LLaMA as Hugging Face's transformers computes
+ * them: along the last dim of x [..., T, D] (D even, h = D/2), the row at
+ * position p = start + t (t its index along dim -2) becomes
+ *     y[i]     = x[i] cos(p w_i) - x[i + h] sin(p w_i)
+ *     y[i + h] = x[i + h] cos(p w_i) + x[i] sin(p w_i),   w_i = theta^(-2i/D),
+ * for i < h. The angles and their cosines and sines are computed in double
+ * and rounded to float once (transformers computes them in float32, so
+ * its values differ from these in the last bits). The inverse rotation
+ * (the angle's sign flipped) is the backward.
+ *
+ * One table of cos/sin for the T positions, then rows in chunks over the
+ * threads, each row from its own elements only: the same bits for any
+ * team. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/shares.h"
+#include "core/tensor_impl.h"
+
+typedef struct {
+    const float *x;
+    float *out;
+    const float *cs; /* [T, h] cosines, then [T, h] sines */
+    int64_t T, h, ndim;
+    const int64_t *shape, *strides; /* x's, in elements (the last stride 1) */
+    float sign;
+} rope_job;
+
+static void rope_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    (void)thread;
+    const rope_job *j = ctx;
+    const int64_t h = j->h, D = 2 * h;
+    for (int64_t r = r0; r < r1; r++) {
+        /* row r's offset in x: its index over the dims before the last */
+        int64_t off = 0, rest = r;
+        for (int64_t k = j->ndim - 2; k >= 0; k--) {
+            off += rest % j->shape[k] * j->strides[k];
+            rest /= j->shape[k];
+        }
+        const int64_t t = r % j->T;
+        const float *restrict x = j->x + off, *restrict c = j->cs + t * h,
+                              *restrict s = j->cs + (j->T + t) * h;
+        float *restrict y = j->out + r * D;
+        const float sg = j->sign;
+        for (int64_t i = 0; i < h; i++) {
+            y[i] = x[i] * c[i] - sg * x[i + h] * s[i];
+            y[i + h] = x[i + h] * c[i] + sg * x[i] * s[i];
+        }
+    }
+}
+
+/* cos/sin of (start + t) theta^(-2i/D) for t < T, i < h: [2, T, h] */
+static float *angle_table(int64_t T, int64_t h, int64_t start, double theta)
+{
+    float *cs = malloc((size_t)(2 * T * h) * sizeof *cs);
+    if (!cs)
+        return NULL;
+    for (int64_t i = 0; i < h; i++) {
+        const double w = pow(theta, -2.0 * (double)i / (double)(2 * h));
+        for (int64_t t = 0; t < T; t++) {
+            const double a = (double)(start + t) * w;
+            cs[t * h + i] = (float)cos(a);
+            cs[(T + t) * h + i] = (float)sin(a);
+        }
+    }
+    return cs;
+}
+
+cg_tensor *cg_k_rope(const cg_tensor *x, int64_t start, double theta, bool inverse)
+{
+    if (!x) {
+        cg_error_null_input("cg_k_rope");
+        return NULL;
+    }
+    char b[96];
+    if (x->ndim < 2 || x->shape[x->ndim - 1] % 2 != 0) {
+        cg_set_error("rope: x %s needs at least 2 dims and an even last dim",
+                     cg_shape_str(x, b, sizeof b));
+        return NULL;
+    }
+    if (x->dtype != CG_F32 && x->dtype != CG_BF16) {
+        cg_set_error("rope: float32 or bfloat16 only (got %s)", cg_dtype_name(x->dtype));
+        return NULL;
+    }
+    if (start < 0 || !(theta > 1.0) || !isfinite(theta)) {
+        cg_set_error("rope: start %lld must be >= 0 and theta %g a finite number above 1",
+                     (long long)start, theta);
+        return NULL;
+    }
+    /* float32 with unit last stride, read in place; otherwise a copy */
+    cg_tensor *xs = x->dtype == CG_F32 && (x->strides[x->ndim - 1] == 1 || cg_numel(x) == 0)
+                        ? cg_retain((cg_tensor *)x)
+                    : x->dtype == CG_F32 ? cg_k_contiguous(x)
+                                         : cg_k_to(x, CG_F32);
+    if (xs && xs->ndim && xs->strides[xs->ndim - 1] != 1 && cg_numel(xs) > 0) {
+        cg_tensor *c = cg_k_contiguous(xs);
+        cg_release(xs);
+        xs = c;
+    }
+    const int64_t T = x->shape[x->ndim - 2], h = x->shape[x->ndim - 1] / 2;
+    const int64_t rows = h ? cg_numel(x) / (2 * h) : 0;
+    float *cs = xs && rows ? angle_table(T, h, start, theta) : NULL;
+    cg_tensor *out = xs && (cs || !rows) ? cg_empty(x->ndim, x->shape) : NULL;
+    if (xs && rows && !cs)
+        cg_set_error("out of memory");
+    if (out && rows) {
+        const rope_job j = {cg_data(xs), cg_data(out),          cs, T, h, xs->ndim, xs->shape,
+                            xs->strides, inverse ? -1.0f : 1.0f};
+        cg_shares_run(rows, cg_shares_rows(2 * h), cg_shares_team(rows * h > 8192), rope_rows, &j);
+    }
+    free(cs);
+    cg_release(xs);
+    if (!out || x->dtype == CG_F32)
+        return out;
+    cg_tensor *r = cg_k_to(out, x->dtype); /* bf16: rounded once */
+    cg_release(out);
+    return r;
+}

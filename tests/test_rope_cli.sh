@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# --pos-enc rope and --rope-theta N in both programs (the op and the
+# attention: test_rope; PyTorch's: torch_rope):
+#   1. charlm: the config records pos_enc and rope_theta; sampling with
+#      the key/value cache gives the text
+#      of recomputing every prefix, greedy and drawn; --stop-at then
+#      --resume writes the bytes of the run uninterrupted; --init-from
+#      keeps the base's positions, and refuses other ones (exit 1, as
+#      its other contradictions)
+#   2. seq2seq: recorded; translate's greedy and beam outputs are the same
+#      with and without the cache
+#   3. refusals, one line, exit 2: an unknown --pos-enc, --rope-theta
+#      without rope, --rope-theta 1, --pos-enc with --resume
+#   test_rope_cli.sh CHARLM SEQ2SEQ
+set -uo pipefail
+charlm=$1
+seq2seq=$2
+. "$(dirname "$0")/shell_lib.sh" rope_cli
+zoo_data
+cfg_key() { # cfg_key FILE KEY: the value of KEY in FILE's config
+  st_py "$1" "$2" <<'PY'
+t, meta = load(sys.argv[1])
+print(json.loads(meta['config']).get(sys.argv[2], 'absent'))
+PY
+}
+
+# ---- 1.
+LM=(--data c.txt --d 16 --H 2 --layers 2 --d-ff 32 --T 32 --batch-size 4 --threads 1 --eval-every 10
+  --steps 30 --pos-enc rope --rope-theta 5000)
+"$charlm" train "${LM[@]}" --out r.st >r.out 2>r.err || fail "charlm train --pos-enc rope: $(tail -1 r.err)"
+[ "$(cfg_key r.st pos_enc) $(cfg_key r.st rope_theta)" = "rope 5000" ] &&
+  echo "ok: the config records pos_enc rope and rope_theta 5000" ||
+  fail "config: $(cfg_key r.st pos_enc) $(cfg_key r.st rope_theta)"
+for s in "--temperature 0" "--seed 4 --top-k 5"; do
+  # shellcheck disable=SC2086
+  "$charlm" sample --ckpt r.st --length 60 --prompt "the whale" $s >c.txt.out 2>/dev/null &&
+    "$charlm" sample --ckpt r.st --length 60 --prompt "the whale" $s --no-cache >n.txt.out 2>/dev/null &&
+    cmp -s c.txt.out n.txt.out && [ "$(wc -c <c.txt.out)" -gt 60 ] &&
+    echo "ok: sample $s: the cached text is the recomputed one" ||
+    fail "sample $s: cached and recomputed differ: $(head -c 80 c.txt.out) / $(head -c 80 n.txt.out)"
+done
+"$charlm" train "${LM[@]}" --stop-at 10 --out h.st >/dev/null 2>h.err || fail "--stop-at 10: $(tail -1 h.err)"
+"$charlm" train --resume h.st --threads 1 >/dev/null 2>h2.err || fail "--resume: $(tail -1 h2.err)"
+cmp -s r.st h.st && echo "ok: --stop-at 10 then --resume: the bytes of the uninterrupted run" ||
+  fail "--resume with rope differs from the run uninterrupted"
+"$charlm" train --data c.txt --init-from r.st --steps 5 --threads 1 --out ft.st >/dev/null 2>ft.err ||
+  fail "--init-from: $(tail -1 ft.err)"
+[ "$(cfg_key ft.st pos_enc) $(cfg_key ft.st rope_theta)" = "rope 5000" ] &&
+  echo "ok: --init-from keeps the base's rotary positions" || fail "--init-from: $(cfg_key ft.st pos_enc)"
+expect "--init-from --pos-enc sinusoidal" 1 "--pos-enc sinusoidal contradicts it" \
+  "$charlm" train --data c.txt --init-from r.st --pos-enc sinusoidal --out x.st
+expect "--init-from --rope-theta 10000" 1 "--rope-theta 10000 contradicts it" \
+  "$charlm" train --data c.txt --init-from r.st --rope-theta 10000 --out x.st
+
+# ---- 2.
+"$seq2seq" train --data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 \
+  --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --steps 40 \
+  --pos-enc rope --out s.st >/dev/null 2>s.err || fail "seq2seq train --pos-enc rope: $(tail -1 s.err)"
+sed -n '1,12p' p.tsv | cut -f1 >src.txt
+for b in 1 3; do
+  "$seq2seq" translate --ckpt s.st --beam $b --threads 1 <src.txt >c.out 2>/dev/null &&
+    "$seq2seq" translate --ckpt s.st --beam $b --threads 1 --no-cache <src.txt >n.out 2>/dev/null &&
+    cmp -s c.out n.out && [ "$(wc -l <c.out)" = 12 ] &&
+    echo "ok: seq2seq --beam $b: the cached translations are the recomputed ones" ||
+    fail "seq2seq --beam $b: cached and recomputed differ"
+done
+[ "$(cfg_key s.st pos_enc) $(cfg_key s.st rope_theta)" = "rope 10000" ] &&
+  echo "ok: seq2seq records pos_enc rope, rope_theta 10000" || fail "seq2seq config: $(cfg_key s.st pos_enc)"
+
+# ---- 3.
+expect "--pos-enc alibi" 2 "--pos-enc: 'alibi' is not one of sinusoidal, rope" \
+  "$charlm" train --data c.txt --pos-enc alibi
+expect "--rope-theta without rope" 2 "--rope-theta is rope's: give --pos-enc rope" \
+  "$seq2seq" train --data p.tsv --rope-theta 500000
+expect "--rope-theta 1" 2 "--rope-theta: 1 is out of range" \
+  "$charlm" train --data c.txt --pos-enc rope --rope-theta 1
+expect "--resume --pos-enc" 2 "drop --pos-enc" "$charlm" train --resume h.st --pos-enc rope
+finish
