@@ -68,11 +68,14 @@ bool cg_attn_check_qkv(const char *op, const cg_tensor *q, const cg_tensor *k, c
         f[i] = f[i]->dtype == CG_BF16 ? NULL : f[i];
     if (!cg_f32_args(op, 3, f))
         return false;
+    /* k and v may have fewer heads, a divisor of q's: grouped-query attention */
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->shape[0] != k->shape[0] ||
-        q->shape[1] != k->shape[1] || !cg_same_shape(k, v) || q->shape[3] != k->shape[3]) {
+        k->shape[1] < 1 || q->shape[1] % k->shape[1] != 0 || !cg_same_shape(k, v) ||
+        q->shape[3] != k->shape[3]) {
         char a[96], b[96], c[96];
-        cg_set_error("%s: expected q [B,H,Tq,dh], k and v [B,H,Tk,dh]; got q %s, k %s, v %s", op,
-                     cg_shape_str(q, a, sizeof a), cg_shape_str(k, b, sizeof b),
+        cg_set_error("%s: expected q [B,H,Tq,dh], k and v [B,Hkv,Tk,dh] with Hkv dividing H; got "
+                     "q %s, k %s, v %s",
+                     op, cg_shape_str(q, a, sizeof a), cg_shape_str(k, b, sizeof b),
                      cg_shape_str(v, c, sizeof c));
         return false;
     }
@@ -160,7 +163,8 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                      bool keep, float *lse, float *lse_lo, uint16_t *Pbf)
 {
     const int64_t Tk = k->shape[2], dh = q->shape[3];
-    const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
+    const int64_t hk = kv_head(q, k, h);
+    const head_op qa = head_at(q, b, h), ka = head_at(k, b, hk), va = head_at(v, b, hk);
     const void *qp = from(qa, i0 * q->strides[2]);
     float *op = at4(out, b, h) + i0 * out->strides[2];
     const int64_t rows = i1 - i0, ors = out->strides[2], ocs = out->strides[3];
@@ -240,7 +244,7 @@ static void weights_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
         float *S = j->P + bh * Tq * Tk;
         for (int64_t i0 = 0; i0 < Tq; i0 += QB) {
             int64_t i1 = min64(i0 + QB, Tq), kn = key_end(j->causal, i1 - 1, Tk);
-            const head_op qa = head_at(q, b, h), ka = head_at(k, b, h);
+            const head_op qa = head_at(q, b, h), ka = head_at(k, b, kv_head(q, k, h));
             cg_attn_mm(j->path, i1 - i0, kn, dh, from(qa, i0 * q->strides[2]), qa.bf, q->strides[2],
                        q->strides[3], ka.p, ka.bf, k->strides[3], k->strides[2], 0.0f, S + i0 * Tk,
                        Tk, 1);
@@ -332,7 +336,8 @@ bool cg_attn_amx_fits(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k,
 cg_attn_amx_head cg_attn_amx_head_of(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                                      int64_t b, int64_t h)
 {
-    const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
+    const int64_t hk = kv_head(q, k, h);
+    const head_op qa = head_at(q, b, h), ka = head_at(k, b, hk), va = head_at(v, b, hk);
     return (cg_attn_amx_head){.q = qa.p,
                               .k = ka.p,
                               .v = va.p,

@@ -100,7 +100,8 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
 {
     const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
     const float scale = (float)sqrt((double)dh);
-    const head_op qa = head_at(q, b, h), ka = head_at(k, b, h), va = head_at(v, b, h);
+    const int64_t hk = kv_head(q, k, h);
+    const head_op qa = head_at(q, b, h), ka = head_at(k, b, hk), va = head_at(v, b, hk);
     const float *gp = at4(g, b, h), *opp = o ? at4(o, b, h) : NULL;
     float *dqp = gq ? at4(gq, b, h) : NULL, *dkp = gk ? at4(gk, b, h) : NULL;
     float *dvp = gv ? at4(gv, b, h) : NULL;
@@ -262,6 +263,49 @@ static void bwd_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
     }
 }
 
+/* Grouped-query attention's dk and dv: the query heads' rows [B,H,T,dh]
+ * summed over each group of H/Hkv heads, in head order, into their key or
+ * value head's; a chunk of rows a thread (the same bits for any team) */
+typedef struct {
+    const cg_tensor *all;
+    cg_tensor *sum;
+} groups_job;
+
+static void groups_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    (void)thread;
+    const groups_job *j = ctx;
+    const int64_t Hk = j->sum->shape[1], T = j->sum->shape[2], dh = j->sum->shape[3];
+    const int64_t G = j->all->shape[1] / Hk;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t b = r / (Hk * T), hk = r / T % Hk, t = r % T;
+        float *restrict d = at4(j->sum, b, hk) + t * j->sum->strides[2];
+        const float *restrict s = at4(j->all, b, hk * G) + t * j->all->strides[2];
+        for (int64_t c = 0; c < dh; c++)
+            d[c] = s[c];
+        for (int64_t gi = 1; gi < G; gi++) {
+            s = at4(j->all, b, hk * G + gi) + t * j->all->strides[2];
+            for (int64_t c = 0; c < dh; c++)
+                d[c] += s[c];
+        }
+    }
+}
+
+/* all (the query heads' gradients) summed into Hk heads; all released */
+static cg_tensor *sum_groups(cg_tensor *all, int64_t Hk)
+{
+    const int64_t B = all->shape[0], T = all->shape[2], dh = all->shape[3];
+    cg_tensor *sum = cg_attn_heads_out(B, Hk, T, dh, false);
+    if (sum && B * Hk * T * dh > 0) {
+        const groups_job j = {all, sum};
+        const int64_t rows = B * Hk * T;
+        cg_shares_run(rows, cg_shares_rows(dh * (all->shape[1] / Hk)),
+                      cg_shares_team(rows * dh * all->shape[1] / Hk > 65536), groups_rows, &j);
+    }
+    cg_release(all);
+    return sum;
+}
+
 static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
                           const cg_tensor *out, const cg_tensor *saved, const cg_tensor *g,
                           bool causal, const uint8_t *key_pad, cg_tensor **dq, cg_tensor **dk,
@@ -362,6 +406,15 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
     }
     cg_free(scratch);
     cg_release(g16);
+    if (k->shape[1] != H) { /* grouped-query: each group's sum */
+        gk = sum_groups(gk, k->shape[1]);
+        gv = sum_groups(gv, k->shape[1]);
+        if (!gk || !gv) {
+            cg_release_all(3, gq, gk, gv);
+            cg_set_error("attention backward: out of memory");
+            return false;
+        }
+    }
     if (dq)
         *dq = gq;
     else

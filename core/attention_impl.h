@@ -32,6 +32,14 @@ static inline float *at4(const cg_tensor *t, int64_t b, int64_t h)
     return cg_data(t) + b * t->strides[0] + h * t->strides[1];
 }
 
+/* The key/value head query head h reads: grouped-query attention's
+ * (k [B,Hkv,Tk,dh] with Hkv dividing H: a group of H/Hkv query heads
+ * reads one); h itself when Hkv = H */
+static inline int64_t kv_head(const cg_tensor *q, const cg_tensor *k, int64_t h)
+{
+    return h / (q->shape[1] / k->shape[1]);
+}
+
 /* q, k or v of one (batch, head) as a product's operand: floats, or
  * bf16 elements (bf16 training's copies) */
 typedef struct {

@@ -107,6 +107,21 @@ bool cg_attention_mask(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal
 }
 
 /* ------------------------------------------------- scaled dot product */
+/* k [B,Hkv,T,dh] as [B,H,T,dh], each head repeated H/Hkv times in a row
+ * (PyTorch's k.repeat_interleave(H // Hkv, dim=1)): grouped-query
+ * attention on the graph path; a new reference (k itself when Hkv = H) */
+static cg_tensor *repeat_kv(cg_tensor *k, int64_t H)
+{
+    const int64_t B = k->shape[0], Hk = k->shape[1], T = k->shape[2], dh = k->shape[3];
+    if (Hk == H)
+        return cg_retain(k);
+    cg_tensor *u = cg_unsqueeze(k, 2);
+    cg_tensor *e = u ? cg_expand(u, 5, (const int64_t[]){B, Hk, H / Hk, T, dh}) : NULL;
+    cg_tensor *r = e ? cg_reshape(e, 4, (const int64_t[]){B, H, T, dh}) : NULL;
+    cg_release_all(2, u, e);
+    return r;
+}
+
 cg_tensor *cg_scaled_dot_product_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v,
                                            const cg_tensor *mask, cg_tensor **weights_out)
 {
@@ -140,6 +155,11 @@ cg_tensor *cg_scaled_dot_product_attention_ex(cg_tensor *q, cg_tensor *k, cg_ten
     if (mask && !mv)
         return NULL;
     q = cg_to(q, CG_F32), k = cg_to(k, CG_F32), v = cg_to(v, CG_F32); /* released below */
+    if (q && k && v && k->shape[1] != q->shape[1]) { /* grouped-query: heads repeated */
+        cg_tensor *kr = repeat_kv(k, q->shape[1]), *vr = repeat_kv(v, q->shape[1]);
+        cg_release_all(2, k, v);
+        k = kr, v = vr;
+    }
     if (!q || !k || !v) {
         cg_release_all(4, q, k, v, mv);
         return NULL;
@@ -230,6 +250,17 @@ cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng) { return cg_mha_new_bias(d
 
 cg_mha *cg_mha_new_bias(int64_t d, int64_t H, bool bias, cg_rng *rng)
 {
+    return cg_mha_new_gqa(d, H, H, bias, rng);
+}
+
+cg_mha *cg_mha_new_gqa(int64_t d, int64_t H, int64_t H_kv, bool bias, cg_rng *rng)
+{
+    if (d > 0 && H > 0 && d % H == 0 && (H_kv < 1 || H % H_kv != 0)) {
+        cg_set_error("MultiHeadAttention: %lld key/value heads do not divide H=%lld (give a "
+                     "divisor of H: H for multi-head, 1 for multi-query attention)",
+                     (long long)H_kv, (long long)H);
+        return NULL;
+    }
     if (d <= 0 || H <= 0 || d % H) {
         cg_set_error("MultiHeadAttention: d=%lld is not divisible by H=%lld (both must be "
                      "positive)",
@@ -245,10 +276,12 @@ cg_mha *cg_mha_new_bias(int64_t d, int64_t H, bool bias, cg_rng *rng)
     m->d = d;
     m->H = H;
     m->d_head = d / H;
+    m->H_kv = H_kv;
     static const char *names[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
     cg_linear **slots[4] = {&m->q_proj, &m->k_proj, &m->v_proj, &m->o_proj};
     for (int i = 0; i < 4; i++) {
-        *slots[i] = cg_module_add_child(&m->base, names[i], cg_linear_new(d, d, bias, rng));
+        const int64_t out = i == 1 || i == 2 ? H_kv * m->d_head : d;
+        *slots[i] = cg_module_add_child(&m->base, names[i], cg_linear_new(d, out, bias, rng));
         if (!*slots[i]) {
             cg_module_free(&m->base);
             return NULL;
@@ -257,12 +290,14 @@ cg_mha *cg_mha_new_bias(int64_t d, int64_t H, bool bias, cg_rng *rng)
     return m;
 }
 
-/* [B,T,d] -> [B,H,T,dh] (a view when x is contiguous). */
+/* [B,T,n dh] -> [B,n,T,dh], n = H (queries) or H_kv (keys, values): a
+ * view when x is contiguous. */
 static cg_tensor *split_heads(const cg_mha *m, cg_tensor *x)
 {
     if (!x)
         return NULL;
-    cg_tensor *r = cg_reshape(x, CG_SHAPE(x->shape[0], x->shape[1], m->H, m->d_head));
+    const int64_t n = x->shape[2] / m->d_head;
+    cg_tensor *r = cg_reshape(x, CG_SHAPE(x->shape[0], x->shape[1], n, m->d_head));
     cg_tensor *t = cg_transpose(r, 1, 2);
     cg_release(r);
     return t;

@@ -90,7 +90,11 @@ cg_tensor *cg_scaled_dot_product_attention_ex(cg_tensor *q, cg_tensor *k, cg_ten
 typedef struct {
     cg_module base; /* type "MultiHeadAttention" */
     int64_t d, H, d_head;
-    cg_linear *q_proj, *k_proj, *v_proj, *o_proj; /* [d, d] weights with bias */
+    /* key/value heads: H, or (grouped-query attention, cg_mha_new_gqa) a
+     * divisor of H, each read by H / H_kv query heads (1: multi-query) */
+    int64_t H_kv;
+    cg_linear *q_proj, *k_proj, *v_proj, *o_proj; /* [d, d] weights with bias; k_proj's
+                                                   * and v_proj's [H_kv d_head, d] */
     /* When keep_weights is set, each forward replaces `weights` with that
      * call's attention weights [B,H,Tq,Tk] (detached, owned by the module,
      * released by cg_module_free). For heatmaps. Each query's row sums to
@@ -138,6 +142,14 @@ cg_mha *cg_mha_new(int64_t d, int64_t H, cg_rng *rng);
 /* bias false: projections without biases (nn.MultiheadAttention's
  * bias=False); their weights are drawn as cg_mha_new draws them. */
 cg_mha *cg_mha_new_bias(int64_t d, int64_t H, bool bias, cg_rng *rng);
+/* Grouped-query attention (Ainslie et al. 2023; LLaMA 2's
+ * num_key_value_heads): H_kv key/value heads (a divisor of H; 1:
+ * multi-query attention, Shazeer 2019), query head h reading head
+ * h / (H / H_kv); k_proj and v_proj map d -> H_kv * d_head. The weights
+ * are drawn in cg_mha_new_bias's order (H_kv = H: the same module). The
+ * fused kernel reads the shared heads in place and sums their gradients
+ * over each group; the key/value cache keeps H_kv heads. */
+cg_mha *cg_mha_new_gqa(int64_t d, int64_t H, int64_t H_kv, bool bias, cg_rng *rng);
 /* Attention dropout p in [0, 1] drawn from rng (borrowed: it must outlive
  * m; may be NULL when p is 0). False + error otherwise, m unchanged. */
 bool cg_mha_set_attn_dropout(cg_mha *m, float p, cg_rng *rng);

@@ -98,6 +98,13 @@ static bool torch_name(const cg_module *root, const char *name, char *out, size_
             return false;
         }
         bool in_mha = child && !strcmp(cur->type, "MultiHeadAttention");
+        if (in_mha && ((const cg_mha *)cur)->H_kv != ((const cg_mha *)cur)->H) {
+            cg_set_error("torch names: '%s' is in a grouped-query attention (%lld key/value heads "
+                         "for %lld): nn.MultiheadAttention has none (save under cgrad's names)",
+                         name, (long long)((const cg_mha *)cur)->H_kv,
+                         (long long)((const cg_mha *)cur)->H);
+            return false;
+        }
         if ((in_mha || (child && in_ff)) && strchr(dot + 1, '.')) {
             cg_set_error("torch names: '%s' is below %s projection (an adapter?): %s has no "
                          "equivalent",

@@ -35,6 +35,11 @@ bool cg_tf_config_check(const cg_tf_config *c)
         cg_set_error("transformer config: dropout must be in [0, 1] (got %g)", (double)c->dropout);
         return false;
     }
+    if (c->kv_heads < 0 || (c->kv_heads > 0 && c->H > 0 && c->H % c->kv_heads != 0)) {
+        cg_set_error("transformer config: kv_heads=%lld must divide H=%lld (0: H)",
+                     (long long)c->kv_heads, (long long)c->H);
+        return false;
+    }
     if (c->rope_theta != 0.0 && !(c->rope_theta > 1.0 && isfinite(c->rope_theta))) {
         cg_set_error("transformer config: rope_theta must be 0 (none) or a finite number above 1 "
                      "(got %g)",
@@ -170,7 +175,8 @@ static cg_norm *tf_norm(const cg_tf_config *cfg)
  * when it is a self-attention; or NULL (freed). */
 static cg_mha *tf_mha(const cg_tf_config *cfg, cg_rng *init, cg_rng *drop, bool self)
 {
-    cg_mha *a = cg_mha_new_bias(cfg->d, cfg->H, !cfg->no_bias, init);
+    cg_mha *a =
+        cg_mha_new_gqa(cfg->d, cfg->H, cfg->kv_heads ? cfg->kv_heads : cfg->H, !cfg->no_bias, init);
     if (a && (!cg_mha_set_attn_dropout(a, cfg->attn_dropout, drop) ||
               !cg_mha_set_rope(a, self ? cfg->rope_theta : 0.0))) {
         cg_module_free(&a->base);

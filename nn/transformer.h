@@ -22,8 +22,11 @@ extern "C" {
 #endif
 
 typedef struct {
-    int64_t d;         /* model width */
-    int64_t H;         /* heads; d % H == 0 */
+    int64_t d; /* model width */
+    int64_t H; /* heads; d % H == 0 */
+    /* key/value heads of every attention (nn/attention.h cg_mha_new_gqa):
+     * a divisor of H; 0 (the zero value): H, multi-head attention */
+    int64_t kv_heads;
     int64_t d_ff;      /* feed-forward width */
     cg_norm_kind norm; /* layernorm | rmsnorm (eps 1e-5; nn/layers.h's table) */
     cg_act act;        /* a row of nn/layers.h's table: relu, gelu (tanh form), gelu_erf,

@@ -244,6 +244,19 @@ START_TEST(test_config_arch_facts)
                   "%s", cg_last_error());
     free(js0);
     free(js);
+    ck_assert(back.kv_heads == 0); /* written before "kv_heads": H's */
+    c.kv_heads = 1;                /* multi-query: architecture */
+    js = cg_charlm_config_to_json(&c);
+    o = cJSON_Parse(js);
+    assert_key(o, "kv_heads", "1");
+    cJSON_Delete(o);
+    js0 = (c.kv_heads = 0, cg_charlm_config_to_json(&c));
+    ck_assert(!cg_charlm_config_same_arch(js, js0));
+    free(js0);
+    free(js);
+    ck_assert(!cg_charlm_config_from_json("{\"H\": 4, \"d\": 16, \"kv_heads\": 3}", &back));
+    ck_assert_msg(strstr(cg_last_error(), "H=4 is not divisible by kv_heads=3"), "%s",
+                  cg_last_error());
     ck_assert(!cg_charlm_config_from_json("{\"attn_dropout\": 1.5}", &back));
     ck_assert_msg(strstr(cg_last_error(), "attn_dropout"), "%s", cg_last_error());
     /* "bias" is a field (--bias false), not a fact */

@@ -11,6 +11,11 @@
 #      with and without the cache
 #   3. refusals, one line, exit 2: an unknown --pos-enc, --rope-theta
 #      without rope, --rope-theta 1, --pos-enc with --resume
+#   4. --kv-heads N (grouped-query attention; test_gqa): charlm with 1
+#      key/value head and rope: recorded, k_proj has d/H rows, cached
+#      sampling and resume as above; seq2seq with 2 of 4: cached and beam
+#      translations as above; --init-from refuses another count; a count
+#      not dividing --H is refused (exit 2)
 #   test_rope_cli.sh CHARLM SEQ2SEQ
 set -uo pipefail
 charlm=$1
@@ -75,4 +80,37 @@ expect "--rope-theta without rope" 2 "--rope-theta is rope's: give --pos-enc rop
 expect "--rope-theta 1" 2 "--rope-theta: 1 is out of range" \
   "$charlm" train --data c.txt --pos-enc rope --rope-theta 1
 expect "--resume --pos-enc" 2 "drop --pos-enc" "$charlm" train --resume h.st --pos-enc rope
+
+# ---- 4.
+"$charlm" train "${LM[@]}" --kv-heads 1 --out q.st >/dev/null 2>q.err || fail "--kv-heads 1: $(tail -1 q.err)"
+rows=$(st_py q.st <<'PY'
+t, meta = load(sys.argv[1])
+print(t['blocks.0.attn.k_proj.weight'][1][0], t['blocks.0.attn.v_proj.weight'][1][0],
+      t['blocks.0.attn.q_proj.weight'][1][0])
+PY
+)
+[ "$(cfg_key q.st kv_heads)" = 1 ] && [ "$rows" = "8 8 16" ] &&
+  echo "ok: --kv-heads 1: recorded; k_proj and v_proj have d/H = 8 rows, q_proj 16" ||
+  fail "--kv-heads 1: kv_heads $(cfg_key q.st kv_heads), rows $rows"
+"$charlm" sample --ckpt q.st --length 60 --prompt "the whale" >c.txt.out 2>/dev/null &&
+  "$charlm" sample --ckpt q.st --length 60 --prompt "the whale" --no-cache >n.txt.out 2>/dev/null &&
+  cmp -s c.txt.out n.txt.out && echo "ok: --kv-heads 1: the cached sample is the recomputed one" ||
+  fail "--kv-heads 1: cached and recomputed samples differ"
+"$charlm" train "${LM[@]}" --kv-heads 1 --stop-at 10 --out q2.st >/dev/null 2>&1 &&
+  "$charlm" train --resume q2.st --threads 1 >/dev/null 2>&1 && cmp -s q.st q2.st &&
+  echo "ok: --kv-heads 1: --resume is bit-identical" || fail "--kv-heads 1: --resume differs"
+expect "--init-from --kv-heads 2" 1 "--kv-heads 2 contradicts it" \
+  "$charlm" train --data c.txt --init-from q.st --kv-heads 2 --out x.st
+expect "--kv-heads 3 of 2" 2 "H=2 is not divisible by kv_heads=3" \
+  "$charlm" train --data c.txt --H 2 --d 16 --kv-heads 3
+"$seq2seq" train --data p.tsv --tokenizer char --d 16 --H 4 --kv-heads 2 --enc-layers 1 --dec-layers 1 \
+  --d-ff 32 --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --steps 40 \
+  --out sq.st >/dev/null 2>sq.err || fail "seq2seq --kv-heads 2: $(tail -1 sq.err)"
+for b in 1 3; do
+  "$seq2seq" translate --ckpt sq.st --beam $b --threads 1 <src.txt >c.out 2>/dev/null &&
+    "$seq2seq" translate --ckpt sq.st --beam $b --threads 1 --no-cache <src.txt >n.out 2>/dev/null &&
+    cmp -s c.out n.out && [ "$(wc -l <c.out)" = 12 ] &&
+    echo "ok: seq2seq --kv-heads 2 --beam $b: the cached translations are the recomputed ones" ||
+    fail "seq2seq --kv-heads 2 --beam $b: cached and recomputed differ"
+done
 finish

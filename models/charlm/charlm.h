@@ -34,6 +34,7 @@ typedef struct {
     int64_t vocab;      /* V */
     int64_t d;          /* model width; d % H == 0 */
     int64_t H;          /* attention heads */
+    int64_t kv_heads;   /* key/value heads, a divisor of H (grouped-query); 0: H */
     int64_t layers;     /* >= 0 */
     int64_t d_ff;       /* feed-forward width */
     int64_t max_len;    /* longest sequence (positions table) */

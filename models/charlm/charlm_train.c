@@ -177,6 +177,7 @@ static bool lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, cons
     cfg->bias = rc->bias;
     cfg->dropout = (float)rc->dropout;
     cfg->attn_dropout = (float)rc->attn_dropout;
+    cfg->kv_heads = rc->kv_heads;
     cfg->pos_enc = rc->pos;
     cfg->rope_theta = rc->rope_theta;
     *Bout = p->B;
@@ -193,6 +194,7 @@ static cg_train_arch lm_arch(const cg_charlm_config *c)
         .norm_first = c->norm_first,
         .bias = c->bias,
         .pos = c->pos_enc,
+        .kv_heads = c->kv_heads ? c->kv_heads : c->H,
         .rope_theta = c->rope_theta};
 }
 

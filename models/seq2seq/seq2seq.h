@@ -40,6 +40,7 @@ typedef struct {
     int64_t vocab; /* V, > 3 (PAD, BOS, EOS are 0, 1, 2) */
     int64_t d;     /* d % H == 0 */
     int64_t H;
+    int64_t kv_heads;   /* key/value heads, a divisor of H (grouped-query); 0: H */
     int64_t enc_layers; /* >= 0 */
     int64_t dec_layers; /* >= 1: its layers are what reads the source */
     int64_t d_ff;

@@ -298,6 +298,7 @@ static bool mt_config_from_flags(const mt_run *r, const cg_train_opts *o, cg_tra
     cfg.bias = rec->bias;
     cfg.dropout = (float)rec->dropout;
     cfg.attn_dropout = (float)rec->attn_dropout;
+    cfg.kv_heads = rec->kv_heads;
     cfg.pos_enc = rec->pos;
     cfg.rope_theta = rec->rope_theta;
     cfg.label_smoothing = (float)rec->label_smoothing;

@@ -22,6 +22,7 @@ extern "C" {
 #define CG_MODEL_TF_CONFIG(c, rng)                                                             \
     ((cg_tf_config){.d = (c)->d,                                                               \
                     .H = (c)->H,                                                               \
+                    .kv_heads = (c)->kv_heads,                                                 \
                     .d_ff = (c)->d_ff,                                                         \
                     .norm = (c)->norm,                                                         \
                     .act = (c)->act,                                                           \

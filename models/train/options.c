@@ -383,6 +383,8 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
         add_bad(bad, sizeof bad, &nbad, "--norm-first %s", want->norm_first ? "true" : "false");
     if (cg_cli_given(a, &rec->bias) && want->bias != have->bias)
         add_bad(bad, sizeof bad, &nbad, "--bias %s", want->bias ? "true" : "false");
+    if (cg_cli_given(a, &rec->kv_heads) && want->kv_heads != have->kv_heads)
+        add_bad(bad, sizeof bad, &nbad, "--kv-heads %lld", (long long)rec->kv_heads);
     if (rec->pos_enc && want->pos != have->pos)
         add_bad(bad, sizeof bad, &nbad, "--pos-enc %s", rec->pos_enc);
     if (cg_cli_given(a, &rec->rope_theta) && want->rope_theta != have->rope_theta)

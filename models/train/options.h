@@ -118,6 +118,7 @@ typedef struct {
     const char *pos_enc;
     cg_pos_kind pos;
     int64_t rope_theta;
+    int64_t kv_heads; /* --kv-heads (0: H) */
     bool norm_first;
     bool bias; /* --bias: biases in every Linear and LayerNorm (true; nanoGPT's bias) */
     double dropout, attn_dropout, label_smoothing, lr;
@@ -159,6 +160,14 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          "  --d N --H N --d-ff N  width, heads (must divide d), feed-forward width\n",            \
          CG_CLI_FIXED},                                                                           \
         {"--H", CG_CLI_I64, &(r)->shape.H, 1, 1 << 12, NULL, CG_CLI_FIXED},                       \
+        {"--kv-heads",                                                                            \
+         CG_CLI_I64,                                                                              \
+         &(r)->kv_heads,                                                                          \
+         1,                                                                                       \
+         1 << 12,                                                                                 \
+         "  --kv-heads N         key/value heads, a divisor of --H (grouped-query attention,\n"   \
+         "                       LLaMA 2's num_key_value_heads; 1: multi-query; default H)\n",    \
+         CG_CLI_FIXED},                                                                           \
         {"--d-ff", CG_CLI_I64, &(r)->shape.d_ff, 1, 1 << 20, NULL, CG_CLI_FIXED},                 \
         {"--norm", CG_CLI_STR, &(r)->norm, 0, 0, cg_train_arch_help(r), CG_CLI_FIXED},            \
         {"--act", CG_CLI_STR, &(r)->act, 0, 0, NULL, CG_CLI_FIXED},                               \
@@ -515,7 +524,7 @@ typedef struct {
     cg_act act;
     bool norm_first, bias;
     cg_pos_kind pos;
-    int64_t rope_theta;
+    int64_t rope_theta, kv_heads;
 } cg_train_arch;
 /* --init-from: the shape, architecture and tokenizer flags given (a, rec;
  * preset: the variable of --preset) with the preset make `want`, which

@@ -147,7 +147,9 @@ typedef struct {
 /* clang-format off */
 #define CG_CONFIG_ZOO_WIDTH(type)                                              \
     CG_CF_INT(type, d, 1, CG_CF_NO_MAX),                                       \
-    {"H", CG_CF_I64, offsetof(type, H), NULL, 1, CG_CF_NO_MAX, NULL, "d"}
+    {"H", CG_CF_I64, offsetof(type, H), NULL, 1, CG_CF_NO_MAX, NULL, "d"},     \
+    {"kv_heads", CG_CF_I64, offsetof(type, kv_heads), NULL, 0, CG_CF_NO_MAX,   \
+     " (0: H)", "H"}
 #define CG_CONFIG_ZOO_BLOCK(type)                                              \
     CG_CF_INT(type, d_ff, 1, CG_CF_NO_MAX),                                    \
     CG_CF_INT(type, max_len, 1, CG_CF_NO_MAX),                                 \

@@ -1,5 +1,6 @@
-/* cgrad's MultiHeadAttention with rotary embeddings (cg_mha_set_rope)
- * against PyTorch's, written as Hugging Face's LLaMA computes them
+/* cgrad's MultiHeadAttention with rotary embeddings (cg_mha_set_rope) and
+ * grouped-query heads (cg_mha_new_gqa) against PyTorch's, written as
+ * Hugging Face's LLaMA computes them
  * (tests/interop/rope.py writes the cases):
  *     check_rope DIR     exit 0: every case within tolerance; 1: not
  * For each case the module is built, PyTorch's weights loaded by name
@@ -36,11 +37,15 @@ static double rel_diff(const cg_tensor *a, const cg_tensor *b)
 
 typedef struct {
     const char *name;
-    double theta;
+    double theta; /* 0: no rotation */
     bool bias;
+    int64_t kv; /* key/value heads */
 } rcase;
 
-static const rcase CASES[] = {{"rope", 10000.0, true}, {"rope_theta", 500000.0, false}};
+static const rcase CASES[] = {{"rope", 10000.0, true, H},
+                              {"rope_theta", 500000.0, false, H},
+                              {"gqa", 0.0, true, 2},
+                              {"gqa_rope", 10000.0, true, 1}};
 static const char *const GRADS[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight",
                                     "o_proj.weight"};
 
@@ -66,7 +71,7 @@ static bool run(const char *dir, const rcase *c, cg_precision prec, double tol)
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, c->name);
     snprintf(io_path, sizeof io_path, "%s/%s.io.safetensors", dir, c->name);
     cg_rng rng = cg_rng_new(5);
-    cg_mha *m = cg_mha_new_bias(D, H, c->bias, &rng);
+    cg_mha *m = cg_mha_new_gqa(D, H, c->kv, c->bias, &rng);
     cg_st_file *io = cg_st_open(io_path);
     bool ok = m && io && cg_mha_set_rope(m, c->theta) && cg_module_load_file(CG_MODULE(m), path);
     cg_tensor *x = ok ? cg_st_get_f32(io, "x") : NULL, *y = NULL, *loss = NULL, *yr = NULL;
