@@ -79,12 +79,13 @@ for a in gelu_erf gelu; do
 done
 weights_differ "charlm gelu_erf is not gelu" fgelu_erf.st fgelu.st
 # a gelu model's config is written as fed2817 wrote it, byte for byte, but
-# for the keys added since at their defaults (loss_chunk 0: issue 37)
+# for the keys added since at their defaults (loss_chunk 0: issue 37;
+# kv_heads 0, attn_dropout 0, rope_theta 10000)
 if st_py tanh.st lm_gelu.st <<'EOF'; then
 a, b = load(sys.argv[1])[1]['config'], load(sys.argv[2])[1]['config']
-for k in ['loss_chunk']:
-    assert json.loads(a)[k] == 0, a
-    a = a.replace(', "%s": 0' % k, '')
+for k, v in [('loss_chunk', 0), ('kv_heads', 0), ('attn_dropout', 0), ('rope_theta', 10000)]:
+    assert json.loads(a)[k] == v, a
+    a = a.replace(', "%s": %d' % (k, v), '')
 assert a == b, a + ' / ' + b
 EOF
   echo "ok: charlm gelu: fed2817's config text"
