@@ -77,6 +77,8 @@ expect "--pos-enc alibi" 2 "--pos-enc: 'alibi' is not one of sinusoidal, rope" \
   "$charlm" train --data c.txt --pos-enc alibi
 expect "--rope-theta without rope" 2 "--rope-theta is rope's: give --pos-enc rope" \
   "$seq2seq" train --data p.tsv --rope-theta 500000
+expect "--rope-theta 10000 (the default) without rope" 2 "--rope-theta is rope's" \
+  "$charlm" train --data c.txt --rope-theta 10000 --pos-enc sinusoidal
 expect "--rope-theta 1" 2 "--rope-theta: 1 is out of range" \
   "$charlm" train --data c.txt --pos-enc rope --rope-theta 1
 expect "--resume --pos-enc" 2 "drop --pos-enc" "$charlm" train --resume h.st --pos-enc rope

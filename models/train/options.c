@@ -66,8 +66,10 @@ const char *cg_train_arch_help(cg_train_recipe *r)
 }
 
 /* --norm and --act, when given, parsed into *norm and *act (names of nn's
- * tables); false + error naming the flag. */
-static bool parse_arch(cg_train_recipe *r, cg_norm_kind *norm, cg_act *act)
+ * tables), --pos-enc into r->pos (fresh: --rope-theta needs rope); false +
+ * error naming the flag. */
+static bool parse_arch(const cg_cli_args *a, cg_train_recipe *r, cg_norm_kind *norm, cg_act *act,
+                       bool fresh)
 {
     r->pos = CG_POS_SINUSOIDAL;
     if (r->pos_enc && strcmp(r->pos_enc, "sinusoidal") != 0) {
@@ -77,7 +79,9 @@ static bool parse_arch(cg_train_recipe *r, cg_norm_kind *norm, cg_act *act)
         }
         r->pos = CG_POS_ROPE;
     }
-    if (r->pos != CG_POS_ROPE && r->rope_theta != 10000) {
+    /* a fresh run's (--init-from's and --resume's positions are their
+     * checkpoint's, the flag compared with it) */
+    if (fresh && r->pos != CG_POS_ROPE && cg_cli_given(a, &r->rope_theta)) {
         cg_set_error("--rope-theta is rope's: give --pos-enc rope");
         return false;
     }
@@ -164,7 +168,7 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
     }
     cg_norm_kind norm;
     cg_act act;
-    if (!parse_arch(r, &norm, &act)) { /* refused before any file is read */
+    if (!parse_arch(a, r, &norm, &act, !o->resume && !o->init_from)) { /* before any file is read */
         cg_prog_fail("%s", cg_last_error());
         return CG_EXIT_USAGE;
     }
@@ -210,7 +214,7 @@ bool cg_train_shape(const cg_cli_args *a, const cg_train_preset *p, cg_train_rec
         if (!cg_cli_given(a, field[i]))
             *field[i] = *from[i];
     s->name = p->name;
-    return parse_arch(r, norm, act);
+    return parse_arch(a, r, norm, act, false);
 }
 
 int cg_train_tokenizer_flags(const char *name, bool seen, int64_t vocab_size,
