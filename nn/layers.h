@@ -218,9 +218,11 @@ cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x);
 
 /* ------------------------------------------- sinusoidal positions */
 /* A transformer's positions: sinusoidal tables added to the embeddings
- * (below; models.py's), or rotary embeddings of every self-attention's q
- * and k (nn/attention.h cg_mha_set_rope; RoFormer, LLaMA), nothing added. */
-typedef enum { CG_POS_SINUSOIDAL, CG_POS_ROPE } cg_pos_kind;
+ * (below; models.py's), rotary embeddings of every self-attention's q and
+ * k (nn/attention.h cg_mha_set_rope; RoFormer, LLaMA), nothing added, or
+ * a learnt table added (GPT-2's and nanoGPT's wpe: an Embedding of the
+ * model's). */
+typedef enum { CG_POS_SINUSOIDAL, CG_POS_ROPE, CG_POS_LEARNED } cg_pos_kind;
 
 /* pe [max_len, d]: pe[pos, 2i] = sin(pos / 10000^(2i/d)),
  * pe[pos, 2i+1] = cos(same), computed in double then rounded to float

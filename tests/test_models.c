@@ -244,6 +244,12 @@ START_TEST(test_config_arch_facts)
                   "%s", cg_last_error());
     free(js0);
     free(js);
+    ck_assert(cg_charlm_config_from_json("{\"pos_enc\": \"learned\"}", &back) &&
+              back.pos_enc == CG_POS_LEARNED); /* charlm's: nanoGPT's wpe */
+    cg_seq2seq_config s2;
+    ck_assert(!cg_seq2seq_config_from_json("{\"pos_enc\": \"learned\"}", &s2));
+    ck_assert_msg(strstr(cg_last_error(), "have sinusoidal|rope"), "%s", cg_last_error());
+    back = c;
     ck_assert(back.kv_heads == 0); /* written before "kv_heads": H's */
     c.kv_heads = 1;                /* multi-query: architecture */
     js = cg_charlm_config_to_json(&c);
@@ -263,7 +269,7 @@ START_TEST(test_config_arch_facts)
     ck_assert(cg_charlm_config_from_json("{\"bias\": false}", &back) && !back.bias);
     ck_assert(cg_charlm_config_from_json("{\"bias\": true}", &back) && back.bias);
     /* a config that says the model is another one is refused, naming the key */
-    const char *bad[] = {"{\"pos_enc\": \"learned\"}",
+    const char *bad[] = {"{\"pos_enc\": \"alibi\"}",
                          "{\"emb_scale\": 1}",
                          "{\"tied_head\": false}",
                          "{\"norm_eps\": 1e-6}",

@@ -16,6 +16,9 @@
 #      sampling and resume as above; seq2seq with 2 of 4: cached and beam
 #      translations as above; --init-from refuses another count; a count
 #      not dividing --H is refused (exit 2)
+#   5. --pos-enc learned (charlm: nanoGPT's wpe): pos_emb.weight [T, d] in
+#      the checkpoint, trained (it differs from the step-0 checkpoint's);
+#      cached sampling and resume as above; seq2seq refuses it (exit 2)
 #   test_rope_cli.sh CHARLM SEQ2SEQ
 set -uo pipefail
 charlm=$1
@@ -115,4 +118,26 @@ for b in 1 3; do
     echo "ok: seq2seq --kv-heads 2 --beam $b: the cached translations are the recomputed ones" ||
     fail "seq2seq --kv-heads 2 --beam $b: cached and recomputed differ"
 done
+
+# ---- 5.
+LE=(--data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 32 --batch-size 4 --threads 1 --eval-every 10
+  --steps 20 --pos-enc learned)
+"$charlm" train "${LE[@]}" --out le.st >/dev/null 2>le.err || fail "--pos-enc learned: $(tail -1 le.err)"
+"$charlm" train "${LE[@]}" --stop-at 0 --out le0.st >/dev/null 2>&1 || fail "--pos-enc learned --stop-at 0"
+"$charlm" train "${LE[@]}" --stop-at 10 --out le1.st >/dev/null 2>&1 &&
+  "$charlm" train --resume le1.st --threads 1 >/dev/null 2>&1 || fail "--pos-enc learned: resume"
+pe=$(st_py le.st le0.st <<'PY'
+a, b = load(sys.argv[1])[0], load(sys.argv[2])[0]
+print(a['pos_emb.weight'][0], a['pos_emb.weight'][1], a['pos_emb.weight'][2] != b['pos_emb.weight'][2])
+PY
+)
+[ "$(cfg_key le.st pos_enc)" = learned ] && [ "$pe" = "F32 [32, 16] True" ] && cmp -s le.st le1.st &&
+  echo "ok: --pos-enc learned: pos_emb.weight F32 [32, 16], trained; --resume bit-identical" ||
+  fail "--pos-enc learned: $(cfg_key le.st pos_enc), $pe, resume $(cmp le.st le1.st)"
+"$charlm" sample --ckpt le.st --length 40 --prompt "the whale" >c.txt.out 2>/dev/null &&
+  "$charlm" sample --ckpt le.st --length 40 --prompt "the whale" --no-cache >n.txt.out 2>/dev/null &&
+  cmp -s c.txt.out n.txt.out && echo "ok: --pos-enc learned: the cached sample is the recomputed one" ||
+  fail "--pos-enc learned: cached and recomputed samples differ"
+expect "seq2seq --pos-enc learned" 2 "--pos-enc learned is charlm's" \
+  "$seq2seq" train --data p.tsv --pos-enc learned
 finish

@@ -35,7 +35,7 @@ static const cg_config_field FIELDS[] = {
     CG_CONFIG_ZOO_BLOCK(cg_charlm_config),
     {"loss_chunk", CG_CF_I64, offsetof(cg_charlm_config, loss_chunk), NULL, -1, CG_CF_NO_MAX,
      " (-1: chunks on the head product's k blocks, 0: no chunks)", NULL},
-    CG_CONFIG_ZOO_FACTS(cg_charlm_config),
+    CG_CONFIG_ZOO_FACTS(cg_charlm_config, "sinusoidal|rope|learned"),
 };
 static const cg_config_model CONFIG = {"charlm", FIELDS, (int)(sizeof FIELDS / sizeof FIELDS[0]),
                                        sizeof(cg_charlm_config), &DEFAULTS};
@@ -82,10 +82,13 @@ static cg_charlm *model_new(const cg_charlm_config *cfg, uint64_t seed, bool ini
     if (!ok)
         cg_set_error("charlm: out of memory");
     ok = ok &&
-         (cfg->pos_enc == CG_POS_ROPE ||                                      /* rotary: no table */
+         (cfg->pos_enc != CG_POS_SINUSOIDAL || /* rotary: none; learned: pos_emb's */
           (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL); /* beyond scopes */
     ok = ok && (m->tok_emb = cg_module_add_child(base, "tok_emb",
                                                  cg_embed_new(cfg->vocab, cfg->d, cg_init_skip())));
+    ok = ok && (cfg->pos_enc != CG_POS_LEARNED || /* nanoGPT's wpe, after its wte */
+                (m->pos_emb = cg_module_add_child(
+                     base, "pos_emb", cg_embed_new(cfg->max_len, cfg->d, cg_init_skip()))) != NULL);
     ok = ok && (m->blocks = cg_module_add_child(base, "blocks", cg_module_new("ModuleList")));
     for (int64_t i = 0; ok && i < cfg->layers; i++) {
         char name[24];
@@ -104,6 +107,11 @@ static cg_charlm *model_new(const cg_charlm_config *cfg, uint64_t seed, bool ini
         return NULL;
     }
     return m;
+}
+
+cg_tensor *cg_charlm_positions(const cg_charlm *m)
+{
+    return m->pe ? m->pe : m->pos_emb ? m->pos_emb->weight : NULL;
 }
 
 cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed)
@@ -140,8 +148,8 @@ static cg_tensor *charlm_hidden(cg_charlm *m, const int64_t *ids, int64_t B, int
         return NULL;
     /* embedding * sqrt(d) + pe[:T], dropout (cg_model_embed_scaled) */
     cg_tensor *e = cg_embed_forward(m->tok_emb, cg_from_i64(CG_SHAPE(B, T), ids));
-    cg_tensor *h =
-        cg_model_embed_scaled(e, m->pe, 0, T, c->d, c->dropout, &m->dropout_rng, m->base.training);
+    cg_tensor *h = cg_model_embed_scaled(e, cg_charlm_positions(m), 0, T, c->d, c->dropout,
+                                         &m->dropout_rng, m->base.training);
     cg_attn_mask mask = {.causal = true};
     /* each layer's input is released once the layer has run: without a
      * graph (evaluation) only one layer's tensors are alive at a time; with

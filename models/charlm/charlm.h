@@ -45,9 +45,10 @@ typedef struct {
     bool bias;          /* biases in every Linear and LayerNorm (nanoGPT's bias; true) */
     float dropout;      /* in [0, 1]; after the embedding and each sublayer */
     float attn_dropout; /* in [0, 1]; on the attention weights (nanoGPT's attn_dropout; 0) */
-    /* positions: sinusoidal (models.py's, the default) or rope (rotary
+    /* positions: sinusoidal (models.py's, the default), rope (rotary
      * embeddings of base rope_theta, default 10000, in every attention;
-     * nothing added to the embeddings) */
+     * nothing added to the embeddings) or learned (a table pos_emb.weight
+     * [max_len, d] added, drawn N(0, 0.02): GPT-2's and nanoGPT's wpe) */
     cg_pos_kind pos_enc;
     int64_t rope_theta;
     /* the training loss (cg_charlm_forward_loss): 0 = logits, then
@@ -82,7 +83,8 @@ typedef struct {
     cg_module *blocks;   /* child "blocks" with children "0".."layers-1" */
     cg_lm_block **block; /* borrowed pointers to the blocks */
     cg_norm *ln_f;       /* child "ln_f", NULL for post-norm */
-    cg_tensor *pe;       /* [max_len, d] sinusoidal positions, owned */
+    cg_tensor *pe;       /* [max_len, d] sinusoidal positions, owned (else NULL) */
+    cg_embed *pos_emb;   /* child "pos_emb": learned positions (else NULL) */
     cg_rng dropout_rng;  /* every dropout mask of the model */
 } cg_charlm;
 
@@ -91,6 +93,9 @@ typedef struct {
  * a generator derived from the same seed). Train mode is on. NULL + error
  * on a bad config. */
 cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed);
+/* The table added to the embeddings: the sinusoidal one, the learned
+ * one's weight (a parameter), or NULL (rope); borrowed. */
+cg_tensor *cg_charlm_positions(const cg_charlm *m);
 /* The same without drawing (nn/init.h cg_init_skip): the Linear and
  * Embedding weights are left at zero (norm weights 1, biases 0), for a
  * checkpoint to fill; the loaders use it. */

@@ -50,7 +50,8 @@ cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t 
     cg_release(idt);
     cg_tensor *es = cg_muls(e, (float)sqrt((double)cfg->d));
     cg_release(e);
-    cg_tensor *pe = m->pe ? cg_view_narrow(m->pe, 0, pos, n) : NULL; /* rope: none */
+    cg_tensor *table = cg_charlm_positions(m); /* rope: none */
+    cg_tensor *pe = table ? cg_view_narrow(table, 0, pos, n) : NULL;
     cg_tensor *x = pe ? cg_add(es, pe) : cg_retain(es);
     cg_release_all(2, es, pe);
     cg_tensor *h = x ? cg_lm_blocks_forward_cached(m->block, (int)cfg->layers, x, c) : NULL;

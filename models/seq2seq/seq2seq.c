@@ -46,7 +46,7 @@ static const cg_config_field FIELDS[] = {
     CG_CF_PROBABILITY(cg_seq2seq_config, word_dropout),
     {"loss_chunk", CG_CF_I64, offsetof(cg_seq2seq_config, loss_chunk), NULL, -1, CG_CF_NO_MAX,
      " (-1: chunks on the head product's k blocks, 0: no chunks)", NULL},
-    CG_CONFIG_ZOO_FACTS(cg_seq2seq_config),
+    CG_CONFIG_ZOO_FACTS(cg_seq2seq_config, "sinusoidal|rope"),
     /* one embedding for the encoder's input, the decoder's and the head */
     CG_CF_FACT("shared_emb", "true"),
     CG_CF_FACT("pad_id", "0"),
@@ -92,7 +92,7 @@ static cg_seq2seq *model_new(const cg_seq2seq_config *cfg, uint64_t seed, bool i
     m->dropout_rng = cg_model_dropout_rng(seed);
     cg_tf_config tf = CG_MODEL_TF_CONFIG(cfg, &m->dropout_rng);
     cg_module *base = CG_MODULE(m);
-    bool ok = cfg->pos_enc == CG_POS_ROPE || /* rotary: no table */
+    bool ok = cfg->pos_enc != CG_POS_SINUSOIDAL || /* rotary: no table */
               (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
     ok = ok && (m->emb = cg_module_add_child(base, "emb",
                                              cg_embed_new(cfg->vocab, cfg->d, cg_init_skip())));

@@ -39,7 +39,11 @@ cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64
                                  float dropout, cg_rng *rng, bool training)
 {
     cg_tensor *s = cg_muls(e, (float)sqrt((double)d));
-    cg_tensor *x = pe ? cg_add(s, cg_view_narrow(pe, 0, pos, L)) : s;
+    /* a learnt table (a parameter) takes its rows' gradient through cg_narrow */
+    cg_tensor *rows = !pe                 ? NULL
+                      : pe->requires_grad ? cg_narrow(pe, 0, pos, L)
+                                          : cg_view_narrow(pe, 0, pos, L);
+    cg_tensor *x = pe ? cg_add(s, rows) : s;
     return cg_dropout(x, dropout, rng, training);
 }
 

@@ -48,7 +48,8 @@ bool cg_model_check_ids(const char *model, const char *op, const char *what, con
 
 /* dropout(e * sqrt(d) + pe[pos : pos + L]) for the embeddings e [B, L, d]
  * (models.py's embedding scale and positions; pe NULL: none added, the
- * rotary positions' case); a new tensor of the caller's scope. */
+ * rotary positions' case; pe a parameter, learned positions: its rows get
+ * their gradient); a new tensor of the caller's scope. */
 cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64_t L, int64_t d,
                                  float dropout, cg_rng *rng, bool training);
 

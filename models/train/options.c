@@ -57,9 +57,10 @@ const char *cg_train_arch_help(cg_train_recipe *r)
              "  --norm %s  --act %s  --norm-first true|false\n"
              "  --bias true|false    biases in every Linear and LayerNorm (default true; false:\n"
              "                       nanoGPT's bias = False, PyTorch's bias=False)\n"
-             "  --pos-enc sinusoidal|rope  positions: sinusoidal tables added to the\n"
-             "                       embeddings (the default), or rotary embeddings of q and\n"
-             "                       k in every self-attention (RoFormer, LLaMA)\n"
+             "  --pos-enc sinusoidal|rope|learned  positions: sinusoidal tables added to\n"
+             "                       the embeddings (the default), rotary embeddings of q and\n"
+             "                       k in every self-attention (RoFormer, LLaMA), or (charlm)\n"
+             "                       a learnt table added (GPT-2's and nanoGPT's wpe)\n"
              "  --rope-theta N       rope's base (default 10000; LLaMA 3: 500000)\n",
              cg_norm_names(norms, sizeof norms, "|"), cg_act_names(acts, sizeof acts, "|"));
     return r->arch_help;
@@ -73,11 +74,11 @@ static bool parse_arch(const cg_cli_args *a, cg_train_recipe *r, cg_norm_kind *n
 {
     r->pos = CG_POS_SINUSOIDAL;
     if (r->pos_enc && strcmp(r->pos_enc, "sinusoidal") != 0) {
-        if (strcmp(r->pos_enc, "rope") != 0) {
-            cg_set_error("--pos-enc: '%s' is not one of sinusoidal, rope", r->pos_enc);
+        if (strcmp(r->pos_enc, "rope") != 0 && strcmp(r->pos_enc, "learned") != 0) {
+            cg_set_error("--pos-enc: '%s' is not one of sinusoidal, rope, learned", r->pos_enc);
             return false;
         }
-        r->pos = CG_POS_ROPE;
+        r->pos = strcmp(r->pos_enc, "rope") ? CG_POS_LEARNED : CG_POS_ROPE;
     }
     /* a fresh run's (--init-from's and --resume's positions are their
      * checkpoint's, the flag compared with it) */

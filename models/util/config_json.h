@@ -169,12 +169,12 @@ typedef struct {
  * every Linear and LayerNorm. */
 /* clang-format off */
 #define CG_CF_FACT(key, json) {(key), CG_CF_CONST, 0, (json), 0, 0, NULL, NULL}
-#define CG_CONFIG_ZOO_FACTS(type)                                                      \
+#define CG_CONFIG_ZOO_FACTS(type, pos_names)                                           \
     CG_CF_FACT("norm_eps", "1e-05"),                                                   \
     {"gelu_approximate", CG_CF_GELU, offsetof(type, act), NULL, 0, 0, NULL, NULL},     \
     {"final_norm", CG_CF_SAME, offsetof(type, norm_first), NULL, 0, 0, NULL, NULL},    \
     CG_CF_FACT("emb_scale", "\"sqrt_d\""),                                             \
-    {"pos_enc", CG_CF_NAME, offsetof(type, pos_enc), "sinusoidal|rope", 0, 0, NULL, NULL}, \
+    {"pos_enc", CG_CF_NAME, offsetof(type, pos_enc), (pos_names), 0, 0, NULL, NULL},   \
     CG_CF_INT(type, rope_theta, 2, 1e12),                                              \
     CG_CF_FACT("tied_head", "true"),                                                   \
     {"bias", CG_CF_BOOL, offsetof(type, bias), NULL, 0, 0, NULL, NULL}
