@@ -223,6 +223,10 @@ cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x);
  * a learnt table added (GPT-2's and nanoGPT's wpe: an Embedding of the
  * model's). */
 typedef enum { CG_POS_SINUSOIDAL, CG_POS_ROPE, CG_POS_LEARNED } cg_pos_kind;
+/* The token embeddings' scale before the positions are added: sqrt(d)
+ * ("Attention Is All You Need", models.py, fairseq's default) or none
+ * (GPT-2, nanoGPT; fairseq's --no-scale-embedding). */
+typedef enum { CG_EMB_SCALE_SQRT_D, CG_EMB_SCALE_NONE } cg_emb_scale;
 
 /* pe [max_len, d]: pe[pos, 2i] = sin(pos / 10000^(2i/d)),
  * pe[pos, 2i+1] = cos(same), computed in double then rounded to float

@@ -246,6 +246,9 @@ START_TEST(test_config_arch_facts)
     free(js);
     ck_assert(cg_charlm_config_from_json("{\"pos_enc\": \"learned\"}", &back) &&
               back.pos_enc == CG_POS_LEARNED); /* charlm's: nanoGPT's wpe */
+    ck_assert(cg_charlm_config_from_json("{\"emb_scale\": \"none\"}", &back) &&
+              back.emb_scale == CG_EMB_SCALE_NONE);
+    ck_assert(cg_charlm_config_from_json("{}", &back) && back.emb_scale == CG_EMB_SCALE_SQRT_D);
     cg_seq2seq_config s2;
     ck_assert(!cg_seq2seq_config_from_json("{\"pos_enc\": \"learned\"}", &s2));
     ck_assert_msg(strstr(cg_last_error(), "have sinusoidal|rope"), "%s", cg_last_error());
@@ -550,6 +553,49 @@ START_TEST(test_charlm_forward)
     ck_assert_int_eq(logits->shape[0], 10);
     cg_release(logits);
     cg_charlm_free(m);
+}
+END_TEST
+
+/* The embedding's forms, through a model of no layers and no final norm
+ * (logits = h0 E^T): h0 = E[x] sqrt(d) + PE[t] (sinusoidal, models.py's),
+ * E[x] + P[t] (learned positions, no scale: GPT-2's and nanoGPT's), and
+ * E[x] sqrt(d) alone (rope: the positions act in the attention), each
+ * against float64 values computed here from the checkpointed tables. */
+START_TEST(test_charlm_embedding_forms)
+{
+    enum { V = 20, D = 16, T = 5 };
+    const int64_t ids[T] = {3, 0, 19, 7, 7};
+    const cg_pos_kind pos[3] = {CG_POS_SINUSOIDAL, CG_POS_LEARNED, CG_POS_ROPE};
+    const cg_emb_scale sc[3] = {CG_EMB_SCALE_SQRT_D, CG_EMB_SCALE_NONE, CG_EMB_SCALE_SQRT_D};
+    for (int f = 0; f < 3; f++) {
+        cg_charlm_config c = small_lm();
+        c.layers = 0, c.norm_first = false, c.pos_enc = pos[f], c.emb_scale = sc[f];
+        cg_charlm *m = cg_charlm_new(&c, 5);
+        ck_assert_msg(m, "%s", cg_last_error());
+        cg_tensor *table = cg_charlm_positions(m);
+        ck_assert(f == 2 ? table == NULL : table != NULL);
+        ck_assert(f == 1 ? m->pos_emb && table == m->pos_emb->weight : !m->pos_emb);
+        float *E = cg_test_values(m->tok_emb->weight), *P = table ? cg_test_values(table) : NULL;
+        const double s = sc[f] == CG_EMB_SCALE_NONE ? 1.0 : (float)sqrt((double)D);
+        float want[T * V];
+        for (int t = 0; t < T; t++) {
+            double h[D];
+            for (int k = 0; k < D; k++)
+                h[k] = (double)(float)(E[ids[t] * D + k] * (float)s) + (P ? P[t * D + k] : 0.0);
+            for (int v = 0; v < V; v++) {
+                double acc = 0;
+                for (int k = 0; k < D; k++)
+                    acc += h[k] * E[v * D + k];
+                want[t * V + v] = (float)acc;
+            }
+        }
+        cg_tensor *logits = cg_charlm_forward(m, ids, 1, T);
+        CG_ASSERT_TENSOR(logits, want, 1e-5, 1e-4);
+        free(E);
+        free(P);
+        cg_release(logits);
+        cg_charlm_free(m);
+    }
 }
 END_TEST
 
@@ -1210,6 +1256,7 @@ static Suite *models_suite(void)
     tcase_add_test(tc, test_charlm_init);
     tcase_add_test(tc, test_skip_init);
     tcase_add_test(tc, test_charlm_forward);
+    tcase_add_test(tc, test_charlm_embedding_forms);
     tcase_add_test(tc, test_charlm_errors);
     tcase_add_test(tc, test_charlm_causal);
     tcase_add_test(tc, test_charlm_dropout);

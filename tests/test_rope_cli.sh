@@ -16,9 +16,12 @@
 #      sampling and resume as above; seq2seq with 2 of 4: cached and beam
 #      translations as above; --init-from refuses another count; a count
 #      not dividing --H is refused (exit 2)
-#   5. --pos-enc learned (charlm: nanoGPT's wpe): pos_emb.weight [T, d] in
-#      the checkpoint, trained (it differs from the step-0 checkpoint's);
-#      cached sampling and resume as above; seq2seq refuses it (exit 2)
+#   5. --pos-enc learned --emb-scale none (charlm: nanoGPT's wpe, and its
+#      embeddings unscaled): both recorded; pos_emb.weight [T, d] in the
+#      checkpoint, trained (it differs from the step-0 checkpoint's);
+#      cached sampling and resume as above; seq2seq refuses learned (exit
+#      2); --emb-scale half refused (exit 2), another scale than the base's
+#      by --init-from (exit 1)
 #   test_rope_cli.sh CHARLM SEQ2SEQ
 set -uo pipefail
 charlm=$1
@@ -121,7 +124,7 @@ done
 
 # ---- 5.
 LE=(--data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 32 --batch-size 4 --threads 1 --eval-every 10
-  --steps 20 --pos-enc learned)
+  --steps 20 --pos-enc learned --emb-scale none)
 "$charlm" train "${LE[@]}" --out le.st >/dev/null 2>le.err || fail "--pos-enc learned: $(tail -1 le.err)"
 "$charlm" train "${LE[@]}" --stop-at 0 --out le0.st >/dev/null 2>&1 || fail "--pos-enc learned --stop-at 0"
 "$charlm" train "${LE[@]}" --stop-at 10 --out le1.st >/dev/null 2>&1 &&
@@ -131,7 +134,8 @@ a, b = load(sys.argv[1])[0], load(sys.argv[2])[0]
 print(a['pos_emb.weight'][0], a['pos_emb.weight'][1], a['pos_emb.weight'][2] != b['pos_emb.weight'][2])
 PY
 )
-[ "$(cfg_key le.st pos_enc)" = learned ] && [ "$pe" = "F32 [32, 16] True" ] && cmp -s le.st le1.st &&
+[ "$(cfg_key le.st pos_enc) $(cfg_key le.st emb_scale)" = "learned none" ] &&
+  [ "$pe" = "F32 [32, 16] True" ] && cmp -s le.st le1.st &&
   echo "ok: --pos-enc learned: pos_emb.weight F32 [32, 16], trained; --resume bit-identical" ||
   fail "--pos-enc learned: $(cfg_key le.st pos_enc), $pe, resume $(cmp le.st le1.st)"
 "$charlm" sample --ckpt le.st --length 40 --prompt "the whale" >c.txt.out 2>/dev/null &&
@@ -140,4 +144,8 @@ PY
   fail "--pos-enc learned: cached and recomputed samples differ"
 expect "seq2seq --pos-enc learned" 2 "--pos-enc learned is charlm's" \
   "$seq2seq" train --data p.tsv --pos-enc learned
+expect "--emb-scale half" 2 "--emb-scale: 'half' is not one of sqrt_d, none" \
+  "$seq2seq" train --data p.tsv --emb-scale half
+expect "--init-from --emb-scale sqrt_d" 1 "--emb-scale sqrt_d contradicts it" \
+  "$charlm" train --data c.txt --init-from le.st --emb-scale sqrt_d --out x.st
 finish

@@ -148,7 +148,8 @@ static cg_tensor *charlm_hidden(cg_charlm *m, const int64_t *ids, int64_t B, int
         return NULL;
     /* embedding * sqrt(d) + pe[:T], dropout (cg_model_embed_scaled) */
     cg_tensor *e = cg_embed_forward(m->tok_emb, cg_from_i64(CG_SHAPE(B, T), ids));
-    cg_tensor *h = cg_model_embed_scaled(e, cg_charlm_positions(m), 0, T, c->d, c->dropout,
+    cg_tensor *h = cg_model_embed_scaled(e, cg_charlm_positions(m), 0, T,
+                                         cg_model_emb_scale(c->emb_scale, c->d), c->dropout,
                                          &m->dropout_rng, m->base.training);
     cg_attn_mask mask = {.causal = true};
     /* each layer's input is released once the layer has run: without a

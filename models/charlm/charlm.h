@@ -51,6 +51,7 @@ typedef struct {
      * [max_len, d] added, drawn N(0, 0.02): GPT-2's and nanoGPT's wpe) */
     cg_pos_kind pos_enc;
     int64_t rope_theta;
+    cg_emb_scale emb_scale; /* sqrt_d (models.py's, the default) or none (nanoGPT's) */
     /* the training loss (cg_charlm_forward_loss): 0 = logits, then
      * cross-entropy; -1 (CG_LCE_EXACT) = the head fused with the loss in
      * chunks on its product's k blocks, the same bits; > 0 = fused in

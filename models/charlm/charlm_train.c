@@ -179,6 +179,7 @@ static bool lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, cons
     cfg->attn_dropout = (float)rc->attn_dropout;
     cfg->kv_heads = rc->kv_heads;
     cfg->pos_enc = rc->pos;
+    cfg->emb_scale = rc->emb_scale;
     cfg->rope_theta = rc->rope_theta;
     *Bout = p->B;
     return true;
@@ -195,6 +196,7 @@ static cg_train_arch lm_arch(const cg_charlm_config *c)
         .bias = c->bias,
         .pos = c->pos_enc,
         .kv_heads = c->kv_heads ? c->kv_heads : c->H,
+        .emb_scale = c->emb_scale,
         .rope_theta = c->rope_theta};
 }
 

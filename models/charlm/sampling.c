@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "models/train/model_common.h"
 #include "models/util/files.h"
 
 cg_kv_cache *cg_charlm_kv_cache_new(const cg_charlm *m)
@@ -48,7 +49,8 @@ cg_tensor *cg_charlm_forward_cached(cg_charlm *m, cg_kv_cache *c, const int64_t 
     cg_tensor *idt = cg_from_i64(CG_SHAPE(B, n), ids);
     cg_tensor *e = cg_embed_forward(m->tok_emb, idt);
     cg_release(idt);
-    cg_tensor *es = cg_muls(e, (float)sqrt((double)cfg->d));
+    const float scale = cg_model_emb_scale(cfg->emb_scale, cfg->d);
+    cg_tensor *es = scale == 1.0f ? cg_retain(e) : cg_muls(e, scale);
     cg_release(e);
     cg_tensor *table = cg_charlm_positions(m); /* rope: none */
     cg_tensor *pe = table ? cg_view_narrow(table, 0, pos, n) : NULL;

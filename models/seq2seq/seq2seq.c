@@ -152,8 +152,9 @@ static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t
     if (!sc)
         return NULL;
     cg_tensor *e = drop_words(m, cg_embed_forward(m->emb, cg_from_i64(CG_SHAPE(B, L), ids)), B, L);
-    cg_tensor *h = cg_keep(cg_model_embed_scaled(e, m->pe, pos, L, m->cfg.d, m->cfg.dropout,
-                                                 &m->dropout_rng, m->base.training));
+    cg_tensor *h = cg_keep(
+        cg_model_embed_scaled(e, m->pe, pos, L, cg_model_emb_scale(m->cfg.emb_scale, m->cfg.d),
+                              m->cfg.dropout, &m->dropout_rng, m->base.training));
     cg_scope_end(sc);
     return h;
 }

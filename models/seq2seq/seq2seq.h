@@ -56,7 +56,8 @@ typedef struct {
      * self-attentions; nothing added to the embeddings) */
     cg_pos_kind pos_enc;
     int64_t rope_theta;
-    float label_smoothing; /* in [0, 1] */
+    cg_emb_scale emb_scale; /* sqrt_d (the paper's, the default) or none */
+    float label_smoothing;  /* in [0, 1] */
     /* word dropout in [0, 1]: in training, each source and target token's
      * embedding is zeroed with this probability (the others scaled by
      * 1/(1-p), as dropout), before the positions are added (Sennrich and

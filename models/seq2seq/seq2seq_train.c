@@ -305,6 +305,7 @@ static bool mt_config_from_flags(const mt_run *r, const cg_train_opts *o, cg_tra
         return false;
     }
     cfg.pos_enc = rec->pos;
+    cfg.emb_scale = rec->emb_scale;
     cfg.rope_theta = rec->rope_theta;
     cfg.label_smoothing = (float)rec->label_smoothing;
     cfg.word_dropout = (float)r->word_dropout;

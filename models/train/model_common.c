@@ -35,10 +35,15 @@ bool cg_model_check_ids(const char *model, const char *op, const char *what, con
     return true;
 }
 
-cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64_t L, int64_t d,
+float cg_model_emb_scale(cg_emb_scale kind, int64_t d)
+{
+    return kind == CG_EMB_SCALE_NONE ? 1.0f : (float)sqrt((double)d);
+}
+
+cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64_t L, float scale,
                                  float dropout, cg_rng *rng, bool training)
 {
-    cg_tensor *s = cg_muls(e, (float)sqrt((double)d));
+    cg_tensor *s = scale == 1.0f ? e : cg_muls(e, scale);
     /* a learnt table (a parameter) takes its rows' gradient through cg_narrow */
     cg_tensor *rows = !pe                 ? NULL
                       : pe->requires_grad ? cg_narrow(pe, 0, pos, L)

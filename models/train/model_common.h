@@ -46,11 +46,14 @@ cg_rng cg_model_dropout_rng(uint64_t seed);
 bool cg_model_check_ids(const char *model, const char *op, const char *what, const int64_t *ids,
                         int64_t B, int64_t L, int64_t max_len, int64_t vocab);
 
-/* dropout(e * sqrt(d) + pe[pos : pos + L]) for the embeddings e [B, L, d]
+/* dropout(e * scale + pe[pos : pos + L]) for the embeddings e [B, L, d]
+ * (scale 1: e itself, no pass)
  * (models.py's embedding scale and positions; pe NULL: none added, the
  * rotary positions' case; pe a parameter, learned positions: its rows get
  * their gradient); a new tensor of the caller's scope. */
-cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64_t L, int64_t d,
+/* The embeddings' scale: (float)sqrt((double)d), or 1 (none) */
+float cg_model_emb_scale(cg_emb_scale kind, int64_t d);
+cg_tensor *cg_model_embed_scaled(cg_tensor *e, cg_tensor *pe, int64_t pos, int64_t L, float scale,
                                  float dropout, cg_rng *rng, bool training);
 
 /* The mean cross-entropy of logits [..., vocab] over targets (logits'

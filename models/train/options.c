@@ -61,7 +61,9 @@ const char *cg_train_arch_help(cg_train_recipe *r)
              "                       the embeddings (the default), rotary embeddings of q and\n"
              "                       k in every self-attention (RoFormer, LLaMA), or (charlm)\n"
              "                       a learnt table added (GPT-2's and nanoGPT's wpe)\n"
-             "  --rope-theta N       rope's base (default 10000; LLaMA 3: 500000)\n",
+             "  --rope-theta N       rope's base (default 10000; LLaMA 3: 500000)\n"
+             "  --emb-scale sqrt_d|none  the token embeddings times sqrt(d) (the default, the\n"
+             "                       paper's) or as they are (GPT-2's, nanoGPT's)\n",
              cg_norm_names(norms, sizeof norms, "|"), cg_act_names(acts, sizeof acts, "|"));
     return r->arch_help;
 }
@@ -73,6 +75,14 @@ static bool parse_arch(const cg_cli_args *a, cg_train_recipe *r, cg_norm_kind *n
                        bool fresh)
 {
     r->pos = CG_POS_SINUSOIDAL;
+    r->emb_scale = CG_EMB_SCALE_SQRT_D;
+    if (r->emb_scale_arg && strcmp(r->emb_scale_arg, "sqrt_d") != 0) {
+        if (strcmp(r->emb_scale_arg, "none") != 0) {
+            cg_set_error("--emb-scale: '%s' is not one of sqrt_d, none", r->emb_scale_arg);
+            return false;
+        }
+        r->emb_scale = CG_EMB_SCALE_NONE;
+    }
     if (r->pos_enc && strcmp(r->pos_enc, "sinusoidal") != 0) {
         if (strcmp(r->pos_enc, "rope") != 0 && strcmp(r->pos_enc, "learned") != 0) {
             cg_set_error("--pos-enc: '%s' is not one of sinusoidal, rope, learned", r->pos_enc);
@@ -390,6 +400,8 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
         add_bad(bad, sizeof bad, &nbad, "--bias %s", want->bias ? "true" : "false");
     if (cg_cli_given(a, &rec->kv_heads) && want->kv_heads != have->kv_heads)
         add_bad(bad, sizeof bad, &nbad, "--kv-heads %lld", (long long)rec->kv_heads);
+    if (rec->emb_scale_arg && want->emb_scale != have->emb_scale)
+        add_bad(bad, sizeof bad, &nbad, "--emb-scale %s", rec->emb_scale_arg);
     if (rec->pos_enc && want->pos != have->pos)
         add_bad(bad, sizeof bad, &nbad, "--pos-enc %s", rec->pos_enc);
     if (cg_cli_given(a, &rec->rope_theta) && want->rope_theta != have->rope_theta)

@@ -112,13 +112,16 @@ typedef struct {
      * given from the preset */
     cg_train_preset shape;
     const char *norm, *act; /* as given (NULL: the model's default) */
-    char arch_help[640];    /* their --help lines (cg_train_arch_help) */
+    char arch_help[1024];   /* their --help lines (cg_train_arch_help) */
     /* --pos-enc as given (NULL: sinusoidal), parsed into pos by
      * cg_train_shape; --rope-theta (10000) */
     const char *pos_enc;
     cg_pos_kind pos;
     int64_t rope_theta;
     int64_t kv_heads; /* --kv-heads (0: H) */
+    /* --emb-scale as given (NULL: sqrt_d), parsed into emb_scale */
+    const char *emb_scale_arg;
+    cg_emb_scale emb_scale;
     bool norm_first;
     bool bias; /* --bias: biases in every Linear and LayerNorm (true; nanoGPT's bias) */
     double dropout, attn_dropout, label_smoothing, lr;
@@ -175,6 +178,7 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
         {"--bias", CG_CLI_BOOL, &(r)->bias, 0, 0, NULL, CG_CLI_FIXED},                            \
         {"--pos-enc", CG_CLI_STR, &(r)->pos_enc, 0, 0, NULL, CG_CLI_FIXED},                       \
         {"--rope-theta", CG_CLI_I64, &(r)->rope_theta, 2, 1e12, NULL, CG_CLI_FIXED},              \
+        {"--emb-scale", CG_CLI_STR, &(r)->emb_scale_arg, 0, 0, NULL, CG_CLI_FIXED},               \
         {"--dropout",                                                                             \
          CG_CLI_F64,                                                                              \
          &(r)->dropout,                                                                           \
@@ -525,6 +529,7 @@ typedef struct {
     bool norm_first, bias;
     cg_pos_kind pos;
     int64_t rope_theta, kv_heads;
+    cg_emb_scale emb_scale;
 } cg_train_arch;
 /* --init-from: the shape, architecture and tokenizer flags given (a, rec;
  * preset: the variable of --preset) with the preset make `want`, which

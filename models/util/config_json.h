@@ -173,7 +173,7 @@ typedef struct {
     CG_CF_FACT("norm_eps", "1e-05"),                                                   \
     {"gelu_approximate", CG_CF_GELU, offsetof(type, act), NULL, 0, 0, NULL, NULL},     \
     {"final_norm", CG_CF_SAME, offsetof(type, norm_first), NULL, 0, 0, NULL, NULL},    \
-    CG_CF_FACT("emb_scale", "\"sqrt_d\""),                                             \
+    {"emb_scale", CG_CF_NAME, offsetof(type, emb_scale), "sqrt_d|none", 0, 0, NULL, NULL}, \
     {"pos_enc", CG_CF_NAME, offsetof(type, pos_enc), (pos_names), 0, 0, NULL, NULL},   \
     CG_CF_INT(type, rope_theta, 2, 1e12),                                              \
     CG_CF_FACT("tied_head", "true"),                                                   \
