@@ -22,6 +22,10 @@
 #      cached sampling and resume as above; seq2seq refuses learned (exit
 #      2); --emb-scale half refused (exit 2), another scale than the base's
 #      by --init-from (exit 1)
+#   6. charlm --init gpt2 (nanoGPT's): at step 0 every block's o_proj and
+#      fc2 weights are those --init normal draws times 1/sqrt(2 layers)
+#      (float32), every other tensor the same; --init xavier and --init
+#      with --init-from refused (exit 2)
 #   test_rope_cli.sh CHARLM SEQ2SEQ
 set -uo pipefail
 charlm=$1
@@ -148,4 +152,33 @@ expect "--emb-scale half" 2 "--emb-scale: 'half' is not one of sqrt_d, none" \
   "$seq2seq" train --data p.tsv --emb-scale half
 expect "--init-from --emb-scale sqrt_d" 1 "--emb-scale sqrt_d contradicts it" \
   "$charlm" train --data c.txt --init-from le.st --emb-scale sqrt_d --out x.st
+
+# ---- 6.
+G=(--data c.txt --d 16 --H 2 --layers 3 --d-ff 32 --T 16 --batch-size 4 --threads 1 --steps 5 --stop-at 0)
+"$charlm" train "${G[@]}" --out gn.st >/dev/null 2>&1 && "$charlm" train "${G[@]}" --init gpt2 --out g2.st \
+  >/dev/null 2>&1 || fail "--init gpt2 --stop-at 0"
+if st_py gn.st g2.st <<'PY'; then
+import array, math
+a, b = load(sys.argv[1])[0], load(sys.argv[2])[0]
+s = 1.0 / math.sqrt(2.0 * 3)
+f32 = lambda x: array.array('f', [x])[0]
+scaled = 0
+for k in a:
+    if not k.startswith('blocks.'):
+        assert a[k] == b[k], k
+        continue
+    x, y = array.array('f', a[k][2]), array.array('f', b[k][2])
+    if k.endswith('o_proj.weight') or k.endswith('fc2.weight'):
+        assert all(f32(u * f32(s)) == v for u, v in zip(x, y)), k
+        scaled += 1
+    else:
+        assert x == y, k
+assert scaled == 6, scaled
+PY
+  echo "ok: --init gpt2: o_proj and fc2 of the 3 blocks scaled by 1/sqrt(6), the rest --init normal's"
+else
+  fail "--init gpt2: not --init normal's weights with the residual projections scaled"
+fi
+expect "--init xavier" 2 "--init: 'xavier' is not one of normal, gpt2" "$charlm" train --data c.txt --init xavier
+expect "--init-from --init gpt2" 2 "drop --init" "$charlm" train --data c.txt --init-from le.st --init gpt2
 finish

@@ -3,6 +3,7 @@
 #include "models/charlm/charlm.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,20 @@ static cg_charlm *model_new(const cg_charlm_config *cfg, uint64_t seed, bool ini
         return NULL;
     }
     return m;
+}
+
+void cg_charlm_gpt2_init(cg_charlm *m)
+{
+    const float s = (float)(1.0 / sqrt(2.0 * (double)m->cfg.layers));
+    for (int64_t i = 0; i < m->cfg.layers; i++) {
+        cg_tensor *w[2] = {m->block[i]->attn->o_proj->weight, m->block[i]->ff->fc2->weight};
+        for (int k = 0; k < 2; k++) { /* parameters: contiguous float32 */
+            float *d = cg_data(w[k]);
+            for (int64_t j = 0; j < cg_numel(w[k]); j++)
+                d[j] *= s;
+            cg_tensor_modified(w[k]);
+        }
+    }
 }
 
 cg_tensor *cg_charlm_positions(const cg_charlm *m)

@@ -94,6 +94,11 @@ typedef struct {
  * a generator derived from the same seed). Train mode is on. NULL + error
  * on a bad config. */
 cg_charlm *cg_charlm_new(const cg_charlm_config *cfg, uint64_t seed);
+/* GPT-2's initialisation as nanoGPT makes it: the residual projections
+ * (every block's attn.o_proj.weight and ff.fc2.weight, nanoGPT's
+ * c_proj.weight) scaled by 1/sqrt(2 layers), the N(0, 0.02) draw made
+ * N(0, 0.02/sqrt(2 layers)). For a model just made by cg_charlm_new. */
+void cg_charlm_gpt2_init(cg_charlm *m);
 /* The table added to the embeddings: the sinusoidal one, the learned
  * one's weight (a parameter), or NULL (rope); borrowed. */
 cg_tensor *cg_charlm_positions(const cg_charlm *m);

@@ -72,6 +72,7 @@ static int cmd_train(int argc, char **argv)
     rec.weight_decay = 0.1; /* AdamW (0.9, 0.99, 1e-8), as nanoGPT's */
     rec.beta2 = 0.99;
     lm_run r = {.preset = "tiny",
+                .init = "normal",
                 .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL},
                 .warmup = 100,
                 .min_lr = NAN,
@@ -92,6 +93,10 @@ static int cmd_train(int argc, char **argv)
         {"--T", CG_CLI_I64, &rec.shape.T, 1, 1 << 16, NULL, CG_CLI_FIXED},
         {"--batch-size", CG_CLI_I64, &rec.shape.B, 1, 1 << 20,
          "  --batch-size N     windows per batch B (default from the preset)\n", CG_CLI_FIXED},
+        {"--init", CG_CLI_STR, &r.init, 0, 0,
+         "  --init normal|gpt2 weights N(0, 0.02) (models.py's; default), or GPT-2's as\n"
+         "                     nanoGPT draws them: o_proj and fc2 N(0, 0.02/sqrt(2 layers))\n",
+         CG_CLI_FIXED},
         LM_SCHEDULE_FLAGS(&r),
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "models/charlm/charlm_ckpt.h"
@@ -281,6 +282,12 @@ static int lm_data_model(lm_run *r, cg_trainer *t, const cg_train_opts *o, cg_tr
                          cg_data_id *id)
 {
     cg_charlm_config cfg;
+    if (strcmp(r->init, "normal") != 0 && strcmp(r->init, "gpt2") != 0)
+        return cg_prog_fail("--init: '%s' is not one of normal, gpt2", r->init), CG_EXIT_USAGE;
+    if (o->init_from && cg_cli_given(o->args, &r->init))
+        return cg_prog_fail("--init draws a new model's weights; --init-from takes its base's: "
+                            "drop --init"),
+               CG_EXIT_USAGE;
     int rc = o->resume || lm_config_from_flags(o->args, rec, r->preset, &cfg, &r->B)
                  ? -1
                  : cg_prog_fail_lib(NULL);
@@ -306,7 +313,11 @@ static int lm_data_model(lm_run *r, cg_trainer *t, const cg_train_opts *o, cg_tr
     cg_train_vocab_warn(r->tok, rec->vocab_size);
     if (!cg_charlm_config_check(&cfg))
         return cg_prog_fail("%s", cg_last_error());
-    return (r->model = cg_charlm_new(&cfg, o->seed)) ? -1 : cg_prog_fail_lib(NULL);
+    if (!(r->model = cg_charlm_new(&cfg, o->seed)))
+        return cg_prog_fail_lib(NULL);
+    if (!strcmp(r->init, "gpt2"))
+        cg_charlm_gpt2_init(r->model);
+    return -1;
 }
 /* The data's checks against the model, its windows and each rank's share
  * of the batch; the batches' memory. */

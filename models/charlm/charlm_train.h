@@ -27,6 +27,7 @@ cg_corpus *read_corpus(const char *path, cg_tokenizer **tok, cg_tokenizer_kind k
 typedef struct {
     cg_trainer *t;
     const char *preset; /* --preset */
+    const char *init;   /* --init: normal (models.py's) or gpt2 (nanoGPT's) */
     cg_ft_lora lora;    /* --lora-rank and its kin */
     cg_charlm *model;
     cg_tokenizer *tok;
