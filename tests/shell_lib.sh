@@ -35,6 +35,9 @@
 #                              read with the standard library only, and
 #                              save(PATH, tensors, metadata) writing one
 #                              (load's form, in the dict's order)
+#   cfg_key FILE KEY           the value of KEY in FILE's "config" (floats
+#                              rounded to 6 digits: 0.2, not 0.200000003;
+#                              "absent" when it has none)
 #   st_meta FILE CODE [OUT]    FILE's metadata rewritten (into OUT, if given)
 #                              by the Python statements CODE, run with m the
 #                              metadata (a dict of strings) and t the
@@ -216,6 +219,13 @@ def save(p, t, meta):
 PY
 )
   python3 -c "$prelude"$'\n'"$(cat)" "$@"
+}
+cfg_key() {
+  st_py "$1" "$2" <<'PY'
+t, meta = load(sys.argv[1])
+v = json.loads(meta['config']).get(sys.argv[2], 'absent')
+print(round(v, 6) if isinstance(v, float) else v)
+PY
 }
 st_meta() {
   python3 - "$@" <<'PY'

@@ -14,13 +14,6 @@ charlm=$1
 seq2seq=$2
 . "$(dirname "$0")/shell_lib.sh" attn_dropout_cli
 zoo_data
-cfg_key() { # cfg_key FILE KEY: the value of KEY in FILE's config
-  st_py "$1" "$2" <<'PY'
-t, meta = load(sys.argv[1])
-v = json.loads(meta['config']).get(sys.argv[2], 'absent')
-print(round(v, 6) if isinstance(v, float) else v)
-PY
-}
 last() { tail -1 "$1" | cut -d, -f1-3; }
 
 # ---- 1.

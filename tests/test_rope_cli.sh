@@ -32,12 +32,6 @@ charlm=$1
 seq2seq=$2
 . "$(dirname "$0")/shell_lib.sh" rope_cli
 zoo_data
-cfg_key() { # cfg_key FILE KEY: the value of KEY in FILE's config
-  st_py "$1" "$2" <<'PY'
-t, meta = load(sys.argv[1])
-print(json.loads(meta['config']).get(sys.argv[2], 'absent'))
-PY
-}
 
 # ---- 1.
 LM=(--data c.txt --d 16 --H 2 --layers 2 --d-ff 32 --T 32 --batch-size 4 --threads 1 --eval-every 10

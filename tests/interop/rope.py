@@ -27,7 +27,7 @@ try:
 except ImportError as e:
     print(f"rope: {e.name} not available, skipped")
     sys.exit(77)
-from make_dtype_files import save  # noqa: E402
+from torch_case import write_case  # noqa: E402
 
 D, H, B, T = 16, 4, 2, 7
 DH = D // H
@@ -67,22 +67,7 @@ class RopeAttention(nn.Module):
 
 
 def case(out, name, m, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    m = m.double()
-    x = torch.randn(B, T, D, generator=g, dtype=torch.float64, requires_grad=True)
-    r = torch.randn(B, T, D, generator=g, dtype=torch.float64)
-    y = m(x)
-    (y * r).sum().backward()
-    save(f"{out}/{name}.safetensors",
-         {k: v.detach().float().contiguous() for k, v in m.state_dict().items()})
-    io = {"x": x.detach().float(), "y": y.detach().float(), "r": r.float(),
-          "grad.x": x.grad.float()}
-    for k, p in m.named_parameters():
-        io["grad." + k] = p.grad.float().contiguous()
-    save(f"{out}/{name}.io.safetensors", io)
+    write_case(out, name, m, seed, (B, T, D))
 
 
 def main():

@@ -25,7 +25,7 @@ try:
 except ImportError as e:
     print(f"swiglu: {e.name} not available, skipped")
     sys.exit(77)
-from make_dtype_files import save  # noqa: E402
+from torch_case import write_case  # noqa: E402
 
 D, FF, H, B, T = 16, 40, 4, 2, 5
 
@@ -62,22 +62,7 @@ class Block(nn.Module):
 
 
 def case(out, name, m, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():  # every parameter random, biases and norms too
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    m = m.double()
-    x = torch.randn(B, T, D, generator=g, dtype=torch.float64, requires_grad=True)
-    r = torch.randn(B, T, D, generator=g, dtype=torch.float64)
-    y = m(x)
-    (y * r).sum().backward()
-    f = {k: v.detach().float().contiguous() for k, v in m.state_dict().items()}
-    save(f"{out}/{name}.safetensors", f)
-    io = {"x": x.detach().float(), "y": y.detach().float(), "r": r.float(),
-          "grad.x": x.grad.float()}
-    for k, p in m.named_parameters():
-        io["grad." + k] = p.grad.float().contiguous()
-    save(f"{out}/{name}.io.safetensors", io)
+    write_case(out, name, m, seed, (B, T, D))
 
 
 def main():
