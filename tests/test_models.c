@@ -250,8 +250,10 @@ START_TEST(test_config_arch_facts)
               back.emb_scale == CG_EMB_SCALE_NONE);
     ck_assert(cg_charlm_config_from_json("{}", &back) && back.emb_scale == CG_EMB_SCALE_SQRT_D);
     cg_seq2seq_config s2;
-    ck_assert(!cg_seq2seq_config_from_json("{\"pos_enc\": \"learned\"}", &s2));
-    ck_assert_msg(strstr(cg_last_error(), "have sinusoidal|rope"), "%s", cg_last_error());
+    ck_assert(cg_seq2seq_config_from_json("{\"pos_enc\": \"learned\"}", &s2) &&
+              s2.pos_enc == CG_POS_LEARNED); /* a table a side, fairseq's */
+    ck_assert(!cg_seq2seq_config_from_json("{\"pos_enc\": \"alibi\"}", &s2));
+    ck_assert_msg(strstr(cg_last_error(), "have sinusoidal|rope|learned"), "%s", cg_last_error());
     back = c;
     ck_assert(back.kv_heads == 0); /* written before "kv_heads": H's */
     c.kv_heads = 1;                /* multi-query: architecture */
@@ -996,6 +998,102 @@ START_TEST(test_seq2seq_forward)
 }
 END_TEST
 
+/* The parameter of m named name (borrowed; fails the test when absent). */
+static cg_tensor *param_named(cg_module *m, const char *name)
+{
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(m, &l));
+    cg_tensor *t = NULL;
+    for (int i = 0; i < l.n && !t; i++)
+        if (!strcmp(l.items[i].name, name))
+            t = l.items[i].tensor;
+    cg_param_list_free(&l);
+    ck_assert_msg(t, "no parameter '%s'", name);
+    return t;
+}
+
+/* Rows [r0, r1) of a 2-D float32 parameter all zero? */
+static bool rows_zero(const cg_tensor *t, int64_t r0, int64_t r1)
+{
+    const float *d = cg_data(t);
+    for (int64_t i = r0 * t->shape[1]; i < r1 * t->shape[1]; i++)
+        if (d[i] != 0.0f)
+            return false;
+    return true;
+}
+
+/* --pos-enc learned in the translator: a table a side (enc_pos_emb,
+ * dec_pos_emb, fairseq's encoder and decoder embed_positions), drawn like
+ * the other weights. Holding the sinusoidal table in both, the model gives
+ * the sinusoidal model's bits; the source's table moves the memory and
+ * the target's only the decoder; each table's gradient reaches the rows
+ * of its side's positions only. */
+START_TEST(test_seq2seq_learned_positions)
+{
+    cg_seq2seq_config c = small_s2s(), cs = small_s2s();
+    c.pos_enc = CG_POS_LEARNED;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 2), *ms = cg_seq2seq_new(&cs, 2);
+    ck_assert_msg(m && ms, "%s", cg_last_error());
+    cg_tensor *pe = param_named(CG_MODULE(m), "enc_pos_emb.weight"),
+              *pd = param_named(CG_MODULE(m), "dec_pos_emb.weight");
+    ck_assert(!m->pe && pe == cg_seq2seq_positions(m, false) &&
+              pd == cg_seq2seq_positions(m, true));
+    ck_assert(cg_seq2seq_positions(ms, false) == ms->pe &&
+              cg_seq2seq_positions(ms, true) == ms->pe);
+    ck_assert(pe->shape[0] == 16 && pe->shape[1] == 16 && cg_same_shape(pe, pd));
+    ck_assert(!rows_zero(pe, 0, 16) && !rows_zero(pd, 0, 16) && !tensors_equal(pe, pd));
+
+    /* every other parameter and both tables set to the sinusoidal model's */
+    cg_param_list ps = {0};
+    ck_assert(cg_module_params(CG_MODULE(ms), &ps));
+    for (int i = 0; i < ps.n; i++) {
+        cg_tensor *t = param_named(CG_MODULE(m), ps.items[i].name);
+        memcpy(cg_data(t), cg_data(ps.items[i].tensor), (size_t)cg_numel(t) * sizeof(float));
+        cg_tensor_modified(t);
+    }
+    cg_param_list_free(&ps);
+    for (int i = 0; i < 2; i++) {
+        memcpy(cg_data(i ? pd : pe), cg_data(ms->pe), (size_t)cg_numel(pe) * sizeof(float));
+        cg_tensor_modified(i ? pd : pe);
+    }
+    int64_t src[2 * 4] = {5, 6, 7, 2, 8, 2, 0, 0};
+    int64_t tin[2 * 3] = {1, 9, 10, 1, 11, 0}, tout[2 * 3] = {9, 10, 2, 11, 2, 0};
+    cg_tensor *ls = cg_seq2seq_forward(ms, src, 2, 4, tin, 3);
+    cg_tensor *l = cg_seq2seq_forward(m, src, 2, 4, tin, 3);
+    ck_assert_msg(l && ls, "%s", cg_last_error());
+    ck_assert(tensors_equal(l, ls));
+
+    /* the target's table: the memory as it was, the logits not */
+    cg_seq2seq_memory m0, m1;
+    ck_assert(cg_seq2seq_encode(m, src, 2, 4, &m0));
+    ((float *)cg_data(pd))[16 + 3] += 0.5f; /* position 1 */
+    cg_tensor_modified(pd);
+    ck_assert(cg_seq2seq_encode(m, src, 2, 4, &m1));
+    ck_assert(tensors_equal(m0.memory, m1.memory));
+    cg_tensor *l1 = cg_seq2seq_decode(m, tin, 2, 3, &m1);
+    ck_assert(l1 && !tensors_equal(l1, l));
+    cg_seq2seq_memory_free(&m1);
+    ((float *)cg_data(pe))[3] += 0.5f; /* the source's position 0 */
+    cg_tensor_modified(pe);
+    ck_assert(cg_seq2seq_encode(m, src, 2, 4, &m1));
+    ck_assert(!tensors_equal(m0.memory, m1.memory));
+
+    /* gradients: rows of positions < S (source) and < T (target) only */
+    cg_tensor *loss = cg_seq2seq_loss(m, l1, tout);
+    ck_assert(loss && cg_backward(loss, NULL, false));
+    const cg_tensor *ge = cg_grad(pe), *gd = cg_grad(pd);
+    ck_assert(ge && gd);
+    ck_assert(rows_zero(ge, 4, 16) && rows_zero(gd, 3, 16));
+    for (int64_t r = 0; r < 3; r++)
+        ck_assert(!rows_zero(ge, r, r + 1) && !rows_zero(gd, r, r + 1));
+    cg_seq2seq_memory_free(&m0);
+    cg_seq2seq_memory_free(&m1);
+    cg_release_all(4, ls, l, l1, loss);
+    cg_seq2seq_free(m);
+    cg_seq2seq_free(ms);
+}
+END_TEST
+
 /* The head fused with the loss (cfg.loss_chunk != 0, issue 37): the loss
  * and the gradients of the unfused head, for both models (chunks of rows:
  * close; CG_LCE_EXACT: the same bits); the config records the chunk (absent
@@ -1269,6 +1367,7 @@ static Suite *models_suite(void)
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, test_seq2seq_params);
     tcase_add_test(tc, test_seq2seq_forward);
+    tcase_add_test(tc, test_seq2seq_learned_positions);
     tcase_add_test(tc, test_seq2seq_label_smoothing_one);
     tcase_add_test(tc, test_seq2seq_padding);
     tcase_add_test(tc, test_seq2seq_errors);

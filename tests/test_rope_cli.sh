@@ -19,9 +19,12 @@
 #   5. --pos-enc learned --emb-scale none (charlm: nanoGPT's wpe, and its
 #      embeddings unscaled): both recorded; pos_emb.weight [T, d] in the
 #      checkpoint, trained (it differs from the step-0 checkpoint's);
-#      cached sampling and resume as above; seq2seq refuses learned (exit
-#      2); --emb-scale half refused (exit 2), another scale than the base's
-#      by --init-from (exit 1)
+#      cached sampling and resume as above; seq2seq learned (a table a
+#      side, fairseq's): enc_pos_emb.weight and dec_pos_emb.weight [max_len,
+#      d] in the checkpoint, both trained, the greedy and beam translations
+#      the same with and without the cache, resume bit-identical;
+#      --emb-scale half refused (exit 2), another scale than the base's by
+#      --init-from (exit 1)
 #   6. charlm --init gpt2 (nanoGPT's): at step 0 every block's o_proj and
 #      fc2 weights are those --init normal draws times 1/sqrt(2 layers)
 #      (float32), every other tensor the same; --init xavier and --init
@@ -32,6 +35,38 @@ charlm=$1
 seq2seq=$2
 . "$(dirname "$0")/shell_lib.sh" rope_cli
 zoo_data
+
+# translate_cached CKPT LABEL: greedy and beam 3 translations of src.txt are
+# the same with and without the key/value cache, 12 lines each
+translate_cached() {
+  for b in 1 3; do
+    "$seq2seq" translate --ckpt "$1" --beam $b --threads 1 <src.txt >c.out 2>/dev/null &&
+      "$seq2seq" translate --ckpt "$1" --beam $b --threads 1 --no-cache <src.txt >n.out 2>/dev/null &&
+      cmp -s c.out n.out && [ "$(wc -l <c.out)" = 12 ] &&
+      echo "ok: $2 --beam $b: the cached translations are the recomputed ones" ||
+      fail "$2 --beam $b: cached and recomputed differ"
+  done
+}
+
+# learned_tables PROG NAME HALF ARGS...: NAME.st after the whole run,
+# NAME0.st at step 0, NAME1.st stopped at step HALF then resumed
+learned_tables() {
+  local prog=$1 name=$2 half=$3
+  shift 3
+  "$prog" train "$@" --out "$name.st" >/dev/null 2>"$name.err" || fail "$name: $(tail -1 "$name.err")"
+  "$prog" train "$@" --stop-at 0 --out "${name}0.st" >/dev/null 2>&1 || fail "$name: --stop-at 0"
+  "$prog" train "$@" --stop-at "$half" --out "${name}1.st" >/dev/null 2>&1 &&
+    "$prog" train --resume "${name}1.st" --threads 1 >/dev/null 2>&1 || fail "$name: resume"
+}
+# tables A B NAME...: each tensor's dtype and shape in A, and whether A's
+# differs from B's (trained)
+tables() {
+  st_py "$@" <<'PY'
+a, b = load(sys.argv[1])[0], load(sys.argv[2])[0]
+for n in sys.argv[3:]:
+    print(a[n][0], a[n][1], a[n][2] != b[n][2], end=' ')
+PY
+}
 
 # ---- 1.
 LM=(--data c.txt --d 16 --H 2 --layers 2 --d-ff 32 --T 32 --batch-size 4 --threads 1 --eval-every 10
@@ -66,13 +101,7 @@ expect "--init-from --rope-theta 10000" 1 "--rope-theta 10000 contradicts it" \
   --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --steps 40 \
   --pos-enc rope --out s.st >/dev/null 2>s.err || fail "seq2seq train --pos-enc rope: $(tail -1 s.err)"
 sed -n '1,12p' p.tsv | cut -f1 >src.txt
-for b in 1 3; do
-  "$seq2seq" translate --ckpt s.st --beam $b --threads 1 <src.txt >c.out 2>/dev/null &&
-    "$seq2seq" translate --ckpt s.st --beam $b --threads 1 --no-cache <src.txt >n.out 2>/dev/null &&
-    cmp -s c.out n.out && [ "$(wc -l <c.out)" = 12 ] &&
-    echo "ok: seq2seq --beam $b: the cached translations are the recomputed ones" ||
-    fail "seq2seq --beam $b: cached and recomputed differ"
-done
+translate_cached s.st "seq2seq"
 [ "$(cfg_key s.st pos_enc) $(cfg_key s.st rope_theta)" = "rope 10000" ] &&
   echo "ok: seq2seq records pos_enc rope, rope_theta 10000" || fail "seq2seq config: $(cfg_key s.st pos_enc)"
 
@@ -112,36 +141,29 @@ expect "--kv-heads 3 of 2" 2 "H=2 is not divisible by kv_heads=3" \
 "$seq2seq" train --data p.tsv --tokenizer char --d 16 --H 4 --kv-heads 2 --enc-layers 1 --dec-layers 1 \
   --d-ff 32 --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --steps 40 \
   --out sq.st >/dev/null 2>sq.err || fail "seq2seq --kv-heads 2: $(tail -1 sq.err)"
-for b in 1 3; do
-  "$seq2seq" translate --ckpt sq.st --beam $b --threads 1 <src.txt >c.out 2>/dev/null &&
-    "$seq2seq" translate --ckpt sq.st --beam $b --threads 1 --no-cache <src.txt >n.out 2>/dev/null &&
-    cmp -s c.out n.out && [ "$(wc -l <c.out)" = 12 ] &&
-    echo "ok: seq2seq --kv-heads 2 --beam $b: the cached translations are the recomputed ones" ||
-    fail "seq2seq --kv-heads 2 --beam $b: cached and recomputed differ"
-done
+translate_cached sq.st "seq2seq --kv-heads 2"
 
 # ---- 5.
 LE=(--data c.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 32 --batch-size 4 --threads 1 --eval-every 10
   --steps 20 --pos-enc learned --emb-scale none)
-"$charlm" train "${LE[@]}" --out le.st >/dev/null 2>le.err || fail "--pos-enc learned: $(tail -1 le.err)"
-"$charlm" train "${LE[@]}" --stop-at 0 --out le0.st >/dev/null 2>&1 || fail "--pos-enc learned --stop-at 0"
-"$charlm" train "${LE[@]}" --stop-at 10 --out le1.st >/dev/null 2>&1 &&
-  "$charlm" train --resume le1.st --threads 1 >/dev/null 2>&1 || fail "--pos-enc learned: resume"
-pe=$(st_py le.st le0.st <<'PY'
-a, b = load(sys.argv[1])[0], load(sys.argv[2])[0]
-print(a['pos_emb.weight'][0], a['pos_emb.weight'][1], a['pos_emb.weight'][2] != b['pos_emb.weight'][2])
-PY
-)
+learned_tables "$charlm" le 10 "${LE[@]}"
 [ "$(cfg_key le.st pos_enc) $(cfg_key le.st emb_scale)" = "learned none" ] &&
-  [ "$pe" = "F32 [32, 16] True" ] && cmp -s le.st le1.st &&
+  [ "$(tables le.st le0.st pos_emb.weight)" = "F32 [32, 16] True " ] && cmp -s le.st le1.st &&
   echo "ok: --pos-enc learned: pos_emb.weight F32 [32, 16], trained; --resume bit-identical" ||
-  fail "--pos-enc learned: $(cfg_key le.st pos_enc), $pe, resume $(cmp le.st le1.st)"
+  fail "--pos-enc learned: $(cfg_key le.st pos_enc), $(tables le.st le0.st pos_emb.weight), resume $(cmp le.st le1.st)"
 "$charlm" sample --ckpt le.st --length 40 --prompt "the whale" >c.txt.out 2>/dev/null &&
   "$charlm" sample --ckpt le.st --length 40 --prompt "the whale" --no-cache >n.txt.out 2>/dev/null &&
   cmp -s c.txt.out n.txt.out && echo "ok: --pos-enc learned: the cached sample is the recomputed one" ||
   fail "--pos-enc learned: cached and recomputed samples differ"
-expect "seq2seq --pos-enc learned" 2 "--pos-enc learned is charlm's" \
-  "$seq2seq" train --data p.tsv --pos-enc learned
+SL=(--data p.tsv --tokenizer char --d 16 --H 4 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-tokens 200
+  --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --steps 40 --max-len 64 --pos-enc learned)
+learned_tables "$seq2seq" sl 20 "${SL[@]}"
+pe=$(tables sl.st sl0.st enc_pos_emb.weight dec_pos_emb.weight)
+[ "$(cfg_key sl.st pos_enc)" = learned ] && cmp -s sl.st sl1.st &&
+  [ "$pe" = "F32 [64, 16] True F32 [64, 16] True " ] &&
+  echo "ok: seq2seq --pos-enc learned: enc_pos_emb and dec_pos_emb F32 [64, 16], trained; --resume bit-identical" ||
+  fail "seq2seq --pos-enc learned: $(cfg_key sl.st pos_enc), '$pe', resume $(cmp sl.st sl1.st)"
+translate_cached sl.st "seq2seq --pos-enc learned"
 expect "--emb-scale half" 2 "--emb-scale: 'half' is not one of sqrt_d, none" \
   "$seq2seq" train --data p.tsv --emb-scale half
 expect "--init-from --emb-scale sqrt_d" 1 "--emb-scale sqrt_d contradicts it" \

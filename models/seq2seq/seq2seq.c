@@ -46,7 +46,7 @@ static const cg_config_field FIELDS[] = {
     CG_CF_PROBABILITY(cg_seq2seq_config, word_dropout),
     {"loss_chunk", CG_CF_I64, offsetof(cg_seq2seq_config, loss_chunk), NULL, -1, CG_CF_NO_MAX,
      " (-1: chunks on the head product's k blocks, 0: no chunks)", NULL},
-    CG_CONFIG_ZOO_FACTS(cg_seq2seq_config, "sinusoidal|rope"),
+    CG_CONFIG_ZOO_FACTS(cg_seq2seq_config, "sinusoidal|rope|learned"),
     /* one embedding for the encoder's input, the decoder's and the head */
     CG_CF_FACT("shared_emb", "true"),
     CG_CF_FACT("pad_id", "0"),
@@ -92,10 +92,15 @@ static cg_seq2seq *model_new(const cg_seq2seq_config *cfg, uint64_t seed, bool i
     m->dropout_rng = cg_model_dropout_rng(seed);
     cg_tf_config tf = CG_MODEL_TF_CONFIG(cfg, &m->dropout_rng);
     cg_module *base = CG_MODULE(m);
-    bool ok = cfg->pos_enc != CG_POS_SINUSOIDAL || /* rotary: no table */
+    bool ok = cfg->pos_enc != CG_POS_SINUSOIDAL || /* rotary: none; learned: the children's */
               (m->pe = cg_hold(cg_sinusoidal_pe(cfg->max_len, cfg->d))) != NULL; /* beyond scopes */
     ok = ok && (m->emb = cg_module_add_child(base, "emb",
                                              cg_embed_new(cfg->vocab, cfg->d, cg_init_skip())));
+    if (ok && cfg->pos_enc == CG_POS_LEARNED) /* a table a side, as fairseq's */
+        ok = (m->enc_pos_emb = cg_module_add_child(
+                  base, "enc_pos_emb", cg_embed_new(cfg->max_len, cfg->d, cg_init_skip()))) &&
+             (m->dec_pos_emb = cg_module_add_child(
+                  base, "dec_pos_emb", cg_embed_new(cfg->max_len, cfg->d, cg_init_skip())));
     ok = ok && (m->encoder = cg_module_add_child(
                     base, "encoder", cg_enc_stack_new((int)cfg->enc_layers, &tf, cg_init_skip())));
     ok = ok && (m->decoder = cg_module_add_child(
@@ -145,23 +150,33 @@ static cg_tensor *drop_words(cg_seq2seq *m, cg_tensor *e, int64_t B, int64_t L)
     return cg_mul(e, cg_dropout(cg_ones(CG_SHAPE(B, L, 1)), p, &m->dropout_rng, true));
 }
 
-/* drop(wdrop(emb[ids]) * sqrt(d) + pe[pos:pos+L]) -> [B,L,d] */
-static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L, int64_t pos)
+cg_tensor *cg_seq2seq_positions(const cg_seq2seq *m, bool target)
+{
+    if (!m)
+        return NULL;
+    const cg_embed *learned = target ? m->dec_pos_emb : m->enc_pos_emb;
+    return m->pe ? m->pe : learned ? learned->weight : NULL;
+}
+
+/* drop(wdrop(emb[ids]) * sqrt(d) + pe[pos:pos+L]) -> [B,L,d], pe the
+ * source's positions or (target) the target's */
+static cg_tensor *embed_at(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L, int64_t pos,
+                           bool target)
 {
     cg_scope *sc = cg_scope_begin(); /* the intermediates die at its end */
     if (!sc)
         return NULL;
     cg_tensor *e = drop_words(m, cg_embed_forward(m->emb, cg_from_i64(CG_SHAPE(B, L), ids)), B, L);
-    cg_tensor *h = cg_keep(
-        cg_model_embed_scaled(e, m->pe, pos, L, cg_model_emb_scale(m->cfg.emb_scale, m->cfg.d),
-                              m->cfg.dropout, &m->dropout_rng, m->base.training));
+    cg_tensor *h = cg_keep(cg_model_embed_scaled(
+        e, cg_seq2seq_positions(m, target), pos, L, cg_model_emb_scale(m->cfg.emb_scale, m->cfg.d),
+        m->cfg.dropout, &m->dropout_rng, m->base.training));
     cg_scope_end(sc);
     return h;
 }
 
-static cg_tensor *embed(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L)
+static cg_tensor *embed(cg_seq2seq *m, const int64_t *ids, int64_t B, int64_t L, bool target)
 {
-    return embed_at(m, ids, B, L, 0);
+    return embed_at(m, ids, B, L, 0, target);
 }
 
 /* The tied head: h [B,T,d] -> logits [B,T,V] (h is released). */
@@ -218,7 +233,7 @@ bool cg_seq2seq_encode(cg_seq2seq *m, const int64_t *src, int64_t B, int64_t S,
             return false;
         }
     }
-    cg_tensor *x = embed(m, src, B, S);
+    cg_tensor *x = embed(m, src, B, S, false);
     cg_attn_mask mask = {.key_pad = pad};
     cg_tensor *mem = cg_enc_stack_forward(m->encoder, x, &mask);
     cg_release(x);
@@ -291,7 +306,7 @@ static cg_tensor *decode_hidden(cg_seq2seq *m, const int64_t *tgt_in, int64_t B,
     cg_tensor *pad = pad_mask(tgt_in, B, T);
     if (!pad)
         return NULL;
-    cg_tensor *x = embed(m, tgt_in, B, T);
+    cg_tensor *x = embed(m, tgt_in, B, T, true);
     cg_attn_mask self_mask = {.causal = true, .key_pad = pad};
     cg_attn_mask cross_mask = {.key_pad = mem->src_pad};
     cg_tensor *h = cg_dec_stack_forward(m->decoder, x, mem->memory, &self_mask, &cross_mask);
@@ -338,7 +353,7 @@ cg_tensor *cg_seq2seq_decode_step(cg_seq2seq *m, const int64_t *ids, int64_t B,
         return NULL;
     }
     cg_no_grad_begin();
-    cg_tensor *x = embed_at(m, ids, B, 1, pos);
+    cg_tensor *x = embed_at(m, ids, B, 1, pos, true);
     cg_tensor *h = cg_dec_stack_forward_cached(m->decoder, x, pos ? NULL : mem->memory,
                                                pos ? NULL : mem->src_pad, c);
     cg_release(x);

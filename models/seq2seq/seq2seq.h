@@ -51,9 +51,12 @@ typedef struct {
     bool bias;          /* biases in every Linear and LayerNorm (PyTorch's bias; true) */
     float dropout;      /* in [0, 1] */
     float attn_dropout; /* in [0, 1]: on the attention weights (--attention-dropout; 0) */
-    /* positions: sinusoidal (the default) or rope (rotary embeddings of
+    /* positions: sinusoidal (the default), rope (rotary embeddings of
      * base rope_theta, default 10000, in the encoder's and decoder's
-     * self-attentions; nothing added to the embeddings) */
+     * self-attentions; nothing added to the embeddings) or learned (a
+     * table [max_len, d] for each side, enc_pos_emb and dec_pos_emb,
+     * added to the embeddings: fairseq's --encoder-learned-pos and
+     * --decoder-learned-pos, the paper's Table 3 row E) */
     cg_pos_kind pos_enc;
     int64_t rope_theta;
     cg_emb_scale emb_scale; /* sqrt_d (the paper's, the default) or none */
@@ -91,7 +94,9 @@ typedef struct {
     cg_embed *emb;         /* child "emb" (shared, tied head) */
     cg_enc_stack *encoder; /* child "encoder" */
     cg_dec_stack *decoder; /* child "decoder" */
-    cg_tensor *pe;         /* [max_len, d], owned */
+    cg_tensor *pe;         /* [max_len, d], owned (sinusoidal; else NULL) */
+    cg_embed *enc_pos_emb; /* child "enc_pos_emb": learned source positions (else NULL) */
+    cg_embed *dec_pos_emb; /* child "dec_pos_emb": learned target positions (else NULL) */
     cg_rng dropout_rng;
 } cg_seq2seq;
 
@@ -103,6 +108,10 @@ cg_seq2seq *cg_seq2seq_new(const cg_seq2seq_config *cfg, uint64_t seed);
  * checkpoint to fill; the loaders use it. */
 cg_seq2seq *cg_seq2seq_new_skip_init(const cg_seq2seq_config *cfg, uint64_t seed);
 void cg_seq2seq_free(cg_seq2seq *m); /* NULL is a no-op */
+/* The table added to the source's (target false) or the target's
+ * embeddings: the sinusoidal one (both sides), the side's learned one's
+ * weight (a parameter), or NULL (rope, or m NULL); borrowed. */
+cg_tensor *cg_seq2seq_positions(const cg_seq2seq *m, bool target);
 /* Recompute every encoder and decoder layer's activations in backward
  * (nn/transformer.h "Recomputation"; --recompute): the same gradients. */
 void cg_seq2seq_set_recompute(cg_seq2seq *m, bool on);

@@ -299,11 +299,6 @@ static bool mt_config_from_flags(const mt_run *r, const cg_train_opts *o, cg_tra
     cfg.dropout = (float)rec->dropout;
     cfg.attn_dropout = (float)rec->attn_dropout;
     cfg.kv_heads = rec->kv_heads;
-    if (rec->pos == CG_POS_LEARNED) {
-        cg_set_error("--pos-enc learned is charlm's (nanoGPT's wpe); the translator's positions "
-                     "are sinusoidal or rope");
-        return false;
-    }
     cfg.pos_enc = rec->pos;
     cfg.emb_scale = rec->emb_scale;
     cfg.rope_theta = rec->rope_theta;

@@ -59,8 +59,8 @@ const char *cg_train_arch_help(cg_train_recipe *r)
              "                       nanoGPT's bias = False, PyTorch's bias=False)\n"
              "  --pos-enc sinusoidal|rope|learned  positions: sinusoidal tables added to\n"
              "                       the embeddings (the default), rotary embeddings of q and\n"
-             "                       k in every self-attention (RoFormer, LLaMA), or (charlm)\n"
-             "                       a learnt table added (GPT-2's and nanoGPT's wpe)\n"
+             "                       k in every self-attention (RoFormer, LLaMA), or a learnt\n"
+             "                       table added (GPT-2's wpe; the translator: one a side)\n"
              "  --rope-theta N       rope's base (default 10000; LLaMA 3: 500000)\n"
              "  --emb-scale sqrt_d|none  the token embeddings times sqrt(d) (the default, the\n"
              "                       paper's) or as they are (GPT-2's, nanoGPT's)\n",
