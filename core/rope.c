@@ -11,23 +11,38 @@
  *
  * One table of cos/sin for the T positions, then rows in chunks over the
  * threads, each row from its own elements only: the same bits for any
- * team. */
+ * team. In bf16 precision the forward also rounds each row as it writes
+ * it and keeps the rounding as the output's operand (what attention's
+ * bf16 products read), instead of a pass of attention's own. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "core/shares.h"
 #include "core/tensor_impl.h"
+#include "core/vmath.h"
 
 typedef struct {
     const float *x;
     float *out;
+    uint16_t *out16; /* the output's bf16 rounding, or NULL */
     const float *cs; /* [T, h] cosines, then [T, h] sines */
     int64_t T, h, ndim;
     const int64_t *shape, *strides; /* x's, in elements (the last stride 1) */
     float sign;
 } rope_job;
+
+/* One row: the same float operations in every clone (-ffp-contract=off) */
+EW_CLONES static void rope_row(int64_t h, const float *restrict x, const float *restrict c,
+                               const float *restrict s, float sg, float *restrict y)
+{
+    for (int64_t i = 0; i < h; i++) {
+        y[i] = x[i] * c[i] - sg * x[i + h] * s[i];
+        y[i + h] = x[i + h] * c[i] + sg * x[i] * s[i];
+    }
+}
 
 static void rope_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
@@ -44,12 +59,10 @@ static void rope_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
         const int64_t t = r % j->T;
         const float *restrict x = j->x + off, *restrict c = j->cs + t * h,
                               *restrict s = j->cs + (j->T + t) * h;
-        float *restrict y = j->out + r * D;
-        const float sg = j->sign;
-        for (int64_t i = 0; i < h; i++) {
-            y[i] = x[i] * c[i] - sg * x[i + h] * s[i];
-            y[i + h] = x[i + h] * c[i] + sg * x[i] * s[i];
-        }
+        float *y = j->out + r * D;
+        rope_row(h, x, c, s, j->sign, y);
+        if (j->out16)
+            cg_bf16_round_run(D, y, j->out16 + r * D);
     }
 }
 
@@ -104,14 +117,24 @@ cg_tensor *cg_k_rope(const cg_tensor *x, int64_t start, double theta, bool inver
     const int64_t T = x->shape[x->ndim - 2], h = x->shape[x->ndim - 1] / 2;
     const int64_t rows = h ? cg_numel(x) / (2 * h) : 0;
     float *cs = xs && rows ? angle_table(T, h, start, theta) : NULL;
+    /* the forward of a float32 x in bf16 precision: its rounding kept (an
+     * allocation failure only skips it: attention rounds it then) */
+    cg_tensor *o16 = xs && rows && !inverse && x->dtype == CG_F32 &&
+                             cg_get_matmul_precision() == CG_PRECISION_BF16
+                         ? cg_empty_dtype(CG_BF16, x->ndim, x->shape)
+                         : NULL;
     cg_tensor *out = xs && (cs || !rows) ? cg_empty(x->ndim, x->shape) : NULL;
     if (xs && rows && !cs)
         cg_set_error("out of memory");
     if (out && rows) {
-        const rope_job j = {cg_data(xs), cg_data(out),          cs, T, h, xs->ndim, xs->shape,
-                            xs->strides, inverse ? -1.0f : 1.0f};
+        const rope_job j = {
+            cg_data(xs), cg_data(out), o16 ? cg_data_bf16(o16) : NULL, cs, T, h, xs->ndim,
+            xs->shape,   xs->strides,  inverse ? -1.0f : 1.0f};
         cg_shares_run(rows, cg_shares_rows(2 * h), cg_shares_team(rows * h > 8192), rope_rows, &j);
+        if (o16)
+            cg_k_bf16_operand_keep(out, o16);
     }
+    cg_release(o16);
     free(cs);
     cg_release(xs);
     if (!out || x->dtype == CG_F32)

@@ -357,9 +357,13 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
         return NULL;
 
     /* q, k and v are read by attention's bf16 products: their rounding
-     * made as the projections write them */
-    cg_tensor *q = cg_linear_forward_keep_bf16(m->q_proj, xq);
-    cg_tensor *k = cg_linear_forward_keep_bf16(m->k_proj, xkv);
+     * made as the projections write them (rotated q and k: as the rotation
+     * writes them, core/rope.c) */
+    const bool rope = m->rope_theta != 0.0;
+    cg_tensor *q =
+        rope ? cg_linear_forward(m->q_proj, xq) : cg_linear_forward_keep_bf16(m->q_proj, xq);
+    cg_tensor *k =
+        rope ? cg_linear_forward(m->k_proj, xkv) : cg_linear_forward_keep_bf16(m->k_proj, xkv);
     cg_tensor *v = cg_linear_forward_keep_bf16(m->v_proj, xkv);
     cg_tensor *qh = split_heads(m, q), *kh = split_heads(m, k), *vh = split_heads(m, v);
     cg_release_all(3, q, k, v);

@@ -200,6 +200,77 @@ START_TEST(test_rope_mha)
 }
 END_TEST
 
+/* the rotation as a hook whose output is a fresh tensor (times 1: the
+ * same floats), without the rounding the rotation keeps */
+static cg_tensor *hook_fresh(void *ctx, cg_tensor *x, bool is_key)
+{
+    cg_tensor *y = hook(ctx, x, is_key), *z = y ? cg_muls(y, 1.0f) : NULL;
+    cg_release(y);
+    return z;
+}
+
+/* bf16 precision: the rotation keeps its output's rounding as it writes
+ * it (core/rope.c), which attention's products read; the same bits as
+ * the rotation as a hook whose output attention rounds itself, forward
+ * and every gradient; the kept rounding is a fresh rounding's bits. */
+START_TEST(test_rope_mha_bf16)
+{
+    enum { D = 32, H = 2, B = 2, T = 40 };
+    const cg_precision prev = cg_get_matmul_precision();
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_rng r = cg_rng_new(5);
+    cg_tensor *xr = cg_randn(&r, CG_SHAPE(B, T, D));
+    cg_tensor *q = cg_k_rope(xr, 3, 500000.0, false), *qc = cg_empty(3, q->shape);
+    ck_assert(qc && cg_k_copy_(qc, q)); /* a storage of its own: nothing kept */
+    cg_tensor *k16 = cg_k_bf16_operand(q), *f16 = cg_k_bf16_operand(qc);
+    ck_assert(k16 && f16 && k16->dtype == CG_BF16 && same_bits(k16, f16));
+    cg_tensor *g = cg_k_rope(xr, 3, 500000.0, true), *g16 = cg_k_bf16_operand(g);
+    ck_assert(g16 && g16->dtype == CG_BF16);
+    cg_release_all(6, q, qc, k16, f16, g, g16);
+
+    cg_mha *m = cg_mha_new(D, H, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(B, T, D));
+    x->requires_grad = true;
+    cg_param_list l = {0};
+    ck_assert(cg_module_params(CG_MODULE(m), &l));
+    ck_assert_int_eq(l.n, 8);
+    cg_tensor *y[2];
+    float *gx[2], *gw[2][8];
+    double theta = 10000.0;
+    for (int v = 0; v < 2; v++) { /* 0: built-in, 1: hook */
+        ck_assert(cg_mha_set_rope(m, v ? 0.0 : theta));
+        m->qk_hook = v ? hook_fresh : NULL;
+        m->qk_hook_ctx = &theta;
+        y[v] = cg_mha_forward(m, x, x, true, NULL, NULL, NULL);
+        cg_tensor *s = cg_sum_all(cg_mul(y[v], xr));
+        ck_assert_msg(s && cg_backward(s, NULL, false), "%s", cg_last_error());
+        gx[v] = cg_test_values(cg_grad(x));
+        for (int i = 0; i < l.n; i++)
+            gw[v][i] = cg_test_values(cg_grad(l.items[i].tensor));
+        cg_zero_grad(x);
+        for (int i = 0; i < l.n; i++)
+            cg_zero_grad(l.items[i].tensor);
+        cg_release(s);
+    }
+    ck_assert(same_bits(y[0], y[1]));
+    ck_assert(!memcmp(gx[0], gx[1], sizeof(float) * B * T * D));
+    for (int i = 0; i < l.n; i++)
+        ck_assert_msg(
+            !memcmp(gw[0][i], gw[1][i], sizeof(float) * (size_t)cg_numel(l.items[i].tensor)), "%s",
+            l.items[i].name);
+    for (int v = 0; v < 2; v++) {
+        cg_release(y[v]);
+        free(gx[v]);
+        for (int i = 0; i < l.n; i++)
+            free(gw[v][i]);
+    }
+    cg_param_list_free(&l);
+    cg_set_matmul_precision(prev);
+    cg_release_all(2, x, xr);
+    cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
 START_TEST(test_rope_layers)
 {
     const cg_tf_config cfg = {
@@ -247,6 +318,7 @@ static Suite *rope_suite(void)
     tcase_add_test(tc, test_rope_gradcheck);
     tcase_add_test(tc, test_rope_threads);
     tcase_add_test(tc, test_rope_mha);
+    tcase_add_test(tc, test_rope_mha_bf16);
     tcase_add_test(tc, test_rope_layers);
     tcase_add_test(tc, test_rope_refusals);
     suite_add_tcase(s, tc);
