@@ -114,7 +114,11 @@ static bool rope_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_rope(cg_tensor *x, int64_t start, double theta)
 {
     cg_node *n;
-    cg_tensor *out = record(cg_k_rope(x, start, theta, false), CG_OP_ROPE, 1, &x, rope_bw, &n);
+    /* recorded: attention's node will keep the bf16 copy, made here */
+    const bool rec = x && x->requires_grad && cg_grad_enabled();
+    cg_tensor *out =
+        record(rec ? cg_k_rope_keep_bf16(x, start, theta) : cg_k_rope(x, start, theta, false),
+               CG_OP_ROPE, 1, &x, rope_bw, &n);
     if (n) { /* i[1] holds the double's bits (p.f shares i[0] and i[1]'s bytes) */
         n->p.i[0] = start;
         memcpy(&n->p.i[1], &theta, sizeof theta);

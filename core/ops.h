@@ -121,6 +121,12 @@ cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg
  * (bf16: computed in float32, rounded once). start >= 0, theta > 1 (10000
  * in RoFormer and LLaMA). OpenMP over rows: the same bits for any team. */
 cg_tensor *cg_k_rope(const cg_tensor *x, int64_t start, double theta, bool inverse);
+/* cg_k_rope's forward for an output that bf16 products read (attention's q
+ * and k in training): in bf16 precision it also rounds each row as it
+ * writes it and keeps the rounding as the output's operand
+ * (cg_k_bf16_operand_keep), instead of another pass over the output. The
+ * same bits as cg_k_rope(x, start, theta, false). */
+cg_tensor *cg_k_rope_keep_bf16(const cg_tensor *x, int64_t start, double theta);
 cg_tensor *cg_k_clamp(const cg_tensor *a, float lo, float hi);
 /* cond ? a : b, all three broadcast together; cond is bool (another
  * dtype refused, as torch.where refuses it); a and b of any dtypes, the

@@ -11,9 +11,10 @@
  *
  * One table of cos/sin for the T positions, then rows in chunks over the
  * threads, each row from its own elements only: the same bits for any
- * team. In bf16 precision the forward also rounds each row as it writes
- * it and keeps the rounding as the output's operand (what attention's
- * bf16 products read), instead of a pass of attention's own. */
+ * team. cg_k_rope_keep_bf16 also rounds each row as it writes it (bf16
+ * precision) and keeps the rounding as the output's operand: what
+ * attention's bf16 products read in training, instead of a pass of
+ * attention's own. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -83,7 +84,7 @@ static float *angle_table(int64_t T, int64_t h, int64_t start, double theta)
     return cs;
 }
 
-cg_tensor *cg_k_rope(const cg_tensor *x, int64_t start, double theta, bool inverse)
+static cg_tensor *rope(const cg_tensor *x, int64_t start, double theta, bool inverse, bool keep16)
 {
     if (!x) {
         cg_error_null_input("cg_k_rope");
@@ -117,12 +118,12 @@ cg_tensor *cg_k_rope(const cg_tensor *x, int64_t start, double theta, bool inver
     const int64_t T = x->shape[x->ndim - 2], h = x->shape[x->ndim - 1] / 2;
     const int64_t rows = h ? cg_numel(x) / (2 * h) : 0;
     float *cs = xs && rows ? angle_table(T, h, start, theta) : NULL;
-    /* the forward of a float32 x in bf16 precision: its rounding kept (an
+    /* keep16, a float32 x, bf16 precision: the rounding kept (an
      * allocation failure only skips it: attention rounds it then) */
-    cg_tensor *o16 = xs && rows && !inverse && x->dtype == CG_F32 &&
-                             cg_get_matmul_precision() == CG_PRECISION_BF16
-                         ? cg_empty_dtype(CG_BF16, x->ndim, x->shape)
-                         : NULL;
+    cg_tensor *o16 =
+        xs && rows && keep16 && x->dtype == CG_F32 && cg_get_matmul_precision() == CG_PRECISION_BF16
+            ? cg_empty_dtype(CG_BF16, x->ndim, x->shape)
+            : NULL;
     cg_tensor *out = xs && (cs || !rows) ? cg_empty(x->ndim, x->shape) : NULL;
     if (xs && rows && !cs)
         cg_set_error("out of memory");
@@ -142,4 +143,14 @@ cg_tensor *cg_k_rope(const cg_tensor *x, int64_t start, double theta, bool inver
     cg_tensor *r = cg_k_to(out, x->dtype); /* bf16: rounded once */
     cg_release(out);
     return r;
+}
+
+cg_tensor *cg_k_rope(const cg_tensor *x, int64_t start, double theta, bool inverse)
+{
+    return rope(x, start, theta, inverse, false);
+}
+
+cg_tensor *cg_k_rope_keep_bf16(const cg_tensor *x, int64_t start, double theta)
+{
+    return rope(x, start, theta, false, true);
 }
