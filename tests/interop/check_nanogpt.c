@@ -2,16 +2,19 @@
  * none --act gelu_erf, pre-norm LayerNorm, tied head) against nanoGPT's
  * architecture in PyTorch (tests/interop/nanogpt.py writes the cases):
  *     check_nanogpt DIR     exit 0: every case within tolerance; 1: not
- * For each case the model is built, PyTorch's weights loaded by cgrad's
- * names (strict: every tensor present, no other), the ids run, and the
- * logits, the mean cross-entropy and every parameter's gradient matched
- * in fp32 within 1e-5 (relative to the largest value). */
+ * For each case the checkpoint scripts/nanogpt_import.py made from
+ * nanoGPT's ckpt.pt and meta.pkl is loaded as charlm loads one (its config
+ * and vocabulary, then every tensor by name, strictly), the config checked
+ * to be nanoGPT's architecture, the ids run, and the logits, the mean
+ * cross-entropy and every parameter's gradient matched in fp32 within 1e-5
+ * (relative to the largest value). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cgrad.h"
 #include "models/charlm/charlm.h"
+#include "models/charlm/charlm_ckpt.h"
 #include "rel_diff.h"
 
 enum { V = 29, D = 32, NH = 4, L = 2, BS = 16, B = 3, T = 12 };
@@ -32,15 +35,21 @@ static bool run(const char *dir, const char *name, bool bias)
     char path[4096], io_path[4096];
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
     snprintf(io_path, sizeof io_path, "%s/%s.io.safetensors", dir, name);
-    cg_charlm_config c = cg_charlm_config_default();
-    c.vocab = V, c.d = D, c.H = NH, c.layers = L, c.d_ff = 4 * D, c.max_len = BS;
-    c.act = CG_ACT_GELU_ERF, c.bias = bias, c.pos_enc = CG_POS_LEARNED;
-    c.emb_scale = CG_EMB_SCALE_NONE;
-    cg_charlm *m = cg_charlm_new(&c, 1);
-    cg_st_file *io = cg_st_open(io_path);
+    cg_charlm_ckpt ck = {0};
+    bool ok = cg_charlm_ckpt_load(path, &ck);
+    cg_charlm *m = ok ? ck.model : NULL;
+    const cg_charlm_config *c = m ? &m->cfg : NULL;
+    if (c && !(c->vocab == V && c->d == D && c->H == NH && c->layers == L && c->d_ff == 4 * D &&
+               c->max_len == BS && c->act == CG_ACT_GELU_ERF && c->bias == bias &&
+               c->pos_enc == CG_POS_LEARNED && c->emb_scale == CG_EMB_SCALE_NONE &&
+               c->norm == CG_NORM_LAYERNORM && c->norm_first && c->kv_heads == 0 && ck.vocab &&
+               ck.vocab->n == V)) {
+        fprintf(stderr, "check_nanogpt: %s: the imported config is not nanoGPT's GPT\n", name);
+        ok = false;
+    }
+    cg_st_file *io = ok ? cg_st_open(io_path) : NULL;
     int64_t x[B * T], y[B * T];
-    bool ok = m && io && cg_module_load_file(CG_MODULE(m), path) && ids_of(io, "x", x) &&
-              ids_of(io, "y", y);
+    ok = ok && io && ids_of(io, "x", x) && ids_of(io, "y", y);
     cg_tensor *logits = ok ? cg_charlm_forward(m, x, B, T) : NULL;
     cg_tensor *loss = logits ? cg_charlm_loss(m, logits, y) : NULL;
     ok = loss && cg_backward(loss, NULL, false);
@@ -71,7 +80,7 @@ static bool run(const char *dir, const char *name, bool bias)
     }
     cg_release_all(2, logits, loss);
     cg_st_close(io);
-    cg_charlm_free(m);
+    cg_charlm_ckpt_free(&ck);
     return ok;
 }
 

@@ -8,17 +8,25 @@ tests/interop/run_swiglu.sh):
 
     /usr/bin/python3 nanogpt.py DIR    (exit 77: no torch)
 
-Each case: DIR/CASE.safetensors, the model's weights under cgrad's charlm
-names (c_attn split into q_proj, k_proj, v_proj; nanoGPT keeps its Linear
-weights as [out, in], as cgrad does); DIR/CASE.io.safetensors: ids x and
-targets y [B, T] (as float32 values), the logits, the mean cross-entropy
-"loss" and the gradients of that loss under cgrad's names ("grad.NAME").
-In float64, saved as float32, dropout 0 (eval: the masks are generators').
+Each case: DIR/CASE.ckpt.pt and DIR/CASE.meta.pkl, the model as nanoGPT's
+train.py and prepare.py save it (state dict under "transformer.", the
+tied lm_head.weight, model_args; the characters' itos), and
+DIR/CASE.safetensors made from those two by scripts/nanogpt_import.py, run
+as a user runs it; DIR/CASE.io.safetensors: ids x and targets y [B, T] (as
+float32 values), the logits, the mean cross-entropy "loss" and the
+gradients of that loss under cgrad's names ("grad.NAME", the importer's
+mapping). In float64, saved as float32, dropout 0 (eval: the masks are
+generators').
 
-  gpt      n_layer 2, n_head 4, n_embd 32, vocab 29, block 16, bias True
-  gpt_nb   the same with bias False (nanoGPT's bias = False)
+  gpt      n_layer 2, n_head 4, n_embd 32, vocab 29, block 16, bias True;
+           torch < 2.0's causal-mask buffers (attn.bias) in the state dict
+  gpt_nb   the same with bias False (nanoGPT's bias = False), saved from a
+           torch.compile'd model (keys under "_orig_mod.")
 """
 import math
+import os
+import pickle
+import subprocess
 import sys
 
 try:
@@ -30,6 +38,11 @@ except ImportError as e:
     print(f"nanogpt: {e.name} not available, skipped")
     sys.exit(77)
 from make_dtype_files import save  # noqa: E402
+
+IMPORTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                        "nanogpt_import.py")
+sys.path.insert(0, os.path.dirname(IMPORTER))
+from nanogpt_import import cgrad_tensors  # noqa: E402
 
 L, NH, D, V, BS, B, T = 2, 4, 32, 29, 16, 3, 12
 
@@ -110,22 +123,30 @@ class GPT(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
-def cgrad_names(sd):
-    """nanoGPT's parameter names (and c_attn's split) as cgrad's charlm's"""
-    out = {}
-    for k, v in sd.items():
-        k2 = k.replace("wte.", "tok_emb.").replace("wpe.", "pos_emb.").replace("h.", "blocks.", 1)
-        k2 = k2.replace("ln_1", "ln1").replace("ln_2", "ln2").replace("attn.c_proj", "attn.o_proj")
-        k2 = k2.replace("mlp.c_fc", "ff.fc1").replace("mlp.c_proj", "ff.fc2")
-        if "c_attn" in k2:
-            for name, part in zip("qkv", v.split(D, dim=0)):
-                out[k2.replace("c_attn", name + "_proj")] = part
-        else:
-            out[k2] = v
-    return out
+CHARS = sorted(set("\n !,.?abcdefghijklmnopqrstuvw"))  # V of them, as prepare.py's
 
 
-def case(out, name, bias, seed):
+def save_nanogpt(out, name, m, bias, compiled):
+    """m as nanoGPT's ckpt.pt and meta.pkl"""
+    sd = {"transformer." + k: v.float() for k, v in m.state_dict().items()}
+    sd["lm_head.weight"] = sd["transformer.wte.weight"]  # tied
+    if not compiled:  # torch < 2.0's nanoGPT registers its causal masks
+        for i in range(L):
+            sd[f"transformer.h.{i}.attn.bias"] = torch.tril(torch.ones(BS, BS)).view(1, 1, BS, BS)
+    if compiled:
+        sd = {"_orig_mod." + k: v for k, v in sd.items()}
+    args = dict(n_layer=L, n_head=NH, n_embd=D, block_size=BS, bias=bias, vocab_size=V,
+                dropout=0.0)
+    torch.save({"model": sd, "model_args": args, "iter_num": 100, "best_val_loss": 1.5,
+                "config": {}}, f"{out}/{name}.ckpt.pt")
+    with open(f"{out}/{name}.meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": V, "itos": dict(enumerate(CHARS)),
+                     "stoi": {c: i for i, c in enumerate(CHARS)}}, f)
+    subprocess.run([sys.executable, IMPORTER, f"{out}/{name}.ckpt.pt", f"{out}/{name}.meta.pkl",
+                    f"{out}/{name}.safetensors", "--force"], check=True)
+
+
+def case(out, name, bias, seed, compiled):
     g = torch.Generator().manual_seed(seed)
     m = GPT(bias, g).double()
     x = torch.randint(0, V, (B, T), generator=g)
@@ -133,11 +154,10 @@ def case(out, name, bias, seed):
     logits = m(x)
     loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
     loss.backward()
-    save(f"{out}/{name}.safetensors",
-         {k: v.detach().float().contiguous() for k, v in cgrad_names(m.state_dict()).items()})
+    save_nanogpt(out, name, m, bias, compiled)
     io = {"x": x.float(), "y": y.float(), "logits": logits.detach().float(),
           "loss": loss.detach().float().reshape(1)}
-    grads = cgrad_names({k: p.grad for k, p in m.named_parameters()})
+    grads = cgrad_tensors({k: p.grad for k, p in m.named_parameters()}, D)
     for k, v in grads.items():
         io["grad." + k] = v.float().contiguous()
     save(f"{out}/{name}.io.safetensors", io)
@@ -145,8 +165,9 @@ def case(out, name, bias, seed):
 
 def main():
     out = sys.argv[1]
-    case(out, "gpt", True, 1)
-    case(out, "gpt_nb", False, 2)
+    assert len(CHARS) == V
+    case(out, "gpt", True, 1, False)
+    case(out, "gpt_nb", False, 2, True)
 
 
 if __name__ == "__main__":
