@@ -294,6 +294,38 @@ START_TEST(test_gated_ff_hooks)
 }
 END_TEST
 
+/* Without a graph (evaluation, decoding) the gated FF runs its two
+ * products: each weight is packed once and kept by the weight cache (the
+ * concatenation made for a recorded call would be packed again at every
+ * call), and the output is the recorded one's, in fp32 and in bf16. */
+START_TEST(test_gated_ff_no_grad)
+{
+    const cg_precision prev = cg_get_matmul_precision();
+    for (int p = 0; p < 2; p++) {
+        cg_set_matmul_precision(p ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_rng r = cg_rng_new(13);
+        cg_ff *f = cg_ff_new(32, 48, p ? CG_ACT_GEGLU : CG_ACT_SWIGLU, &r);
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 5, 32));
+        cg_tensor *rec = cg_ff_forward(f, x);
+        ck_assert(rec && rec->node);
+        cg_no_grad_begin();
+        cg_tensor *a = cg_ff_forward(f, x), *b = cg_ff_forward(f, x);
+        cg_no_grad_end();
+        ck_assert(a && b && !a->node);
+        if (p) /* the bf16 copies the products read, kept with each weight */
+            ck_assert(f->fc1->weight->storage->derived && f->fc3->weight->storage->derived);
+        float *w = cg_test_values(rec), *wa = cg_test_values(a);
+        CG_ASSERT_TENSOR(a, w, 1e-6, 1e-5);
+        CG_ASSERT_TENSOR(b, wa, 0, 0);
+        free(w);
+        free(wa);
+        cg_release_all(4, x, rec, a, b);
+        cg_module_free(CG_MODULE(f));
+    }
+    cg_set_matmul_precision(prev);
+}
+END_TEST
+
 static Suite *gated_suite(void)
 {
     Suite *s = suite_create("gated");
@@ -307,6 +339,7 @@ static Suite *gated_suite(void)
     tcase_add_test(tc, test_gated_table);
     tcase_add_test(tc, test_gated_ff);
     tcase_add_test(tc, test_gated_ff_hooks);
+    tcase_add_test(tc, test_gated_ff_no_grad);
     suite_add_tcase(s, tc);
     return s;
 }
