@@ -220,7 +220,7 @@ m=$(st mean savg.st s1.st s2.st) && echo "ok: seq2seq: the mean of 2 checkpoints
   echo "ok: seq2seq: translate reads the average: $(cat tr.txt)" || fail "translate: $(tail -1 tr.log)"
 "$seq2seq" eval --ckpt savg.st --test-limit 2 >se.json 2>se.log || fail "seq2seq eval: $(tail -1 se.log)"
 json_ok "seq2seq: eval of the average" se.json
-refused "seq2seq: --resume of an average" "use it to decode and evaluate" \
+refused "seq2seq: --resume of an average" "start a new run from its weights with --init-from" \
   "$seq2seq" train --resume savg.st --steps 9
 
 # ---------------------------------------------------------------- 4. refusals

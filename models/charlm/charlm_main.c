@@ -99,17 +99,7 @@ static int cmd_train(int argc, char **argv)
          CG_CLI_FIXED},
         LM_SCHEDULE_FLAGS(&r),
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
-        {NULL, 0, NULL, 0, 0, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n", 0},
-        {"--init-from", CG_CLI_STR, &o.init_from, 0, 0,
-         "  --init-from FILE   a new run from this checkpoint's weights (their moving\n"
-         "                     average, when its run kept one: --ema-decay), on --data:\n"
-         "                     its shape and tokenizer, a fresh optimizer, step 0 (the\n"
-         "                     file is only read; the checkpoint records it)\n",
-         CG_CLI_FIXED},
-        {"--no-ema", CG_CLI_SWITCH, &o.init_no_ema, 0, 0,
-         "  --no-ema           with --init-from: its trained weights, not the moving\n"
-         "                     average its run kept beside them (not with --lora-rank)\n",
-         0},
+        CG_TRAIN_INIT_FROM_FLAGS(&o, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n"),
         {"--lora-rank", CG_CLI_I64, &r.lora.rank, 1, 1 << 16,
          "  --lora-rank R      with --init-from: freeze the model and train LoRA adapters\n"
          "                     of rank R; the checkpoint holds only the adapters (sample and\n"

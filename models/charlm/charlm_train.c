@@ -19,6 +19,7 @@
 #include "models/charlm/charlm_presets.h"
 #include "models/util/config_json.h"
 #include "models/train/dist.h"
+#include "models/train/model_common.h"
 #include "models/train/train_common.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
@@ -189,16 +190,8 @@ static bool lm_config_from_flags(const cg_cli_args *a, cg_train_recipe *rc, cons
 /* A char LM's architecture as --init-from compares it. */
 static cg_train_arch lm_arch(const cg_charlm_config *c)
 {
-    return (cg_train_arch){
-        .shape = {.d = c->d, .H = c->H, .layers = c->layers, .d_ff = c->d_ff, .T = c->max_len},
-        .norm = c->norm,
-        .act = c->act,
-        .norm_first = c->norm_first,
-        .bias = c->bias,
-        .pos = c->pos_enc,
-        .kv_heads = c->kv_heads ? c->kv_heads : c->H,
-        .emb_scale = c->emb_scale,
-        .rope_theta = c->rope_theta};
+    return CG_MODEL_TRAIN_ARCH(
+        c, {.d = c->d, .H = c->H, .layers = c->layers, .d_ff = c->d_ff, .T = c->max_len});
 }
 
 /* --init-from: the flags given (cfg: the config they and the preset make)
@@ -228,8 +221,6 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
     cg_charlm_ckpt ck;
     if (!cg_charlm_ckpt_load_opts(o->init_from, &lo, &ck))
         return cg_prog_fail("--init-from: %s", cg_last_error());
-    if (ck.averaged) /* the weights its evaluations judged */
-        cg_prog_note_average(ck.file, o->init_from);
     int rc = -1;
     if (ck.adapter)
         rc = cg_prog_fail("--init-from: '%s' is a LoRA adapter checkpoint (of the base '%s'); "
@@ -242,6 +233,8 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
     if (rc < 0 && !cg_cli_given(a, &rec->shape.B) &&
         !cg_train_model_fields(cg_charlm_ckpt_train_json(&ck), o->init_from, "charlm", &fb, 1))
         rc = cg_prog_fail_lib(NULL);
+    if (rc < 0 && ck.averaged) /* the weights its evaluations judged (a refusal: only why) */
+        cg_prog_note_average(ck.file, o->init_from);
     if (rc < 0) {
         r->model = ck.model;
         r->tok = ck.tok;
@@ -479,13 +472,11 @@ int lm_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
         cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
         return CG_EXIT_USAGE;
     }
-    if (o->init_no_ema && (!o->init_from || cg_cli_given(a, &lora->rank))) {
-        if (!o->init_from)
-            cg_prog_fail("--no-ema needs --init-from (it picks the weights a new run starts from)");
-        else /* the base would be read as its average wherever it is loaded again */
-            cg_prog_fail("--no-ema with --lora-rank: an adapter checkpoint's base is read as its "
-                         "moving average wherever it is loaded (sample, eval, --resume); drop "
-                         "--no-ema, or fine-tune in full");
+    if (o->init_no_ema && o->init_from && cg_cli_given(a, &lora->rank)) {
+        /* the base would be read as its average wherever it is loaded again */
+        cg_prog_fail("--no-ema with --lora-rank: an adapter checkpoint's base is read as its "
+                     "moving average wherever it is loaded (sample, eval, --resume); drop "
+                     "--no-ema, or fine-tune in full");
         return CG_EXIT_USAGE;
     }
     if (!o->resume && r->min_lr > rec->lr) {

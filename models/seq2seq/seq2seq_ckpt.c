@@ -1,6 +1,7 @@
 /* cgrad zoo: seq2seq checkpoints (see seq2seq_ckpt.h). */
 #include "models/seq2seq/seq2seq_ckpt.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,14 @@ bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out)
 
 bool cg_seq2seq_ckpt_load_weights(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *out)
 {
+    const cg_seq2seq_load_opts o = {0, NAN, NAN, NAN, NAN, w};
+    return cg_seq2seq_ckpt_load_opts(path, &o, out);
+}
+
+bool cg_seq2seq_ckpt_load_opts(const char *path, const cg_seq2seq_load_opts *o,
+                               cg_seq2seq_ckpt *out)
+{
+    const cg_ckpt_weights w = o->weights;
     memset(out, 0, sizeof *out);
     cg_st_file *f = out->file = cg_ckpt_open_at(path, "seq2seq", &out->step);
     if (!f)
@@ -46,6 +55,11 @@ bool cg_seq2seq_ckpt_load_weights(const char *path, cg_ckpt_weights w, cg_seq2se
         cg_prefix_error("checkpoint '%s': ", path);
         goto fail;
     }
+    cfg.dropout = isnan(o->dropout) ? cfg.dropout : (float)o->dropout;
+    cfg.attn_dropout = isnan(o->attn_dropout) ? cfg.attn_dropout : (float)o->attn_dropout;
+    cfg.label_smoothing =
+        isnan(o->label_smoothing) ? cfg.label_smoothing : (float)o->label_smoothing;
+    cfg.word_dropout = isnan(o->word_dropout) ? cfg.word_dropout : (float)o->word_dropout;
     if (!(out->tok = cg_tokenizer_read(f, true))) /* names the file */
         goto fail;
     if (cg_tokenizer_vocab_size(out->tok) != cfg.vocab) {
@@ -60,7 +74,7 @@ bool cg_seq2seq_ckpt_load_weights(const char *path, cg_ckpt_weights w, cg_seq2se
                   (double)cfg.dec_layers * (8 * d * d + 2 * d * ff);
     if (!cg_ckpt_config_fits(need, cfg.max_len, cfg.d, f, path))
         goto fail;
-    out->model = cg_seq2seq_new_skip_init(&cfg, 0);
+    out->model = cg_seq2seq_new_skip_init(&cfg, o->seed);
     if (!cg_ckpt_load_params(CG_MODULE(out->model), f, path) ||
         (w != CG_CKPT_TRAINED &&
          !cg_ckpt_use_average(CG_MODULE(out->model), f, path, &out->averaged)))

@@ -29,6 +29,17 @@ typedef struct {
  * trained weights); cg_seq2seq_ckpt_load: CG_CKPT_AVERAGE. False + error
  * naming the file. */
 bool cg_seq2seq_ckpt_load_weights(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *out);
+/* How train --init-from loads its base: the model's generators seeded
+ * with seed (its dropout masks), and the recipe's values that are not
+ * parameters (NaN: the checkpoint's config's) set before the model is
+ * built, as a new run's flags give them. */
+typedef struct {
+    uint64_t seed;
+    double dropout, attn_dropout, label_smoothing, word_dropout;
+    cg_ckpt_weights weights;
+} cg_seq2seq_load_opts;
+bool cg_seq2seq_ckpt_load_opts(const char *path, const cg_seq2seq_load_opts *o,
+                               cg_seq2seq_ckpt *out);
 bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out);
 void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c);
 

@@ -39,6 +39,9 @@ static const char TRAIN_HELP[] =
     "RandomState(0); the last --test-size are test, the --valid-size before them\n"
     "validation, the rest train.\n"
     "seq2seq's own options and defaults:\n";
+static const char FINETUNE_NOTES[] =
+    "fine-tuning (fairseq's --restore-file with --reset-optimizer, --reset-dataloader\n"
+    "and --reset-lr-scheduler):\n";
 static const char TRAIN_NOTES[] =
     "  --tokenizer          (shared, below): one vocabulary for source and target\n"
     "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
@@ -161,6 +164,7 @@ static int cmd_train(int argc, char **argv)
          "  --examples N         test examples to print (default 3)\n", CG_CLI_SAVED},
         EVAL_BLEU_FLAGS(&r, &o),
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
+        CG_TRAIN_INIT_FROM_FLAGS(&o, FINETUNE_NOTES),
         CG_TRAIN_RECIPE_FLAGS(&rec),
         CG_TRAIN_RUN_FLAGS(&o),
     };

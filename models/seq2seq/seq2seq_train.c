@@ -17,6 +17,7 @@
 #include "models/seq2seq/seq2seq_presets.h"
 #include "models/util/config_json.h"
 #include "models/data/data.h"
+#include "models/train/model_common.h"
 #include "models/data/pairs.h"
 #include "models/text/tokenizer.h"
 #include "models/train/dist.h"
@@ -322,8 +323,64 @@ static int mt_new_model(mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
     return r->model ? -1 : cg_prog_fail_lib("model");
 }
 
+/* A translator's architecture as --init-from compares it (max_len as
+ * T: --max-len is checked apart, mt_init_from). */
+static cg_train_arch mt_arch(const cg_seq2seq_config *c)
+{
+    return CG_MODEL_TRAIN_ARCH(c, {.d = c->d,
+                                   .H = c->H,
+                                   .enc_layers = c->enc_layers,
+                                   .dec_layers = c->dec_layers,
+                                   .d_ff = c->d_ff,
+                                   .T = c->max_len});
+}
+
+/* --init-from (fairseq's --restore-file with --reset-optimizer,
+ * --reset-dataloader and --reset-lr-scheduler): the base checkpoint's
+ * model and tokenizer into *ck (its moving average unless --no-ema; the
+ * dropouts, word dropout and label smoothing of the flags when given, the
+ * masks from --seed), the flags checked against it, --max-len its
+ * max_len, and the trainer told where the run starts from. -1 or the exit
+ * code. */
+static int mt_init_from(mt_run *r, cg_trainer *t, const cg_train_opts *o, cg_train_recipe *rec,
+                        const cg_train_preset *pr, cg_seq2seq_ckpt *ck)
+{
+    const cg_cli_args *a = o->args;
+    const cg_seq2seq_load_opts lo = {
+        .seed = o->seed,
+        .dropout = cg_cli_given(a, &rec->dropout) ? rec->dropout : NAN,
+        .attn_dropout = cg_cli_given(a, &rec->attn_dropout) ? rec->attn_dropout : NAN,
+        .label_smoothing = cg_cli_given(a, &rec->label_smoothing) ? rec->label_smoothing : NAN,
+        .word_dropout = cg_cli_given(a, &r->word_dropout) ? r->word_dropout : NAN,
+        .weights = o->init_no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE};
+    if (!cg_seq2seq_ckpt_load_opts(o->init_from, &lo, ck))
+        return cg_prog_fail("--init-from: %s", cg_last_error());
+    const cg_seq2seq_config *have = &ck->model->cfg;
+    cg_seq2seq_config want;
+    if (!mt_config_from_flags(r, o, rec, pr, have->vocab, &want))
+        return cg_prog_fail_lib(NULL);
+    cg_train_arch w = mt_arch(&want), h = mt_arch(have);
+    w.shape.T = h.shape.T; /* the message's; --max-len is checked below */
+    int rc = cg_train_check_base(a, rec, &r->preset, &w, &h, ck->tok, o->init_from);
+    if (rc >= 0)
+        return rc;
+    if (cg_cli_given(a, &r->max_len) && r->max_len != have->max_len)
+        return cg_prog_fail("'%s' fixes max_len %lld (its longest sequence); --max-len %lld "
+                            "contradicts it (drop it)",
+                            o->init_from, (long long)have->max_len, (long long)r->max_len);
+    r->max_len = have->max_len;
+    if (cg_cli_given(a, &rec->lr)) /* the Noam peak (at step warmup) is X */
+        r->factor = rec->lr * sqrt((double)have->d * (double)r->warmup);
+    if (ck->averaged) /* the weights its evaluations judged (a refusal says only why) */
+        cg_prog_note_average(ck->file, o->init_from);
+    return cg_trainer_set_origin(t, o->init_from, ck->file, false)
+               ? -1
+               : cg_prog_fail("--init-from: %s", cg_last_error());
+}
+
 /* The data and vocabulary (resuming: ck, the checkpoint, and the run's
- * state read back from it), then the model, fresh or resumed. */
+ * state read back from it; --init-from: ck, the base, whose tokenizer
+ * reads the data), then the model: fresh, resumed or the base's. */
 static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec)
 {
     cg_seq2seq_ckpt ck = {0};
@@ -341,14 +398,18 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
         rc = cg_prog_fail("'%s': its seed %llu is out of range [0, 4294967295] (numpy's "
                           "RandomState)",
                           o->resume, (unsigned long long)o->seed);
+    if (rc < 0 && o->init_from)
+        rc = mt_init_from(r, t, o, rec, pr, &ck);
     cg_data_id id;
     r->d.max_len_chars = !r->max_len_tokens;
+    r->d.base_tok = o->init_from != NULL;
     if (rc < 0 &&
         (!cg_mt_data_load(&r->d, o->data, DEFAULT_DATA, r->valid_size, r->test_size, &id) ||
          !cg_trainer_set_data(t, &id) || /* resuming: the checkpoint's data */
          !mt_extra(r, t, o->resume) ||
          !cg_mt_data_prepare(&r->d, o->data, r->max_len, r->max_tokens, rec->tokenizer,
-                             rec->vocab_size, o->resume ? &ck.tok : NULL, o->resume, PROG) ||
+                             rec->vocab_size, ck.tok ? &ck.tok : NULL,
+                             o->resume ? o->resume : o->init_from, PROG) ||
          /* what decoding at the end and every rank's share need, known now */
          !cg_mt_check_split(&r->d, r->d.tok, false, r->test_limit, r->max_len, o->data) ||
          !cg_mt_check_split(&r->d, r->d.tok, true, r->eval_bleu, r->max_len, o->data) ||
@@ -360,7 +421,7 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
         rc = cg_prog_fail("'%s': its config's max_len %lld is not its training state's %lld (a "
                           "damaged checkpoint?)",
                           o->resume, (long long)ck.model->cfg.max_len, (long long)r->max_len);
-    if (rc < 0 && o->resume) {
+    if (rc < 0 && (o->resume || o->init_from)) {
         r->model = ck.model;
         ck.model = NULL;
         cg_module_train(CG_MODULE(r->model), true);
@@ -403,7 +464,10 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
         (long long)r->d.split.n_valid, (long long)r->d.split.n_test,
         cg_tokenizer_kind_name(r->d.tok->kind), (long long)r->model->cfg.vocab,
         (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
-        cg_train_precision_note(o, note, sizeof note), o->resume ? " (resumed)" : "");
+        cg_train_precision_note(o, note, sizeof note),
+        o->resume      ? " (resumed)"
+        : o->init_from ? " (fine-tuning)"
+                       : "");
     *m = (cg_trainer_model){.name = "seq2seq",
                             .plot_title = "seq2seq: label-smoothed loss",
                             .module = CG_MODULE(r->model),

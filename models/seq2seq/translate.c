@@ -135,7 +135,7 @@ bool cg_mt_data_load_ckpt(cg_mt_data *d, const char *train_json, const char *ckp
 static bool mt_tokenizer(cg_mt_data *d, const char *path, cg_tokenizer_kind kind,
                          int64_t vocab_size, cg_tokenizer **resume_tok, const char *resume_path)
 {
-    if (resume_tok && (*resume_tok)->kind == CG_TOK_BPE) {
+    if (resume_tok && ((*resume_tok)->kind == CG_TOK_BPE || d->base_tok)) {
         d->tok = *resume_tok;
         *resume_tok = NULL;
         return true;

@@ -62,6 +62,10 @@ typedef struct {
      * "max_len_tokens"), kept so that they resume exactly; false (the
      * zeroed default) counts ids */
     bool max_len_chars;
+    /* the tokenizer given to cg_mt_data_prepare is used as it is, also a
+     * char vocabulary (--init-from's base: the new data's characters
+     * outside it are UNK), where a resumed run's must be the data's own */
+    bool base_tok;
 } cg_mt_data;
 
 /* Read and split the pairs of path (cg_pairs_load) into d, zeroed by the

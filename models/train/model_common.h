@@ -32,6 +32,20 @@ extern "C" {
                     .rope_theta = (c)->pos_enc == CG_POS_ROPE ? (double)(c)->rope_theta : 0.0, \
                     .no_bias = !(c)->bias,                                                     \
                     .dropout_rng = (rng)})
+/* A zoo model's config c (as above) as --init-from compares it
+ * (models/train/options.h cg_train_arch), shape given: the one model's
+ * own fields (charlm's layers and T, seq2seq's enc_layers, dec_layers and
+ * max_len). */
+#define CG_MODEL_TRAIN_ARCH(c, ...)                                      \
+    ((cg_train_arch){.shape = __VA_ARGS__,                               \
+                     .norm = (c)->norm,                                  \
+                     .act = (c)->act,                                    \
+                     .norm_first = (c)->norm_first,                      \
+                     .bias = (c)->bias,                                  \
+                     .pos = (c)->pos_enc,                                \
+                     .kv_heads = (c)->kv_heads ? (c)->kv_heads : (c)->H, \
+                     .emb_scale = (c)->emb_scale,                        \
+                     .rope_theta = (c)->rope_theta})
 /* A model's own norm (charlm's ln_f): kind over d, with a bias unless
  * bias is false (the layers' own: nn/transformer.h no_bias). */
 cg_norm *cg_model_norm(cg_norm_kind kind, int64_t d, bool bias);

@@ -411,23 +411,25 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
         cg_prog_fail("--tokenizer: %s", cg_last_error());
         return CG_EXIT_USAGE;
     }
-    if (kind != tok->kind)
+    if (kind != tok->kind && cg_cli_given(a, &rec->tokenizer_arg)) /* not seq2seq's default */
         add_bad(bad, sizeof bad, &nbad, "--tokenizer %s", rec->tokenizer_arg);
     if (cg_cli_given(a, &rec->vocab_size) && rec->vocab_size != cg_tokenizer_vocab_size(tok))
         add_bad(bad, sizeof bad, &nbad, "--vocab-size %lld", (long long)rec->vocab_size);
     if (nbad == 0)
         return -1;
     const cg_train_preset *h = &have->shape;
-    char layers[64];
-    if (h->enc_layers || h->dec_layers)
+    char layers[64], len[40];
+    const bool s2s = h->enc_layers || h->dec_layers;
+    if (s2s)
         snprintf(layers, sizeof layers, "enc_layers=%lld dec_layers=%lld", (long long)h->enc_layers,
                  (long long)h->dec_layers);
     else
         snprintf(layers, sizeof layers, "layers=%lld", (long long)h->layers);
+    snprintf(len, sizeof len, "%s=%lld", s2s ? "max_len" : "T", (long long)h->T);
     return cg_prog_fail("'%s' fixes the model's shape and tokenizer (d=%lld H=%lld %s "
-                        "d_ff=%lld T=%lld, %s, %lld ids); %s contradict%s it (drop %s)",
-                        path, (long long)h->d, (long long)h->H, layers, (long long)h->d_ff,
-                        (long long)h->T, cg_tokenizer_kind_name(tok->kind),
+                        "d_ff=%lld %s, %s, %lld ids); %s contradict%s it (drop %s)",
+                        path, (long long)h->d, (long long)h->H, layers, (long long)h->d_ff, len,
+                        cg_tokenizer_kind_name(tok->kind),
                         (long long)cg_tokenizer_vocab_size(tok), bad, nbad > 1 ? "" : "s",
                         nbad > 1 ? "them" : "it");
 }

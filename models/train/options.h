@@ -269,6 +269,24 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     "                       and the commands that read it use the average unless\n"      \
     "                       given --no-ema\n"
 
+/* --init-from and --no-ema, a train command's rows for a new run from a
+ * checkpoint's weights, under the help's line `header` (o: cg_train_opts
+ * *; models/train/finetune.h). */
+/* clang-format off */
+#define CG_TRAIN_INIT_FROM_FLAGS(o, header)                                                       \
+    {NULL, 0, NULL, 0, 0, header, 0},                                                            \
+    {"--init-from", CG_CLI_STR, &(o)->init_from, 0, 0,                                          \
+     "  --init-from FILE   a new run from this checkpoint's weights (their moving\n"             \
+     "                     average, when its run kept one: --ema-decay), on --data:\n"           \
+     "                     its shape and tokenizer, a fresh optimizer, step 0 (the\n"            \
+     "                     file is only read; the checkpoint records it)\n",                     \
+     CG_CLI_FIXED},                                                                              \
+    {"--no-ema", CG_CLI_SWITCH, &(o)->init_no_ema, 0, 0,                                        \
+     "  --no-ema           with --init-from: its trained weights, not the moving\n"              \
+     "                     average its run kept beside them\n",                                  \
+     0}
+/* clang-format on */
+
 /* The trainer's rows of a train command's table (o: cg_train_opts *). */
 #define CG_TRAIN_RUN_FLAGS(o)                                                                     \
     {"--seed",    CG_CLI_U64,                                                                     \

@@ -196,6 +196,10 @@ int cg_trainer_begin(cg_trainer *t, cg_train_opts *o, const char *kind, const ch
                      "continues a run: give one of them");
         return CG_EXIT_USAGE;
     }
+    if (o->init_no_ema && !o->init_from) {
+        cg_prog_fail("--no-ema needs --init-from (it picks the weights a new run starts from)");
+        return CG_EXIT_USAGE;
+    }
     cg_cli_set_threads(cg_prog_name(), o->threads);
     t->out = o->out ? o->out : o->resume ? o->resume : default_out;
     if (o->resume) {
