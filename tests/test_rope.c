@@ -243,7 +243,7 @@ START_TEST(test_rope_mha_bf16)
         m->qk_hook = v ? hook_fresh : NULL;
         m->qk_hook_ctx = &theta;
         y[v] = cg_mha_forward(m, x, x, true, NULL, NULL, NULL);
-        cg_tensor *s = cg_sum_all(cg_mul(y[v], xr));
+        cg_tensor *yw = cg_mul(y[v], xr), *s = cg_sum_all(yw);
         ck_assert_msg(s && cg_backward(s, NULL, false), "%s", cg_last_error());
         gx[v] = cg_test_values(cg_grad(x));
         for (int i = 0; i < l.n; i++)
@@ -251,7 +251,7 @@ START_TEST(test_rope_mha_bf16)
         cg_zero_grad(x);
         for (int i = 0; i < l.n; i++)
             cg_zero_grad(l.items[i].tensor);
-        cg_release(s);
+        cg_release_all(2, yw, s);
     }
     ck_assert(same_bits(y[0], y[1]));
     ck_assert(!memcmp(gx[0], gx[1], sizeof(float) * B * T * D));
