@@ -8,7 +8,8 @@
 #      data (the pairs turned round) trains, translates with and without
 #      the cache alike, and --stop-at then --resume gives the bytes of the
 #      run uninterrupted; --dropout, --label-smoothing and --word-dropout
-#      are the new run's when given; BASE is never written
+#      are the new run's when given; BASE is never written; data with
+#      characters outside BASE's vocabulary trains, a warning counting them
 #   2. refusals, one line: flags that contradict BASE (--d, --max-len,
 #      --tokenizer, --pos-enc: exit 1, naming them), a charlm checkpoint
 #      or a missing file as BASE (exit 1), --init-from with --resume and
@@ -69,6 +70,12 @@ cut -f1 q.tsv | sed -n '1,6p' >src.txt
   "$seq2seq" translate --ckpt f.st --beam 3 --threads 1 --no-cache <src.txt >n.out 2>/dev/null &&
   cmp -s c.out n.out && [ "$(wc -l <c.out)" = 6 ] &&
   echo "ok: the fine-tuned model translates, cached as recomputed" || fail "translate the fine-tune"
+
+sed 's/a/§/g' q.tsv >odd.tsv # a character the base's vocabulary lacks
+"$seq2seq" train --data odd.tsv --init-from b.st --steps 2 "${S[@]}" --out o.st >/dev/null 2>o.err &&
+  grep -q "character(s) of the training pairs are not in the vocabulary (first U+00A7 '§'); they are read as <unk>" o.err &&
+  echo "ok: new characters: read as <unk>, the training pairs' counted in a warning" ||
+  fail "new characters: $(head -3 o.err)"
 
 # ---- 2.
 expect "--d against the base" 1 "'b.st' fixes the model's shape and tokenizer (d=16 H=4 enc_layers=1" \

@@ -209,6 +209,9 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
     if (!mt_tokenizer(d, path, kind, vocab_size, resume_tok, resume_path))
         return false;
     if (d->tok->kind == CG_TOK_CHAR) {
+        if (d->base_tok) /* a vocabulary of its own covers the training pairs */
+            cg_pairs_warn_unknown(P, sp->train, d->n_train, &d->tok->pv, prog,
+                                  "the training pairs");
         cg_pairs_warn_unknown(P, sp->valid, sp->n_valid, &d->tok->pv, prog, "the validation pairs");
         cg_pairs_warn_unknown(P, sp->test, sp->n_test, &d->tok->pv, prog, "the test pairs");
     } else if (!cg_pairs_tokenize(&d->pairs, d->tok)) {
