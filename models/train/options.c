@@ -429,7 +429,6 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
     return cg_prog_fail("'%s' fixes the model's shape and tokenizer (d=%lld H=%lld %s "
                         "d_ff=%lld %s, %s, %lld ids); %s contradict%s it (drop %s)",
                         path, (long long)h->d, (long long)h->H, layers, (long long)h->d_ff, len,
-                        cg_tokenizer_kind_name(tok->kind),
-                        (long long)cg_tokenizer_vocab_size(tok), bad, nbad > 1 ? "" : "s",
-                        nbad > 1 ? "them" : "it");
+                        cg_tokenizer_kind_name(tok->kind), (long long)cg_tokenizer_vocab_size(tok),
+                        bad, nbad > 1 ? "" : "s", nbad > 1 ? "them" : "it");
 }
