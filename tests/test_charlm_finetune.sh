@@ -151,11 +151,11 @@ refused "lora: another base of the same shape" "is not the base checkpoint of ad
   "$charlm" sample --ckpt lora.st --base full.st --length 5
 "$charlm" train --data a.txt --d 32 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --steps 2 \
   "${run[@]}" --out wide.st >/dev/null 2>&1 || fail "wide base"
-refused "lora: a base of another shape" "d=32 against 16" "$charlm" sample --ckpt lora.st --base wide.st --length 5
+refused "lora: a base of another shape" "its config against the adapter's: d is 32 in one and 16 in the other" "$charlm" sample --ckpt lora.st --base wide.st --length 5
 # the same width, another depth (round thirty)
 "$charlm" train --data a.txt --d 16 --H 2 --layers 2 --d-ff 32 --T 16 --batch-size 4 --steps 2 \
   "${run[@]}" --out deep.st >/dev/null 2>&1 || fail "deep base"
-refused "lora: a base of other layers" "its layers=2 against 1 in the adapter's base" \
+refused "lora: a base of other layers" "layers is 2 in one and 1 in the other" \
   "$charlm" sample --ckpt lora.st --base deep.st --length 5
 refused "lora: an adapter as the base" "is itself an adapter checkpoint; a base must hold every weight" \
   "$charlm" sample --ckpt lora.st --base lorad.st --length 5

@@ -154,10 +154,10 @@ timeout 120 "$seq2seq" translate --ckpt s.st "the cat 1 sat" "$long" >tr.out 2>t
 [ "$rc" -eq 0 ] && [ "$(wc -l <tr.out)" -eq 2 ] && [ "$(sed -n 1p tr.out)" = "$one" ] && grep -q "sentence 2" tr.err &&
   echo "ok: an over-long argument" || fail "an over-long argument: exit $rc: $(tail -c 300 tr.err)"
 
-# a seq2seq checkpoint that says it holds LoRA adapters: refused, not read as a
-# full one (round thirty)
+# a full seq2seq checkpoint that says it holds LoRA adapters, with no base
+# recorded: refused, not read as a full one (round thirty)
 cp s.st sad.st && "$tool" setmeta sad.st adapter_config '{"r": 2}' >/dev/null
-expect "seq2seq translate of an adapter checkpoint" 1 "'sad.st' is a LoRA adapter checkpoint, which seq2seq does not read" \
+expect "seq2seq translate of an adapter checkpoint" 1 "adapter checkpoint 'sad.st' does not record its base" \
   "$seq2seq" translate --ckpt sad.st "the cat"
 
 # a config whose vocab is not the tokenizer's size: refused with both (round thirty)

@@ -33,95 +33,50 @@ const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c)
     return c->file ? cg_st_metadata(c->file, "train") : NULL;
 }
 
-/* The first shape field in which a and b differ, as "d=16 against 32", or
- * false when they agree (dropout is a recipe, not a shape). */
-static bool shape_differs(const cg_charlm_config *a, const cg_charlm_config *b, char *buf,
-                          size_t cap)
-{
-    const struct {
-        const char *name;
-        int64_t x, y;
-    } f[] = {{"vocab", a->vocab, b->vocab},
-             {"d", a->d, b->d},
-             {"H", a->H, b->H},
-             {"layers", a->layers, b->layers},
-             {"d_ff", a->d_ff, b->d_ff},
-             {"max_len", a->max_len, b->max_len},
-             {"norm", a->norm, b->norm},
-             {"act", a->act, b->act},
-             {"norm_first", a->norm_first, b->norm_first}};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (f[i].x != f[i].y) {
-            snprintf(buf, cap, "%s=%lld against %lld", f[i].name, (long long)f[i].x,
-                     (long long)f[i].y);
-            return true;
-        }
-    return false;
-}
-
 static int load_at(const char *path, const cg_charlm_load_opts *o, const char *adapter,
                    cg_charlm_ckpt *out);
 
-/* An adapter checkpoint (f, open): its base loaded, checked and adapted.
- * The base is loaded as a base (load_at with `adapter` set), which
- * refuses an adapter before following its "init_from": one level, never
- * a recursion that cycles (finetune.h cg_ft_base_path, cg_ft_base_is_full). */
-static bool load_adapter(const char *path, const cg_charlm_load_opts *o, cg_charlm_ckpt *out)
+/* An adapter checkpoint's base (models/train/finetune.h cg_ft_base_loader):
+ * built with the adapter's recipe (cfg's dropouts), masks from seed. */
+typedef struct {
+    uint64_t seed;
+    cg_charlm_config cfg; /* the adapter's */
+    cg_charlm_ckpt b;     /* the base loaded */
+} lm_base;
+
+static int load_base(void *ctx, const char *base_path, const char *adapter, cg_ft_base *out)
 {
-    cg_st_file *f = out->file;
-    cg_charlm_config cfg;
-    if (!out->has_origin) {
-        cg_set_error("adapter checkpoint '%s' does not record its base (no \"init_from\"); "
-                     "corrupt file?",
-                     path);
-        return false;
-    }
-    if (!cg_charlm_config_from_json(cg_st_metadata(f, "config"), &cfg)) {
+    lm_base *x = ctx;
+    const cg_charlm_load_opts bo = {.seed = x->seed,
+                                    .dropout = x->cfg.dropout,
+                                    .set_attn_dropout = true,
+                                    .attn_dropout = x->cfg.attn_dropout};
+    int got = load_at(base_path, &bo, adapter, &x->b);
+    if (got > 0)
+        *out = (cg_ft_base){CG_MODULE(x->b.model), x->b.file, &x->b.model->dropout_rng};
+    return got;
+}
+
+/* An adapter checkpoint (h, open): its base loaded, checked and adapted
+ * (cg_ft_adapt, which follows "init_from" one file at most). */
+static bool load_adapter(const char *path, const cg_charlm_load_opts *o, const cg_ft_ckpt *h,
+                         cg_charlm_ckpt *out)
+{
+    lm_base x = {.seed = o->seed};
+    if (!cg_charlm_config_from_json(cg_st_metadata(h->file, "config"), &x.cfg)) {
         cg_prefix_error("checkpoint '%s': bad config: ", path);
         return false;
     }
-    const char *base = cg_ft_base_path(path, &out->origin, o->base);
-    if (!base)
-        return false;
-    cg_charlm_load_opts bo = {.base = NULL,
-                              .seed = o->seed,
-                              .dropout = cfg.dropout,
-                              .set_attn_dropout = true,
-                              .attn_dropout = cfg.attn_dropout};
-    cg_charlm_ckpt b;
-    char why[160];
-    int got = load_at(base, &bo, path, &b);
-    if (got <= 0) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", cg_last_error());
-        if (got == 0) /* (-1: the base is an adapter, said in full) */
-            cg_set_error("adapter checkpoint '%s' needs its base: %s%s", path, msg,
-                         o->base ? "" : " (pass --base FILE if it moved)");
-        return false;
-    }
-    bool ok = true;
-    if (shape_differs(&b.model->cfg, &cfg, why, sizeof why)) {
-        cg_set_error("'%s' is not the base checkpoint of adapter '%s': its %s in the adapter's "
-                     "base; pass --base with the checkpoint it was trained on ('%s')",
-                     base, path, why, out->origin.id.path);
-        ok = false;
-    } else {
-        ok = cg_ft_origin_check(&out->origin, path, base, b.file) &&
-             cg_ft_read_adapters(CG_MODULE(b.model), f, path, &b.model->dropout_rng) &&
-             (o->weights == CG_CKPT_TRAINED ||
-              cg_ckpt_use_average(CG_MODULE(b.model), f, path, &out->averaged)) &&
-             (out->base_path = strdup(base)) != NULL;
-        if (!ok && !cg_has_error())
-            cg_set_error("out of memory");
-    }
+    const cg_ft_base_loader l = {cg_charlm_config_same_arch, load_base, &x};
+    bool ok = cg_ft_adapt(h, path, o->base, o->weights, &l, &out->averaged, &out->base_path);
     if (ok) {
-        out->model = b.model;
-        out->tok = b.tok;
-        out->vocab = b.vocab;
-        b.model = NULL;
-        b.tok = NULL;
+        out->model = x.b.model;
+        out->tok = x.b.tok;
+        out->vocab = x.b.vocab;
+        x.b.model = NULL;
+        x.b.tok = NULL;
     }
-    cg_charlm_ckpt_free(&b);
+    cg_charlm_ckpt_free(&x.b);
     return ok;
 }
 
@@ -143,25 +98,18 @@ static int load_at(const char *path, const cg_charlm_load_opts *o, const char *a
                    cg_charlm_ckpt *out)
 {
     memset(out, 0, sizeof *out);
-    cg_st_file *f = out->file = cg_ckpt_open_at(path, "charlm", &out->step);
-    if (!f)
-        return 0;
-    if (adapter && !cg_ft_base_is_full(f, path, adapter)) {
-        cg_charlm_ckpt_free(out);
-        return -1;
-    }
-    if (!cg_ft_origin_read(f, path, &out->origin, &out->has_origin))
-        goto fail;
-    if ((out->adapter = cg_ft_is_adapter(f))) {
-        if (!load_adapter(path, o, out))
+    cg_ft_ckpt h;
+    int rc = cg_ft_open(path, "charlm", adapter, o->base, &h);
+    if (rc <= 0)
+        return rc;
+    cg_st_file *f = out->file = h.file;
+    out->step = h.step;
+    out->origin = h.origin;
+    out->has_origin = h.has_origin;
+    if ((out->adapter = h.adapter)) {
+        if (!load_adapter(path, o, &h, out))
             goto fail;
         return 1;
-    }
-    if (o->base) { /* never ignored: the user meant some other file */
-        cg_set_error("--base %s names the base of a LoRA adapter checkpoint, but '%s' is a full "
-                     "checkpoint (it holds every weight; drop --base)",
-                     o->base, path);
-        goto fail;
     }
     cg_charlm_config cfg;
     if (!cg_charlm_config_from_json(cg_st_metadata(f, "config"), &cfg)) {

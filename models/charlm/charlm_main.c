@@ -100,23 +100,7 @@ static int cmd_train(int argc, char **argv)
         LM_SCHEDULE_FLAGS(&r),
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         CG_TRAIN_INIT_FROM_FLAGS(&o, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n"),
-        {"--lora-rank", CG_CLI_I64, &r.lora.rank, 1, 1 << 16,
-         "  --lora-rank R      with --init-from: freeze the model and train LoRA adapters\n"
-         "                     of rank R; the checkpoint holds only the adapters (sample and\n"
-         "                     eval load the base with them)\n",
-         CG_CLI_FIXED},
-        {"--lora-alpha", CG_CLI_F64, &r.lora.alpha, 1e-6, 1e6,
-         "  --lora-alpha A     the adapters' scale is A/R (default 2R)\n", CG_CLI_FIXED},
-        {"--lora-dropout", CG_CLI_F64, &r.lora.dropout, 0, 1,
-         "  --lora-dropout P   dropout on the adapters' input (default 0)\n", CG_CLI_FIXED},
-        {"--lora-targets", CG_CLI_STR, &r.lora.targets, 0, 0,
-         "  --lora-targets L   the Linears adapted, comma-separated (default\n"
-         "                     " CG_FT_LORA_TARGETS ")\n",
-         CG_CLI_FIXED},
-        {"--base", CG_CLI_STR, &o.base, 0, 0,
-         "  --base FILE        with --resume of a LoRA run: its base checkpoint (default:\n"
-         "                     the file it recorded)\n\n",
-         0},
+        CG_TRAIN_LORA_FLAGS(&r.lora, &o),
         CG_TRAIN_RECIPE_FLAGS(&rec),
         CG_TRAIN_RUN_FLAGS(&o),
     };

@@ -27,7 +27,6 @@
 #define EVAL_BATCHES 20
 #define EVAL_SEED 1234
 #define BATCH_SEED_MIX 0xd1b54a32d192ed03ULL /* batch stream != init stream */
-#define LORA_SEED_MIX 0x2545f4914f6cdd1dULL  /* the adapters' A != the other streams */
 
 #define PRESETS cg_charlm_presets
 
@@ -233,19 +232,17 @@ static int lm_init_from(lm_run *r, cg_trainer *t, const cg_train_opts *o,
     if (rc < 0 && !cg_cli_given(a, &rec->shape.B) &&
         !cg_train_model_fields(cg_charlm_ckpt_train_json(&ck), o->init_from, "charlm", &fb, 1))
         rc = cg_prog_fail_lib(NULL);
-    if (rc < 0 && ck.averaged) /* the weights its evaluations judged (a refusal: only why) */
-        cg_prog_note_average(ck.file, o->init_from);
     if (rc < 0) {
         r->model = ck.model;
         r->tok = ck.tok;
         ck.model = NULL;
         ck.tok = NULL;
-        cg_rng g = cg_rng_new(o->seed ^ LORA_SEED_MIX);
-        if (lora->rank > 0 &&
-            cg_ft_lora_attach(CG_MODULE(r->model), lora, &g, &r->model->dropout_rng) < 0)
+        if (cg_ft_lora_attach_run(CG_MODULE(r->model), lora, o->seed, &r->model->dropout_rng) < 0)
             rc = cg_prog_fail("%s", cg_last_error());
         else if (!cg_trainer_set_origin(t, o->init_from, ck.file, lora->rank > 0))
             rc = cg_prog_fail("--init-from: %s", cg_last_error());
+        else if (ck.averaged) /* the weights its evaluations judged (a refusal: only why) */
+            cg_prog_note_average(ck.file, o->init_from);
     }
     cg_charlm_ckpt_free(&ck);
     return rc;
@@ -453,7 +450,6 @@ int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
 int lm_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
 {
     lm_run *r = self;
-    const cg_ft_lora *lora = &r->lora;
     const cg_cli_args *a = o->args;
     cg_charlm_config cfg;
     int64_t B;
@@ -462,31 +458,12 @@ int lm_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
         cg_prog_fail_lib(NULL);
         return CG_EXIT_USAGE;
     }
-    const void *lora_opts[] = {&lora->alpha, &lora->dropout, &lora->targets};
-    for (int i = 0; i < 3 && !o->resume; i++)
-        if (cg_cli_given(a, lora_opts[i]) && !cg_cli_given(a, &lora->rank)) {
-            cg_prog_fail("%s needs --lora-rank", cg_train_given_name(a, lora_opts[i]));
-            return CG_EXIT_USAGE;
-        }
-    if (cg_cli_given(a, &lora->rank) && !o->init_from && !o->resume) {
-        cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
-        return CG_EXIT_USAGE;
-    }
-    if (o->init_no_ema && o->init_from && cg_cli_given(a, &lora->rank)) {
-        /* the base would be read as its average wherever it is loaded again */
-        cg_prog_fail("--no-ema with --lora-rank: an adapter checkpoint's base is read as its "
-                     "moving average wherever it is loaded (sample, eval, --resume); drop "
-                     "--no-ema, or fine-tune in full");
-        return CG_EXIT_USAGE;
-    }
+    int rc = cg_train_check_lora(o, &r->lora);
+    if (rc >= 0)
+        return rc;
     if (!o->resume && r->min_lr > rec->lr) {
         cg_prog_fail("--min-lr %g is above the peak --lr %g (the cosine goes down to it)",
                      r->min_lr, rec->lr);
-        return CG_EXIT_USAGE;
-    }
-    if (o->base && !o->resume) {
-        cg_prog_fail("--base names the base of a LoRA checkpoint given to --resume (--init-from "
-                     "names the checkpoint a new run starts from)");
         return CG_EXIT_USAGE;
     }
     return -1;

@@ -22,13 +22,20 @@ typedef struct {
     int64_t step;
     cg_st_file *file; /* owned, open */
     bool averaged;    /* the model holds the checkpoint's weights' average */
+    bool adapter;     /* an adapter checkpoint: model = its base + the adapters */
+    char *base_path;  /* then the base loaded (owned) */
 } cg_seq2seq_ckpt;
 
 /* Load a checkpoint with the weights w names (models/train/checkpoint.h:
  * the average a run with --ema-decay kept, when there is one, or the
  * trained weights); cg_seq2seq_ckpt_load: CG_CKPT_AVERAGE. False + error
- * naming the file. */
-bool cg_seq2seq_ckpt_load_weights(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *out);
+ * naming the file. An adapter checkpoint (train --lora-rank) loads its
+ * base, the file it recorded or `base` (--base, NULL: the recorded one),
+ * with the adapters attached (models/train/finetune.h cg_ft_adapt: an
+ * error names the base when it is missing, damaged, of another
+ * architecture, not the same file, or an adapter itself). */
+bool cg_seq2seq_ckpt_load_weights(const char *path, const char *base, cg_ckpt_weights w,
+                                  cg_seq2seq_ckpt *out);
 /* How train --init-from loads its base: the model's generators seeded
  * with seed (its dropout masks), and the recipe's values that are not
  * parameters (NaN: the checkpoint's config's) set before the model is
@@ -37,6 +44,7 @@ typedef struct {
     uint64_t seed;
     double dropout, attn_dropout, label_smoothing, word_dropout;
     cg_ckpt_weights weights;
+    const char *base; /* an adapter checkpoint's base instead of the one it recorded */
 } cg_seq2seq_load_opts;
 bool cg_seq2seq_ckpt_load_opts(const char *path, const cg_seq2seq_load_opts *o,
                                cg_seq2seq_ckpt *out);

@@ -15,6 +15,7 @@
  * exit codes and the one-line errors "seq2seq: error: ...". This file holds
  * the program's flag tables, help texts and commands; the training glue is
  * seq2seq_train.c, the work of translate, eval and score seq2seq_cmds.c. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ static const char TRAIN_HELP[] =
     "seq2seq's own options and defaults:\n";
 static const char FINETUNE_NOTES[] =
     "fine-tuning (fairseq's --restore-file with --reset-optimizer, --reset-dataloader\n"
-    "and --reset-lr-scheduler):\n";
+    "and --reset-lr-scheduler; PEFT's LoRA):\n";
 static const char TRAIN_NOTES[] =
     "  --tokenizer          (shared, below): one vocabulary for source and target\n"
     "  defaults: --data " DEFAULT_DATA ", --out " DEFAULT_CKPT ",\n"
@@ -93,25 +94,30 @@ static void recipe_defaults(cg_train_recipe *rec)
     {"--best-metric", CG_CLI_STR, &(o)->best_metric, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED}
 /* clang-format on */
 
+/* seq2seq train's defaults (the recipe's: recipe_defaults) */
+static const mt_run TRAIN_DEFAULTS = {
+    .preset = "tiny",
+    .max_tokens = 3000,
+    .pad_to = 1,
+    .warmup = 400,
+    .max_len = 256,
+    .valid_size = 500,
+    .test_size = 1000,
+    .test_limit = 1000,
+    .beam = 4,
+    .examples = 3,
+    .factor = 0.5,
+    .alpha = CG_BEAM_ALPHA,
+    .eval_beam = 1,
+    .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL}};
+
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
     cg_train_recipe rec;
     cg_train_init(&o, &rec, 11000, 1000);
     recipe_defaults(&rec);
-    mt_run r = {.preset = "tiny",
-                .max_tokens = 3000,
-                .pad_to = 1,
-                .warmup = 400,
-                .max_len = 256,
-                .valid_size = 500,
-                .test_size = 1000,
-                .test_limit = 1000,
-                .beam = 4,
-                .examples = 3,
-                .factor = 0.5,
-                .alpha = CG_BEAM_ALPHA,
-                .eval_beam = 1};
+    mt_run r = TRAIN_DEFAULTS;
     /* seq2seq train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
@@ -165,6 +171,7 @@ static int cmd_train(int argc, char **argv)
         EVAL_BLEU_FLAGS(&r, &o),
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         CG_TRAIN_INIT_FROM_FLAGS(&o, FINETUNE_NOTES),
+        CG_TRAIN_LORA_FLAGS(&r.lora, &o),
         CG_TRAIN_RECIPE_FLAGS(&rec),
         CG_TRAIN_RUN_FLAGS(&o),
     };
@@ -220,7 +227,7 @@ static int cmd_translate(int argc, char **argv)
     cg_seq2seq_ckpt c = {0};  /* freed whether or not it was loaded */
     int64_t nbad = 0, n = np; /* the sentences: the arguments, else the lines of stdin */
     if ((np == 0 && !stdin_not_ckpt(t.ckpt)) ||
-        !ckpt_load(t.ckpt, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c) ||
+        !ckpt_load(t.ckpt, t.base, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c) ||
         !cg_decode_precision(t.precision, cg_st_metadata(c.file, "train"), t.ckpt, &prec) ||
         (np == 0 && !cg_out_check_stdout("/dev/stdin", "standard input")))
         rc = cg_prog_fail_lib(NULL);
@@ -277,7 +284,7 @@ static int cmd_eval(int argc, char **argv)
     cg_cli_set_threads(PROG, t.threads);
     cg_seq2seq_ckpt c;
     cg_mt_data ds = {0};
-    rc = ckpt_load(t.ckpt, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c)
+    rc = ckpt_load(t.ckpt, t.base, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c)
              ? eval_split(&c, &t, &ds, data, valid, limit)
              : cg_prog_fail_lib(NULL);
     cg_mt_data_free(&ds);
@@ -296,6 +303,7 @@ static const char ATTENTION_HELP[] =
     "\n"
     "options:\n"
     "  --ckpt FILE          checkpoint (default " DEFAULT_CKPT ")\n"
+    "  --base FILE          a LoRA checkpoint's base (default: the file it recorded)\n"
     "  --text S             source sentence (required)\n"
     "  --target S           decoder input instead of the greedy translation\n"
     "  --out DIR            output directory (default attention)\n"
@@ -307,7 +315,7 @@ static const char ATTENTION_HELP[] =
 
 static int cmd_attention(int argc, char **argv)
 {
-    const char *ck = DEFAULT_CKPT, *text = NULL, *target = NULL, *dir = "attention",
+    const char *ck = DEFAULT_CKPT, *base = NULL, *text = NULL, *target = NULL, *dir = "attention",
                *precision = NULL;
     int64_t threads = 2;
     bool no_cache = false, force = false, no_ema = false;
@@ -316,6 +324,7 @@ static int cmd_attention(int argc, char **argv)
         {"--no-cache", CG_CLI_SWITCH, &no_cache, 0, 0, NULL, 0},
         {"--force", CG_CLI_SWITCH, &force, 0, 0, NULL, 0},
         {"--ckpt", CG_CLI_STR, &ck, 0, 0, NULL, 0},
+        {"--base", CG_CLI_STR, &base, 0, 0, NULL, 0},
         {"--text", CG_CLI_TEXT, &text, 0, 0, NULL, 0},
         {"--target", CG_CLI_TEXT, &target, 0, 0, NULL, 0},
         {"--out", CG_CLI_STR, &dir, 0, 0, NULL, 0},
@@ -341,7 +350,7 @@ static int cmd_attention(int argc, char **argv)
     cg_cli_set_threads(PROG, threads);
     cg_seq2seq_ckpt c;
     cg_precision prec; /* decoded as translate decodes it */
-    rc = ckpt_load(ck, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c) &&
+    rc = ckpt_load(ck, base, no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE, &c) &&
                  cg_decode_precision(precision, cg_st_metadata(c.file, "train"), ck, &prec) &&
                  attention_inputs(&c, text, target) &&
                  cg_seq2seq_attention_of_text(c.model, c.tok, text, target, "--target", !no_cache,
@@ -396,7 +405,7 @@ static int cmd_score(int argc, char **argv)
 static bool mt_loads(const char *path, cg_ckpt_weights w)
 {
     cg_seq2seq_ckpt c;
-    bool ok = cg_seq2seq_ckpt_load_weights(path, w, &c);
+    bool ok = cg_seq2seq_ckpt_load_weights(path, NULL, w, &c);
     cg_seq2seq_ckpt_free(&c);
     return ok;
 }

@@ -28,10 +28,10 @@
 
 /* A checkpoint that translate, eval or attention reads (never standard
  * output, their result). False + error (*c freed either way). */
-bool ckpt_load(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *c)
+bool ckpt_load(const char *path, const char *base, cg_ckpt_weights w, cg_seq2seq_ckpt *c)
 {
     memset(c, 0, sizeof *c);
-    if (!cg_out_check_stdout(path, "--ckpt") || !cg_seq2seq_ckpt_load_weights(path, w, c))
+    if (!cg_out_check_stdout(path, "--ckpt") || !cg_seq2seq_ckpt_load_weights(path, base, w, c))
         return false;
     if (c->averaged)
         cg_prog_note_average(c->file, path);
@@ -355,6 +355,10 @@ static int mt_init_from(mt_run *r, cg_trainer *t, const cg_train_opts *o, cg_tra
         .weights = o->init_no_ema ? CG_CKPT_TRAINED : CG_CKPT_AVERAGE};
     if (!cg_seq2seq_ckpt_load_opts(o->init_from, &lo, ck))
         return cg_prog_fail("--init-from: %s", cg_last_error());
+    if (ck->adapter)
+        return cg_prog_fail("--init-from: '%s' is a LoRA adapter checkpoint (of the base '%s'); "
+                            "start from a full checkpoint: its base, or a full fine-tune",
+                            o->init_from, ck->base_path);
     const cg_seq2seq_config *have = &ck->model->cfg;
     cg_seq2seq_config want;
     if (!mt_config_from_flags(r, o, rec, pr, have->vocab, &want))
@@ -371,11 +375,13 @@ static int mt_init_from(mt_run *r, cg_trainer *t, const cg_train_opts *o, cg_tra
     r->max_len = have->max_len;
     if (cg_cli_given(a, &rec->lr)) /* the Noam peak (at step warmup) is X */
         r->factor = rec->lr * sqrt((double)have->d * (double)r->warmup);
+    if (cg_ft_lora_attach_run(CG_MODULE(ck->model), &r->lora, o->seed, &ck->model->dropout_rng) < 0)
+        return cg_prog_fail("%s", cg_last_error());
+    if (!cg_trainer_set_origin(t, o->init_from, ck->file, r->lora.rank > 0))
+        return cg_prog_fail("--init-from: %s", cg_last_error());
     if (ck->averaged) /* the weights its evaluations judged (a refusal says only why) */
         cg_prog_note_average(ck->file, o->init_from);
-    return cg_trainer_set_origin(t, o->init_from, ck->file, false)
-               ? -1
-               : cg_prog_fail("--init-from: %s", cg_last_error());
+    return -1;
 }
 
 /* The data and vocabulary (resuming: ck, the checkpoint, and the run's
@@ -386,7 +392,7 @@ static int mt_data_model(mt_run *r, cg_trainer *t, cg_train_opts *o, cg_train_re
     cg_seq2seq_ckpt ck = {0};
     /* --max-len counts ids; a checkpoint without the key counted characters */
     r->max_len_tokens = !o->resume;
-    if (o->resume && (!ckpt_load(o->resume, CG_CKPT_TRAINED, &ck) || !mt_state(r, NULL))) {
+    if (o->resume && (!ckpt_load(o->resume, o->base, CG_CKPT_TRAINED, &ck) || !mt_state(r, NULL))) {
         cg_seq2seq_ckpt_free(&ck); /* loaded, then its state refused */
         return cg_prog_fail_lib(NULL);
     }
@@ -466,7 +472,7 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
         (long long)cg_module_num_params(CG_MODULE(r->model)), cg_precision_name(o->precision),
         cg_train_precision_note(o, note, sizeof note),
         o->resume      ? " (resumed)"
-        : o->init_from ? " (fine-tuning)"
+        : o->init_from ? (t->adapters ? " (fine-tuning LoRA adapters)" : " (fine-tuning)")
                        : "");
     *m = (cg_trainer_model){.name = "seq2seq",
                             .plot_title = "seq2seq: label-smoothed loss",
@@ -495,9 +501,10 @@ int mt_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
 {
     mt_run *r = self;
     const cg_cli_args *a = o->args;
-    if (o->resume)
-        return -1; /* the checkpoint's model and recipe (flags refused: cg_trainer_begin) */
-    int rc = best_metric_check(r, o->best_metric, NULL);
+    int rc = cg_train_check_lora(o, &r->lora);
+    if (rc >= 0 || o->resume)
+        return rc; /* resuming: the checkpoint's model and recipe (cg_trainer_begin) */
+    rc = best_metric_check(r, o->best_metric, NULL);
     if (rc >= 0)
         return rc;
     if (cg_cli_given(a, &r->eval_beam) && r->eval_bleu == 0) {

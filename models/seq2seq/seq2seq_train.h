@@ -11,6 +11,7 @@
 #include "models/seq2seq/seq2seq.h"
 #include "models/seq2seq/seq2seq_ckpt.h"
 #include "models/seq2seq/translate.h"
+#include "models/train/finetune.h"
 #include "models/train/program.h"
 
 #define PROG "seq2seq"
@@ -21,7 +22,7 @@
  * attention reads (never standard output, their result); the commands say
  * when they use its weights' average. False + error (*c freed either
  * way). */
-bool ckpt_load(const char *path, cg_ckpt_weights w, cg_seq2seq_ckpt *c);
+bool ckpt_load(const char *path, const char *base, cg_ckpt_weights w, cg_seq2seq_ckpt *c);
 
 /* The translator as the trainer sees it. */
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct {
     cg_data_id extra_id;
     cg_pairs_extra extra;
     cg_mt_data d;
+    cg_ft_lora lora; /* --lora-rank and its kin */
     cg_seq2seq *model;
 } mt_run;
 

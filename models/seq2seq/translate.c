@@ -601,6 +601,7 @@ int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli
     opts[8] = (cg_cli_opt){"--min-len", CG_CLI_I64, &o->lim.min_len, 0, 1e9, NULL, 0};
     opts[9] = (cg_cli_opt){
         "--no-repeat-ngram-size", CG_CLI_I64, &o->lim.no_repeat_ngram_size, 0, 1e9, NULL, 0};
+    opts[10] = (cg_cli_opt){"--base", CG_CLI_STR, &o->base, 0, 0, NULL, 0};
     return CG_TRANSLATE_N_OPTS;
 }
 

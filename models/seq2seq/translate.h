@@ -188,13 +188,14 @@ bool cg_seq2seq_attention_of_text(cg_seq2seq *m, const cg_tokenizer *tok, const 
                                   const char *dir, FILE *list, FILE *log);
 
 /* The flags of the commands that translate from a checkpoint (--ckpt --beam
- * --length-penalty --no-cache --precision --threads, and the decoding
- * limits --max-len-a --max-len-b --min-len --no-repeat-ngram-size) with
- * their defaults (default_ckpt, 1, CG_BEAM_ALPHA, off, the checkpoint's, 2,
- * cg_translate_limits_default()) appended to opts; returns
+ * --length-penalty --no-cache --precision --threads, the decoding limits
+ * --max-len-a --max-len-b --min-len --no-repeat-ngram-size, and --base)
+ * with their defaults (default_ckpt, 1, CG_BEAM_ALPHA, off, the
+ * checkpoint's, 2, cg_translate_limits_default(), NULL) appended to opts; returns
  * CG_TRANSLATE_N_OPTS. CG_TRANSLATE_HELP(default_ckpt) is their help. */
 typedef struct {
     const char *ckpt, *precision;
+    const char *base; /* --base: a LoRA checkpoint's base (NULL: the one it recorded) */
     int64_t beam, threads;
     int64_t nbest; /* translate's --nbest (0: not given) */
     double alpha;
@@ -214,7 +215,7 @@ typedef struct {
      * the greedy batch, otherwise; all with --score-reference) */
     int64_t buffer;
 } cg_translate_opts;
-enum { CG_TRANSLATE_N_OPTS = 10 };
+enum { CG_TRANSLATE_N_OPTS = 11 };
 int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli_opt *opts);
 /* The limits' flags against each other (model_max_len 0: at the parse; a
  * command-line error, exit 2) or against the model's max_len (after the
@@ -224,6 +225,7 @@ int cg_translate_cli_opts(cg_translate_opts *o, const char *default_ckpt, cg_cli
 bool cg_translate_limits_flags(const cg_decode_limits *l, int64_t model_max_len);
 #define CG_TRANSLATE_HELP(default_ckpt)                                                      \
     "  --ckpt FILE          checkpoint (default " default_ckpt ")\n"                         \
+    "  --base FILE          a LoRA checkpoint's base (default: the file it recorded)\n"      \
     "  --beam N             beam size; 1 = greedy decoding (default 1)\n"                    \
     "  --length-penalty A   alpha of the beam's ((5+len)/6)^alpha\n"                         \
     "                       (default " CG_BEAM_ALPHA_TEXT ")\n"                              \

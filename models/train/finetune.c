@@ -135,6 +135,70 @@ bool cg_ft_base_is_full(const cg_st_file *bf, const char *base_path, const char 
     return false;
 }
 
+/* ------------------------------------------------ loading a checkpoint */
+int cg_ft_open(const char *path, const char *kind, const char *adapter, const char *base,
+               cg_ft_ckpt *out)
+{
+    memset(out, 0, sizeof *out);
+    cg_st_file *f = out->file = cg_ckpt_open_at(path, kind, &out->step);
+    if (!f)
+        return 0;
+    int rc = 1;
+    if (adapter && !cg_ft_base_is_full(f, path, adapter))
+        rc = -1;
+    else if (!cg_ft_origin_read(f, path, &out->origin, &out->has_origin))
+        rc = 0;
+    else if (!(out->adapter = cg_ft_is_adapter(f)) && base) {
+        cg_set_error("--base %s names the base of a LoRA adapter checkpoint, but '%s' is a full "
+                     "checkpoint (it holds every weight; drop --base)",
+                     base, path);
+        rc = 0;
+    }
+    if (rc <= 0) {
+        cg_st_close(f);
+        out->file = NULL;
+    }
+    return rc;
+}
+
+bool cg_ft_adapt(const cg_ft_ckpt *c, const char *path, const char *base, cg_ckpt_weights w,
+                 const cg_ft_base_loader *l, bool *averaged, char **base_path)
+{
+    if (!c->has_origin) {
+        cg_set_error("adapter checkpoint '%s' does not record its base (no \"init_from\"); "
+                     "corrupt file?",
+                     path);
+        return false;
+    }
+    const char *bp = cg_ft_base_path(path, &c->origin, base);
+    if (!bp)
+        return false;
+    cg_ft_base b = {0};
+    int got = l->load_base(l->ctx, bp, path, &b);
+    char why[1024];
+    if (got <= 0) {
+        snprintf(why, sizeof why, "%s", cg_last_error());
+        if (got == 0) /* (-1: the base is an adapter, said in full) */
+            cg_set_error("adapter checkpoint '%s' needs its base: %s%s", path, why,
+                         base ? "" : " (pass --base FILE if it moved)");
+        return false;
+    }
+    if (!l->same_arch(cg_st_metadata(b.file, "config"), cg_st_metadata(c->file, "config"))) {
+        snprintf(why, sizeof why, "%s", cg_last_error());
+        cg_set_error("'%s' is not the base checkpoint of adapter '%s' (its config against the "
+                     "adapter's: %s); pass --base with the checkpoint it was trained on ('%s')",
+                     bp, path, why, c->origin.id.path);
+        return false;
+    }
+    bool ok = cg_ft_origin_check(&c->origin, path, bp, b.file) &&
+              cg_ft_read_adapters(b.module, c->file, path, b.dropout_rng) &&
+              (w == CG_CKPT_TRAINED || cg_ckpt_use_average(b.module, c->file, path, averaged)) &&
+              (*base_path = strdup(bp)) != NULL;
+    if (!ok && !cg_has_error())
+        cg_set_error("out of memory");
+    return ok;
+}
+
 /* ------------------------------------------------------------ adapters */
 typedef bool (*adapter_fn)(void *ctx, const char *path, cg_lora *a);
 
@@ -267,6 +331,17 @@ int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng 
     free(targets);
     free(list);
     return got;
+}
+
+/* the adapters' A != the run's other streams (its weights, masks, batches) */
+#define LORA_SEED_MIX 0x2545f4914f6cdd1dULL
+
+int cg_ft_lora_attach_run(cg_module *root, const cg_ft_lora *l, uint64_t seed, cg_rng *dropout_rng)
+{
+    if (l->rank <= 0)
+        return 0;
+    cg_rng g = cg_rng_new(seed ^ LORA_SEED_MIX);
+    return cg_ft_lora_attach(root, l, &g, dropout_rng);
 }
 
 bool cg_ft_read_adapters(cg_module *root, const cg_st_file *f, const char *path,

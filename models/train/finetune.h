@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "models/data/data_id.h"
+#include "models/train/checkpoint.h"
 #include "models/text/tokenizer.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
@@ -93,6 +94,58 @@ const char *cg_ft_base_path(const char *path, const cg_ft_origin *o, const char 
  * two name each other)]; ..." otherwise. */
 bool cg_ft_base_is_full(const cg_st_file *bf, const char *base_path, const char *path);
 
+/* ------------------------------------------------ loading a checkpoint */
+/* What every zoo loader reads first of a checkpoint (cg_ft_open). */
+typedef struct {
+    cg_st_file *file; /* owned, open */
+    int64_t step;     /* 0 if absent */
+    bool adapter;     /* an adapter checkpoint */
+    bool has_origin;  /* it records "init_from" (then in origin) */
+    cg_ft_origin origin;
+} cg_ft_ckpt;
+
+/* Open the checkpoint of model `kind` at path (models/train/checkpoint.h
+ * cg_ckpt_open_at) and read its "init_from" and whether it is an adapter
+ * checkpoint. adapter: the adapter checkpoint whose base this is, which
+ * must then hold every weight (cg_ft_base_is_full), or NULL. base (--base,
+ * or NULL) is refused for a full checkpoint: the user meant another file.
+ * 1: opened; 0: failed; -1: refused as the base of `adapter` for being an
+ * adapter itself (said in full). On failure nothing stays open. */
+int cg_ft_open(const char *path, const char *kind, const char *adapter, const char *base,
+               cg_ft_ckpt *out);
+
+/* An adapter checkpoint's base, as its model's loader hands it over. */
+typedef struct {
+    cg_module *module;      /* the base's model with its weights (the loader owns it) */
+    const cg_st_file *file; /* the base's file, open */
+    cg_rng *dropout_rng;    /* the model's dropout stream (the adapters' masks) */
+} cg_ft_base;
+
+/* What loading an adapter checkpoint needs of its model. */
+typedef struct {
+    /* Do two "config" JSON texts describe one architecture? (the model's
+     * cg_X_config_same_arch, as models/train/average.h's) */
+    bool (*same_arch)(const char *config_a, const char *config_b);
+    /* Load the full checkpoint at base_path as the base of adapter
+     * checkpoint `adapter` (cg_ft_open with adapter set), its model built
+     * with the adapter's recipe (its dropouts), its weights its average
+     * when it keeps one (those the adapters were trained on). 1, 0 or -1,
+     * as cg_ft_open. */
+    int (*load_base)(void *ctx, const char *base_path, const char *adapter, cg_ft_base *out);
+    void *ctx;
+} cg_ft_base_loader;
+
+/* The model of adapter checkpoint c (opened from path by cg_ft_open): its
+ * base loaded by l (from base, --base, else the path c records:
+ * cg_ft_base_path), of the adapter's architecture, the very file recorded
+ * (cg_ft_origin_check), then the adapters attached and filled from c
+ * (cg_ft_read_adapters) and, unless w is CG_CKPT_TRAINED, their average
+ * used when c keeps one (*averaged). *base_path: the base read
+ * (malloc'd). False + one line naming the adapter and its base; what
+ * l->load_base made is the caller's to free either way. */
+bool cg_ft_adapt(const cg_ft_ckpt *c, const char *path, const char *base, cg_ckpt_weights w,
+                 const cg_ft_base_loader *l, bool *averaged, char **base_path);
+
 /* LoRA options (train --lora-rank, --lora-alpha, --lora-dropout,
  * --lora-targets). */
 typedef struct {
@@ -109,6 +162,10 @@ typedef struct {
  * (the targets that exist are listed), and a rank larger than the smaller
  * side of a target layer. Returns the number of adapters, or -1 + error. */
 int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng *dropout_rng);
+/* A new run's adapters (train --init-from with --lora-rank; l->rank 0:
+ * none, 0 returned): cg_ft_lora_attach with A drawn from a generator of
+ * the run's seed that no other stream of the run uses. */
+int cg_ft_lora_attach_run(cg_module *root, const cg_ft_lora *l, uint64_t seed, cg_rng *dropout_rng);
 
 /* Attach the adapters of the adapter checkpoint f (path: in messages) onto
  * root, which holds the base's weights, and fill them: every tensor of f

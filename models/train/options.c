@@ -432,3 +432,30 @@ int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const 
                         cg_tokenizer_kind_name(tok->kind), (long long)cg_tokenizer_vocab_size(tok),
                         bad, nbad > 1 ? "" : "s", nbad > 1 ? "them" : "it");
 }
+
+int cg_train_check_lora(const cg_train_opts *o, const cg_ft_lora *l)
+{
+    const cg_cli_args *a = o->args;
+    const void *rows[] = {&l->alpha, &l->dropout, &l->targets};
+    for (int i = 0; i < 3 && !o->resume; i++)
+        if (cg_cli_given(a, rows[i]) && !cg_cli_given(a, &l->rank)) {
+            cg_prog_fail("%s needs --lora-rank", cg_train_given_name(a, rows[i]));
+            return CG_EXIT_USAGE;
+        }
+    if (cg_cli_given(a, &l->rank) && !o->init_from && !o->resume) {
+        cg_prog_fail("--lora-rank needs --init-from (adapters fine-tune a trained checkpoint)");
+        return CG_EXIT_USAGE;
+    }
+    if (o->init_no_ema && o->init_from && cg_cli_given(a, &l->rank)) {
+        cg_prog_fail("--no-ema with --lora-rank: an adapter checkpoint's base is read as its "
+                     "moving average wherever it is loaded (every command that reads it, "
+                     "--resume); drop --no-ema, or fine-tune in full");
+        return CG_EXIT_USAGE;
+    }
+    if (o->base && !o->resume) {
+        cg_prog_fail("--base names the base of a LoRA checkpoint given to --resume (--init-from "
+                     "names the checkpoint a new run starts from)");
+        return CG_EXIT_USAGE;
+    }
+    return -1;
+}

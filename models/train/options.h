@@ -36,6 +36,7 @@
 
 #include "core/gemm.h"
 #include "models/train/checkpoint.h"
+#include "models/train/finetune.h"
 #include "models/text/tokenizer.h"
 #include "models/util/cli.h"
 #include "nn/layers.h"
@@ -284,6 +285,27 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     {"--no-ema", CG_CLI_SWITCH, &(o)->init_no_ema, 0, 0,                                        \
      "  --no-ema           with --init-from: its trained weights, not the moving\n"              \
      "                     average its run kept beside them\n",                                  \
+     0}
+/* The LoRA rows of a train command (l: cg_ft_lora *, models/train/finetune.h;
+ * o: cg_train_opts *), after CG_TRAIN_INIT_FROM_FLAGS; their rules:
+ * cg_train_check_lora. */
+#define CG_TRAIN_LORA_FLAGS(l, o)                                                                 \
+    {"--lora-rank", CG_CLI_I64, &(l)->rank, 1, 1 << 16,                                          \
+     "  --lora-rank R      with --init-from: freeze the model and train LoRA adapters\n"         \
+     "                     of rank R; the checkpoint holds only the adapters (the\n"             \
+     "                     commands that read it load the base with them)\n",                    \
+     CG_CLI_FIXED},                                                                              \
+    {"--lora-alpha", CG_CLI_F64, &(l)->alpha, 1e-6, 1e6,                                         \
+     "  --lora-alpha A     the adapters' scale is A/R (default 2R)\n", CG_CLI_FIXED},             \
+    {"--lora-dropout", CG_CLI_F64, &(l)->dropout, 0, 1,                                          \
+     "  --lora-dropout P   dropout on the adapters' input (default 0)\n", CG_CLI_FIXED},          \
+    {"--lora-targets", CG_CLI_STR, &(l)->targets, 0, 0,                                          \
+     "  --lora-targets L   the Linears adapted, comma-separated (default\n"                      \
+     "                     " CG_FT_LORA_TARGETS ")\n",                                           \
+     CG_CLI_FIXED},                                                                              \
+    {"--base", CG_CLI_STR, &(o)->base, 0, 0,                                                     \
+     "  --base FILE        with --resume of a LoRA run: its base checkpoint (default:\n"         \
+     "                     the file it recorded)\n\n",                                           \
      0}
 /* clang-format on */
 
@@ -557,6 +579,14 @@ typedef struct {
 int cg_train_check_base(const cg_cli_args *a, const cg_train_recipe *rec, const char *const *preset,
                         const cg_train_arch *want, const cg_train_arch *have,
                         const cg_tokenizer *tok, const char *path);
+/* The rules of CG_TRAIN_LORA_FLAGS (l) against the run's flags (o), before
+ * any file is read: --lora-alpha, --lora-dropout and --lora-targets need
+ * --lora-rank, which needs --init-from (or --resume, which refuses it as a
+ * flag the checkpoint fixes); --no-ema with --lora-rank is refused (an
+ * adapter checkpoint's base is read as its average wherever it is
+ * loaded); --base needs --resume. -1, or CG_EXIT_USAGE (the error
+ * printed). */
+int cg_train_check_lora(const cg_train_opts *o, const cg_ft_lora *l);
 
 /* The checkpoint's "options": the CG_CLI_SAVED rows of a (none when a is
  * NULL), written into j, or read back from j but for the rows given (NULL:

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# seq2seq train --init-from BASE --lora-rank R: LoRA adapters on the
+# translator (PEFT's behaviour; the loading shared with charlm's,
+# models/train/finetune.h):
+#   1. the checkpoint holds only the adapters of the encoder's and the
+#      decoder's attention (self and cross) and feed-forward Linears, as
+#      PEFT names them, and their optimizer state: small, no tokenizer of
+#      its own, adapter_config and init_from recorded; only the adapters
+#      train (trainable_params)
+#   2. every command that reads a checkpoint loads BASE with the adapters:
+#      translate (cached as recomputed; scores not the base's), eval (the
+#      run's own final chrF), attention; --stop-at then --resume gives the
+#      bytes of the run uninterrupted, dropout in the adapters too
+#   3. a moved BASE: refused without --base, found with it (translate,
+#      eval, attention, --resume); another base of the same shape, a base
+#      of another shape and an adapter as the base are refused, naming why
+#   4. refusals, one line: an adapter as --init-from, LoRA flags without
+#      --init-from or --lora-rank, --no-ema with --lora-rank, --base
+#      without --resume (exit 2), --base with a full checkpoint, averaging
+#      an adapter (exit 1)
+#   BASE is never written.
+#   test_seq2seq_lora.sh SEQ2SEQ
+set -uo pipefail
+seq2seq=$1
+. "$(dirname "$0")/shell_lib.sh" seq2seq_lora
+zoo_data
+awk -F'\t' '{print $2 "\t" $1}' p.tsv >q.tsv # the pairs turned round
+S=(--threads 1 --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2)
+M=(--tokenizer char --d 16 --H 4 --enc-layers 1 --dec-layers 1 --d-ff 32 --max-len 64)
+"$seq2seq" train --data p.tsv "${M[@]}" --steps 30 --ema-decay 0.9 "${S[@]}" --out b.st >/dev/null 2>b.err ||
+  fail "base: $(tail -1 b.err)"
+cp b.st b.copy
+base_size=$(stat -c %s b.st)
+
+# ---- 1.
+L=(--data q.tsv --init-from b.st --lora-rank 2 --lr 1e-2 --steps 20 --eval-every 10 "${S[@]}")
+"$seq2seq" train "${L[@]}" --out l.st >l.out 2>l.err || fail "lora: $(tail -1 l.err)"
+json_ok "lora: JSON line" l.out
+names=$(st_py l.st <<'PY'
+print('\n'.join(sorted(load(sys.argv[1])[0])))
+PY
+)
+adapters=$(grep -c '^base_model\.model\..*\.lora_[AB]\.weight$' <<<"$names")
+others=$(grep -v '^base_model\.model\.\|^optim\..*\.lora_[AB]\.weight\.' <<<"$names")
+# 1 encoder layer (self_attn 4, ff 2) + 1 decoder layer (self_attn 4, cross_attn 4, ff 2): 16 adapters
+[ "$adapters" = 32 ] && [ -z "$others" ] &&
+  grep -qx 'base_model.model.decoder.layers.0.cross_attn.q_proj.lora_A.weight' <<<"$names" &&
+  grep -qx 'base_model.model.encoder.layers.0.ff.fc2.lora_B.weight' <<<"$names" &&
+  echo "ok: lora: 16 adapters (encoder, decoder self and cross attention, feed-forward), nothing else" ||
+  fail "lora: tensors: $adapters adapter tensors, others: $others"
+# q, k, v, o: 2x16 + 16x2 each (12 of them); fc1 and fc2: 2x16 + 32x2, 2x32 + 16x2 (2 each)
+grep -q '"trainable_params": 1152' l.out && echo "ok: lora: only the adapters train (1152 values)" ||
+  fail "lora: trainable_params: $(tail -1 l.out)"
+record=$(st_py l.st <<'PY'
+import os
+t, m = load(sys.argv[1])
+a, o = json.loads(m['adapter_config']), json.loads(m['init_from'])
+print(a['r'], a['lora_alpha'], os.path.basename(o['path']), o['step'], o['size'],
+      'tokenizer' in m or 'vocab' in m)
+PY
+)
+[ "$record" = "2 4 b.st 30 $base_size False" ] && [ "$(stat -c %s l.st)" -lt $((base_size / 2)) ] &&
+  grep -q "(fine-tuning LoRA adapters)" l.err &&
+  echo "ok: lora: records its base and adapter_config, no tokenizer, $(stat -c %s l.st) bytes against $base_size" ||
+  fail "lora: record '$record', $(stat -c %s l.st) bytes"
+intact "lora: training" b.st b.copy
+
+# ---- 2.
+cut -f1 q.tsv | sed -n '1,6p' >src.txt
+cut -f2 q.tsv | sed -n '1,6p' >ref.txt
+"$seq2seq" translate --ckpt l.st --beam 3 <src.txt >c.out 2>c.err &&
+  "$seq2seq" translate --ckpt l.st --beam 3 --no-cache <src.txt >n.out 2>/dev/null &&
+  cmp -s c.out n.out && [ "$(wc -l <c.out)" = 6 ] &&
+  echo "ok: lora: translate, cached as recomputed" || fail "lora: translate: $(tail -1 c.err)"
+"$seq2seq" translate --ckpt l.st --score-reference ref.txt <src.txt >l.sc 2>/dev/null &&
+  "$seq2seq" translate --ckpt b.st --score-reference ref.txt <src.txt >b.sc 2>/dev/null &&
+  [ "$(wc -l <l.sc)" = 6 ] && ! cmp -s l.sc b.sc &&
+  echo "ok: lora: the adapters change the references' scores" ||
+  fail "lora: scores with the adapters: $(head -1 l.sc) against the base's $(head -1 b.sc)"
+chrf_run=$(sed -n 's/.*"chrf_beam": \([0-9.]*\),.*/\1/p' l.out)
+"$seq2seq" eval --ckpt l.st --beam 4 --test-limit 2 >e.out 2>e.err || fail "lora: eval: $(tail -1 e.err)"
+chrf_eval=$(sed -n 's/.*"chrf": \([0-9.]*\),.*/\1/p' e.out)
+[ -n "$chrf_run" ] && [ "$chrf_eval" = "$chrf_run" ] &&
+  echo "ok: lora: eval gives the run's final chrF $chrf_eval" ||
+  fail "lora: eval chrF '$chrf_eval' against the run's '$chrf_run'"
+"$seq2seq" attention --ckpt l.st --text "die katze 5 sass" --out att >/dev/null 2>a.err &&
+  [ -s att/cross.png ] && echo "ok: lora: attention draws its heatmaps" ||
+  fail "lora: attention: $(tail -1 a.err)"
+D=("${L[@]}" --lora-dropout 0.2 --lora-alpha 8 --dropout 0.1)
+"$seq2seq" train "${D[@]}" --out d.st >/dev/null 2>d.err &&
+  "$seq2seq" train "${D[@]}" --stop-at 10 --out r.st >/dev/null 2>r.err &&
+  "$seq2seq" train --resume r.st --threads 1 >/dev/null 2>r2.err && cmp -s d.st r.st &&
+  echo "ok: lora: --stop-at 10 then --resume: the bytes of the run uninterrupted (adapter dropout 0.2)" ||
+  fail "lora resume: $(tail -1 d.err) $(tail -1 r.err) $(tail -1 r2.err) $(cmp d.st r.st)"
+
+# ---- 3.
+"$seq2seq" train "${D[@]}" --stop-at 10 --out r2.st >/dev/null 2>&1 || fail "r2.st"
+mkdir -p moved && cp b.st moved/b.st && mv b.st b.away
+refused "lora: the base moved" "needs its base: .*pass --base FILE if it moved" \
+  "$seq2seq" translate --ckpt l.st --beam 3 "die katze 5 sass"
+"$seq2seq" translate --ckpt l.st --base moved/b.st --beam 3 <src.txt >m.out 2>m.err && cmp -s m.out c.out &&
+  "$seq2seq" eval --ckpt l.st --base moved/b.st --beam 4 --test-limit 2 >me.out 2>/dev/null &&
+  cmp -s me.out e.out &&
+  "$seq2seq" attention --ckpt l.st --base moved/b.st --text "die katze" --out att2 >/dev/null 2>&1 &&
+  echo "ok: lora: --base finds a moved base (translate, eval, attention)" ||
+  fail "lora: --base: $(tail -1 m.err) $(cmp me.out e.out)"
+refused "lora: --resume, the base moved" "needs its base" "$seq2seq" train --resume r2.st --threads 1
+"$seq2seq" train --resume r2.st --base moved/b.st --threads 1 >/dev/null 2>r3.err && cmp -s r2.st d.st &&
+  echo "ok: lora: --resume --base: the run uninterrupted's bytes" || fail "lora: --resume --base: $(tail -1 r3.err)"
+mv b.away b.st
+"$seq2seq" train --data p.tsv "${M[@]}" --steps 2 "${S[@]}" --out other.st >/dev/null 2>&1 || fail "other base"
+refused "lora: another base of the same shape" "'other.st' is not the base checkpoint of adapter 'l.st'" \
+  "$seq2seq" translate --ckpt l.st --base other.st "die katze"
+"$seq2seq" train --data p.tsv "${M[@]}" --dec-layers 2 --steps 2 "${S[@]}" --out deep.st >/dev/null 2>&1 ||
+  fail "deep base"
+refused "lora: a base of another shape" "dec_layers is 2 in one and 1 in the other" \
+  "$seq2seq" eval --ckpt l.st --base deep.st
+refused "lora: an adapter as the base" "is itself an adapter checkpoint" \
+  "$seq2seq" translate --ckpt l.st --base d.st "die katze"
+intact "lora: loading" b.st b.copy
+
+# ---- 4.
+expect "an adapter as --init-from" 1 "'l.st' is a LoRA adapter checkpoint (of the base" \
+  "$seq2seq" train --data q.tsv --init-from l.st "${S[@]}" --out x.st
+expect "--lora-rank without --init-from" 2 "--lora-rank needs --init-from" \
+  "$seq2seq" train --data q.tsv --lora-rank 2 "${S[@]}" --out x.st
+expect "--lora-dropout without --lora-rank" 2 "--lora-dropout needs --lora-rank" \
+  "$seq2seq" train --data q.tsv --init-from b.st --lora-dropout 0.1 "${S[@]}" --out x.st
+expect "--no-ema with --lora-rank" 2 "--no-ema with --lora-rank" \
+  "$seq2seq" train --data q.tsv --init-from b.st --lora-rank 2 --no-ema "${S[@]}" --out x.st
+expect "--base without --resume" 2 "--base names the base of a LoRA checkpoint given to --resume" \
+  "$seq2seq" train --data q.tsv --init-from b.st --base b.st "${S[@]}" --out x.st
+expect "an unknown target" 1 "no Linear of the Seq2Seq matches the target modules 'fc9'" \
+  "$seq2seq" train --data q.tsv --init-from b.st --lora-rank 2 --lora-targets fc9 "${S[@]}" --out x.st
+expect "--base with a full checkpoint" 1 "'b.st' is a full checkpoint" \
+  "$seq2seq" translate --ckpt b.st --base other.st "die katze"
+expect "averaging an adapter" 1 "'l.st' is a LoRA adapter checkpoint" \
+  "$seq2seq" average --out x.st l.st d.st
+[ ! -e x.st ] && echo "ok: nothing written by the refusals" || fail "x.st written"
+intact "the refusals" b.st b.copy
+finish
