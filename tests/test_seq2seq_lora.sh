@@ -9,7 +9,8 @@
 #      train (trainable_params)
 #   2. every command that reads a checkpoint loads BASE with the adapters:
 #      translate (cached as recomputed; scores not the base's), eval (the
-#      run's own final chrF), attention; --stop-at then --resume gives the
+#      run's own final chrF), attention, and the installed library
+#      (cg_zoo_load: examples/zoo_translate.c gives translate's lines); --stop-at then --resume gives the
 #      bytes of the run uninterrupted, dropout in the adapters too
 #   3. a moved BASE: refused without --base, found with it (translate,
 #      eval, attention, --resume); another base of the same shape, a base
@@ -19,9 +20,10 @@
 #      without --resume (exit 2), --base with a full checkpoint, averaging
 #      an adapter (exit 1)
 #   BASE is never written.
-#   test_seq2seq_lora.sh SEQ2SEQ
+#   test_seq2seq_lora.sh SEQ2SEQ ZOO_TRANSLATE
 set -uo pipefail
 seq2seq=$1
+zoo_translate=$2
 . "$(dirname "$0")/shell_lib.sh" seq2seq_lora
 zoo_data
 awk -F'\t' '{print $2 "\t" $1}' p.tsv >q.tsv # the pairs turned round
@@ -77,6 +79,11 @@ cut -f2 q.tsv | sed -n '1,6p' >ref.txt
   [ "$(wc -l <l.sc)" = 6 ] && ! cmp -s l.sc b.sc &&
   echo "ok: lora: the adapters change the references' scores" ||
   fail "lora: scores with the adapters: $(head -1 l.sc) against the base's $(head -1 b.sc)"
+mapfile -t srcs <src.txt
+"$seq2seq" translate --ckpt l.st --beam 3 "${srcs[@]}" >a.out 2>/dev/null &&
+  "$zoo_translate" --ckpt l.st --beam 3 "${srcs[@]}" >z.out 2>z.err && cmp -s z.out a.out &&
+  echo "ok: lora: the library (cg_zoo_load) loads base + adapters: translate's lines" ||
+  fail "lora: zoo_translate: $(tail -1 z.err) $(diff z.out a.out | head -3)"
 chrf_run=$(sed -n 's/.*"chrf_beam": \([0-9.]*\),.*/\1/p' l.out)
 "$seq2seq" eval --ckpt l.st --beam 4 --test-limit 2 >e.out 2>e.err || fail "lora: eval: $(tail -1 e.err)"
 chrf_eval=$(sed -n 's/.*"chrf": \([0-9.]*\),.*/\1/p' e.out)

@@ -38,8 +38,8 @@ typedef struct cg_zoo_model cg_zoo_model;
 
 /* Load a checkpoint of either program (its metadata "model" says which):
  * the config, the tokenizer and every parameter, checked as the programs
- * check them; a charlm LoRA adapter checkpoint loads with its base (the
- * file it recorded). The weights are the moving average a run with
+ * check them; a LoRA adapter checkpoint (either program's) loads with its
+ * base (the file it recorded). The weights are the moving average a run with
  * --ema-decay kept, when the checkpoint has one, as the programs use them
  * (models/train/checkpoint.h cg_ckpt_weights). The model is in eval mode
  * (cg_module_train to train it; generate, translate and score run in eval
