@@ -148,12 +148,12 @@ bool cg_lora_merge(cg_lora *a) { return merge(a, true, "merge"); }
 bool cg_lora_unmerge(cg_lora *a) { return merge(a, false, "unmerge"); }
 
 /* ------------------------------------------------------- module trees */
-typedef bool (*visit_fn)(void *ctx, cg_module *m, const char *path, const char *local);
+typedef bool (*visit_fn)(void *ctx, cg_module *m, const char *path);
 
 /* Depth first, in registration order; the lora_* children are skipped. */
-static bool walk(cg_module *m, const char *path, const char *local, visit_fn fn, void *ctx)
+static bool walk(cg_module *m, const char *path, visit_fn fn, void *ctx)
 {
-    if (!fn(ctx, m, path, local))
+    if (!fn(ctx, m, path))
         return false;
     for (int i = 0; i < m->n_children; i++) {
         const char *nm = m->children[i].name;
@@ -166,7 +166,7 @@ static bool walk(cg_module *m, const char *path, const char *local, visit_fn fn,
             return false;
         }
         snprintf(p, n, "%s%s%s", path, *path ? "." : "", nm);
-        bool ok = walk(m->children[i].module, p, nm, fn, ctx);
+        bool ok = walk(m->children[i].module, p, fn, ctx);
         free(p);
         if (!ok)
             return false;
@@ -174,10 +174,18 @@ static bool walk(cg_module *m, const char *path, const char *local, visit_fn fn,
     return true;
 }
 
-static bool is_target(const cg_lora_config *c, const char *path, const char *local)
+bool cg_lora_target_matches(const char *target, const char *path)
+{
+    if (!target || !path || !*target)
+        return false;
+    size_t t = strlen(target), p = strlen(path);
+    return p >= t && !strcmp(path + p - t, target) && (p == t || path[p - t - 1] == '.');
+}
+
+static bool is_target(const cg_lora_config *c, const char *path)
 {
     for (int i = 0; i < c->n_targets; i++)
-        if (c->targets[i] && (!strcmp(c->targets[i], local) || !strcmp(c->targets[i], path)))
+        if (cg_lora_target_matches(c->targets[i], path))
             return true;
     return false;
 }
@@ -189,10 +197,10 @@ typedef struct {
     int n, cap;
 } attach_ctx;
 
-static bool collect_targets(void *vctx, cg_module *m, const char *path, const char *local)
+static bool collect_targets(void *vctx, cg_module *m, const char *path)
 {
     attach_ctx *c = vctx;
-    if (strcmp(m->type, "Linear") || !is_target(c->cfg, path, local))
+    if (strcmp(m->type, "Linear") || !is_target(c->cfg, path))
         return true;
     if (c->n == c->cap) {
         int nc = c->cap ? 2 * c->cap : 8;
@@ -215,7 +223,7 @@ int cg_lora_attach_all(cg_module *root, const cg_lora_config *cfg, cg_rng *rng)
         return -1;
     }
     attach_ctx c = {cfg, rng, NULL, 0, 0};
-    if (!walk(root, "", "", collect_targets, &c)) {
+    if (!walk(root, "", collect_targets, &c)) {
         free(c.found);
         return -1;
     }
@@ -245,9 +253,8 @@ typedef struct {
     int n, cap;
 } lora_list;
 
-static bool collect_loras(void *vctx, cg_module *m, const char *path, const char *local)
+static bool collect_loras(void *vctx, cg_module *m, const char *path)
 {
-    (void)local;
     lora_list *l = vctx;
     cg_lora *a = strcmp(m->type, "Linear") ? NULL : cg_lora_of((cg_linear *)m);
     if (!a)
@@ -290,7 +297,7 @@ static bool list_loras(const cg_module *root, lora_list *l)
     *l = (lora_list){0};
     if (!root)
         return false;
-    if (!walk((cg_module *)root, "", "", collect_loras, l)) {
+    if (!walk((cg_module *)root, "", collect_loras, l)) {
         lora_list_free(l);
         return false;
     }
@@ -368,7 +375,7 @@ static bool add_targets(const cg_module *root, const lora_list *l, cJSON *arr)
     }
     const cg_lora_config by_name = {.n_targets = n, .targets = names};
     attach_ctx c = {&by_name, NULL, NULL, 0, 0};
-    bool ok = walk((cg_module *)root, "", "", collect_targets, &c);
+    bool ok = walk((cg_module *)root, "", collect_targets, &c);
     free(c.found);
     if (ok && c.n != l->n) /* the local names would take more Linears */
         for (n = 0; n < l->n; n++)
@@ -530,10 +537,10 @@ typedef struct {
 
 /* A target's two keys added to c; the ones the file holds must have the
  * shapes an adapter of r on it has, [r, in] and [out, r]. */
-static bool need_keys(void *vctx, cg_module *m, const char *path, const char *local)
+static bool need_keys(void *vctx, cg_module *m, const char *path)
 {
     need_ctx *c = vctx;
-    if (strcmp(m->type, "Linear") || !is_target(c->cfg, path, local))
+    if (strcmp(m->type, "Linear") || !is_target(c->cfg, path))
         return true;
     if (c->n + 2 > c->cap) {
         int nc = c->cap ? 2 * c->cap : 16;
@@ -580,7 +587,7 @@ static bool need_keys(void *vctx, cg_module *m, const char *path, const char *lo
  * under PEFT_PREFIX are. c->keys (c->n) are the tensors needed. */
 static bool file_holds_adapters(cg_module *root, need_ctx *c, bool all)
 {
-    if (!walk(root, "", "", need_keys, c))
+    if (!walk(root, "", need_keys, c))
         return false;
     if (c->n == 0) /* nothing matches: cg_lora_attach_all's message */
         return cg_lora_attach_all(root, c->cfg, NULL) > 0;

@@ -59,13 +59,19 @@ typedef struct {
     float alpha;   /* lora_alpha */
     float dropout; /* lora_dropout */
     int n_targets;
-    const char *const *targets; /* target_modules: local names ("q_proj") or full paths */
+    const char *const *targets; /* target_modules (cg_lora_target_matches) */
 } cg_lora_config;
 
+/* Does target_modules entry `target` name the module at `path` (its dotted
+ * path below the root)? PEFT's rule for a list: the whole path, or its
+ * end after a dot: "q_proj" names every q_proj, "cross_attn.q_proj" every
+ * cross-attention's, "decoder.layers.0.cross_attn.q_proj" one. */
+bool cg_lora_target_matches(const char *target, const char *path);
+
 /* Freeze every parameter of root, then attach an adapter to every Linear
- * below it whose local name (the last part of its path) or full path is one
- * of cfg->targets (PEFT's get_peft_model). Returns the number of adapters
- * attached; 0 matches is an error (-1) naming the targets. */
+ * below it that one of cfg->targets names (cg_lora_target_matches; PEFT's
+ * get_peft_model). Returns the number of adapters attached; 0 matches is
+ * an error (-1) naming the targets. */
 int cg_lora_attach_all(cg_module *root, const cg_lora_config *cfg, cg_rng *rng);
 /* Merge / unmerge every adapter below root; returns how many, -1 + error. */
 int cg_lora_merge_all(cg_module *root);

@@ -866,6 +866,45 @@ START_TEST(test_lora_full_path_save_load)
 }
 END_TEST
 
+/* target_modules as PEFT matches a list: the whole path, or its end after
+ * a dot ("self_attn.q_proj" names every layer's, never an "xq_proj" or a
+ * "self_attn.q_proj.x"); the adapters land on exactly those Linears. */
+START_TEST(test_lora_target_suffix)
+{
+    const char *p = "layers.1.self_attn.q_proj";
+    const struct {
+        const char *target;
+        bool matches;
+    } cases[] = {{"q_proj", true},
+                 {"self_attn.q_proj", true},
+                 {"1.self_attn.q_proj", true},
+                 {"layers.1.self_attn.q_proj", true},
+                 {"_proj", false},
+                 {"elf_attn.q_proj", false},
+                 {"layers.1.self_attn", false},
+                 {"x.layers.1.self_attn.q_proj", false},
+                 {".q_proj", false},
+                 {"", false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(cg_lora_target_matches(cases[i].target, p) == cases[i].matches, "'%s'",
+                      cases[i].target);
+    ck_assert(!cg_lora_target_matches(NULL, p) && !cg_lora_target_matches("q_proj", NULL));
+    const char *targets[] = {"self_attn.q_proj", "1.ff.fc2"};
+    cg_lora_config lc = {.r = 2, .alpha = 4.0f, .n_targets = 2, .targets = targets};
+    cg_enc_stack *s = make_stack();
+    cg_rng r = cg_rng_new(4);
+    ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(s), &lc, &r), 3);
+    for (int l = 0; l < 2; l++) {
+        ck_assert_ptr_nonnull(cg_lora_of(s->layers[l]->self_attn->q_proj));
+        ck_assert_ptr_null(cg_lora_of(s->layers[l]->self_attn->k_proj));
+        ck_assert_ptr_null(cg_lora_of(s->layers[l]->ff->fc1));
+    }
+    ck_assert_ptr_null(cg_lora_of(s->layers[0]->ff->fc2));
+    ck_assert_ptr_nonnull(cg_lora_of(s->layers[1]->ff->fc2));
+    cg_module_free(CG_MODULE(s));
+}
+END_TEST
+
 /* Dropout p = 1 where the library's dropout takes it (8c47267, PyTorch's
  * nn.Dropout(1.0)): a transformer config and a LoRA adapter accept it
  * (they refused [1, ...) as out of [0, 1)), its adapter config is saved and
@@ -1788,6 +1827,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_lora_dropout_gradcheck);
     tcase_add_test(t, test_lora_targets_save_load);
     tcase_add_test(t, test_lora_full_path_save_load);
+    tcase_add_test(t, test_lora_target_suffix);
     tcase_add_test(t, test_lora_load_checks_before_attaching);
     tcase_add_test(t, test_lora_load_refuses_other_tensors);
     tcase_add_test(t, test_dropout_one);

@@ -6,7 +6,8 @@
 #      decoder's attention (self and cross) and feed-forward Linears, as
 #      PEFT names them, and their optimizer state: small, no tokenizer of
 #      its own, adapter_config and init_from recorded; only the adapters
-#      train (trainable_params)
+#      train (trainable_params); --lora-targets matches as PEFT's
+#      target_modules (cross_attn.q_proj: the cross-attention's alone)
 #   2. every command that reads a checkpoint loads BASE with the adapters:
 #      translate (cached as recomputed; scores not the base's), eval (the
 #      run's own final chrF), attention, and the installed library
@@ -65,6 +66,16 @@ PY
   grep -q "(fine-tuning LoRA adapters)" l.err &&
   echo "ok: lora: records its base and adapter_config, no tokenizer, $(stat -c %s l.st) bytes against $base_size" ||
   fail "lora: record '$record', $(stat -c %s l.st) bytes"
+# PEFT's suffix match: the cross-attention's q and v alone
+"$seq2seq" train "${L[@]}" --lora-targets cross_attn.q_proj,cross_attn.v_proj --stop-at 0 --out x2.st \
+  >/dev/null 2>x2.err || fail "cross-attention targets: $(tail -1 x2.err)"
+got=$(st_py x2.st <<'PY'
+print(' '.join(sorted(k for k in load(sys.argv[1])[0] if k.startswith('base_model.'))))
+PY
+)
+want="base_model.model.decoder.layers.0.cross_attn.q_proj.lora_A.weight base_model.model.decoder.layers.0.cross_attn.q_proj.lora_B.weight base_model.model.decoder.layers.0.cross_attn.v_proj.lora_A.weight base_model.model.decoder.layers.0.cross_attn.v_proj.lora_B.weight"
+[ "$got" = "$want" ] && echo "ok: lora: --lora-targets cross_attn.q_proj,cross_attn.v_proj: those two alone" ||
+  fail "lora: cross-attention targets: $got"
 intact "lora: training" b.st b.copy
 
 # ---- 2.

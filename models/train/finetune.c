@@ -258,9 +258,8 @@ static bool check_adapter(void *vctx, const char *path, cg_lora *a)
                      (long long)c->l->rank, path, (long long)out, (long long)in, (long long)side);
         return false;
     }
-    const char *dot = strrchr(path, '.'), *local = dot ? dot + 1 : path;
     for (int i = 0; i < c->n_targets; i++)
-        if (!strcmp(c->targets[i], local) || !strcmp(c->targets[i], path))
+        if (cg_lora_target_matches(c->targets[i], path))
             c->used[i] = true;
     return true;
 }

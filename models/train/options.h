@@ -300,7 +300,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     {"--lora-dropout", CG_CLI_F64, &(l)->dropout, 0, 1,                                          \
      "  --lora-dropout P   dropout on the adapters' input (default 0)\n", CG_CLI_FIXED},          \
     {"--lora-targets", CG_CLI_STR, &(l)->targets, 0, 0,                                          \
-     "  --lora-targets L   the Linears adapted, comma-separated (default\n"                      \
+     "  --lora-targets L   the Linears adapted, comma-separated names or a path's end\n"          \
+     "                     (PEFT's target_modules: cross_attn.q_proj; default\n"                \
      "                     " CG_FT_LORA_TARGETS ")\n",                                           \
      CG_CLI_FIXED},                                                                              \
     {"--base", CG_CLI_STR, &(o)->base, 0, 0,                                                     \
