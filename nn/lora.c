@@ -354,10 +354,23 @@ static double short_decimal(float x)
     return (double)x;
 }
 
+/* How many Linears below root the n targets name (cg_lora_target_matches),
+ * or -1 + error. */
+static int count_named(const cg_module *root, const char **targets, int n)
+{
+    const cg_lora_config by = {.n_targets = n, .targets = targets};
+    attach_ctx c = {&by, NULL, NULL, 0, 0};
+    bool ok = walk((cg_module *)root, "", collect_targets, &c);
+    free(c.found);
+    return ok ? c.n : -1;
+}
+
 /* PEFT's target_modules for the adapters l below root, added to arr: their
  * local names, each once, when those name exactly the adapted Linears;
  * else (adapters attached by full path to some of the Linears of a name)
- * their full paths, which a load attaches to the same Linears. */
+ * their full paths, which a load attaches to the same Linears. Refused
+ * when even those name more (an adapted "block.fc" and a plain
+ * "sub.block.fc": PEFT's rule cannot tell them apart). */
 static bool add_targets(const cg_module *root, const lora_list *l, cJSON *arr)
 {
     const char **names = malloc(sizeof *names * (size_t)l->n);
@@ -373,18 +386,23 @@ static bool add_targets(const cg_module *root, const lora_list *l, cJSON *arr)
         if (!seen)
             names[n++] = local_of(l->paths[i]);
     }
-    const cg_lora_config by_name = {.n_targets = n, .targets = names};
-    attach_ctx c = {&by_name, NULL, NULL, 0, 0};
-    bool ok = walk((cg_module *)root, "", collect_targets, &c);
-    free(c.found);
-    if (ok && c.n != l->n) /* the local names would take more Linears */
+    int got = count_named(root, names, n);
+    if (got >= 0 && got != l->n) { /* the local names would take more Linears */
         for (n = 0; n < l->n; n++)
             names[n] = l->paths[n];
+        got = count_named(root, names, n);
+    }
+    if (got >= 0 && got != l->n)
+        cg_set_error("LoRA save: target_modules cannot name the adapted Linears alone: their "
+                     "paths are also the ends of other Linears' paths (PEFT matches a path or "
+                     "its end after a dot)");
+    bool ok = got == l->n;
     for (int i = 0; ok && i < n; i++)
-        ok = cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]))) {
+            cg_set_error("LoRA save: out of memory");
+            ok = false;
+        }
     free(names);
-    if (!ok)
-        cg_set_error("LoRA save: out of memory");
     return ok;
 }
 

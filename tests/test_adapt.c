@@ -868,7 +868,8 @@ END_TEST
 
 /* target_modules as PEFT matches a list: the whole path, or its end after
  * a dot ("self_attn.q_proj" names every layer's, never an "xq_proj" or a
- * "self_attn.q_proj.x"); the adapters land on exactly those Linears. */
+ * "self_attn.q_proj.x"); the adapters land on exactly those Linears, and a
+ * save whose targets would name more is refused. */
 START_TEST(test_lora_target_suffix)
 {
     const char *p = "layers.1.self_attn.q_proj";
@@ -902,6 +903,28 @@ START_TEST(test_lora_target_suffix)
     ck_assert_ptr_null(cg_lora_of(s->layers[0]->ff->fc2));
     ck_assert_ptr_nonnull(cg_lora_of(s->layers[1]->ff->fc2));
     cg_module_free(CG_MODULE(s));
+    /* an adapter on "block.fc" alone, beside a plain "sub.block.fc": no
+     * list of target_modules names it alone, so a save is refused (a load
+     * would attach to both) */
+    cg_module *root = cg_module_alloc(sizeof(cg_module), "Root", NULL);
+    cg_module *blk = cg_module_alloc(sizeof(cg_module), "Block", NULL);
+    cg_module *sub = cg_module_alloc(sizeof(cg_module), "Sub", NULL);
+    cg_module *inner = cg_module_alloc(sizeof(cg_module), "Block", NULL);
+    cg_linear *fc = cg_linear_new(4, 3, true, &r), *fc2 = cg_linear_new(4, 3, true, &r);
+    ck_assert(root && blk && sub && inner && fc && fc2);
+    ck_assert(cg_module_add_child(blk, "fc", fc) && cg_module_add_child(root, "block", blk));
+    ck_assert(cg_module_add_child(inner, "fc", fc2) && cg_module_add_child(sub, "block", inner) &&
+              cg_module_add_child(root, "sub", sub));
+    ck_assert_ptr_nonnull(cg_lora_attach(fc, 2, 4.0f, 0.0f, &r));
+    char path[PATH_MAX];
+    int fd = cg_test_mkstemp(path, sizeof path, "cg_test_lora_");
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    CG_ASSERT_REFUSED(!cg_lora_save(root, path), "cannot name the adapted Linears alone");
+    ck_assert_ptr_nonnull(cg_lora_attach(fc2, 2, 4.0f, 0.0f, &r)); /* both: "fc" names them */
+    ck_assert_msg(cg_lora_save(root, path), "%s", cg_last_error());
+    unlink(path);
+    cg_module_free(root);
 }
 END_TEST
 
