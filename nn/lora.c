@@ -321,6 +321,40 @@ static int merge_all(cg_module *root, bool in)
 int cg_lora_merge_all(cg_module *root) { return merge_all(root, true); }
 int cg_lora_unmerge_all(cg_module *root) { return merge_all(root, false); }
 
+bool cg_lora_unload(cg_lora *a, bool merge_first)
+{
+    if (!a) {
+        cg_set_error("LoRA unload: the adapter is NULL");
+        return false;
+    }
+    if (a->merged != merge_first && !merge(a, merge_first, merge_first ? "merge" : "unmerge"))
+        return false;
+    cg_module *l = &a->base->base;
+    cg_hook_handle h = a->hook; /* its removal frees a */
+    bool ok = true;
+    for (int i = 0; i < 3; i++)
+        ok = cg_module_remove_child(l, child_names[i]) && ok;
+    return cg_hook_remove(&h) && ok;
+}
+
+int cg_lora_unload_all(cg_module *root, bool merge_first)
+{
+    lora_list l;
+    if (!list_loras(root, &l))
+        return -1;
+    int n = 0; /* merged (or unmerged) all first: a failure leaves every adapter in place */
+    for (; n < l.n; n++)
+        if (l.items[n]->merged != merge_first &&
+            !merge(l.items[n], merge_first, merge_first ? "merge" : "unmerge"))
+            break;
+    bool ok = n == l.n;
+    for (int i = 0; ok && i < l.n; i++)
+        ok = cg_lora_unload(l.items[i], merge_first);
+    int r = ok ? l.n : -1;
+    lora_list_free(&l);
+    return r;
+}
+
 /* ------------------------------------------------------ save and load */
 #define PEFT_PREFIX "base_model.model."
 

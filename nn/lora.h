@@ -76,6 +76,16 @@ int cg_lora_attach_all(cg_module *root, const cg_lora_config *cfg, cg_rng *rng);
 /* Merge / unmerge every adapter below root; returns how many, -1 + error. */
 int cg_lora_merge_all(cg_module *root);
 int cg_lora_unmerge_all(cg_module *root);
+/* Take adapter a off its layer (PEFT's merge_and_unload with merge_first,
+ * its unload without): its B @ A merged into the weight first (or, when it
+ * was merged, taken out again: the base's weight back up to float
+ * rounding), then its children and its hook removed and a freed. The layer
+ * is a plain Linear again, its weight and bias still frozen
+ * (cg_module_requires_grad to train them). False + error (a stays). */
+bool cg_lora_unload(cg_lora *a, bool merge_first);
+/* cg_lora_unload on every adapter below root, all merged (unmerged) before
+ * any is removed; returns how many, -1 + error. */
+int cg_lora_unload_all(cg_module *root, bool merge_first);
 
 /* Save only the adapters below root to a safetensors file, as PEFT's
  * save_pretrained writes adapter_model.safetensors:

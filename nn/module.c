@@ -303,6 +303,26 @@ static void module_drop(cg_module *m, const cg_module *from)
     cg_lifetime_quarantine(m);
 }
 
+bool cg_module_remove_child(cg_module *m, const char *name)
+{
+    if (!m || !name)
+        return cg_error_null_input("cg_module_remove_child");
+    if (!cg_module_live(m, "cg_module_remove_child"))
+        return false;
+    for (int i = 0; i < m->n_children; i++)
+        if (strcmp(m->children[i].name, name) == 0) {
+            cg_module *c = m->children[i].module;
+            free(m->children[i].name);
+            memmove(&m->children[i], &m->children[i + 1],
+                    (size_t)(m->n_children - i - 1) * sizeof *m->children);
+            m->n_children--;
+            module_drop(c, m);
+            return true;
+        }
+    cg_set_error("module %s has no child '%s'", m->type, name);
+    return false;
+}
+
 /* The checked mode's test before the caller frees m: false (reported) for
  * a module freed already, something else than a module, or a child that a
  * parent holds and frees. */

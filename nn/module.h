@@ -189,6 +189,11 @@ cg_tensor *cg_module_add_buffer(cg_module *m, const char *name, cg_tensor *t, bo
  *     m->fc1 = cg_module_add_child(&m->base, "fc1", cg_linear_new(...));
  * or NULL + error. */
 void *cg_module_add_child(cg_module *m, const char *name, void *child);
+/* Remove m's child `name` (PyTorch's delattr(m, name)): m no longer holds
+ * it, and it is freed unless another parent still holds it. Pointers to
+ * it (and into it) are then the other parent's, or dangling. False + error
+ * when m has no such child. */
+bool cg_module_remove_child(cg_module *m, const char *name);
 /* Frees the module, its children and its references to its parameters;
  * a module held by more than one parent is only released by one of them.
  * NULL is a no-op. Only a module no parent holds is yours to free: with

@@ -928,6 +928,57 @@ START_TEST(test_lora_target_suffix)
 }
 END_TEST
 
+/* PEFT's merge_and_unload (and unload): the adapters leave the block, whose
+ * parameters and state dict are a plain block's again; merged, it gives
+ * the adapted output (up to float rounding); unloaded without a merge, the
+ * base's bits. A shared child survives its removal from one parent. */
+START_TEST(test_lora_unload)
+{
+    const char *targets[] = {"q_proj", "fc2"};
+    cg_lora_config lc = {.r = 2, .alpha = 4.0f, .n_targets = 2, .targets = targets};
+    cg_rng r = cg_rng_new(5);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_attn_mask causal = {.causal = true};
+    for (int merge = 0; merge < 2; merge++) {
+        cg_lm_block *b = make_block(7);
+        cg_module_train(CG_MODULE(b), false);
+        cg_tensor *y0 = cg_lm_block_forward(b, x, &causal);
+        ck_assert_int_eq(cg_lora_attach_all(CG_MODULE(b), &lc, &r), 2);
+        ck_assert(cg_init_normal_(cg_lora_of(b->attn->q_proj)->lora_B->weight, &r, 0, 0.5f) &&
+                  cg_init_normal_(cg_lora_of(b->ff->fc2)->lora_B->weight, &r, 0, 0.5f));
+        cg_tensor *ya = cg_lm_block_forward(b, x, &causal);
+        ck_assert(max_abs_diff(ya, y0) > 1e-3f); /* the adapters change it */
+        if (!merge) /* merged, then unloaded without: the merge is taken back out */
+            ck_assert_int_eq(cg_lora_merge_all(CG_MODULE(b)), 2);
+        ck_assert_int_eq(cg_lora_unload_all(CG_MODULE(b), merge), 2);
+        ck_assert_ptr_null(cg_lora_of(b->attn->q_proj));
+        ck_assert_ptr_null(cg_lora_of(b->ff->fc2));
+        ck_assert_int_eq(b->attn->q_proj->base.n_children, 0);
+        cg_param_list l = {0};
+        ck_assert(cg_module_state_dict(CG_MODULE(b), &l));
+        for (int i = 0; i < l.n; i++)
+            ck_assert_msg(!strstr(l.items[i].name, "lora"), "%s", l.items[i].name);
+        cg_param_list_free(&l);
+        cg_tensor *yu = cg_lm_block_forward(b, x, &causal);
+        ck_assert(max_abs_diff(yu, merge ? ya : y0) < 1e-5f);
+        ck_assert_int_eq(cg_lora_unload_all(CG_MODULE(b), true), 0); /* none left */
+        cg_release_all(3, y0, ya, yu);
+        cg_module_free(CG_MODULE(b));
+    }
+    cg_release(x);
+    CG_ASSERT_REFUSED(!cg_lora_unload(NULL, true), "the adapter is NULL");
+    cg_module *p1 = cg_module_alloc(sizeof(cg_module), "P", NULL);
+    cg_module *p2 = cg_module_alloc(sizeof(cg_module), "P", NULL);
+    cg_linear *shared = cg_linear_new(3, 2, true, &r);
+    ck_assert(cg_module_add_child(p1, "fc", shared) && cg_module_add_child(p2, "fc", shared));
+    ck_assert(cg_module_remove_child(p1, "fc") && p1->n_children == 0);
+    CG_ASSERT_REFUSED(!cg_module_remove_child(p1, "fc"), "module P has no child 'fc'");
+    ck_assert_int_eq(cg_module_num_params(p2), 8); /* still p2's */
+    cg_module_free(p1);
+    cg_module_free(p2);
+}
+END_TEST
+
 /* Dropout p = 1 where the library's dropout takes it (8c47267, PyTorch's
  * nn.Dropout(1.0)): a transformer config and a LoRA adapter accept it
  * (they refused [1, ...) as out of [0, 1)), its adapter config is saved and
@@ -1851,6 +1902,7 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_lora_targets_save_load);
     tcase_add_test(t, test_lora_full_path_save_load);
     tcase_add_test(t, test_lora_target_suffix);
+    tcase_add_test(t, test_lora_unload);
     tcase_add_test(t, test_lora_load_checks_before_attaching);
     tcase_add_test(t, test_lora_load_refuses_other_tensors);
     tcase_add_test(t, test_dropout_one);

@@ -10,6 +10,7 @@
 #      uncached decoding agree), differ from BASE alone; resume (with
 #      dropout in the adapters) is bit-identical; a moved BASE is found
 #      with --base, a missing, different or other-shaped one is refused
+#      merge writes base + adapters as one full checkpoint with their eval
 #   3. bad combinations: one line, exit 2 (command line) or 1 (a file)
 #   4. issue 34, findings 1 and 2: no run writes the base an adapter reads
 #      (--resume of a LoRA run with --out BASE, --force or not), and an
@@ -129,6 +130,48 @@ v_train=$(sed -n 's/.*"val_loss": \([0-9.]*\),.*/\1/p' lora.json)
 v_eval=$(sed -n 's/.*"val_loss": \([0-9.]*\),.*/\1/p' eval.json)
 [ -n "$v_eval" ] && [ "$v_eval" = "$v_train" ] && echo "ok: lora: eval gives the run's val_loss $v_eval" ||
   fail "lora: eval val_loss '$v_eval' != the run's '$v_train'"
+# merge (PEFT's merge_and_unload): a full checkpoint whose eval is the adapters'
+"$charlm" merge --out merged.st lora.st >merge.json 2>merge.log &&
+  "$charlm" eval --ckpt merged.st >meval.json 2>/dev/null ||
+  fail "lora: merge: $(tail -1 merge.log)"
+v_merged=$(sed -n 's/.*"val_loss": \([0-9.]*\),.*/\1/p' meval.json)
+[ -z "$(st names merged.st | grep 'lora\|optim')" ] && grep -q '"adapters": 6,' merge.json &&
+  python3 -c 'import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) > 1e-4)' "$v_merged" "$v_eval" &&
+  echo "ok: lora: merge: no adapter or optimizer tensor, eval val_loss $v_merged (the adapters': $v_eval)" ||
+  fail "lora: merge: val_loss '$v_merged' against '$v_eval', $(cat merge.json)"
+# every merged weight is W + (alpha / r) B A (W: the base's average, if it keeps one)
+merged_ok=$(st_py merged.st lora.st base.st <<'PY'
+import struct
+def f32(v):
+    assert v[0] == 'F32', v[0]
+    return struct.unpack('<%df' % (len(v[2]) // 4), v[2])
+t, _ = load(sys.argv[1])
+a, am = load(sys.argv[2])
+b, _ = load(sys.argv[3])
+cfg = json.loads(am['adapter_config'])
+s = cfg['lora_alpha'] / cfg['r']
+worst, moved, n = 0.0, 0.0, 0
+for k in a:
+    if not k.endswith('.lora_A.weight'):
+        continue
+    layer = k[len('base_model.model.'):-len('.lora_A.weight')]
+    A, B = a[k], a[k.replace('lora_A', 'lora_B')]
+    r, cin = A[1]
+    out = B[1][0]
+    Av, Bv = f32(A), f32(B)
+    W = f32(b.get('ema.' + layer + '.weight', b[layer + '.weight']))
+    M = f32(t[layer + '.weight'])
+    for o in range(out):
+        for i in range(cin):
+            d = s * sum(Bv[o * r + j] * Av[j * cin + i] for j in range(r))
+            worst = max(worst, abs(M[o * cin + i] - (W[o * cin + i] + d)))
+            moved = max(moved, abs(d))
+    n += 1
+print(n, worst < 1e-6 * max(1.0, moved) + 1e-6, moved > 1e-4)
+PY
+)
+[ "$merged_ok" = "6 True True" ] && echo "ok: lora: merge: each of the 6 weights is W + (alpha/r) B A" ||
+  fail "lora: merge: the merged weights: $merged_ok"
 # resume, with dropout in the adapters and a model dropout other than the
 # base's (the base is loaded with the adapter's: round thirty-one): 10 + 10 == 20
 lo=(--lora-rank 2 --lora-alpha 8 --lora-dropout 0.2 --dropout 0.3 --lr 1e-2 --steps 20)

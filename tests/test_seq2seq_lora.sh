@@ -16,7 +16,13 @@
 #   3. a moved BASE: refused without --base, found with it (translate,
 #      eval, attention, --resume); another base of the same shape, a base
 #      of another shape and an adapter as the base are refused, naming why
-#   4. refusals, one line: an adapter as --init-from, LoRA flags without
+#   4. seq2seq merge (PEFT's merge_and_unload): a full weights-only
+#      checkpoint of the base's parameters with the adapters merged in,
+#      the run's config, step and record, the base's tokenizer, "merged";
+#      it translates and evaluates as the adapters did (scores within float
+#      rounding) with the base gone; --resume refuses it; refused: a full
+#      checkpoint, --out naming the adapter or its base, an existing --out
+#   5. refusals, one line: an adapter as --init-from, LoRA flags without
 #      --init-from or --lora-rank, --no-ema with --lora-rank, --base
 #      without --resume (exit 2), --base with a full checkpoint, averaging
 #      an adapter (exit 1)
@@ -138,6 +144,55 @@ refused "lora: an adapter as the base" "is itself an adapter checkpoint" \
 intact "lora: loading" b.st b.copy
 
 # ---- 4.
+"$seq2seq" merge --out mg.st l.st >mg.out 2>mg.err || fail "merge: $(tail -1 mg.err)"
+json_ok "merge: JSON line" mg.out
+grep -q '"adapters": 16, "params": 5968}' mg.out || fail "merge: $(cat mg.out)"
+rec=$(st_py mg.st l.st b.st <<'PY'
+import os
+t, m = load(sys.argv[1])
+_, a = load(sys.argv[2])
+tb, b = load(sys.argv[3])
+base_params = sorted(k for k in tb if not k.startswith(('optim.', 'ema.')))
+print(sorted(t) == base_params, m['config'] == a['config'], m['step'] == a['step'],
+      m['train'] == a['train'], m['vocab'] == b['vocab'],
+      os.path.basename(json.loads(m['merged'])['adapter']['path']),
+      os.path.basename(json.loads(m['init_from'])['path']),
+      all(v[0] == 'F32' for v in t.values()))
+PY
+)
+[ "$rec" = "True True True True True l.st b.st True" ] &&
+  echo "ok: merge: the base's parameters (F32), the run's config, step and record, the base's vocabulary" ||
+  fail "merge: record '$rec'"
+mv b.st b.away
+"$seq2seq" translate --ckpt mg.st --beam 3 <src.txt >mg.tr 2>mg.terr && cmp -s mg.tr c.out &&
+  "$seq2seq" translate --ckpt mg.st --score-reference ref.txt <src.txt >mg.sc 2>/dev/null &&
+  python3 -c '
+import sys
+a = [float(l.split("	")[1]) for l in open(sys.argv[1])]
+b = [float(l.split("	")[1]) for l in open(sys.argv[2])]
+sys.exit(0 if len(a) == len(b) == 6 and all(abs(x - y) <= 1e-4 * max(1, abs(y)) for x, y in zip(a, b)) else 1)
+' mg.sc l.sc && echo "ok: merge: without the base, the adapters' translations and scores (within 1e-4)" ||
+  fail "merge: translate: $(tail -1 mg.terr) $(head -2 mg.sc) against $(head -2 l.sc)"
+"$seq2seq" eval --ckpt mg.st --beam 4 --test-limit 2 >mge.out 2>/dev/null &&
+  [ "$(sed -n 's/.*"chrf": \([0-9.]*\),.*/\1/p' mge.out)" = "$chrf_run" ] &&
+  echo "ok: merge: eval gives the run's chrF" || fail "merge: eval $(cat mge.out)"
+refused "merge: --resume" "LoRA adapters merged into their base" "$seq2seq" train --resume mg.st
+refused "merge: the base moved" "needs its base" "$seq2seq" merge --out mg2.st l.st
+"$seq2seq" merge --out mg2.st --base moved/b.st l.st >/dev/null 2>&1 && cmp -s mg.st mg2.st &&
+  echo "ok: merge --base: the same bytes" || fail "merge --base"
+mv b.away b.st
+refused "merge: a full checkpoint" "'b.st' is a full checkpoint (it holds every weight): merge takes" \
+  "$seq2seq" merge --out x.st b.st
+refused "merge: --out the base" "is the same file as '.*b.st', the base of adapter 'l.st'" \
+  "$seq2seq" merge --force --out b.st l.st
+refused "merge: --out the adapter" "the same file as the checkpoint 'l.st' it merges" \
+  "$seq2seq" merge --force --out l.st l.st
+refused "merge: an existing --out" "'mg.st' exists; pass --force" "$seq2seq" merge --out mg.st l.st
+expect "merge: no --out" 2 "merge needs --out FILE" "$seq2seq" merge l.st
+expect "merge: two adapters" 2 "merge takes one adapter checkpoint (got 2" "$seq2seq" merge --out x.st l.st d.st
+intact "merge" b.st b.copy
+
+# ---- 5.
 expect "an adapter as --init-from" 1 "'l.st' is a LoRA adapter checkpoint (of the base" \
   "$seq2seq" train --data q.tsv --init-from l.st "${S[@]}" --out x.st
 expect "--lora-rank without --init-from" 2 "--lora-rank needs --init-from" \

@@ -849,7 +849,7 @@ START_TEST(test_average_needs_two)
     snprintf(in, sizeof in, "%s", tmp_path("in.safetensors"));
     snprintf(out, sizeof out, "%s", tmp_path("out.safetensors"));
     save_one(in, 1.0f);
-    const cg_avg_model m = {"charlm", avg_never, avg_loads_never, NULL};
+    const cg_avg_model m = {"charlm", avg_never, avg_loads_never, NULL, NULL};
     const char *const inputs[1] = {in};
     long long params = -1;
     CG_ASSERT_FAILS(

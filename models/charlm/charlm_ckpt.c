@@ -154,3 +154,18 @@ fail:
     cg_charlm_ckpt_free(out);
     return 0;
 }
+
+cg_module *cg_charlm_load_adapted(const char *path, const char *base, cg_ckpt_weights w,
+                                  char **base_path)
+{
+    const cg_charlm_load_opts lo = {.base = base, .seed = 0, .dropout = NAN, .weights = w};
+    cg_charlm_ckpt ck;
+    if (!cg_charlm_ckpt_load_opts(path, &lo, &ck))
+        return NULL;
+    cg_module *m = CG_MODULE(ck.model); /* (merge checked it is an adapter's) */
+    *base_path = ck.base_path;
+    ck.model = NULL;
+    ck.base_path = NULL;
+    cg_charlm_ckpt_free(&ck);
+    return m;
+}

@@ -61,6 +61,13 @@ bool cg_charlm_ckpt_load(const char *path, cg_charlm_ckpt *out);
  * dropout NaN). */
 bool cg_charlm_ckpt_load_opts(const char *path, const cg_charlm_load_opts *o, cg_charlm_ckpt *out);
 void cg_charlm_ckpt_free(cg_charlm_ckpt *c);
+/* The LoRA adapter checkpoint at path with its base (base: --base, NULL:
+ * the one it recorded) and the weights w, for merge (models/train/average.h
+ * cg_avg_model's load_adapted): the model, adapters attached (the caller's
+ * to free), and *base_path the base read (malloc'd; NULL for a full
+ * checkpoint, which merge refuses first). NULL + error. */
+cg_module *cg_charlm_load_adapted(const char *path, const char *base, cg_ckpt_weights w,
+                                  char **base_path);
 /* The "train" metadata (borrowed) or NULL. */
 const char *cg_charlm_ckpt_train_json(const cg_charlm_ckpt *c);
 

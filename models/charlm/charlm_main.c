@@ -374,6 +374,7 @@ static const char MAIN_HELP[] =
     "  sample   generate text from a checkpoint\n"
     "  eval     validation loss, perplexity and bits per character\n"
     "  average  average the weights of checkpoints (e.g. those of train --keep-last)\n"
+    "  merge    merge a LoRA adapter checkpoint into its base (PEFT's merge_and_unload)\n"
     "Run 'charlm COMMAND --help' (or 'charlm help COMMAND') for a command's options.\n"
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
@@ -386,6 +387,7 @@ int main(int argc, char **argv)
                                  cmds,
                                  3,
                                  {"charlm", cg_charlm_config_same_arch, lm_loads,
-                                  "\n(train --init-from starts a new run from its weights)"}};
+                                  "\n(train --init-from starts a new run from its weights)",
+                                  cg_charlm_load_adapted}};
     return cg_program_main(argc, argv, &p);
 }

@@ -154,3 +154,17 @@ fail:
     cg_seq2seq_ckpt_free(out);
     return 0;
 }
+
+cg_module *cg_seq2seq_load_adapted(const char *path, const char *base, cg_ckpt_weights w,
+                                   char **base_path)
+{
+    cg_seq2seq_ckpt ck;
+    if (!cg_seq2seq_ckpt_load_weights(path, base, w, &ck))
+        return NULL;
+    cg_module *m = CG_MODULE(ck.model); /* (merge checked it is an adapter's) */
+    *base_path = ck.base_path;
+    ck.model = NULL;
+    ck.base_path = NULL;
+    cg_seq2seq_ckpt_free(&ck);
+    return m;
+}

@@ -50,6 +50,13 @@ bool cg_seq2seq_ckpt_load_opts(const char *path, const cg_seq2seq_load_opts *o,
                                cg_seq2seq_ckpt *out);
 bool cg_seq2seq_ckpt_load(const char *path, cg_seq2seq_ckpt *out);
 void cg_seq2seq_ckpt_free(cg_seq2seq_ckpt *c);
+/* The LoRA adapter checkpoint at path with its base (base: --base, NULL:
+ * the one it recorded) and the weights w, for merge (models/train/average.h
+ * cg_avg_model's load_adapted): the model, adapters attached (the caller's
+ * to free), and *base_path the base read (malloc'd; NULL for a full
+ * checkpoint, which merge refuses first). NULL + error. */
+cg_module *cg_seq2seq_load_adapted(const char *path, const char *base, cg_ckpt_weights w,
+                                   char **base_path);
 
 #ifdef __cplusplus
 }

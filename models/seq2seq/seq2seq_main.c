@@ -424,6 +424,7 @@ static const char MAIN_HELP[] =
     "  attention  PNG heatmaps of every attention layer and head for one sentence\n"
     "  score      BLEU and chrF of a translation file against its references\n"
     "  average    average the weights of checkpoints (e.g. those of train --keep-last)\n"
+    "  merge      merge a LoRA adapter checkpoint into its base (PEFT's merge_and_unload)\n"
     "Run 'seq2seq COMMAND --help' (or 'seq2seq help COMMAND') for a command's options.\n"
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
@@ -435,6 +436,10 @@ int main(int argc, char **argv)
                                            {"attention", cmd_attention},
                                            {"score", cmd_score}};
     static const cg_program p = {
-        PROG, MAIN_HELP, cmds, 5, {"seq2seq", cg_seq2seq_config_same_arch, mt_loads, NULL}};
+        PROG,
+        MAIN_HELP,
+        cmds,
+        5,
+        {"seq2seq", cg_seq2seq_config_same_arch, mt_loads, NULL, cg_seq2seq_load_adapted}};
     return cg_program_main(argc, argv, &p);
 }

@@ -248,38 +248,14 @@ static cg_st_writer *write_mean(const avg_run *r, int n)
     return w;
 }
 
-/* The output rules, before any input is read: --out and standard output
- * (the result line) are no input. */
-static bool check_out(const char *const *inputs, int n, const char *out, bool force)
+bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, const char *out,
+                     bool force, cg_ckpt_weights weights, long long *params)
 {
     if (n < 2) {
         cg_set_error("averaging needs at least 2 checkpoints (got %d)", n);
         return false;
     }
-    if (!cg_out_check(out, false) ||
-        !cg_out_check_stdout_writes(out, "the checkpoint this command writes"))
-        return false;
-    for (int i = 0; i < n; i++)
-        if (cg_same_file(out, inputs[i])) {
-            cg_set_error("--out '%s' is the same file as the checkpoint '%s' it averages; "
-                         "choose another --out (nothing was written)",
-                         out, inputs[i]);
-            return false;
-        }
-    for (int i = 0; i < n; i++)
-        if (!cg_out_check_stdout(inputs[i], "the checkpoint"))
-            return false;
-    if (access(out, F_OK) == 0 && !force) {
-        cg_set_error("'%s' exists; pass --force to overwrite it", out);
-        return false;
-    }
-    return true;
-}
-
-bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, const char *out,
-                     bool force, cg_ckpt_weights weights, long long *params)
-{
-    if (!check_out(inputs, n, out, force))
+    if (!cg_out_check_made(out, force, inputs, n, "averages"))
         return false;
     avg_run r = {.m = m, .first_path = inputs[0], .files = cJSON_CreateArray(), .w = weights};
     bool ok = r.files && (r.first = open_input(&r, inputs[0])) && take_first(&r);
@@ -289,12 +265,7 @@ bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, co
         cg_st_close(f);
     }
     cg_st_writer *w = ok ? write_mean(&r, n) : NULL;
-    cg_out_lock lock;
-    ok = w && cg_out_lock_take(out, &lock);
-    if (ok) {
-        ok = cg_st_writer_save(w, out);
-        cg_out_lock_release(&lock);
-    }
+    ok = w && cg_out_save_locked(w, out);
     long long count = 0;
     for (int k = 0; k < r.np; k++) {
         count += r.p[k].numel;

@@ -45,7 +45,8 @@
 extern "C" {
 #endif
 
-/* What averaging needs of a model. */
+/* What the commands that make a checkpoint of others need of a model:
+ * average (below) and merge (models/train/merge.h). */
 typedef struct {
     const char *kind; /* the checkpoints' "model": "charlm", "seq2seq" */
     /* Do two "config" JSON texts describe one architecture? False + error
@@ -59,6 +60,13 @@ typedef struct {
      * (charlm: "train --init-from ..."), or NULL when the model has no
      * such way. */
     const char *restart;
+    /* merge: the LoRA adapter checkpoint at path loaded with its base (base:
+     * --base, NULL: the one it recorded; models/train/finetune.h) and the
+     * weights w: the model with its adapters attached (the caller frees
+     * it: cg_module_free) and, in *base_path (malloc'd), the base read.
+     * NULL + error. */
+    cg_module *(*load_adapted)(const char *path, const char *base, cg_ckpt_weights w,
+                               char **base_path);
 } cg_avg_model;
 
 /* Average the weights w of inputs[0..n) into the checkpoint out (see

@@ -655,3 +655,36 @@ bool cg_out_picture_check(const char *path, bool force, const char *in, const ch
     }
     return true;
 }
+
+bool cg_out_check_made(const char *out, bool force, const char *const *inputs, int n,
+                       const char *verb)
+{
+    if (!cg_out_check(out, false) ||
+        !cg_out_check_stdout_writes(out, "the checkpoint this command writes"))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (cg_same_file(out, inputs[i])) {
+            cg_set_error("--out '%s' is the same file as the checkpoint '%s' it %s; choose "
+                         "another --out (nothing was written)",
+                         out, inputs[i], verb);
+            return false;
+        }
+    for (int i = 0; i < n; i++)
+        if (!cg_out_check_stdout(inputs[i], "the checkpoint"))
+            return false;
+    if (access(out, F_OK) == 0 && !force) {
+        cg_set_error("'%s' exists; pass --force to overwrite it", out);
+        return false;
+    }
+    return true;
+}
+
+bool cg_out_save_locked(cg_st_writer *w, const char *out)
+{
+    cg_out_lock lock;
+    if (!w || !cg_out_lock_take(out, &lock))
+        return false;
+    bool ok = cg_st_writer_save(w, out);
+    cg_out_lock_release(&lock);
+    return ok;
+}

@@ -32,6 +32,7 @@
 #include <stdio.h>
 
 #include "models/data/data_id.h"
+#include "nn/safetensors.h"
 #include "models/util/files.h"
 
 #ifdef __cplusplus
@@ -124,6 +125,18 @@ bool cg_out_check_stdout(const char *in, const char *what);
  * m.st, refused as an existing checkpoint). Checked before the files'
  * other rules, before any work. */
 bool cg_out_check_stdout_writes(const char *path, const char *what);
+/* The output of a command that writes one checkpoint from others (average,
+ * merge), before any input is read: out's name fits (cg_out_check), it is
+ * not standard output, not one of the n inputs (the same file: "--out 'a.st'
+ * is the same file as the checkpoint 'a.st' it <verb>; choose another --out
+ * (nothing was written)"), standard output is none of them, and it does
+ * not exist unless force. False + error. */
+bool cg_out_check_made(const char *out, bool force, const char *const *inputs, int n,
+                       const char *verb);
+/* Save w at out (atomically) under out's lock (cg_out_lock_take), as
+ * training writes checkpoints; w is not freed. False + error. */
+bool cg_out_save_locked(cg_st_writer *w, const char *out);
+
 /* cg_out_check_stdout_writes for every file a run with checkpoint out
  * writes: the checkpoint, its loss curve, metrics log and lock (the kept
  * checkpoints of --keep-last: cg_kept_check). */

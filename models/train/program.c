@@ -64,12 +64,9 @@ static int one_process(const char *cmd, int argc, char **argv)
 static int dispatch(int argc, char **argv, const cg_program *p)
 {
     char names[256] = "";
-    for (int i = 0; i <= p->ncmds; i++)
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                 i == 0          ? ""
-                 : i == p->ncmds ? " or "
-                                 : ", ",
-                 i < p->ncmds ? p->cmds[i].name : "average");
+    for (int i = 0; i < p->ncmds; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s, ", p->cmds[i].name);
+    snprintf(names + strlen(names), sizeof names - strlen(names), "average or merge");
     if (argc < 2) {
         cg_prog_fail("missing command (%s; try --help)", names);
         return CG_EXIT_USAGE;
@@ -93,10 +90,10 @@ static int dispatch(int argc, char **argv, const cg_program *p)
     for (int i = 0; i < p->ncmds; i++)
         if (!strcmp(cmd, p->cmds[i].name))
             return (rc = one_process(cmd, cargc, cargv)) >= 0 ? rc : p->cmds[i].run(cargc, cargv);
-    if (!strcmp(cmd, "average"))
-        return (rc = one_process(cmd, cargc, cargv)) >= 0
-                   ? rc
-                   : cg_average_command(cargc, cargv, &p->average);
+    if (!strcmp(cmd, "average") || !strcmp(cmd, "merge"))
+        return (rc = one_process(cmd, cargc, cargv)) >= 0 ? rc
+               : cmd[0] == 'a' ? cg_average_command(cargc, cargv, &p->average)
+                               : cg_merge_command(cargc, cargv, &p->average);
     cg_prog_fail("unknown command '%s' (%s; try --help)", cmd, names);
     return CG_EXIT_USAGE;
 }

@@ -17,6 +17,7 @@
 #define CG_MODELS_TRAIN_PROGRAM_H
 
 #include "models/train/average.h"
+#include "models/train/merge.h"
 #include "models/train/trainer.h"
 
 #ifdef __cplusplus
@@ -28,7 +29,8 @@ typedef struct {
     int (*run)(int argc, char **argv); /* argv after the command name; the exit code */
 } cg_prog_command;
 
-/* A zoo program: its commands, then `average` (models/train/average.h). */
+/* A zoo program: its commands, then `average` (models/train/average.h) and
+ * `merge` (models/train/merge.h). */
 typedef struct {
     const char *name; /* "charlm": in every message */
     const char *help; /* PROG --help */

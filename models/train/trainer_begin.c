@@ -165,10 +165,14 @@ static int begin_resume(cg_trainer *t, cg_train_opts *o, const char *kind)
     t->ckpt = cg_ckpt_open(o->resume, kind);
     if (!t->ckpt)
         return cg_prog_fail_lib(NULL);
-    if (cg_st_metadata(t->ckpt, "averaged")) /* models/train/average.h */
-        return cg_prog_fail("'%s' is an average of checkpoints: weights only, no optimizer "
-                            "state, so --resume cannot continue it%s",
+    const bool merged = cg_st_metadata(t->ckpt, "merged") != NULL; /* models/train/merge.h */
+    if (merged || cg_st_metadata(t->ckpt, "averaged"))             /* models/train/average.h */
+        return cg_prog_fail("'%s' is %s: weights only, no optimizer state, so --resume cannot "
+                            "continue it%s",
                             o->resume,
+                            merged ? "LoRA adapters merged into their base (resume the adapter "
+                                     "checkpoint instead)"
+                                   : "an average of checkpoints",
                             has_flag(o->args, "--init-from")
                                 ? " (start a new run from its weights with --init-from)"
                                 : "; use it to decode and evaluate");
