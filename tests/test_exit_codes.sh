@@ -68,11 +68,13 @@ if [ "${CG_SWEEP:-1}" = 1 ]; then
   POS= sweep charlm "charlm sample" "--ckpt a.st --length 5" sample
   POS= sweep charlm "charlm eval" "--ckpt a.st" eval
   POS= sweep charlm "charlm average" "--out avg.st" average
+  POS= sweep charlm "charlm merge" "--out mg.st" merge
   POS= sweep seq2seq "seq2seq train" "$S2" train
   POS="the cat" sweep seq2seq "seq2seq translate" "--ckpt s.st" translate
   POS= sweep seq2seq "seq2seq eval" "--ckpt s.st --test-limit 2" eval
   POS= sweep seq2seq "seq2seq attention" "--ckpt s.st --text the --out att" attention
   POS= sweep seq2seq "seq2seq average" "--out avg.st" average
+  POS= sweep seq2seq "seq2seq merge" "--out mg.st" merge
   POS= sweep bench "bench" "$BE"
   POS= sweep decode_bench "decode_bench" "$DB"
 else
@@ -90,7 +92,7 @@ while IFS='|' read -r code prog args pat; do
   one_line "$prog $args" "$prog"
 done <<'EOF'
 # the command itself
-2 | charlm  |                                          | missing command (train, sample, eval or average; try --help)
+2 | charlm  |                                          | missing command (train, sample, eval, average or merge; try --help)
 2 | charlm  | bogus                                    | unknown command 'bogus'
 2 | charlm  | help bogus                               | unknown command 'bogus'
 2 | seq2seq | help train eval                          | help takes one command
@@ -173,6 +175,8 @@ done <<'EOF'
 1 | charlm  | train $TR --init-from a.st --lora-rank 2 --lora-targets bogus | LoRA: no Linear of the CharLM matches the target modules 'bogus'
 1 | seq2seq | train $S2 --max-len 10                   | p.tsv: no training pair fits --max-len 10
 1 | charlm  | average --out avg.st a.st s.st           | 's.st' is not a charlm checkpoint
+1 | seq2seq | merge --out mg.st s.st                   | 's.st' is a full checkpoint (it holds every weight): merge takes
+2 | charlm  | merge a.st                               | merge needs --out FILE
 1 | charlm  | sample --ckpt a.st --attention nodir/x.png | --attention: cannot write 'nodir/x.png': directory 'nodir'
 1 | charlm  | train --data c.txt --out a.st            | checkpoint a.st exists
 1 | bench   | --model seq2seq --preset real --data nope.tsv | cannot open 'nope.tsv'
