@@ -126,7 +126,9 @@ refused "lora: the base moved" "needs its base: .*pass --base FILE if it moved" 
   "$seq2seq" eval --ckpt l.st --base moved/b.st --beam 4 --test-limit 2 >me.out 2>/dev/null &&
   cmp -s me.out e.out &&
   "$seq2seq" attention --ckpt l.st --base moved/b.st --text "die katze" --out att2 >/dev/null 2>&1 &&
-  echo "ok: lora: --base finds a moved base (translate, eval, attention)" ||
+  "$zoo_translate" --ckpt l.st --base moved/b.st --beam 3 "${srcs[@]}" >zm.out 2>/dev/null &&
+  cmp -s zm.out a.out &&
+  echo "ok: lora: --base finds a moved base (translate, eval, attention, cg_zoo_load_base)" ||
   fail "lora: --base: $(tail -1 m.err) $(cmp me.out e.out)"
 refused "lora: --resume, the base moved" "needs its base" "$seq2seq" train --resume r2.st --threads 1
 "$seq2seq" train --resume r2.st --base moved/b.st --threads 1 >/dev/null 2>r3.err && cmp -s r2.st d.st &&

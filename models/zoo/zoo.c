@@ -99,7 +99,9 @@ static char *kind_of(const char *path)
     return k;
 }
 
-cg_zoo_model *cg_zoo_load(const char *path)
+cg_zoo_model *cg_zoo_load(const char *path) { return cg_zoo_load_base(path, NULL); }
+
+cg_zoo_model *cg_zoo_load_base(const char *path, const char *base)
 {
     if (!path) {
         cg_set_error("zoo load: NULL path");
@@ -113,11 +115,12 @@ cg_zoo_model *cg_zoo_load(const char *path)
     if (!ok)
         cg_set_error("out of memory");
     else if ((m->lm = !strcmp(kind, "charlm"))) {
-        ok = cg_charlm_ckpt_load(path, &m->c);
+        const cg_charlm_load_opts o = {.base = base, .seed = 0, .dropout = NAN};
+        ok = cg_charlm_ckpt_load_opts(path, &o, &m->c);
         ok = ok && (m->config = cg_charlm_config_to_json(&m->c.model->cfg)) != NULL;
         m->tok = m->c.tok;
     } else if (!strcmp(kind, "seq2seq")) {
-        ok = cg_seq2seq_ckpt_load(path, &m->s);
+        ok = cg_seq2seq_ckpt_load_weights(path, base, CG_CKPT_AVERAGE, &m->s);
         ok = ok && (m->config = cg_seq2seq_config_to_json(&m->s.model->cfg)) != NULL;
         m->tok = m->s.tok;
     } else {

@@ -46,6 +46,11 @@ typedef struct cg_zoo_model cg_zoo_model;
  * mode and leave the mode as it was). NULL + error naming the file
  * otherwise. */
 cg_zoo_model *cg_zoo_load(const char *path);
+/* cg_zoo_load of a LoRA adapter checkpoint whose base moved: base is read
+ * instead of the file it recorded (the programs' --base), and must be
+ * that file's copy; a full checkpoint with a base given is refused. base
+ * NULL: cg_zoo_load. */
+cg_zoo_model *cg_zoo_load_base(const char *path, const char *base);
 void cg_zoo_free(cg_zoo_model *m); /* NULL is a no-op */
 
 /* "charlm" or "seq2seq"; NULL for NULL. */
