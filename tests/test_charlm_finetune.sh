@@ -10,7 +10,8 @@
 #      uncached decoding agree), differ from BASE alone; resume (with
 #      dropout in the adapters) is bit-identical; a moved BASE is found
 #      with --base, a missing, different or other-shaped one is refused
-#      merge writes base + adapters as one full checkpoint with their eval
+#      merge writes base + adapters as one full checkpoint with their eval;
+#      a SwiGLU model's default targets take fc3 too
 #   3. bad combinations: one line, exit 2 (command line) or 1 (a file)
 #   4. issue 34, findings 1 and 2: no run writes the base an adapter reads
 #      (--resume of a LoRA run with --out BASE, --force or not), and an
@@ -227,6 +228,19 @@ for step in -1 1.5 1e16; do
   refused "lora: init_from's step $step" '"init_from": malformed' "$charlm" eval --ckpt bad.st
 done
 intact "lora: loading" base.st base.orig
+
+# a gated feed-forward (SwiGLU): the default targets take its fc3 (up) too,
+# as LLaMA recipes adapt gate, up and down; a model without fc3 has none
+"$charlm" train --data a.txt --d 16 --H 2 --layers 1 --d-ff 32 --T 16 --batch-size 4 --act swiglu \
+  --steps 2 "${run[@]}" --out glu.st >/dev/null 2>glu.log || fail "swiglu base: $(tail -1 glu.log)"
+"$charlm" train --init-from glu.st --data b.txt "${run[@]}" --lora-rank 2 --steps 2 --out glul.st \
+  >/dev/null 2>glul.log || fail "swiglu lora: $(tail -1 glul.log)"
+glu_names=$(st names glul.st)
+[ "$(grep -c '^base_model.*lora_A' <<<"$glu_names")" = 7 ] &&
+  grep -qx 'base_model.model.blocks.0.ff.fc3.lora_A.weight' <<<"$glu_names" &&
+  [ "$(st meta glul.st adapter_config target_modules)" = "['q_proj', 'k_proj', 'v_proj', 'o_proj', 'fc1', 'fc2', 'fc3']" ] &&
+  echo "ok: lora: a SwiGLU model's default adapters include fc3 (7 a block)" ||
+  fail "lora: swiglu targets: $(grep lora_A <<<"$glu_names" | tr '\n' ' ')"
 
 # ---------------------------------------------------------------- 3. refused
 expect "--init-from with --resume" 2 "--init-from" "$charlm" train --init-from base.st --resume full.st

@@ -317,7 +317,7 @@ int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng 
                  !(each_adapter(root, check_adapter, &c) &&
                    each_adapter(root, set_dropout_rng, dropout_rng)))
             got = -1;
-        for (int i = 0; got > 0 && i < n; i++)
+        for (int i = 0; got > 0 && l->targets && i < n; i++) /* (the default's fc3: if gated) */
             if (!used[i]) {
                 char names[512] = "";
                 linear_names(root, names, sizeof names);

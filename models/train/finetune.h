@@ -46,9 +46,12 @@ extern "C" {
 #endif
 
 /* The Linears that get adapters unless told otherwise: the attention's
- * four projections and the feed-forward's two layers (nn/attention.h,
- * nn/transformer.h names; PEFT's target_modules). */
-#define CG_FT_LORA_TARGETS "q_proj,k_proj,v_proj,o_proj,fc1,fc2"
+ * four projections and every Linear of the feed-forward, fc3 being a gated
+ * one's up projection (--act swiglu, geglu; a model without it simply has
+ * none: only given targets must each name a Linear). nn/attention.h,
+ * nn/transformer.h names; PEFT's target_modules, as LLaMA's recipes list
+ * q, k, v, o, gate, up and down. */
+#define CG_FT_LORA_TARGETS "q_proj,k_proj,v_proj,o_proj,fc1,fc2,fc3"
 
 /* Is f an adapter checkpoint (it has "adapter_config" metadata)? */
 bool cg_ft_is_adapter(const cg_st_file *f);
