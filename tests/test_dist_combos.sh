@@ -5,7 +5,8 @@
 #      equal one process (parameters and their --ema-decay averages within
 #      1e-5, the loss line alike);
 #      --zero 1 equals the all-reduce run bit for bit; on 2 ranks the
-#      blocking reduction in small buckets equals the one during backward
+#      blocking reduction in small buckets equals the one during backward;
+#      LoRA adapters on the translator, 2 ranks (--zero 1 too) == 1 process
 #   2. --keep-best --keep-last --ema-decay with --grad-accum and dropout on 2 ranks:
 #      stopped at --stop-at and resumed equals the uninterrupted run bit for
 #      bit, with the same files kept
@@ -73,6 +74,16 @@ run s2b timeout 300 "${MPI[@]}" -x CG_DIST_OVERLAP=0 -x CG_DIST_BUCKET_MB=0.001 
   "${S2S[@]}" --out s2b.st
 "$tool" same s2.st s2b.st && echo "ok: 2 ranks: the blocking reduction in small buckets == during backward" ||
   fail "2 ranks: the blocking reduction in small buckets differs from the one during backward"
+# LoRA adapters on the translator (only they reduced and stepped): 2 ranks,
+# with and without --zero 1, equal one process
+L=("${S2S[@]}" --init-from s1.st --lora-rank 2 --lr 1e-2)
+run l1 "$seq2seq" train "${L[@]}" --out l1.st
+run l2 mpi 2 "$seq2seq" train "${L[@]}" --out l2.st
+run l2z mpi 2 "$seq2seq" train "${L[@]}" --zero 1 --out l2z.st
+for f in l2 l2z; do
+  r=$("$tool" close l1.st $f.st 1e-5 2>&1) && echo "ok: seq2seq LoRA, 2 ranks ($f) == 1 process: $r" ||
+    fail "seq2seq LoRA, 2 ranks ($f): $r"
+done
 
 # 2. stop and resume with --keep-best, --keep-last, dropout and accumulation
 K=(--tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --valid-size 20
