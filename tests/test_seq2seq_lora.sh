@@ -146,6 +146,14 @@ refused "lora: an adapter as the base" "is itself an adapter checkpoint" \
 intact "lora: loading" b.st b.copy
 
 # ---- 4.
+close_scores() { # close_scores A B: two --score-reference outputs within 1e-4
+  python3 -c '
+import sys
+a = [float(l.split("\t")[1]) for l in open(sys.argv[1])]
+b = [float(l.split("\t")[1]) for l in open(sys.argv[2])]
+sys.exit(0 if len(a) == len(b) == 6 and all(abs(x - y) <= 1e-4 * max(1, abs(y)) for x, y in zip(a, b)) else 1)
+' "$1" "$2"
+}
 "$seq2seq" merge --out mg.st l.st >mg.out 2>mg.err || fail "merge: $(tail -1 mg.err)"
 json_ok "merge: JSON line" mg.out
 grep -q '"adapters": 16, "params": 5968}' mg.out || fail "merge: $(cat mg.out)"
@@ -168,12 +176,7 @@ PY
 mv b.st b.away
 "$seq2seq" translate --ckpt mg.st --beam 3 <src.txt >mg.tr 2>mg.terr && cmp -s mg.tr c.out &&
   "$seq2seq" translate --ckpt mg.st --score-reference ref.txt <src.txt >mg.sc 2>/dev/null &&
-  python3 -c '
-import sys
-a = [float(l.split("	")[1]) for l in open(sys.argv[1])]
-b = [float(l.split("	")[1]) for l in open(sys.argv[2])]
-sys.exit(0 if len(a) == len(b) == 6 and all(abs(x - y) <= 1e-4 * max(1, abs(y)) for x, y in zip(a, b)) else 1)
-' mg.sc l.sc && echo "ok: merge: without the base, the adapters' translations and scores (within 1e-4)" ||
+  close_scores mg.sc l.sc && echo "ok: merge: without the base, the adapters' translations and scores (within 1e-4)" ||
   fail "merge: translate: $(tail -1 mg.terr) $(head -2 mg.sc) against $(head -2 l.sc)"
 "$seq2seq" eval --ckpt mg.st --beam 4 --test-limit 2 >mge.out 2>/dev/null &&
   [ "$(sed -n 's/.*"chrf": \([0-9.]*\),.*/\1/p' mge.out)" = "$chrf_run" ] &&
@@ -192,6 +195,18 @@ refused "merge: --out the adapter" "the same file as the checkpoint 'l.st' it me
 refused "merge: an existing --out" "'mg.st' exists; pass --force" "$seq2seq" merge --out mg.st l.st
 expect "merge: no --out" 2 "merge needs --out FILE" "$seq2seq" merge l.st
 expect "merge: two adapters" 2 "merge takes one adapter checkpoint (got 2" "$seq2seq" merge --out x.st l.st d.st
+# a run that keeps an average of its adapters: merged as its average (a note
+# says so), or its trained adapters with --no-ema, each as translate reads it
+"$seq2seq" train "${L[@]}" --ema-decay 0.5 --out le.st >/dev/null 2>le.err || fail "ema lora: $(tail -1 le.err)"
+"$seq2seq" merge --out me.st le.st >/dev/null 2>me.err && grep -q "moving average" me.err &&
+  "$seq2seq" merge --no-ema --out mn.st le.st >/dev/null 2>&1 && ! cmp -s me.st mn.st &&
+  "$seq2seq" translate --ckpt le.st --score-reference ref.txt <src.txt >le.sc 2>/dev/null &&
+  "$seq2seq" translate --ckpt le.st --no-ema --score-reference ref.txt <src.txt >ln.sc 2>/dev/null &&
+  "$seq2seq" translate --ckpt me.st --score-reference ref.txt <src.txt >me.sc 2>/dev/null &&
+  "$seq2seq" translate --ckpt mn.st --score-reference ref.txt <src.txt >mn.sc 2>/dev/null &&
+  ! cmp -s le.sc ln.sc && close_scores me.sc le.sc && close_scores mn.sc ln.sc &&
+  echo "ok: merge: the adapters' average by default, --no-ema their trained weights, each as translate scores them" ||
+  fail "merge --no-ema: $(tail -1 me.err) $(head -1 me.sc) $(head -1 le.sc) $(head -1 mn.sc) $(head -1 ln.sc)"
 intact "merge" b.st b.copy
 
 # ---- 5.
