@@ -20,7 +20,8 @@
 #      checkpoint of the base's parameters with the adapters merged in,
 #      the run's config, step and record, the base's tokenizer, "merged";
 #      it translates and evaluates as the adapters did (scores within float
-#      rounding) with the base gone; --resume refuses it; refused: a full
+#      rounding) with the base gone; the adapters' average by default, their
+#      trained weights with --no-ema; --resume refuses it; refused: a full
 #      checkpoint, --out naming the adapter or its base, an existing --out
 #   5. refusals, one line: an adapter as --init-from, LoRA flags without
 #      --init-from or --lora-rank, --no-ema with --lora-rank, --base
