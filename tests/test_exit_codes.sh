@@ -172,7 +172,7 @@ done <<'EOF'
 1 | charlm  | train --resume a.st --steps 4            | 'a.st' is already at step 4 of 4
 1 | charlm  | train --resume a.st --steps 8 --stop-at 4 | --stop-at 4: 'a.st' is already at step 4
 1 | charlm  | train $TR --init-from a.st --d 32        | 'a.st' fixes the model's shape .* --d 32 contradicts it
-1 | charlm  | train $TR --init-from a.st --lora-rank 2 --lora-targets bogus | LoRA: no Linear of the CharLM matches the target modules 'bogus'
+1 | charlm  | train $TR --init-from a.st --lora-rank 2 --lora-targets bogus | --lora-targets: 'bogus' names no Linear of the CharLM (its Linears:
 1 | seq2seq | train $S2 --max-len 10                   | p.tsv: no training pair fits --max-len 10
 1 | charlm  | average --out avg.st a.st s.st           | 's.st' is not a charlm checkpoint
 1 | seq2seq | merge --out mg.st s.st                   | 's.st' is a full checkpoint (it holds every weight): merge takes

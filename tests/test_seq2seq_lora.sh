@@ -221,7 +221,7 @@ expect "--no-ema with --lora-rank" 2 "--no-ema with --lora-rank" \
   "$seq2seq" train --data q.tsv --init-from b.st --lora-rank 2 --no-ema "${S[@]}" --out x.st
 expect "--base without --resume" 2 "--base names the base of a LoRA checkpoint given to --resume" \
   "$seq2seq" train --data q.tsv --init-from b.st --base b.st "${S[@]}" --out x.st
-expect "an unknown target" 1 "no Linear of the Seq2Seq matches the target modules 'fc9'" \
+expect "an unknown target" 1 "--lora-targets: 'fc9' names no Linear of the Seq2Seq (its Linears: q_proj, k_proj, v_proj, o_proj, fc1, fc2)" \
   "$seq2seq" train --data q.tsv --init-from b.st --lora-rank 2 --lora-targets fc9 "${S[@]}" --out x.st
 expect "--base with a full checkpoint" 1 "'b.st' is a full checkpoint" \
   "$seq2seq" translate --ckpt b.st --base other.st "die katze"

@@ -238,29 +238,18 @@ static bool set_dropout_rng(void *ctx, const char *path, cg_lora *a)
     return true;
 }
 
-/* The checks of a fresh attach: the rank against each layer, and which
- * targets were used. */
-typedef struct {
-    const cg_ft_lora *l;
-    char **targets;
-    bool *used;
-    int n_targets;
-} attach_check;
-
-static bool check_adapter(void *vctx, const char *path, cg_lora *a)
+/* A fresh adapter's rank against its layer (ctx: the options). */
+static bool check_rank(void *ctx, const char *path, cg_lora *a)
 {
-    attach_check *c = vctx;
+    const cg_ft_lora *l = ctx;
     int64_t in = a->base->in_features, out = a->base->out_features;
     int64_t side = in < out ? in : out;
-    if (c->l->rank > side) {
+    if (l->rank > side) {
         cg_set_error("--lora-rank %lld is larger than '%s' allows (a %lld x %lld layer: at most "
                      "%lld)",
-                     (long long)c->l->rank, path, (long long)out, (long long)in, (long long)side);
+                     (long long)l->rank, path, (long long)out, (long long)in, (long long)side);
         return false;
     }
-    for (int i = 0; i < c->n_targets; i++)
-        if (cg_lora_target_matches(c->targets[i], path))
-            c->used[i] = true;
     return true;
 }
 
@@ -281,6 +270,24 @@ static void linear_names(const cg_module *m, char *buf, size_t cap)
     }
 }
 
+/* Does target name a Linear below m, m's path being path (nn/lora.h
+ * cg_lora_target_matches; an adapter's own lora_* Linears are none)? */
+static bool names_linear(const cg_module *m, const char *path, const char *target)
+{
+    for (int i = 0; i < m->n_children; i++) {
+        const cg_module *c = m->children[i].module;
+        const char *nm = m->children[i].name;
+        if (!strcmp(m->type, "Linear") && !strncmp(nm, "lora_", 5))
+            continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s%s%s", path, *path ? "." : "", nm);
+        if ((!strcmp(c->type, "Linear") && cg_lora_target_matches(target, p)) ||
+            names_linear(c, p, target))
+            return true;
+    }
+    return false;
+}
+
 int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng *dropout_rng)
 {
     if (!root || !l)
@@ -290,43 +297,40 @@ int cg_ft_lora_attach(cg_module *root, const cg_ft_lora *l, cg_rng *rng, cg_rng 
     for (const char *p = list; p && *p; p++)
         cap += *p == ',';
     char **targets = list ? calloc((size_t)cap, sizeof *targets) : NULL;
-    bool *used = targets ? calloc((size_t)cap, sizeof *used) : NULL;
-    if (!used) {
+    if (!targets) {
         free(list);
-        free(targets);
         cg_set_error("out of memory");
         return -1;
     }
     int n = 0;
     for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
         targets[n++] = t;
-    int got = -1;
-    if (n == 0) {
+    bool ok = n > 0;
+    if (!ok)
         cg_set_error("--lora-targets: no module names given");
-    } else {
+    else if ((ok = l->rank >= 1 && l->rank <= INT32_MAX) == false)
+        cg_set_error("--lora-rank %lld: need at least 1", (long long)l->rank);
+    /* each target given names a Linear (the default's fc3: a gated one's only) */
+    for (int i = 0; ok && l->targets && i < n; i++)
+        if (!(ok = names_linear(root, "", targets[i]))) {
+            char names[512] = "";
+            linear_names(root, names, sizeof names);
+            cg_set_error("--lora-targets: '%s' names no Linear of the %s (its Linears: %s)",
+                         targets[i], root->type, names);
+        }
+    int got = -1;
+    if (ok) {
         double alpha = isnan(l->alpha) ? 2.0 * (double)l->rank : l->alpha;
         cg_lora_config cfg = {.r = (int)l->rank,
                               .alpha = (float)alpha,
                               .dropout = (float)l->dropout,
                               .n_targets = n,
                               .targets = (const char *const *)targets};
-        attach_check c = {l, targets, used, n};
-        if (l->rank < 1 || l->rank > INT32_MAX)
-            cg_set_error("--lora-rank %lld: need at least 1", (long long)l->rank);
-        else if ((got = cg_lora_attach_all(root, &cfg, rng)) > 0 && /* 0 matches: -1 */
-                 !(each_adapter(root, check_adapter, &c) &&
-                   each_adapter(root, set_dropout_rng, dropout_rng)))
+        if ((got = cg_lora_attach_all(root, &cfg, rng)) > 0 && /* 0 matches: -1 */
+            !(each_adapter(root, check_rank, (void *)l) &&
+              each_adapter(root, set_dropout_rng, dropout_rng)))
             got = -1;
-        for (int i = 0; got > 0 && l->targets && i < n; i++) /* (the default's fc3: if gated) */
-            if (!used[i]) {
-                char names[512] = "";
-                linear_names(root, names, sizeof names);
-                cg_set_error("--lora-targets: '%s' names no Linear of the %s (its Linears: %s)",
-                             targets[i], root->type, names);
-                got = -1;
-            }
     }
-    free(used);
     free(targets);
     free(list);
     return got;
