@@ -818,12 +818,11 @@ START_TEST(test_lora_attach_refusals)
     const struct {
         cg_ft_lora l;
         const char *why;
-    } bad[] = {
-        {{0, NAN, 0, NULL}, "--lora-rank 0: need at least 1"},
-        {{-2, NAN, 0, NULL}, "--lora-rank -2: need at least 1"},
-        {{(int64_t)INT32_MAX + 1, NAN, 0, NULL}, "need at least 1"},
-        {{2, NAN, 0, ","}, "--lora-targets: no module names given"},
-        {{2, NAN, 0, "bogus"}, "--lora-targets: 'bogus' names no Linear of the CharLM"}};
+    } bad[] = {{{0, NAN, 0, NULL}, "--lora-rank 0: need at least 1"},
+               {{-2, NAN, 0, NULL}, "--lora-rank -2: need at least 1"},
+               {{(int64_t)INT32_MAX + 1, NAN, 0, NULL}, "need at least 1"},
+               {{2, NAN, 0, ","}, "--lora-targets: no module names given"},
+               {{2, NAN, 0, "bogus"}, "--lora-targets: 'bogus' names no Linear of the CharLM"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CG_ASSERT_REFUSED(cg_ft_lora_attach(CG_MODULE(m), &bad[i].l, &g, NULL) == -1, bad[i].why);
         ck_assert_int_eq(cg_module_num_params(CG_MODULE(m)), n0);
