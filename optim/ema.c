@@ -15,7 +15,8 @@
 typedef struct {
     char *name;
     cg_tensor *p;        /* the parameter, retained */
-    cg_tensor *avg;      /* its average, owned */
+    cg_tensor *avg;      /* its average, owned: p's shape, or 1-D [hi - lo] when sharded */
+    int64_t lo, hi;      /* the run of p's flat elements averaged (all of them unsharded) */
     uint64_t swapped_at; /* p's version once the average was swapped in */
 } ema_slot;
 
@@ -23,8 +24,10 @@ struct cg_ema {
     int n;
     ema_slot *s;
     double decay;
-    int64_t updates, total; /* total: elements of every parameter */
-    bool swapped;
+    int64_t updates, total; /* total: elements averaged, over every parameter */
+    bool swapped, sharded;
+    bool (*whole)(void *ctx); /* a sharded average's: the parameters made whole */
+    void *ctx;
 };
 
 enum { EMA_CHUNK = 1 << 14, EMA_PAR_THRESHOLD = 1 << 16 };
@@ -50,13 +53,25 @@ void cg_ema_free(cg_ema *e)
     free(e);
 }
 
-/* The next slot of e for parameter (name, p) (a module's parameters are
- * contiguous float32 leaves: cg_module_add_param checks them). */
-static bool add_slot(cg_ema *e, const char *name, cg_tensor *p)
+/* A copy of elements [lo, hi) of p: the whole tensor, or 1-D. */
+static cg_tensor *copy_run(cg_tensor *p, int64_t lo, int64_t hi)
+{
+    if (lo == 0 && hi == cg_numel(p))
+        return cg_k_clone(p);
+    cg_tensor *r = cg_zeros(CG_SHAPE(hi - lo));
+    if (r && hi > lo)
+        memcpy(cg_data(r), cg_data(p) + lo, (size_t)(hi - lo) * sizeof(float));
+    return r;
+}
+
+/* The next slot of e for elements [lo, hi) of parameter (name, p) (a
+ * module's parameters are contiguous float32 leaves: cg_module_add_param
+ * checks them). */
+static bool add_slot(cg_ema *e, const char *name, cg_tensor *p, int64_t lo, int64_t hi)
 {
     ema_slot *s = &e->s[e->n];
     s->name = strdup(name);
-    s->avg = s->name ? cg_k_clone(p) : NULL;
+    s->avg = s->name ? copy_run(p, lo, hi) : NULL;
     if (!s->avg) {
         free(s->name);
         if (!cg_has_error())
@@ -65,18 +80,36 @@ static bool add_slot(cg_ema *e, const char *name, cg_tensor *p)
     }
     cg_hold(s->avg);
     s->p = cg_retain_held(p);
-    e->total += cg_numel(p);
+    s->lo = lo;
+    s->hi = hi;
+    e->total += hi - lo;
+    e->sharded |= lo != 0 || hi != cg_numel(p);
     e->n++;
     return true;
 }
 
-cg_ema *cg_ema_new(const cg_module *m, double decay)
+/* The run of p that like (NULL: none) updates: all of p without like. */
+static bool like_range(const cg_optim *like, const char *name, const cg_tensor *p, int64_t *lo,
+                       int64_t *hi)
+{
+    *lo = 0;
+    *hi = cg_numel(p);
+    if (!like)
+        return true;
+    for (int j = 0; j < cg_optim_count(like); j++)
+        if (cg_optim_param_tensor(like, j) == p)
+            return cg_optim_shard_range(like, j, lo, hi);
+    cg_set_error("ema_new_sharded: parameter '%s' is not one the optimizer steps", name);
+    return false;
+}
+
+static cg_ema *ema_build(const cg_module *m, double decay, const cg_optim *like, const char *fn)
 {
     if (!m) {
-        cg_error_null_input("ema_new");
+        cg_error_null_input(fn);
         return NULL;
     }
-    if (!cg_module_live(m, "cg_ema_new") || !decay_ok(decay, "ema_new"))
+    if (!cg_module_live(m, like ? "cg_ema_new_sharded" : "cg_ema_new") || !decay_ok(decay, fn))
         return NULL;
     cg_param_list l = {0};
     if (!cg_module_params(m, &l)) {
@@ -89,11 +122,15 @@ cg_ema *cg_ema_new(const cg_module *m, double decay)
     bool ok = e && e->s;
     if (!ok)
         cg_set_error("ema_new: out of memory");
-    for (int i = 0; ok && i < l.n; i++)
-        if (l.items[i].tensor->requires_grad) /* frozen ones are not trained: left out */
-            ok = add_slot(e, l.items[i].name, l.items[i].tensor);
+    for (int i = 0; ok && i < l.n; i++) {
+        cg_tensor *p = l.items[i].tensor;
+        int64_t lo, hi;
+        if (p->requires_grad) /* frozen ones are not trained: left out */
+            ok = like_range(like, l.items[i].name, p, &lo, &hi) &&
+                 add_slot(e, l.items[i].name, p, lo, hi);
+    }
     if (ok && e->n == 0) {
-        cg_set_error("ema_new: module %s has no trainable parameter", m->type);
+        cg_set_error("%s: module %s has no trainable parameter", fn, m->type);
         ok = false;
     }
     cg_param_list_free(&l);
@@ -102,6 +139,31 @@ cg_ema *cg_ema_new(const cg_module *m, double decay)
         return NULL;
     }
     e->decay = decay;
+    return e;
+}
+
+cg_ema *cg_ema_new(const cg_module *m, double decay)
+{
+    return ema_build(m, decay, NULL, "ema_new");
+}
+
+cg_ema *cg_ema_new_sharded(const cg_module *m, double decay, const cg_optim *like,
+                           bool (*whole)(void *ctx), void *ctx)
+{
+    if (!like) {
+        cg_set_error("ema_new_sharded: the optimizer is NULL");
+        return NULL;
+    }
+    if (!whole && cg_optim_is_sharded(like)) {
+        cg_set_error("ema_new_sharded: a sharded average needs whole() to make the parameters "
+                     "whole after a swap");
+        return NULL;
+    }
+    cg_ema *e = ema_build(m, decay, like, "ema_new_sharded");
+    if (e) {
+        e->whole = whole;
+        e->ctx = ctx;
+    }
     return e;
 }
 
@@ -142,15 +204,16 @@ static void ema_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
     int64_t base = 0;
     for (int j = 0; j < r->e->n && base < hi; j++) {
         const ema_slot *s = &r->e->s[j];
-        int64_t n = cg_numel(s->p);
+        int64_t n = s->hi - s->lo;
         int64_t a = lo > base ? lo - base : 0, b = hi - base < n ? hi - base : n;
         base += n;
         if (a >= b)
             continue;
+        float *p = cg_data(s->p) + s->lo;
         if (r->swap)
-            swap_run(cg_data(s->avg) + a, cg_data(s->p) + a, b - a);
+            swap_run(cg_data(s->avg) + a, p + a, b - a);
         else
-            lerp_run(cg_data(s->avg) + a, cg_data(s->p) + a, b - a, r->w);
+            lerp_run(cg_data(s->avg) + a, p + a, b - a, r->w);
     }
 }
 
@@ -158,7 +221,7 @@ static void ema_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
 static bool params_usable(const cg_ema *e, const char *fn)
 {
     for (int i = 0; i < e->n; i++)
-        if (!cg_is_contiguous(e->s[i].p) || cg_numel(e->s[i].p) != cg_numel(e->s[i].avg)) {
+        if (!cg_is_contiguous(e->s[i].p) || e->s[i].hi > cg_numel(e->s[i].p)) {
             cg_set_error("%s: parameter '%s' is no longer a contiguous tensor of its first "
                          "shape",
                          fn, e->s[i].name);
@@ -216,6 +279,11 @@ bool cg_ema_swap(cg_ema *e)
         cg_tensor_modified(e->s[i].avg);
     }
     e->swapped = !e->swapped;
+    /* sharded: each rank exchanged its runs; the others' come from them */
+    if (e->whole && !e->whole(e->ctx)) {
+        cg_prefix_error("ema_swap: making the parameters whole: ");
+        return false;
+    }
     for (int i = 0; e->swapped && i < e->n; i++)
         e->s[i].swapped_at = cg_version(e->s[i].p);
     return true;
@@ -259,6 +327,71 @@ const cg_tensor *cg_ema_average(const cg_ema *e, int i)
     return s ? (e->swapped ? s->p : s->avg) : NULL;
 }
 
+cg_tensor *cg_ema_state(const cg_ema *e, int i)
+{
+    const ema_slot *s = get_slot(e, i, "ema_state");
+    if (s && e->swapped) {
+        cg_set_error("ema_state: the parameters hold the average (cg_ema_swap): swap back first");
+        return NULL;
+    }
+    return s ? s->avg : NULL;
+}
+
+/* ------------------------------------------------------- sharded state */
+
+bool cg_ema_is_sharded(const cg_ema *e) { return e && e->sharded; }
+
+bool cg_ema_shard_range(const cg_ema *e, int i, int64_t *lo, int64_t *hi)
+{
+    const ema_slot *s = get_slot(e, i, "ema_shard_range");
+    if (s) {
+        *lo = s->lo;
+        *hi = s->hi;
+    }
+    return s != NULL;
+}
+
+int64_t cg_ema_bytes(const cg_ema *e) { return e ? e->total * (int64_t)sizeof(float) : 0; }
+
+bool cg_ema_copy(cg_ema *dst, const cg_ema *src)
+{
+    if (!dst || !src) {
+        cg_set_error("ema_copy: %s is NULL", !dst ? "dst" : "src");
+        return false;
+    }
+    if (dst->swapped || src->swapped) {
+        cg_set_error("ema_copy: the parameters of %s hold the average (cg_ema_swap): swap back "
+                     "first",
+                     dst->swapped ? "dst" : "src");
+        return false;
+    }
+    if (dst->n != src->n) {
+        cg_set_error("ema_copy: an average of %d parameters into one of %d", src->n, dst->n);
+        return false;
+    }
+    for (int i = 0; i < dst->n; i++)
+        if (strcmp(dst->s[i].name, src->s[i].name) != 0 ||
+            !cg_same_shape(dst->s[i].p, src->s[i].p)) {
+            char a[96], b[96];
+            cg_set_error("ema_copy: parameter %d is '%s' %s in src, '%s' %s in dst", i,
+                         src->s[i].name, cg_shape_str(src->s[i].p, a, sizeof a), dst->s[i].name,
+                         cg_shape_str(dst->s[i].p, b, sizeof b));
+            return false;
+        }
+    for (int i = 0; i < dst->n; i++) { /* the runs both hold */
+        const ema_slot *d = &dst->s[i], *s = &src->s[i];
+        int64_t a = d->lo > s->lo ? d->lo : s->lo, b = d->hi < s->hi ? d->hi : s->hi;
+        if (a >= b)
+            continue;
+        memcpy(cg_data(d->avg) + (a - d->lo), cg_data(s->avg) + (a - s->lo),
+               (size_t)(b - a) * sizeof(float));
+        cg_tensor_modified(d->avg);
+    }
+    dst->decay = src->decay;
+    dst->updates = src->updates;
+    return true;
+}
+
 /* ---------------------------------------------------- checkpoint state */
 
 static bool key(char *buf, size_t cap, const char *prefix, const char *name)
@@ -278,6 +411,11 @@ bool cg_ema_save(const cg_ema *e, cg_st_writer *w, const char *prefix)
     if (e->swapped) {
         cg_set_error("ema_save: the parameters hold the average (cg_ema_swap): the trained "
                      "weights would be in no file; swap back first");
+        return false;
+    }
+    if (e->sharded) {
+        cg_set_error("ema_save: a sharded average holds a run of each parameter: gather the "
+                     "shards into a whole one first (cg_ema_copy)");
         return false;
     }
     if (!prefix)
@@ -314,7 +452,9 @@ static bool load_meta(const cg_st_file *f, const char *prefix, double *decay, in
     return true;
 }
 
-/* The file's average of slot s: its shape, finite. */
+/* The file's average of slot s, its run [lo, hi) alone when sharded
+ * (read from the file alone): a float tensor of the parameter's shape,
+ * finite. */
 static cg_tensor *load_average(const cg_st_file *f, const char *prefix, const ema_slot *s)
 {
     char k[1024];
@@ -324,19 +464,31 @@ static cg_tensor *load_average(const cg_st_file *f, const char *prefix, const em
         cg_set_error("no tensor '%s' (the average of parameter '%s')", k, s->name);
         return NULL;
     }
-    cg_tensor *t = cg_st_get_f32(f, k);
-    if (!t)
+    cg_st_dtype dt;
+    int nd;
+    int64_t shape[CG_MAX_DIMS];
+    if (!cg_st_info(f, k, &dt, &nd, shape))
         return NULL;
-    bool ok = cg_same_shape(t, s->avg);
-    if (!ok) {
-        char a[96], b[96];
-        cg_set_error("'%s' is %s, its parameter %s", k, cg_shape_str(t, a, sizeof a),
-                     cg_shape_str(s->avg, b, sizeof b));
+    if (dt != CG_ST_F32 && dt != CG_ST_BF16 && dt != CG_ST_F16) {
+        cg_set_error("'%s' is %s, not a float tensor", k, cg_st_dtype_name(dt));
+        return NULL;
     }
-    const float *v = cg_data(t);
+    bool same = nd == s->p->ndim;
+    for (int d = 0; same && d < nd; d++)
+        same = shape[d] == s->p->shape[d];
+    if (!same) {
+        char a[96], b[96];
+        cg_set_error("'%s' is %s, its parameter %s", k, cg_shape_str_n(nd, shape, a, sizeof a),
+                     cg_shape_str(s->p, b, sizeof b));
+        return NULL;
+    }
+    cg_tensor *t = s->lo == 0 && s->hi == cg_numel(s->p) ? cg_zeros_like(s->p)
+                                                         : cg_zeros(CG_SHAPE(s->hi - s->lo));
+    bool ok = t && cg_st_load_range(f, k, s->lo, t);
+    const float *v = ok ? cg_data(t) : NULL;
     for (int64_t i = 0; ok && i < cg_numel(t); i++)
         if (!isfinite(v[i])) {
-            cg_set_error("'%s' holds %g at element %lld", k, (double)v[i], (long long)i);
+            cg_set_error("'%s' holds %g at element %lld", k, (double)v[i], (long long)(s->lo + i));
             ok = false;
         }
     if (!ok) {

@@ -40,6 +40,7 @@
 
 #include "../nn/module.h"
 #include "../nn/safetensors.h"
+#include "optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +53,41 @@ typedef struct cg_ema cg_ema;
  * bad decay. */
 cg_ema *cg_ema_new(const cg_module *m, double decay);
 void cg_ema_free(cg_ema *e); /* NULL is a no-op */
+
+/* ZeRO-1's average (DeepSpeed and fairseq keep it whole on every rank;
+ * here it is sharded as the optimizer state is): each rank averages only
+ * the run of each parameter that its sharded optimizer `like` updates
+ * (optim.h cg_optim_new_sharded over m's trainable parameters; a parameter
+ * it does not step is refused), so that N ranks each hold 1/N of the
+ * average. Updates are element by element, so the runs hold exactly what
+ * an unsharded average holds. A swap exchanges this rank's runs and then
+ * calls whole(ctx), which must make every parameter whole again from the
+ * ranks' runs (ZeRO's all-gather of the parameters: collective, so every
+ * rank swaps together); NULL is allowed only when like is not sharded.
+ * cg_ema_save refuses a sharded average: gather the shards into a whole
+ * one (cg_ema_copy, the runs of each); cg_ema_load reads each run alone
+ * from the file of a whole one, so a checkpoint resumes with any
+ * sharding. cg_ema_average(e, i) is the run, 1-D [hi - lo], unless
+ * swapped. */
+cg_ema *cg_ema_new_sharded(const cg_module *m, double decay, const cg_optim *like,
+                           bool (*whole)(void *ctx), void *ctx);
+/* True if some parameter's average is not whole. */
+bool cg_ema_is_sharded(const cg_ema *e);
+/* The run [lo, hi) of parameter i's flat elements averaged ([0, numel)
+ * when unsharded); false + error on a bad index. */
+bool cg_ema_shard_range(const cg_ema *e, int i, int64_t *lo, int64_t *hi);
+/* Bytes of averages held. */
+int64_t cg_ema_bytes(const cg_ema *e);
+/* Copy into dst the decay, the update count and every averaged element
+ * that both hold (the intersection of their runs, parameter by
+ * parameter): gathering shards into a whole dst, or splitting a whole src.
+ * Both over the same parameter names and shapes in the same order, neither
+ * swapped (false + error otherwise, dst unchanged). */
+bool cg_ema_copy(cg_ema *dst, const cg_ema *src);
+/* The average of parameter i, borrowed and writable (cg_tensor_modified
+ * after writing through cg_data): of a sharded one its run, 1-D. NULL +
+ * error on a bad index or while swapped. */
+cg_tensor *cg_ema_state(const cg_ema *e, int i);
 
 /* One update from the parameters' current values (after an optimizer
  * step); the averages' readers see the write (cg_tensor_modified). False +

@@ -12,6 +12,9 @@
 #   3. one process with --zero 1 is the plain run, bit for bit; --zero 2 is
 #      refused (exit 2)
 #   4. in bf16, 4 ranks with --zero 1 equal 4 ranks without it, bit for bit
+#   8. --ema-decay: the weights' average sharded as the optimizer state
+#      (rank 0 holds about half of it on 2 ranks), the same average as one
+#      process, saved whole: resumed by 4 ranks and by one process
 #   5. --keep-best --patience over 2 ranks (--zero 1): the ranks stop
 #      together, at the step and with the best step of one process
 #   6. with dropout and shares of unequal size, a run resumed on as many
@@ -147,5 +150,27 @@ if "$tool" same a1_0.st a2_0.st && ! "$tool" same a1_0.1.st a2_0.1.st 2>/dev/nul
 else
   fail "one character: 2 ranks vs 1 process: $("$tool" same a1_0.st a2_0.st 2>&1) / with dropout $("$tool" same a1_0.1.st a2_0.1.st 2>&1 || true)"
 fi
+
+# 8. the weights' average under ZeRO-1: each rank averages its shard, the
+# evaluations swap it in on every rank, a save gathers it whole
+ema=(--data c.txt --d 64 --H 2 --layers 2 --d-ff 256 --T 16 --batch-size 8 --threads 1
+     --eval-every 10 --seed 3 --steps 20 --precision fp32 --ema-decay 0.9)
+run er "$charlm" train "${ema[@]}" --out er.st
+run ez mpi 2 train "${ema[@]}" --zero 1 --out ez.st
+held=$(sed -nE "s/.*ZeRO-1 over 2 rank\(s\).*the weights' average ([0-9.]+) MB \(([0-9.]+) MB\).*/\1 \2/p" ez.log)
+if [ -n "$held" ] && awk -v h="$held" 'BEGIN { split(h, v, " "); exit !(v[1] > 0.4 * v[2] && v[1] < 0.6 * v[2]) }'; then
+  echo "ok: --ema-decay --zero 1 on 2 ranks: rank 0 averages $held MB (of the whole)"
+else
+  fail "--ema-decay --zero 1: the ZeRO line: $(grep -m1 ZeRO ez.log)"
+fi
+close ez.st er.st "--ema-decay, 2 ranks --zero 1 vs 1 process (averages included)"
+[ "$(grep '(EMA)' ez.log)" = "$(grep '(EMA)' er.log)" ] && grep -q 'step 10: .*(EMA)' ez.log ||
+  fail "--ema-decay --zero 1: the evaluations of the average: $(grep '(EMA)' ez.log)"
+run eh mpi 2 train "${ema[@]}" --zero 1 --stop-at 10 --out eh.st
+cp eh.st eh1.st
+run eh4 mpi 4 train --resume eh.st --zero 1 --threads 1
+close eh.st er.st "--ema-decay: saved by 2 ranks --zero 1 at 10, resumed by 4 ranks --zero 1 to 20"
+run eh1 "$charlm" train --resume eh1.st --threads 1
+close eh1.st er.st "--ema-decay: saved by 2 ranks --zero 1 at 10, resumed by 1 process to 20"
 
 finish

@@ -307,6 +307,197 @@ START_TEST(test_ema_review)
 }
 END_TEST
 
+/* ---------------------------------------------- sharded (ZeRO-1) averages */
+/* Two ranks in one process: nets n[0] and n[1] hold the same parameters;
+ * rank k's optimizer and average own the runs own[k] of a.weight (32),
+ * a.bias (8) and b.weight (24; rank 0 none of it). whole() is ZeRO's
+ * all-gather: a rank's net takes the other rank's runs from `from`, a net
+ * holding what that rank holds (the whole average swapped in, or the
+ * trained weights). */
+static const cg_optim_range own0[3] = {{0, 16}, {0, 4}, {0, 0}};
+static const cg_optim_range own1[3] = {{16, 32}, {4, 8}, {0, 24}};
+
+typedef struct {
+    net *mine;
+    const net *from;
+    const cg_optim_range *theirs;
+    int calls;
+} shard_ctx;
+
+static cg_tensor *param_of(const net *n, int i)
+{
+    return i == 0 ? n->a->weight : i == 1 ? n->a->bias : n->b->weight;
+}
+
+static bool all_gather(void *ctx)
+{
+    shard_ctx *c = ctx;
+    c->calls++;
+    for (int i = 0; i < 3; i++) {
+        const cg_optim_range *r = &c->theirs[i];
+        memcpy(cg_data(param_of(c->mine, i)) + r->lo, cg_data(param_of(c->from, i)) + r->lo,
+               (size_t)(r->hi - r->lo) * 4);
+        cg_tensor_modified(param_of(c->mine, i));
+    }
+    return true;
+}
+
+static cg_optim *shard_optim(const net *n, const cg_optim_range *own)
+{
+    cg_optim_config cfg = cg_sgd_default(0.1);
+    cg_optim_param ps[3] = {
+        {"a.weight", n->a->weight, 0}, {"a.bias", n->a->bias, 0}, {"b.weight", n->b->weight, 0}};
+    cg_optim *o = cg_optim_new_sharded(&cfg, 3, ps, own);
+    ck_assert_msg(o, "%s", cg_last_error());
+    return o;
+}
+
+/* Step s's parameters, the same in every net. */
+static void set_params(const net *n, int s)
+{
+    for (int i = 0; i < 3; i++) {
+        cg_tensor *p = param_of(n, i);
+        for (int64_t k = 0; k < cg_numel(p); k++)
+            cg_data(p)[k] = sinf(0.7f * (float)s + 0.3f * (float)k + (float)i);
+        cg_tensor_modified(p);
+    }
+}
+
+/* Each rank's runs hold exactly what a whole average holds at every
+ * update (both of torch.lerp's branches); gathered, the whole average;
+ * swapped and made whole, both nets hold it, and the trained weights
+ * again after the swap back. */
+START_TEST(test_ema_sharded)
+{
+    net n[2] = {net_new(6), net_new(6)}, ref = net_new(6);
+    shard_ctx ctx[2] = {{&n[0], &ref, own1, 0}, {&n[1], &ref, own0, 0}};
+    cg_optim *o[2] = {shard_optim(&n[0], own0), shard_optim(&n[1], own1)};
+    cg_ema *e[2], *whole = cg_ema_new(ref.root, 0.8);
+    for (int k = 0; k < 2; k++) {
+        e[k] = cg_ema_new_sharded(n[k].root, 0.8, o[k], all_gather, &ctx[k]);
+        ck_assert_msg(e[k] && cg_ema_is_sharded(e[k]), "%s", cg_last_error());
+    }
+    ck_assert(!cg_ema_is_sharded(whole));
+    ck_assert(cg_ema_bytes(e[0]) == 20 * 4 && cg_ema_bytes(e[1]) == 44 * 4 &&
+              cg_ema_bytes(whole) == 64 * 4);
+    for (int s = 1; s <= 4; s++) {
+        if (s == 3) /* the other branch */
+            for (int k = 0; k < 2; k++)
+                ck_assert(cg_ema_set_decay(e[k], 0.3) && cg_ema_set_decay(whole, 0.3));
+        for (int k = 0; k < 2; k++)
+            set_params(&n[k], s);
+        set_params(&ref, s);
+        ck_assert(cg_ema_update(e[0]) && cg_ema_update(e[1]) && cg_ema_update(whole));
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++) {
+            const cg_optim_range *r = k ? &own1[i] : &own0[i];
+            int64_t lo, hi;
+            ck_assert(cg_ema_shard_range(e[k], i, &lo, &hi) && lo == r->lo && hi == r->hi);
+            ck_assert(cg_numel(cg_ema_average(e[k], i)) == hi - lo);
+            ck_assert(memcmp(cg_data(cg_ema_average(e[k], i)),
+                             cg_data(cg_ema_average(whole, i)) + lo, (size_t)(hi - lo) * 4) == 0);
+        }
+    /* gathered into a whole average (rank 0's at a save) */
+    cg_ema *g = cg_ema_new(ref.root, 0.1);
+    ck_assert(cg_ema_copy(g, e[0]) && cg_ema_copy(g, e[1]));
+    ck_assert(cg_ema_decay(g) == 0.3 && cg_ema_updates(g) == 4);
+    for (int i = 0; i < 3; i++)
+        ck_assert(memcmp(cg_data(cg_ema_average(g, i)), cg_data(cg_ema_average(whole, i)),
+                         (size_t)cg_numel(cg_ema_average(g, i)) * 4) == 0);
+    /* swapped: both nets hold the whole average (as ref does, swapped
+     * too); back: the trained weights, and no write seen in between */
+    ck_assert(cg_ema_swap(whole) && cg_ema_swap(e[0]) && cg_ema_swap(e[1]));
+    ck_assert(ctx[0].calls == 1 && ctx[1].calls == 1);
+    CG_ASSERT_FAILS(cg_ema_state(e[0], 0), "swap back first");
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++) {
+            ck_assert_ptr_eq(cg_ema_average(e[k], i), param_of(&n[k], i));
+            ck_assert(memcmp(cg_data(param_of(&n[k], i)), cg_data(param_of(&ref, i)),
+                             (size_t)cg_numel(param_of(&n[k], i)) * 4) == 0);
+        }
+    ck_assert(cg_ema_swap(whole));
+    ck_assert_msg(cg_ema_swap(e[0]) && cg_ema_swap(e[1]), "%s", cg_last_error());
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++)
+            ck_assert(memcmp(cg_data(param_of(&n[k], i)), cg_data(param_of(&ref, i)),
+                             (size_t)cg_numel(param_of(&ref, i)) * 4) == 0);
+    cg_ema_free(g);
+    cg_ema_free(whole);
+    for (int k = 0; k < 2; k++) {
+        cg_ema_free(e[k]);
+        cg_optim_free(o[k]);
+        cg_module_free(n[k].root);
+    }
+    cg_module_free(ref.root);
+}
+END_TEST
+
+/* A sharded average is saved whole only (gathered first); each rank loads
+ * its runs of a whole file and checks them; the refusals. */
+START_TEST(test_ema_sharded_files)
+{
+    net n = net_new(7), other = {cg_module_new("Other"), NULL, NULL};
+    cg_rng r = cg_rng_new(1);
+    other.a = cg_module_add_child(other.root, "a", cg_linear_new(4, 8, true, &r));
+    cg_optim *o = shard_optim(&n, own1), *sub = cg_sgd_from_module(other.root, 0.1);
+    shard_ctx ctx = {&n, &n, own0, 0};
+    cg_ema *e = cg_ema_new_sharded(n.root, 0.5, o, all_gather, &ctx);
+    cg_ema *whole = cg_ema_new(n.root, 0.9);
+    set_params(&n, 3);
+    ck_assert(cg_ema_update(whole) && cg_ema_update(whole));
+    cg_st_writer *w = cg_st_writer_new();
+    CG_ASSERT_FAILS(cg_ema_save(e, w, NULL), "ema_save: a sharded average");
+    cg_st_writer_free(w);
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    cg_test_mkdtemp(dir, sizeof dir, "ema_shard");
+    snprintf(path, sizeof path, "%s/whole.safetensors", dir);
+    save_ema(whole, path);
+    cg_st_file *sf = cg_st_open(path);
+    ck_assert_msg(cg_ema_load(e, sf, NULL), "%s", cg_last_error());
+    cg_st_close(sf);
+    ck_assert(cg_ema_decay(e) == 0.9 && cg_ema_updates(e) == 2);
+    for (int i = 0; i < 3; i++)
+        ck_assert(memcmp(cg_data(cg_ema_average(e, i)),
+                         cg_data(cg_ema_average(whole, i)) + own1[i].lo,
+                         (size_t)(own1[i].hi - own1[i].lo) * 4) == 0);
+    /* a NaN in its run, at element 20 of a.weight: named by its index */
+    cg_tensor *bad = cg_k_clone(cg_ema_average(whole, 0));
+    cg_data(bad)[20] = NAN;
+    w = cg_st_writer_new();
+    ck_assert(cg_st_add(w, "ema.a.weight", bad) &&
+              cg_st_add(w, "ema.a.bias", cg_ema_average(whole, 1)) &&
+              cg_st_add(w, "ema.b.weight", cg_ema_average(whole, 2)) &&
+              cg_st_set_metadata(w, "ema.decay", "0.9") &&
+              cg_st_set_metadata(w, "ema.updates", "2") && cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    cg_release(bad);
+    sf = cg_st_open(path);
+    CG_ASSERT_FAILS(cg_ema_load(e, sf, NULL), "'ema.a.weight' holds nan at element 20");
+    cg_st_close(sf);
+    /* construction and copies refused */
+    CG_ASSERT_FAILS(cg_ema_new_sharded(n.root, 0.5, NULL, all_gather, NULL), "optimizer is NULL");
+    CG_ASSERT_FAILS(cg_ema_new_sharded(n.root, 0.5, o, NULL, NULL), "needs whole()");
+    CG_ASSERT_FAILS(cg_ema_new_sharded(n.root, 0.5, sub, all_gather, NULL),
+                    "parameter 'a.weight' is not one the optimizer steps");
+    cg_ema *one = cg_ema_new_sharded(other.root, 0.5, sub, NULL, NULL); /* whole: no whole() */
+    ck_assert_msg(one && !cg_ema_is_sharded(one), "%s", cg_last_error());
+    CG_ASSERT_FAILS(cg_ema_copy(whole, one) ? (void *)1 : NULL,
+                    "an average of 2 parameters into one of 3");
+    ck_assert(cg_ema_swap(whole));
+    CG_ASSERT_FAILS(cg_ema_copy(whole, e) ? (void *)1 : NULL,
+                    "the parameters of dst hold the average");
+    ck_assert(cg_ema_swap(whole));
+    cg_ema_free(one);
+    cg_ema_free(e);
+    cg_ema_free(whole);
+    cg_optim_free(o);
+    cg_optim_free(sub);
+    cg_module_free(n.root);
+    cg_module_free(other.root);
+}
+END_TEST
+
 static Suite *ema_suite(void)
 {
     Suite *s = suite_create("ema");
@@ -317,6 +508,8 @@ static Suite *ema_suite(void)
     tcase_add_test(tc, test_ema_save_load);
     tcase_add_test(tc, test_ema_threads);
     tcase_add_test(tc, test_ema_review);
+    tcase_add_test(tc, test_ema_sharded);
+    tcase_add_test(tc, test_ema_sharded_files);
     suite_add_tcase(s, tc);
     return s;
 }

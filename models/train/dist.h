@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 #include "nn/module.h"
+#include "optim/ema.h"
 #include "optim/optim.h"
 
 #ifdef __cplusplus
@@ -186,6 +187,10 @@ bool cg_dist_grads_finite(const cg_optim *shard);
  * it with its shard; full is used on rank 0 only (NULL elsewhere; NULL on
  * rank 0 too fails on every rank). */
 bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full);
+/* The same for the weights' average (optim/ema.h cg_ema_new_sharded):
+ * every rank's runs into rank 0's whole average (decay and update count
+ * too); full is used on rank 0 only. */
+bool cg_dist_gather_ema(const cg_ema *shard, cg_ema *full);
 
 /* Every rank but 0 waits here until rank 0 calls it too (a broadcast):
  * for rank 0's work alone, such as writing a checkpoint, that may take

@@ -434,66 +434,75 @@ bool cg_dist_reducer_gather_params(cg_dist_reducer *r)
     return ok;
 }
 
-/* Every rank's owned runs of each state buffer into rank 0's full one. */
-bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
+/* A gather of shards into rank 0's whole copy: n parameters, each with up
+ * to `bufs` float buffers of this rank's run [lo, hi) (ZeRO's: the
+ * optimizer's moments, the weights' average). */
+typedef struct {
+    const char *fn, *what; /* "gather_optim", "the optimizer state" */
+    const void *shard;
+    void *full; /* rank 0's; NULL elsewhere */
+    int n, bufs;
+    bool (*range)(const void *shard, int i, int64_t *lo, int64_t *hi);
+    cg_tensor *(*buf)(const void *x, int i, int k); /* NULL: none (the same on every rank) */
+    bool (*copy)(void *full, const void *shard);    /* rank 0's own runs and the scalars */
+} shard_gather;
+
+static bool gather_shards(const shard_gather *g)
 {
-    if (!shard) {
-        cg_set_error("dist: gather_optim: the shard is NULL");
+    if (!g->shard) {
+        cg_set_error("dist: %s: the shard is NULL", g->fn);
         return false;
     }
     if (cg_dist_size() == 1)
-        return cg_optim_copy_state(full, shard);
-    if (!cg_dist_check_inited("gather_optim"))
+        return g->copy(g->full, g->shard);
+    if (!cg_dist_check_inited(g->fn))
         return false;
-    /* rank 0 without a full optimizer (out of memory) still takes part in
-     * the first gather, so that every rank learns of the failure */
-    int n = cg_optim_count(shard);
+    /* rank 0 without a whole copy (out of memory) still takes part in the
+     * first gather, so that every rank learns of the failure */
+    const int n = g->n, me = cg_dist_rank(), size = cg_dist_size();
     int64_t *mine = malloc((size_t)(2 * n + 1) * sizeof *mine);
-    int64_t *all = cg_dist_rank() == 0
-                       ? malloc((size_t)(2 * n + 1) * (size_t)cg_dist_size() * sizeof *all)
-                       : NULL;
-    int *counts = calloc((size_t)cg_dist_size(), sizeof *counts); /* zeros until set */
-    int *displs = calloc((size_t)cg_dist_size(), sizeof *displs);
-    bool ok = mine && counts && displs && (cg_dist_rank() != 0 || all);
+    int64_t *all = me == 0 ? malloc((size_t)(2 * n + 1) * (size_t)size * sizeof *all) : NULL;
+    int *counts = calloc((size_t)size, sizeof *counts); /* zeros until set */
+    int *displs = calloc((size_t)size, sizeof *displs);
+    bool ok = mine && counts && displs && (me != 0 || all);
     for (int i = 0; ok && i < n; i++)
-        ok = cg_optim_shard_range(shard, i, &mine[2 * i], &mine[2 * i + 1]);
+        ok = g->range(g->shard, i, &mine[2 * i], &mine[2 * i + 1]);
     if (mine)
         mine[2 * n] = ok ? 1 : 0;
     /* every rank's ranges (and whether it is fine) on rank 0 */
     bool sent =
         mine && COLLECTIVE("MPI_Gather", MPI_Gather(mine, 2 * n + 1, MPI_INT64_T, all, 2 * n + 1,
                                                     MPI_INT64_T, 0, MPI_COMM_WORLD));
-    if (cg_dist_rank() == 0 && sent) {
-        if (ok && !full) {
-            cg_set_error("dist: gather_optim: rank 0 has no optimizer to gather into");
+    if (me == 0 && sent) {
+        if (ok && !g->full) {
+            cg_set_error("dist: %s: rank 0 has nothing to gather into", g->fn);
             ok = false;
         }
-        ok = ok && cg_optim_copy_state(full, shard);
-        for (int q = 1; ok && q < cg_dist_size(); q++)
+        ok = ok && g->copy(g->full, g->shard);
+        for (int q = 1; ok && q < size; q++)
             if (all[q * (2 * n + 1) + 2 * n] != 1) {
-                cg_set_error("dist: gather_optim: rank %d could not read its shard", q);
+                cg_set_error("dist: %s: rank %d could not read its shard", g->fn, q);
                 ok = false;
             }
     }
     /* rank 0's verdict: every rank goes on with the gathers, or none */
-    double v = cg_dist_rank() == 0 && sent && ok ? 1 : 0;
+    double v = me == 0 && sent && ok ? 1 : 0;
     bool go = sent && cg_dist_broadcast_bytes(&v, sizeof v) && v == 1;
-    if (sent && v != 1 && cg_dist_rank() != 0 && ok)
-        cg_set_error("dist: gather_optim: rank 0 could not gather the optimizer state");
-    static const char *const what[3] = {"exp_avg", "exp_avg_sq", "momentum_buffer"};
+    if (sent && v != 1 && me != 0 && ok)
+        cg_set_error("dist: %s: rank 0 could not gather %s", g->fn, g->what);
     for (int i = 0; go && i < n; i++) {
-        for (int k = 0; k < 3; k++) {
-            cg_tensor *src = cg_optim_state(shard, i, what[k]);
+        for (int k = 0; k < g->bufs; k++) {
+            cg_tensor *src = g->buf(g->shard, i, k);
             if (!src) {
-                cg_clear_error(); /* this type has no such buffer (the same on every rank) */
+                cg_clear_error(); /* no such buffer (the same on every rank) */
                 continue;
             }
             float *dst = NULL;
-            if (cg_dist_rank() == 0) {
-                cg_tensor *d = cg_optim_state(full, i, what[k]);
+            if (me == 0) {
+                cg_tensor *d = g->buf(g->full, i, k);
                 ok = d != NULL;
                 dst = ok ? cg_data(d) : NULL;
-                for (int q = 0; ok && q < cg_dist_size(); q++) {
+                for (int q = 0; ok && q < size; q++) {
                     int64_t lo = all[q * (2 * n + 1) + 2 * i],
                             hi = all[q * (2 * n + 1) + 2 * i + 1];
                     displs[q] = (int)lo;
@@ -513,6 +522,42 @@ bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
     free(counts);
     free(displs);
     return go && ok;
+}
+
+static bool optim_range(const void *o, int i, int64_t *lo, int64_t *hi)
+{
+    return cg_optim_shard_range(o, i, lo, hi);
+}
+static cg_tensor *optim_buf(const void *o, int i, int k)
+{
+    static const char *const what[3] = {"exp_avg", "exp_avg_sq", "momentum_buffer"};
+    return cg_optim_state(o, i, what[k]);
+}
+static bool optim_copy(void *full, const void *shard) { return cg_optim_copy_state(full, shard); }
+
+bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
+{
+    return gather_shards(&(shard_gather){"gather_optim", "the optimizer state", shard, full,
+                                         shard ? cg_optim_count(shard) : 0, 3, optim_range,
+                                         optim_buf, optim_copy});
+}
+
+static bool ema_range(const void *e, int i, int64_t *lo, int64_t *hi)
+{
+    return cg_ema_shard_range(e, i, lo, hi);
+}
+static cg_tensor *ema_buf(const void *e, int i, int k)
+{
+    (void)k;
+    return cg_ema_state(e, i);
+}
+static bool ema_copy(void *full, const void *shard) { return cg_ema_copy(full, shard); }
+
+bool cg_dist_gather_ema(const cg_ema *shard, cg_ema *full)
+{
+    return gather_shards(&(shard_gather){"gather_ema", "the weights' average", shard, full,
+                                         shard ? cg_ema_count(shard) : 0, 1, ema_range, ema_buf,
+                                         ema_copy});
 }
 
 double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r) { return r ? r->exposed : 0; }

@@ -138,6 +138,7 @@ bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
 {
     return cg_optim_copy_state(full, shard);
 }
+bool cg_dist_gather_ema(const cg_ema *shard, cg_ema *full) { return cg_ema_copy(full, shard); }
 bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
 {
     (void)weight;

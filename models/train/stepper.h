@@ -7,6 +7,7 @@
 
 #include "models/train/dist.h"
 #include "nn/module.h"
+#include "optim/ema.h"
 #include "optim/optim.h"
 
 #ifdef __cplusplus
@@ -59,6 +60,16 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, i
  * unsharded optimizer on rank 0 (*owned, the caller frees it; NULL on the
  * other ranks). NULL + error if the gathering fails. */
 const cg_optim *cg_stepper_full_optim(cg_stepper *s, cg_optim **owned);
+/* The weights' average of --ema-decay over the trainable parameters:
+ * under ZeRO sharded as the optimizer (optim/ema.h cg_ema_new_sharded; a
+ * swap all-gathers the parameters, so every rank swaps together), else
+ * whole. NULL + error. */
+cg_ema *cg_stepper_ema_new(cg_stepper *s, double decay);
+/* For a checkpoint (every rank calls it), as cg_stepper_full_optim: e
+ * itself when whole; sharded, the runs gathered into a new whole average on
+ * rank 0 (*owned; NULL on the other ranks). NULL + error if the gathering
+ * fails. */
+const cg_ema *cg_stepper_full_ema(cg_stepper *s, const cg_ema *e, cg_ema **owned);
 void cg_stepper_free(cg_stepper *s);
 /* Take the optimizer step numbered step (1-based; its learning rate is
  * m->lr(step)). *loss: the step's mean loss over every rank; *tokens: the

@@ -165,32 +165,33 @@ static bool gather_rank_counters(run_ctx *c)
     return true;
 }
 
-static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, cg_optim *gathered);
+static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, const cg_ema *ema);
 
 static bool save(run_ctx *c, int64_t step)
 {
     if (!gather_rank_counters(c))
         return false;
-    /* ZeRO: every rank sends its shard of the state to rank 0, which saves
-     * it whole (the layout of an unsharded run) */
+    /* ZeRO: every rank sends its shard of the state and of the average to
+     * rank 0, which saves them whole (the layout of an unsharded run) */
     cg_optim *gathered;
+    cg_ema *gathered_ema;
     const cg_optim *opt = cg_stepper_full_optim(&c->st, &gathered);
+    const cg_ema *ema = cg_stepper_full_ema(&c->st, c->ema, &gathered_ema);
     /* the other ranks wait for rank 0's files however long the disk takes:
      * their next collective would charge it to CG_DIST_TIMEOUT and end the
      * job as if rank 0 had died (a rank 0 that fails ends the job itself) */
-    if (!cg_dist_is_root())
-        return cg_dist_wait_for_root();
-    return save_root(c, step, opt, gathered) && cg_dist_wait_for_root();
+    bool ok = !cg_dist_is_root() || (opt && (ema || !c->ema) && save_root(c, step, opt, ema));
+    cg_optim_free(gathered);
+    cg_ema_free(gathered_ema);
+    return ok && cg_dist_wait_for_root();
 }
 
 /* Rank 0's part of a save: the checkpoint and the files beside it. */
-static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, cg_optim *gathered)
+static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, const cg_ema *ema)
 {
     int held = cg_out_lock_keep(c->t->out, &c->t->lock);
-    if (held == 0) {
-        cg_optim_free(gathered);
+    if (held == 0)
         return false;
-    }
     if (held == 2)
         cg_prog_warn("the lock '%s' was moved or removed during the run; taken again",
                      c->t->lock.path);
@@ -201,9 +202,8 @@ static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, cg_optim *g
     remove_dropped(c->t);
     bool keep = keep_at(c->t, step, c->cut_resumed);
     bool best = best_at(c->t, step);
-    char *tj = opt ? cg_train_state_json(c->t, m) : NULL;
-    bool ok = tj && save_files(c->t, m, opt, c->ema, step, keep, best, tj);
-    cg_optim_free(gathered);
+    char *tj = cg_train_state_json(c->t, m);
+    bool ok = tj && save_files(c->t, m, opt, ema, step, keep, best, tj);
     free(tj);
     if (ok) /* kept checkpoints of this run, now too old */
         remove_dropped(c->t);
@@ -371,6 +371,24 @@ static uint64_t first_reserve(const run_ctx *c)
     return r + (uint64_t)(saved + averaged) * 4 + (uint64_t)(state > 0 ? state : 0);
 }
 
+/* --zero 1: what rank 0 holds of the optimizer state and of the average. */
+static void zero_line(const run_ctx *c)
+{
+    int64_t n = 0;
+    for (int i = 0; i < c->st.n_train; i++)
+        n += cg_numel(c->st.op[i].tensor);
+    double whole = (double)n * (c->m->optim.type == CG_OPTIM_SGD ? 1 : 2) * sizeof(float);
+    char avg[96] = "";
+    if (c->ema)
+        snprintf(avg, sizeof avg, ", the weights' average %.2f MB (%.2f MB)",
+                 (double)cg_ema_bytes(c->ema) / 1e6, (double)n * sizeof(float) / 1e6);
+    fprintf(stderr,
+            "%s: ZeRO-1 over %d rank(s): optimizer state %.2f MB on rank 0 (%.2f MB "
+            "unsharded)%s%s\n",
+            cg_prog_name(), cg_dist_size(), (double)cg_optim_state_bytes(c->opt) / 1e6, whole / 1e6,
+            avg, cg_dist_size() == 1 ? "; one process: nothing to shard" : "");
+}
+
 static int setup(run_ctx *c)
 {
     cg_trainer *t = c->t;
@@ -380,17 +398,6 @@ static int setup(run_ctx *c)
     c->st.skip_nonfinite = t->o->skip_nonfinite;
     c->opt = c->st.opt;
     c->reserve = first_reserve(c) * copies(t->o); /* --keep-last, --keep-best: copies too */
-    if (t->o->zero && cg_dist_is_root()) {
-        int64_t n = 0;
-        for (int i = 0; i < c->st.n_train; i++)
-            n += cg_numel(c->st.op[i].tensor);
-        double whole = (double)n * (m->optim.type == CG_OPTIM_SGD ? 1 : 2) * sizeof(float);
-        fprintf(stderr,
-                "%s: ZeRO-1 over %d rank(s): optimizer state %.2f MB on rank 0 (%.2f MB "
-                "unsharded)%s\n",
-                cg_prog_name(), cg_dist_size(), (double)cg_optim_state_bytes(c->opt) / 1e6,
-                whole / 1e6, cg_dist_size() == 1 ? "; one process: nothing to shard" : "");
-    }
     if (t->ckpt && !cg_optim_load(c->opt, t->ckpt, "optim"))
         return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
     if (t->dropout_rng_set)
@@ -404,8 +411,10 @@ static int setup(run_ctx *c)
         return cg_prog_fail_lib("broadcasting the parameters");
     /* --ema-decay: the average starts as the weights (a fresh run), or is
      * the checkpoint's */
-    if (t->o->ema_decay > 0 && !(c->ema = cg_ema_new(m->module, t->o->ema_decay)))
+    if (t->o->ema_decay > 0 && !(c->ema = cg_stepper_ema_new(&c->st, t->o->ema_decay)))
         return cg_prog_fail_lib("--ema-decay");
+    if (t->o->zero && cg_dist_is_root())
+        zero_line(c);
     if (t->ckpt && !cg_ckpt_resume_average(c->ema, t->ckpt, t->o->resume, t->o->ema_decay))
         return cg_prog_fail_lib(NULL);
     if (c->ema)
