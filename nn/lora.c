@@ -500,7 +500,7 @@ bool cg_lora_save(const cg_module *root, const char *path)
         cg_error_null_input("cg_lora_save");
         return false;
     }
-    cg_st_writer *w = cg_st_writer_new();
+    cg_st_writer *w = cg_st_writer_new_deferred(); /* saved at once: read then */
     bool ok = w && cg_lora_write(root, w);
     if (!ok && w)
         cg_prefix_error("%s: ", path);

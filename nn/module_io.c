@@ -79,7 +79,7 @@ bool cg_module_save_as(const cg_module *m, const char *path, cg_dtype dt, int n_
                      (const void *)meta);
         return false;
     }
-    cg_st_writer *w = cg_st_writer_new();
+    cg_st_writer *w = cg_st_writer_new_deferred(); /* saved at once: read then */
     bool ok = w != NULL;
     for (int i = 0; ok && i < n_meta; i++)
         ok = cg_st_set_metadata(w, meta[2 * i], meta[2 * i + 1]);

@@ -191,10 +191,22 @@ typedef struct cg_st_writer cg_st_writer;
 
 /* A new empty writer owned by the caller (free with cg_st_writer_free). */
 cg_st_writer *cg_st_writer_new(void);
+/* A writer that reads its tensors when it saves (torch.save's and
+ * safetensors' save_file's way): cg_st_add* keep a reference to the tensor
+ * instead of copying its values, so a checkpoint's save holds no second
+ * copy of the model and its optimizer state (one tensor's, converted or
+ * made contiguous, at a time). The tensors may die before the save (the
+ * writer holds them) but must keep their values: one written after it was
+ * added (its version moved: core/tensor.h cg_version) makes
+ * cg_st_writer_save fail naming it, with nothing written. For a writer
+ * saved right after its tensors are added, as the library's own savers
+ * are. The raw adds (cg_st_add_f32_raw, cg_st_add_u8) copy in both. */
+cg_st_writer *cg_st_writer_new_deferred(void);
 void cg_st_writer_free(cg_st_writer *w); /* NULL is a no-op */
 
 /* Add a tensor. The values are copied now (row-major, whatever t's strides),
- * so the source may change or die afterwards. Names must be non-empty, valid
+ * so the source may change or die afterwards (a deferred writer: read at
+ * the save, above). Names must be non-empty, valid
  * UTF-8, not "__metadata__", and unique within the writer. False + error.
  *   cg_st_add: in t's own dtype (any of cg_st_dtype_cg's);
  *   cg_st_add_as: converted to dt first, between float dtypes only

@@ -38,6 +38,11 @@ typedef struct {
      * adding as much to the resident set (issue 35) */
     unsigned char *bytes;
     size_t nbytes;
+    /* a deferred writer's tensor instead (bytes NULL): a held reference,
+     * read at the save as dtype dt, and its version when added */
+    cg_tensor *src;
+    cg_dtype dt;
+    uint64_t version;
 } w_entry;
 
 struct cg_st_writer {
@@ -45,6 +50,7 @@ struct cg_st_writer {
     int n, cap;
     char **mkey, **mval;
     int nmeta, mcap;
+    bool deferred;
 };
 
 cg_st_writer *cg_st_writer_new(void)
@@ -55,6 +61,14 @@ cg_st_writer *cg_st_writer_new(void)
     return w;
 }
 
+cg_st_writer *cg_st_writer_new_deferred(void)
+{
+    cg_st_writer *w = cg_st_writer_new();
+    if (w)
+        w->deferred = true;
+    return w;
+}
+
 void cg_st_writer_free(cg_st_writer *w)
 {
     if (!w)
@@ -62,6 +76,7 @@ void cg_st_writer_free(cg_st_writer *w)
     for (int i = 0; i < w->n; i++) {
         free(w->e[i].name);
         cg_free(w->e[i].bytes);
+        cg_release_held(w->e[i].src);
     }
     for (int i = 0; i < w->nmeta; i++) {
         free(w->mkey[i]);
@@ -129,9 +144,11 @@ static int64_t check_new(cg_st_writer *w, const char *fn, const char *name, int 
     return empty ? 0 : numel;
 }
 
-/* Append an entry; takes ownership of bytes (freed on failure). */
+/* Append an entry; takes ownership of bytes (freed on failure); or, with
+ * bytes NULL and src given, keeps a reference to src (a deferred writer). */
 static bool push_entry(cg_st_writer *w, const char *name, cg_st_dtype dt, int ndim,
-                       const int64_t *shape, unsigned char *bytes, size_t nbytes)
+                       const int64_t *shape, unsigned char *bytes, size_t nbytes,
+                       const cg_tensor *src, cg_dtype src_dt)
 {
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 16;
@@ -152,6 +169,11 @@ static bool push_entry(cg_st_writer *w, const char *name, cg_st_dtype dt, int nd
         e->shape[i] = shape[i];
     e->bytes = bytes;
     e->nbytes = nbytes;
+    if (src) {
+        e->src = cg_retain_held((cg_tensor *)src);
+        e->dt = src_dt;
+        e->version = cg_version(src);
+    }
     w->n++;
     return true;
 oom:
@@ -177,7 +199,7 @@ bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_
         return false;
     }
     cg_st_copy_le(bytes, data, (size_t)numel, 4);
-    return push_entry(w, name, CG_ST_F32, ndim, shape, bytes, nb);
+    return push_entry(w, name, CG_ST_F32, ndim, shape, bytes, nb, NULL, CG_F32);
 }
 
 bool cg_st_add_as(cg_st_writer *w, const char *name, const cg_tensor *t, cg_dtype dt)
@@ -199,8 +221,10 @@ bool cg_st_add_as(cg_st_writer *w, const char *name, const cg_tensor *t, cg_dtyp
     int64_t numel = check_new(w, "cg_st_add", name, t->ndim, t->shape);
     if (numel < 0)
         return false;
-    cg_tensor *c = t->dtype == dt ? cg_k_contiguous(t) : cg_k_to(t, dt);
     size_t esize = cg_dtype_size(dt), nb = (size_t)numel * esize;
+    if (w->deferred) /* read at the save */
+        return push_entry(w, name, sdt, t->ndim, t->shape, NULL, nb, t, dt);
+    cg_tensor *c = t->dtype == dt ? cg_k_contiguous(t) : cg_k_to(t, dt);
     unsigned char *bytes = c ? cg_alloc(nb) : NULL;
     if (!bytes) {
         if (c)
@@ -210,7 +234,7 @@ bool cg_st_add_as(cg_st_writer *w, const char *name, const cg_tensor *t, cg_dtyp
     }
     cg_st_copy_le(bytes, cg_data_ptr(c), (size_t)numel, esize);
     cg_release(c);
-    return push_entry(w, name, sdt, t->ndim, t->shape, bytes, nb);
+    return push_entry(w, name, sdt, t->ndim, t->shape, bytes, nb, NULL, dt);
 }
 
 bool cg_st_add(cg_st_writer *w, const char *name, const cg_tensor *t)
@@ -239,7 +263,7 @@ bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data
     }
     if (numel > 0)
         memcpy(bytes, data, (size_t)numel);
-    return push_entry(w, name, CG_ST_U8, 1, &n, bytes, (size_t)numel);
+    return push_entry(w, name, CG_ST_U8, 1, &n, bytes, (size_t)numel, NULL, CG_F32);
 }
 
 bool cg_st_set_metadata(cg_st_writer *w, const char *key, const char *value)
@@ -548,6 +572,52 @@ int cg_st_create_temp(const char *path, char *tmp, size_t cap)
     return -1;
 }
 
+/* A deferred entry's bytes: its tensor as dtype dt, contiguous (a copy
+ * of this one tensor when it is not, or converts) and little-endian (in
+ * runs of 8192 elements on a big-endian host). 1 written, 0 a write
+ * failed (errno), -1 out of memory (error set). */
+static int write_src(FILE *fp, const w_entry *e)
+{
+    cg_tensor *c = e->src->dtype == e->dt ? cg_k_contiguous(e->src) : cg_k_to(e->src, e->dt);
+    if (!c)
+        return -1;
+    const unsigned char *p = cg_data_ptr(c);
+    size_t esize = cg_dtype_size(e->dt), n = e->nbytes / esize;
+    int r = 1;
+    if (cg_st_host_is_le() || esize == 1) {
+        r = write_all(fp, p, e->nbytes);
+    } else {
+        enum { RUN = 8192 };
+        unsigned char *buf = malloc(RUN * esize);
+        if (!buf) {
+            cg_set_error("out of memory");
+            r = -1;
+        }
+        for (size_t i = 0; r == 1 && i < n; i += RUN) {
+            size_t k = n - i < RUN ? n - i : RUN;
+            cg_st_copy_le(buf, p + i * esize, k, esize);
+            r = write_all(fp, buf, k * esize);
+        }
+        free(buf);
+    }
+    cg_release(c);
+    return r;
+}
+
+/* A deferred writer's tensors as they were added: none written since. */
+static bool sources_unchanged(const cg_st_writer *w, const char *path)
+{
+    for (int i = 0; i < w->n; i++)
+        if (w->e[i].src && cg_version(w->e[i].src) != w->e[i].version) {
+            cg_set_error("safetensors: %s: tensor '%s' was written after it was added (version "
+                         "%" PRIu64 ", added at %" PRIu64 "): a deferred writer reads its "
+                         "tensors when it saves; nothing written",
+                         path, w->e[i].name, cg_version(w->e[i].src), w->e[i].version);
+            return false;
+        }
+    return true;
+}
+
 /* The length, the header and the tensors' bytes into the new file tmp (with
  * the permissions of an existing path), flushed, fsync'd and closed.
  * *created: tmp exists. False + error. */
@@ -571,8 +641,18 @@ static bool write_temp(const cg_st_writer *w, const char *path, char *tmp, size_
     unsigned char lenbuf[8];
     write_le64(lenbuf, (uint64_t)h->len);
     bool wok = write_all(fp, lenbuf, 8) && write_all(fp, h->s, h->len);
-    for (int i = 0; wok && i < w->n; i++)
-        wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
+    int r = 1;
+    for (int i = 0; wok && r == 1 && i < w->n; i++)
+        if (w->e[i].src)
+            r = write_src(fp, &w->e[i]);
+        else
+            wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
+    if (r == -1) { /* a copy or conversion out of memory */
+        cg_prefix_error("safetensors: %s: writing tensor data: ", path);
+        fclose(fp);
+        return false;
+    }
+    wok = wok && r == 1;
     if (!wok || fflush(fp) != 0) {
         cg_set_error("safetensors: %s: write to %s failed: %s", path, tmp, strerror(errno));
         fclose(fp);
@@ -643,7 +723,7 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path)
         cg_set_error("safetensors: cg_st_writer_save: %s path", path ? "empty" : "NULL");
         return false;
     }
-    if (!target_replaceable(path))
+    if (!target_replaceable(path) || !sources_unchanged(w, path))
         return false;
     sbuf h = {0};
     if (!build_header(w, path, &h))

@@ -335,7 +335,7 @@ static void restore_grad(const cg_torch_names *l, const bool *g)
 
 bool cg_torch_save(const cg_module *m, const char *path)
 {
-    cg_st_writer *w = cg_st_writer_new();
+    cg_st_writer *w = cg_st_writer_new_deferred(); /* saved at once: read then */
     bool ok = w && cg_torch_write(m, w, NULL) && cg_st_set_metadata(w, "format", "pt") &&
               cg_st_writer_save(w, path);
     cg_st_writer_free(w);

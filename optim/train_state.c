@@ -222,7 +222,7 @@ bool cg_train_state_save(const cg_train_state *s, const char *path)
 {
     if (!s || !path)
         return cg_error_null_input("cg_train_state_save");
-    cg_st_writer *w = cg_st_writer_new();
+    cg_st_writer *w = cg_st_writer_new_deferred(); /* saved at once: read then */
     cJSON *root = cJSON_CreateObject();
     cJSON *items = root ? cJSON_AddObjectToObject(root, "items") : NULL;
     bool ok = w && items && cJSON_AddNumberToObject(root, "format", FORMAT);

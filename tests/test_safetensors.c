@@ -1609,6 +1609,72 @@ START_TEST(module_saved_as_f16_overflow)
 }
 END_TEST
 
+/* ---------------------------------------------------- deferred writer */
+
+/* The same tensors through a copying writer and a deferred one: float32,
+ * a transposed view, float32 saved as bfloat16, a bfloat16 widened, int64,
+ * raw bytes; the deferred writer's sources released before its save. */
+static cg_st_writer *add_mixed(cg_st_writer *w)
+{
+    cg_rng r = cg_rng_new(11);
+    cg_tensor *a = cg_randn(&r, CG_SHAPE(3, 5)), *b = cg_randn(&r, CG_SHAPE(4, 6));
+    cg_tensor *bt = cg_transpose(b, 0, 1), *h = cg_to(a, CG_BF16);
+    cg_tensor *ids = cg_test_ids(4, (const int64_t[]){7, -1, 0, 1LL << 40});
+    const unsigned char raw[3] = {1, 2, 3};
+    ck_assert_msg(cg_st_add(w, "a", a) && cg_st_add(w, "bt", bt) &&
+                      cg_st_add_as(w, "a16", a, CG_BF16) && cg_st_add_f32(w, "h32", h) &&
+                      cg_st_add(w, "ids", ids) && cg_st_add_u8(w, "raw", 3, raw) &&
+                      cg_st_set_metadata(w, "k", "v"),
+                  "%s", cg_last_error());
+    cg_release_all(4, a, b, bt, h);
+    return w;
+}
+
+START_TEST(deferred_writer_same_bytes)
+{
+    const char *pc = in_dir("copied.safetensors"), *pd = in_dir("deferred.safetensors");
+    cg_st_writer *c = add_mixed(cg_st_writer_new()), *d = add_mixed(cg_st_writer_new_deferred());
+    ck_assert(cg_st_writer_save(c, pc));
+    ck_assert_msg(cg_st_writer_save(d, pd), "%s", cg_last_error());
+    ck_assert_msg(cg_st_writer_save(d, pd), "%s", cg_last_error()); /* again: nothing changed */
+    size_t nc, nd;
+    unsigned char *bc = read_bytes(pc, &nc), *bd = read_bytes(pd, &nd);
+    ck_assert(nc == nd && memcmp(bc, bd, nc) == 0);
+    free(bc);
+    free(bd);
+    cg_st_writer_free(c);
+    cg_st_writer_free(d);
+}
+END_TEST
+
+/* A source written between its add and the save (directly, or through
+ * another view of its storage): the save is refused naming it, and the
+ * file already there is left as it was, with no temporary beside it. */
+START_TEST(deferred_writer_refuses_a_written_source)
+{
+    const char *path = in_dir("d.safetensors");
+    save_with(path, 1.0f);
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *t = cg_full(CG_SHAPE(2, 4), 5.0f), *row = cg_select(t, 0, 1);
+        cg_st_writer *w = cg_st_writer_new_deferred();
+        ck_assert(cg_st_add(w, "ok", row) && cg_st_add(w, "t", t));
+        if (k == 0)
+            ck_assert(cg_fill_(t, 2.0f));
+        else { /* through the view's data, announced */
+            cg_data(row)[0] = 9.0f;
+            cg_tensor_modified(row);
+        }
+        ck_assert(!cg_st_writer_save(w, path));
+        assert_error_has("tensor 'ok' was written after it was added");
+        assert_error_has("nothing written");
+        assert_file_holds(path, 1.0f);
+        ck_assert_int_eq(count_tmp_files(g_dir), 0);
+        cg_st_writer_free(w);
+        cg_release_all(2, t, row);
+    }
+}
+END_TEST
+
 static Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -1622,6 +1688,8 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, module_saved_as_f16_overflow);
     tcase_add_test(tc, writer_rejects_bad_input);
     tcase_add_test(tc, writer_header_over_reference_limit);
+    tcase_add_test(tc, deferred_writer_same_bytes);
+    tcase_add_test(tc, deferred_writer_refuses_a_written_source);
     tcase_add_test(tc, accepts_valid_edge_cases);
     suite_add_tcase(s, tc);
 

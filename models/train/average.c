@@ -208,7 +208,7 @@ static bool means_fit(const avg_run *r, const avg_param *p, const cg_tensor *t, 
 static cg_st_writer *write_mean(const avg_run *r, int n)
 {
     const cg_st_file *a = r->first;
-    cg_st_writer *w = cg_st_writer_new();
+    cg_st_writer *w = cg_st_writer_new_deferred(); /* the means, kept until the save */
     bool ok = w != NULL;
     for (int i = 0; ok && i < cg_st_metadata_count(a); i++) {
         const char *key = cg_st_metadata_key(a, i);

@@ -20,15 +20,12 @@ cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg
                              const cg_module *module, const cg_optim *optim, int64_t step,
                              const char *train_json)
 {
-    /* The writer copies the parameters and the optimizer state. The
-     * allocator's cache holds the training step's activations, idle until
-     * the next step: released first, the copies take their place instead of
-     * adding as much to the program's peak memory (issue 35); the next step
-     * maps them again (page faults, once per checkpoint).
-     * cg_ckpt_writer_save releases the copies' blocks in turn. */
-    if (module || optim)
-        cg_alloc_trim();
-    cg_st_writer *w = cg_st_writer_new();
+    /* The writer reads the parameters and the optimizer state when it
+     * saves, without copying them first: a save adds one tensor's
+     * conversion at most to the program's memory (it copied them all until
+     * 2026-12-05, into blocks the allocator's cache was trimmed for: issue
+     * 35) */
+    cg_st_writer *w = cg_st_writer_new_deferred();
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
     bool ok = w && config_json && cg_st_set_metadata(w, "model", kind) &&
@@ -52,11 +49,6 @@ bool cg_ckpt_writer_save(cg_st_writer *w, const char *path)
     if (!ok && !cg_has_error())
         cg_set_error("cannot save checkpoint '%s'", path);
     cg_st_writer_free(w);
-    /* the copies' blocks, cached by the allocator in sizes that only the
-     * next checkpoint asks for: released, so that what follows (evaluation,
-     * the next step) maps the sizes it needs within the allocator's budget
-     * rather than growing them out of these (issue 35) */
-    cg_alloc_trim();
     return ok;
 }
 

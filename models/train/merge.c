@@ -40,7 +40,7 @@ static cg_st_writer *merged_writer(const cg_st_file *af, const char *path, const
 {
     static const char *const from_adapter[] = {"model", "config", "step", "train", "init_from"};
     static const char *const from_base[] = {"vocab", "tokenizer"};
-    cg_st_writer *w = cg_st_writer_new();
+    cg_st_writer *w = cg_st_writer_new_deferred(); /* saved at once: read then */
     bool ok = w != NULL;
     for (size_t i = 0; ok && i < sizeof from_adapter / sizeof *from_adapter; i++) {
         const char *v = cg_st_metadata(af, from_adapter[i]);
