@@ -26,6 +26,7 @@ struct cg_ema {
     double decay;
     int64_t updates, total; /* total: elements averaged, over every parameter */
     bool swapped, sharded;
+    bool bare;                /* cg_ema_load_params': no averages of its own */
     bool (*whole)(void *ctx); /* a sharded average's: the parameters made whole */
     void *ctx;
 };
@@ -71,14 +72,15 @@ static bool add_slot(cg_ema *e, const char *name, cg_tensor *p, int64_t lo, int6
 {
     ema_slot *s = &e->s[e->n];
     s->name = strdup(name);
-    s->avg = s->name ? copy_run(p, lo, hi) : NULL;
-    if (!s->avg) {
+    s->avg = s->name && !e->bare ? copy_run(p, lo, hi) : NULL;
+    if (!s->name || (!e->bare && !s->avg)) {
         free(s->name);
         if (!cg_has_error())
             cg_set_error("ema_new: out of memory");
         return false;
     }
-    cg_hold(s->avg);
+    if (s->avg)
+        cg_hold(s->avg);
     s->p = cg_retain_held(p);
     s->lo = lo;
     s->hi = hi;
@@ -103,7 +105,8 @@ static bool like_range(const cg_optim *like, const char *name, const cg_tensor *
     return false;
 }
 
-static cg_ema *ema_build(const cg_module *m, double decay, const cg_optim *like, const char *fn)
+static cg_ema *ema_build(const cg_module *m, double decay, const cg_optim *like, bool bare,
+                         const char *fn)
 {
     if (!m) {
         cg_error_null_input(fn);
@@ -122,6 +125,8 @@ static cg_ema *ema_build(const cg_module *m, double decay, const cg_optim *like,
     bool ok = e && e->s;
     if (!ok)
         cg_set_error("ema_new: out of memory");
+    else
+        e->bare = bare;
     for (int i = 0; ok && i < l.n; i++) {
         cg_tensor *p = l.items[i].tensor;
         int64_t lo, hi;
@@ -144,7 +149,7 @@ static cg_ema *ema_build(const cg_module *m, double decay, const cg_optim *like,
 
 cg_ema *cg_ema_new(const cg_module *m, double decay)
 {
-    return ema_build(m, decay, NULL, "ema_new");
+    return ema_build(m, decay, NULL, false, "ema_new");
 }
 
 cg_ema *cg_ema_new_sharded(const cg_module *m, double decay, const cg_optim *like,
@@ -159,7 +164,7 @@ cg_ema *cg_ema_new_sharded(const cg_module *m, double decay, const cg_optim *lik
                      "whole after a swap");
         return NULL;
     }
-    cg_ema *e = ema_build(m, decay, like, "ema_new_sharded");
+    cg_ema *e = ema_build(m, decay, like, false, "ema_new_sharded");
     if (e) {
         e->whole = whole;
         e->ctx = ctx;
@@ -517,31 +522,26 @@ static bool no_stray(const cg_ema *e, const cg_st_file *f, const char *prefix)
     return true;
 }
 
-bool cg_ema_load(cg_ema *e, const cg_st_file *f, const char *prefix)
+/* The file's average into each slot of e, every entry checked first (one
+ * tensor at a time), nothing changed on failure: into the averages, or
+ * (bare) straight into the parameters. */
+static bool ema_read(cg_ema *e, const cg_st_file *f, const char *prefix)
 {
-    if (!e || !f) {
-        cg_set_error("ema_load: %s is NULL", !e ? "the average" : "the file");
-        return false;
-    }
-    if (!prefix)
-        prefix = "ema";
-    if (e->swapped) {
-        cg_set_error("ema_load: the parameters hold the average (cg_ema_swap): swap back first");
-        return false;
-    }
     double decay;
     int64_t updates;
-    cg_tensor **got = calloc((size_t)e->n, sizeof *got);
-    if (!got)
-        cg_set_error("out of memory");
-    bool ok = got && load_meta(f, prefix, &decay, &updates) && no_stray(e, f, prefix);
-    for (int i = 0; ok && i < e->n; i++)
-        ok = (got[i] = load_average(f, prefix, &e->s[i])) != NULL;
-    for (int i = 0; ok && i < e->n; i++) /* everything checked: now they change */
-        ok = cg_k_copy_(e->s[i].avg, got[i]);
-    for (int i = 0; got && i < e->n; i++)
-        cg_release(got[i]);
-    free(got);
+    bool ok = load_meta(f, prefix, &decay, &updates) && no_stray(e, f, prefix);
+    for (int i = 0; ok && i < e->n; i++) { /* pass 1: shapes and values */
+        cg_tensor *t = load_average(f, prefix, &e->s[i]);
+        ok = t != NULL;
+        cg_release(t);
+    }
+    char k[1024];
+    for (int i = 0; ok && i < e->n; i++) { /* pass 2: everything checked, now they change */
+        const ema_slot *s = &e->s[i];
+        cg_tensor *dst = e->bare ? s->p : s->avg;
+        ok = key(k, sizeof k, prefix, s->name) && cg_st_load_range(f, k, e->bare ? 0 : s->lo, dst);
+        cg_tensor_modified(dst);
+    }
     if (!ok) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", cg_last_error());
@@ -554,4 +554,32 @@ bool cg_ema_load(cg_ema *e, const cg_st_file *f, const char *prefix)
     e->decay = decay;
     e->updates = updates;
     return true;
+}
+
+bool cg_ema_load(cg_ema *e, const cg_st_file *f, const char *prefix)
+{
+    if (!e || !f) {
+        cg_set_error("ema_load: %s is NULL", !e ? "the average" : "the file");
+        return false;
+    }
+    if (e->swapped) {
+        cg_set_error("ema_load: the parameters hold the average (cg_ema_swap): swap back first");
+        return false;
+    }
+    return ema_read(e, f, prefix ? prefix : "ema");
+}
+
+bool cg_ema_load_params(const cg_module *m, const cg_st_file *f, const char *prefix,
+                        int64_t *updates)
+{
+    if (!m || !f) {
+        cg_error_null_input("ema_load_params");
+        return false;
+    }
+    cg_ema *e = ema_build(m, 0, NULL, true, "ema_load_params");
+    bool ok = e && ema_read(e, f, prefix ? prefix : "ema");
+    if (ok && updates)
+        *updates = e->updates;
+    cg_ema_free(e);
+    return ok;
 }

@@ -133,6 +133,14 @@ const cg_tensor *cg_ema_average(const cg_ema *e, int i);
  * and the count are written exactly (%.17g, a whole number). */
 bool cg_ema_save(const cg_ema *e, cg_st_writer *w, const char *prefix);
 bool cg_ema_load(cg_ema *e, const cg_st_file *f, const char *prefix);
+/* A file's average (cg_ema_save's) loaded straight into m's trainable
+ * parameters, as cg_ema_new + cg_ema_load + cg_ema_swap leave them but
+ * without a second copy of the weights: for evaluating or exporting the
+ * average. cg_ema_load's checks, each entry checked before any parameter
+ * changes (false + error, m unchanged). *updates (NULL: not wanted)
+ * receives the file's update count. */
+bool cg_ema_load_params(const cg_module *m, const cg_st_file *f, const char *prefix,
+                        int64_t *updates);
 
 #ifdef __cplusplus
 }

@@ -498,6 +498,53 @@ START_TEST(test_ema_sharded_files)
 }
 END_TEST
 
+/* A file's average straight into the parameters: what new + load + swap
+ * leave, the update count; a refusal (a NaN in the last average) changes
+ * no parameter. */
+START_TEST(test_ema_load_params)
+{
+    net n = net_new(8), twin = net_new(8);
+    cg_ema *e = cg_ema_new(n.root, 0.6);
+    set_params(&n, 2);
+    ck_assert(cg_ema_update(e) && cg_ema_update(e) && cg_ema_update(e));
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    cg_test_mkdtemp(dir, sizeof dir, "ema_params");
+    snprintf(path, sizeof path, "%s/avg.safetensors", dir);
+    save_ema(e, path);
+    cg_st_file *sf = cg_st_open(path);
+    int64_t updates = -1;
+    ck_assert_msg(cg_ema_load_params(twin.root, sf, NULL, &updates), "%s", cg_last_error());
+    cg_st_close(sf);
+    ck_assert(updates == 3);
+    ck_assert(cg_ema_swap(e)); /* n now holds the average */
+    for (int i = 0; i < 3; i++)
+        ck_assert(memcmp(cg_data(param_of(&twin, i)), cg_data(param_of(&n, i)),
+                         (size_t)cg_numel(param_of(&n, i)) * 4) == 0);
+    ck_assert(cg_ema_swap(e));
+    cg_st_writer *w = cg_st_writer_new();
+    cg_tensor *bad = cg_k_clone(cg_ema_average(e, 2));
+    cg_data(bad)[23] = NAN;
+    ck_assert(cg_st_add(w, "ema.a.weight", cg_ema_average(e, 0)) &&
+              cg_st_add(w, "ema.a.bias", cg_ema_average(e, 1)) &&
+              cg_st_add(w, "ema.b.weight", bad) && cg_st_set_metadata(w, "ema.decay", "0.6") &&
+              cg_st_set_metadata(w, "ema.updates", "3") && cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    cg_release(bad);
+    net fresh = net_new(9);
+    cg_tensor *before = cg_k_clone(fresh.a->weight);
+    sf = cg_st_open(path);
+    CG_ASSERT_FAILS(cg_ema_load_params(fresh.root, sf, NULL, NULL) ? (void *)1 : NULL,
+                    "'ema.b.weight' holds nan at element 23");
+    cg_st_close(sf);
+    ck_assert(memcmp(cg_data(fresh.a->weight), cg_data(before), 32 * 4) == 0);
+    cg_release(before);
+    cg_ema_free(e);
+    cg_module_free(n.root);
+    cg_module_free(twin.root);
+    cg_module_free(fresh.root);
+}
+END_TEST
+
 static Suite *ema_suite(void)
 {
     Suite *s = suite_create("ema");
@@ -510,6 +557,7 @@ static Suite *ema_suite(void)
     tcase_add_test(tc, test_ema_review);
     tcase_add_test(tc, test_ema_sharded);
     tcase_add_test(tc, test_ema_sharded_files);
+    tcase_add_test(tc, test_ema_load_params);
     suite_add_tcase(s, tc);
     return s;
 }

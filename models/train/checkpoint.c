@@ -299,9 +299,18 @@ bool cg_ckpt_use_average(cg_module *m, const cg_st_file *f, const char *path, bo
         return false;
     if (!keeps) /* a run without --ema-decay */
         return true;
-    cg_ema *e = cg_ema_new(m, 0);
-    bool ok = e && load_average(e, f) && cg_ema_swap(e);
-    cg_ema_free(e); /* the trained values it held after the swap */
+    /* straight into the parameters (no copy of the weights beside them),
+     * its update count checked first: a refusal leaves m as it was */
+    double updates;
+    int64_t steps = cg_ckpt_step(f);
+    bool ok = true;
+    if (cg_st_metadata_number(f, "ema.updates", &updates) && updates > (double)steps) {
+        cg_set_error("'ema.updates' = %.17g is more than its %lld steps (one update a step at "
+                     "most)",
+                     updates, (long long)steps);
+        ok = false;
+    }
+    ok = ok && cg_ema_load_params(m, f, "ema", NULL);
     if (!ok) {
         cg_prefix_error("checkpoint '%s': its weights' average: ", path);
         return false;
