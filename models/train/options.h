@@ -492,10 +492,11 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          0,                                                                                       \
          1,                                                                                       \
          "  --zero 0|1           1: ZeRO-1 under MPI: each of N ranks keeps 1/N of the\n"         \
-         "                       optimizer state (gradients reduce-scattered, parameters\n"       \
-         "                       all-gathered; the same results); checkpoints stay whole,\n"      \
-         "                       so a run resumes with any rank count, with or without it;\n"     \
-         "                       one process: no effect (default 0)\n",                           \
+         "                       optimizer state and of --ema-decay's average (gradients\n"       \
+         "                       reduce-scattered, parameters all-gathered; the same\n"           \
+         "                       results); checkpoints stay whole, so a run resumes with\n"       \
+         "                       any rank count, with or without it; one process: no\n"           \
+         "                       effect (default 0)\n",                                           \
          0},                                                                                      \
     {                                                                                             \
         NULL, 0, NULL, 0, 0,                                                                      \
