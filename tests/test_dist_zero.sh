@@ -71,12 +71,20 @@ run u2 mpi 2 train "${model[@]}" --batch-size 5 --out u2.st
 close u2.st u1.st "2 ranks, shares of 2 and 3 windows vs 1 process"
 
 # 2. resume with another rank count
-run h mpi 2 train "${model[@]}" --zero 1 --stop-at 10 --out h.st
-cp h.st h1.st
-run h4 mpi 4 train --resume h.st --zero 1 --threads 1
-close h.st ref.st "saved by 2 ranks --zero 1 at 10, resumed by 4 ranks --zero 1 to 20"
-run h1 "$charlm" train --resume h1.st --threads 1
-close h1.st ref.st "saved by 2 ranks --zero 1 at 10, resumed by 1 process to 20"
+# resumes NAME REF WHAT ARGS...: a run of ARGS saved at step 10 by 2 ranks
+# with --zero 1, resumed to 20 by 4 ranks with --zero 1 (NAME.st) and by one
+# process (NAME1.st): both close to REF
+resumes() {
+  local name=$1 ref=$2 what=$3
+  shift 3
+  run "$name" mpi 2 train "$@" --zero 1 --stop-at 10 --out "$name.st"
+  cp "$name.st" "${name}1.st"
+  run "${name}4" mpi 4 train --resume "$name.st" --zero 1 --threads 1
+  close "$name.st" "$ref" "${what}saved by 2 ranks --zero 1 at 10, resumed by 4 ranks --zero 1 to 20"
+  run "${name}1" "$charlm" train --resume "${name}1.st" --threads 1
+  close "${name}1.st" "$ref" "${what}saved by 2 ranks --zero 1 at 10, resumed by 1 process to 20"
+}
+resumes h ref.st "" "${model[@]}"
 
 # 3. one process, bad values
 run one "$charlm" train "${model[@]}" --zero 1 --out one.st
@@ -166,11 +174,6 @@ fi
 close ez.st er.st "--ema-decay, 2 ranks --zero 1 vs 1 process (averages included)"
 [ "$(grep '(EMA)' ez.log)" = "$(grep '(EMA)' er.log)" ] && grep -q 'step 10: .*(EMA)' ez.log ||
   fail "--ema-decay --zero 1: the evaluations of the average: $(grep '(EMA)' ez.log)"
-run eh mpi 2 train "${ema[@]}" --zero 1 --stop-at 10 --out eh.st
-cp eh.st eh1.st
-run eh4 mpi 4 train --resume eh.st --zero 1 --threads 1
-close eh.st er.st "--ema-decay: saved by 2 ranks --zero 1 at 10, resumed by 4 ranks --zero 1 to 20"
-run eh1 "$charlm" train --resume eh1.st --threads 1
-close eh1.st er.st "--ema-decay: saved by 2 ranks --zero 1 at 10, resumed by 1 process to 20"
+resumes eh er.st "--ema-decay: " "${ema[@]}"
 
 finish
