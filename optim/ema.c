@@ -17,6 +17,7 @@ typedef struct {
     cg_tensor *p;        /* the parameter, retained */
     cg_tensor *avg;      /* its average, owned: p's shape, or 1-D [hi - lo] when sharded */
     int64_t lo, hi;      /* the run of p's flat elements averaged (all of them unsharded) */
+    int64_t numel;       /* p's when the average was made */
     uint64_t swapped_at; /* p's version once the average was swapped in */
 } ema_slot;
 
@@ -84,6 +85,7 @@ static bool add_slot(cg_ema *e, const char *name, cg_tensor *p, int64_t lo, int6
     s->p = cg_retain_held(p);
     s->lo = lo;
     s->hi = hi;
+    s->numel = cg_numel(p);
     e->total += hi - lo;
     e->sharded |= lo != 0 || hi != cg_numel(p);
     e->n++;
@@ -226,7 +228,7 @@ static void ema_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
 static bool params_usable(const cg_ema *e, const char *fn)
 {
     for (int i = 0; i < e->n; i++)
-        if (!cg_is_contiguous(e->s[i].p) || e->s[i].hi > cg_numel(e->s[i].p)) {
+        if (!cg_is_contiguous(e->s[i].p) || cg_numel(e->s[i].p) != e->s[i].numel) {
             cg_set_error("%s: parameter '%s' is no longer a contiguous tensor of its first "
                          "shape",
                          fn, e->s[i].name);
