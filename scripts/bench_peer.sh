@@ -5,7 +5,9 @@
 # ratios, and under it each side's resident set before any model (a peak
 # RSS is its whole process's: PyTorch's includes python3 with torch
 # imported, about 230 MB). The presets are torch_peer.py's: charlm tiny,
-# base, gpt2; seq2seq tiny, base, paper (seq2seq real: scripts/bench_real.sh).
+# base, gpt2; seq2seq tiny, base, paper (seq2seq real: scripts/bench_real.sh);
+# and "charlm-llama tiny|base|gpt2": LLaMA's block at those shapes (bench
+# --arch llama against tools/llama_peer.py).
 # Needs /usr/bin/python3 with torch (apt-get install python3-torch) and
 # ../shared/bench/torch_peer.py (or CG_PEER=path). Run on an idle machine
 # from the repository root after building:
@@ -40,11 +42,12 @@ presets=("$@")
 for p in "${presets[@]}"; do
   case $p in
     "charlm tiny" | "charlm base" | "charlm gpt2" | "seq2seq tiny" | "seq2seq base" | "seq2seq paper") ;;
+    "charlm-llama tiny" | "charlm-llama base" | "charlm-llama gpt2") ;;
     "seq2seq real")
       echo "bench_peer: 'seq2seq real' is timed against PyTorch on the same batches by scripts/bench_real.sh ($usage)" >&2
       exit 2 ;;
     *)
-      echo "bench_peer: '$p' is not \"MODEL PRESET\" of both sides (charlm tiny, base or gpt2; seq2seq tiny, base or paper) ($usage)" >&2
+      echo "bench_peer: '$p' is not \"MODEL PRESET\" of both sides (charlm or charlm-llama tiny, base or gpt2; seq2seq tiny, base or paper) ($usage)" >&2
       exit 2 ;;
   esac
 done
@@ -70,13 +73,19 @@ for p in "${presets[@]}"; do
   # takes about 20 s here)
   case $preset in paper | gpt2) steps=5 warmup=2 runs=(torch-bf16 ours-bf16) ;; esac
   args=(--model "$model" --preset "$preset" --threads "$threads" --steps $steps --warmup $warmup)
+  ours=(--model "$model" --preset "$preset" --threads "$threads" --steps $steps --warmup $warmup)
+  theirs=("$peer" "${args[@]}")
+  if [ "$model" = charlm-llama ]; then # LLaMA's block: bench's --arch, its own peer
+    ours=(--model charlm --arch llama --preset "$preset" --threads "$threads" --steps $steps --warmup $warmup)
+    theirs=("$root/tools/llama_peer.py" --preset "$preset" --threads "$threads" --steps $steps --warmup $warmup)
+  fi
   for ((r = 0; r < rounds; r++)); do
     for run in "${runs[@]}"; do
       case $run in
-        torch-fp32) j=$(/usr/bin/python3 "$peer" "${args[@]}") ;;
-        torch-bf16) j=$(/usr/bin/python3 "$peer" "${args[@]}" --amp bf16) ;;
-        ours-fp32) j=$("$bench" "${args[@]}" --precision fp32) ;;
-        ours-bf16) j=$("$bench" "${args[@]}" --precision bf16) ;;
+        torch-fp32) j=$(/usr/bin/python3 "${theirs[@]}") ;;
+        torch-bf16) j=$(/usr/bin/python3 "${theirs[@]}" --amp bf16) ;;
+        ours-fp32) j=$("$bench" "${ours[@]}" --precision fp32) ;;
+        ours-bf16) j=$("$bench" "${ours[@]}" --precision bf16) ;;
       esac
       echo "$model $preset $run $(field tokens_per_s <<<"$j") $(field peak_rss_mb <<<"$j") $(field rss_mb_start <<<"$j")" >>"$log"
       echo "$model $preset $run: $j" >&2

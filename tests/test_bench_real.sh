@@ -11,6 +11,10 @@
 #     python3-torch and shared/reference are there (else that part is skipped);
 #   - the gpt2 and paper presets (at a small width) have their batch, layers
 #     and vocabulary;
+#   - --arch llama (charlm): LLaMA's block, its parameters and FLOPs (three
+#     feed-forward matrices of 2/3 the width, no biases, RMSNorm weights
+#     only); tools/llama_peer.py builds as many parameters (with
+#     python3-torch); --arch refused for another name or the translator;
 #   - the refusals: another model, --T with it, --dump-batches, --data or
 #     --vocab-size without it;
 #     --dump-batches refused before any work when it is --data, exists
@@ -132,6 +136,37 @@ PY
     fail "bench --model $1 --preset $2: $(tail -c 300 p.err)"
   fi
 done
+
+# LLaMA's block at charlm tiny (d 128, 4 layers, d_ff 512 -> 320)
+if "$bench" --model charlm --preset tiny --arch llama --steps 1 --warmup 0 --threads 2 >l.out 2>l.err; then
+  python3 - "$(tail -1 l.out)" <<'PY' || fail "bench --arch llama: $(tail -1 l.out)"
+import json, sys
+r = json.loads(sys.argv[1])
+V, d, L, ff, T, B = 65, 128, 4, 320, 64, 12
+mm = L * (4 * d * d + 3 * d * ff)                # q, k, v, o; fc1, fc3, fc2; no biases
+assert r["arch"] == "llama" and r["params"] == V * d + mm + (2 * L + 1) * d, r
+flops = 6 * (mm + V * d) * B * T + 12 * L * T * d * B * T
+assert abs(r["flops_per_step"] - flops) <= 1e-3 * flops, (r["flops_per_step"], flops)
+print(f"ok: bench --arch llama: {r['params']} parameters, the FLOPs of three FF matrices")
+PY
+  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    /usr/bin/python3 "$root/tools/llama_peer.py" --preset tiny --threads 2 --steps 1 --warmup 0 >lp.out 2>lp.err &&
+      python3 - "$(tail -1 l.out)" "$(tail -1 lp.out)" <<'PY' || fail "llama_peer.py: $(tail -c 300 lp.err) $(tail -1 lp.out)"
+import json, sys
+c, t = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert c["params"] == t["params"] and c["tokens_per_step"] == t["tokens_per_step"], (c, t)
+print(f"ok: llama_peer.py: the same {t['params']} parameters and {t['tokens_per_step']} tokens a step")
+PY
+  else
+    echo "skip: llama_peer.py (no python3-torch)"
+  fi
+else
+  fail "bench --arch llama: $(tail -c 300 l.err)"
+fi
+expect "--arch unknown" 2 "^bench: error: --arch: unknown architecture 'x' (choices: gpt, llama)" \
+  "$bench" --arch x
+expect "--arch llama with seq2seq" 2 "^bench: error: --arch llama is charlm's" \
+  "$bench" --model seq2seq --arch llama
 
 expect "--preset paper with charlm" 2 "unknown preset 'paper' for charlm" \
   "$bench" --model charlm --preset paper

@@ -3,7 +3,10 @@
  *
  *   build/tools/bench --model charlm|seq2seq --preset tiny|base|gpt2|paper|real --threads N
  *                      --steps S --warmup W [--seed K] [--T len] [--batch-size B]
- *                      [--precision fp32|bf16] [--recompute] [--zero 0|1]
+ *                      [--precision fp32|bf16] [--recompute] [--zero 0|1] [--arch gpt|llama]
+ *
+ * --arch llama (charlm): LLaMA's block (RMSNorm, rotary positions, SwiGLU of 2/3 the
+ * width, no biases), the peer of tools/llama_peer.py.
  *
  * A step is zero_grad + forward + loss + backward + AdamW step (lr 1e-3,
  * betas 0.9/0.98, eps 1e-9, weight decay 0.01, as the peer; no clipping),
@@ -121,6 +124,7 @@ static int usage(const char *msg)
             "             [--steps S>=1] [--warmup W>=0] [--seed K] [--T len] [--d width]\n"
             "             [--batch-size B] [--precision fp32|bf16] [--recompute]\n"
             "             [--zero 0|1] [--data FILE] [--dump-batches FILE] [--vocab-size N]\n"
+            "             [--arch gpt|llama]\n"
             "Times S training steps (zero grad, forward, loss, backward, AdamW) after W\n"
             "untimed ones on random data; prints one JSON line (see torch_peer.py).\n"
             "--preset real (seq2seq): the translator's default recipe instead: BPE of\n"
@@ -132,7 +136,10 @@ static int usage(const char *msg)
             "--data (an existing one is refused before the run). --data, --vocab-size and\n"
             "--dump-batches need --preset real.\n"
             "tokens_per_s counts target tokens (those the loss is taken over; no padding)\n"
-            "per second of steps: with --preset real, all of them over all the time.\n",
+            "per second of steps: with --preset real, all of them over all the time.\n"
+            "--arch llama (charlm): LLaMA's block instead of GPT-2's: RMSNorm, rotary\n"
+            "positions, a SwiGLU feed-forward of 2/3 the preset's d_ff (to 64; the same\n"
+            "parameters), no biases (tools/llama_peer.py is PyTorch's).\n",
             REAL_DATA);
     return 0;
 }
@@ -281,7 +288,7 @@ static double bm_lr(void *self, int64_t step)
 
 /* The command line (flag table: models/util/cli.h). */
 typedef struct {
-    const char *model, *preset, *precision, *data, *dump;
+    const char *model, *preset, *precision, *data, *dump, *arch;
     int64_t threads, steps, warmup, seed, T, d, B; /* T, d, B: 0 = the preset's */
     int64_t zero;                                  /* ZeRO stage: 0 or 1 */
     int64_t vocab_size;                            /* --preset real's BPE */
@@ -311,6 +318,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"--data", CG_CLI_STR, &a->data, 0, 0, NULL, 0},
         {"--dump-batches", CG_CLI_STR, &a->dump, 0, 0, NULL, 0},
         {"--vocab-size", CG_CLI_I64, &a->vocab_size, 261, 1 << 20, NULL, 0},
+        {"--arch", CG_CLI_STR, &a->arch, 0, 0, NULL, 0},
     };
     bool help;
     char msg[256];
@@ -330,6 +338,13 @@ static int parse_args(int argc, char **argv, bench_args *a)
                  a->preset, a->model, charlm ? "gpt2" : "paper, real");
         return usage(msg);
     }
+    if (a->arch && strcmp(a->arch, "gpt") && strcmp(a->arch, "llama")) {
+        snprintf(msg, sizeof msg, "--arch: unknown architecture '%.64s' (choices: gpt, llama)",
+                 a->arch);
+        return usage(msg);
+    }
+    if (a->arch && !strcmp(a->arch, "llama") && !charlm)
+        return usage("--arch llama is charlm's (the translator keeps its own block)");
     if (real && strcmp(a->model, "seq2seq"))
         return usage("--preset real is the translator's recipe: use it with --model seq2seq");
     if (real && (a->T || a->B || a->d))
@@ -378,6 +393,10 @@ static cg_module *new_model(const bench_args *a, const preset *p, bench_model *b
         c.vocab = p->V, c.d = p->d, c.H = p->H, c.layers = p->layers, c.d_ff = p->d_ff;
         c.max_len = p->T, c.norm = CG_NORM_LAYERNORM, c.act = CG_ACT_GELU, c.norm_first = true;
         c.dropout = 0.0f, c.loss_chunk = cg_train_loss_chunk(c.vocab);
+        if (a->arch && !strcmp(a->arch, "llama")) { /* the same parameters in three matrices */
+            c.norm = CG_NORM_RMSNORM, c.act = CG_ACT_SWIGLU, c.pos_enc = CG_POS_ROPE;
+            c.bias = false, c.d_ff = (p->d_ff * 2 / 3 + 32) / 64 * 64;
+        }
         bm->lm = cg_charlm_new(&c, (uint64_t)a->seed);
         cg_charlm_set_recompute(bm->lm, a->recompute);
         return CG_MODULE(bm->lm);
@@ -611,7 +630,7 @@ static bool print_json(const bench_args *a, const preset *p, cg_precision precis
         cg_json_put_num(o, "B", "%.1f", tm->rows / (double)steps) &&
         (strcmp(a->model, "seq2seq") ||
          cg_json_put_num(o, "S", "%.1f", tm->src_cols / (double)steps)) &&
-        cg_json_put_int(o, "d", p->d) &&
+        cg_json_put_int(o, "d", p->d) && (!a->arch || cg_json_put_str(o, "arch", a->arch)) &&
         cg_json_put_num(o, "cpu_ms_median", "%.3f", tm->cmed * 1e3) &&
         cg_json_put_num(o, "final_loss", "%.9g", (double)tm->last_loss) &&
         cg_json_put_num(o, "rss_mb_step10", "%.1f", tm->rss10) &&
