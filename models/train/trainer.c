@@ -172,11 +172,10 @@ static bool save(run_ctx *c, int64_t step)
     if (!gather_rank_counters(c))
         return false;
     /* ZeRO: every rank sends its shard of the state and of the average to
-     * rank 0, which saves them whole (the layout of an unsharded run) */
-    /* ZeRO: rank 0's whole copies of the state and the average take the
-     * blocks the step's activations left in the allocator's cache, not as
-     * much again (charlm gpt2, 2 ranks: a peak of 2.59 GB against 2.71;
-     * the next step maps them again) */
+     * rank 0, which saves them whole (the layout of an unsharded run). Its
+     * whole copies take the blocks the step's activations left in the
+     * allocator's cache, not as much again (charlm gpt2, 2 ranks: a peak of
+     * 2.59 GB against 2.71; the next step maps them again). */
     if (c->st.zero)
         cg_alloc_trim();
     cg_optim *gathered;
