@@ -32,10 +32,9 @@ typedef struct {
     cg_st_dtype dtype;
     int ndim;
     int64_t shape[CG_MAX_DIMS];
-    /* little-endian, from the tensors' allocator (core/alloc.c): a
-     * checkpoint copies the model and its optimizer state, and the copies
-     * reuse the blocks a training step's activations left cached instead of
-     * adding as much to the resident set (issue 35) */
+    /* a copying writer's bytes, little-endian, from the tensors' allocator
+     * (core/alloc.c: they reuse the blocks a training step's activations
+     * left cached, issue 35) */
     unsigned char *bytes;
     size_t nbytes;
     /* a deferred writer's tensor instead (bytes NULL): a held reference,

@@ -239,13 +239,7 @@ static cg_st_writer *write_mean(const avg_run *r, int n)
         ok = ok && (dt == CG_F32 || means_fit(r, p, t, dt)) && cg_st_add_as(w, name, t, dt);
         cg_release(t);
     }
-    if (!ok) {
-        if (!cg_has_error())
-            cg_set_error("out of memory");
-        cg_st_writer_free(w);
-        return NULL;
-    }
-    return w;
+    return cg_ckpt_writer_filled(w, ok);
 }
 
 bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, const char *out,

@@ -34,13 +34,17 @@ cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg
               (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
               (!module || cg_module_write(module, w, NULL)) &&
               (!optim || cg_optim_save(optim, w, "optim"));
-    if (!ok) {
-        if (!cg_has_error())
-            cg_set_error("out of memory");
-        cg_st_writer_free(w);
-        return NULL;
-    }
-    return w;
+    return cg_ckpt_writer_filled(w, ok);
+}
+
+cg_st_writer *cg_ckpt_writer_filled(cg_st_writer *w, bool ok)
+{
+    if (ok)
+        return w;
+    if (!cg_has_error())
+        cg_set_error("out of memory");
+    cg_st_writer_free(w);
+    return NULL;
 }
 
 bool cg_ckpt_writer_save(cg_st_writer *w, const char *path)

@@ -45,11 +45,13 @@ bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
 /* cg_ckpt_save in two halves, for files that hold more or less
  * (models/train/finetune.h): the writer with the metadata above, the
  * tokenizer (unless tok is NULL), the parameters (unless module is NULL)
- * and the optimizer state (unless optim is NULL), or NULL + error (with a
- * module or an optimizer it first releases the tensor allocator's cached
- * blocks, cg_alloc_trim, so that its copies do not stack on them); then
- * the atomic save to path (its directory made if missing), which frees w
- * and the allocator's cached blocks again (NULL: false). */
+ * and the optimizer state (unless optim is NULL), or NULL + error (a
+ * deferred writer, nn/safetensors.h: the tensors are read at the save, not
+ * copied, and must not change before it); then the atomic save to path
+ * (its directory made if missing), which frees w (NULL: false). */
+/* A checkpoint writer once filled: w when ok, else w freed and NULL, with
+ * the error (out of memory when none was set). */
+cg_st_writer *cg_ckpt_writer_filled(cg_st_writer *w, bool ok);
 cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg_tokenizer *tok,
                              const cg_module *module, const cg_optim *optim, int64_t step,
                              const char *train_json);

@@ -56,13 +56,7 @@ static cg_st_writer *merged_writer(const cg_st_file *af, const char *path, const
         ok = raw && cg_st_add_u8(w, CG_TOKENIZER_TENSOR, (int64_t)nb, raw);
     }
     ok = ok && record_adapter(w, path, af) && cg_module_write(m, w, NULL);
-    if (!ok) {
-        if (!cg_has_error())
-            cg_set_error("out of memory");
-        cg_st_writer_free(w);
-        return NULL;
-    }
-    return w;
+    return cg_ckpt_writer_filled(w, ok);
 }
 
 bool cg_ckpt_merge(const cg_avg_model *m, const char *adapter, const char *base, const char *out,
