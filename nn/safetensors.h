@@ -26,12 +26,15 @@
  * thread at a time.
  *
  * Writing: collect tensors in a cg_st_writer (data is copied when added),
- * then cg_st_writer_save() writes the file atomically: a temporary file next
- * to the target, fsync, rename over the target, fsync of the directory. On
+ * then cg_st_writer_save() writes the file atomically: a new file next to
+ * the target, fsync, rename over the target, fsync of the directory. On
  * any failure the old file (if any) is left untouched and no temporary file
- * remains. The temporary file is "<path>.tmp.<pid>", so one process must not
- * save the same path from two threads at once; temporary files of writers
- * that died mid-save (killed) are removed by the next successful save; a symlink at path is replaced
+ * remains. The new file is written without a name (O_TMPFILE: a writer
+ * killed mid-save leaves nothing) and named "<path>.tmp.<pid>" once whole,
+ * for its rename; where the file system cannot, it is written under that
+ * name, and temporary files of writers that died mid-save are removed by
+ * the next successful save. One process must not save the same path from
+ * two threads at once. A symlink at path is replaced
  * by the new file (its target is not modified); a FIFO, device or socket at
  * path is refused (renamed over, /dev/null would become a regular file). The writer emits the same layout as the Python reference writer:
  * metadata first, tensors in the order added, data in that order, header
@@ -218,6 +221,21 @@ bool cg_st_add_as(cg_st_writer *w, const char *name, const cg_tensor *t, cg_dtyp
 bool cg_st_add_f32(cg_st_writer *w, const char *name, const cg_tensor *t);
 bool cg_st_add_f32_raw(cg_st_writer *w, const char *name, int ndim, const int64_t *shape,
                        const float *data);
+/* A tensor whose values are made when the writer saves, by fill(ctx, dst):
+ * its elements, row-major, dtype dt in the host's byte order, into dst
+ * (a buffer of this one tensor's size). A save calls each fill once, in
+ * the order the tensors were added, while it writes the file; a save that
+ * fails before an entry (the disk, an earlier fill) calls no more of them.
+ * A fill that returns false fails the save with its error, nothing
+ * written. An empty tensor's fill is not called. The writer owns ctx:
+ * ctx_free(ctx) when it is freed, or at once when the add fails (NULL:
+ * never). For values that are not in this process's memory as a whole: a
+ * sharded optimizer's state gathered from other processes one tensor at a
+ * time (optim/optim.h cg_optim_save_gathered). */
+typedef bool (*cg_st_fill_fn)(void *ctx, void *dst);
+bool cg_st_add_filled(cg_st_writer *w, const char *name, cg_dtype dt, int ndim,
+                      const int64_t *shape, cg_st_fill_fn fill, void *ctx,
+                      void (*ctx_free)(void *));
 /* A 1-D U8 tensor of n bytes (opaque data such as a serialized tokenizer;
  * read it back with cg_st_raw). */
 bool cg_st_add_u8(cg_st_writer *w, const char *name, int64_t n, const void *data);

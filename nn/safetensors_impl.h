@@ -44,4 +44,31 @@ bool cg_st_read_values(const cg_st_file *f, const char *name, void *dst, const c
 bool cg_st_read_run(const cg_st_file *f, const char *name, uint64_t first, uint64_t count,
                     void *dst, const char *fn);
 
+/* safetensors_file.c: where cg_st_writer_save puts its file. */
+/* The directory holding path ("." if none); malloc'd. */
+char *cg_st_dir_of(const char *path);
+/* Remove "<path>.tmp.<pid>" (or "<path>.tmp.<pid>.<n>") files in dir left
+ * by writers that died mid-save (SIGKILL, power loss, a file system
+ * without unnamed files): those whose process no longer exists. A file of
+ * a live process (another writer of the same path) is left alone; own:
+ * this process's names too (a dead process of the same pid left them).
+ * Best effort: failures are ignored. */
+void cg_st_remove_temps_in(const char *path, const char *dir, bool own);
+/* A new file without a name in directory dir (O_TMPFILE), open for
+ * writing, or -1 where its file system has none: a save killed before its
+ * end leaves nothing of it, not even a temporary file. */
+int cg_st_open_unnamed(const char *dir);
+/* The unnamed file fd, written whole, named as a temporary file of path
+ * (cg_st_create_temp's names; the name into tmp, cap bytes). False + error. */
+bool cg_st_link_unnamed(int fd, const char *path, char *tmp, size_t cap);
+/* The rename into path made durable (fsync of dir). A directory we cannot
+ * open or a file system without directory fsync is tolerated; a real I/O
+ * error is reported. */
+bool cg_st_sync_dir(const char *path, const char *dir);
+/* False + error if path exists and is neither a regular file nor a symlink
+ * (replaced, see nn/safetensors.h) nor a directory (the rename fails):
+ * renaming over a FIFO or a device (cg_module_save(m, "/dev/null") as root)
+ * would put a regular file in its place. */
+bool cg_st_target_replaceable(const char *path);
+
 #endif

@@ -1,16 +1,14 @@
 /* cgrad nn: the safetensors writer: tensors collected, then saved
- * atomically (a temporary file next to the target, fsync'd and renamed).
+ * atomically (a new file next to the target, fsync'd and renamed).
  * See nn/safetensors.h. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +40,11 @@ typedef struct {
     cg_tensor *src;
     cg_dtype dt;
     uint64_t version;
+    /* a filled entry's maker instead (cg_st_add_filled): called at each
+     * save into a buffer of nbytes, dtype dt, host byte order */
+    cg_st_fill_fn fill;
+    void *ctx;
+    void (*ctx_free)(void *);
 } w_entry;
 
 struct cg_st_writer {
@@ -76,6 +79,8 @@ void cg_st_writer_free(cg_st_writer *w)
         free(w->e[i].name);
         cg_free(w->e[i].bytes);
         cg_release_held(w->e[i].src);
+        if (w->e[i].ctx_free)
+            w->e[i].ctx_free(w->e[i].ctx);
     }
     for (int i = 0; i < w->nmeta; i++) {
         free(w->mkey[i]);
@@ -234,6 +239,32 @@ bool cg_st_add_as(cg_st_writer *w, const char *name, const cg_tensor *t, cg_dtyp
     cg_st_copy_le(bytes, cg_data_ptr(c), (size_t)numel, esize);
     cg_release(c);
     return push_entry(w, name, sdt, t->ndim, t->shape, bytes, nb, NULL, dt);
+}
+
+bool cg_st_add_filled(cg_st_writer *w, const char *name, cg_dtype dt, int ndim,
+                      const int64_t *shape, cg_st_fill_fn fill, void *ctx, void (*ctx_free)(void *))
+{
+    cg_st_dtype sdt = cg_st_dtype_of(dt);
+    int64_t numel = -1;
+    if (!fill)
+        cg_set_error("safetensors: cg_st_add_filled: tensor '%s': NULL fill", name ? name : "");
+    else if (sdt == CG_ST_NDTYPES)
+        cg_set_error("safetensors: cg_st_add_filled: tensor '%s': %s is not a safetensors dtype",
+                     name ? name : "", cg_dtype_name(dt));
+    else
+        numel = check_new(w, "cg_st_add_filled", name, ndim, shape);
+    if (numel < 0 ||
+        !push_entry(w, name, sdt, ndim, shape, NULL, (size_t)numel * cg_dtype_size(dt), NULL, dt)) {
+        if (ctx_free)
+            ctx_free(ctx);
+        return false;
+    }
+    w_entry *e = &w->e[w->n - 1];
+    e->dt = dt;
+    e->fill = fill;
+    e->ctx = ctx;
+    e->ctx_free = ctx_free;
+    return true;
 }
 
 bool cg_st_add(cg_st_writer *w, const char *name, const cg_tensor *t)
@@ -414,83 +445,6 @@ static bool write_all(FILE *fp, const void *p, size_t n)
     return n == 0 || fwrite(p, 1, n, fp) == n;
 }
 
-/* The directory holding path ("." if none); malloc'd. */
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        return strdup(".");
-    if (slash == path)
-        return strdup("/");
-    size_t n = (size_t)(slash - path);
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, path, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
-/* Remove "<path>.tmp.<pid>" (or "<path>.tmp.<pid>.<n>") files left by writers that died mid-save
- * (SIGKILL, power loss): those whose process no longer exists. A file of a
- * live process (another writer of the same path) is left alone. Best
- * effort: failures are ignored. */
-static void remove_stale_temps(const char *path, const char *dir, bool own);
-
-static void remove_temps_of(const char *path, bool own)
-{
-    char *dir = dir_of(path);
-    if (!dir)
-        return;
-    remove_stale_temps(path, dir, own);
-    free(dir);
-}
-
-void cg_st_remove_stale_temps(const char *path) { remove_temps_of(path, false); }
-
-void cg_st_remove_temps_sole_writer(const char *path) { remove_temps_of(path, true); }
-
-/* own: this process's names too (a dead process of the same pid left them) */
-static void remove_stale_temps(const char *path, const char *dir, bool own)
-{
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    size_t blen = strlen(base);
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0)
-            continue;
-        const char *digits = n + blen + 5;
-        char *end;
-        errno = 0;
-        long pid = strtol(digits, &end, 10);
-        if (*end == '.') { /* "<pid>.<n>": one of several temporaries of a process */
-            const char *q = end + 1;
-            while (*q >= '0' && *q <= '9')
-                q++;
-            if (q > end + 1 && *q == '\0')
-                end = (char *)q;
-        }
-        if (*digits < '1' || *digits > '9' || *end != '\0' || errno || pid <= 0 ||
-            (pid == (long)getpid() && !own))
-            continue;
-        if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
-            continue; /* alive, or not ours */
-        size_t len = strlen(dir) + strlen(n) + 2;
-        char *full = malloc(len);
-        if (!full)
-            break;
-        snprintf(full, len, "%s/%s", dir, n);
-        (void)unlink(full);
-        free(full);
-    }
-    closedir(d);
-}
-
 /* The header: metadata first, then tensors in the order added, padded so
  * that the data starts at a multiple of 8. False + error (h freed). */
 static bool build_header(const cg_st_writer *w, const char *path, sbuf *h)
@@ -549,28 +503,6 @@ static bool build_header(const cg_st_writer *w, const char *path, sbuf *h)
     return true;
 }
 
-int cg_st_create_temp(const char *path, char *tmp, size_t cap)
-{
-    static _Atomic unsigned long seq; /* this process's names after the first */
-    for (int tries = 0; tries < 1000; tries++) {
-        int k = tries == 0 ? snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid())
-                           : snprintf(tmp, cap, "%s.tmp.%ld.%lu", path, (long)getpid(), ++seq);
-        if (k < 0 || (size_t)k >= cap) {
-            cg_set_error("safetensors: %s: path too long for a temporary file", path);
-            return -1;
-        }
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (fd >= 0)
-            return fd;
-        if (errno != EEXIST)
-            break;
-    }
-    int e = errno; /* kept for the caller */
-    cg_set_error("safetensors: %s: cannot create temporary file %s: %s", path, tmp, strerror(e));
-    errno = e;
-    return -1;
-}
-
 /* A deferred entry's bytes: its tensor as dtype dt, contiguous (a copy
  * of this one tensor when it is not, or converts) and little-endian (in
  * runs of 8192 elements on a big-endian host). 1 written, 0 a write
@@ -603,6 +535,30 @@ static int write_src(FILE *fp, const w_entry *e)
     return r;
 }
 
+/* A filled entry's bytes: made by its fill into a buffer of its size,
+ * then written little-endian. 1 written, 0 a write failed (errno), -1 the
+ * fill failed or out of memory (error set, naming the tensor). */
+static int write_filled(FILE *fp, const w_entry *e)
+{
+    if (e->nbytes == 0)
+        return 1;
+    unsigned char *buf = cg_alloc(e->nbytes);
+    if (!buf) {
+        cg_set_error("tensor '%s': out of memory", e->name);
+        return -1;
+    }
+    int r = -1;
+    if (e->fill(e->ctx, buf)) {
+        size_t esize = cg_dtype_size(e->dt);
+        cg_st_copy_le(buf, buf, e->nbytes / esize, esize); /* in place; nothing on a LE host */
+        r = write_all(fp, buf, e->nbytes);
+    } else {
+        cg_prefix_error("tensor '%s': ", e->name);
+    }
+    cg_free(buf);
+    return r;
+}
+
 /* A deferred writer's tensors as they were added: none written since. */
 static bool sources_unchanged(const cg_st_writer *w, const char *path)
 {
@@ -617,17 +573,23 @@ static bool sources_unchanged(const cg_st_writer *w, const char *path)
     return true;
 }
 
-/* The length, the header and the tensors' bytes into the new file tmp (with
- * the permissions of an existing path), flushed, fsync'd and closed.
- * *created: tmp exists. False + error. */
-static bool write_temp(const cg_st_writer *w, const char *path, char *tmp, size_t tmp_cap,
-                       const sbuf *h, bool *created)
+/* The length, the header and the tensors' bytes into a new file (with the
+ * permissions of an existing path), flushed, fsync'd, then named tmp
+ * (written unnamed where the file system can) and closed. *created: tmp
+ * exists. False + error. */
+static bool write_temp(const cg_st_writer *w, const char *path, const char *dir, char *tmp,
+                       size_t tmp_cap, const sbuf *h, bool *created)
 {
     FILE *fp = NULL;
-    int fd = cg_st_create_temp(path, tmp, tmp_cap);
+    int fd = cg_st_open_unnamed(dir);
+    bool unnamed = fd >= 0;
+    if (unnamed)
+        snprintf(tmp, tmp_cap, "its unnamed new file in %s", dir);
+    else
+        fd = cg_st_create_temp(path, tmp, tmp_cap);
     if (fd < 0)
         return false;
-    *created = true;
+    *created = !unnamed;
     struct stat old;
     if (stat(path, &old) == 0 && S_ISREG(old.st_mode))
         (void)fchmod(fd, old.st_mode & 07777); /* keep the old file's permissions */
@@ -644,9 +606,11 @@ static bool write_temp(const cg_st_writer *w, const char *path, char *tmp, size_
     for (int i = 0; wok && r == 1 && i < w->n; i++)
         if (w->e[i].src)
             r = write_src(fp, &w->e[i]);
+        else if (w->e[i].fill)
+            r = write_filled(fp, &w->e[i]);
         else
             wok = write_all(fp, w->e[i].bytes, w->e[i].nbytes);
-    if (r == -1) { /* a copy or conversion out of memory */
+    if (r == -1) { /* a copy or conversion out of memory, or a fill failed */
         cg_prefix_error("safetensors: %s: writing tensor data: ", path);
         fclose(fp);
         return false;
@@ -662,54 +626,16 @@ static bool write_temp(const cg_st_writer *w, const char *path, char *tmp, size_
         fclose(fp);
         return false;
     }
+    if (unnamed && !cg_st_link_unnamed(fileno(fp), path, tmp, tmp_cap)) {
+        fclose(fp);
+        return false;
+    }
+    *created = true;
     if (fclose(fp) != 0) {
         cg_set_error("safetensors: %s: closing %s failed: %s", path, tmp, strerror(errno));
         return false;
     }
     return true;
-}
-
-/* Make the rename durable. A directory we cannot open or a file system
- * without directory fsync is tolerated; a real I/O error is reported. */
-static bool sync_dir(const char *path, const char *dir)
-{
-    bool ok = true;
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        if (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS) {
-            cg_set_error("safetensors: %s: written, but fsync of directory %s failed: %s", path,
-                         dir, strerror(errno));
-            ok = false;
-        }
-        close(dfd);
-    }
-    return ok;
-}
-
-/* False + error if path exists and is neither a regular file nor a
- * symlink (replaced, see nn/safetensors.h) nor a directory (the rename
- * fails): renaming over a FIFO or a device (cg_module_save(m, "/dev/null")
- * as root) would put a regular file in its place. */
-static bool target_replaceable(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode))
-        return true;
-    cg_set_error("safetensors: %s: exists and is not a regular file (%s); not replaced", path,
-                 cg_st_file_kind(st.st_mode));
-    return false;
-}
-
-const char *cg_st_file_kind(unsigned mode)
-{
-    return S_ISREG(mode)    ? "a regular file"
-           : S_ISDIR(mode)  ? "a directory"
-           : S_ISLNK(mode)  ? "a symbolic link"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISFIFO(mode) ? "a FIFO"
-           : S_ISSOCK(mode) ? "a socket"
-                            : "a file of another kind";
 }
 
 bool cg_st_writer_save(cg_st_writer *w, const char *path)
@@ -722,14 +648,14 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path)
         cg_set_error("safetensors: cg_st_writer_save: %s path", path ? "empty" : "NULL");
         return false;
     }
-    if (!target_replaceable(path) || !sources_unchanged(w, path))
+    if (!cg_st_target_replaceable(path) || !sources_unchanged(w, path))
         return false;
     sbuf h = {0};
     if (!build_header(w, path, &h))
         return false;
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 48);
-    char *dir = dir_of(path);
+    char *dir = cg_st_dir_of(path);
     if (!tmp || !dir) {
         free(h.s);
         free(tmp);
@@ -738,14 +664,14 @@ bool cg_st_writer_save(cg_st_writer *w, const char *path)
         return false;
     }
     bool ok = false, created = false;
-    if (write_temp(w, path, tmp, plen + 48, &h, &created)) {
+    if (write_temp(w, path, dir, tmp, plen + 48, &h, &created)) {
         if (rename(tmp, path) != 0) {
             cg_set_error("safetensors: %s: cannot rename %s over it: %s", path, tmp,
                          strerror(errno));
         } else {
             created = false; /* the temporary file is now the target */
-            remove_stale_temps(path, dir, false);
-            ok = sync_dir(path, dir);
+            cg_st_remove_temps_in(path, dir, false);
+            ok = cg_st_sync_dir(path, dir);
         }
     }
     if (created)

@@ -1611,6 +1611,15 @@ END_TEST
 
 /* ---------------------------------------------------- deferred writer */
 
+static void assert_same_bytes(const char *a, const char *b)
+{
+    size_t na, nb;
+    unsigned char *ba = read_bytes(a, &na), *bb = read_bytes(b, &nb);
+    ck_assert_msg(na == nb && memcmp(ba, bb, na) == 0, "%s and %s differ", a, b);
+    free(ba);
+    free(bb);
+}
+
 /* The same tensors through a copying writer and a deferred one: float32,
  * a transposed view, float32 saved as bfloat16, a bfloat16 widened, int64,
  * raw bytes; the deferred writer's sources released before its save. */
@@ -1637,11 +1646,7 @@ START_TEST(deferred_writer_same_bytes)
     ck_assert(cg_st_writer_save(c, pc));
     ck_assert_msg(cg_st_writer_save(d, pd), "%s", cg_last_error());
     ck_assert_msg(cg_st_writer_save(d, pd), "%s", cg_last_error()); /* again: nothing changed */
-    size_t nc, nd;
-    unsigned char *bc = read_bytes(pc, &nc), *bd = read_bytes(pd, &nd);
-    ck_assert(nc == nd && memcmp(bc, bd, nc) == 0);
-    free(bc);
-    free(bd);
+    assert_same_bytes(pc, pd);
     cg_st_writer_free(c);
     cg_st_writer_free(d);
 }
@@ -1675,6 +1680,149 @@ START_TEST(deferred_writer_refuses_a_written_source)
 }
 END_TEST
 
+/* Filled entries (cg_st_add_filled): each fill's calls, in order. */
+typedef struct {
+    int id;
+    const float *v; /* the values it makes (NULL: it fails) */
+    int calls, *order, *next;
+    int freed;
+    int block_fd; /* >= 0: says so on it, then waits forever (killed) */
+} fill_ctx;
+
+static bool fill_floats(void *ctx, void *dst)
+{
+    fill_ctx *f = ctx;
+    f->calls++;
+    f->order[(*f->next)++] = f->id;
+    if (f->block_fd >= 0) {
+        ck_assert(write(f->block_fd, "x", 1) == 1);
+        for (;;)
+            pause();
+    }
+    if (!f->v) {
+        cg_set_error("the gather failed");
+        return false;
+    }
+    memcpy(dst, f->v, 6 * sizeof(float));
+    return true;
+}
+static void fill_freed(void *ctx) { ((fill_ctx *)ctx)->freed++; }
+
+/* Tensors made by their fills at the save: the bytes of the same values
+ * added whole, each fill called once a save in the order added (an empty
+ * tensor's never), their contexts freed with the writer; a fill that fails
+ * fails the save naming its tensor, calls no later fill, and leaves the old
+ * file and no temporary; bad adds are refused and free their context. */
+START_TEST(filled_entries)
+{
+    const float a[6] = {1, -2, 3.5f, 0, 1e30f, -0.0f}, b[6] = {6, 5, 4, 3, 2, 1};
+    const char *pw = in_dir("whole.safetensors"), *pf = in_dir("filled.safetensors");
+    cg_tensor *ta = cg_from_data(CG_SHAPE(2, 3), a), *tb = cg_from_data(CG_SHAPE(6), b);
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_st_add(w, "a", ta) && cg_st_add(w, "mid", tb) && cg_st_add(w, "b", tb));
+    ck_assert(cg_st_add_f32_raw(w, "e", 2, (const int64_t[]){0, 3}, NULL));
+    ck_assert(cg_st_writer_save(w, pw));
+    cg_st_writer_free(w);
+    int order[16], next = 0;
+    fill_ctx fa = {1, a, 0, order, &next, 0, -1}, fb = {2, b, 0, order, &next, 0, -1},
+             fe = {3, a, 0, order, &next, 0, -1};
+    for (int k = 0; k < 2; k++) {
+        w = k ? cg_st_writer_new() : cg_st_writer_new_deferred();
+        ck_assert_msg(cg_st_add_filled(w, "a", CG_F32, 2, (const int64_t[]){2, 3}, fill_floats, &fa,
+                                       fill_freed) &&
+                          cg_st_add(w, "mid", tb) &&
+                          cg_st_add_filled(w, "b", CG_F32, 1, (const int64_t[]){6}, fill_floats,
+                                           &fb, fill_freed) &&
+                          cg_st_add_filled(w, "e", CG_F32, 2, (const int64_t[]){0, 3}, fill_floats,
+                                           &fe, fill_freed),
+                      "%s", cg_last_error());
+        ck_assert(cg_st_writer_save(w, pf) && cg_st_writer_save(w, pf));
+        assert_same_bytes(pw, pf);
+        cg_st_writer_free(w);
+    }
+    /* a then b, twice a writer, two writers; never e */
+    ck_assert_int_eq(next, 8);
+    ck_assert(fa.calls == 4 && fb.calls == 4 && fe.calls == 0);
+    ck_assert(fa.freed == 2 && fb.freed == 2 && fe.freed == 2);
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(order[i], i % 2 + 1);
+
+    fill_ctx bad = {4, NULL, 0, order, &next, 0, -1}, last = {5, a, 0, order, &next, 0, -1};
+    w = cg_st_writer_new_deferred();
+    ck_assert(cg_st_add_filled(w, "a", CG_F32, 1, (const int64_t[]){6}, fill_floats, &fa, NULL) &&
+              cg_st_add_filled(w, "bad", CG_F32, 1, (const int64_t[]){6}, fill_floats, &bad,
+                               fill_freed) &&
+              cg_st_add_filled(w, "last", CG_F32, 1, (const int64_t[]){6}, fill_floats, &last,
+                               fill_freed));
+    size_t n0, n1;
+    unsigned char *b0 = read_bytes(pw, &n0);
+    ck_assert(!cg_st_writer_save(w, pw));
+    assert_error_has("tensor 'bad': the gather failed");
+    ck_assert(fa.calls == 5 && bad.calls == 1 && last.calls == 0);
+    unsigned char *b1 = read_bytes(pw, &n1); /* the old file, as it was */
+    ck_assert(n0 == n1 && memcmp(b0, b1, n0) == 0);
+    free(b0);
+    free(b1);
+    ck_assert_int_eq(count_tmp_files(g_dir), 0);
+    cg_st_writer_free(w);
+    w = cg_st_writer_new();
+    /* refused adds free the context at once */
+    ck_assert(!cg_st_add_filled(w, "x", CG_F32, 1, (const int64_t[]){6}, NULL, &bad, fill_freed));
+    assert_error_has("NULL fill");
+    ck_assert(cg_st_add_filled(w, "x", CG_F32, 1, (const int64_t[]){6}, fill_floats, &last, NULL));
+    ck_assert(
+        !cg_st_add_filled(w, "x", CG_F32, 1, (const int64_t[]){6}, fill_floats, &bad, fill_freed));
+    assert_error_has("already added");
+    ck_assert(!cg_st_add_filled(w, "y", CG_F32, -1, NULL, fill_floats, &bad, fill_freed));
+    ck_assert_int_eq(bad.freed, 4);
+    cg_st_writer_free(w);
+    cg_release_all(2, ta, tb);
+}
+END_TEST
+
+/* A save killed while it writes (here: in a fill, as a rank of a job dies
+ * while its tensors are gathered) leaves the old file whole and, where the
+ * file system writes files without a name (O_TMPFILE), nothing beside it;
+ * elsewhere its temporary file, which the next save removes. */
+START_TEST(killed_save_leaves_nothing)
+{
+    const char *path = in_dir("k.safetensors");
+    save_with(path, 1.0f);
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        int order[2], next = 0;
+        const float v[6] = {0};
+        fill_ctx f = {1, v, 0, order, &next, 0, fds[1]};
+        cg_st_writer *w = cg_st_writer_new();
+        cg_st_add_filled(w, "t", CG_F32, 1, (const int64_t[]){6}, fill_floats, &f, NULL);
+        cg_st_writer_save(w, path);
+        _exit(3); /* not reached */
+    }
+    close(fds[1]);
+    char c;
+    ck_assert_int_eq(read(fds[0], &c, 1), 1); /* in the fill, the file open */
+    close(fds[0]);
+    kill(pid, SIGKILL);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status));
+    assert_file_holds(path, 1.0f);
+    int probe = open(g_dir, O_TMPFILE | O_WRONLY, 0600);
+    if (probe >= 0) {
+        close(probe);
+        ck_assert_int_eq(count_tmp_files(g_dir), 0);
+    } else {
+        ck_assert_int_eq(count_tmp_files(g_dir), 1);
+        save_with(path, 2.0f);
+        ck_assert_int_eq(count_tmp_files(g_dir), 0);
+    }
+}
+END_TEST
+
 static Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -1690,6 +1838,8 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, writer_header_over_reference_limit);
     tcase_add_test(tc, deferred_writer_same_bytes);
     tcase_add_test(tc, deferred_writer_refuses_a_written_source);
+    tcase_add_test(tc, filled_entries);
+    tcase_add_test(tc, killed_save_leaves_nothing);
     tcase_add_test(tc, accepts_valid_edge_cases);
     suite_add_tcase(s, tc);
 
