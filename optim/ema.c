@@ -1,6 +1,7 @@
 /* cgrad optim: the exponential moving average of a model's weights
  * (optim/ema.h). */
 #include "optim/ema.h"
+#include "optim/optim_impl.h"
 
 #include "autograd/autograd.h"
 #include "core/shares.h"
@@ -411,6 +412,12 @@ static bool key(char *buf, size_t cap, const char *prefix, const char *name)
 
 bool cg_ema_save(const cg_ema *e, cg_st_writer *w, const char *prefix)
 {
+    return cg_ema_save_gathered(e, w, prefix, NULL);
+}
+
+bool cg_ema_save_gathered(const cg_ema *e, cg_st_writer *w, const char *prefix,
+                          const cg_shard_gather *g)
+{
     if (!e || !w) {
         cg_set_error("ema_save: %s is NULL", !e ? "the average" : "the writer");
         return false;
@@ -420,16 +427,19 @@ bool cg_ema_save(const cg_ema *e, cg_st_writer *w, const char *prefix)
                      "weights would be in no file; swap back first");
         return false;
     }
-    if (e->sharded) {
+    if (e->sharded && (!g || !g->fn)) {
         cg_set_error("ema_save: a sharded average holds a run of each parameter: gather the "
-                     "shards into a whole one first (cg_ema_copy)");
+                     "shards into a whole one first (cg_ema_copy), or save through a gather "
+                     "(cg_ema_save_gathered)");
         return false;
     }
     if (!prefix)
         prefix = "ema";
     char k[1024];
     for (int i = 0; i < e->n; i++)
-        if (!key(k, sizeof k, prefix, e->s[i].name) || !cg_st_add_f32(w, k, cg_ema_average(e, i)))
+        if (!key(k, sizeof k, prefix, e->s[i].name) ||
+            !(e->sharded ? cg_optim_add_gathered(w, k, e->s[i].p, g, i, 0)
+                         : cg_st_add_f32(w, k, cg_ema_average(e, i))))
             return false;
     char v[64], u[32];
     cg_snprintf_c(v, sizeof v, "%.17g", e->decay);

@@ -65,7 +65,8 @@ void cg_ema_free(cg_ema *e); /* NULL is a no-op */
  * ranks' runs (ZeRO's all-gather of the parameters: collective, so every
  * rank swaps together); NULL is allowed only when like is not sharded.
  * cg_ema_save refuses a sharded average: gather the shards into a whole
- * one (cg_ema_copy, the runs of each); cg_ema_load reads each run alone
+ * one (cg_ema_copy, the runs of each), or save through a gather
+ * (cg_ema_save_gathered); cg_ema_load reads each run alone
  * from the file of a whole one, so a checkpoint resumes with any
  * sharding. cg_ema_average(e, i) is the run, 1-D [hi - lo], unless
  * swapped. */
@@ -132,6 +133,12 @@ const cg_tensor *cg_ema_average(const cg_ema *e, int i);
  * would hold the average twice and the trained weights nowhere. The decay
  * and the count are written exactly (%.17g, a whole number). */
 bool cg_ema_save(const cg_ema *e, cg_st_writer *w, const char *prefix);
+/* cg_ema_save of a sharded average: the entries a whole one writes, each
+ * gathered by g (buffer k 0: optim.h cg_shard_gather) while the writer
+ * saves, one at a time. Save w before e's next update. With e unsharded,
+ * cg_ema_save (g unused). */
+bool cg_ema_save_gathered(const cg_ema *e, cg_st_writer *w, const char *prefix,
+                          const cg_shard_gather *g);
 bool cg_ema_load(cg_ema *e, const cg_st_file *f, const char *prefix);
 /* A file's average (cg_ema_save's) loaded straight into m's trainable
  * parameters, as cg_ema_new + cg_ema_load + cg_ema_swap leave them but

@@ -189,7 +189,8 @@ cg_tensor *cg_optim_state(const cg_optim *o, int i, const char *what);
  * over disjoint ranges; this layer knows nothing of ranks. On a sharded
  * optimizer, cg_optim_clip_grad_norm and cg_optim_grads_finite look at the
  * owned gradient elements only; cg_optim_save refuses (gather the shards
- * into an unsharded optimizer first: cg_optim_copy_state); cg_optim_load
+ * into an unsharded optimizer first, cg_optim_copy_state, or save through a
+ * gather, cg_optim_save_gathered); cg_optim_load
  * reads the unsharded layout and keeps each parameter's own range, so one
  * checkpoint resumes with any sharding. */
 typedef struct cg_optim_range {
@@ -202,6 +203,23 @@ bool cg_optim_is_sharded(const cg_optim *o);
 /* The range of parameter i this optimizer owns ([0, numel) when unsharded);
  * false + error on a bad index. */
 bool cg_optim_shard_range(const cg_optim *o, int i, int64_t *lo, int64_t *hi);
+/* What gathers sharded state from where the other shards are (the
+ * data-parallel layer's: models/train/dist.h cg_dist_stream):
+ * fn(ctx, i, k, dst) writes buffer k of parameter i whole, numel floats,
+ * into dst: k 1, 2, 3 are cg_optim_state's "exp_avg", "exp_avg_sq",
+ * "momentum_buffer"; k 0 a sharded average's (optim/ema.h). False +
+ * error. */
+typedef struct cg_shard_gather {
+    bool (*fn)(void *ctx, int i, int k, float *dst);
+    void *ctx;
+} cg_shard_gather;
+/* cg_optim_save of a sharded optimizer: the entries an unsharded one
+ * holding the whole state writes, each buffer gathered by g while the
+ * writer saves (nn/safetensors.h cg_st_add_filled), so that the whole state
+ * is never in memory at once, one tensor of it at a time. Save w before o's
+ * next step. With o unsharded, cg_optim_save (g unused). False + error. */
+bool cg_optim_save_gathered(const cg_optim *o, cg_st_writer *w, const char *prefix,
+                            const cg_shard_gather *g);
 /* Bytes of state buffers (exp_avg, exp_avg_sq, momentum_buffer) held. */
 int64_t cg_optim_state_bytes(const cg_optim *o);
 /* Copy into dst what src holds: the learning rate and hyper-parameters, the

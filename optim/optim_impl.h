@@ -1,6 +1,7 @@
 /* cgrad optim, INTERNAL: what optim.c (construction, updates, queries) and
  * optim_state.c (sharded state, save and load) share: the optimizer's
- * layout and its small helpers. Not installed. Include it after
+ * layout and its small helpers; and ema.c, the entries of sharded state
+ * gathered at a save. Not installed. Include it after
  * optim/optim.h (it does not include it: a module never uses itself round a
  * circle, tests/check_layers.py). */
 #ifndef CG_OPTIM_IMPL_H
@@ -70,5 +71,11 @@ const slot *cg_optim_get_slot(const cg_optim *o, int i, const char *what);
 /* Zeros held by the optimizer: of p's shape; of a slot's owned run. */
 cg_tensor *cg_optim_zeros_like_param(const cg_tensor *p);
 cg_tensor *cg_optim_zeros_state(const slot *s);
+
+/* Add entry `name`, p's shape in float32, to w, made at the save by
+ * g->fn(g->ctx, i, k, dst) (cg_optim_save_gathered's and cg_ema_save's
+ * way of writing sharded state). False + error. */
+bool cg_optim_add_gathered(cg_st_writer *w, const char *name, const cg_tensor *p,
+                           const cg_shard_gather *g, int i, int k);
 
 #endif

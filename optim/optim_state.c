@@ -121,7 +121,43 @@ static bool set_meta(cg_st_writer *w, const char *prefix, const char *k, const c
     return cg_st_set_metadata(w, name, value);
 }
 
+typedef struct {
+    cg_shard_gather g;
+    int i, k;
+} gathered_entry;
+
+static bool fill_gathered(void *ctx, void *dst)
+{
+    const gathered_entry *e = ctx;
+    return e->g.fn(e->g.ctx, e->i, e->k, dst);
+}
+
+bool cg_optim_add_gathered(cg_st_writer *w, const char *name, const cg_tensor *p,
+                           const cg_shard_gather *g, int i, int k)
+{
+    gathered_entry *e = malloc(sizeof *e);
+    if (!e) {
+        cg_set_error("out of memory");
+        return false;
+    }
+    *e = (gathered_entry){*g, i, k};
+    return cg_st_add_filled(w, name, CG_F32, p->ndim, p->shape, fill_gathered, e, free);
+}
+
+/* One state buffer: whole, or gathered at the save. */
+static bool add_buffer(cg_st_writer *w, const char *name, const slot *s, cg_tensor *buf,
+                       const cg_shard_gather *g, int i, int k)
+{
+    return g ? cg_optim_add_gathered(w, name, s->p, g, i, k) : cg_st_add_f32(w, name, buf);
+}
+
 bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix)
+{
+    return cg_optim_save_gathered(o, w, prefix, NULL);
+}
+
+bool cg_optim_save_gathered(const cg_optim *o, cg_st_writer *w, const char *prefix,
+                            const cg_shard_gather *g)
 {
     if (!o || !w) {
         cg_set_error("optim_save: %s is NULL", !o ? "optimizer" : "writer");
@@ -129,11 +165,14 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix)
     }
     if (!prefix)
         prefix = "optim";
-    if (o->sharded) {
+    if (o->sharded && (!g || !g->fn)) {
         cg_set_error("optim_save: the optimizer holds a shard of the state only: gather the "
-                     "shards into an unsharded optimizer first (cg_optim_copy_state)");
+                     "shards into an unsharded optimizer first (cg_optim_copy_state), or save "
+                     "through a gather (cg_optim_save_gathered)");
         return false;
     }
+    if (!o->sharded)
+        g = NULL;
     const cg_optim_config *c = &o->cfg;
     bool ok = set_meta(w, prefix, "type", "%s", type_names[c->type]) &&
               set_meta(w, prefix, "step", "%" PRId64, o->steps) &&
@@ -151,10 +190,10 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix)
         cg_release(step);
         if (ok && s->buf1)
             ok = key(name, sizeof name, prefix, s->name, buf1_name(c)) &&
-                 cg_st_add_f32(w, name, s->buf1);
+                 add_buffer(w, name, s, s->buf1, g, i, c->type == CG_OPTIM_SGD ? 3 : 1);
         if (ok && s->buf2)
             ok = key(name, sizeof name, prefix, s->name, "exp_avg_sq") &&
-                 cg_st_add_f32(w, name, s->buf2);
+                 add_buffer(w, name, s, s->buf2, g, i, 2);
         if (ok && s->lr_scale != 1.0) { /* at 1, a file as before scales existed */
             char value[64];
             cg_snprintf_c(value, sizeof value, "%.17g", s->lr_scale);

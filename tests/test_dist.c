@@ -619,24 +619,13 @@ START_TEST(test_arguments_checked)
         cg_optim_range own[2] = {{-1, -1}, {-1, -1}};
         ck_assert_msg(cg_dist_reducer_shards(r, own), "%s", cg_last_error());
         ck_assert(own[0].lo == 0 && own[0].hi == 4 && own[1].lo == 0 && own[1].hi == 2);
-        /* the shard's optimizer after a step, gathered into a fresh one */
+        /* one process's shards are whole: nothing to stream */
         cg_optim_param op[2] = {{"a", p[0], 0.0}, {"b", p[1], 0.0}};
         cg_optim_config cfg = cg_adamw_config(1e-2, 0.9, 0.999, 1e-8);
-        cg_optim *shard = cg_optim_new_sharded(&cfg, 2, op, own), *full = cg_optim_new(&cfg, 2, op);
-        ck_assert(shard && full);
-        p[1]->grad = cg_full(CG_SHAPE(2), -1.0f);
-        ck_assert_msg(cg_optim_step(shard), "%s", cg_last_error());
-        ck_assert_msg(cg_dist_gather_optim(shard, full), "%s", cg_last_error());
-        ck_assert_int_eq(cg_optim_steps(full), 1);
-        for (int i = 0; i < 2; i++) {
-            cg_tensor *a = cg_optim_state(shard, i, "exp_avg"),
-                      *b = cg_optim_state(full, i, "exp_avg");
-            ck_assert(a && b);
-            ck_assert(!memcmp(cg_data(a), cg_data(b), (size_t)cg_numel(a) * sizeof(float)));
-            ck_assert(cg_data(b)[0] != 0.0f);
-        }
+        cg_optim *shard = cg_optim_new_sharded(&cfg, 2, op, own);
+        ck_assert(shard && !cg_optim_is_sharded(shard));
+        CG_ASSERT_REFUSED(!cg_dist_stream_new(shard, NULL), "holds its state whole");
         cg_optim_free(shard);
-        cg_optim_free(full);
     }
     cg_dist_reducer_free(r);
     if (cg_dist_size() == 1 && !cg_dist_compiled_with_mpi()) {
@@ -822,6 +811,29 @@ static void lm_train_zero(cg_charlm *m, int r0, int r1, bool dist, bool zero, cg
 
 /* Largest |a-b| / max|b| over the exp_avg and exp_avg_sq of two unsharded
  * optimizers over the same parameters. */
+/* Rank 0 writes o's shards on every rank to path as an unsharded
+ * optimizer's entries, gathered while it writes (cg_dist_stream); first a
+ * save that fails before writing anything (no such directory), which the
+ * stream survives. Asserted after the stream ends on every rank. */
+static void save_streamed(const cg_optim *o, const char *path)
+{
+    cg_dist_stream *s = cg_dist_stream_new(o, NULL);
+    ck_assert_msg(s != NULL, "%s", cg_last_error());
+    bool refused = true, ok = true;
+    char err[256] = "";
+    if (cg_dist_rank() == 0) {
+        cg_shard_gather g = cg_dist_stream_optim(s);
+        cg_st_writer *w = cg_st_writer_new();
+        ok = w && cg_optim_save_gathered(o, w, "optim", &g);
+        refused = ok && !cg_st_writer_save(w, "/nonexistent-cgrad-dir/x.safetensors");
+        ok = ok && cg_st_writer_save(w, path);
+        snprintf(err, sizeof err, "%s", ok ? "" : cg_last_error());
+        cg_st_writer_free(w);
+    }
+    ck_assert_msg(cg_dist_stream_end(s), "%s", cg_last_error());
+    ck_assert_msg(ok && refused, "rank 0's save: %s", err);
+}
+
 static double state_rel_diff(cg_optim *a, cg_optim *b)
 {
     double worst = 0;
@@ -878,23 +890,10 @@ START_TEST(test_zero_equivalence)
     /* at most one float of rounding per bucket and buffer */
     ck_assert(mx <= (double)full_bytes / size + 8.0 * cg_dist_reducer_buckets(red) + 8);
 
-    /* the state on rank 0, in the unsharded layout, then into a file */
-    cg_charlm *mf = rank == 0 ? cg_charlm_new(&c, 7) : NULL;
-    cg_optim *full = NULL;
-    if (rank == 0) {
-        full = make_adamw(CG_MODULE(mf));
-        ck_assert(!cg_optim_is_sharded(full));
-    }
-    ck_assert_msg(cg_dist_gather_optim(oz, full), "%s", cg_last_error());
+    /* the state written by rank 0 in the unsharded layout, gathered as it
+     * is written, then read back whole */
     char path[PATH_MAX] = "";
     if (rank == 0) {
-        double srel = state_rel_diff(full, od);
-        fprintf(stderr,
-                "charlm: %d ranks, ZeRO-1 vs all-reduce after %d clipped steps: "
-                "parameters max rel diff %.3g (%s), gathered AdamW state %.3g; state bytes per "
-                "rank %.0f of %lld\n",
-                size, STEPS, rel, worst, srel, mx, (long long)full_bytes);
-        ck_assert_msg(srel <= TOL, "gathered state differs by %g", srel);
         /* $TMPDIR's, not cg_test_mkstemp's (whose watcher is a fork) */
         const char *tmp =
             getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp";
@@ -902,9 +901,22 @@ START_TEST(test_zero_equivalence)
         int fd = mkstemp(path);
         ck_assert(fd >= 0);
         close(fd);
-        cg_st_writer *w = cg_st_writer_new();
-        ck_assert(cg_optim_save(full, w, "optim") && cg_st_writer_save(w, path));
-        cg_st_writer_free(w);
+    }
+    save_streamed(oz, path);
+    cg_charlm *mf = rank == 0 ? cg_charlm_new(&c, 7) : NULL;
+    cg_optim *full = NULL;
+    if (rank == 0) {
+        full = make_adamw(CG_MODULE(mf));
+        cg_st_file *ff = cg_st_open(path);
+        ck_assert_msg(ff && cg_optim_load(full, ff, "optim"), "%s", cg_last_error());
+        cg_st_close(ff);
+        double srel = state_rel_diff(full, od);
+        fprintf(stderr,
+                "charlm: %d ranks, ZeRO-1 vs all-reduce after %d clipped steps: "
+                "parameters max rel diff %.3g (%s), gathered AdamW state %.3g; state bytes per "
+                "rank %.0f of %lld\n",
+                size, STEPS, rel, worst, srel, mx, (long long)full_bytes);
+        ck_assert_msg(srel <= TOL, "gathered state differs by %g", srel);
     }
     ck_assert_msg(rel <= TOL, "ZeRO-1 and all-reduce parameters differ by %g (%s)", rel, worst);
     ck_assert(cg_dist_broadcast_bytes(path, sizeof path));
@@ -923,9 +935,12 @@ START_TEST(test_zero_equivalence)
     cg_optim *oz2 = cg_optim_new_sharded(&cfg, l.n, ps, own);
     ck_assert_msg(oz2 && cg_optim_load(oz2, f, "optim"), "%s", cg_last_error());
     cg_st_close(f);
+    save_streamed(oz2, path);
     cg_optim *full2 = rank == 0 ? make_adamw(CG_MODULE(mf)) : NULL;
-    ck_assert_msg(cg_dist_gather_optim(oz2, full2), "%s", cg_last_error());
     if (rank == 0) {
+        cg_st_file *ff = cg_st_open(path);
+        ck_assert_msg(ff && cg_optim_load(full2, ff, "optim"), "%s", cg_last_error());
+        cg_st_close(ff);
         ck_assert(state_rel_diff(full2, full) == 0);
         ck_assert_int_eq(cg_optim_steps(full2), STEPS);
         unlink(path);

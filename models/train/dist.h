@@ -180,17 +180,27 @@ double cg_dist_clip_grad_norm(cg_optim *shard, double max_norm);
  * false on every rank with an error naming the first parameter (in
  * optimizer order) with a NaN or Inf in some rank's owned elements. */
 bool cg_dist_grads_finite(const cg_optim *shard);
-/* For a checkpoint: rank 0's full (unsharded) optimizer over the same
- * parameters receives every rank's shard of the state (step counts,
- * hyper-parameters, each rank's exp_avg / exp_avg_sq / momentum_buffer
- * runs), so that it saves the layout of an unsharded run. Every rank calls
- * it with its shard; full is used on rank 0 only (NULL elsewhere; NULL on
- * rank 0 too fails on every rank). */
-bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full);
-/* The same for the weights' average (optim/ema.h cg_ema_new_sharded):
- * every rank's runs into rank 0's whole average (decay and update count
- * too); full is used on rank 0 only. */
-bool cg_dist_gather_ema(const cg_ema *shard, cg_ema *full);
+/* ZeRO's checkpoint without a whole copy of the state (as
+ * DeepSpeed's and fairseq's consolidate on rank 0, but one tensor at a
+ * time): rank 0 writes the file an unsharded run writes while every other
+ * rank sends it its runs of each tensor of the optimizer state and of the
+ * weights' average as the writer reaches them.
+ *   cg_dist_stream_new (every rank): every rank's runs of shard's and
+ *     ema's (NULL: none) parameters to rank 0. NULL + error on every rank
+ *     alike when one cannot; with one process, always (nothing is sharded).
+ *   cg_dist_stream_optim / _ema (rank 0): the gathers to save them with
+ *     (optim.h cg_optim_save_gathered, ema.h cg_ema_save_gathered) and save
+ *     (each tensor gathered when the writer writes it: any number of
+ *     saves, each whole or failed).
+ *   cg_dist_stream_end (every rank, after rank 0's saves however they
+ *     went; frees s): rank 0 says it is done; the other ranks serve its
+ *     gathers until then, waiting as cg_dist_wait_for_root waits. */
+typedef struct cg_dist_stream cg_dist_stream;
+cg_dist_stream *cg_dist_stream_new(const cg_optim *shard, const cg_ema *ema);
+cg_shard_gather cg_dist_stream_optim(cg_dist_stream *s);
+cg_shard_gather cg_dist_stream_ema(cg_dist_stream *s);
+bool cg_dist_stream_end(cg_dist_stream *s);
+void cg_dist_stream_free(cg_dist_stream *s); /* a stream not ended, on every rank */
 
 /* Every rank but 0 waits here until rank 0 calls it too (a broadcast):
  * for rank 0's work alone, such as writing a checkpoint, that may take

@@ -434,130 +434,150 @@ bool cg_dist_reducer_gather_params(cg_dist_reducer *r)
     return ok;
 }
 
-/* A gather of shards into rank 0's whole copy: n parameters, each with up
- * to `bufs` float buffers of this rank's run [lo, hi) (ZeRO's: the
- * optimizer's moments, the weights' average). */
-typedef struct {
-    const char *fn, *what; /* "gather_optim", "the optimizer state" */
-    const void *shard;
-    void *full; /* rank 0's; NULL elsewhere */
-    int n, bufs;
-    bool (*range)(const void *shard, int i, int64_t *lo, int64_t *hi);
-    cg_tensor *(*buf)(const void *x, int i, int k); /* NULL: none (the same on every rank) */
-    bool (*copy)(void *full, const void *shard);    /* rank 0's own runs and the scalars */
-} shard_gather;
+/* ------------------------------------------------ ZeRO's state to rank 0 */
+/* Rank 0 writes a checkpoint while the other ranks serve it the runs of
+ * each state tensor its writer reaches (dist.h). Every rank's runs are
+ * rank 0's from the start: for rank q, 2 int64 (lo, hi) per entry j, the
+ * optimizer's parameters first, then the average's. Rank 0 announces each
+ * gather by broadcasting (j, k), then gathers it (MPI_Gatherv); (-1, 0)
+ * ends the serving. */
+struct cg_dist_stream {
+    const cg_optim *opt;
+    const cg_ema *ema;
+    int n_opt, n;  /* n: the optimizer's entries and the average's */
+    int64_t *runs; /* rank 0's: size x (2n + 1) */
+    int *counts, *displs;
+};
 
-static bool gather_shards(const shard_gather *g)
+static bool entry_run(const cg_dist_stream *s, int j, int64_t *lo, int64_t *hi)
 {
-    if (!g->shard) {
-        cg_set_error("dist: %s: the shard is NULL", g->fn);
-        return false;
+    return j < s->n_opt ? cg_optim_shard_range(s->opt, j, lo, hi)
+                        : cg_ema_shard_range(s->ema, j - s->n_opt, lo, hi);
+}
+
+/* This rank's run of buffer k of entry j (k as cg_shard_gather's), or
+ * NULL + error. */
+static cg_tensor *entry_buffer(const cg_dist_stream *s, int j, int k)
+{
+    static const char *const what[4] = {NULL, "exp_avg", "exp_avg_sq", "momentum_buffer"};
+    if (j < 0 || j >= s->n || k < 0 || k > 3 || (j < s->n_opt) != (k > 0)) {
+        cg_set_error("dist: stream: no state buffer %d of entry %d", k, j);
+        return NULL;
     }
-    if (cg_dist_size() == 1)
-        return g->copy(g->full, g->shard);
-    if (!cg_dist_check_inited(g->fn))
-        return false;
-    /* rank 0 without a whole copy (out of memory) still takes part in the
-     * first gather, so that every rank learns of the failure */
-    const int n = g->n, me = cg_dist_rank(), size = cg_dist_size();
+    return k ? cg_optim_state(s->opt, j, what[k]) : cg_ema_state(s->ema, j - s->n_opt);
+}
+
+void cg_dist_stream_free(cg_dist_stream *s)
+{
+    if (!s)
+        return;
+    free(s->runs);
+    free(s->counts);
+    free(s->displs);
+    free(s);
+}
+
+cg_dist_stream *cg_dist_stream_new(const cg_optim *opt, const cg_ema *ema)
+{
+    if (cg_dist_size() == 1) {
+        cg_set_error("dist: stream_new: one process holds its state whole: save it as it is");
+        return NULL;
+    }
+    if (!cg_dist_check_inited("stream_new"))
+        return NULL;
+    const int me = cg_dist_rank(), size = cg_dist_size();
+    /* the same count on every rank: the same model */
+    const int n_opt = opt ? cg_optim_count(opt) : 0, n = n_opt + (ema ? cg_ema_count(ema) : 0);
+    cg_dist_stream *s = calloc(1, sizeof *s);
     int64_t *mine = malloc((size_t)(2 * n + 1) * sizeof *mine);
-    int64_t *all = me == 0 ? malloc((size_t)(2 * n + 1) * (size_t)size * sizeof *all) : NULL;
-    int *counts = calloc((size_t)size, sizeof *counts); /* zeros until set */
-    int *displs = calloc((size_t)size, sizeof *displs);
-    bool ok = mine && counts && displs && (me != 0 || all);
-    for (int i = 0; ok && i < n; i++)
-        ok = g->range(g->shard, i, &mine[2 * i], &mine[2 * i + 1]);
-    if (mine)
-        mine[2 * n] = ok ? 1 : 0;
-    /* every rank's ranges (and whether it is fine) on rank 0 */
-    bool sent =
-        mine && COLLECTIVE("MPI_Gather", MPI_Gather(mine, 2 * n + 1, MPI_INT64_T, all, 2 * n + 1,
-                                                    MPI_INT64_T, 0, MPI_COMM_WORLD));
-    if (me == 0 && sent) {
-        if (ok && !g->full) {
-            cg_set_error("dist: %s: rank 0 has nothing to gather into", g->fn);
-            ok = false;
-        }
-        ok = ok && g->copy(g->full, g->shard);
-        for (int q = 1; ok && q < size; q++)
-            if (all[q * (2 * n + 1) + 2 * n] != 1) {
-                cg_set_error("dist: %s: rank %d could not read its shard", g->fn, q);
-                ok = false;
-            }
-    }
-    /* rank 0's verdict: every rank goes on with the gathers, or none */
-    double v = me == 0 && sent && ok ? 1 : 0;
-    bool go = sent && cg_dist_broadcast_bytes(&v, sizeof v) && v == 1;
-    if (sent && v != 1 && me != 0 && ok)
-        cg_set_error("dist: %s: rank 0 could not gather %s", g->fn, g->what);
-    for (int i = 0; go && i < n; i++) {
-        for (int k = 0; k < g->bufs; k++) {
-            cg_tensor *src = g->buf(g->shard, i, k);
-            if (!src) {
-                cg_clear_error(); /* no such buffer (the same on every rank) */
-                continue;
-            }
-            float *dst = NULL;
-            if (me == 0) {
-                cg_tensor *d = g->buf(g->full, i, k);
-                ok = d != NULL;
-                dst = ok ? cg_data(d) : NULL;
-                for (int q = 0; ok && q < size; q++) {
-                    int64_t lo = all[q * (2 * n + 1) + 2 * i],
-                            hi = all[q * (2 * n + 1) + 2 * i + 1];
-                    displs[q] = (int)lo;
-                    counts[q] = (int)(hi - lo);
-                }
-                if (d)
-                    cg_tensor_modified(d);
-            }
-            ok = COLLECTIVE("MPI_Gatherv",
-                            MPI_Gatherv(cg_data(src), (int)cg_numel(src), MPI_FLOAT, dst, counts,
-                                        displs, MPI_FLOAT, 0, MPI_COMM_WORLD)) &&
-                 ok;
+    if (s) {
+        *s = (cg_dist_stream){.opt = opt, .ema = ema, .n_opt = n_opt, .n = n};
+        if (me == 0) {
+            s->runs = malloc((size_t)(2 * n + 1) * (size_t)size * sizeof *s->runs);
+            s->counts = calloc((size_t)size, sizeof *s->counts);
+            s->displs = calloc((size_t)size, sizeof *s->displs);
         }
     }
+    bool ok = s && mine && (me != 0 || (s->runs && s->counts && s->displs));
+    if (!ok)
+        cg_set_error("out of memory");
+    for (int j = 0; ok && j < n; j++)
+        ok = entry_run(s, j, &mine[2 * j], &mine[2 * j + 1]);
+    if (ok)
+        mine[2 * n] = n; /* the runs, then their count (2n + 1: never 0 bytes) */
+    /* every rank goes on, or none */
+    double bad = ok ? 0 : 1;
+    bool agreed = cg_dist_allreduce_max(&bad, 1);
+    if (agreed && bad != 0 && ok)
+        cg_set_error("dist: stream_new: another rank could not list its shards");
+    ok = agreed && bad == 0 &&
+         COLLECTIVE("MPI_Gather", MPI_Gather(mine, 2 * n + 1, MPI_INT64_T, s->runs, 2 * n + 1,
+                                             MPI_INT64_T, 0, MPI_COMM_WORLD));
     free(mine);
-    free(all);
-    free(counts);
-    free(displs);
-    return go && ok;
+    if (!ok) {
+        cg_dist_stream_free(s);
+        return NULL;
+    }
+    return s;
 }
 
-static bool optim_range(const void *o, int i, int64_t *lo, int64_t *hi)
+/* Rank 0's gather of buffer k of entry j, whole, into dst. */
+static bool stream_gather(cg_dist_stream *s, int j, int k, float *dst)
 {
-    return cg_optim_shard_range(o, i, lo, hi);
+    cg_tensor *src = entry_buffer(s, j, k);
+    if (!src)
+        return false;
+    int msg[2] = {j, k}; /* the other ranks wait for it as long as the disk takes */
+    if (!cg_dist_mpi_ok(MPI_Bcast(msg, 2, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast"))
+        return false;
+    const int size = cg_dist_size(), width = 2 * s->n + 1;
+    for (int q = 0; q < size; q++) {
+        const int64_t *r = &s->runs[(size_t)q * width + 2 * j];
+        s->displs[q] = (int)r[0];
+        s->counts[q] = (int)(r[1] - r[0]);
+    }
+    return COLLECTIVE("MPI_Gatherv",
+                      MPI_Gatherv(cg_data(src), (int)cg_numel(src), MPI_FLOAT, dst, s->counts,
+                                  s->displs, MPI_FLOAT, 0, MPI_COMM_WORLD));
 }
-static cg_tensor *optim_buf(const void *o, int i, int k)
-{
-    static const char *const what[3] = {"exp_avg", "exp_avg_sq", "momentum_buffer"};
-    return cg_optim_state(o, i, what[k]);
-}
-static bool optim_copy(void *full, const void *shard) { return cg_optim_copy_state(full, shard); }
 
-bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
+static bool gather_optim(void *s, int i, int k, float *dst) { return stream_gather(s, i, k, dst); }
+static bool gather_ema(void *ctx, int i, int k, float *dst)
 {
-    return gather_shards(&(shard_gather){"gather_optim", "the optimizer state", shard, full,
-                                         shard ? cg_optim_count(shard) : 0, 3, optim_range,
-                                         optim_buf, optim_copy});
+    cg_dist_stream *s = ctx;
+    return stream_gather(s, s->n_opt + i, k, dst);
 }
 
-static bool ema_range(const void *e, int i, int64_t *lo, int64_t *hi)
+cg_shard_gather cg_dist_stream_optim(cg_dist_stream *s)
 {
-    return cg_ema_shard_range(e, i, lo, hi);
+    return (cg_shard_gather){gather_optim, s};
 }
-static cg_tensor *ema_buf(const void *e, int i, int k)
-{
-    (void)k;
-    return cg_ema_state(e, i);
-}
-static bool ema_copy(void *full, const void *shard) { return cg_ema_copy(full, shard); }
+cg_shard_gather cg_dist_stream_ema(cg_dist_stream *s) { return (cg_shard_gather){gather_ema, s}; }
 
-bool cg_dist_gather_ema(const cg_ema *shard, cg_ema *full)
+bool cg_dist_stream_end(cg_dist_stream *s)
 {
-    return gather_shards(&(shard_gather){"gather_ema", "the weights' average", shard, full,
-                                         shard ? cg_ema_count(shard) : 0, 1, ema_range, ema_buf,
-                                         ema_copy});
+    if (!s) {
+        cg_set_error("dist: stream_end: NULL stream");
+        return false;
+    }
+    int msg[2] = {-1, 0};
+    bool ok = true;
+    if (cg_dist_rank() == 0)
+        ok = cg_dist_mpi_ok(MPI_Bcast(msg, 2, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    while (ok && cg_dist_rank() != 0) {
+        /* not under the watchdog: rank 0 takes what its disk takes */
+        ok = cg_dist_mpi_ok(MPI_Bcast(msg, 2, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+        if (!ok || msg[0] < 0)
+            break;
+        cg_tensor *src = entry_buffer(s, msg[0], msg[1]);
+        /* none (cannot be: every rank has the same optimizer) sends
+         * nothing, and rank 0's gather ends the job by the watchdog */
+        ok = src &&
+             COLLECTIVE("MPI_Gatherv", MPI_Gatherv(cg_data(src), (int)cg_numel(src), MPI_FLOAT,
+                                                   NULL, NULL, NULL, MPI_FLOAT, 0, MPI_COMM_WORLD));
+    }
+    cg_dist_stream_free(s);
+    return ok;
 }
 
 double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r) { return r ? r->exposed : 0; }

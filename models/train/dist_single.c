@@ -134,11 +134,32 @@ bool cg_dist_reducer_shards(const cg_dist_reducer *r, cg_optim_range *own)
     return true;
 }
 bool cg_dist_reducer_gather_params(cg_dist_reducer *r) { return r != NULL; }
-bool cg_dist_gather_optim(const cg_optim *shard, cg_optim *full)
+/* one process: nothing is sharded (stepper.c never streams) */
+cg_dist_stream *cg_dist_stream_new(const cg_optim *shard, const cg_ema *ema)
 {
-    return cg_optim_copy_state(full, shard);
+    (void)shard;
+    (void)ema;
+    cg_set_error("dist: stream_new: one process holds its state whole: save it as it is");
+    return NULL;
 }
-bool cg_dist_gather_ema(const cg_ema *shard, cg_ema *full) { return cg_ema_copy(full, shard); }
+static bool no_gather(void *s, int i, int k, float *dst)
+{
+    (void)s;
+    (void)i;
+    (void)k;
+    (void)dst;
+    cg_set_error("dist: no stream with one process");
+    return false;
+}
+cg_shard_gather cg_dist_stream_optim(cg_dist_stream *s) { return (cg_shard_gather){no_gather, s}; }
+cg_shard_gather cg_dist_stream_ema(cg_dist_stream *s) { return (cg_shard_gather){no_gather, s}; }
+bool cg_dist_stream_end(cg_dist_stream *s)
+{
+    (void)s;
+    cg_set_error("dist: stream_end: NULL stream");
+    return false;
+}
+void cg_dist_stream_free(cg_dist_stream *s) { (void)s; }
 bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
 {
     (void)weight;

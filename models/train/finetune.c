@@ -359,14 +359,16 @@ bool cg_ft_ckpt_save(const char *path, const cg_ft_save *ft, const char *kind,
                      const char *config_json, const cg_tokenizer *tok, const cg_module *module,
                      const cg_optim *optim, int64_t step, const char *train_json)
 {
-    if (!ft || (!ft->init_from && !ft->ema))
+    if (!ft || (!ft->init_from && !ft->ema && !ft->optim_gather))
         return cg_ckpt_save(path, kind, config_json, tok, module, optim, step, train_json);
     bool adapters = ft->init_from && ft->adapters;
+    /* the optimizer's entries where cg_ckpt_writer puts them: last */
     cg_st_writer *w = cg_ckpt_writer(kind, config_json, adapters ? NULL : tok,
-                                     adapters ? NULL : module, optim, step, train_json);
-    bool ok = w && (!ft->init_from || cg_st_set_metadata(w, "init_from", ft->init_from)) &&
+                                     adapters ? NULL : module, NULL, step, train_json);
+    bool ok = w && (!optim || cg_optim_save_gathered(optim, w, "optim", ft->optim_gather)) &&
+              (!ft->init_from || cg_st_set_metadata(w, "init_from", ft->init_from)) &&
               (!adapters || cg_lora_write(module, w)) &&
-              (!ft->ema || cg_ema_save(ft->ema, w, "ema"));
+              (!ft->ema || cg_ema_save_gathered(ft->ema, w, "ema", ft->ema_gather));
     if (!ok) {
         cg_st_writer_free(w);
         return false;

@@ -180,13 +180,16 @@ bool cg_ft_read_adapters(cg_module *root, const cg_st_file *f, const char *path,
 
 /* What a run adds to its checkpoints: where it started from (the
  * "init_from" JSON, NULL for a run from scratch), whether it saves only
- * its adapters, and the moving average of its trainable weights
- * (--ema-decay; NULL: none), saved as "ema.*" (models/train/checkpoint.h
- * cg_ckpt_weights). */
+ * its adapters, the moving average of its trainable weights (--ema-decay;
+ * NULL: none), saved as "ema.*" (models/train/checkpoint.h
+ * cg_ckpt_weights); and under ZeRO the gathers of a sharded optimizer's
+ * state and average (models/train/dist.h cg_dist_stream; NULL: they are
+ * whole). */
 typedef struct {
     const char *init_from;
     bool adapters;
     const cg_ema *ema;
+    const cg_shard_gather *optim_gather, *ema_gather;
 } cg_ft_save;
 
 /* Save a training checkpoint (models/train/checkpoint.h cg_ckpt_save) of a

@@ -90,45 +90,12 @@ bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, i
     return s->opt != NULL;
 }
 
-const cg_optim *cg_stepper_full_optim(cg_stepper *s, cg_optim **owned)
-{
-    *owned = NULL;
-    if (!s->zero)
-        return s->opt;
-    cg_optim_config cfg = cg_optim_get_config(s->opt);
-    cg_optim *full = cg_dist_is_root() ? cg_optim_new(&cfg, s->n_train, s->op) : NULL;
-    /* every rank takes part, even when rank 0 could not allocate */
-    bool ok = cg_dist_gather_optim(s->opt, full);
-    if (!ok || !cg_dist_is_root()) {
-        cg_optim_free(full);
-        return NULL;
-    }
-    *owned = full;
-    return full;
-}
-
 static bool params_whole(void *reducer) { return cg_dist_reducer_gather_params(reducer); }
 
 cg_ema *cg_stepper_ema_new(cg_stepper *s, double decay)
 {
     return s->zero ? cg_ema_new_sharded(s->m->module, decay, s->opt, params_whole, s->reducer)
                    : cg_ema_new(s->m->module, decay);
-}
-
-const cg_ema *cg_stepper_full_ema(cg_stepper *s, const cg_ema *e, cg_ema **owned)
-{
-    *owned = NULL;
-    if (!e || !cg_ema_is_sharded(e))
-        return e;
-    cg_ema *full = cg_dist_is_root() ? cg_ema_new(s->m->module, cg_ema_decay(e)) : NULL;
-    /* every rank takes part, even when rank 0 could not allocate */
-    bool ok = cg_dist_gather_ema(e, full);
-    if (!ok || !cg_dist_is_root()) {
-        cg_ema_free(full);
-        return NULL;
-    }
-    *owned = full;
-    return full;
 }
 
 /* Every element of this rank's gradients finite? Under ZeRO the optimizer

@@ -40,8 +40,9 @@ typedef struct {
      * opt is this rank's shard (cg_optim_new_sharded), the reducer
      * reduce-scatters during backward (always; CG_DIST_OVERLAP is not
      * read), clipping and the NaN check use the global norm, and the
-     * parameters are all-gathered after the update. A checkpoint needs
-     * cg_stepper_full_optim. With one process zero_stage 1 changes nothing. */
+     * parameters are all-gathered after the update. A checkpoint gathers
+     * the state as it writes it (dist.h cg_dist_stream). With one process
+     * zero_stage 1 changes nothing. */
     bool zero;
 } cg_stepper;
 
@@ -55,21 +56,11 @@ typedef enum {
 /* False + error (free with cg_stepper_free either way). zero_stage: 0, or
  * 1 for ZeRO-1 (above). */
 bool cg_stepper_init(cg_stepper *s, const cg_trainer_model *m, int grad_accum, int zero_stage);
-/* For a checkpoint (every rank calls it): the whole optimizer state. Not
- * ZeRO: s->opt itself (*owned NULL). ZeRO: the shards gathered into a new
- * unsharded optimizer on rank 0 (*owned, the caller frees it; NULL on the
- * other ranks). NULL + error if the gathering fails. */
-const cg_optim *cg_stepper_full_optim(cg_stepper *s, cg_optim **owned);
 /* The weights' average of --ema-decay over the trainable parameters:
  * under ZeRO sharded as the optimizer (optim/ema.h cg_ema_new_sharded; a
  * swap all-gathers the parameters, so every rank swaps together), else
  * whole. NULL + error. */
 cg_ema *cg_stepper_ema_new(cg_stepper *s, double decay);
-/* For a checkpoint (every rank calls it), as cg_stepper_full_optim: e
- * itself when whole; sharded, the runs gathered into a new whole average on
- * rank 0 (*owned; NULL on the other ranks). NULL + error if the gathering
- * fails. */
-const cg_ema *cg_stepper_full_ema(cg_stepper *s, const cg_ema *e, cg_ema **owned);
 void cg_stepper_free(cg_stepper *s);
 /* Take the optimizer step numbered step (1-based; its learning rate is
  * m->lr(step)). *loss: the step's mean loss over every rank; *tokens: the

@@ -108,14 +108,15 @@ static uint64_t copies(const cg_train_opts *o) { return 1 + (o->keep_last > 0) +
  * checkpoint does not know and a resume would refuse). The first save that
  * replaces t->out also puts the run's metrics log in place of the old one,
  * which told the history of the old checkpoint until then. */
-static bool save_files(cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt,
-                       const cg_ema *ema, int64_t step, bool keep, bool best, const char *tj)
+static bool save_files(cg_trainer *t, const cg_trainer_model *m, const cg_optim *opt, cg_ft_save ft,
+                       int64_t step, bool keep, bool best, const char *tj)
 {
     char *cfg = m->config_json(m->self);
     char *from = cfg && t->from_origin ? cg_ft_origin_json(&t->origin) : NULL;
     char *kp = keep ? cg_kept_path(t->out, step) : NULL;
     char *bp = best ? cg_best_path(t->out) : NULL;
-    cg_ft_save ft = {.init_from = from, .adapters = t->adapters, .ema = ema};
+    ft.init_from = from;
+    ft.adapters = t->adapters;
     const cg_tokenizer *tok = m->tok;
     bool ok = cfg && (from || !t->from_origin) && (kp || !keep) && (bp || !best) &&
               cg_ft_ckpt_save(t->out, &ft, m->name, cfg, tok, m->module, opt, step, tj);
@@ -165,34 +166,31 @@ static bool gather_rank_counters(run_ctx *c)
     return true;
 }
 
-static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, const cg_ema *ema);
-
+static bool save_root(run_ctx *c, int64_t step, cg_dist_stream *zero);
+/* The other ranks wait for rank 0's files however long the disk takes:
+ * their next collective would charge it to CG_DIST_TIMEOUT and end the job
+ * as if rank 0 had died (a rank 0 that fails ends the job itself). Under
+ * ZeRO they send it each tensor of their shards of the optimizer state and
+ * the average meanwhile, as its writer reaches it: it writes the layout of
+ * an unsharded run, holding one of those tensors whole at a time. */
 static bool save(run_ctx *c, int64_t step)
 {
     if (!gather_rank_counters(c))
         return false;
-    /* ZeRO: every rank sends its shard of the state and of the average to
-     * rank 0, which saves them whole (the layout of an unsharded run). Its
-     * whole copies take the blocks the step's activations left in the
-     * allocator's cache, not as much again (charlm gpt2, 2 ranks: a peak of
-     * 2.59 GB against 2.71; the next step maps them again). */
-    if (c->st.zero)
-        cg_alloc_trim();
-    cg_optim *gathered;
-    cg_ema *gathered_ema;
-    const cg_optim *opt = cg_stepper_full_optim(&c->st, &gathered);
-    const cg_ema *ema = cg_stepper_full_ema(&c->st, c->ema, &gathered_ema);
-    /* the other ranks wait for rank 0's files however long the disk takes:
-     * their next collective would charge it to CG_DIST_TIMEOUT and end the
-     * job as if rank 0 had died (a rank 0 that fails ends the job itself) */
-    bool ok = !cg_dist_is_root() || (opt && (ema || !c->ema) && save_root(c, step, opt, ema));
-    cg_optim_free(gathered);
-    cg_ema_free(gathered_ema);
-    return ok && cg_dist_wait_for_root();
+    if (!c->st.zero)
+        return (!cg_dist_is_root() || save_root(c, step, NULL)) && cg_dist_wait_for_root();
+    /* the step's blocks in the allocator's cache go back first: what follows
+     * would add to them (charlm gpt2, 2 ranks: rank 1 at 2.15 GB, not 2.00) */
+    cg_alloc_trim();
+    cg_dist_stream *s = cg_dist_stream_new(c->st.opt, c->ema);
+    if (!s)
+        return false;
+    bool ok = !cg_dist_is_root() || save_root(c, step, s);
+    return cg_dist_stream_end(s) && ok;
 }
 
 /* Rank 0's part of a save: the checkpoint and the files beside it. */
-static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, const cg_ema *ema)
+static bool save_root(run_ctx *c, int64_t step, cg_dist_stream *zero)
 {
     int held = cg_out_lock_keep(c->t->out, &c->t->lock);
     if (held == 0)
@@ -208,7 +206,11 @@ static bool save_root(run_ctx *c, int64_t step, const cg_optim *opt, const cg_em
     bool keep = keep_at(c->t, step, c->cut_resumed);
     bool best = best_at(c->t, step);
     char *tj = cg_train_state_json(c->t, m);
-    bool ok = tj && save_files(c->t, m, opt, ema, step, keep, best, tj);
+    cg_shard_gather og = zero ? cg_dist_stream_optim(zero) : (cg_shard_gather){0},
+                    eg = zero ? cg_dist_stream_ema(zero) : (cg_shard_gather){0};
+    cg_ft_save ft = {
+        .ema = c->ema, .optim_gather = zero ? &og : NULL, .ema_gather = zero ? &eg : NULL};
+    bool ok = tj && save_files(c->t, m, c->st.opt, ft, step, keep, best, tj);
     free(tj);
     if (ok) /* kept checkpoints of this run, now too old */
         remove_dropped(c->t);
