@@ -498,6 +498,92 @@ START_TEST(test_ema_sharded_files)
 }
 END_TEST
 
+/* ZeRO's gather at a save, in one process: buffer k of parameter i whole
+ * from both shards' runs (the zoo's is an MPI_Gatherv, models/train/dist.h). */
+typedef struct {
+    const cg_optim *o[2];
+    const cg_ema *e[2];
+    int calls;
+} two_shards;
+
+static bool gather_two(void *ctx, int i, int k, float *dst)
+{
+    static const char *const what[4] = {NULL, "exp_avg", "exp_avg_sq", "momentum_buffer"};
+    two_shards *t = ctx;
+    t->calls++;
+    for (int s = 0; s < 2; s++) {
+        int64_t lo, hi;
+        bool ok = k ? cg_optim_shard_range(t->o[s], i, &lo, &hi)
+                    : cg_ema_shard_range(t->e[s], i, &lo, &hi);
+        cg_tensor *b = k ? cg_optim_state(t->o[s], i, what[k]) : cg_ema_state(t->e[s], i);
+        ck_assert(ok && b && cg_numel(b) == hi - lo);
+        memcpy(dst + lo, cg_data(b), (size_t)(hi - lo) * 4);
+    }
+    return true;
+}
+
+/* Sharded AdamW state and average saved through a gather: the bytes of the
+ * whole ones saved as they are, one gather a tensor; without a gather,
+ * refused. */
+START_TEST(test_ema_sharded_saved_gathered)
+{
+    net n[2] = {net_new(6), net_new(6)};
+    shard_ctx ctx[2] = {{&n[0], &n[1], own1, 0}, {&n[1], &n[0], own0, 0}};
+    cg_optim_config cfg = cg_adamw_default(0.01);
+    cg_optim *o[2], *whole_o;
+    cg_ema *e[2];
+    for (int k = 0; k < 2; k++) {
+        cg_optim_param ps[3] = {{"a.weight", n[k].a->weight, 0.1},
+                                {"a.bias", n[k].a->bias, 0},
+                                {"b.weight", n[k].b->weight, 0.1}};
+        o[k] = cg_optim_new_sharded(&cfg, 3, ps, k ? own1 : own0);
+        e[k] = cg_ema_new_sharded(n[k].root, 0.8, o[k], all_gather, &ctx[k]);
+        ck_assert_msg(o[k] && e[k], "%s", cg_last_error());
+        if (k == 0)
+            whole_o = cg_optim_new(&cfg, 3, ps);
+    }
+    for (int s = 0; s < 3; s++) {
+        for (int k = 0; k < 2; k++) {
+            cg_rng r = cg_rng_new(40 + (uint64_t)s); /* the same batch on both */
+            train_step(&n[k], o[k], &r);
+        }
+        ck_assert(all_gather(&ctx[0]) && all_gather(&ctx[1]));
+        ck_assert(cg_ema_update(e[0]) && cg_ema_update(e[1]));
+    }
+    cg_ema *whole_e = cg_ema_new(n[0].root, 0.1);
+    ck_assert(cg_optim_copy_state(whole_o, o[0]) && cg_optim_copy_state(whole_o, o[1]) &&
+              cg_ema_copy(whole_e, e[0]) && cg_ema_copy(whole_e, e[1]));
+    char dir[PATH_MAX], pw[PATH_MAX + 32], pg[PATH_MAX + 32];
+    cg_test_mkdtemp(dir, sizeof dir, "ema_gathered");
+    snprintf(pw, sizeof pw, "%s/whole.safetensors", dir);
+    snprintf(pg, sizeof pg, "%s/gathered.safetensors", dir);
+    cg_st_writer *w = cg_st_writer_new_deferred();
+    ck_assert(cg_optim_save(whole_o, w, "optim") && cg_ema_save(whole_e, w, "ema") &&
+              cg_st_writer_save(w, pw));
+    cg_st_writer_free(w);
+    two_shards t = {{o[0], o[1]}, {e[0], e[1]}, 0};
+    const cg_shard_gather g = {gather_two, &t};
+    w = cg_st_writer_new_deferred();
+    CG_ASSERT_FAILS(cg_optim_save(o[0], w, "optim") ? (void *)1 : NULL, "save through a gather");
+    CG_ASSERT_FAILS(cg_ema_save(e[1], w, "ema") ? (void *)1 : NULL, "save through a gather");
+    ck_assert(t.calls == 0);
+    ck_assert_msg(cg_optim_save_gathered(o[1], w, "optim", &g) &&
+                      cg_ema_save_gathered(e[0], w, "ema", &g) && cg_st_writer_save(w, pg),
+                  "%s", cg_last_error());
+    cg_st_writer_free(w);
+    ck_assert_int_eq(t.calls, 3 * 2 + 3);
+    cg_test_assert_same_file(pw, pg);
+    cg_test_rm_tree(dir);
+    cg_ema_free(whole_e);
+    cg_optim_free(whole_o);
+    for (int k = 0; k < 2; k++) {
+        cg_ema_free(e[k]);
+        cg_optim_free(o[k]);
+        cg_module_free(n[k].root);
+    }
+}
+END_TEST
+
 /* A file's average straight into the parameters: what new + load + swap
  * leave, the update count; a refusal (a NaN in the last average) changes
  * no parameter. */
@@ -557,6 +643,7 @@ static Suite *ema_suite(void)
     tcase_add_test(tc, test_ema_review);
     tcase_add_test(tc, test_ema_sharded);
     tcase_add_test(tc, test_ema_sharded_files);
+    tcase_add_test(tc, test_ema_sharded_saved_gathered);
     tcase_add_test(tc, test_ema_load_params);
     suite_add_tcase(s, tc);
     return s;

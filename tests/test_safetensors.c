@@ -1611,15 +1611,6 @@ END_TEST
 
 /* ---------------------------------------------------- deferred writer */
 
-static void assert_same_bytes(const char *a, const char *b)
-{
-    size_t na, nb;
-    unsigned char *ba = read_bytes(a, &na), *bb = read_bytes(b, &nb);
-    ck_assert_msg(na == nb && memcmp(ba, bb, na) == 0, "%s and %s differ", a, b);
-    free(ba);
-    free(bb);
-}
-
 /* The same tensors through a copying writer and a deferred one: float32,
  * a transposed view, float32 saved as bfloat16, a bfloat16 widened, int64,
  * raw bytes; the deferred writer's sources released before its save. */
@@ -1646,7 +1637,7 @@ START_TEST(deferred_writer_same_bytes)
     ck_assert(cg_st_writer_save(c, pc));
     ck_assert_msg(cg_st_writer_save(d, pd), "%s", cg_last_error());
     ck_assert_msg(cg_st_writer_save(d, pd), "%s", cg_last_error()); /* again: nothing changed */
-    assert_same_bytes(pc, pd);
+    cg_test_assert_same_file(pc, pd);
     cg_st_writer_free(c);
     cg_st_writer_free(d);
 }
@@ -1737,7 +1728,7 @@ START_TEST(filled_entries)
                                            &fe, fill_freed),
                       "%s", cg_last_error());
         ck_assert(cg_st_writer_save(w, pf) && cg_st_writer_save(w, pf));
-        assert_same_bytes(pw, pf);
+        cg_test_assert_same_file(pw, pf);
         cg_st_writer_free(w);
     }
     /* a then b, twice a writer, two writers; never e */

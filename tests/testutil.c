@@ -98,6 +98,22 @@ static void rm_entries(int dfd, int depth)
     }
 }
 
+void cg_test_assert_same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    ck_assert_msg(fa && fb, "cannot open %s", fa ? b : a);
+    long at = 0;
+    int ca, cb;
+    do {
+        ca = getc(fa);
+        cb = getc(fb);
+        at++;
+    } while (ca == cb && ca != EOF);
+    fclose(fa);
+    fclose(fb);
+    ck_assert_msg(ca == cb, "%s and %s differ at byte %ld", a, b, at - 1);
+}
+
 void cg_test_rm_tree(const char *path)
 {
     if (unlink(path) == 0 || (errno != EISDIR && errno != EPERM))

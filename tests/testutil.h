@@ -70,6 +70,8 @@ int cg_test_mkstemp(char *buf, size_t n, const char *prefix);
 /* Remove path and everything under it (modes restored on the way; no
  * error if it is not there); async-signal-safe. */
 void cg_test_rm_tree(const char *path);
+/* Assert that files a and b hold the same bytes (a failure names both). */
+void cg_test_assert_same_file(const char *a, const char *b);
 
 /* The largest difference between the parameters of a and b (same names and
  * shapes), relative to the largest magnitude of each of b's tensors;
