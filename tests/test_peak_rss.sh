@@ -25,10 +25,13 @@
 # is no longer the step's: 10 MB of it follow the corpus, 60.6 MB with a
 # tenth of it); the program's costs beyond the step, about 24 MB, then
 # exceeded 30% of the step + 8 MB.
-#   test_peak_rss.sh CHARLM BENCH
+# Under ZeRO, rank 0 writes the checkpoint holding no whole copy of the
+# state it gathers (with MPI: MPIRUN given).
+#   test_peak_rss.sh CHARLM BENCH [MPIRUN]
 set -uo pipefail
 charlm=$1
 bench=$2
+mpirun=${3:-}
 . "$(dirname "$0")/shell_lib.sh" peak_rss
 # Resident sets measured with meson's MALLOC_PERTURB_ count whatever malloc
 # hands out, used or not: glibc fills each block it returns. On AVX2 CPUs
@@ -89,8 +92,8 @@ fi
 # (Zen 4: 1.37x; 1.86x while the writer copied every tensor first; the
 # bound leaves room for BLIS's packing pools on AVX2 CPUs, 20 MB).
 big=(--d 512 --H 4 --layers 4 --d-ff 2048 --T 16 --batch-size 2 --steps 2 --eval-every 2
-     --ema-decay 0.9 --precision fp32 --threads 2 --data c.txt)
-prog=$(peak_mb s.json s.err "$charlm" train "${big[@]}" --out o/big.safetensors)
+     --ema-decay 0.9 --precision fp32 --data c.txt)
+prog=$(peak_mb s.json s.err "$charlm" train "${big[@]}" --threads 2 --out o/big.safetensors)
 params=$(sed -n 's/.*"params": \([0-9]*\).*/\1/p' s.json)
 if [ -n "$prog" ] && [ -n "$params" ] && [ -s o/big.safetensors ]; then
   if python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.6 * 5 * 4 * int(sys.argv[2]) / 2**20)' \
@@ -101,6 +104,33 @@ if [ -n "$prog" ] && [ -n "$params" ] && [ -s o/big.safetensors ]; then
   fi
 else
   fail "charlm train of 12.6 M parameters: $(tail -c 300 s.err)"
+fi
+
+# Under --zero 1 rank 0 writes what every rank sends it tensor by tensor
+# (2026-12-06): the same run on 2 ranks, and rank 0 peaks within 0.5x of
+# the state's 12 bytes a parameter (moments and average, whole) of rank
+# 1's. Zen 5: 14-43 MB above it; 137 MB while rank 0 gathered the whole state
+# and average before writing them (151 MB at this size).
+if [ -n "$mpirun" ]; then
+  "$mpirun" --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 python3 -c '
+import os, resource, subprocess, sys
+r = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
+with open("z.err." + r, "wb") as e:
+    rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=e).returncode
+print("rank %s %.1f %d" % (r, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, rc))' \
+    "$charlm" train "${big[@]}" --threads 1 --zero 1 --out o/zero.safetensors >z.out 2>z.log
+  read -r _ _ r0 rc0 < <(grep '^rank 0 ' z.out)
+  read -r _ _ r1 rc1 < <(grep '^rank 1 ' z.out)
+  if [ "${rc0:-}" = 0 ] && [ "${rc1:-}" = 0 ] && [ -s o/zero.safetensors ]; then
+    if python3 -c 'import sys; a, b, n = map(float, sys.argv[1:]); sys.exit(not a <= b + 0.5 * 12 * n / 2**20)' \
+      "$r0" "$r1" "$params"; then
+      echo "ok: --zero 1 on 2 ranks: rank 0 peaks at $r0 MB, rank 1 at $r1 MB (at most 0.5x the whole state above)"
+    else
+      fail "--zero 1 on 2 ranks: rank 0 peaks at $r0 MB, over rank 1's $r1 MB + 0.5x the whole state"
+    fi
+  else
+    fail "charlm train --zero 1 on 2 ranks: $(cat z.out z.log z.err.* 2>/dev/null | tail -c 400)"
+  fi
 fi
 
 # The bench's own peak is its step's: a model of 60,000 parameters on 8
