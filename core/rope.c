@@ -9,13 +9,15 @@
  * its values differ from these in the last bits). The inverse rotation
  * (the angle's sign flipped) is the backward.
  *
- * One table of cos/sin for the T positions, then rows in chunks over the
- * threads, each row from its own elements only: the same bits for any
- * team. cg_k_rope_keep_bf16 also rounds each row as it writes it (bf16
- * precision) and keeps the rounding as the output's operand: what
- * attention's bf16 products read in training, instead of a pass of
- * attention's own. */
+ * One table of cos/sin for the T positions (kept for the next call at the
+ * same positions), then rows in chunks over the threads, each row from its
+ * own elements only: the same bits for any team. cg_k_rope_keep_bf16
+ * also rounds each row as it writes it (bf16 precision) and keeps the
+ * rounding as the output's operand: what attention's bf16 products read
+ * in training, instead of a pass of attention's own. */
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -67,21 +69,69 @@ static void rope_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
     }
 }
 
-/* cos/sin of (start + t) theta^(-2i/D) for t < T, i < h: [2, T, h] */
-static float *angle_table(int64_t T, int64_t h, int64_t start, double theta)
+/* The cos/sin of (start + t) theta^(-2i/D) for t < T, i < h: [2, T, h],
+ * with the count of its users. The last table made is kept for the next
+ * call (g_angles, under g_angles_lock): a training step rotates q and k of
+ * every layer, forward and backward, at the same positions (a LLaMA base
+ * step made the same table 24 times: 1% of its time in sincos). A table
+ * over ANGLES_KEEP_MAX bytes is made for its call only. */
+typedef struct {
+    int64_t T, h, start;
+    double theta;
+    int users;
+    float cs[];
+} angles;
+
+enum { ANGLES_KEEP_MAX = 8 << 20 };
+static pthread_mutex_t g_angles_lock = PTHREAD_MUTEX_INITIALIZER;
+static angles *g_angles; /* the last table made (one user: this pointer), or NULL */
+
+static void angles_put(angles *a)
 {
-    float *cs = malloc((size_t)(2 * T * h) * sizeof *cs);
-    if (!cs)
+    if (!a)
+        return;
+    pthread_mutex_lock(&g_angles_lock);
+    const bool unused = --a->users == 0;
+    pthread_mutex_unlock(&g_angles_lock);
+    if (unused)
+        free(a);
+}
+
+static angles *angles_get(int64_t T, int64_t h, int64_t start, double theta)
+{
+    pthread_mutex_lock(&g_angles_lock);
+    angles *a = g_angles;
+    const bool hit = a && a->T == T && a->h == h && a->start == start && a->theta == theta;
+    if (hit)
+        a->users++;
+    pthread_mutex_unlock(&g_angles_lock);
+    if (hit)
+        return a;
+    const size_t bytes = (size_t)(2 * T * h) * sizeof(float);
+    a = malloc(sizeof *a + bytes);
+    if (!a)
         return NULL;
+    *a = (angles){T, h, start, theta, 1};
+    float *cs = a->cs;
     for (int64_t i = 0; i < h; i++) {
         const double w = pow(theta, -2.0 * (double)i / (double)(2 * h));
         for (int64_t t = 0; t < T; t++) {
-            const double a = (double)(start + t) * w;
-            cs[t * h + i] = (float)cos(a);
-            cs[(T + t) * h + i] = (float)sin(a);
+            const double v = (double)(start + t) * w;
+            cs[t * h + i] = (float)cos(v);
+            cs[(T + t) * h + i] = (float)sin(v);
         }
     }
-    return cs;
+    if (bytes <= ANGLES_KEEP_MAX) {
+        pthread_mutex_lock(&g_angles_lock);
+        angles *old = g_angles;
+        g_angles = a;
+        a->users++;
+        const bool unused = old && --old->users == 0;
+        pthread_mutex_unlock(&g_angles_lock);
+        if (unused)
+            free(old);
+    }
+    return a;
 }
 
 static cg_tensor *rope(const cg_tensor *x, int64_t start, double theta, bool inverse, bool keep16)
@@ -117,26 +167,26 @@ static cg_tensor *rope(const cg_tensor *x, int64_t start, double theta, bool inv
     }
     const int64_t T = x->shape[x->ndim - 2], h = x->shape[x->ndim - 1] / 2;
     const int64_t rows = h ? cg_numel(x) / (2 * h) : 0;
-    float *cs = xs && rows ? angle_table(T, h, start, theta) : NULL;
+    angles *tab = xs && rows ? angles_get(T, h, start, theta) : NULL;
     /* keep16, a float32 x, bf16 precision: the rounding kept (an
      * allocation failure only skips it: attention rounds it then) */
     cg_tensor *o16 =
         xs && rows && keep16 && x->dtype == CG_F32 && cg_get_matmul_precision() == CG_PRECISION_BF16
             ? cg_empty_dtype(CG_BF16, x->ndim, x->shape)
             : NULL;
-    cg_tensor *out = xs && (cs || !rows) ? cg_empty(x->ndim, x->shape) : NULL;
-    if (xs && rows && !cs)
+    cg_tensor *out = xs && (tab || !rows) ? cg_empty(x->ndim, x->shape) : NULL;
+    if (xs && rows && !tab)
         cg_set_error("out of memory");
     if (out && rows) {
         const rope_job j = {
-            cg_data(xs), cg_data(out), o16 ? cg_data_bf16(o16) : NULL, cs, T, h, xs->ndim,
+            cg_data(xs), cg_data(out), o16 ? cg_data_bf16(o16) : NULL, tab->cs, T, h, xs->ndim,
             xs->shape,   xs->strides,  inverse ? -1.0f : 1.0f};
         cg_shares_run(rows, cg_shares_rows(2 * h), cg_shares_team(rows * h > 8192), rope_rows, &j);
         if (o16)
             cg_k_bf16_operand_keep(out, o16);
     }
     cg_release(o16);
-    free(cs);
+    angles_put(tab);
     cg_release(xs);
     if (!out || x->dtype == CG_F32)
         return out;

@@ -9,10 +9,12 @@
  * rotary embeddings computes what the same rotation as a q/k hook gives,
  * bit for bit, and its gradcheck; cached decoding matches the full
  * forward; a layer rotates its self-attention and not its
- * cross-attention; bad inputs refused. PyTorch's (Hugging Face LLaMA's)
+ * cross-attention; the table of angles kept between calls serves only
+ * its own; bad inputs refused. PyTorch's (Hugging Face LLaMA's)
  * is matched in tests/interop/rope.py (torch_rope). */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,6 +291,93 @@ START_TEST(test_rope_layers)
 }
 END_TEST
 
+/* One rotation the table kept from the last call could serve wrongly: x,
+ * start and theta, its float64 value and its first result's bits */
+typedef struct {
+    cg_tensor *x;
+    int64_t start;
+    double theta;
+    cg_tensor *first;
+    bool ok;
+} rkey;
+
+/* a and b, contiguous float32 of one size, within 2e-6 + 1e-5 |b| */
+static bool close_to(const cg_tensor *a, const cg_tensor *b)
+{
+    if (!a || !b || cg_numel(a) != cg_numel(b))
+        return false;
+    const float *p = cg_data(a), *q = cg_data(b);
+    for (int64_t i = 0; i < cg_numel(a); i++)
+        if (!(fabsf(p[i] - q[i]) <= 2e-6f + 1e-5f * fabsf(q[i])))
+            return false;
+    return true;
+}
+
+/* 40 rotations of k[0..n) in turn (each call after another key's) */
+static void rotate_keys(rkey *k, int n)
+{
+    for (int i = 0; i < 40; i++) {
+        rkey *c = &k[i % n];
+        cg_tensor *y = cg_k_rope(c->x, c->start, c->theta, i % 3 == 2);
+        cg_tensor *back = i % 3 == 2 ? cg_k_rope(y, c->start, c->theta, false) : NULL;
+        /* the inverse after the rotation: x again (the tables are its) */
+        c->ok = c->ok && y && (back ? close_to(back, c->x) : same_bits(y, c->first));
+        cg_release_all(2, y, back);
+    }
+}
+
+static void *rotate_thread(void *p)
+{
+    rotate_keys(p, 1);
+    return NULL;
+}
+
+/* The cos/sin table kept for the next call (core/rope.c) serves only a call
+ * at the same positions, width and theta: calls alternating between keys
+ * that differ in each give each key's float64 values and first bits, in
+ * one thread and from four threads at once. */
+START_TEST(test_rope_tables_kept)
+{
+    cg_rng r = cg_rng_new(6);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 3, 5, 8)), *wide = cg_randn(&r, CG_SHAPE(2, 3, 5, 12));
+    cg_tensor *longer = cg_randn(&r, CG_SHAPE(2, 3, 7, 12));
+    /* each key after the one before it differs in one of theta, the
+     * width, start and the positions' count */
+    rkey k[5] = {{.x = x, .start = 0, .theta = 10000.0},
+                 {.x = x, .start = 0, .theta = 500.0},
+                 {.x = wide, .start = 0, .theta = 500.0},
+                 {.x = wide, .start = 4, .theta = 500.0},
+                 {.x = longer, .start = 4, .theta = 500.0}};
+    for (int i = 0; i < 5; i++) {
+        const int64_t T = k[i].x->shape[2], D = k[i].x->shape[3], n = cg_numel(k[i].x);
+        float *xv = cg_test_values(k[i].x), *want = malloc((size_t)n * sizeof *want);
+        double *ref = malloc((size_t)n * sizeof *ref);
+        rope64(xv, ref, 6, T, D, k[i].start, k[i].theta, 1.0);
+        for (int64_t e = 0; e < n; e++)
+            want[e] = (float)ref[e];
+        k[i].first = cg_k_rope(k[i].x, k[i].start, k[i].theta, false);
+        CG_ASSERT_TENSOR(k[i].first, want, 2e-6, 1e-5);
+        k[i].ok = true;
+        free(xv);
+        free(want);
+        free(ref);
+    }
+    rotate_keys(k, 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(k[i].ok, "key %d", i);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, rotate_thread, &k[i + 1]), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(k[i + 1].ok, "thread %d", i);
+    }
+    for (int i = 0; i < 5; i++)
+        cg_release(k[i].first);
+    cg_release_all(3, x, wide, longer);
+}
+END_TEST
+
 START_TEST(test_rope_refusals)
 {
     cg_rng r = cg_rng_new(5);
@@ -321,6 +410,7 @@ static Suite *rope_suite(void)
     tcase_add_test(tc, test_rope_mha);
     tcase_add_test(tc, test_rope_mha_bf16);
     tcase_add_test(tc, test_rope_layers);
+    tcase_add_test(tc, test_rope_tables_kept);
     tcase_add_test(tc, test_rope_refusals);
     suite_add_tcase(s, tc);
     return s;
