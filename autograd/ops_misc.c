@@ -89,16 +89,34 @@ static cg_tensor *gated(cg_tensor *a, cg_tensor *b, cg_k_gate act)
 }
 cg_tensor *cg_swiglu(cg_tensor *a, cg_tensor *b) { return gated(a, b, CG_K_GATE_SILU); }
 cg_tensor *cg_geglu(cg_tensor *a, cg_tensor *b) { return gated(a, b, CG_K_GATE_GELU); }
+/* In bf16 precision the gate keeps its float32 input rounded to bf16
+ * (cg_k_bf16_operand: the product that made h keeps that rounding as it
+ * writes h, cg_affine_keep_bf16) instead of h, as GELU keeps its input
+ * (above): half the bytes of a gated feed-forward's widest activation, and
+ * the backward takes the derivatives at the rounded values, widened a run
+ * at a time. */
 static bool halves_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return (gin[0] = cg_k_gated_halves_backward(IN(0), g, (cg_k_gate)n->p.i[0])) != NULL;
+    const cg_tensor *h = n->saved[0] ? n->saved[0] : IN(0);
+    return (gin[0] = cg_k_gated_halves_backward(h, g, (cg_k_gate)n->p.i[0])) != NULL;
 }
 static cg_tensor *gated_halves(cg_tensor *h, cg_k_gate act)
 {
     cg_node *n;
     cg_tensor *out = record(cg_k_gated_halves(h, act), CG_OP_GATED_HALVES, 1, &h, halves_bw, &n);
-    if (n)
-        n->p.i[0] = act;
+    if (!n)
+        return out;
+    n->p.i[0] = act;
+    if (h->dtype != CG_F32 || cg_get_matmul_precision() != CG_PRECISION_BF16)
+        return out;
+    cg_tensor *hb = cg_k_bf16_operand(h);
+    const bool ok = hb && cg_node_save(n, hb) >= 0;
+    cg_release(hb);
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    cg_node_set_reads(n, 0, false);
     return out;
 }
 cg_tensor *cg_swiglu_halves(cg_tensor *h) { return gated_halves(h, CG_K_GATE_SILU); }

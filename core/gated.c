@@ -197,53 +197,87 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
 }
 
 /* ------------------------------------------- the halves of one tensor */
+/* h float32, or h16 a bfloat16 h (contiguous), whose runs of up to
+ * HALVES_RUN elements are widened as they are read (exact: the bits of
+ * its float32 copy, without the copy of all of h: autograd keeps a bf16
+ * h for the backward in bf16 precision) */
+enum { HALVES_RUN = 512 };
 typedef struct {
     const float *h, *g;
+    const uint16_t *h16;
     float *out;
     int64_t n; /* the width of a half */
     cg_k_gate act;
 } halves_job;
 
+/* The run [c0, c0 + len) of row r's two halves: pointers into h, or h16's
+ * run widened into wa and wb */
+static inline __attribute__((always_inline)) void halves_run(const halves_job *j, int64_t r,
+                                                             int64_t c0, int64_t len, float *wa,
+                                                             float *wb, const float **a,
+                                                             const float **b)
+{
+    const int64_t off = r * 2 * j->n + c0;
+    if (!j->h16) {
+        *a = j->h + off;
+        *b = *a + j->n;
+        return;
+    }
+    bf16_widen(len, j->h16 + off, wa);
+    bf16_widen(len, j->h16 + off + j->n, wb);
+    *a = wa;
+    *b = wb;
+}
+
 EW_CLONES static void halves_fwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     (void)thread;
     const halves_job *j = ctx;
-    const int64_t n = j->n;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *a = j->h + r * 2 * n, *b = a + n;
-        float *o = j->out + r * n;
-        if (j->act == CG_K_GATE_SILU)
-            for (int64_t i = 0; i < n; i++)
-                o[i] = gate_of(CG_K_GATE_SILU, a[i], NULL) * b[i];
-        else
-            for (int64_t i = 0; i < n; i++)
-                o[i] = gate_of(CG_K_GATE_GELU, a[i], NULL) * b[i];
-    }
+    const int64_t n = j->n, step = j->h16 ? HALVES_RUN : n;
+    float wa[HALVES_RUN], wb[HALVES_RUN];
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c0 = 0; c0 < n; c0 += step) {
+            const int64_t len = n - c0 < step ? n - c0 : step;
+            const float *a, *b;
+            halves_run(j, r, c0, len, wa, wb, &a, &b);
+            float *o = j->out + r * n + c0;
+            if (j->act == CG_K_GATE_SILU)
+                for (int64_t i = 0; i < len; i++)
+                    o[i] = gate_of(CG_K_GATE_SILU, a[i], NULL) * b[i];
+            else
+                for (int64_t i = 0; i < len; i++)
+                    o[i] = gate_of(CG_K_GATE_GELU, a[i], NULL) * b[i];
+        }
 }
 
 EW_CLONES static void halves_bwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     (void)thread;
     const halves_job *j = ctx;
-    const int64_t n = j->n;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *a = j->h + r * 2 * n, *b = a + n, *g = j->g + r * n;
-        float *da = j->out + r * 2 * n, *db = da + n;
-        if (j->act == CG_K_GATE_SILU) /* one loop per act: each vectorises */
-            for (int64_t i = 0; i < n; i++) {
-                float d;
-                const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
-                da[i] = g[i] * b[i] * d;
-                db[i] = g[i] * s;
-            }
-        else
-            for (int64_t i = 0; i < n; i++) {
-                float d;
-                const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
-                da[i] = g[i] * b[i] * d;
-                db[i] = g[i] * s;
-            }
-    }
+    const int64_t n = j->n, step = j->h16 ? HALVES_RUN : n;
+    float wa[HALVES_RUN], wb[HALVES_RUN];
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c0 = 0; c0 < n; c0 += step) {
+            const int64_t len = n - c0 < step ? n - c0 : step;
+            const float *a, *b;
+            halves_run(j, r, c0, len, wa, wb, &a, &b);
+            const float *g = j->g + r * n + c0;
+            float *da = j->out + r * 2 * n + c0, *db = da + n;
+            if (j->act == CG_K_GATE_SILU) /* one loop per act: each vectorises */
+                for (int64_t i = 0; i < len; i++) {
+                    float d;
+                    const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
+                    da[i] = g[i] * b[i] * d;
+                    db[i] = g[i] * s;
+                }
+            else
+                for (int64_t i = 0; i < len; i++) {
+                    float d;
+                    const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
+                    da[i] = g[i] * b[i] * d;
+                    db[i] = g[i] * s;
+                }
+        }
 }
 
 /* h's width, checked: the last dim, even and positive; 0 + error */
@@ -271,6 +305,18 @@ static int64_t halves_width(const char *op, const cg_tensor *h, cg_k_gate act)
 
 static int64_t halves_grain(int64_t n) { return n >= EW_RUN_G ? 1 : EW_RUN_G / n; }
 
+/* h as the halves' kernels read it: a contiguous bfloat16 h itself (its
+ * runs widened as they are read), else f32_dense's (a new reference) */
+static cg_tensor *h_dense(const cg_tensor *h)
+{
+    return h->dtype == CG_BF16 && cg_is_contiguous(h) ? cg_retain((cg_tensor *)h) : f32_dense(h);
+}
+static const float *h_f32(const cg_tensor *h) { return h->dtype == CG_F32 ? cg_data(h) : NULL; }
+static const uint16_t *h_bf16(const cg_tensor *h)
+{
+    return h->dtype == CG_BF16 ? cg_data_bf16(h) : NULL;
+}
+
 cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act)
 {
     const int64_t n = halves_width("cg_k_gated_halves", h, act);
@@ -279,10 +325,10 @@ cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act)
     int64_t shape[CG_MAX_DIMS];
     memcpy(shape, h->shape, sizeof(int64_t) * (size_t)h->ndim);
     shape[h->ndim - 1] = n;
-    cg_tensor *h32 = f32_dense(h), *out = h32 ? cg_empty(h->ndim, shape) : NULL;
+    cg_tensor *h32 = h_dense(h), *out = h32 ? cg_empty(h->ndim, shape) : NULL;
     if (out) {
         const int64_t rows = cg_numel(out) / n;
-        const halves_job j = {cg_data(h32), NULL, cg_data(out), n, act};
+        const halves_job j = {h_f32(h32), NULL, h_bf16(h32), cg_data(out), n, act};
         cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_fwd_rows,
                       &j);
     }
@@ -303,14 +349,15 @@ cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg
                      g ? cg_shape_str(g, a, sizeof a) : "NULL", cg_shape_str(h, b, sizeof b));
         return NULL;
     }
-    cg_tensor *h32 = f32_dense(h), *g32 = h32 ? f32_dense(g) : NULL;
+    cg_tensor *h32 = h_dense(h), *g32 = h32 ? f32_dense(g) : NULL;
     cg_tensor *dh = g32 ? cg_empty(h->ndim, h->shape) : NULL;
     if (dh) {
         const int64_t rows = cg_numel(g) / n;
-        const halves_job j = {cg_data(h32), cg_data(g32), cg_data(dh), n, act};
+        const halves_job j = {h_f32(h32), cg_data(g32), h_bf16(h32), cg_data(dh), n, act};
         cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_bwd_rows,
                       &j);
     }
     cg_release_all(2, h32, g32);
-    return as_dtype(dh, h->dtype);
+    /* bfloat16 only from two bfloat16 operands (PyTorch's promotion) */
+    return as_dtype(dh, h->dtype == CG_BF16 && g->dtype == CG_BF16 ? CG_BF16 : CG_F32);
 }

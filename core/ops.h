@@ -109,7 +109,11 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
 /* The same over the two halves of one tensor h [..., 2n] (one product's
  * output): act(h[..., :n]) * h[..., n:] -> [..., n], and the backward's
  * gradient of h, [..., 2n], both halves written in one pass. h any strides
- * (a copy when not contiguous), float32 or bfloat16 (g too). */
+ * (a copy when not contiguous), float32 or bfloat16 (g too); a contiguous
+ * bfloat16 h is read as it is, a run at a time widened (no float copy:
+ * autograd's gate keeps h so in bf16 precision). The output has h's dtype;
+ * the gradient is bfloat16 only when h and g both are (PyTorch's
+ * promotion), else float32. */
 cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act);
 cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg_k_gate act);
 /* Rotary position embeddings (core/rope.c: RoFormer's rotation in the

@@ -657,7 +657,9 @@ static cg_tensor *gated_ff(cg_ff *f, cg_tensor *x)
     cg_tensor *w = cg_concat((cg_tensor *[]){f->fc1->weight, f->fc3->weight}, 2, 0);
     cg_tensor *b =
         w && f->fc1->bias ? cg_concat((cg_tensor *[]){f->fc1->bias, f->fc3->bias}, 2, 0) : NULL;
-    cg_tensor *h = w && (b || !f->fc1->bias) ? cg_linear_fn(x, w, b) : NULL;
+    /* h's bf16 rounding made as the product writes it (bf16 precision):
+     * what the gate keeps for its backward */
+    cg_tensor *h = w && (b || !f->fc1->bias) ? cg_affine_keep_bf16(x, w, b) : NULL;
     cg_tensor *a = h ? r->forward(h) : NULL;
     cg_release_all(3, w, b, h);
     return a;

@@ -3470,6 +3470,78 @@ START_TEST(test_gelu_saves_bf16)
 }
 END_TEST
 
+/* A gated feed-forward's gate (cg_swiglu_halves, cg_geglu_halves) in bf16
+ * precision keeps its input h rounded to bf16, not h, as GELU does above:
+ * the node saves a bf16 tensor and holds none of h's memory (a header
+ * without storage), h's gradient is the kernel's at the rounded h bit for
+ * bit, and within 2% of the exact gradient at the float h (float64), per
+ * unit of |g| (1 + |a|) (1 + |b|). A feed-forward's product keeps that
+ * rounding as it writes h (cg_affine_keep_bf16): the gate takes it. In
+ * fp32 precision h itself is read, as before. */
+static double gate64(double x, bool gelu, double *d)
+{
+    if (gelu) {
+        const double c = sqrt(2.0 / M_PI), u = c * (x + 0.044715 * x * x * x), t = tanh(u);
+        *d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+        return 0.5 * x * (1.0 + t);
+    }
+    const double s = 1.0 / (1.0 + exp(-x));
+    *d = s * (1.0 + x * (1.0 - s));
+    return x * s;
+}
+
+START_TEST(test_gate_saves_bf16)
+{
+    enum { R = 90, N = 700 }; /* a half's rows cross the kernel's runs of 512 */
+    cg_rng rng = cg_rng_new(68);
+    for (int v = 0; v < 4; v++) {
+        const bool gelu = v & 1, bf16 = v & 2;
+        cg_tensor *h0 = cg_requires_grad(cg_randn(&rng, CG_SHAPE(R, 2 * N)), true);
+        cg_tensor *g = cg_randn(&rng, CG_SHAPE(R, N));
+        cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        cg_tensor *h = cg_muls(h0, 2.0f);
+        cg_tensor *y = gelu ? cg_geglu_halves(h) : cg_swiglu_halves(h);
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        const cg_node *n = y->node;
+        ck_assert(bf16 ? n->saved[0] && n->saved[0]->dtype == CG_BF16 && !n->inputs[0]->storage
+                       : n->saved[0] == NULL && n->inputs[0]->storage);
+        cg_tensor *hr = bf16 ? cg_retain(n->saved[0]) : cg_retain(h);
+        cg_tensor *want = cg_k_gated_halves_backward(hr, g, gelu ? CG_K_GATE_GELU : CG_K_GATE_SILU);
+        ck_assert(want && want->dtype == CG_F32);
+        cg_tensor *s = cg_mul(y, g), *loss = cg_sum_all(s);
+        ck_assert(cg_backward(loss, NULL, false));
+        cg_tensor *got = cg_muls(want, 2.0f); /* h = 2 h0 */
+        ck_assert(same_bits(h0->grad, got));
+        float *gh = cg_test_values(h0->grad), *hv = cg_test_values(h), *gv = cg_test_values(g);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t i = 0; i < N; i++) {
+                const double a = hv[r * 2 * N + i], b = hv[r * 2 * N + N + i], gi = gv[r * N + i];
+                double d;
+                const double act = gate64(a, gelu, &d);
+                const double bound = 0.02 * fabs(gi) * (1 + fabs(a)) * (1 + fabs(b)) + 1e-6;
+                const double da = gh[r * 2 * N + i], db = gh[r * 2 * N + N + i];
+                ck_assert_msg(
+                    fabs(da - 2.0 * gi * b * d) <= bound && fabs(db - 2.0 * gi * act) <= bound,
+                    "%s (%lld, %lld): %.9g %.9g, exact %.9g %.9g", gelu ? "geglu" : "swiglu",
+                    (long long)r, (long long)i, da, db, 2.0 * gi * b * d, 2.0 * gi * act);
+            }
+        free(gh);
+        free(hv);
+        free(gv);
+        cg_release_all(9, h0, g, h, y, hr, want, s, loss, got);
+    }
+    /* a feed-forward's product keeps h's rounding, which the gate saves */
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(6, 16)), *w = cg_randn(&rng, CG_SHAPE(2 * 24, 16));
+    w->requires_grad = true;
+    cg_tensor *hp = cg_affine_keep_bf16(x, w, NULL), *y = cg_swiglu_halves(hp);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_tensor *kept = cg_k_bf16_operand(hp);
+    ck_assert(kept && y->node->saved[0] && cg_data_ptr(y->node->saved[0]) == cg_data_ptr(kept));
+    cg_release_all(5, x, w, hp, y, kept);
+}
+END_TEST
+
 /* cg_k_attention given q, k and v as bf16 copies (what a recorded bf16
  * attention hands it): in bf16 precision the output, the saved state and
  * the weights asked for have the bits of the float q, k, v (the products
@@ -4372,6 +4444,7 @@ static Suite *bf16_suite(void)
     tcase_add_test(to, test_linear_backward_into);
     tcase_add_test(to, test_linear_backward_acc_aliased);
     tcase_add_test(to, test_gelu_saves_bf16);
+    tcase_add_test(to, test_gate_saves_bf16);
     tcase_add_test(to, test_attention_saves_bf16);
     tcase_add_test(to, test_attention_grad_layouts_bf16);
     tcase_add_test(to, test_attention_lse_blocks_bf16);

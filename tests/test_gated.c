@@ -116,6 +116,42 @@ START_TEST(test_gated_bf16)
 }
 END_TEST
 
+/* A bfloat16 h is read as it is, its runs widened as they are read (no
+ * float copy of h): the bits of its float32 widening, forward and
+ * backward, at widths within, at and across a run (512); the gradient is
+ * float32 unless g is bfloat16 too (PyTorch's promotion), and a strided
+ * bfloat16 h gives the same. */
+START_TEST(test_gated_halves_bf16_input)
+{
+    cg_rng r = cg_rng_new(14);
+    const int64_t widths[3] = {5, 512, 700};
+    for (int v = 0; v < 6; v++) {
+        const cg_k_gate act = v & 1 ? CG_K_GATE_GELU : CG_K_GATE_SILU;
+        const int64_t n = widths[v / 2];
+        cg_tensor *h32 = cg_randn(&r, CG_SHAPE(3, 2, 2 * n)), *g = cg_randn(&r, CG_SHAPE(3, 2, n));
+        cg_k_muls_(h32, 3.0f);
+        cg_tensor *hb = cg_k_to(h32, CG_BF16), *hw = cg_k_to(hb, CG_F32);
+        cg_tensor *gb = cg_k_to(g, CG_BF16), *gw = cg_k_to(gb, CG_F32);
+        cg_tensor *y = cg_k_gated_halves(hb, act), *yw = cg_k_gated_halves(hw, act);
+        cg_tensor *ywb = cg_k_to(yw, CG_BF16);
+        ck_assert(y->dtype == CG_BF16 && same_bits(y, ywb));
+        cg_tensor *d = cg_k_gated_halves_backward(hb, g, act);
+        cg_tensor *dw = cg_k_gated_halves_backward(hw, g, act);
+        ck_assert(d->dtype == CG_F32 && same_bits(d, dw));
+        cg_tensor *d16 = cg_k_gated_halves_backward(hb, gb, act);
+        cg_tensor *dw16 = cg_k_gated_halves_backward(hw, gw, act), *want16 = cg_k_to(dw16, CG_BF16);
+        ck_assert(d16->dtype == CG_BF16 && same_bits(d16, want16));
+        /* the same h as a transposed view of its transpose (a copy is read) */
+        cg_tensor *tv = cg_transpose(hb, 1, 2), *ht = cg_k_contiguous(tv);
+        cg_tensor *hv = cg_transpose(ht, 1, 2);
+        cg_tensor *dv = cg_k_gated_halves_backward(hv, g, act);
+        ck_assert(!cg_is_contiguous(hv) && same_bits(dv, dw));
+        cg_release_all(11, h32, g, hb, hw, gb, gw, y, yw, ywb, d, dw);
+        cg_release_all(7, d16, dw16, want16, tv, ht, hv, dv);
+    }
+}
+END_TEST
+
 static cg_tensor *gate_fn(void *ctx, cg_tensor *const *in)
 {
     return (*(int *)ctx ? cg_geglu : cg_swiglu)(in[0], in[1]);
@@ -335,6 +371,7 @@ static Suite *gated_suite(void)
     tcase_add_test(tc, test_gated_bf16);
     tcase_add_test(tc, test_gated_gradcheck);
     tcase_add_test(tc, test_gated_threads);
+    tcase_add_test(tc, test_gated_halves_bf16_input);
     tcase_add_test(tc, test_gated_refusals);
     tcase_add_test(tc, test_gated_table);
     tcase_add_test(tc, test_gated_ff);
