@@ -30,21 +30,16 @@ static cg_tensor *record(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in
 }
 
 /* --------------------------------------- the rows of CG_UNARY_OPS */
-/* In bf16 precision GELU (the feed-forward's activation, both forms) keeps
- * its input rounded to bf16 (cg_k_bf16_operand, in saved[0]) instead of
- * the input itself, as autocast keeps the feed-forward's activations in
- * bf16: half the bytes, and the backward takes the derivative at the
- * rounded input (other bits than fp32's input gave: docs/autograd.md). */
-static bool keeps_bf16_input(cg_op op, const cg_tensor *a)
+/* In bf16 precision a node whose backward reads only its float32 input's
+ * values keeps that input rounded to bf16 (cg_k_bf16_operand, in saved[0])
+ * instead of the input itself, as autocast keeps the feed-forward's
+ * activations in bf16: half the bytes, and the backward takes the
+ * derivative at the rounded input (other bits than fp32's input gave:
+ * docs/autograd.md). GELU (the feed-forward's activation, both forms) and
+ * the gated feed-forward's gate do. n is out's node (NULL: none recorded). */
+static cg_tensor *keep_input_bf16(cg_tensor *out, cg_node *n, const cg_tensor *a)
 {
-    return (op == CG_OP_GELU || op == CG_OP_GELU_ERF) && a->dtype == CG_F32 &&
-           cg_get_matmul_precision() == CG_PRECISION_BF16;
-}
-static cg_tensor *unary_record(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw)
-{
-    cg_node *n;
-    out = record(out, op, 1, &a, bw, &n);
-    if (!n || !keeps_bf16_input(op, a))
+    if (!n || a->dtype != CG_F32 || cg_get_matmul_precision() != CG_PRECISION_BF16)
         return out;
     cg_tensor *ab = cg_k_bf16_operand(a);
     const bool ok = ab && cg_node_save(n, ab) >= 0;
@@ -55,6 +50,12 @@ static cg_tensor *unary_record(cg_tensor *out, cg_op op, cg_tensor *a, cg_backwa
     }
     cg_node_set_reads(n, 0, false);
     return out;
+}
+static cg_tensor *unary_record(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw)
+{
+    cg_node *n;
+    out = record(out, op, 1, &a, bw, &n);
+    return op == CG_OP_GELU || op == CG_OP_GELU_ERF ? keep_input_bf16(out, n, a) : out;
 }
 /* Each row's backward (its kernel of x, or of x's bf16 copy, and g: the
  * kernel widens a bf16 x a run at a time, so no float copy of the whole
@@ -89,12 +90,11 @@ static cg_tensor *gated(cg_tensor *a, cg_tensor *b, cg_k_gate act)
 }
 cg_tensor *cg_swiglu(cg_tensor *a, cg_tensor *b) { return gated(a, b, CG_K_GATE_SILU); }
 cg_tensor *cg_geglu(cg_tensor *a, cg_tensor *b) { return gated(a, b, CG_K_GATE_GELU); }
-/* In bf16 precision the gate keeps its float32 input rounded to bf16
- * (cg_k_bf16_operand: the product that made h keeps that rounding as it
- * writes h, cg_affine_keep_bf16) instead of h, as GELU keeps its input
- * (above): half the bytes of a gated feed-forward's widest activation, and
- * the backward takes the derivatives at the rounded values, widened a run
- * at a time. */
+/* In bf16 precision the gate keeps h rounded to bf16 (keep_input_bf16,
+ * above; the product that made h keeps that rounding as it writes h,
+ * cg_affine_keep_bf16): half the bytes of a gated feed-forward's widest
+ * activation, and the backward takes the derivatives at the rounded
+ * values, widened a run at a time. */
 static bool halves_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const cg_tensor *h = n->saved[0] ? n->saved[0] : IN(0);
@@ -104,20 +104,9 @@ static cg_tensor *gated_halves(cg_tensor *h, cg_k_gate act)
 {
     cg_node *n;
     cg_tensor *out = record(cg_k_gated_halves(h, act), CG_OP_GATED_HALVES, 1, &h, halves_bw, &n);
-    if (!n)
-        return out;
-    n->p.i[0] = act;
-    if (h->dtype != CG_F32 || cg_get_matmul_precision() != CG_PRECISION_BF16)
-        return out;
-    cg_tensor *hb = cg_k_bf16_operand(h);
-    const bool ok = hb && cg_node_save(n, hb) >= 0;
-    cg_release(hb);
-    if (!ok) {
-        cg_release(out);
-        return NULL;
-    }
-    cg_node_set_reads(n, 0, false);
-    return out;
+    if (n)
+        n->p.i[0] = act;
+    return keep_input_bf16(out, n, h);
 }
 cg_tensor *cg_swiglu_halves(cg_tensor *h) { return gated_halves(h, CG_K_GATE_SILU); }
 cg_tensor *cg_geglu_halves(cg_tensor *h) { return gated_halves(h, CG_K_GATE_GELU); }
