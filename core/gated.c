@@ -229,54 +229,55 @@ static inline __attribute__((always_inline)) void halves_run(const halves_job *j
     *b = wb;
 }
 
-EW_CLONES static void halves_fwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+/* One run of len: forward out = gate(a) * b, or backward (g set) the
+ * gradients da and db (out and out + the half's width) from g; one loop
+ * per act and direction, each vectorises */
+static inline __attribute__((always_inline)) void halves_apply(cg_k_gate act, int64_t len,
+                                                               const float *a, const float *b,
+                                                               const float *g, float *out,
+                                                               int64_t n)
 {
-    (void)thread;
-    const halves_job *j = ctx;
-    const int64_t n = j->n, step = j->h16 ? HALVES_RUN : n;
-    float wa[HALVES_RUN], wb[HALVES_RUN];
-    for (int64_t r = r0; r < r1; r++)
-        for (int64_t c0 = 0; c0 < n; c0 += step) {
-            const int64_t len = n - c0 < step ? n - c0 : step;
-            const float *a, *b;
-            halves_run(j, r, c0, len, wa, wb, &a, &b);
-            float *o = j->out + r * n + c0;
-            if (j->act == CG_K_GATE_SILU)
-                for (int64_t i = 0; i < len; i++)
-                    o[i] = gate_of(CG_K_GATE_SILU, a[i], NULL) * b[i];
-            else
-                for (int64_t i = 0; i < len; i++)
-                    o[i] = gate_of(CG_K_GATE_GELU, a[i], NULL) * b[i];
+    if (!g) {
+        if (act == CG_K_GATE_SILU)
+            for (int64_t i = 0; i < len; i++)
+                out[i] = gate_of(CG_K_GATE_SILU, a[i], NULL) * b[i];
+        else
+            for (int64_t i = 0; i < len; i++)
+                out[i] = gate_of(CG_K_GATE_GELU, a[i], NULL) * b[i];
+        return;
+    }
+    float *da = out, *db = out + n;
+    if (act == CG_K_GATE_SILU)
+        for (int64_t i = 0; i < len; i++) {
+            float d;
+            const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
+            da[i] = g[i] * b[i] * d;
+            db[i] = g[i] * s;
+        }
+    else
+        for (int64_t i = 0; i < len; i++) {
+            float d;
+            const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
+            da[i] = g[i] * b[i] * d;
+            db[i] = g[i] * s;
         }
 }
 
-EW_CLONES static void halves_bwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+/* Rows [r0, r1): forward without j->g (out a row of n a row), backward
+ * with it (out a row of 2 n a row, as h) */
+EW_CLONES static void halves_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     (void)thread;
     const halves_job *j = ctx;
-    const int64_t n = j->n, step = j->h16 ? HALVES_RUN : n;
+    const int64_t n = j->n, step = j->h16 ? HALVES_RUN : n, out_w = j->g ? 2 * n : n;
     float wa[HALVES_RUN], wb[HALVES_RUN];
     for (int64_t r = r0; r < r1; r++)
         for (int64_t c0 = 0; c0 < n; c0 += step) {
             const int64_t len = n - c0 < step ? n - c0 : step;
             const float *a, *b;
             halves_run(j, r, c0, len, wa, wb, &a, &b);
-            const float *g = j->g + r * n + c0;
-            float *da = j->out + r * 2 * n + c0, *db = da + n;
-            if (j->act == CG_K_GATE_SILU) /* one loop per act: each vectorises */
-                for (int64_t i = 0; i < len; i++) {
-                    float d;
-                    const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
-                    da[i] = g[i] * b[i] * d;
-                    db[i] = g[i] * s;
-                }
-            else
-                for (int64_t i = 0; i < len; i++) {
-                    float d;
-                    const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
-                    da[i] = g[i] * b[i] * d;
-                    db[i] = g[i] * s;
-                }
+            halves_apply(j->act, len, a, b, j->g ? j->g + r * n + c0 : NULL,
+                         j->out + r * out_w + c0, n);
         }
 }
 
@@ -329,8 +330,7 @@ cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act)
     if (out) {
         const int64_t rows = cg_numel(out) / n;
         const halves_job j = {h_f32(h32), NULL, h_bf16(h32), cg_data(out), n, act};
-        cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_fwd_rows,
-                      &j);
+        cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_rows, &j);
     }
     cg_release(h32);
     return as_dtype(out, h->dtype);
@@ -354,8 +354,7 @@ cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg
     if (dh) {
         const int64_t rows = cg_numel(g) / n;
         const halves_job j = {h_f32(h32), cg_data(g32), h_bf16(h32), cg_data(dh), n, act};
-        cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_bwd_rows,
-                      &j);
+        cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_rows, &j);
     }
     cg_release_all(2, h32, g32);
     /* bfloat16 only from two bfloat16 operands (PyTorch's promotion) */
