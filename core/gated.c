@@ -38,16 +38,43 @@ EW_INLINE float gate_of(cg_k_gate act, float x, float *d)
     return f_gelu(x);
 }
 
+/* len elements: without g, out = act(a) * b; with g, the backward's
+ * da = g b act'(a) (into out) and db = g act(a). One loop per act and
+ * direction: each vectorises. */
+static inline __attribute__((always_inline)) void gate_apply(
+    cg_k_gate act, int64_t len, const float *restrict a, const float *restrict b,
+    const float *restrict g, float *restrict out, float *restrict db)
+{
+    if (!g) {
+        if (act == CG_K_GATE_SILU)
+            for (int64_t i = 0; i < len; i++)
+                out[i] = gate_of(CG_K_GATE_SILU, a[i], NULL) * b[i];
+        else
+            for (int64_t i = 0; i < len; i++)
+                out[i] = gate_of(CG_K_GATE_GELU, a[i], NULL) * b[i];
+        return;
+    }
+    if (act == CG_K_GATE_SILU)
+        for (int64_t i = 0; i < len; i++) {
+            float d;
+            const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
+            out[i] = g[i] * b[i] * d;
+            db[i] = g[i] * s;
+        }
+    else
+        for (int64_t i = 0; i < len; i++) {
+            float d;
+            const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
+            out[i] = g[i] * b[i] * d;
+            db[i] = g[i] * s;
+        }
+}
+
 EW_CLONES static void gated_fwd_run(int64_t i0, int64_t i1, int thread, const void *ctx)
 {
     (void)thread;
     const gated_job *j = ctx;
-    if (j->act == CG_K_GATE_SILU)
-        for (int64_t i = i0; i < i1; i++)
-            j->out[i] = gate_of(CG_K_GATE_SILU, j->a[i], NULL) * j->b[i];
-    else
-        for (int64_t i = i0; i < i1; i++)
-            j->out[i] = gate_of(CG_K_GATE_GELU, j->a[i], NULL) * j->b[i];
+    gate_apply(j->act, i1 - i0, j->a + i0, j->b + i0, NULL, j->out + i0, NULL);
 }
 
 EW_CLONES static void gated_bwd_run(int64_t i0, int64_t i1, int thread, const void *ctx)
@@ -58,22 +85,8 @@ EW_CLONES static void gated_bwd_run(int64_t i0, int64_t i1, int thread, const vo
     float sa[EW_RUN_G / 16], sb[EW_RUN_G / 16];
     for (int64_t c0 = i0; c0 < i1; c0 += EW_RUN_G / 16) {
         const int64_t c1 = i1 - c0 < EW_RUN_G / 16 ? i1 : c0 + EW_RUN_G / 16;
-        const float *restrict a = j->a + c0, *restrict b = j->b + c0, *restrict g = j->g + c0;
-        float *restrict da = j->da ? j->da + c0 : sa, *restrict db = j->db ? j->db + c0 : sb;
-        if (j->act == CG_K_GATE_SILU)
-            for (int64_t i = 0; i < c1 - c0; i++) {
-                float d;
-                const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
-                da[i] = g[i] * b[i] * d;
-                db[i] = g[i] * s;
-            }
-        else
-            for (int64_t i = 0; i < c1 - c0; i++) {
-                float d;
-                const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
-                da[i] = g[i] * b[i] * d;
-                db[i] = g[i] * s;
-            }
+        gate_apply(j->act, c1 - c0, j->a + c0, j->b + c0, j->g + c0, j->da ? j->da + c0 : sa,
+                   j->db ? j->db + c0 : sb);
     }
 }
 
@@ -229,40 +242,6 @@ static inline __attribute__((always_inline)) void halves_run(const halves_job *j
     *b = wb;
 }
 
-/* One run of len: forward out = gate(a) * b, or backward (g set) the
- * gradients da and db (out and out + the half's width) from g; one loop
- * per act and direction, each vectorises */
-static inline __attribute__((always_inline)) void halves_apply(cg_k_gate act, int64_t len,
-                                                               const float *a, const float *b,
-                                                               const float *g, float *out,
-                                                               int64_t n)
-{
-    if (!g) {
-        if (act == CG_K_GATE_SILU)
-            for (int64_t i = 0; i < len; i++)
-                out[i] = gate_of(CG_K_GATE_SILU, a[i], NULL) * b[i];
-        else
-            for (int64_t i = 0; i < len; i++)
-                out[i] = gate_of(CG_K_GATE_GELU, a[i], NULL) * b[i];
-        return;
-    }
-    float *da = out, *db = out + n;
-    if (act == CG_K_GATE_SILU)
-        for (int64_t i = 0; i < len; i++) {
-            float d;
-            const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
-            da[i] = g[i] * b[i] * d;
-            db[i] = g[i] * s;
-        }
-    else
-        for (int64_t i = 0; i < len; i++) {
-            float d;
-            const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
-            da[i] = g[i] * b[i] * d;
-            db[i] = g[i] * s;
-        }
-}
-
 /* Rows [r0, r1): forward without j->g (out a row of n a row), backward
  * with it (out a row of 2 n a row, as h) */
 EW_CLONES static void halves_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
@@ -276,8 +255,8 @@ EW_CLONES static void halves_rows(int64_t r0, int64_t r1, int thread, const void
             const int64_t len = n - c0 < step ? n - c0 : step;
             const float *a, *b;
             halves_run(j, r, c0, len, wa, wb, &a, &b);
-            halves_apply(j->act, len, a, b, j->g ? j->g + r * n + c0 : NULL,
-                         j->out + r * out_w + c0, n);
+            float *o = j->out + r * out_w + c0;
+            gate_apply(j->act, len, a, b, j->g ? j->g + r * n + c0 : NULL, o, j->g ? o + n : NULL);
         }
 }
 
