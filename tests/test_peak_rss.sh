@@ -129,7 +129,9 @@ print("rank %s %.1f %d" % (r, resource.getrusage(resource.RUSAGE_CHILDREN).ru_ma
       fail "--zero 1 on 2 ranks: rank 0 peaks at $r0 MB, over rank 1's $r1 MB + 0.5x the whole state"
     fi
   else
-    fail "charlm train --zero 1 on 2 ranks: $(cat z.out z.log z.err.* 2>/dev/null | tail -c 400)"
+    # what each rank and mpirun said, each in a line (a failure seen once
+    # under load, 2026-12-06, showed only rank 0's clean end)
+    fail "charlm train --zero 1 on 2 ranks (exit codes ${rc0:-none} and ${rc1:-none}; the checkpoint $([ -s o/zero.safetensors ] && echo written || echo missing)): z.out: $(tr '\n' ' ' <z.out 2>/dev/null | head -c 200) | mpirun: $(tr '\n' ' ' <z.log 2>/dev/null | tail -c 300) | rank 0: $(tr '\n' ' ' <z.err.0 2>/dev/null | tail -c 200) | rank 1: $(tr '\n' ' ' <z.err.1 2>/dev/null | tail -c 200)"
   fi
 fi
 
