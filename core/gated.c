@@ -4,8 +4,11 @@
  * GELU's tanh form (core/elementwise_impl.h's f_gelu, the zoo's GELU).
  *
  * The elements are cut into runs of EW_RUN_G, each run computed by one
- * thread from its own elements only: the same bits for any team. bf16
- * inputs are widened, computed in float32 and each output rounded once. */
+ * thread from its own elements only: the same bits for any team. A
+ * contiguous bf16 operand is read as it is, each run of up to GATE_RUN
+ * elements widened as it is read (exact: the bits of its float32 copy,
+ * without the copy); the gate is computed in float32 and each output
+ * rounded once. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,9 +19,46 @@
 #include "core/tensor_impl.h"
 
 #define EW_RUN_G 16384
+enum { GATE_RUN = 512 };
+
+/* An operand as the kernels read it: float32 (f), or bfloat16 (h) */
+typedef struct {
+    const float *f;
+    const uint16_t *h;
+} gate_src;
+
+/* t as the kernels read it: a contiguous float32 or bfloat16 tensor (a new
+ * reference: t itself when it is one already; a float32 copy otherwise) */
+static cg_tensor *gate_dense(const cg_tensor *t)
+{
+    if (cg_is_contiguous(t))
+        return cg_retain((cg_tensor *)t);
+    if (t->dtype == CG_F32)
+        return cg_k_contiguous(t);
+    cg_tensor *c = cg_k_to(t, CG_F32);
+    if (c && !cg_is_contiguous(c)) {
+        cg_tensor *d = cg_k_contiguous(c);
+        cg_release(c);
+        return d;
+    }
+    return c;
+}
+static gate_src src_of(const cg_tensor *t)
+{
+    return t->dtype == CG_F32 ? (gate_src){cg_data(t), NULL} : (gate_src){NULL, cg_data_bf16(t)};
+}
+/* len (<= GATE_RUN) elements of s from off: in place, or widened into buf */
+static inline __attribute__((always_inline)) const float *src_run(gate_src s, int64_t off,
+                                                                  int64_t len, float *buf)
+{
+    if (s.f)
+        return s.f + off;
+    bf16_widen(len, s.h + off, buf);
+    return buf;
+}
 
 typedef struct {
-    const float *a, *b, *g;
+    gate_src a, b, g; /* g.f and g.h NULL: the forward */
     float *out, *da, *db;
     cg_k_gate act;
 } gated_job;
@@ -70,41 +110,23 @@ static inline __attribute__((always_inline)) void gate_apply(
         }
 }
 
-EW_CLONES static void gated_fwd_run(int64_t i0, int64_t i1, int thread, const void *ctx)
+/* Elements [i0, i1): forward without g, backward with it (a gradient not
+ * wanted into scratch: one loop, which vectorises) */
+EW_CLONES static void gated_run(int64_t i0, int64_t i1, int thread, const void *ctx)
 {
     (void)thread;
     const gated_job *j = ctx;
-    gate_apply(j->act, i1 - i0, j->a + i0, j->b + i0, NULL, j->out + i0, NULL);
-}
-
-EW_CLONES static void gated_bwd_run(int64_t i0, int64_t i1, int thread, const void *ctx)
-{
-    (void)thread;
-    const gated_job *j = ctx;
-    /* into scratch when a gradient is not wanted: one loop, which vectorises */
-    float sa[EW_RUN_G / 16], sb[EW_RUN_G / 16];
-    for (int64_t c0 = i0; c0 < i1; c0 += EW_RUN_G / 16) {
-        const int64_t c1 = i1 - c0 < EW_RUN_G / 16 ? i1 : c0 + EW_RUN_G / 16;
-        gate_apply(j->act, c1 - c0, j->a + c0, j->b + c0, j->g + c0, j->da ? j->da + c0 : sa,
-                   j->db ? j->db + c0 : sb);
+    const bool bwd = j->g.f || j->g.h;
+    float wa[GATE_RUN], wb[GATE_RUN], wg[GATE_RUN], sa[GATE_RUN], sb[GATE_RUN];
+    for (int64_t c0 = i0; c0 < i1; c0 += GATE_RUN) {
+        const int64_t len = i1 - c0 < GATE_RUN ? i1 - c0 : GATE_RUN;
+        const float *a = src_run(j->a, c0, len, wa), *b = src_run(j->b, c0, len, wb);
+        if (!bwd)
+            gate_apply(j->act, len, a, b, NULL, j->out + c0, NULL);
+        else
+            gate_apply(j->act, len, a, b, src_run(j->g, c0, len, wg), j->da ? j->da + c0 : sa,
+                       j->db ? j->db + c0 : sb);
     }
-}
-
-/* t as a contiguous float32 tensor (a new reference: t itself when it is
- * one already) */
-static cg_tensor *f32_dense(const cg_tensor *t)
-{
-    if (t->dtype == CG_F32 && cg_is_contiguous(t))
-        return cg_retain((cg_tensor *)t);
-    if (t->dtype == CG_F32)
-        return cg_k_contiguous(t);
-    cg_tensor *c = cg_k_to(t, CG_F32);
-    if (c && !cg_is_contiguous(c)) {
-        cg_tensor *d = cg_k_contiguous(c);
-        cg_release(c);
-        return d;
-    }
-    return c;
 }
 
 static bool gated_args(const char *op, const cg_tensor *a, const cg_tensor *b, const cg_tensor *g,
@@ -156,14 +178,14 @@ cg_tensor *cg_k_gated(const cg_tensor *a, const cg_tensor *b, cg_k_gate act)
 {
     if (!gated_args("cg_k_gated", a, b, NULL, act))
         return NULL;
-    cg_tensor *a32 = f32_dense(a), *b32 = a32 ? f32_dense(b) : NULL;
-    cg_tensor *out = b32 ? cg_empty(a->ndim, a->shape) : NULL;
+    cg_tensor *ad = gate_dense(a), *bd = ad ? gate_dense(b) : NULL;
+    cg_tensor *out = bd ? cg_empty(a->ndim, a->shape) : NULL;
     if (out) {
         const int64_t n = cg_numel(out);
-        const gated_job j = {cg_data(a32), cg_data(b32), NULL, cg_data(out), NULL, NULL, act};
-        cg_shares_run(n, EW_RUN_G, cg_shares_team(n > EW_RUN_G), gated_fwd_run, &j);
+        const gated_job j = {.a = src_of(ad), .b = src_of(bd), .out = cg_data(out), .act = act};
+        cg_shares_run(n, EW_RUN_G, cg_shares_team(n > EW_RUN_G), gated_run, &j);
     }
-    cg_release_all(2, a32, b32);
+    cg_release_all(2, ad, bd);
     return as_dtype(out, a->dtype);
 }
 
@@ -178,26 +200,26 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
         return cg_error_null_input("cg_k_gated_backward"), false;
     if (!gated_args("cg_k_gated_backward", a, b, g, act))
         return false;
-    cg_tensor *a32 = f32_dense(a), *b32 = a32 ? f32_dense(b) : NULL;
-    cg_tensor *g32 = b32 ? f32_dense(g) : NULL;
-    cg_tensor *ra = g32 && da ? cg_empty(a->ndim, a->shape) : NULL;
-    cg_tensor *rb = g32 && db ? cg_empty(a->ndim, a->shape) : NULL;
-    bool ok = g32 && (!da || ra) && (!db || rb);
+    cg_tensor *ad = gate_dense(a), *bd = ad ? gate_dense(b) : NULL;
+    cg_tensor *gd = bd ? gate_dense(g) : NULL;
+    cg_tensor *ra = gd && da ? cg_empty(a->ndim, a->shape) : NULL;
+    cg_tensor *rb = gd && db ? cg_empty(a->ndim, a->shape) : NULL;
+    bool ok = gd && (!da || ra) && (!db || rb);
     if (ok) {
         const int64_t n = cg_numel(a);
-        const gated_job j = {cg_data(a32),
-                             cg_data(b32),
-                             cg_data(g32),
+        const gated_job j = {src_of(ad),
+                             src_of(bd),
+                             src_of(gd),
                              NULL,
                              ra ? cg_data(ra) : NULL,
                              rb ? cg_data(rb) : NULL,
                              act};
-        cg_shares_run(n, EW_RUN_G, cg_shares_team(n > EW_RUN_G), gated_bwd_run, &j);
+        cg_shares_run(n, EW_RUN_G, cg_shares_team(n > EW_RUN_G), gated_run, &j);
         ra = ra ? as_dtype(ra, a->dtype) : NULL;
         rb = rb ? as_dtype(rb, b->dtype) : NULL;
         ok = (!da || ra) && (!db || rb);
     }
-    cg_release_all(3, a32, b32, g32);
+    cg_release_all(3, ad, bd, gd);
     if (!ok) {
         cg_release_all(2, ra, rb);
         return false;
@@ -210,53 +232,31 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
 }
 
 /* ------------------------------------------- the halves of one tensor */
-/* h float32, or h16 a bfloat16 h (contiguous), whose runs of up to
- * HALVES_RUN elements are widened as they are read (exact: the bits of
- * its float32 copy, without the copy of all of h: autograd keeps a bf16
- * h for the backward in bf16 precision) */
-enum { HALVES_RUN = 512 };
+/* autograd keeps a bf16 h for the backward in bf16 precision: read as it
+ * is, no float copy of all of h */
 typedef struct {
-    const float *h, *g;
-    const uint16_t *h16;
+    gate_src h, g; /* g.f and g.h NULL: the forward */
     float *out;
     int64_t n; /* the width of a half */
     cg_k_gate act;
 } halves_job;
 
-/* The run [c0, c0 + len) of row r's two halves: pointers into h, or h16's
- * run widened into wa and wb */
-static inline __attribute__((always_inline)) void halves_run(const halves_job *j, int64_t r,
-                                                             int64_t c0, int64_t len, float *wa,
-                                                             float *wb, const float **a,
-                                                             const float **b)
-{
-    const int64_t off = r * 2 * j->n + c0;
-    if (!j->h16) {
-        *a = j->h + off;
-        *b = *a + j->n;
-        return;
-    }
-    bf16_widen(len, j->h16 + off, wa);
-    bf16_widen(len, j->h16 + off + j->n, wb);
-    *a = wa;
-    *b = wb;
-}
-
-/* Rows [r0, r1): forward without j->g (out a row of n a row), backward
- * with it (out a row of 2 n a row, as h) */
+/* Rows [r0, r1): forward without g (out a row of n a row), backward with
+ * it (out a row of 2 n a row, as h) */
 EW_CLONES static void halves_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     (void)thread;
     const halves_job *j = ctx;
-    const int64_t n = j->n, step = j->h16 ? HALVES_RUN : n, out_w = j->g ? 2 * n : n;
-    float wa[HALVES_RUN], wb[HALVES_RUN];
+    const bool bwd = j->g.f || j->g.h;
+    const int64_t n = j->n, out_w = bwd ? 2 * n : n;
+    float wa[GATE_RUN], wb[GATE_RUN], wg[GATE_RUN];
     for (int64_t r = r0; r < r1; r++)
-        for (int64_t c0 = 0; c0 < n; c0 += step) {
-            const int64_t len = n - c0 < step ? n - c0 : step;
-            const float *a, *b;
-            halves_run(j, r, c0, len, wa, wb, &a, &b);
+        for (int64_t c0 = 0; c0 < n; c0 += GATE_RUN) {
+            const int64_t len = n - c0 < GATE_RUN ? n - c0 : GATE_RUN, off = r * 2 * n + c0;
+            const float *a = src_run(j->h, off, len, wa), *b = src_run(j->h, off + n, len, wb);
             float *o = j->out + r * out_w + c0;
-            gate_apply(j->act, len, a, b, j->g ? j->g + r * n + c0 : NULL, o, j->g ? o + n : NULL);
+            gate_apply(j->act, len, a, b, bwd ? src_run(j->g, r * n + c0, len, wg) : NULL, o,
+                       bwd ? o + n : NULL);
         }
 }
 
@@ -285,18 +285,6 @@ static int64_t halves_width(const char *op, const cg_tensor *h, cg_k_gate act)
 
 static int64_t halves_grain(int64_t n) { return n >= EW_RUN_G ? 1 : EW_RUN_G / n; }
 
-/* h as the halves' kernels read it: a contiguous bfloat16 h itself (its
- * runs widened as they are read), else f32_dense's (a new reference) */
-static cg_tensor *h_dense(const cg_tensor *h)
-{
-    return h->dtype == CG_BF16 && cg_is_contiguous(h) ? cg_retain((cg_tensor *)h) : f32_dense(h);
-}
-static const float *h_f32(const cg_tensor *h) { return h->dtype == CG_F32 ? cg_data(h) : NULL; }
-static const uint16_t *h_bf16(const cg_tensor *h)
-{
-    return h->dtype == CG_BF16 ? cg_data_bf16(h) : NULL;
-}
-
 cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act)
 {
     const int64_t n = halves_width("cg_k_gated_halves", h, act);
@@ -305,13 +293,13 @@ cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act)
     int64_t shape[CG_MAX_DIMS];
     memcpy(shape, h->shape, sizeof(int64_t) * (size_t)h->ndim);
     shape[h->ndim - 1] = n;
-    cg_tensor *h32 = h_dense(h), *out = h32 ? cg_empty(h->ndim, shape) : NULL;
+    cg_tensor *hd = gate_dense(h), *out = hd ? cg_empty(h->ndim, shape) : NULL;
     if (out) {
         const int64_t rows = cg_numel(out) / n;
-        const halves_job j = {h_f32(h32), NULL, h_bf16(h32), cg_data(out), n, act};
+        const halves_job j = {.h = src_of(hd), .out = cg_data(out), .n = n, .act = act};
         cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_rows, &j);
     }
-    cg_release(h32);
+    cg_release(hd);
     return as_dtype(out, h->dtype);
 }
 
@@ -328,14 +316,14 @@ cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg
                      g ? cg_shape_str(g, a, sizeof a) : "NULL", cg_shape_str(h, b, sizeof b));
         return NULL;
     }
-    cg_tensor *h32 = h_dense(h), *g32 = h32 ? f32_dense(g) : NULL;
-    cg_tensor *dh = g32 ? cg_empty(h->ndim, h->shape) : NULL;
+    cg_tensor *hd = gate_dense(h), *gd = hd ? gate_dense(g) : NULL;
+    cg_tensor *dh = gd ? cg_empty(h->ndim, h->shape) : NULL;
     if (dh) {
         const int64_t rows = cg_numel(g) / n;
-        const halves_job j = {h_f32(h32), cg_data(g32), h_bf16(h32), cg_data(dh), n, act};
+        const halves_job j = {src_of(hd), src_of(gd), cg_data(dh), n, act};
         cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_rows, &j);
     }
-    cg_release_all(2, h32, g32);
+    cg_release_all(2, hd, gd);
     /* bfloat16 only from two bfloat16 operands (PyTorch's promotion) */
     return as_dtype(dh, h->dtype == CG_BF16 && g->dtype == CG_BF16 ? CG_BF16 : CG_F32);
 }

@@ -97,21 +97,22 @@ CG_UNARY_OPS(CG_UNARY_DECLARE_K_, ~)
 /* The gate of a gated feed-forward (SwiGLU, GEGLU; core/gated.c):
  * act(a) * b elementwise, act SiLU (x sigmoid(x)) or GELU's tanh form
  * (cg_k_gelu's function). a and b: one shape (no broadcasting), one dtype,
- * float32 or bfloat16, any strides; the result is contiguous, of that
- * dtype (bf16: computed in float32, rounded once). The backward gives
- * da = g b act'(a) and db = g act(a) (either pointer NULL: not made), in
- * a's dtype; g float32 or bfloat16 of a's shape. One pass each, OpenMP
- * over fixed runs of elements: the same bits for any thread count. */
+ * float32 or bfloat16, any strides (a copy when not contiguous; a
+ * contiguous bfloat16 operand is read as it is, a run at a time widened);
+ * the result is contiguous, of that dtype (bf16: computed in float32,
+ * rounded once). The backward gives da = g b act'(a) and db = g act(a)
+ * (either pointer NULL: not made), in a's dtype; g float32 or bfloat16 of
+ * a's shape. One pass each, OpenMP over fixed runs of elements: the same
+ * bits for any thread count. */
 typedef enum { CG_K_GATE_SILU, CG_K_GATE_GELU } cg_k_gate;
 cg_tensor *cg_k_gated(const cg_tensor *a, const cg_tensor *b, cg_k_gate act);
 bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor *g, cg_k_gate act,
                          cg_tensor **da, cg_tensor **db);
 /* The same over the two halves of one tensor h [..., 2n] (one product's
  * output): act(h[..., :n]) * h[..., n:] -> [..., n], and the backward's
- * gradient of h, [..., 2n], both halves written in one pass. h any strides
- * (a copy when not contiguous), float32 or bfloat16 (g too); a contiguous
- * bfloat16 h is read as it is, a run at a time widened (no float copy:
- * autograd's gate keeps h so in bf16 precision). The output has h's dtype;
+ * gradient of h, [..., 2n], both halves written in one pass. h and g as
+ * a and g above (no float copy of a bfloat16 h: autograd's gate keeps h so
+ * in bf16 precision). The output has h's dtype;
  * the gradient is bfloat16 only when h and g both are (PyTorch's
  * promotion), else float32. */
 cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act);

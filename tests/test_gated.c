@@ -6,7 +6,8 @@
  * (x sigmoid(x), GELU's tanh form), fp32 and bf16 (rounded once: within
  * half an ulp of bf16 of the float64 value of the bf16 inputs); the
  * gradchecks, contiguous and on the two halves of one tensor (strided
- * views; the halves op's bits equal the two-tensor op's); the bits at 1
+ * views; the halves op's bits equal the two-tensor op's); bfloat16
+ * operands read in place with their float32 widenings' bits; the bits at 1
  * and 2 threads; the FeedForward's parameters, its output against the
  * unfused ops and its gradcheck, with a hook on fc3 too (the two products'
  * path); the table's rows; bad inputs refused. The
@@ -148,6 +149,47 @@ START_TEST(test_gated_halves_bf16_input)
         ck_assert(!cg_is_contiguous(hv) && same_bits(dv, dw));
         cg_release_all(11, h32, g, hb, hw, gb, gw, y, yw, ywb, d, dw);
         cg_release_all(7, d16, dw16, want16, tv, ht, hv, dv);
+    }
+}
+END_TEST
+
+/* The two-tensor form's bfloat16 operands are read as they are too, a
+ * run at a time widened: the bits of their float32 widenings (outputs
+ * rounded once to a's dtype), a gradient g float32 or bfloat16, at sizes
+ * within, at and across a run (512), and from strided views (copied). */
+START_TEST(test_gated_bf16_input)
+{
+    cg_rng r = cg_rng_new(15);
+    const int64_t widths[3] = {5, 512, 700};
+    for (int v = 0; v < 6; v++) {
+        const cg_k_gate act = v & 1 ? CG_K_GATE_GELU : CG_K_GATE_SILU;
+        const int64_t n = widths[v / 2];
+        cg_tensor *a32 = cg_randn(&r, CG_SHAPE(3, n)), *b32 = cg_randn(&r, CG_SHAPE(3, n));
+        cg_tensor *g = cg_randn(&r, CG_SHAPE(3, n));
+        cg_k_muls_(a32, 3.0f);
+        cg_tensor *ab = cg_k_to(a32, CG_BF16), *bb = cg_k_to(b32, CG_BF16),
+                  *gb = cg_k_to(g, CG_BF16);
+        cg_tensor *aw = cg_k_to(ab, CG_F32), *bw = cg_k_to(bb, CG_F32), *gw = cg_k_to(gb, CG_F32);
+        cg_tensor *y = cg_k_gated(ab, bb, act), *yw = cg_k_gated(aw, bw, act);
+        cg_tensor *ywb = cg_k_to(yw, CG_BF16);
+        ck_assert(y->dtype == CG_BF16 && same_bits(y, ywb));
+        for (int gi = 0; gi < 2; gi++) { /* g float32, then bfloat16 */
+            cg_tensor *da, *db, *daw, *dbw;
+            ck_assert(cg_k_gated_backward(ab, bb, gi ? gb : g, act, &da, &db));
+            ck_assert(cg_k_gated_backward(aw, bw, gi ? gw : g, act, &daw, &dbw));
+            cg_tensor *want_a = cg_k_to(daw, CG_BF16), *want_b = cg_k_to(dbw, CG_BF16);
+            ck_assert(da->dtype == CG_BF16 && same_bits(da, want_a) && same_bits(db, want_b));
+            cg_release_all(6, da, db, daw, dbw, want_a, want_b);
+        }
+        /* a and b as transposed views of their transposes */
+        cg_tensor *ta = cg_transpose(ab, 0, 1), *ca = cg_k_contiguous(ta),
+                  *va = cg_transpose(ca, 0, 1);
+        cg_tensor *tb = cg_transpose(bb, 0, 1), *cb = cg_k_contiguous(tb),
+                  *vb = cg_transpose(cb, 0, 1);
+        cg_tensor *yv = cg_k_gated(va, vb, act);
+        ck_assert(!cg_is_contiguous(va) && same_bits(yv, y));
+        cg_release_all(12, a32, b32, g, ab, bb, gb, aw, bw, gw, y, yw, ywb);
+        cg_release_all(7, ta, ca, va, tb, cb, vb, yv);
     }
 }
 END_TEST
@@ -372,6 +414,7 @@ static Suite *gated_suite(void)
     tcase_add_test(tc, test_gated_gradcheck);
     tcase_add_test(tc, test_gated_threads);
     tcase_add_test(tc, test_gated_halves_bf16_input);
+    tcase_add_test(tc, test_gated_bf16_input);
     tcase_add_test(tc, test_gated_refusals);
     tcase_add_test(tc, test_gated_table);
     tcase_add_test(tc, test_gated_ff);
