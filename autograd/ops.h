@@ -159,6 +159,15 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
  * that those products read it without another pass. The same bits and
  * graph as cg_affine. */
 cg_tensor *cg_affine_keep_bf16(cg_tensor *x, cg_tensor *w, cg_tensor *b);
+/* cg_affine_keep_bf16 of two weights stacked along the output dim:
+ * x [w1; w2]^T + [b1; b2] -> [..., out1 + out2] (w1 [out1, in], w2
+ * [out2, in]; both biases or neither), one product (x read and packed
+ * once), the bits and gradients of cg_affine_keep_bf16(x, cg_concat(w1,
+ * w2), cg_concat(b1, b2)). The stacked copy is made for the forward and
+ * again for the backward, not kept between them: the node holds w1 and
+ * w2. A gated FeedForward's fc1 and fc3 (nn/layers.c). */
+cg_tensor *cg_affine_pair_keep_bf16(cg_tensor *x, cg_tensor *w1, cg_tensor *w2, cg_tensor *b1,
+                                    cg_tensor *b2);
 /* relu(x w^T + b) as one op, the bits of cg_relu(cg_affine(x, w, b)): the
  * ReLU runs over the product's fresh output, so the pre-activation is never
  * kept for the backward (a relu node would hold it). */

@@ -136,10 +136,10 @@ cg_tensor *cg_attention(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool causal,
  * node keeps nothing of x between the forward and the backward
  * (p.i[0] = -1): its backward asks the norm's node, which x's header
  * holds, for the copy. */
-static bool wants_bf16_copy(const cg_tensor *x, const cg_tensor *w)
+static bool wants_bf16_copy(const cg_tensor *x, bool w_grad)
 {
-    return cg_get_matmul_precision() == CG_PRECISION_BF16 && cg_grad_enabled() &&
-           w->requires_grad && x->dtype == CG_F32;
+    return cg_get_matmul_precision() == CG_PRECISION_BF16 && cg_grad_enabled() && w_grad &&
+           x->dtype == CG_F32;
 }
 static bool keep_bf16_copy(cg_node *n, const cg_tensor *x, cg_tensor *xb)
 {
@@ -178,7 +178,7 @@ static cg_tensor *affine_forward(cg_tensor *x, cg_tensor *w, cg_tensor *b, bool 
                                  cg_tensor **xb)
 {
     *xb = NULL;
-    if (wants_bf16_copy(x, w) && !(*xb = cg_k_bf16_operand(x)))
+    if (wants_bf16_copy(x, w->requires_grad) && !(*xb = cg_k_bf16_operand(x)))
         return NULL;
     cg_tensor *out =
         keep16 ? cg_k_linear_keep_bf16(*xb ? *xb : x, w, b) : cg_k_linear(*xb ? *xb : x, w, b);
@@ -218,6 +218,88 @@ cg_tensor *cg_affine_keep_bf16(cg_tensor *x, cg_tensor *w, cg_tensor *b)
     return affine("cg_affine_keep_bf16", x, w, b, true);
 }
 
+/* cg_affine_pair_keep_bf16. inputs: x, w1, w2, then b1, b2 where given;
+ * x's bf16 copy as cg_affine's (p.i[0]). The stacked weight [w1; w2] (and
+ * bias) is made for the forward's product and again for the backward's,
+ * never held between them: the node holds w1 and w2 themselves. The
+ * weights' gradient is one product's, [out1 + out2, in], each weight's
+ * part a view of it (as concat's backward hands out). */
+static cg_tensor *stack2(const cg_tensor *a, const cg_tensor *b)
+{
+    return cg_k_concat((cg_tensor *[]){(cg_tensor *)a, (cg_tensor *)b}, 2, 0);
+}
+static bool part_of(cg_tensor *whole, int64_t start, const cg_tensor *like, cg_tensor **part)
+{
+    return (*part = cg_view_slice(whole, 0, start, start + like->shape[0], 1)) != NULL;
+}
+static bool linear_pair_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const bool dw = NEEDS(1) || NEEDS(2), db = n->n_inputs > 3 && (NEEDS(3) || NEEDS(4));
+    if (!NEEDS(0) && !dw && !db)
+        return true;
+    const cg_tensor *x = linear_x(n);
+    if (!x)
+        return false;
+    cg_tensor *w = stack2(IN(1), IN(2)), *gw = NULL, *gb = NULL;
+    const int64_t o1 = IN(1)->shape[0];
+    bool ok = w && cg_k_linear_backward(x, w, g, cg_grad_acc_f32(n, 0), NEEDS(0) ? &gin[0] : NULL,
+                                        dw ? &gw : NULL, db ? &gb : NULL);
+    ok = ok && (!NEEDS(1) || part_of(gw, 0, IN(1), &gin[1])) &&
+         (!NEEDS(2) || part_of(gw, o1, IN(2), &gin[2])) &&
+         (!db || !NEEDS(3) || part_of(gb, 0, IN(3), &gin[3])) &&
+         (!db || !NEEDS(4) || part_of(gb, o1, IN(4), &gin[4]));
+    cg_release_all(3, w, gw, gb);
+    return ok;
+}
+cg_tensor *cg_affine_pair_keep_bf16(cg_tensor *x, cg_tensor *w1, cg_tensor *w2, cg_tensor *b1,
+                                    cg_tensor *b2)
+{
+    if (!x || !w1 || !w2) {
+        cg_error_null_input("cg_affine_pair_keep_bf16");
+        return NULL;
+    }
+    if (!b1 != !b2) {
+        cg_set_error("cg_affine_pair_keep_bf16: both biases or neither (got %s)",
+                     b1 ? "b1 alone" : "b2 alone");
+        return NULL;
+    }
+    const bool bad_w = w1->ndim != 2 || w2->ndim != 2 || w1->shape[1] != w2->shape[1];
+    if (bad_w || (b1 && (b1->ndim != 1 || b2->ndim != 1 || b1->shape[0] != w1->shape[0] ||
+                         b2->shape[0] != w2->shape[0]))) {
+        char s[4][96];
+        cg_set_error("cg_affine_pair_keep_bf16: need w1 [out1, in], w2 [out2, in], b1 [out1] "
+                     "and b2 [out2]; got %s, %s, %s and %s",
+                     cg_shape_str(w1, s[0], sizeof s[0]), cg_shape_str(w2, s[1], sizeof s[1]),
+                     b1 ? cg_shape_str(b1, s[2], sizeof s[2]) : "no b1",
+                     b2 ? cg_shape_str(b2, s[3], sizeof s[3]) : "no b2");
+        return NULL;
+    }
+    const bool w_grad = w1->requires_grad || w2->requires_grad;
+    cg_tensor *xb = NULL;
+    if (wants_bf16_copy(x, w_grad) && !(xb = cg_k_bf16_operand(x)))
+        return NULL;
+    cg_tensor *w = stack2(w1, w2), *b = w && b1 ? stack2(b1, b2) : NULL;
+    cg_tensor *out = w && (b || !b1) ? cg_k_linear_keep_bf16(xb ? xb : x, w, b) : NULL;
+    cg_release_all(2, w, b);
+    if (!out) {
+        cg_release(xb);
+        return NULL;
+    }
+    cg_tensor *in[5] = {x, w1, w2, b1, b2};
+    const int ni = b1 ? 5 : 3;
+    cg_node *n = cg_record(out, CG_OP_LINEAR_PAIR, ni, in, linear_pair_bw);
+    bool ok = !cg_record_failed(n, ni, in);
+    if (ok && n && !w_grad) /* x is read for the weights' gradient only */
+        cg_node_set_reads(n, 0, false);
+    ok = ok && (!n || !xb || keep_bf16_copy(n, x, xb));
+    cg_release(xb);
+    if (!ok) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* cg_affine_relu and cg_affine_gelu. inputs: x, w, b (may be absent);
  * saved[0]: for relu the output a = relu(h) (an alias), or in bf16
  * precision its mask a > 0 (a bool tensor: the output itself then goes
@@ -250,7 +332,7 @@ static cg_tensor *affine_act(const char *name, cg_tensor *x, cg_tensor *w, cg_te
         cg_grad_enabled() && (x->requires_grad || w->requires_grad || (b && b->requires_grad));
     const bool fused = cg_get_matmul_precision() == CG_PRECISION_BF16 && grad;
     cg_tensor *xb = NULL, *saved = NULL, *out;
-    if (fused && wants_bf16_copy(x, w) && !(xb = cg_k_bf16_operand(x)))
+    if (fused && wants_bf16_copy(x, w->requires_grad) && !(xb = cg_k_bf16_operand(x)))
         return NULL;
     if (fused || act != CG_K_ACT_RELU) {
         out = cg_k_linear_act(xb ? xb : x, w, b, act, &saved);
@@ -326,7 +408,7 @@ cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tenso
         grad |= in[i]->requires_grad;
     grad &= cg_grad_enabled();
     cg_tensor *xb = NULL, *mask = NULL;
-    if (grad && wants_bf16_copy(x, w) && !(xb = cg_k_bf16_operand(x)))
+    if (grad && wants_bf16_copy(x, w->requires_grad) && !(xb = cg_k_bf16_operand(x)))
         return NULL;
     cg_tensor *out = cg_k_linear_residual(xb ? xb : x, w, b, res, pe, rng, grad ? &mask : NULL);
     if (!out) {

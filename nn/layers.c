@@ -633,9 +633,10 @@ cg_ff *cg_ff_new_bias(int64_t d, int64_t d_ff, cg_act act, bool bias, cg_rng *rn
 }
 
 /* act(fc1 x) * fc3 x, a gated FF's hidden layer: one product of width
- * 2 d_ff, x [fc1.weight; fc3.weight]^T + [fc1.bias; fc3.bias] (the weights
- * concatenated for the call: a copy of 2 d_ff x d, small beside the product
- * of every row of x with them, and one packing of x instead of two), whose
+ * 2 d_ff, x [fc1.weight; fc3.weight]^T + [fc1.bias; fc3.bias]
+ * (cg_affine_pair_keep_bf16: the weights stacked for the call, a copy of
+ * 2 d_ff x d small beside the product of every row of x with them and not
+ * kept for the backward, and one packing of x instead of two), whose
  * halves the gate reads in one pass (cg_swiglu_halves), writing the
  * product's whole gradient in one pass too. With hooks on fc1 or fc3
  * (which see their layer's own output), and without a graph (evaluation,
@@ -654,14 +655,12 @@ static cg_tensor *gated_ff(cg_ff *f, cg_tensor *x)
     }
     if (!linear_input_ok(f->fc1, x))
         return NULL;
-    cg_tensor *w = cg_concat((cg_tensor *[]){f->fc1->weight, f->fc3->weight}, 2, 0);
-    cg_tensor *b =
-        w && f->fc1->bias ? cg_concat((cg_tensor *[]){f->fc1->bias, f->fc3->bias}, 2, 0) : NULL;
     /* h's bf16 rounding made as the product writes it (bf16 precision):
      * what the gate keeps for its backward */
-    cg_tensor *h = w && (b || !f->fc1->bias) ? cg_affine_keep_bf16(x, w, b) : NULL;
+    cg_tensor *h =
+        cg_affine_pair_keep_bf16(x, f->fc1->weight, f->fc3->weight, f->fc1->bias, f->fc3->bias);
     cg_tensor *a = h ? r->forward(h) : NULL;
-    cg_release_all(3, w, b, h);
+    cg_release(h);
     return a;
 }
 

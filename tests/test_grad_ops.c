@@ -224,6 +224,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_TO] = {.by = "test_grad_dtype.c: test_gradcheck_to_bf16"},
     [CG_OP_LINEAR_CROSS_ENTROPY] = {.by = "test_linear_cross_entropy"},
     [CG_OP_LINEAR_RESIDUAL] = {.by = "test_affine_residual"},
+    [CG_OP_LINEAR_PAIR] = {.by = "test_affine_pair"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */
@@ -1317,6 +1318,106 @@ START_TEST(test_affine_keep_bf16)
 }
 END_TEST
 
+/* cg_affine_pair_keep_bf16: gradcheck in fp32 with and without the
+ * biases; in both precisions at 1 and 2 threads, with the weights needing
+ * a gradient or frozen, the output and every gradient bit for bit those of
+ * cg_affine_keep_bf16 over the concatenated weights; the node holds the
+ * weights themselves (no stacked copy: saved only x's bf16 copy, in bf16
+ * with a weight to train); bad inputs refused. inputs: x, w1, w2, b1, b2 */
+static cg_tensor *affine_pair_fn(void *ctx, cg_tensor *const *in)
+{
+    return cg_affine_pair_keep_bf16(in[0], in[1], in[2], ctx ? in[3] : NULL, ctx ? in[4] : NULL);
+}
+static cg_tensor *affine_pair_ref(void *ctx, cg_tensor *const *in)
+{
+    cg_tensor *w = cg_concat((cg_tensor *[]){in[1], in[2]}, 2, 0);
+    cg_tensor *b = ctx ? cg_concat((cg_tensor *[]){in[3], in[4]}, 2, 0) : NULL;
+    cg_tensor *y = cg_affine_keep_bf16(in[0], w, b);
+    cg_release_all(2, w, b);
+    return y;
+}
+
+START_TEST(test_affine_pair)
+{
+    cg_rng r = cg_rng_new(29);
+    for (int layout = 0; layout < N_LAYOUTS; layout++) {
+        cg_tensor *in[5] = {input(&r, CG_SHAPE(2, 3, 4), layout, DOM_ANY),
+                            input(&r, CG_SHAPE(5, 4), (layout + 1) % N_LAYOUTS, DOM_ANY),
+                            input(&r, CG_SHAPE(3, 4), (layout + 2) % N_LAYOUTS, DOM_ANY),
+                            input(&r, CG_SHAPE(5), LAYOUT_CONTIG, DOM_ANY),
+                            input(&r, CG_SHAPE(3), LAYOUT_CONTIG, DOM_ANY)};
+        check(affine_pair_fn, in, 5, in, "affine_pair with biases", 0, 0);
+        check(affine_pair_fn, NULL, 3, in, "affine_pair without biases", 0, 0);
+        const int sizes[5] = {24, 20, 12, 5, 3};
+        for (int v = 0; v < 8 && layout == 0; v++) {
+            const bool bias = v & 1, frozen = v >> 1 & 1, bf16 = v >> 2 & 1;
+            if (bf16 && !bf16_usable())
+                continue;
+            cg_set_matmul_precision(bf16 ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+            for (int i = 1; i < 5; i++)
+                cg_requires_grad(in[i], !frozen);
+            for (int nt = 1; nt <= 2; nt++) {
+                cg_set_num_threads(nt);
+                float y2[2][48], gr[2][5][24];
+                for (int pair = 0; pair < 2; pair++) {
+                    for (int i = 0; i < 5; i++)
+                        cg_zero_grad(in[i]);
+                    void *ctx = bias ? in : NULL;
+                    cg_tensor *y = pair ? affine_pair_fn(ctx, in) : affine_pair_ref(ctx, in);
+                    ck_assert_msg(y != NULL, "%s", cg_last_error());
+                    if (pair) {
+                        const cg_node *n = y->node;
+                        ck_assert_int_eq(n->op, CG_OP_LINEAR_PAIR);
+                        ck_assert_int_eq(n->n_inputs, bias ? 5 : 3);
+                        ck_assert(n->inputs[1] == in[1] && n->inputs[2] == in[2]);
+                        int saved = 0;
+                        for (int i = 0; i < CG_NODE_MAX_SAVED; i++)
+                            saved += n->saved[i] != NULL;
+                        ck_assert_int_eq(saved, bf16 && !frozen);
+                    }
+                    cg_tensor *g = cg_full(CG_SHAPE(2, 3, 8), 0.5f);
+                    cg_data(g)[7] = -2.0f;
+                    cg_data(g)[13] = 3.0f;
+                    ck_assert(cg_backward(y, g, false));
+                    cg_copy_to(y, y2[pair]);
+                    for (int i = 0; i < 5; i++)
+                        if (in[i]->grad)
+                            cg_copy_to(in[i]->grad, gr[pair][i]);
+                        else
+                            ck_assert(i > (frozen ? 0 : bias ? 4 : 2));
+                    cg_release_all(2, y, g);
+                }
+                ck_assert_msg(!memcmp(y2[0], y2[1], sizeof y2[0]), "output, case %d", v);
+                for (int i = 0; i < (frozen ? 1 : bias ? 5 : 3); i++)
+                    ck_assert_msg(!memcmp(gr[0][i], gr[1][i], sizeof(float) * sizes[i]),
+                                  "input %d's gradient, case %d, %d threads", i, v, nt);
+            }
+            cg_set_num_threads(0);
+            for (int i = 1; i < 5; i++)
+                cg_requires_grad(in[i], true);
+        }
+        cg_set_matmul_precision(CG_PRECISION_FP32);
+        cg_release_all(5, in[0], in[1], in[2], in[3], in[4]);
+    }
+    cg_tensor *x = cg_zeros(CG_SHAPE(2, 4)), *w1 = cg_zeros(CG_SHAPE(3, 4));
+    cg_tensor *w2 = cg_zeros(CG_SHAPE(2, 4)), *w3 = cg_zeros(CG_SHAPE(2, 5));
+    cg_tensor *b1 = cg_zeros(CG_SHAPE(3)), *b2 = cg_zeros(CG_SHAPE(2));
+    CG_ASSERT_REFUSED(cg_affine_pair_keep_bf16(x, NULL, w2, NULL, NULL) == NULL,
+                      "cg_affine_pair_keep_bf16");
+    CG_ASSERT_FAILS(cg_affine_pair_keep_bf16(x, w1, w2, b1, NULL),
+                    "cg_affine_pair_keep_bf16: both biases or neither (got b1 alone)");
+    CG_ASSERT_FAILS(cg_affine_pair_keep_bf16(x, w1, w3, NULL, NULL),
+                    "cg_affine_pair_keep_bf16: need w1 [out1, in], w2 [out2, in], b1 [out1] and "
+                    "b2 [out2]; got [3, 4], [2, 5], no b1 and no b2");
+    CG_ASSERT_FAILS(cg_affine_pair_keep_bf16(x, w1, w2, b2, b1),
+                    "cg_affine_pair_keep_bf16: need w1 [out1, in], w2 [out2, in], b1 [out1] and "
+                    "b2 [out2]; got [3, 4], [2, 4], [2] and [3]");
+    cg_tensor *xb = cg_zeros(CG_SHAPE(2, 5));
+    ck_assert(cg_affine_pair_keep_bf16(xb, w1, w2, b1, b2) == NULL && cg_has_error());
+    cg_release_all(7, x, w1, w2, w3, b1, b2, xb);
+}
+END_TEST
+
 /* cg_affine_relu and cg_affine_gelu (both forms): gradcheck with the
  * pre-activations held away from ReLU's kink (a bias of +-3, checked), and
  * output and gradients bit for bit those of the activation over
@@ -1700,6 +1801,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_affine);
     tcase_add_test(tc, test_affine_residual);
     tcase_add_test(tc, test_affine_keep_bf16);
+    tcase_add_test(tc, test_affine_pair);
     tcase_add_loop_test(tc, test_affine_act, 0, 3);
     tcase_add_loop_test(tc, test_upstream_layouts, 0, 2);
     tcase_add_test(tc, test_bf16_grads_near_fp32);
