@@ -16,13 +16,13 @@
  *      SLACK_CLASSES classes), as is;
  *   3. a fresh mapping, if the mapped total (live + cached) stays at most
  *      1/16 over the peak of live bytes;
- *   4. the nearest larger cached block less than 4x larger (OVER_CLASSES):
- *      as is when less than 2x larger, else split: its front becomes the
- *      request's block and the rest a cached block of its own; or else the
- *      nearest smaller whole block (not a piece of a split one), grown with
- *      mremap (its pages move with it, only the new tail is faulted in);
- *   5. a fresh mapping (the cache is empty, or holds only blocks 4x larger
- *      or more).
+ *   4. the nearest larger cached block: as is when less than 2x larger,
+ *      else split: its front becomes the request's block and the rest a
+ *      cached block of its own; or else the nearest smaller whole block
+ *      (not a piece of a split one), grown with mremap (its pages move with
+ *      it, only the new tail is faulted in);
+ *   5. a fresh mapping (the cache is empty, or holds only pieces smaller
+ *      than the request).
  * A freed piece of a split block is merged with the pieces beside it that
  * are cached, so the block is whole again once all of it is free.
  * A block is never shrunk in place. Batches whose shapes change every step (the
@@ -82,12 +82,18 @@
  * 1,048 -> 1,005; the translator's real recipe faults no more pages: 58k
  * in 45 steps either way). */
 #define SLACK_CLASSES 7
-/* Step 4's reach: under 4x. Unbounded, the first training step of bf16
- * charlm base (whose cache then holds little more than the 26 MiB blocks
- * of the feed-forward's activations) served seven 6.5 MiB requests with
- * 26 MiB blocks, 136 MiB of its peak (issue 32). */
-#define OVER_CLASSES 16
-/* ... and from 2x on step 4 splits. Taken as is, the block's rest stayed
+/* Step 4 reaches every larger block. It reached under 4x while it took
+ * blocks as is (unbounded then, the first bf16 step of charlm base served
+ * seven 6.5 MiB requests with 26 MiB blocks, 136 MiB of its peak, issue
+ * 32); once it split them, that bound only sent requests over the budget
+ * to grow the smaller blocks that other requests of the step then missed,
+ * every step: LLaMA base's bf16 peak RSS climbed from 647 MB after one
+ * step to 706 after six (the mapped total from 729 to 791 MB, a dozen
+ * blocks grown a step), where splitting the larger blocks that were
+ * cached reached its steady state in the first step (632 MB; fp32 960
+ * against 969; the six presets and the translator's real recipe level or
+ * lower, 2026-12-06, docs/performance.md).
+ * From 2x on step 4 splits. Taken as is, the block's rest stayed
  * resident and unused while the request lived: in bf16 training an
  * attention's weights (4.5 MiB on seq2seq base) took the 13 MiB blocks the
  * feed-forward's fp32 activations (read only through their bf16 copies)
@@ -256,7 +262,7 @@ static block *cache_take(int c)
     size_t mapped = g_stats.live_bytes + g_stats.cached_bytes + class_bytes(c);
     if (mapped <= g_stats.peak_live_bytes + g_stats.peak_live_bytes / BUDGET_SLACK)
         return NULL;
-    if (from >= 0 && from - c < OVER_CLASSES) {
+    if (from >= 0) {
         block *b = list_pop(from);
         if (b->bytes >= 2 * class_bytes(c))
             split(b, class_bytes(c));
