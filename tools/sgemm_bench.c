@@ -52,58 +52,61 @@ static double bench(cg_gemm_path path, int threads, int64_t n, int runs, const f
     return 2.0 * (double)n * (double)n * (double)n / med * 1e-9;
 }
 
-/* Peak GFLOP/s of `threads` threads each running ITER rounds of 12
- * independent multiply-adds (more than latency x throughput in flight). */
-enum { ITER = 20000000 };
+/* Peak GFLOP/s of `threads` threads each running ITER rounds of CHAINS
+ * independent multiply-adds in zmm registers (more than latency x
+ * throughput in flight: Zen 5's vdpbf16ps needs more than 12, which read
+ * 405 against 454 GFLOP/s there), or CHAINS_YMM in AVX2's 16 ymm
+ * registers. */
+enum { ITER = 20000000, CHAINS = 24, CHAINS_YMM = 12 };
 
 __attribute__((target("avx512f"))) static double fma_round(void)
 {
-    __m512 acc[12], x = _mm512_set1_ps(1e-9f);
-    for (int j = 0; j < 12; j++)
+    __m512 acc[CHAINS], x = _mm512_set1_ps(1e-9f);
+    for (int j = 0; j < CHAINS; j++)
         acc[j] = _mm512_setzero_ps();
     for (long i = 0; i < ITER; i++)
-#pragma GCC unroll 12
-        for (int j = 0; j < 12; j++) {
+#pragma GCC unroll 24
+        for (int j = 0; j < CHAINS; j++) {
             acc[j] = _mm512_fmadd_ps(x, x, acc[j]);
             __asm__ volatile("" ::"v"(acc[j])); /* keep every chain */
         }
     float s = 0;
-    for (int j = 0; j < 12; j++)
+    for (int j = 0; j < CHAINS; j++)
         s += _mm512_reduce_add_ps(acc[j]);
     return s;
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_round(void)
 {
-    __m512 acc[12];
+    __m512 acc[CHAINS];
     const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3000); /* bf16 2^-31 */
-    for (int j = 0; j < 12; j++)
+    for (int j = 0; j < CHAINS; j++)
         acc[j] = _mm512_setzero_ps();
     for (long i = 0; i < ITER; i++)
-#pragma GCC unroll 12
-        for (int j = 0; j < 12; j++) {
+#pragma GCC unroll 24
+        for (int j = 0; j < CHAINS; j++) {
             acc[j] = _mm512_dpbf16_ps(acc[j], x, x);
             __asm__ volatile("" ::"v"(acc[j]));
         }
     float s = 0;
-    for (int j = 0; j < 12; j++)
+    for (int j = 0; j < CHAINS; j++)
         s += _mm512_reduce_add_ps(acc[j]);
     return s;
 }
 
 __attribute__((target("avx2,fma"))) static double fma256_round(void)
 {
-    __m256 acc[12], x = _mm256_set1_ps(1e-9f);
-    for (int j = 0; j < 12; j++)
+    __m256 acc[CHAINS_YMM], x = _mm256_set1_ps(1e-9f);
+    for (int j = 0; j < CHAINS_YMM; j++)
         acc[j] = _mm256_setzero_ps();
     for (long i = 0; i < ITER; i++)
 #pragma GCC unroll 12
-        for (int j = 0; j < 12; j++) {
+        for (int j = 0; j < CHAINS_YMM; j++) {
             acc[j] = _mm256_fmadd_ps(x, x, acc[j]);
             __asm__ volatile("" ::"v"(acc[j]));
         }
     float s = 0, lanes[8];
-    for (int j = 0; j < 12; j++) {
+    for (int j = 0; j < CHAINS_YMM; j++) {
         _mm256_storeu_ps(lanes, acc[j]);
         for (int q = 0; q < 8; q++)
             s += lanes[q];
@@ -136,7 +139,11 @@ static double peak(bool bf16, int threads)
         sink += s;
     }
     const double t = cg_now() - t0;
-    return (double)threads * ITER * 12.0 * (bf16 ? 64.0 : zmm ? 32.0 : 16.0) / t * 1e-9;
+    return (double)threads * ITER * (double)(zmm ? CHAINS : CHAINS_YMM) *
+           (bf16  ? 64.0
+            : zmm ? 32.0
+                  : 16.0) /
+           t * 1e-9;
 }
 
 static void fmt(char *buf, size_t n, double g) { snprintf(buf, n, g < 0 ? "null" : "%.1f", g); }
