@@ -574,10 +574,12 @@ START_TEST(test_broadcast_tensors_checked)
 }
 END_TEST
 
-/* The arguments every build checks alike (dist_single.c, the one-process
- * stand-in, as dist_mpi.c and dist_reducer.c): a NULL tensor or parameter,
- * an infinite weight, a negative count, a tensor to broadcast that is not
- * contiguous, NULL shards or reducer; whether it
+/* The arguments every build checks alike (dist.c's checks, dist_args.h,
+ * in dist_single.c, the one-process stand-in, as in dist_mpi.c and
+ * dist_reducer.c): a NULL tensor or parameter, an infinite or negative
+ * weight (averaging's and the reducer's), a negative count, a bucket size
+ * outside (0, 1024] MB, a tensor to broadcast that is not contiguous, NULL
+ * shards or reducer; whether it
  * was built with MPI (CG_TEST_MPI, from meson) is said. With one
  * process (either build): a weight of 0 is taken (nothing to average), a
  * shard is the whole parameter, the gathered optimizer is the shard's
@@ -606,12 +608,17 @@ START_TEST(test_arguments_checked)
     CG_ASSERT_REFUSED(!cg_dist_reducer_new(-1, p, 4.0), "bad parameter list");
     CG_ASSERT_REFUSED(!cg_dist_reducer_new(2, p_null, 4.0), "parameter 1 is NULL");
     CG_ASSERT_REFUSED(!cg_dist_reducer_new_zero(2, p_null, 4.0), "parameter 1 is NULL");
+    CG_ASSERT_REFUSED(!cg_dist_reducer_new(2, p, 0.0), "bucket size 0 MB must be in (0, 1024]");
+    CG_ASSERT_REFUSED(!cg_dist_reducer_new_zero(2, p, NAN), "must be in (0, 1024]");
+    CG_ASSERT_REFUSED(!cg_dist_reducer_new(2, p, 1e300), "must be in (0, 1024]");
     ck_assert(!cg_dist_reducer_prepare(NULL, 1.0));
     ck_assert(!cg_dist_reducer_finish(NULL));
     ck_assert(!cg_dist_reducer_gather_params(NULL));
     cg_dist_reducer *r = cg_dist_reducer_new_zero(2, p, 4.0);
     ck_assert_msg(r != NULL, "%s", cg_last_error());
     CG_ASSERT_REFUSED(!cg_dist_reducer_shards(r, NULL), "NULL argument");
+    CG_ASSERT_REFUSED(!cg_dist_reducer_prepare(r, -1.0), "reducer: weight -1 must be finite");
+    CG_ASSERT_REFUSED(!cg_dist_reducer_prepare(r, INFINITY), "must be finite and >= 0");
     if (cg_dist_size() == 1) {
         ck_assert_msg(cg_dist_average_grads_tensors(2, p, 0.0), "%s", cg_last_error());
         ck_assert_float_eq(cg_data(p[0]->grad)[3], 2.0f);

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/parse.h"
+#include "models/train/dist_args.h"
 
 bool cg_dist_is_root(void) { return cg_dist_rank() == 0; }
 
@@ -28,6 +29,42 @@ uint64_t cg_dist_seed_for_rank(uint64_t seed, int rank)
 }
 
 uint64_t cg_dist_rank_seed(uint64_t seed) { return cg_dist_seed_for_rank(seed, cg_dist_rank()); }
+
+/* ------------------------------------------------ arguments (dist_args.h) */
+bool cg_dist_tensors_ok(const char *op, const char *noun, int n, cg_tensor *const *ts,
+                        bool contiguous)
+{
+    if (n < 0 || (n > 0 && !ts)) {
+        cg_set_error("dist: %s: bad %s list", op, noun);
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if (!ts[i] || (contiguous && !cg_is_contiguous(ts[i]))) {
+            cg_set_error("dist: %s: %s %d is %s", op, noun, i, ts[i] ? "not contiguous" : "NULL");
+            return false;
+        }
+    return true;
+}
+
+bool cg_dist_weight_ok(const char *op, double weight)
+{
+    if (!(weight >= 0) || !isfinite(weight)) {
+        cg_set_error("dist: %s: weight %g must be finite and >= 0", op, weight);
+        return false;
+    }
+    return true;
+}
+
+bool cg_dist_reducer_args_ok(int n, cg_tensor *const *params, double bucket_mb)
+{
+    if (!cg_dist_tensors_ok("reducer", "parameter", n, params, false))
+        return false;
+    if (!(bucket_mb > 0 && bucket_mb <= 1024)) { /* CG_DIST_BUCKET_MB's bound */
+        cg_set_error("dist: reducer: bucket size %g MB must be in (0, 1024]", bucket_mb);
+        return false;
+    }
+    return true;
+}
 
 /* Parameter tensors of a module, in cg_module_params() order (malloc'd). */
 static cg_tensor **module_tensors(cg_module *m, int *n)

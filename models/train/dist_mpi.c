@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "models/train/dist_args.h"
 #include "models/train/dist_mpi.h"
 #include "models/util/clock.h"
 
@@ -381,16 +382,8 @@ bool cg_dist_broadcast_bytes(void *buf, size_t bytes)
 
 bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
 {
-    if (n < 0 || (n > 0 && !ts)) {
-        cg_set_error("dist: broadcast: bad tensor list");
+    if (!cg_dist_tensors_ok("broadcast", "tensor", n, ts, true))
         return false;
-    }
-    for (int i = 0; i < n; i++) {
-        if (!ts[i] || !cg_is_contiguous(ts[i])) {
-            cg_set_error("dist: broadcast: tensor %d is %s", i, ts[i] ? "not contiguous" : "NULL");
-            return false;
-        }
-    }
     if (g_size == 1)
         return true;
     if (!cg_dist_check_inited("broadcast") || !ensure_bucket())
@@ -529,19 +522,9 @@ static bool own_grads(int n, cg_tensor *const *params, const double *has, float 
 
 bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weight)
 {
-    if (n < 0 || (n > 0 && !params)) {
-        cg_set_error("dist: average_grads: bad parameter list");
+    if (!cg_dist_tensors_ok("average_grads", "parameter", n, params, false) ||
+        !cg_dist_weight_ok("average_grads", weight))
         return false;
-    }
-    for (int i = 0; i < n; i++)
-        if (!params[i]) {
-            cg_set_error("dist: average_grads: parameter %d is NULL", i);
-            return false;
-        }
-    if (!(weight >= 0) || !isfinite(weight)) {
-        cg_set_error("dist: average_grads: weight %g must be finite and >= 0", weight);
-        return false;
-    }
     if (g_size == 1)
         return true;
     if (!cg_dist_check_inited("average_grads") || !ensure_bucket())

@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 
+#include "models/train/dist_args.h"
 #include "models/train/dist_mpi.h"
 #include "models/util/clock.h"
 
@@ -167,17 +168,13 @@ static cg_dist_reducer *rd_alloc(int n, bool zero)
     return r;
 }
 
-/* The parameters, in reverse order, laid out in buckets of whole
- * parameters: a new bucket when the next one would take a non-empty bucket
- * past cap floats. False + error on a NULL parameter. */
-static bool rd_fill_buckets(cg_dist_reducer *r, cg_tensor *const *params, int64_t cap)
+/* The parameters (none NULL), in reverse order, laid out in buckets of
+ * whole parameters: a new bucket when the next one would take a non-empty
+ * bucket past cap floats. */
+static void rd_fill_buckets(cg_dist_reducer *r, cg_tensor *const *params, int64_t cap)
 {
     for (int k = 0; k < r->n; k++) {
         int i = r->n - 1 - k;
-        if (!params[i]) {
-            cg_set_error("dist: reducer: parameter %d is NULL", i);
-            return false;
-        }
         r->params[i] = params[i];
         r->order[k] = i;
         int64_t len = cg_numel(params[i]);
@@ -191,7 +188,6 @@ static bool rd_fill_buckets(cg_dist_reducer *r, cg_tensor *const *params, int64_
         b->floats += len;
         b->count++;
     }
-    return true;
 }
 
 /* Every bucket's buffer: its parameters and, without zero, their
@@ -242,15 +238,14 @@ static void rd_split_runs(cg_dist_reducer *r)
 
 static cg_dist_reducer *reducer_new(int n, cg_tensor *const *params, double bucket_mb, bool zero)
 {
-    if (n < 0 || (n && !params) || !(bucket_mb > 0)) {
-        cg_set_error("dist: reducer: bad parameter list or bucket size %g MB", bucket_mb);
+    if (!cg_dist_reducer_args_ok(n, params, bucket_mb))
         return NULL;
-    }
     cg_dist_reducer *r = rd_alloc(n, zero);
     if (!r)
         return NULL;
     int64_t cap = (int64_t)(bucket_mb * 1024 * 1024 / sizeof(float));
-    if (!rd_fill_buckets(r, params, cap) || !rd_alloc_buffers(r)) {
+    rd_fill_buckets(r, params, cap);
+    if (!rd_alloc_buffers(r)) {
         cg_dist_reducer_free(r);
         return NULL;
     }
@@ -289,10 +284,8 @@ bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
 {
     if (!r)
         return false;
-    if (!(weight >= 0) || !isfinite(weight)) {
-        cg_set_error("dist: reducer: weight %g must be finite and >= 0", weight);
+    if (!cg_dist_weight_ok("reducer", weight))
         return false;
-    }
     r->armed = false;
     if (cg_dist_size() == 1)
         return true;

@@ -1,9 +1,9 @@
 /* Data-parallel training built without MPI (meson -Dmpi=disabled, or no MPI
  * found): one process, rank 0 of 1; the collectives check their arguments
- * and do nothing. The common part is dist.c. See dist.h. */
+ * as the MPI build does (dist_args.h) and do nothing. The common part is
+ * dist.c. See dist.h. */
 #include "models/train/dist.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/parse.h"
+#include "models/train/dist_args.h"
 
 bool cg_dist_compiled_with_mpi(void) { return false; }
 int cg_dist_rank(void) { return 0; }
@@ -28,20 +29,9 @@ bool cg_dist_init(int *argc, char ***argv)
 }
 void cg_dist_finalize(void) {}
 bool cg_dist_wait_for_root(void) { return true; }
-/* The checks of dist_mpi.c's, so that a call the MPI build refuses is
- * refused here too. */
 bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
 {
-    if (n < 0 || (n > 0 && !ts)) {
-        cg_set_error("dist: broadcast: bad tensor list");
-        return false;
-    }
-    for (int i = 0; i < n; i++)
-        if (!ts[i] || !cg_is_contiguous(ts[i])) {
-            cg_set_error("dist: broadcast: tensor %d is %s", i, ts[i] ? "not contiguous" : "NULL");
-            return false;
-        }
-    return true;
+    return cg_dist_tensors_ok("broadcast", "tensor", n, ts, true);
 }
 bool cg_dist_broadcast_bytes(void *buf, size_t bytes)
 {
@@ -51,20 +41,8 @@ bool cg_dist_broadcast_bytes(void *buf, size_t bytes)
 }
 bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weight)
 {
-    if (n < 0 || (n > 0 && !params)) {
-        cg_set_error("dist: average_grads: bad parameter list");
-        return false;
-    }
-    for (int i = 0; i < n; i++)
-        if (!params[i]) {
-            cg_set_error("dist: average_grads: parameter %d is NULL", i);
-            return false;
-        }
-    if (!(weight >= 0) || !isfinite(weight)) {
-        cg_set_error("dist: average_grads: weight %g must be finite and >= 0", weight);
-        return false;
-    }
-    return true;
+    return cg_dist_tensors_ok("average_grads", "parameter", n, params, false) &&
+           cg_dist_weight_ok("average_grads", weight);
 }
 bool cg_dist_allreduce_sum(double *v, int n)
 {
@@ -93,11 +71,8 @@ struct cg_dist_reducer {
 };
 cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double bucket_mb)
 {
-    (void)bucket_mb;
-    if (n < 0 || (n && !params)) {
-        cg_set_error("dist: reducer: bad parameter list");
+    if (!cg_dist_reducer_args_ok(n, params, bucket_mb))
         return NULL;
-    }
     cg_dist_reducer *r = calloc(1, sizeof *r);
     int64_t *numel = malloc((size_t)(n ? n : 1) * sizeof *numel);
     if (!r || !numel) {
@@ -106,15 +81,8 @@ cg_dist_reducer *cg_dist_reducer_new(int n, cg_tensor *const *params, double buc
         cg_set_error("dist: out of memory");
         return NULL;
     }
-    for (int i = 0; i < n; i++) {
-        if (!params[i]) {
-            free(r);
-            free(numel);
-            cg_set_error("dist: reducer: parameter %d is NULL", i);
-            return NULL;
-        }
+    for (int i = 0; i < n; i++)
         numel[i] = cg_numel(params[i]);
-    }
     r->n = n;
     r->numel = numel;
     return r;
@@ -162,8 +130,7 @@ bool cg_dist_stream_end(cg_dist_stream *s)
 void cg_dist_stream_free(cg_dist_stream *s) { (void)s; }
 bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
 {
-    (void)weight;
-    return r != NULL;
+    return r != NULL && cg_dist_weight_ok("reducer", weight);
 }
 bool cg_dist_reducer_finish(cg_dist_reducer *r) { return r != NULL; }
 double cg_dist_reducer_exposed_seconds(const cg_dist_reducer *r)
