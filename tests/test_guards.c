@@ -14,6 +14,9 @@
 #include <limits.h>
 #include <stdint.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1047,6 +1050,84 @@ START_TEST(test_out_lock)
 }
 END_TEST
 
+/* A run's lock file goes when the run releases it, while it holds it:
+ * only the file still at its name (not one moved away, nor a file made at
+ * the name since). A run that opened the file before it went finds that
+ * once it has the flock and makes another, so two processes taking and
+ * releasing one lock as fast as they can are never inside it together. */
+enum { LOCK_ROUNDS = 20000 };
+static void lock_rounds(const char *ckpt, atomic_int *inside, atomic_int *overlaps,
+                        atomic_int *taken)
+{
+    for (int i = 0; i < LOCK_ROUNDS; i++) {
+        cg_out_lock l;
+        if (!cg_out_lock_take(ckpt, &l))
+            continue; /* held by the other: refused, as a second run is */
+        atomic_fetch_add(taken, 1);
+        if (atomic_fetch_add(inside, 1) != 0)
+            atomic_fetch_add(overlaps, 1);
+        for (volatile int spin = 0; spin < 200; spin++) {
+        }
+        atomic_fetch_sub(inside, 1);
+        cg_out_lock_release(&l);
+    }
+}
+START_TEST(test_out_lock_removed)
+{
+    char ckpt[4096], lock[4096], away[4096];
+    snprintf(ckpt, sizeof ckpt, "%s", tmp("r.safetensors"));
+    snprintf(lock, sizeof lock, "%s", tmp("r.cgrad-lock"));
+    snprintf(away, sizeof away, "%s", tmp("r.lock.away"));
+    cg_out_lock a, b;
+    ck_assert(cg_out_lock_take(ckpt, &a));
+    ck_assert(access(lock, F_OK) == 0);
+    cg_out_lock_release(&a);
+    ck_assert_msg(access(lock, F_OK) != 0, "the lock file stayed after its release");
+    /* moved away under the run, and another file made at its name: both stay */
+    ck_assert(cg_out_lock_take(ckpt, &a));
+    ck_assert_int_eq(rename(lock, away), 0);
+    write_file(lock, "", 0);
+    cg_out_lock_release(&a);
+    ck_assert(access(lock, F_OK) == 0 && access(away, F_OK) == 0);
+    unlink(away);
+    /* the file held by a run that opened it before its holder released it
+     * (and then got its flock) is no lock: the next run makes its own */
+    ck_assert(cg_out_lock_take(ckpt, &a));
+    int late = open(lock, O_RDWR | O_CLOEXEC);
+    ck_assert_int_ge(late, 0);
+    cg_out_lock_release(&a);
+    ck_assert_int_eq(flock(late, LOCK_EX | LOCK_NB), 0);
+    ck_assert_msg(cg_out_lock_take(ckpt, &b), "%s", cg_last_error());
+    CG_ASSERT_FAILS((void *)(intptr_t)cg_out_lock_take(ckpt, &a),
+                    "is being written by another run (pid ");
+    cg_out_lock_release(&b);
+    close(late);
+    /* two processes at once */
+    atomic_int *shared = mmap(NULL, 3 * sizeof(atomic_int), PROT_READ | PROT_WRITE,
+                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(shared != MAP_FAILED);
+    atomic_init(&shared[0], 0);
+    atomic_init(&shared[1], 0);
+    atomic_init(&shared[2], 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        lock_rounds(ckpt, &shared[0], &shared[1], &shared[2]);
+        _exit(0);
+    }
+    lock_rounds(ckpt, &shared[0], &shared[1], &shared[2]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_msg(atomic_load(&shared[1]) == 0, "%d of %d takes overlapped another",
+                  atomic_load(&shared[1]), atomic_load(&shared[2]));
+    ck_assert_int_gt(atomic_load(&shared[2]), 0);
+    ck_assert(access(lock, F_OK) != 0);
+    munmap(shared, 3 * sizeof(atomic_int));
+}
+END_TEST
+
 /* A run's lock moved or removed under it (`mv runs/a runs/b` of its
  * directory, which the next save makes again) kept no second run out of
  * the new directory: both then wrote the same checkpoint. Before each save
@@ -1773,6 +1854,7 @@ static Suite *guards_suite(void)
     tcase_add_test(d, test_out_lock);
     tcase_add_test(d, test_out_lock_other_users_temp);
     tcase_add_test(d, test_out_lock_moved);
+    tcase_add_test(d, test_out_lock_removed);
     tcase_add_test(d, test_metrics_log_taken_temp);
     tcase_add_test(d, test_metrics_log_torn);
     tcase_add_test(d, test_metrics_log_open_fails);

@@ -134,7 +134,52 @@ static bool is_our_lock(int fd)
 
 char *cg_out_lock_path(const char *path) { return cg_ckpt_sibling(path, CG_OUT_LOCK_SUFFIX); }
 
-/* cg_out_lock_take, without the leftovers' cleanup when !cleanup */
+/* Is fd the file at path itself (same device and inode, the name not followed)? */
+static bool is_file_at(int fd, const char *path)
+{
+    struct stat held, named;
+    return fstat(fd, &held) == 0 && lstat(path, &named) == 0 && held.st_dev == named.st_dev &&
+           held.st_ino == named.st_ino;
+}
+
+/* The lock file at lock->path, opened: made (never through a link), or
+ * the one there when it is a lock of ours; -1 + error, or -1 with errno
+ * ENOENT when the one there went between the two opens (the caller tries
+ * again). */
+static int lock_open(cg_out_lock *lock)
+{
+    int fd = open(lock->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST) {
+        fd = open(lock->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT)
+            return -1;
+    }
+    if (fd < 0) {
+        if (errno == ELOOP)
+            cg_set_error("the lock file '%s' is a symbolic link (a lock is never followed); "
+                         "remove it",
+                         lock->path);
+        else
+            cg_set_error("cannot create the lock file '%s': %s", lock->path, strerror(errno));
+        errno = EINVAL;
+        return -1;
+    }
+    if (!is_our_lock(fd)) {
+        close(fd);
+        cg_set_error("'%s' exists and is not a lock file of these programs (a lock holds "
+                     "nothing or a process id); remove it or choose another --out",
+                     lock->path);
+        errno = EINVAL;
+        return -1;
+    }
+    return fd;
+}
+
+/* cg_out_lock_take, without the leftovers' cleanup when !cleanup. A
+ * releasing run removes its lock file while it holds it, so a lock taken
+ * is good only while the file is still at its name: else (the holder
+ * removed it between this open and this flock) it is made again. */
+enum { LOCK_TRIES = 64 };
 static bool lock_take(const char *path, cg_out_lock *lock, bool cleanup)
 {
     lock->fd = -1;
@@ -147,40 +192,36 @@ static bool lock_take(const char *path, cg_out_lock *lock, bool cleanup)
         cg_set_error("'%s': path too long for its lock file", path);
         return false;
     }
-    /* never through a link, never truncating a file we did not make */
-    int fd = open(lock->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0 && errno == EEXIST)
-        fd = open(lock->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ELOOP)
-            cg_set_error("the lock file '%s' is a symbolic link (a lock is never followed); "
-                         "remove it",
-                         lock->path);
-        else
-            cg_set_error("cannot create the lock file '%s': %s", lock->path, strerror(errno));
-        return false;
-    }
-    if (!is_our_lock(fd)) {
-        close(fd);
-        cg_set_error("'%s' exists and is not a lock file of these programs (a lock holds "
-                     "nothing or a process id); remove it or choose another --out",
-                     lock->path);
-        return false;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        char buf[32] = "";
-        ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
-        buf[k > 0 ? k : 0] = '\0';
-        buf[strcspn(buf, "\n")] = '\0';
-        close(fd);
-        if (e == EWOULDBLOCK)
-            cg_set_error("'%s' is being written by another run%s%s%s (its lock '%s' is held); "
-                         "wait for it or choose another --out",
-                         path, buf[0] ? " (pid " : "", buf, buf[0] ? ")" : "", lock->path);
-        else
-            cg_set_error("cannot lock '%s': %s", lock->path, strerror(e));
-        return false;
+    int fd = -1;
+    for (int tries = 0; fd < 0; tries++) {
+        if (tries == LOCK_TRIES) {
+            cg_set_error("cannot lock '%s': the lock file kept going as it was taken", lock->path);
+            return false;
+        }
+        if ((fd = lock_open(lock)) < 0) {
+            if (errno == ENOENT)
+                continue;
+            return false;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            char buf[32] = "";
+            ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+            buf[k > 0 ? k : 0] = '\0';
+            buf[strcspn(buf, "\n")] = '\0';
+            close(fd);
+            if (e == EWOULDBLOCK)
+                cg_set_error("'%s' is being written by another run%s%s%s (its lock '%s' is held); "
+                             "wait for it or choose another --out",
+                             path, buf[0] ? " (pid " : "", buf, buf[0] ? ")" : "", lock->path);
+            else
+                cg_set_error("cannot lock '%s': %s", lock->path, strerror(e));
+            return false;
+        }
+        if (!is_file_at(fd, lock->path)) { /* removed as its holder released it */
+            close(fd);
+            fd = -1;
+        }
     }
     char pid[32];
     int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
@@ -197,11 +238,7 @@ bool cg_out_lock_take(const char *path, cg_out_lock *lock) { return lock_take(pa
 
 int cg_out_lock_keep(const char *path, cg_out_lock *lock)
 {
-    struct stat held, named;
-    if (!lock || lock->fd < 0)
-        return 1;
-    if (fstat(lock->fd, &held) == 0 && lstat(lock->path, &named) == 0 &&
-        held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+    if (!lock || lock->fd < 0 || is_file_at(lock->fd, lock->path))
         return 1;
     /* the run's own temporary files may be live: no cleanup */
     cg_out_lock again;
@@ -222,6 +259,11 @@ void cg_out_lock_release(cg_out_lock *lock)
 {
     if (!lock || lock->fd < 0)
         return;
+    /* the file goes while it is held (a run that opened it meanwhile finds
+     * it gone once it has the flock, and makes another); a lock moved away
+     * (cg_out_lock_keep) is not followed, nor a file made at its name since */
+    if (is_file_at(lock->fd, lock->path))
+        unlink(lock->path);
     close(lock->fd); /* releases the flock */
     lock->fd = -1;
 }

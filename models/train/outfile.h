@@ -12,7 +12,8 @@
  *   lock            flock() on a sibling "NAME.cgrad-lock" refuses a second
  *                   writer of the same checkpoint, or of another whose
  *                   files beside it are the same ("m" and
- *                   "m.safetensors": NAME "m"), while the first runs.
+ *                   "m.safetensors": NAME "m"), while the first runs; the
+ *                   file goes when the run ends (a killed run's stays).
  *   metrics log     FILE.metrics.jsonl: a new file of the run's own,
  *                   renamed over the old name when the run's first
  *                   checkpoint replaces the old one (a run that ends
@@ -70,16 +71,20 @@ typedef struct {
  * and m.step*.safetensors at once). Malloc'd; NULL + error. */
 char *cg_out_lock_path(const char *path);
 
-/* Take an exclusive lock on cg_out_lock_path(path) (created if missing, kept
- * after the run: removing it would race with a waiting writer). The lock
- * file is never followed (a symbolic link is refused) and an existing file
- * is used only when it is a lock of ours (empty or a process id): any
- * other file is refused, never truncated. False + error "'<path>' is being
- * written by another run (pid N) ..." when another process holds it. The
- * lock dies with the process, so a crash or SIGKILL never leaves a stale
- * lock. Taking it removes a killed writer's temporary files
- * ("<name>.tmp.<pid>" of the checkpoint, loss curve and metrics log). */
+/* Take an exclusive lock on cg_out_lock_path(path), the file made if
+ * missing. The lock file is never followed (a symbolic link is refused)
+ * and an existing file is used only when it is a lock of ours (empty or a
+ * process id): any other file is refused, never truncated. False + error
+ * "'<path>' is being written by another run (pid N) ..." when another
+ * process holds it. The lock dies with the process, so a crash or SIGKILL
+ * never leaves a stale lock (its file stays, and the next run takes it).
+ * Taking it removes a killed writer's temporary files ("<name>.tmp.<pid>"
+ * of the checkpoint, loss curve and metrics log). */
 bool cg_out_lock_take(const char *path, cg_out_lock *lock);
+/* Release it and remove its file, while it is held and only when the
+ * file at its name is still the one held: a run that opened the file
+ * before it went finds that out once it has the lock, and makes another
+ * (cg_out_lock_take), so no two runs ever hold a lock at one name. */
 void cg_out_lock_release(cg_out_lock *lock);
 
 /* Before each save of a run that holds lock for path: is the lock still
