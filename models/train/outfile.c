@@ -143,16 +143,16 @@ static bool is_file_at(int fd, const char *path)
 }
 
 /* The lock file at lock->path, opened: made (never through a link), or
- * the one there when it is a lock of ours; -1 + error, or -1 with errno
- * ENOENT when the one there went between the two opens (the caller tries
- * again). */
+ * the one there when it is a lock of ours; LOCK_GONE when the one there
+ * went between the two opens (the caller tries again), -1 + error. */
+enum { LOCK_GONE = -2 };
 static int lock_open(cg_out_lock *lock)
 {
     int fd = open(lock->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0 && errno == EEXIST) {
         fd = open(lock->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT)
-            return -1;
+            return LOCK_GONE;
     }
     if (fd < 0) {
         if (errno == ELOOP)
@@ -161,7 +161,6 @@ static int lock_open(cg_out_lock *lock)
                          lock->path);
         else
             cg_set_error("cannot create the lock file '%s': %s", lock->path, strerror(errno));
-        errno = EINVAL;
         return -1;
     }
     if (!is_our_lock(fd)) {
@@ -169,7 +168,6 @@ static int lock_open(cg_out_lock *lock)
         cg_set_error("'%s' exists and is not a lock file of these programs (a lock holds "
                      "nothing or a process id); remove it or choose another --out",
                      lock->path);
-        errno = EINVAL;
         return -1;
     }
     return fd;
@@ -198,11 +196,10 @@ static bool lock_take(const char *path, cg_out_lock *lock, bool cleanup)
             cg_set_error("cannot lock '%s': the lock file kept going as it was taken", lock->path);
             return false;
         }
-        if ((fd = lock_open(lock)) < 0) {
-            if (errno == ENOENT)
-                continue;
+        if ((fd = lock_open(lock)) == LOCK_GONE)
+            continue;
+        if (fd < 0)
             return false;
-        }
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             int e = errno;
             char buf[32] = "";
