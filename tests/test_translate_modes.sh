@@ -20,7 +20,7 @@
 #   4. --buffer-size N: 1, 7 and 71 lines at a time give the lines, H numbers
 #      and messages of one buffer (greedy, sampling, n-best; a bad line
 #      among them); with 1, each line's translation comes out before the
-#      next line is written (a coprocess); refused with --score-reference
+#      next line is written (through a FIFO); refused with --score-reference
 #   5. --sampling --beam 4 --nbest 4: four draws a sentence, best first by
 #      --score-reference's score of their texts; the first draw is --sampling's
 #      one translation; --beam 4 alone prints the best; --temperature 0:
@@ -140,15 +140,22 @@ done
 # a line in, its translation out, before the next line is written (a
 # translate waiting for the end of its input would time out the read)
 "$seq2seq" translate --ckpt s.st --threads 1 'the cat 1 sat' 'the cat 2 sat' >exp12.txt 2>/dev/null
-coproc TR { "$seq2seq" translate --ckpt s.st --threads 1 --buffer-size 1 2>co.log; }
+# (two FIFOs, not a coprocess: bash unsets a coprocess's TR_PID and closes
+# its descriptors as soon as it has ended, which under load came before the
+# wait for it, and set -u ended the test on "TR_PID: unbound variable")
+mkfifo to_tr from_tr
+"$seq2seq" translate --ckpt s.st --threads 1 --buffer-size 1 <to_tr >from_tr 2>co.log &
+tr_pid=$!
+exec {to}>to_tr {from}<from_tr # the order the program opens them in
 got=
 for k in 1 2; do
-  echo "the cat $k sat" >&"${TR[1]}"
-  IFS= read -r -t 120 line <&"${TR[0]}" || break
+  echo "the cat $k sat" >&"$to"
+  IFS= read -r -t 120 line <&"$from" || break
   got="$got|$line"
 done
-exec {TR[1]}>&-
-wait "$TR_PID" || fail "translate --buffer-size 1 on a pipe: $(cat co.log)"
+exec {to}>&-
+wait "$tr_pid" || fail "translate --buffer-size 1 on a pipe: $(cat co.log)"
+exec {from}<&-
 [ "$got" = "|$(sed -n 1p exp12.txt)|$(sed -n 2p exp12.txt)" ] &&
   echo "ok: --buffer-size 1: each line's translation printed before the next line is read" ||
   fail "--buffer-size 1 interactively: '$got'"
