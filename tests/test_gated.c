@@ -10,7 +10,7 @@
  * operands read in place with their float32 widenings' bits; the bits at 1
  * and 2 threads; the FeedForward's parameters, its output against the
  * unfused ops and its gradcheck, with a hook on fc3 too (the two products'
- * path); the table's rows; bad inputs refused. The
+ * path); the table's rows; bad inputs refused, each with its message. The
  * PyTorch reference is tests/interop/swiglu.py (torch_swiglu). */
 #include <check.h>
 #include <math.h>
@@ -83,21 +83,25 @@ START_TEST(test_gated_forward_f64)
             check_values(gelu, a, b, 2e-6, 1e-6);
             cg_release_all(2, a, b);
         }
-        /* strided inputs: the two halves of one tensor */
-        cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 18));
-        cg_tensor *a = cg_narrow(x, 1, 0, 9), *b = cg_narrow(x, 1, 9, 9);
-        check_values(gelu, a, b, 2e-6, 1e-6);
-        /* the halves op: the two-tensor op's bits, forward and backward */
-        const cg_k_gate k = gelu ? CG_K_GATE_GELU : CG_K_GATE_SILU;
-        cg_tensor *y2 = cg_k_gated(a, b, k), *yh = cg_k_gated_halves(x, k), *da, *db;
-        ck_assert(same_bits(y2, yh));
-        ck_assert(cg_k_gated_backward(a, b, y2, k, &da, &db));
-        cg_tensor *dh = cg_k_gated_halves_backward(x, y2, k);
-        cg_tensor *dha = cg_narrow(dh, 1, 0, 9), *dhb = cg_narrow(dh, 1, 9, 9);
-        cg_tensor *dhac = cg_k_contiguous(dha), *dhbc = cg_k_contiguous(dhb);
-        ck_assert(same_bits(da, dhac) && same_bits(db, dhbc));
-        cg_release_all(11, x, a, b, y2, yh, da, db, dh, dha, dhb, dhac);
-        cg_release(dhbc);
+        /* strided inputs: the two halves of one tensor, a half within a
+         * run (512) and across one */
+        for (int w = 0; w < 2; w++) {
+            const int64_t n = w ? 700 : 9;
+            cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 2 * n));
+            cg_tensor *a = cg_narrow(x, 1, 0, n), *b = cg_narrow(x, 1, n, n);
+            check_values(gelu, a, b, 2e-6, 1e-6);
+            /* the halves op: the two-tensor op's bits, forward and backward */
+            const cg_k_gate k = gelu ? CG_K_GATE_GELU : CG_K_GATE_SILU;
+            cg_tensor *y2 = cg_k_gated(a, b, k), *yh = cg_k_gated_halves(x, k), *da, *db;
+            ck_assert_msg(same_bits(y2, yh), "width %lld", (long long)n);
+            ck_assert(cg_k_gated_backward(a, b, y2, k, &da, &db));
+            cg_tensor *dh = cg_k_gated_halves_backward(x, y2, k);
+            cg_tensor *dha = cg_narrow(dh, 1, 0, n), *dhb = cg_narrow(dh, 1, n, n);
+            cg_tensor *dhac = cg_k_contiguous(dha), *dhbc = cg_k_contiguous(dhb);
+            ck_assert_msg(same_bits(da, dhac) && same_bits(db, dhbc), "width %lld", (long long)n);
+            cg_release_all(11, x, a, b, y2, yh, da, db, dh, dha, dhb, dhac);
+            cg_release(dhbc);
+        }
     }
 }
 END_TEST
@@ -158,11 +162,14 @@ START_TEST(test_gated_halves_bf16_input)
         cg_tensor *d16 = cg_k_gated_halves_backward(hb, gb, act);
         cg_tensor *dw16 = cg_k_gated_halves_backward(hw, gw, act), *want16 = cg_k_to(dw16, CG_BF16);
         ck_assert(d16->dtype == CG_BF16 && same_bits(d16, want16));
+        /* a float32 h with a bfloat16 g: float32, g's widening's bits */
+        cg_tensor *d32 = cg_k_gated_halves_backward(hw, gb, act);
+        ck_assert(d32->dtype == CG_F32 && same_bits(d32, dw16));
         /* the same h strided (a copy is read) */
         cg_tensor *hv = strided_like(hb, 1, 2), *dv = cg_k_gated_halves_backward(hv, g, act);
         ck_assert(same_bits(dv, dw));
         cg_release_all(11, h32, g, hb, hw, gb, gw, y, yw, ywb, d, dw);
-        cg_release_all(5, d16, dw16, want16, hv, dv);
+        cg_release_all(6, d16, dw16, want16, d32, hv, dv);
     }
 }
 END_TEST
@@ -289,6 +296,57 @@ START_TEST(test_gated_refusals)
     CG_ASSERT_REFUSED(cg_swiglu(NULL, a) == NULL, "");
     CG_ASSERT_REFUSED(cg_activation(c, CG_ACT_SWIGLU) == NULL, "even");
     cg_release_all(4, a, b, c, h);
+}
+END_TEST
+
+/* Bad arguments, each refused with its message: an unknown activation
+ * (the enum's next value and -1) to every entry; an operand or a gradient
+ * neither float32 nor bfloat16; a gradient of another shape (as many
+ * elements) or none (da and db then NULL); the halves form's empty last
+ * dim and int64 input; its gradient with the wrong count, the wrong last
+ * dim, another rank (each alone) or int64. Each would otherwise be read as
+ * what it is not. */
+START_TEST(test_gated_bad_args)
+{
+    cg_tensor *a = cg_zeros(CG_SHAPE(2, 3)), *gt = cg_zeros(CG_SHAPE(3, 2));
+    cg_tensor *ai = cg_zeros_dtype(CG_I64, CG_SHAPE(2, 3)), *h = cg_zeros(CG_SHAPE(4, 8));
+    cg_tensor *hi = cg_zeros_dtype(CG_I64, CG_SHAPE(4, 8)), *h0 = cg_zeros(CG_SHAPE(4, 0));
+    cg_tensor *g = cg_zeros(CG_SHAPE(4, 4)), *gi = cg_zeros_dtype(CG_I64, CG_SHAPE(4, 4));
+    cg_tensor *g_rows = cg_zeros(CG_SHAPE(2, 4)), *g_wide = cg_zeros(CG_SHAPE(2, 8)), *da, *db;
+    cg_tensor *g3 = cg_zeros(CG_SHAPE(1, 4, 4));
+    const cg_k_gate bad[2] = {(cg_k_gate)2, (cg_k_gate)-1};
+    const char *said[2] = {"unknown gate activation 2", "unknown gate activation -1"};
+    for (int k = 0; k < 2; k++) {
+        CG_ASSERT_REFUSED(cg_k_gated(a, a, bad[k]) == NULL, said[k]);
+        CG_ASSERT_REFUSED(!cg_k_gated_backward(a, a, a, bad[k], &da, &db), said[k]);
+        CG_ASSERT_REFUSED(cg_k_gated_halves(h, bad[k]) == NULL, said[k]);
+        CG_ASSERT_REFUSED(cg_k_gated_halves_backward(h, g, bad[k]) == NULL, said[k]);
+    }
+    CG_ASSERT_REFUSED(cg_k_gated(ai, ai, CG_K_GATE_SILU) == NULL,
+                      "cg_k_gated: float32 or bfloat16 tensors only (got int64)");
+    CG_ASSERT_REFUSED(!cg_k_gated_backward(a, a, ai, CG_K_GATE_SILU, &da, &db),
+                      "cg_k_gated_backward: float32 or bfloat16 tensors only (got int64)");
+    da = db = a; /* cleared by a refusal */
+    CG_ASSERT_REFUSED(!cg_k_gated_backward(a, a, gt, CG_K_GATE_GELU, &da, &db),
+                      "cg_k_gated_backward: shapes [2, 3] and [3, 2] differ");
+    ck_assert(da == NULL && db == NULL);
+    da = db = a;
+    CG_ASSERT_REFUSED(!cg_k_gated_backward(a, a, NULL, CG_K_GATE_SILU, &da, &db),
+                      "cg_k_gated_backward");
+    ck_assert(da == NULL && db == NULL);
+    CG_ASSERT_REFUSED(cg_k_gated_halves(hi, CG_K_GATE_SILU) == NULL,
+                      "cg_k_gated_halves: float32 or bfloat16 tensors only (got int64)");
+    CG_ASSERT_REFUSED(cg_k_gated_halves(h0, CG_K_GATE_SILU) == NULL,
+                      "the last dim of [4, 0] must be even, two halves (got 0)");
+    CG_ASSERT_REFUSED(cg_k_gated_halves_backward(h, g_rows, CG_K_GATE_SILU) == NULL,
+                      "gradient [2, 4] for input [4, 8]");
+    CG_ASSERT_REFUSED(cg_k_gated_halves_backward(h, g_wide, CG_K_GATE_SILU) == NULL,
+                      "gradient [2, 8] for input [4, 8]");
+    CG_ASSERT_REFUSED(cg_k_gated_halves_backward(h, g3, CG_K_GATE_SILU) == NULL,
+                      "gradient [1, 4, 4] for input [4, 8]");
+    CG_ASSERT_REFUSED(cg_k_gated_halves_backward(h, gi, CG_K_GATE_GELU) == NULL,
+                      "gradient [4, 4] for input [4, 8]");
+    cg_release_all(11, a, gt, ai, h, hi, h0, g, gi, g_rows, g_wide, g3);
 }
 END_TEST
 
@@ -426,6 +484,7 @@ static Suite *gated_suite(void)
     tcase_add_test(tc, test_gated_halves_bf16_input);
     tcase_add_test(tc, test_gated_bf16_input);
     tcase_add_test(tc, test_gated_refusals);
+    tcase_add_test(tc, test_gated_bad_args);
     tcase_add_test(tc, test_gated_table);
     tcase_add_test(tc, test_gated_ff);
     tcase_add_test(tc, test_gated_ff_hooks);

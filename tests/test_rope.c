@@ -10,8 +10,11 @@
  * bit for bit, and its gradcheck; cached decoding matches the full
  * forward; a layer rotates its self-attention and not its
  * cross-attention; the table of angles kept between calls serves only
- * its own; bad inputs refused. PyTorch's (Hugging Face LLaMA's)
- * is matched in tests/interop/rope.py (torch_rope). */
+ * its own; positions from 10^5 and 2^20 as close to float64 as near
+ * ones; inputs copied first (a last stride not 1, bf16 split heads) read
+ * by the copy's strides; empty inputs; bad inputs refused. PyTorch's
+ * (Hugging Face LLaMA's) is matched in tests/interop/rope.py
+ * (torch_rope). */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -89,6 +92,70 @@ START_TEST(test_rope_forward_f64)
     free(xbv);
     free(ybv);
     cg_release_all(8, x, bthd, view, dense, yv, yd, xb, yb);
+}
+END_TEST
+
+/* Far positions (a long context, a cache well along): the angles and
+ * frequencies are computed in double and rounded once, so the rotation at
+ * positions from 10^5 and from 2^20 is as close to float64's as at 0 (an
+ * angle or a frequency rounded to float is off by some 10^-3 there) */
+START_TEST(test_rope_far_positions)
+{
+    enum { T = 3, D = 64, N = 2 * T * D };
+    cg_rng r = cg_rng_new(7);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, T, D));
+    float *xv = cg_test_values(x), want[N];
+    double ref[N];
+    const int64_t starts[2] = {100000, 1 << 20};
+    const double thetas[2] = {10000.0, 500000.0};
+    for (int s = 0; s < 2; s++) {
+        rope64(xv, ref, 2, T, D, starts[s], thetas[s], 1.0);
+        for (int i = 0; i < N; i++)
+            want[i] = (float)ref[i];
+        cg_tensor *y = cg_k_rope(x, starts[s], thetas[s], false);
+        CG_ASSERT_TENSOR(y, want, 2e-6, 1e-5);
+        cg_release(y);
+    }
+    free(xv);
+    cg_release(x);
+}
+END_TEST
+
+/* Inputs copied before the rotation are read through the copy's strides:
+ * a float32 view whose last dim is not unit-stride, and bfloat16 split
+ * heads (a transposed view), give the bits of their contiguous copies. */
+START_TEST(test_rope_strided_copies)
+{
+    cg_rng r = cg_rng_new(8);
+    cg_tensor *base = cg_randn(&r, CG_SHAPE(2, 3, 8, 5)); /* [2, 3, 5, 8] with last stride 5 */
+    cg_tensor *bthd = cg_randn(&r, CG_SHAPE(2, 5, 3, 8)); /* split heads */
+    cg_tensor *b16 = cg_k_to(bthd, CG_BF16);
+    cg_tensor *v[2] = {cg_transpose(base, 2, 3), cg_transpose(b16, 1, 2)};
+    for (int k = 0; k < 2; k++) {
+        ck_assert(v[k]->shape[2] == 5 && v[k]->shape[3] == 8 && !cg_is_contiguous(v[k]));
+        cg_tensor *d = cg_k_contiguous(v[k]);
+        cg_tensor *yv = cg_k_rope(v[k], 2, 10000.0, false), *yd = cg_k_rope(d, 2, 10000.0, false);
+        ck_assert_msg(same_bits(yv, yd), "%s", k ? "bfloat16 split heads" : "last stride 5");
+        cg_release_all(4, v[k], d, yv, yd);
+    }
+    cg_release_all(3, base, bthd, b16);
+}
+END_TEST
+
+/* No elements: no positions ([2, 0, 4]) or a head of width 0 ([2, 3, 0],
+ * by the inverse too) give an empty tensor of x's shape and dtype,
+ * float32 and bfloat16 */
+START_TEST(test_rope_empty)
+{
+    const int64_t shapes[2][3] = {{2, 0, 4}, {2, 3, 0}};
+    for (int k = 0; k < 4; k++) {
+        cg_tensor *x = cg_zeros_dtype(k & 1 ? CG_BF16 : CG_F32, 3, shapes[k / 2]);
+        cg_tensor *y = cg_k_rope(x, 5, 10000.0, k & 2), *y16 = cg_k_rope_keep_bf16(x, 5, 10000.0);
+        ck_assert_msg(y && y16, "%s", cg_last_error());
+        ck_assert(cg_same_shape(x, y) && y->dtype == x->dtype && cg_numel(y) == 0);
+        ck_assert(cg_same_shape(x, y16) && y16->dtype == x->dtype);
+        cg_release_all(3, x, y, y16);
+    }
 }
 END_TEST
 
@@ -222,7 +289,14 @@ START_TEST(test_rope_mha_bf16)
     cg_set_matmul_precision(CG_PRECISION_BF16);
     cg_rng r = cg_rng_new(5);
     cg_tensor *xr = cg_randn(&r, CG_SHAPE(B, T, D));
+    /* fp32 precision: nothing kept (attention reads the floats) */
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_tensor *q32 = cg_k_rope_keep_bf16(xr, 3, 500000.0);
+    ck_assert(q32 && !q32->storage->derived);
+    cg_release(q32);
+    cg_set_matmul_precision(CG_PRECISION_BF16);
     cg_tensor *q = cg_k_rope_keep_bf16(xr, 3, 500000.0), *qc = cg_empty(3, q->shape);
+    ck_assert(q->storage->derived);     /* kept as written, before anything asks for it */
     ck_assert(qc && cg_k_copy_(qc, q)); /* a storage of its own: nothing kept */
     cg_tensor *k16 = cg_k_bf16_operand(q), *f16 = cg_k_bf16_operand(qc);
     ck_assert(k16 && f16 && k16->dtype == CG_BF16 && same_bits(k16, f16));
@@ -405,6 +479,9 @@ static Suite *rope_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_rope_forward_f64);
+    tcase_add_test(tc, test_rope_far_positions);
+    tcase_add_test(tc, test_rope_strided_copies);
+    tcase_add_test(tc, test_rope_empty);
     tcase_add_test(tc, test_rope_gradcheck);
     tcase_add_test(tc, test_rope_threads);
     tcase_add_test(tc, test_rope_mha);
