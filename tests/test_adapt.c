@@ -1519,6 +1519,143 @@ START_TEST(test_kv_cache_memory_review)
 }
 END_TEST
 
+/* A reset forgets the memory as well as the positions: the first step's
+ * memory, its mask and the mask's copy are let go (the buffers alone are
+ * kept, for reuse), and the stacks' count starts again from 0 (c->len
+ * kept the old sentence's positions). */
+START_TEST(test_kv_cache_reset_forgets)
+{
+    cg_rng r = cg_rng_new(21);
+    cg_dec_stack *dec = small_decoder(&r);
+    cg_kv_cache *c = cg_kv_cache_new(2);
+    int64_t live0 = cg_live_tensors();
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8)), *mem = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_tensor *pad = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 4));
+    cg_data_bool(pad)[3] = true;
+    for (int step = 0; step < 2; step++) {
+        cg_tensor *y = cg_dec_stack_forward_cached(dec, x, mem, pad, c);
+        ck_assert_msg(y, "step %d: %s", step, cg_last_error());
+        cg_release(y);
+    }
+    ck_assert_int_eq(c->len, 2);
+    cg_release_all(3, x, mem, pad);
+    cg_kv_cache_reset(c);
+    ck_assert_int_eq(c->len, 0);
+    ck_assert_int_eq(cg_kv_cache_len(c), 0);
+    ck_assert(!c->memory && !c->mem_pad && !c->cross_pad);
+    int64_t buffers = 0; /* what a reset keeps */
+    for (int i = 0; i < 2; i++)
+        buffers += (c->self[i].k != NULL) + (c->self[i].v != NULL) + (c->cross[i].k != NULL) +
+                   (c->cross[i].v != NULL);
+    ck_assert_int_eq(buffers, 8);
+    ck_assert_int_eq(cg_live_tensors(), live0 + buffers);
+    x = cg_randn(&r, CG_SHAPE(2, 1, 8));
+    mem = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_tensor *y = cg_dec_stack_forward_cached(dec, x, mem, NULL, c);
+    ck_assert_msg(y, "%s", cg_last_error());
+    ck_assert_int_eq(c->len, 1);
+    ck_assert_int_eq(cg_kv_cache_len(c), 1);
+    cg_release_all(3, x, mem, y);
+    cg_kv_cache_free(c);
+    cg_module_free(CG_MODULE(dec));
+}
+END_TEST
+
+/* A later step's memory or mask is the first step's only if it is the
+ * same elements: a view of the same storage at another offset, or of the
+ * same shape with other strides (a transpose), is another memory, refused;
+ * a new view of the same elements goes on. */
+START_TEST(test_kv_cache_memory_views)
+{
+    cg_rng r = cg_rng_new(22);
+    cg_dec_stack *dec = small_decoder(&r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8)), *base = cg_randn(&r, CG_SHAPE(4, 8, 8));
+    cg_tensor *pads = cg_zeros_dtype(CG_BOOL, CG_SHAPE(4, 8));
+    cg_tensor *mem = cg_view_narrow(base, 0, 0, 2), *pad = cg_view_narrow(pads, 0, 0, 2);
+    cg_tensor *shifted = cg_view_narrow(base, 0, 2, 2), *turned = cg_view_transpose(mem, 1, 2);
+    cg_tensor *pad_shifted = cg_view_narrow(pads, 0, 2, 2);
+    cg_tensor *again = cg_view_narrow(base, 0, 0, 2), *pad_again = cg_view_narrow(pads, 0, 0, 2);
+    cg_kv_cache *c = cg_kv_cache_new(2);
+    cg_tensor *y = cg_dec_stack_forward_cached(dec, x, mem, pad, c);
+    ck_assert_msg(y, "%s", cg_last_error());
+    cg_release(y);
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, shifted, NULL, c), "the memory is not");
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, turned, NULL, c), "the memory is not");
+    CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, mem, pad_shifted, c), "the mem_pad is not");
+    ck_assert_int_eq(cg_kv_cache_len(c), 1);
+    y = cg_dec_stack_forward_cached(dec, x, again, pad_again, c);
+    ck_assert_msg(y, "%s", cg_last_error());
+    ck_assert_int_eq(cg_kv_cache_len(c), 2);
+    cg_release_all(11, x, base, pads, mem, pad, shifted, turned, pad_shifted, again, pad_again, y);
+    cg_kv_cache_free(c);
+    cg_module_free(CG_MODULE(dec));
+}
+END_TEST
+
+/* The cache keeps a copy of the first step's mask: written by the caller
+ * after it, with the later steps given NULL, the decoding goes on over the
+ * mask as it was (a twin cache over an untouched mask: the same bits). */
+START_TEST(test_kv_cache_pad_copied)
+{
+    cg_rng r = cg_rng_new(23);
+    cg_dec_stack *dec = small_decoder(&r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8)), *mem = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_tensor *pad = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 4));
+    cg_tensor *twin = cg_zeros_dtype(CG_BOOL, CG_SHAPE(2, 4));
+    cg_kv_cache *c = cg_kv_cache_new(2), *d = cg_kv_cache_new(2);
+    for (int step = 0; step < 3; step++) {
+        cg_tensor *m = step ? NULL : mem;
+        cg_tensor *yc = cg_dec_stack_forward_cached(dec, x, m, step ? NULL : pad, c);
+        cg_tensor *yd = cg_dec_stack_forward_cached(dec, x, m, step ? NULL : twin, d);
+        ck_assert_msg(yc && yd, "step %d: %s", step, cg_last_error());
+        ck_assert_msg(bit_equal(yc, yd), "step %d", step);
+        cg_release_all(2, yc, yd);
+        cg_data_bool(pad)[1 + step] = true; /* the caller's mask, written */
+        cg_tensor_modified(pad);
+    }
+    cg_release_all(4, x, mem, pad, twin);
+    cg_kv_cache_free(c);
+    cg_kv_cache_free(d);
+    cg_module_free(CG_MODULE(dec));
+}
+END_TEST
+
+/* A later step that fails partway (in layer 1, after layer 0 took its
+ * keys) leaves every layer's positions as they were: the retry decodes
+ * what a cache that never failed does, bit for bit, at position 2. */
+START_TEST(test_kv_cache_failed_later_step)
+{
+    cg_rng r = cg_rng_new(24);
+    cg_dec_stack *dec = small_decoder(&r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 8)), *mem = cg_randn(&r, CG_SHAPE(2, 4, 8));
+    cg_kv_cache *c = cg_kv_cache_new(2), *good = cg_kv_cache_new(2);
+    for (int step = 0; step < 4; step++) {
+        int calls = 0;
+        cg_hook_handle h = {0};
+        if (step == 2) {
+            h = cg_module_register_forward_pre_hook(CG_MODULE(dec->layers[1]), fail_once, &calls,
+                                                    NULL);
+            CG_ASSERT_FAILS(cg_dec_stack_forward_cached(dec, x, mem, NULL, c), "planted");
+            cg_hook_remove(&h);
+            ck_assert_int_eq(cg_kv_cache_len(c), 2);
+            ck_assert_int_eq(c->len, 2);
+            for (int i = 0; i < 2; i++)
+                ck_assert(c->self[i].len == 2 && c->cross[i].len == 4);
+        }
+        cg_tensor *yc = cg_dec_stack_forward_cached(dec, x, mem, NULL, c);
+        cg_tensor *yg = cg_dec_stack_forward_cached(dec, x, mem, NULL, good);
+        ck_assert_msg(yc && yg, "step %d: %s", step, cg_last_error());
+        ck_assert_msg(bit_equal(yc, yg), "step %d", step);
+        cg_release_all(2, yc, yg);
+    }
+    ck_assert_int_eq(cg_kv_cache_len(c), 4);
+    cg_release_all(2, x, mem);
+    cg_kv_cache_free(c);
+    cg_kv_cache_free(good);
+    cg_module_free(CG_MODULE(dec));
+}
+END_TEST
+
 /* A decoder stack's cached steps, the memory given at every step (as a
  * loop that always has it does) and its padding: the memory's keys are
  * taken once (each layer's cross cache holds S positions, not S per
@@ -1915,6 +2052,10 @@ static Suite *adapt_suite(void)
     tcase_add_test(t, test_kv_cache_decoder_steps);
     tcase_add_test(t, test_kv_cache_memory_kept);
     tcase_add_test(t, test_kv_cache_memory_review);
+    tcase_add_test(t, test_kv_cache_reset_forgets);
+    tcase_add_test(t, test_kv_cache_memory_views);
+    tcase_add_test(t, test_kv_cache_pad_copied);
+    tcase_add_test(t, test_kv_cache_failed_later_step);
     tcase_add_test(t, test_sequential_forward_append);
     tcase_add_test(t, test_mlp_loader_train_step_accuracy);
     tcase_add_test(t, test_null_arguments_say_so);

@@ -434,6 +434,15 @@ START_TEST(test_max_len_caps)
     const size_t plus50[3] = {strlen(texts[0]) + 50, strlen(texts[1]) + 50, strlen(texts[2]) + 50};
     for (int beam = 1; beam <= 2; beam++)
         check_lengths(m, tok, &s, beam, true, NULL, plus50, -1);
+    /* the longest first: the chunk's steps are its longest cap, not its
+     * last sentence's */
+    const char *backwards[] = {"abcdef", "abc", "a"};
+    cg_sources b;
+    ck_assert(cg_sources_encode(tok, backwards, 3, 64, &b));
+    const size_t back[2][3] = {{10, 6, 3}, {56, 53, 51}};
+    for (int k = 0; k < 2; k++)
+        check_lengths(m, tok, &b, 1, true, &cases[k ? 0 : 2].l, back[k], 100 + k);
+    cg_sources_free(&b);
     const cg_decode_limits def = cg_translate_limits_default();
     ck_assert(def.max_len_a == CG_MAX_LEN_A && def.max_len_b == CG_MAX_LEN_B && def.min_len == 0 &&
               def.no_repeat_ngram_size == 0);
@@ -602,6 +611,178 @@ START_TEST(test_cli_limits)
 }
 END_TEST
 
+/* The text side's own contracts (models/seq2seq/beam_text.c), on the rig
+ * that never ends: every draw of every sentence its own generator (no two
+ * of 64 sentences' 16 draws share a seed); n-best lists as long as the
+ * search's (a cap of 0 leaves it one hypothesis); draws stopped at their
+ * cap scored without an EOS they never had, as cg_seq2seq_score scores
+ * their tokens; the model's training mode kept; an error's prefix. */
+START_TEST(test_translate_text_side)
+{
+    uint64_t seeds[64 * 16];
+    for (int64_t i = 0; i < 64; i++)
+        for (int j = 0; j < 16; j++)
+            seeds[i * 16 + j] = cg_sample_seed(7, i, j);
+    for (int a = 0; a < 64 * 16; a++)
+        for (int b = a + 1; b < 64 * 16; b++)
+            ck_assert_msg(seeds[a] != seeds[b], "draws %d and %d share a seed", a, b);
+    double z[TZ_V][TZ_V];
+    rig_table(z, -6.0, -6.0);
+    cg_seq2seq *m = table_model_len(z, false, 64);
+    const char *train[] = {"abcdef"}, *texts[] = {"abc", "fed"};
+    cg_tokenizer *tok = cg_tokenizer_train(CG_TOK_CHAR, true, train, 1, 0);
+    cg_sources s;
+    ck_assert(tok && cg_sources_encode(tok, texts, 2, 64, &s));
+    cg_module_train(CG_MODULE(m), true);
+    char *t[4];
+    double sc[4];
+    int n = -1, got = -1;
+    const cg_decode_limits cap0 = {0, 0, 0, 0}, cap3 = {0, 3, 0, 0};
+    ck_assert(cg_translate_nbest(m, tok, &s, 1, 3, CG_BEAM_ALPHA, true, &cap0, 3, t, sc, &n));
+    ck_assert(m->base.training);
+    cg_hypothesis h[3];
+    const int64_t src[4] = {s.ids[1][0], s.ids[1][1], s.ids[1][2], CG_EOS};
+    cg_module_train(CG_MODULE(m), false);
+    ck_assert(cg_beam_search_nbest(m, src, 4, 3, CG_BEAM_ALPHA, 1, &cap0, true, 3, h, &got));
+    ck_assert_int_lt(got, 3);
+    ck_assert_int_eq(n, got);
+    for (int k = 0; k < n; k++) {
+        ck_assert_str_eq(t[k], "");
+        ck_assert(sc[k] == h[k].score);
+        free(t[k]);
+    }
+    cg_hypotheses_free(h, got);
+    cg_module_train(CG_MODULE(m), true);
+    const cg_sample_config cfg = cg_sample_default();
+    ck_assert(cg_translate_sample_nbest(m, tok, &s, 1, &cfg, 5, 4, CG_BEAM_ALPHA, true, &cap3, 4, t,
+                                        sc, &n));
+    ck_assert(m->base.training && n == 4);
+    for (int k = 0; k < 4; k++) {
+        int64_t len, *ids = cg_tokenizer_encode(tok, t[k], &len, NULL);
+        ck_assert_msg(ids && len == 3, "draw %d: '%s'", k, t[k]);
+        double want = cg_seq2seq_score(m, src, 4, ids, len, false, CG_BEAM_ALPHA);
+        ck_assert_msg(sc[k] == want, "draw %d '%s': %.9g, not %.9g", k, t[k], sc[k], want);
+        ck_assert(k == 0 || sc[k] <= sc[k - 1]);
+        free(ids);
+        free(t[k]);
+    }
+    cg_set_error("disk full");
+    cg_seq2seq_prefix_error("out.txt");
+    ck_assert_str_eq(cg_last_error(), "out.txt: disk full");
+    cg_clear_error();
+    cg_seq2seq_prefix_error("out.txt");
+    ck_assert_str_eq(cg_last_error(), "out.txt: unknown error");
+    cg_clear_error();
+    cg_sources_free(&s);
+    cg_tokenizer_free(tok);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
+/* cg_translate_sample_nbest's ranking, its ties included: a blank
+ * translator (every logit 0, so every token's log-probability the same
+ * and draws of one length and ending tie exactly) draws 8 translations of
+ * up to 3 tokens; ranked, they are draws 0..7 decoded one at a time from
+ * their generators (cg_sample_seed) and scored by cg_seq2seq_score, best
+ * score first and the earlier draw first among equal scores. */
+START_TEST(test_sample_nbest_ties)
+{
+    enum { DRAWS = 8 };
+    cg_seq2seq_config c = cg_seq2seq_config_default();
+    c.vocab = TZ_V, c.d = 32, c.H = 2, c.d_ff = TZ_V, c.max_len = 64;
+    c.enc_layers = 0, c.dec_layers = 1;
+    cg_seq2seq *m = cg_seq2seq_new(&c, 1);
+    ck_assert_ptr_nonnull(m);
+    cg_test_blank_params(CG_MODULE(m));
+    cg_module_train(CG_MODULE(m), false);
+    const char *train[] = {"abcdef"}, *texts[] = {"abc", "fed"};
+    cg_tokenizer *tok = cg_tokenizer_train(CG_TOK_CHAR, true, train, 1, 0);
+    cg_sources s;
+    ck_assert(tok && cg_sources_encode(tok, texts, 2, 64, &s));
+    const cg_decode_limits cap3 = {0, 3, 0, 0};
+    const cg_sample_config cfg = cg_sample_default();
+    const int64_t src[4] = {s.ids[1][0], s.ids[1][1], s.ids[1][2], CG_EOS};
+    char *want[DRAWS];
+    double score[DRAWS];
+    int order[DRAWS];
+    for (int j = 0; j < DRAWS; j++) {
+        cg_rng rng = cg_rng_new(cg_sample_seed(9, 1, j));
+        int64_t res[3], len = 0;
+        ck_assert(cg_sample_decode(m, src, 1, 4, 3, &cap3, &cfg, &rng, res, &len, true));
+        score[j] = cg_seq2seq_score(m, src, 4, res, len, len < 3, CG_BEAM_ALPHA);
+        want[j] = cg_tokenizer_decode(tok, res, len);
+        ck_assert(want[j] && !isnan(score[j]));
+        int k = j; /* insertion: a later draw after the equal scores */
+        for (; k > 0 && score[order[k - 1]] < score[j]; k--)
+            order[k] = order[k - 1];
+        order[k] = j;
+    }
+    int ties = 0;
+    for (int k = 1; k < DRAWS; k++)
+        ties += score[order[k]] == score[order[k - 1]] &&
+                strcmp(want[order[k]], want[order[k - 1]]) != 0;
+    ck_assert_int_gt(ties, 0); /* two different texts of one score */
+    char *t[DRAWS];
+    double sc[DRAWS];
+    int n = 0;
+    ck_assert(cg_translate_sample_nbest(m, tok, &s, 1, &cfg, 9, DRAWS, CG_BEAM_ALPHA, true, &cap3,
+                                        DRAWS, t, sc, &n));
+    ck_assert_int_eq(n, DRAWS);
+    for (int k = 0; k < DRAWS; k++) {
+        ck_assert_msg(strcmp(t[k], want[order[k]]) == 0 && sc[k] == score[order[k]],
+                      "place %d: '%s' %.9g, not draw %d's '%s' %.9g", k, t[k], sc[k], order[k],
+                      want[order[k]], score[order[k]]);
+        free(t[k]);
+    }
+    for (int j = 0; j < DRAWS; j++)
+        free(want[j]);
+    cg_sources_free(&s);
+    cg_tokenizer_free(tok);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
+/* Fails a forward over more than one position (a hypothesis scored whole;
+ * the cached decoding's steps have one). */
+static bool fail_whole(void *ctx, cg_module *m, int n_in, cg_tensor **in)
+{
+    (void)ctx, (void)m;
+    if (n_in > 0 && in[0] && in[0]->shape[1] > 1) {
+        cg_set_error("planted: scoring failed");
+        return false;
+    }
+    return true;
+}
+
+/* A draw that cannot be scored (cg_seq2seq_score's NaN and error) fails
+ * cg_translate_sample_nbest with that error, not a ranking of NaNs. */
+START_TEST(test_sample_nbest_score_fails)
+{
+    double z[TZ_V][TZ_V];
+    rig_table(z, -6.0, -6.0);
+    cg_seq2seq *m = table_model_len(z, false, 64);
+    const char *train[] = {"abcdef"}, *texts[] = {"abc"};
+    cg_tokenizer *tok = cg_tokenizer_train(CG_TOK_CHAR, true, train, 1, 0);
+    cg_sources s;
+    ck_assert(tok && cg_sources_encode(tok, texts, 1, 64, &s));
+    const cg_decode_limits cap3 = {0, 3, 0, 0};
+    const cg_sample_config cfg = cg_sample_default();
+    cg_hook_handle h =
+        cg_module_register_forward_pre_hook(CG_MODULE(m->decoder), fail_whole, NULL, NULL);
+    char *t[2];
+    double sc[2];
+    int n = -1;
+    CG_ASSERT_REFUSED(!cg_translate_sample_nbest(m, tok, &s, 0, &cfg, 3, 2, CG_BEAM_ALPHA, true,
+                                                 &cap3, 2, t, sc, &n),
+                      "planted: scoring failed");
+    ck_assert_int_eq(n, 0); /* nothing to free */
+    cg_hook_remove(&h);
+    cg_sources_free(&s);
+    cg_tokenizer_free(tok);
+    cg_seq2seq_free(m);
+}
+END_TEST
+
 static Suite *beam_limits_suite(void)
 {
     Suite *s = suite_create("beam_limits");
@@ -614,6 +795,9 @@ static Suite *beam_limits_suite(void)
     tcase_add_test(tc, test_limits_refused);
     tcase_add_test(tc, test_limits_random_model);
     tcase_add_test(tc, test_max_len_caps);
+    tcase_add_test(tc, test_translate_text_side);
+    tcase_add_test(tc, test_sample_nbest_ties);
+    tcase_add_test(tc, test_sample_nbest_score_fails);
     suite_add_tcase(s, tc);
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 600);

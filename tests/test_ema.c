@@ -90,8 +90,9 @@ START_TEST(test_ema_updates)
 END_TEST
 
 /* After a swap the model computes with the average (its packed weights
- * dropped), an update is refused, and the second swap gives back the
- * trained weights bit for bit. */
+ * dropped) and the EMA's tensor holds the trained weights (its readers
+ * told), an update is refused, and the second swap gives back the trained
+ * weights bit for bit. */
 START_TEST(test_ema_swap)
 {
     net n = net_new(2), twin = net_new(2);
@@ -107,7 +108,16 @@ START_TEST(test_ema_swap)
         ck_assert(cg_ema_update(e));
     }
     cg_tensor *trained = cg_k_clone(n.a->weight);
+    /* the EMA's own tensor, handed out by cg_ema_average, gets the trained
+     * weights: its readers see the write (a graph that saved it refuses
+     * its backward) */
+    cg_tensor *mine = (cg_tensor *)cg_ema_average(e, 0), *xg = cg_randn(&r, CG_SHAPE(5, 4));
+    cg_tensor *yg = cg_linear_fn(cg_requires_grad(xg, true), mine, NULL), *lg = cg_sum_all(yg);
+    uint64_t v_mine = cg_version(mine);
     ck_assert(cg_ema_swap(e) && cg_ema_swapped(e));
+    ck_assert(cg_version(mine) > v_mine);
+    ck_assert(memcmp(cg_data(mine), cg_data(trained), 32 * sizeof(float)) == 0);
+    CG_ASSERT_FAILS(cg_backward(lg, NULL, false) ? yg : NULL, "modified");
     CG_ASSERT_FAILS(cg_ema_update(e), "swap back");
     ck_assert_ptr_eq(cg_ema_average(e, 0), n.a->weight); /* the average is there now */
     ck_assert(memcmp(cg_data(n.a->weight), cg_data(trained), 32 * sizeof(float)) != 0);
@@ -120,7 +130,7 @@ START_TEST(test_ema_swap)
     ck_assert(memcmp(cg_data(y), cg_data(y0), 5 * 8 * sizeof(float)) != 0);
     ck_assert(cg_ema_swap(e) && !cg_ema_swapped(e));
     ck_assert(memcmp(cg_data(n.a->weight), cg_data(trained), 32 * sizeof(float)) == 0);
-    cg_release_all(5, x, y0, y, yt, trained);
+    cg_release_all(8, x, y0, y, yt, trained, xg, yg, lg);
     cg_ema_free(e);
     cg_optim_free(o);
     cg_module_free(n.root);
@@ -148,9 +158,10 @@ START_TEST(test_ema_params)
 END_TEST
 
 /* Save and load: a fresh average over the same model reads back the
- * averages, decay and count bit for bit; a missing, extra, misshapen or
- * non-finite entry, a bad decay or count, or a load while swapped is
- * refused with the average unchanged. */
+ * averages, decay and count bit for bit (its readers told); a missing,
+ * extra, misshapen, integer or non-finite entry, a bad decay or count, or
+ * a load while swapped is refused with the average unchanged; another
+ * tensor whose name begins with the prefix's letters is no stray. */
 static void save_ema(const cg_ema *e, const char *path)
 {
     cg_st_writer *w = cg_st_writer_new();
@@ -174,17 +185,24 @@ START_TEST(test_ema_save_load)
     snprintf(path, sizeof path, "%s/ok.safetensors", dir);
     save_ema(e, path);
     cg_st_file *sf = cg_st_open(path);
+    uint64_t v_f = cg_version(cg_ema_average(f, 0));
     ck_assert(cg_ema_load(f, sf, NULL));
     cg_st_close(sf);
     ck_assert(cg_ema_decay(f) == 0.7 && cg_ema_updates(f) == 3);
+    ck_assert(cg_version(cg_ema_average(f, 0)) > v_f); /* the load announced */
     for (int i = 0; i < 3; i++)
         ck_assert(memcmp(cg_data(cg_ema_average(e, i)), cg_data(cg_ema_average(f, i)),
                          (size_t)cg_numel(cg_ema_average(e, i)) * 4) == 0);
     cg_ema *g = cg_ema_new(n.root, 0.5);
     float before = ((const float *)cg_data(cg_ema_average(g, 0)))[0];
-    const char *extra[] = {"ema.c.weight", "ema.a.weight", "ema.a.weight"};
-    const char *named[] = {"'ema.c.weight' averages no parameter", "holds nan", "is [4, 8]"};
-    for (int k = 0; k < 3; k++) { /* a stray tensor; a.weight with a NaN, of another shape */
+    const char *extra[] = {"ema.c.weight", "ema.a.weight", "ema.a.weight", "ema.a.weight",
+                           "ema.a.weight"};
+    const char *named[] = {"'ema.c.weight' averages no parameter", "holds nan", "is [4, 8]",
+                           "'ema.a.weight' holds inf at element 0",
+                           "'ema.a.weight' is I64, not a float tensor"};
+    /* a stray tensor; a.weight with NaNs, of another shape, with an
+     * infinity at its first element only, of integers */
+    for (int k = 0; k < 5; k++) {
         cg_st_writer *w = cg_st_writer_new();
         for (int i = 0; i < 3; i++) {
             char key[64];
@@ -193,7 +211,12 @@ START_TEST(test_ema_save_load)
                 continue;
             ck_assert(cg_st_add(w, key, cg_ema_average(e, i)));
         }
-        cg_tensor *t = k == 2 ? cg_full(CG_SHAPE(4, 8), 1.0f) : cg_full(CG_SHAPE(8, 4), NAN);
+        cg_tensor *t = k == 2   ? cg_full(CG_SHAPE(4, 8), 1.0f)
+                       : k == 3 ? cg_k_clone(cg_ema_average(e, 0))
+                       : k == 4 ? cg_zeros_dtype(CG_I64, CG_SHAPE(8, 4))
+                                : cg_full(CG_SHAPE(8, 4), NAN);
+        if (k == 3)
+            cg_data(t)[0] = INFINITY;
         ck_assert(cg_st_add(w, extra[k], t) && cg_st_set_metadata(w, "ema.decay", "0.7") &&
                   cg_st_set_metadata(w, "ema.updates", "3"));
         cg_release(t);
@@ -205,8 +228,9 @@ START_TEST(test_ema_save_load)
     }
     const char *meta[][3] = {{"ema.decay", "1.5", "outside [0, 1]"},
                              {"ema.updates", "2.5", "not a whole number"},
-                             {"ema.updates", "-1", "not a whole number"}};
-    for (int k = 0; k < 3; k++) {
+                             {"ema.updates", "-1", "not a whole number"},
+                             {"ema.updates", "9007199254740994", "not a whole number"}};
+    for (int k = 0; k < 4; k++) { /* the last: 2^53 + 2, past the exact counts */
         cg_st_writer *w = cg_st_writer_new();
         ck_assert(cg_ema_save(e, w, NULL) && cg_st_set_metadata(w, meta[k][0], meta[k][1]));
         ck_assert(cg_st_writer_save(w, path));
@@ -215,6 +239,15 @@ START_TEST(test_ema_save_load)
         CG_ASSERT_FAILS(cg_ema_load(g, sf, NULL), meta[k][2]);
         cg_st_close(sf);
     }
+    /* a model tensor whose name starts with the prefix's letters but not
+     * "ema." (a module named ema_head) is not a stray average */
+    cg_st_writer *wh = cg_st_writer_new();
+    ck_assert(cg_ema_save(e, wh, NULL) && cg_st_add(wh, "ema_head.weight", cg_ema_average(e, 0)));
+    ck_assert(cg_st_writer_save(wh, path));
+    cg_st_writer_free(wh);
+    sf = cg_st_open(path);
+    ck_assert_msg(cg_ema_load(f, sf, NULL), "%s", cg_last_error());
+    cg_st_close(sf);
     sf = cg_st_open(path); /* another prefix: nothing there */
     CG_ASSERT_FAILS(cg_ema_load(g, sf, "avg"), "avg.decay");
     ck_assert(cg_ema_swap(g));
@@ -405,6 +438,20 @@ START_TEST(test_ema_sharded)
     for (int i = 0; i < 3; i++)
         ck_assert(memcmp(cg_data(cg_ema_average(g, i)), cg_data(cg_ema_average(whole, i)),
                          (size_t)cg_numel(cg_ema_average(g, i)) * 4) == 0);
+    /* rank 0's runs alone into a whole average (a copy of ref's weights):
+     * those runs change, nothing past them */
+    cg_ema *part = cg_ema_new(ref.root, 0.1);
+    ck_assert(cg_ema_copy(part, e[0]));
+    for (int i = 0; i < 3; i++) {
+        const float *got = cg_data(cg_ema_average(part, i)),
+                    *run = cg_data(cg_ema_average(e[0], i));
+        for (int64_t k = 0; k < cg_numel(param_of(&ref, i)); k++) {
+            bool in = k >= own0[i].lo && k < own0[i].hi;
+            float want = in ? run[k - own0[i].lo] : cg_data(param_of(&ref, i))[k];
+            ck_assert_msg(got[k] == want, "parameter %d, element %lld", i, (long long)k);
+        }
+    }
+    cg_ema_free(part);
     /* swapped: both nets hold the whole average (as ref does, swapped
      * too); back: the trained weights, and no write seen in between */
     ck_assert(cg_ema_swap(whole) && cg_ema_swap(e[0]) && cg_ema_swap(e[1]));
@@ -585,7 +632,8 @@ START_TEST(test_ema_sharded_saved_gathered)
 END_TEST
 
 /* A file's average straight into the parameters: what new + load + swap
- * leave, the update count; a refusal (a NaN in the last average) changes
+ * leave (and what the model computes with: its packed weights dropped),
+ * the update count; a refusal (a NaN in the last average) changes
  * no parameter. */
 START_TEST(test_ema_load_params)
 {
@@ -599,6 +647,11 @@ START_TEST(test_ema_load_params)
     save_ema(e, path);
     cg_st_file *sf = cg_st_open(path);
     int64_t updates = -1;
+    cg_rng r = cg_rng_new(9);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 4));
+    cg_no_grad_begin();
+    cg_tensor *y0 = cg_linear_forward(twin.a, x); /* packs twin's a.weight, kept */
+    cg_no_grad_end();
     ck_assert_msg(cg_ema_load_params(twin.root, sf, NULL, &updates), "%s", cg_last_error());
     cg_st_close(sf);
     ck_assert(updates == 3);
@@ -606,6 +659,13 @@ START_TEST(test_ema_load_params)
     for (int i = 0; i < 3; i++)
         ck_assert(memcmp(cg_data(param_of(&twin, i)), cg_data(param_of(&n, i)),
                          (size_t)cg_numel(param_of(&n, i)) * 4) == 0);
+    /* the parameters' readers were told: twin computes with the average */
+    cg_no_grad_begin();
+    cg_tensor *y = cg_linear_forward(twin.a, x), *yn = cg_linear_forward(n.a, x);
+    cg_no_grad_end();
+    ck_assert(memcmp(cg_data(y), cg_data(yn), 5 * 8 * sizeof(float)) == 0);
+    ck_assert(memcmp(cg_data(y), cg_data(y0), 5 * 8 * sizeof(float)) != 0);
+    cg_release_all(4, x, y0, y, yn);
     ck_assert(cg_ema_swap(e));
     cg_st_writer *w = cg_st_writer_new();
     cg_tensor *bad = cg_k_clone(cg_ema_average(e, 2));

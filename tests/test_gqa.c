@@ -250,6 +250,52 @@ START_TEST(test_gqa_cached)
 }
 END_TEST
 
+/* Past the cache's first 16 positions, in steps of 1, 14, 18 and 7 (a step
+ * that more than doubles what it holds; the buffers regrown at 16 and 32,
+ * every row and head moved to its new place) and of 33, 1, 5 and 1 (a first
+ * step of more than twice 16): the full forward's rows, for H_kv 1, 2
+ * and 4. */
+START_TEST(test_gqa_cached_long)
+{
+    enum { D = 16, H = 4, B = 2, T = 40 };
+    const int64_t steps[2][4] = {{1, 14, 18, 7}, {33, 1, 5, 1}};
+    cg_rng r = cg_rng_new(10);
+    for (int64_t Hk = 1; Hk <= H; Hk *= 2)
+        for (int p = 0; p < 2; p++) {
+            cg_mha *m = cg_mha_new_gqa(D, H, Hk, true, &r);
+            cg_tensor *x = cg_randn(&r, CG_SHAPE(B, T, D));
+            cg_tensor *y = cg_mha_forward(m, x, x, true, NULL, NULL, NULL);
+            float *yv = cg_test_values(y);
+            cg_mha_kv kv = {0};
+            int64_t t0 = 0;
+            for (int s = 0; s < 4; t0 += steps[p][s++]) {
+                const int64_t n = steps[p][s];
+                cg_tensor *xt = cg_view_narrow(x, 1, t0, n);
+                cg_tensor *yt = cg_mha_forward_cached(m, xt, xt, true, NULL, &kv);
+                ck_assert_msg(yt, "Hk %lld, steps %d, step %d: %s", (long long)Hk, p, s,
+                              cg_last_error());
+                ck_assert_int_eq(kv.len, t0 + n);
+                float *ytv = cg_test_values(yt);
+                for (int b = 0; b < B; b++)
+                    for (int64_t t = 0; t < n; t++)
+                        for (int k = 0; k < D; k++)
+                            ck_assert_msg(fabsf(ytv[(b * n + t) * D + k] -
+                                                yv[(b * T + t0 + t) * D + k]) < 1e-5f,
+                                          "Hk %lld, steps %d, row %d, position %lld", (long long)Hk,
+                                          p, b, (long long)(t0 + t));
+                free(ytv);
+                cg_release_all(2, xt, yt);
+            }
+            ck_assert_int_eq(t0, T);
+            ck_assert_int_eq(kv.k->shape[1], Hk);
+            cg_mha_kv_free(&kv);
+            free(yv);
+            cg_release_all(2, x, y);
+            cg_module_free(CG_MODULE(m));
+        }
+}
+END_TEST
+
 START_TEST(test_gqa_refusals)
 {
     cg_rng r = cg_rng_new(9);
@@ -278,6 +324,7 @@ static Suite *gqa_suite(void)
     tcase_add_test(tc, test_gqa_threads);
     tcase_add_test(tc, test_gqa_gradcheck);
     tcase_add_test(tc, test_gqa_cached);
+    tcase_add_test(tc, test_gqa_cached_long);
     tcase_add_test(tc, test_gqa_refusals);
     suite_add_tcase(s, tc);
     return s;

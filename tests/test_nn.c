@@ -2614,8 +2614,9 @@ END_TEST
 
 /* Shapes a user gets wrong at the attention's other doors, each one line
  * naming what was expected: a bool key_pad of the wrong shape, cached
- * attention's queries of the wrong width or batch, the key_pad of new
- * queries past position 0, a positional encoding's width. */
+ * attention's queries of the wrong width or batch, its new keys of
+ * another batch, a reorder to no rows, the key_pad of new queries past
+ * position 0, a positional encoding's width. */
 START_TEST(test_attention_shape_refusals)
 {
     cg_rng r = cg_rng_new(62);
@@ -2642,6 +2643,12 @@ START_TEST(test_attention_shape_refusals)
     ck_assert_msg(y != NULL, "%s", cg_last_error());
     CG_ASSERT_FAILS(cg_mha_forward_cached(m, x3, NULL, true, NULL, &kv),
                     "3 queries for a cache of 2 rows");
+    /* new keys of another batch, and a reorder to no rows: the cache as it was */
+    CG_ASSERT_FAILS(cg_mha_forward_cached(m, x3, x3, true, NULL, &kv),
+                    "new keys [3, 2, 1, 2] do not match the cached [2, 2, 16, 2]");
+    CG_ASSERT_REFUSED(!cg_mha_kv_reorder(&kv, cg_test_ids(0, NULL)),
+                      "argument 'rows' has shape [0], expected [n] with n >= 1");
+    ck_assert(kv.len == 2 && kv.k->shape[0] == 2 && kv.v->shape[0] == 2);
     /* two new queries after two cached: key_pad over all 4 keys */
     cg_tensor *short_pad = cg_test_mask(CG_SHAPE(2, 3), NULL);
     CG_ASSERT_FAILS(cg_mha_forward_cached(m, x2, x2, true, short_pad, &kv),
