@@ -308,8 +308,10 @@ cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg
     const int64_t n = halves_width("cg_k_gated_halves_backward", h, act);
     if (!n)
         return NULL;
-    if (!g || (g->dtype != CG_F32 && g->dtype != CG_BF16) || g->ndim != h->ndim ||
-        cg_numel(g) * 2 != cg_numel(h) || g->shape[g->ndim - 1] != n) {
+    bool same = g && g->ndim == h->ndim && g->shape[g->ndim - 1] == n;
+    for (int d = 0; same && d < h->ndim - 1; d++)
+        same = g->shape[d] == h->shape[d];
+    if (!same || (g->dtype != CG_F32 && g->dtype != CG_BF16)) {
         char a[96], b[96];
         cg_set_error("cg_k_gated_halves_backward: gradient %s for input %s (float32 or bfloat16, "
                      "the input's shape with the last dim halved)",

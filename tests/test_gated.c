@@ -304,8 +304,8 @@ END_TEST
  * neither float32 nor bfloat16; a gradient of another shape (as many
  * elements) or none (da and db then NULL); the halves form's empty last
  * dim and int64 input; its gradient with the wrong count, the wrong last
- * dim, another rank (each alone) or int64. Each would otherwise be read as
- * what it is not. */
+ * dim, another rank, other leading dims (each alone) or int64. Each would
+ * otherwise be read as what it is not. */
 START_TEST(test_gated_bad_args)
 {
     cg_tensor *a = cg_zeros(CG_SHAPE(2, 3)), *gt = cg_zeros(CG_SHAPE(3, 2));
@@ -346,7 +346,11 @@ START_TEST(test_gated_bad_args)
                       "gradient [1, 4, 4] for input [4, 8]");
     CG_ASSERT_REFUSED(cg_k_gated_halves_backward(h, gi, CG_K_GATE_GELU) == NULL,
                       "gradient [4, 4] for input [4, 8]");
-    cg_release_all(11, a, gt, ai, h, hi, h0, g, gi, g_rows, g_wide, g3);
+    /* as many elements and the right last dim, other leading dims */
+    cg_tensor *h3 = cg_zeros(CG_SHAPE(2, 2, 8)), *g_lead = cg_zeros(CG_SHAPE(4, 1, 4));
+    CG_ASSERT_REFUSED(cg_k_gated_halves_backward(h3, g_lead, CG_K_GATE_SILU) == NULL,
+                      "gradient [4, 1, 4] for input [2, 2, 8]");
+    cg_release_all(13, a, gt, ai, h, hi, h0, g, gi, g_rows, g_wide, g3, h3, g_lead);
 }
 END_TEST
 
