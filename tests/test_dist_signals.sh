@@ -77,14 +77,14 @@ if [ -n "$mpirun" ]; then
     echo "ok: SIGTERM to one rank: $(grep '^charlm: stopped' j.log)"
     loads "SIGTERM to one rank" j.st
   else fail "SIGTERM to one rank: exit $rc: $(tail -c 300 j.log)"; fi
-  # during an evaluation: --eval-every 1, each evaluation 2 x 40 batches
-  # of 64 x 128, most of a step's time: the save after it, with its loss
-  # curve drawn by a forked PLplot (some 55 ms, which rank 1 spends waiting
-  # for rank 0), is constant. With batches of 16 the save took as long as
-  # the evaluation, 5 of 16 tries beside two CPU hogs landed in one, and a
-  # CI run missed all 8; with 64, 12 of 16 and 11 of 12 unloaded (Zen 5).
-  # Then that rank cuts its evaluation short, the other finishes its own,
-  # and they agree
+  # during an evaluation: --eval-every 1, each evaluation 2 x 20 batches
+  # of 64 x 128 (the two splits), most of a step's time; the save after it,
+  # with its loss curve drawn by a forked PLplot (some 55 ms, which rank 1
+  # spends waiting for rank 0), is constant. With batches of 16 the save
+  # took as long as the evaluation, 5 of 16 tries beside two CPU hogs
+  # landed in one, and a CI run missed all 8; with 64, 12 of 16 and 11 of
+  # 12 unloaded (Zen 5). Then that rank cuts its evaluation short, the
+  # other finishes its own, and they agree
   cut=0
   for ((try = 1; try <= 8 && cut == 0; try++)); do
     WAIT=0.$((RANDOM % 10))
