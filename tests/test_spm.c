@@ -304,9 +304,74 @@ START_TEST(test_checkpoint)
     cg_clear_error();
     ck_assert_ptr_null(cg_spm_st_load(f, "tokenizer.spm"));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "checksum"));
-    ck_assert_ptr_nonnull(strstr(cg_last_error(), "ck.safetensors"));
+    /* ... and the tensor */
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "ck.safetensors: tokenizer 'tokenizer.spm': "));
     cg_st_close(f);
     free(blob);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* The tensor is the one named, whatever its name (the zoo's is
+ * "tokenizer.spm", the test's above too): a tokenizer kept as "spm.model"
+ * reads back from a file without "tokenizer.spm", and a second add under a
+ * taken name fails. A load refuses a NULL name, and a tensor other than
+ * 1-D U8 (float32; U8 of 2 dimensions, the bytes of a valid blob) with a
+ * message that names the file, the tensor, its dtype and dimensions. */
+START_TEST(test_checkpoint_named)
+{
+    if (!tok)
+        return;
+    char dir[PATH_MAX];
+    cg_test_mkdtemp(dir, sizeof dir, "cg_test_spm_");
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/named.safetensors", dir);
+    cg_st_writer *w = cg_st_writer_new();
+    float x[3] = {1, 2, 3};
+    ck_assert(cg_st_add_f32_raw(w, "w", 1, (const int64_t[]){3}, x));
+    ck_assert_msg(cg_spm_st_add(w, "spm.model", tok), "%s", cg_last_error());
+    CG_ASSERT_REFUSED(!cg_spm_st_add(w, "spm.model", tok), "tensor 'spm.model' was already added");
+    ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+    cg_st_writer_free(w);
+
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    ck_assert(!cg_st_has(f, "tokenizer.spm"));
+    cg_spm *t2 = cg_spm_st_load(f, "spm.model");
+    ck_assert_msg(t2 != NULL, "%s", cg_last_error());
+    assert_same_ids(tok, t2);
+    cg_spm_free(t2);
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_spm_st_load(f, NULL), "cg_spm_st_load: NULL tensor name");
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_spm_st_load(f, "w"),
+                    "named.safetensors: tokenizer 'w' is F32 with 1 dimensions (expected 1-D U8)");
+    cg_st_close(f);
+
+    /* a valid blob as U8 of shape [1, n], written by hand */
+    size_t len;
+    unsigned char *blob = cg_spm_blob(tok, &len);
+    ck_assert_ptr_nonnull(blob);
+    char head[160];
+    int hn = snprintf(
+        head, sizeof head,
+        "{\"spm.model\":{\"dtype\":\"U8\",\"shape\":[1,%zu],\"data_offsets\":[0,%zu]}}", len, len);
+    while (hn % 8)
+        head[hn++] = ' ';
+    unsigned char hlen[8] = {(unsigned char)hn}; /* little-endian, below 256 */
+    FILE *fp = fopen(path, "wb");
+    ck_assert_ptr_nonnull(fp);
+    ck_assert(fwrite(hlen, 8, 1, fp) == 1 && fwrite(head, 1, (size_t)hn, fp) == (size_t)hn &&
+              fwrite(blob, 1, len, fp) == len);
+    ck_assert_int_eq(fclose(fp), 0);
+    free(blob);
+    f = cg_st_open(path);
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    cg_clear_error();
+    CG_ASSERT_FAILS(cg_spm_st_load(f, "spm.model"),
+                    "tokenizer 'spm.model' is U8 with 2 dimensions (expected 1-D U8)");
+    cg_st_close(f);
     unlink(path);
     rmdir(dir);
 }
@@ -706,6 +771,7 @@ static Suite *spm_suite(void)
     tcase_add_test(tc, test_round_trip_unseen);
     tcase_add_test(tc, test_blob_reload);
     tcase_add_test(tc, test_checkpoint);
+    tcase_add_test(tc, test_checkpoint_named);
     tcase_add_test(tc, test_bad_blob);
     tcase_add_test(tc, test_lossy_model_refused);
     tcase_add_test(tc, test_conventions_refused);
