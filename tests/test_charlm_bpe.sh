@@ -8,6 +8,8 @@
 #     checkpoint; sample (prompt encoded, text streamed), sample --attention
 #     and eval read it from there; eval and the final JSON line give bits per
 #     character; resume is bit-exact;
+#   - a LoRA run on a bpe base merged (charlm merge): the base's tokenizer
+#     kept, so eval reads the merged checkpoint without the base;
 #   - a damaged tokenizer.spm tensor is refused with one line and exit 1.
 # Skipped (exit 77) when the build lacks SentencePiece.
 #   test_charlm_bpe.sh CHARLM CKPT_WRITER
@@ -73,6 +75,25 @@ then
 else
   fail "bpe resume differs from the straight run: $(tail -c 300 r.err)"
 fi
+
+# merge of a LoRA run on a BPE base: the merged checkpoint holds the base's
+# tokenizer ("tokenizer": "bpe" and the tokenizer.spm bytes), so eval reads
+# it with the base gone and gives the adapters' val_loss
+lo=(--init-from b.st --data text.txt --lora-rank 2 --steps 3 --eval-every 3 --threads 1 --precision fp32)
+"$charlm" train "${lo[@]}" --out bl.st >/dev/null 2>bl.err && "$charlm" eval --ckpt bl.st >bl.out 2>bl.err &&
+  "$charlm" merge --out bm.st bl.st >/dev/null 2>bm.err || fail "bpe lora merge: $(tail -1 bl.err) $(tail -1 bm.err)"
+mv b.st b.away
+"$charlm" eval --ckpt bm.st >bm.out 2>bm.err || fail "bpe merged eval without its base: $(tail -1 bm.err)"
+mv b.away b.st
+merged=$(st_py bm.st b.st bm.out bl.out <<'PY'
+t, m = load(sys.argv[1])
+u, _ = load(sys.argv[2])
+v = [json.loads(open(p).read().splitlines()[-1])['val_loss'] for p in sys.argv[3:5]]
+print(m.get('tokenizer'), t.get('tokenizer.spm') == u['tokenizer.spm'], abs(v[0] - v[1]) < 1e-4)
+PY
+)
+[ "$merged" = "bpe True True" ] && echo "ok: bpe merge: the base's tokenizer kept; eval without the base gives the adapters' val_loss" ||
+  fail "bpe merge: '$merged' $(cat bm.out bl.out)"
 
 # a damaged tokenizer
 cp b.st d.st
