@@ -22,7 +22,10 @@
 #      it translates and evaluates as the adapters did (scores within float
 #      rounding) with the base gone; the adapters' average by default, their
 #      trained weights with --no-ema; --resume refuses it; refused: a full
-#      checkpoint, --out naming the adapter or its base, an existing --out
+#      checkpoint, --out naming the adapter or its base (recorded or
+#      --base), an existing --out, standard output the base; its JSON line,
+#      its line on standard error, "merged" the adapter's identity; a full
+#      disk for its line: exit 1 with the reason
 #   5. refusals, one line: an adapter as --init-from, LoRA flags without
 #      --init-from or --lora-rank, --no-ema with --lora-rank, --base
 #      without --resume (exit 2), --base with a full checkpoint, averaging
@@ -160,6 +163,12 @@ sys.exit(0 if len(a) == len(b) == 6 and all(abs(x - y) <= 1e-4 * max(1, abs(y)) 
 "$seq2seq" merge --out mg.st l.st >mg.out 2>mg.err || fail "merge: $(tail -1 mg.err)"
 json_ok "merge: JSON line" mg.out
 grep -q '"adapters": 16, "params": 5968}' mg.out || fail "merge: $(cat mg.out)"
+# the whole line (the checkpoint written, the adapter merged), one line on
+# standard error, and no note of an average: l.st's run kept none
+[ "$(cat mg.out)" = '{"checkpoint": "mg.st", "merged": "l.st", "adapters": 16, "params": 5968}' ] &&
+  [ "$(cat mg.err)" = "seq2seq: 16 adapters of 'l.st' merged into its base, written to 'mg.st'" ] &&
+  echo "ok: merge: its JSON line, one line on standard error, no note of an average" ||
+  fail "merge: the line '$(cat mg.out)', standard error '$(cat mg.err)'"
 rec=$(st_py mg.st l.st b.st <<'PY'
 import os
 t, m = load(sys.argv[1])
@@ -176,6 +185,17 @@ PY
 [ "$rec" = "True True True True True l.st b.st True" ] &&
   echo "ok: merge: the base's parameters (F32), the run's config, step and record, the base's vocabulary" ||
   fail "merge: record '$rec'"
+# "merged" is the adapter's identity (its absolute path, size and step: 20),
+# not its base's (30 steps, another size)
+adapter_rec=$(st_py mg.st l.st <<'PY'
+import os
+_, m = load(sys.argv[1])
+r = json.loads(m['merged'])['adapter']
+print(r['path'] == os.path.abspath(sys.argv[2]), r['size'] == str(os.path.getsize(sys.argv[2])), r['step'])
+PY
+)
+[ "$adapter_rec" = "True True 20" ] && echo "ok: merge: \"merged\" records the adapter (path, size, step 20)" ||
+  fail "merge: \"merged\": '$adapter_rec' $(st_py mg.st <<<"print(load(sys.argv[1])[1]['merged'])")"
 mv b.st b.away
 "$seq2seq" translate --ckpt mg.st --beam 3 <src.txt >mg.tr 2>mg.terr && cmp -s mg.tr c.out &&
   "$seq2seq" translate --ckpt mg.st --score-reference ref.txt <src.txt >mg.sc 2>/dev/null &&
@@ -188,6 +208,10 @@ refused "merge: --resume" "LoRA adapters merged into their base" "$seq2seq" trai
 refused "merge: the base moved" "needs its base" "$seq2seq" merge --out mg2.st l.st
 "$seq2seq" merge --out mg2.st --base moved/b.st l.st >/dev/null 2>&1 && cmp -s mg.st mg2.st &&
   echo "ok: merge --base: the same bytes" || fail "merge --base"
+# --out naming the --base given: refused before anything is read, as an input
+refused "merge: --out its --base" "--out 'moved/b.st' is the same file as the checkpoint 'moved/b.st' it merges" \
+  "$seq2seq" merge --force --out moved/b.st --base moved/b.st l.st
+intact "merge: --out its --base" moved/b.st b.copy
 mv b.away b.st
 refused "merge: a full checkpoint" "'b.st' is a full checkpoint (it holds every weight): merge takes" \
   "$seq2seq" merge --out x.st b.st
@@ -196,6 +220,16 @@ refused "merge: --out the base" "is the same file as '.*b.st', the base of adapt
 refused "merge: --out the adapter" "the same file as the checkpoint 'l.st' it merges" \
   "$seq2seq" merge --force --out l.st l.st
 refused "merge: an existing --out" "'mg.st' exists; pass --force" "$seq2seq" merge --out mg.st l.st
+# standard output appended to the base the adapter records (no --base given):
+# refused, the base intact, nothing written
+refused_quietly "merge: standard output the base" "standard output is the base checkpoint '.*b.st', which this command reads" \
+  so.st sh -c 'exec "$@" >>b.st' sh "$seq2seq" merge --out so.st l.st
+intact "merge: standard output the base" b.st b.copy
+cmp -s b.st b.copy || cp b.copy b.st
+# the line lost (a full disk): exit 1 with the reason the write gave (the
+# program's last check of standard output knows only "write error")
+refused "merge > /dev/full" "cannot write the output: No space left on device" \
+  sh -c 'exec "$@" >/dev/full' sh "$seq2seq" merge --out mf.st l.st
 expect "merge: no --out" 2 "merge needs --out FILE" "$seq2seq" merge l.st
 expect "merge: two adapters" 2 "merge takes one adapter checkpoint (got 2" "$seq2seq" merge --out x.st l.st d.st
 # a run that keeps an average of its adapters: merged as its average (a note
