@@ -173,6 +173,13 @@ PY
 )
 [ "$merged_ok" = "6 True True" ] && echo "ok: lora: merge: each of the 6 weights is W + (alpha/r) B A" ||
   fail "lora: merge: the merged weights: $merged_ok"
+# a record the adapter lacks is one the merged checkpoint lacks, not a
+# refusal: an adapter without "train" (optional in any checkpoint) merges
+st_meta lora.st "del m['train']; t = None" notrain.st || fail "could not write notrain.st"
+"$charlm" merge --out notrain_m.st notrain.st >/dev/null 2>nt.log &&
+  [ "$(st_py notrain_m.st <<<"m = load(sys.argv[1])[1]; print('train' in m, 'config' in m)")" = "False True" ] &&
+  echo "ok: lora: merge: an adapter without \"train\" merges, without it" ||
+  fail "lora: merge of an adapter without \"train\": $(tail -1 nt.log)"
 # resume, with dropout in the adapters and a model dropout other than the
 # base's (the base is loaded with the adapter's: round thirty-one): 10 + 10 == 20
 lo=(--lora-rank 2 --lora-alpha 8 --lora-dropout 0.2 --dropout 0.3 --lr 1e-2 --steps 20)
