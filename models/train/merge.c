@@ -23,8 +23,8 @@ static bool record_adapter(cg_st_writer *w, const char *path, const cg_st_file *
     char *js = cg_ft_origin_of(path, af, &o) ? cg_ft_origin_json(&o) : NULL;
     cJSON *id = js ? cJSON_Parse(js) : NULL, *rec = id ? cJSON_CreateObject() : NULL;
     bool ok = rec && cJSON_AddItemToObject(rec, "adapter", id);
-    if (!ok && rec)
-        cJSON_Delete(id); /* not taken by rec */
+    if (!ok)
+        cJSON_Delete(id); /* not taken by rec (or no rec) */
     ok = ok && cg_st_set_metadata_json(w, "merged", rec);
     if (!ok && !cg_has_error())
         cg_set_error("out of memory");
