@@ -447,11 +447,34 @@ START_TEST(test_bad_input)
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "position 1"));
     bad[1] = -1;
     ck_assert_ptr_null(cg_spm_decode(tok, bad, 2));
-    /* NULL tokenizer: NULL without a new message */
+    /* NULL tokenizer: NULL with "<fn>: input is NULL" when no message is
+     * recorded (they recorded none, so a failure could leave the slot
+     * empty), the earlier message kept when one is (core/error.h's chain) */
+    size_t len;
     cg_clear_error();
     ck_assert_ptr_null(cg_spm_encode(NULL, "a", &n));
+    ck_assert_str_eq(cg_last_error(), "cg_spm_encode: input is NULL");
     ck_assert_ptr_null(cg_spm_decode(NULL, bad, 1));
-    ck_assert(!cg_has_error());
+    ck_assert_str_eq(cg_last_error(), "cg_spm_encode: input is NULL");
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_decode(NULL, bad, 1));
+    ck_assert_str_eq(cg_last_error(), "cg_spm_decode: input is NULL");
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_piece(NULL, 0));
+    ck_assert_str_eq(cg_last_error(), "cg_spm_piece: input is NULL");
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_blob(NULL, &len));
+    ck_assert_str_eq(cg_last_error(), "cg_spm_blob: input is NULL");
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_model_proto(NULL, &len));
+    ck_assert_str_eq(cg_last_error(), "cg_spm_model_proto: input is NULL");
+    cg_clear_error();
+    ck_assert(!cg_spm_st_add(NULL, "tokenizer.spm", NULL));
+    ck_assert_str_eq(cg_last_error(), "cg_spm_st_add: input is NULL");
+    cg_clear_error();
+    ck_assert_ptr_null(cg_spm_st_load(NULL, "tokenizer.spm"));
+    ck_assert_str_eq(cg_last_error(), "cg_spm_st_load: input is NULL");
+    ck_assert_int_eq(cg_spm_vocab_size(NULL), -1);
     cg_spm_free(NULL);
     /* training input */
     const char *nl[] = {"one\ntwo"}, *inv[] = {"ok", "\xc3("};

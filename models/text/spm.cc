@@ -400,7 +400,7 @@ cg_spm *cg_spm_from_model_proto(const void *model, size_t len)
 unsigned char *cg_spm_blob(const cg_spm *t, size_t *len)
 {
     if (!t)
-        return nullptr;
+        return cg_error_null_input("cg_spm_blob"), nullptr;
     size_t n = HEADER + t->proto.size();
     unsigned char *b = static_cast<unsigned char *>(malloc(n));
     if (!b) {
@@ -420,7 +420,7 @@ unsigned char *cg_spm_blob(const cg_spm *t, size_t *len)
 const unsigned char *cg_spm_model_proto(const cg_spm *t, size_t *len)
 {
     if (!t)
-        return nullptr;
+        return cg_error_null_input("cg_spm_model_proto"), nullptr;
     if (len)
         *len = t->proto.size();
     return reinterpret_cast<const unsigned char *>(t->proto.data());
@@ -434,7 +434,7 @@ int64_t *cg_spm_encode(const cg_spm *t, const char *text, int64_t *n)
 {
     static const char who[] = "cg_spm_encode";
     if (!t)
-        return nullptr;
+        return cg_error_null_input(who), nullptr;
     if (!text) {
         cg_set_error("%s: NULL text", who);
         return nullptr;
@@ -471,7 +471,7 @@ char *cg_spm_decode(const cg_spm *t, const int64_t *ids, int64_t n)
 {
     static const char who[] = "cg_spm_decode";
     if (!t)
-        return nullptr;
+        return cg_error_null_input(who), nullptr;
     if (n < 0 || (n > 0 && !ids)) {
         cg_set_error("%s: %lld ids at %s", who, (long long)n, ids ? "ids" : "NULL");
         return nullptr;
@@ -514,7 +514,7 @@ char *cg_spm_decode(const cg_spm *t, const int64_t *ids, int64_t n)
 const char *cg_spm_piece(const cg_spm *t, int64_t id)
 {
     if (!t)
-        return nullptr;
+        return cg_error_null_input("cg_spm_piece"), nullptr;
     if (id < 0 || id >= t->vocab) {
         cg_set_error("cg_spm_piece: id %lld is outside the vocabulary [0, %lld)", (long long)id,
                      (long long)t->vocab);

@@ -29,7 +29,9 @@
  * (cg_spm_st_add / cg_spm_st_load), so the checkpoint stays self-contained.
  *
  * Errors: NULL/false/-1 + a message in the error slot (core/error.h); a NULL
- * tokenizer gives NULL/false/-1 without a new message. No C++ exception
+ * tokenizer (or file) gives NULL/false with "<fn>: input is NULL" only when
+ * no message is recorded (the root cause of a chain stays), and
+ * cg_spm_vocab_size -1 with none. No C++ exception
  * crosses this API. A tokenizer may be used from several threads at once
  * for encoding, decoding and lookups. */
 #ifndef CG_MODELS_SPM_H

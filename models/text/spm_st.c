@@ -12,7 +12,7 @@
 bool cg_spm_st_add(cg_st_writer *w, const char *name, const cg_spm *t)
 {
     if (!t)
-        return false;
+        return cg_error_null_input("cg_spm_st_add");
     size_t len;
     unsigned char *b = cg_spm_blob(t, &len);
     if (!b)
@@ -25,7 +25,7 @@ bool cg_spm_st_add(cg_st_writer *w, const char *name, const cg_spm *t)
 cg_spm *cg_spm_st_load(const cg_st_file *f, const char *name)
 {
     if (!f)
-        return NULL;
+        return cg_error_null_input("cg_spm_st_load"), NULL;
     cg_st_dtype dt;
     int ndim;
     if (!name) {

@@ -35,17 +35,18 @@ cg_spm *cg_spm_from_model_proto(const void *model, size_t len)
     return NULL;
 }
 
-/* No tokenizer can exist in this build: the rest see only NULL. */
+/* No tokenizer can exist in this build: the rest see only NULL, as the
+ * real ones do (core/error.h's message for a NULL input). */
 unsigned char *cg_spm_blob(const cg_spm *t, size_t *len)
 {
     (void)t, (void)len;
-    return NULL;
+    return cg_error_null_input("cg_spm_blob"), NULL;
 }
 
 const unsigned char *cg_spm_model_proto(const cg_spm *t, size_t *len)
 {
     (void)t, (void)len;
-    return NULL;
+    return cg_error_null_input("cg_spm_model_proto"), NULL;
 }
 
 void cg_spm_free(cg_spm *t) { (void)t; }
@@ -59,17 +60,17 @@ int64_t cg_spm_vocab_size(const cg_spm *t)
 int64_t *cg_spm_encode(const cg_spm *t, const char *text, int64_t *n)
 {
     (void)t, (void)text, (void)n;
-    return NULL;
+    return cg_error_null_input("cg_spm_encode"), NULL;
 }
 
 char *cg_spm_decode(const cg_spm *t, const int64_t *ids, int64_t n)
 {
     (void)t, (void)ids, (void)n;
-    return NULL;
+    return cg_error_null_input("cg_spm_decode"), NULL;
 }
 
 const char *cg_spm_piece(const cg_spm *t, int64_t id)
 {
     (void)t, (void)id;
-    return NULL;
+    return cg_error_null_input("cg_spm_piece"), NULL;
 }
