@@ -5,8 +5,11 @@
  * tests/fixtures/make_st_fixture.py), the Python reference reader on a file
  * written here (skipped when /usr/bin/python3 + numpy are missing), one test
  * per kind of corruption, every truncation of a valid file, byte mutations,
- * tensors read on demand from an open file, and the atomic save leaving the
- * old file intact on every failure. */
+ * tensors read on demand from an open file, the atomic save leaving the
+ * old file intact on every failure, and where it puts its file
+ * (nn/safetensors_file.c): the temporary files' names and modes, dead
+ * writers' ones removed and no other, the directory's fsync, no descriptor
+ * left open or inherited. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -23,6 +26,7 @@
 #include "core/tensor.h"
 #include "nn/nn.h"
 #include "nn/safetensors.h"
+#include "nn/safetensors_impl.h"
 #include "tests/testutil.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -1182,6 +1186,7 @@ int __real_fsync(int fd);
 int __wrap_fsync(int fd);
 static char g_synced[16];
 static off_t g_synced_size = -1;
+static int g_dir_fsync_errno; /* not 0: a directory's fsync fails so */
 
 int __wrap_fsync(int fd)
 {
@@ -1191,6 +1196,10 @@ int __wrap_fsync(int fd)
         g_synced[n] = S_ISREG(st.st_mode) ? 'f' : S_ISDIR(st.st_mode) ? 'd' : '?';
         if (S_ISREG(st.st_mode))
             g_synced_size = st.st_size;
+    }
+    if (g_dir_fsync_errno && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        errno = g_dir_fsync_errno;
+        return -1;
     }
     return __real_fsync(fd);
 }
@@ -1814,6 +1823,266 @@ START_TEST(killed_save_leaves_nothing)
 }
 END_TEST
 
+/* Open descriptors of this process (that of /proc/self/fd read here not
+ * counted): all, or only those a program it runs would inherit (no
+ * FD_CLOEXEC). */
+static int count_fds(bool inherited_only)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d))
+            n += !inherited_only || (fcntl(atoi(e->d_name), F_GETFD) & FD_CLOEXEC) == 0;
+    closedir(d);
+    return n;
+}
+
+/* A fill that counts, in the middle of the save, the descriptors a
+ * program started then would inherit (into *ctx), and makes 6 zeros. */
+static bool fill_counting_fds(void *ctx, void *dst)
+{
+    *(int *)ctx = count_fds(true);
+    memset(dst, 0, 6 * sizeof(float));
+    return true;
+}
+
+/* A save keeps no descriptor open once it returns (the directory read for
+ * dead writers' temporary files, the one synced: a run saving every few
+ * steps would run out of them), and while it writes, no program started
+ * meanwhile (a fill may run one) inherits its file: FD_CLOEXEC. */
+START_TEST(atomic_save_closes_fds)
+{
+    const char *path = in_dir("fds.safetensors");
+    save_with(path, 1.0f);
+    const int all = count_fds(false), inherited = count_fds(true);
+    int during = -1;
+    cg_st_writer *w = cg_st_writer_new();
+    ck_assert(cg_st_add_filled(w, "t", CG_F32, 1, (const int64_t[]){6}, fill_counting_fds, &during,
+                               NULL));
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(cg_st_writer_save(w, path), "%s", cg_last_error());
+        ck_assert_int_eq(during, inherited);
+        ck_assert_int_eq(count_fds(false), all);
+    }
+    cg_st_writer_free(w);
+    cg_st_remove_stale_temps(path);
+    cg_st_remove_temps_sole_writer(path);
+    ck_assert_int_eq(count_fds(false), all);
+}
+END_TEST
+
+/* The directory's fsync after the rename: a file system that has none
+ * (EINVAL, ENOTSUP) or a read-only one (EROFS) is no error; a real failure
+ * (EIO) is, with the new file in place under its name and the message
+ * saying it was written (the caller knows the old one is gone). */
+START_TEST(atomic_dir_sync_fails)
+{
+    const char *path = in_dir("d.safetensors");
+    const int tolerated[3] = {EINVAL, ENOTSUP, EROFS};
+    for (int i = 0; i < 3; i++) {
+        g_dir_fsync_errno = tolerated[i];
+        memset(g_synced, 0, sizeof g_synced);
+        cg_st_writer *w = writer_with((float)i);
+        cg_clear_error();
+        const bool ok = cg_st_writer_save(w, path);
+        g_dir_fsync_errno = 0;
+        cg_st_writer_free(w);
+        ck_assert_msg(ok, "%s: %s", strerror(tolerated[i]), cg_last_error());
+        ck_assert_str_eq(g_synced, "fd");
+        assert_file_holds(path, (float)i);
+    }
+    g_dir_fsync_errno = EIO;
+    cg_st_writer *w = writer_with(7.0f);
+    cg_clear_error();
+    const bool ok = cg_st_writer_save(w, path);
+    g_dir_fsync_errno = 0;
+    cg_st_writer_free(w);
+    ck_assert(!ok);
+    char want[PATH_MAX + 128];
+    snprintf(want, sizeof want, "written, but fsync of directory %s failed: %s", g_dir,
+             strerror(EIO));
+    assert_error_has(want);
+    assert_file_holds(path, 7.0f);
+    ck_assert_int_eq(count_tmp_files(g_dir), 0);
+}
+END_TEST
+
+/* A new checkpoint's mode is 0666 less the umask, as any new file's (the
+ * group and others read it where the umask lets them). */
+START_TEST(atomic_new_file_mode)
+{
+    const mode_t old = umask(022);
+    save_with(in_dir("new.safetensors"), 1.0f);
+    umask(027);
+    save_with(in_dir("new2.safetensors"), 1.0f);
+    umask(old);
+    struct stat st;
+    ck_assert_int_eq(stat(in_dir("new.safetensors"), &st), 0);
+    ck_assert_int_eq(st.st_mode & 07777, 0644);
+    ck_assert_int_eq(stat(in_dir("new2.safetensors"), &st), 0);
+    ck_assert_int_eq(st.st_mode & 07777, 0640);
+}
+END_TEST
+
+/* A target whose temporary name does not fit a directory entry (255
+ * bytes): the save fails saying it cannot name its file, nothing made. */
+START_TEST(atomic_temp_name_too_long)
+{
+    char base[251], path[PATH_MAX + 256];
+    memset(base, 'n', 250);
+    base[250] = '\0';
+    snprintf(path, sizeof path, "%s/%.250s", g_dir, base);
+    cg_st_writer *w = writer_with(1.0f);
+    cg_clear_error();
+    ck_assert(!cg_st_writer_save(w, path));
+    cg_st_writer_free(w);
+    /* named for its first name (the next ones are as long) */
+    char named[PATH_MAX + 400], created[PATH_MAX + 400];
+    snprintf(named, sizeof named, "cannot name the written file %s.tmp.%ld: %s", path,
+             (long)getpid(), strerror(ENAMETOOLONG));
+    snprintf(created, sizeof created, "cannot create temporary file %s.tmp.%ld: %s", path,
+             (long)getpid(), strerror(ENAMETOOLONG));
+    ck_assert_msg(strstr(cg_last_error(), named) || strstr(cg_last_error(), created), "%s",
+                  cg_last_error());
+    ck_assert(access(path, F_OK) != 0);
+    ck_assert_int_eq(count_tmp_files(g_dir), 0);
+}
+END_TEST
+
+/* cg_st_create_temp (nn/safetensors.h): "<path>.tmp.<pid>" first, then
+ * "<path>.tmp.<pid>.<n>" while that is taken; the fd closed on exec, the
+ * mode 0666 less the umask; a name that does not fit cap bytes is
+ * refused, no file made under a name cut short; a directory it cannot
+ * create in: -1, errno kept, the message naming path and the first name. */
+START_TEST(temp_file_names)
+{
+    char path[600], first[700], tmp[700], next[700];
+    snprintf(path, sizeof path, "%s", in_dir("t.safetensors"));
+    snprintf(first, sizeof first, "%s.tmp.%ld", path, (long)getpid());
+    const mode_t old = umask(022);
+    int fd = cg_st_create_temp(path, tmp, sizeof tmp);
+    ck_assert_msg(fd >= 0, "%s", cg_last_error());
+    ck_assert_str_eq(tmp, first);
+    ck_assert_int_eq(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_int_eq(st.st_mode & 07777, 0644);
+    ck_assert_int_eq(write(fd, "first", 5), 5);
+    close(fd);
+    fd = cg_st_create_temp(path, next, sizeof next);
+    umask(old);
+    ck_assert_msg(fd >= 0, "%s", cg_last_error());
+    close(fd);
+    const size_t n = strlen(first);
+    ck_assert_msg(strncmp(next, first, n) == 0 && next[n] == '.' && next[n + 1] >= '0' &&
+                      next[n + 1] <= '9',
+                  "second name %s", next);
+    ck_assert_int_eq(stat(first, &st), 0);
+    ck_assert_int_eq(st.st_size, 5); /* the first, as it was */
+    ck_assert_int_eq(unlink(first), 0);
+    ck_assert_int_eq(unlink(next), 0);
+    /* cap: the name and its NUL fit exactly; a byte less is refused */
+    fd = cg_st_create_temp(path, tmp, n + 1);
+    ck_assert_msg(fd >= 0, "%s", cg_last_error());
+    close(fd);
+    ck_assert_int_eq(unlink(first), 0);
+    cg_clear_error();
+    ck_assert_int_eq(cg_st_create_temp(path, tmp, n), -1);
+    assert_error_has("path too long for a temporary file");
+    ck_assert_int_eq(count_tmp_files(g_dir), 0);
+    /* in a directory that is not there */
+    snprintf(path, sizeof path, "%s", in_dir("none/t.safetensors"));
+    char want[1400];
+    snprintf(want, sizeof want, "%s: cannot create temporary file %s.tmp.%ld: %s", path, path,
+             (long)getpid(), strerror(ENOENT));
+    cg_clear_error();
+    errno = 0;
+    ck_assert_int_eq(cg_st_create_temp(path, tmp, sizeof tmp), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    assert_error_has(want);
+}
+END_TEST
+
+/* Dead writers' temporary files (cg_st_remove_stale_temps): those of path
+ * in its directory named by no live process are removed, "<pid>.<n>" ones
+ * too (n of any digits); this process's are kept (another thread's save),
+ * and a live process's, and names a writer does not make; its sole writer
+ * (cg_st_remove_temps_sole_writer) removes this process's too. A relative
+ * path's directory is the working directory. */
+START_TEST(stale_temps_removed)
+{
+    char self[64], self_n[64], parent[64];
+    snprintf(self, sizeof self, "s.st.tmp.%ld", (long)getpid());
+    snprintf(self_n, sizeof self_n, "s.st.tmp.%ld.3", (long)getpid());
+    snprintf(parent, sizeof parent, "s.st.tmp.%ld", (long)getppid()); /* alive */
+    const char *dead[] = {"s.st.tmp.99999999", "s.st.tmp.99999998.10", "s.st.tmp.99999997.0"};
+    const char *kept[] = {self,
+                          self_n,
+                          parent,
+                          "s.st.tmpx99999996",
+                          "s.st.tmp.99999995.",
+                          "s.st.tmp",
+                          "s.st.tmp.",
+                          "t.st.tmp.99999999",
+                          "s.st.tmp.+99999994"};
+    for (int i = 0; i < 3; i++)
+        write_bytes(in_dir(dead[i]), "partial", 7);
+    for (int i = 0; i < 9; i++)
+        write_bytes(in_dir(kept[i]), "kept", 4);
+    cg_st_remove_stale_temps(in_dir("s.st"));
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(access(in_dir(dead[i]), F_OK) != 0, "%s kept", dead[i]);
+    for (int i = 0; i < 9; i++)
+        ck_assert_msg(access(in_dir(kept[i]), F_OK) == 0, "%s removed", kept[i]);
+    /* relative, and as the sole writer */
+    write_bytes(in_dir(dead[0]), "partial", 7);
+    char cwd[1024];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(g_dir), 0);
+    cg_st_remove_temps_sole_writer("s.st");
+    ck_assert_int_eq(chdir(cwd), 0);
+    ck_assert_msg(access(in_dir(dead[0]), F_OK) != 0, "%s kept (relative path)", dead[0]);
+    ck_assert_msg(access(in_dir(self), F_OK) != 0, "%s kept by its sole writer", self);
+    ck_assert_msg(access(in_dir(self_n), F_OK) != 0, "%s kept by its sole writer", self_n);
+    for (int i = 2; i < 9; i++)
+        ck_assert_msg(access(in_dir(kept[i]), F_OK) == 0, "%s removed", kept[i]);
+}
+END_TEST
+
+/* cg_st_dir_of: the directory of a path, "." for a bare name, "/" for a
+ * name in the root. */
+START_TEST(dir_of_paths)
+{
+    const char *cases[][2] = {
+        {"a/b.st", "a"}, {"b.st", "."}, {"/b.st", "/"}, {"/x/yz/b.st", "/x/yz"}, {"./b", "."}};
+    for (int i = 0; i < 5; i++) {
+        char *d = cg_st_dir_of(cases[i][0]);
+        ck_assert_ptr_nonnull(d);
+        ck_assert_msg(strcmp(d, cases[i][1]) == 0, "%s: '%s', want '%s'", cases[i][0], d,
+                      cases[i][1]);
+        free(d);
+    }
+}
+END_TEST
+
+/* cg_st_file_kind names every kind of file (the messages of a target not
+ * replaced, of an --out that is no file). */
+START_TEST(file_kinds)
+{
+    const struct {
+        unsigned mode;
+        const char *kind;
+    } k[] = {{S_IFREG | 0644, "a regular file"},  {S_IFDIR | 0755, "a directory"},
+             {S_IFLNK | 0777, "a symbolic link"}, {S_IFCHR | 0666, "a character device"},
+             {S_IFBLK | 0660, "a block device"},  {S_IFIFO | 0600, "a FIFO"},
+             {S_IFSOCK | 0755, "a socket"},       {0, "a file of another kind"}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        ck_assert_str_eq(cg_st_file_kind(k[i].mode), k[i].kind);
+}
+END_TEST
+
 static Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -1864,6 +2133,14 @@ static Suite *safetensors_suite(void)
     tc = tcase_create("atomic");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, atomic_save_syncs);
+    tcase_add_test(tc, atomic_dir_sync_fails);
+    tcase_add_test(tc, atomic_save_closes_fds);
+    tcase_add_test(tc, atomic_new_file_mode);
+    tcase_add_test(tc, atomic_temp_name_too_long);
+    tcase_add_test(tc, temp_file_names);
+    tcase_add_test(tc, stale_temps_removed);
+    tcase_add_test(tc, dir_of_paths);
+    tcase_add_test(tc, file_kinds);
     tcase_add_test(tc, atomic_overwrite_ok);
     tcase_add_test(tc, atomic_temp_blocked);
     tcase_add_test(tc, atomic_temp_link_not_followed);
