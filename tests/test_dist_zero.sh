@@ -21,6 +21,8 @@
 #      ranks equals the uninterrupted one bit for bit
 #   7. each rank draws its own dropout masks (a text of one character: the
 #      ranks' windows are the same, their gradients differ by dropout alone)
+#   9. each rank's closing line counts the communication of its steps
+#      alone (at most their time)
 # Parts 1-3 train in fp32: in bf16, the rank count's other order of summing
 # a gradient moves a weight by an ulp, which moves some of its activations'
 # bf16 roundings by one of theirs (2^-8): 4 ranks were 1.3e-4 from one
@@ -175,5 +177,21 @@ close ez.st er.st "--ema-decay, 2 ranks --zero 1 vs 1 process (averages included
 [ "$(grep '(EMA)' ez.log)" = "$(grep '(EMA)' er.log)" ] && grep -q 'step 10: .*(EMA)' ez.log ||
   fail "--ema-decay --zero 1: the evaluations of the average: $(grep '(EMA)' ez.log)"
 resumes eh er.st "--ema-decay: " "${ema[@]}"
+
+# 9. each rank's closing line "X s of Y s of training in communication"
+# counts the steps' communication alone, so X <= Y: not the set-up's
+# broadcasts, an evaluation's or a save's gathers (CI on 2026-12-06 read
+# "1.0 s of 0.7 s ... (144%)" from rank 0 of a --zero 1 run of two steps).
+# Every step here evaluates, swaps the average in and saves, gathering it.
+"$mpirun" --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x CG_DIST_TIMEOUT=120 \
+  -x CG_DIST_VERBOSE=1 "$charlm" train "${ema[@]}" --eval-every 1 --steps 6 --zero 1 \
+  --out ec.st >/dev/null 2>ec.log || fail "--eval-every 1 --zero 1: $(tail -3 ec.log)"
+lines=$(grep -oE '[0-9.]+ s of [0-9.]+ s of training in communication' ec.log)
+if [ "$(wc -l <<<"$lines")" = 2 ] &&
+  awk '{ if ($1 > $4) bad = 1 } END { exit bad }' <<<"$lines"; then
+  echo "ok: each rank's communication within its steps' time: $(tr '\n' ';' <<<"$lines")"
+else
+  fail "the closing lines of 2 ranks: '$lines'"
+fi
 
 finish

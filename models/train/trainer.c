@@ -485,8 +485,8 @@ static int finish(run_ctx *c)
     int nranks = cg_dist_size();
     if (nranks > 1)
         fprintf(stderr, "%s: %d ranks: %.1f s of %.1f s of training in communication (%.0f%%)\n",
-                prog, nranks, cg_dist_comm_seconds(), t->elapsed,
-                t->elapsed > 0 ? 100 * cg_dist_comm_seconds() / t->elapsed : 0.0);
+                prog, nranks, t->comm, t->elapsed,
+                t->elapsed > 0 ? 100 * t->comm / t->elapsed : 0.0);
     /* a signal or a full disk before the first step: nothing trained, nothing saved (with
      * --force, the initial model replaced an earlier run's files; resumed, it is as saved) */
     const bool untrained = (c->signalled || c->log_stop) && c->done_steps == 0;
@@ -733,10 +733,11 @@ static int iteration(run_ctx *c)
         return STOP;
     if ((rc = stop_before(c, step)) != GO_ON)
         return rc;
-    double t0 = cg_now(), tokens = 0;
+    double t0 = cg_now(), comm0 = cg_dist_comm_seconds(), tokens = 0;
     bool skipped;
     if ((rc = train_step(c, &skipped, &tokens)) >= 0)
         return rc;
+    c->t->comm += cg_dist_comm_seconds() - comm0; /* the steps' own, not the set-up's or a save's */
     report_step(c, cg_now() - t0, tokens, skipped);
     return GO_ON;
 }
