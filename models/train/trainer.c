@@ -485,8 +485,7 @@ static int finish(run_ctx *c)
     int nranks = cg_dist_size();
     if (nranks > 1)
         fprintf(stderr, "%s: %d ranks: %.1f s of %.1f s of training in communication (%.0f%%)\n",
-                prog, nranks, t->comm, t->elapsed,
-                t->elapsed > 0 ? 100 * t->comm / t->elapsed : 0.0);
+                prog, nranks, t->comm, t->elapsed, 100 * t->comm / fmax(t->elapsed, 1e-9));
     /* a signal or a full disk before the first step: nothing trained, nothing saved (with
      * --force, the initial model replaced an earlier run's files; resumed, it is as saved) */
     const bool untrained = (c->signalled || c->log_stop) && c->done_steps == 0;
