@@ -55,11 +55,13 @@
 #include "core/parse.h"
 #include "core/tensor.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -107,15 +109,22 @@
 #define BITMAP_WORDS (NCLASS / 64)
 
 typedef struct block {
-    size_t bytes;              /* a class size (or a split piece's), 0 if malloc'd */
-    struct block *next, *prev; /* free list links while cached */
-    size_t left;               /* bytes of the piece before it in its mapping, 0 if none */
-    bool right;                /* a piece follows it in its mapping */
-    bool cached;               /* on a free list */
+    size_t bytes;                /* a class size (or a split piece's), 0 if malloc'd */
+    struct block *next, *prev;   /* free list links while cached */
+    struct block *anext, *aprev; /* g_all's links while listed */
+    size_t left;                 /* bytes of the piece before it in its mapping, 0 if none */
+    bool right;                  /* a piece follows it in its mapping */
+    bool cached;                 /* on a free list */
+    bool listed;                 /* on g_all */
 } block;
+_Static_assert(sizeof(block) <= HEADER, "a block's header holds its links");
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static block *g_free[NCLASS];
+/* Every mapped block, live or cached, pieces included (for cg_fork_without_buffers):
+ * a block leaves it before it is unmapped, moved (mremap) or merged into its
+ * neighbour. */
+static block *g_all;
 static uint64_t g_nonempty[BITMAP_WORDS];
 static cg_alloc_stats g_stats;
 static size_t g_cache_limit = SIZE_MAX; /* SIZE_MAX: twice the peak of live bytes, mapped */
@@ -181,6 +190,29 @@ static block *list_pop(int c)
     return b;
 }
 
+static void all_add(block *b)
+{
+    b->aprev = NULL;
+    b->anext = g_all;
+    if (g_all)
+        g_all->aprev = b;
+    g_all = b;
+    b->listed = true;
+}
+
+static void all_del(block *b)
+{
+    if (!b->listed)
+        return;
+    if (b->aprev)
+        b->aprev->anext = b->anext;
+    else
+        g_all = b->anext;
+    if (b->anext)
+        b->anext->aprev = b->aprev;
+    b->listed = false;
+}
+
 /* The pieces beside b in its mapping (NULL: none). */
 static block *left_of(const block *b) { return b->left ? (block *)((char *)b - b->left) : NULL; }
 static block *right_of(const block *b) { return b->right ? (block *)((char *)b + b->bytes) : NULL; }
@@ -198,6 +230,7 @@ static void split(block *b, size_t keep)
         r->left = rest->bytes;
     b->bytes = keep;
     b->right = true;
+    all_add(rest);
     list_push(rest);
 }
 
@@ -208,11 +241,13 @@ static block *merge(block *b)
     block *r = right_of(b), *l = left_of(b);
     if (r && r->cached) {
         list_unlink(r);
+        all_del(r);
         b->bytes += r->bytes;
         b->right = r->right;
     }
     if (l && l->cached) {
         list_unlink(l);
+        all_del(b);
         l->bytes += b->bytes;
         l->right = b->right;
         b = l;
@@ -360,6 +395,8 @@ static void *alloc_block(size_t bytes, bool *fresh)
     if (c >= 0) {
         pthread_mutex_lock(&g_lock);
         b = cache_take(c);
+        if (b && b->bytes < class_bytes(c))
+            all_del(b); /* to be grown, maybe moved */
         pthread_mutex_unlock(&g_lock);
         b = fit_block(b, class_bytes(c), fresh); /* NULL: out of mappings (vm.max_map_count) */
     }
@@ -371,6 +408,8 @@ static void *alloc_block(size_t bytes, bool *fresh)
         b->bytes = 0;
     } else {
         pthread_mutex_lock(&g_lock);
+        if (!b->listed)
+            all_add(b);
         g_stats.live_bytes += b->bytes;
         if (g_stats.live_bytes > g_stats.peak_live_bytes)
             g_stats.peak_live_bytes = g_stats.live_bytes;
@@ -422,6 +461,7 @@ void cg_free(void *p)
         list_push(b);
     } else {
         detach(b);
+        all_del(b);
     }
     pthread_mutex_unlock(&g_lock);
     if (!keep)
@@ -437,6 +477,7 @@ size_t cg_alloc_trim(void)
         while (g_free[c]) {
             block *b = list_pop(c);
             detach(b);
+            all_del(b);
             b->next = all;
             all = b;
         }
@@ -447,6 +488,29 @@ size_t cg_alloc_trim(void)
         all = next;
     }
     return released;
+}
+
+/* madvise every listed block (under g_lock). A failure (ENOMEM: the
+ * mappings split past vm.max_map_count) leaves that block as it was. */
+static void advise_all(int advice)
+{
+    for (block *b = g_all; b; b = b->anext)
+        (void)madvise(b, b->bytes, advice);
+}
+
+pid_t cg_fork_without_buffers(void)
+{
+    if (g_malloc_only)
+        return fork();
+    pthread_mutex_lock(&g_lock);
+    advise_all(MADV_DONTFORK);
+    pid_t pid = fork();
+    int e = errno;
+    if (pid != 0)
+        advise_all(MADV_DOFORK);
+    pthread_mutex_unlock(&g_lock); /* in the child too: its one thread is the locker's copy */
+    errno = e;
+    return pid;
 }
 
 cg_alloc_stats cg_alloc_get_stats(void)

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/tensor.h"
@@ -629,6 +631,105 @@ START_TEST(test_training_flat)
 }
 END_TEST
 
+/* Whether the page of p is mapped in this process (mincore: ENOMEM if not). */
+static bool mapped(const void *p)
+{
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    unsigned char v;
+    return mincore((void *)((uintptr_t)p & ~(pg - 1)), 1, &v) == 0;
+}
+
+/* The minor page faults of writing n bytes at p. */
+static long faults_writing(char *p, size_t n, char v)
+{
+    struct rusage a, b;
+    getrusage(RUSAGE_SELF, &a);
+    memset(p, v, n);
+    getrusage(RUSAGE_SELF, &b);
+    return b.ru_minflt - a.ru_minflt;
+}
+
+/* The exit status of a child, or -1. */
+static int child_status(pid_t pid)
+{
+    int st = 0;
+    ck_assert_int_gt(pid, 0);
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* cg_fork_without_buffers (core/tensor.h): the child has none of cg_alloc's
+ * blocks, live or cached, whole, split or grown (mremap), and has the rest
+ * (malloc's small blocks, other mappings); the parent's blocks stay as they
+ * were and writable: writing 16 MiB after such a fork faults no page, where
+ * after a plain fork() it faults every one (copy-on-write). Then a plain
+ * fork()'s child has the blocks again. */
+START_TEST(test_fork_without_buffers)
+{
+    if (!caching()) { /* a plain fork: the child has everything */
+        char *a = cg_alloc(1 << 20);
+        a[0] = 3;
+        pid_t pid = cg_fork_without_buffers();
+        if (pid == 0)
+            _exit(a[0] == 3 ? 0 : 1);
+        ck_assert_int_eq(child_status(pid), 0);
+        cg_free(a);
+        return;
+    }
+    cg_alloc_trim();
+    /* over the budget (test_pieces_stay_put's blocks): a's front d, the
+     * rest's front e, the rest r cached; then b cached and grown (mremap)
+     * into g */
+    const size_t A = pow2_at_least(cg_alloc_get_stats().peak_live_bytes / 2 + (16 << 20));
+    const size_t d_block = A / 64 * 18, e_block = A / 64 * 15;
+    char *a = cg_alloc(A - 128), *b = cg_alloc(A - 128);
+    cg_free(a);
+    char *d = cg_alloc(d_block - 128), *e = cg_alloc(e_block - 128);
+    ck_assert(d == a && e == d + d_block);
+    char *r = e + e_block;
+    cg_free(b);
+    char *g = cg_alloc(A + A / 2 - 128);
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, A / 64 * 31); /* r alone: b grown */
+    char *small = malloc(64),
+         *other = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(small && other != MAP_FAILED);
+    const size_t W = 16 << 20; /* the bytes written (A is larger, untouched) */
+    memset(d, 1, W);
+    g[A + A / 2 - 129] = 2;
+    /* each block's first and last bytes (a block's header is the 64 bytes
+     * before the pointer) */
+    const char *const left_out[] = {d, d + d_block - 65,  e, r, r + A / 64 * 31 - 65,
+                                    g, g + A + A / 2 - 65};
+    pid_t pid = cg_fork_without_buffers();
+    if (pid == 0) {
+        int bad = 0;
+        for (int i = 0; i < 7; i++)
+            bad |= mapped(left_out[i]) ? 1 << i : 0;
+        bad |= !mapped(small) || !mapped(other) ? 1 << 7 : 0;
+        _exit(bad);
+    }
+    ck_assert_int_eq(child_status(pid), 0);
+    ck_assert(d[0] == 1 && d[W - 1] == 1 && g[A + A / 2 - 129] == 2);
+    long after_ours = faults_writing(d, W, 4);
+    pid = fork();
+    if (pid == 0)
+        _exit(d[W / 2] == 4 && g[A + A / 2 - 129] == 2 ? 0 : 1); /* a plain fork's child */
+    ck_assert_int_eq(child_status(pid), 0);
+    long after_plain = faults_writing(d, W, 5);
+    ck_assert_msg(after_ours < 64 &&
+                      after_plain > after_ours, /* 4096 4 KiB pages, or 8 huge ones */
+                  "writing 16 MiB faulted %ld pages after cg_fork_without_buffers, %ld after fork",
+                  after_ours, after_plain);
+    munmap(other, 4096);
+    free(small);
+    cg_free(d);
+    cg_free(e);
+    cg_free(g);
+    cg_alloc_trim();
+    ck_assert_uint_eq(cg_alloc_get_stats().cached_bytes, 0);
+}
+END_TEST
+
 static Suite *alloc_suite(void)
 {
     Suite *s = suite_create("alloc");
@@ -648,6 +749,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_training_flat);
     tcase_add_test(tc, test_pieces_stay_put);
     tcase_add_test(tc, test_reach_edges);
+    tcase_add_test(tc, test_fork_without_buffers);
     suite_add_tcase(s, tc);
     TCase *capped = tcase_create("capped"); /* alone under CG_ALLOC_CACHE_MB=1 */
     tcase_add_test(capped, test_cache_cap);

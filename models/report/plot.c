@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "core/utf8.h"
 #include "models/util/files.h"
 #include "models/report/plot_impl.h"
@@ -346,6 +347,51 @@ static int child_plexit(PLCHAR_VECTOR msg)
     _exit(1);
 }
 
+const void *cg_plot_copy(plot_copies *k, const void *src, size_t bytes)
+{
+    if (!src || bytes == 0 || k->failed)
+        return NULL;
+    if (k->n == k->cap) {
+        int cap = k->cap ? 2 * k->cap : 16;
+        void **p = realloc(k->p, (size_t)cap * sizeof *p);
+        if (!p) {
+            k->failed = true;
+            return NULL;
+        }
+        k->p = p;
+        k->cap = cap;
+    }
+    void *d = malloc(bytes);
+    if (!d) {
+        k->failed = true;
+        return NULL;
+    }
+    memcpy(d, src, bytes);
+    k->p[k->n++] = d;
+    return d;
+}
+
+const char *cg_plot_copy_str(plot_copies *k, const char *s)
+{
+    return s ? cg_plot_copy(k, s, strlen(s) + 1) : NULL;
+}
+
+const char *const *cg_plot_copy_strs(plot_copies *k, const char *const *s, int n)
+{
+    const char **d = s && n > 0 ? (const char **)cg_plot_copy(k, s, (size_t)n * sizeof *s) : NULL;
+    for (int i = 0; d && i < n; i++)
+        d[i] = cg_plot_copy_str(k, s[i]);
+    return d;
+}
+
+void cg_plot_copies_free(plot_copies *k)
+{
+    for (int i = 0; i < k->n; i++)
+        free(k->p[i]);
+    free(k->p);
+    *k = (plot_copies){0};
+}
+
 /* Run draw(arg) in a child process, which writes the picture `path` and
  * exits; the caller holds cg_plot_lock. The child's stdout goes to
  * /dev/null and its stderr (where GLib and fontconfig complain) into a
@@ -363,7 +409,7 @@ bool cg_plot_draw_apart(const char *who, const char *path, bool (*draw)(void *),
      * a second time into the caller's files (a list of pictures came out
      * 1, 1 2, 1 2 3) */
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = cg_fork_without_buffers(); /* its parent's pages stay writable */
     if (pid == 0) {               /* the child: one thread, a copy of the caller's memory */
         signal(SIGINT, SIG_IGN);  /* Ctrl-C reaches the whole group: the caller */
         signal(SIGTERM, SIG_IGN); /* decides, and waits for the picture */

@@ -293,8 +293,31 @@ static bool heat_plot(const char *path, const char *title, int grid_rows, int gr
     }
     if (!heat_layout(&h, who, title, grid_rows, grid_cols))
         return false;
-    heat_job job = {path, &h, grid_rows, grid_cols, panels};
-    return cg_plot_draw_apart(who, path, heat_draw, &job);
+    /* the child's copy of the input (cg_plot_draw_apart) */
+    const int np = grid_rows * grid_cols;
+    plot_copies k = {0};
+    cg_heatmap_panel *cp =
+        (cg_heatmap_panel *)cg_plot_copy(&k, panels, (size_t)np * sizeof *panels);
+    for (int i = 0; cp && i < np; i++) {
+        const cg_heatmap_panel *P = &panels[i];
+        if (P->rows == 0 && P->cols == 0)
+            continue;
+        cp[i].title = cg_plot_copy_str(&k, P->title);
+        cp[i].values =
+            cg_plot_copy(&k, P->values, (size_t)P->rows * (size_t)P->cols * sizeof(float));
+        cp[i].row_labels = cg_plot_copy_strs(&k, P->row_labels, P->rows);
+        cp[i].col_labels = cg_plot_copy_strs(&k, P->col_labels, P->cols);
+        cp[i].row_chars = cg_plot_copy(&k, P->row_chars, (size_t)P->rows * sizeof(uint32_t));
+        cp[i].col_chars = cg_plot_copy(&k, P->col_chars, (size_t)P->cols * sizeof(uint32_t));
+    }
+    const char *cpath = cg_plot_copy_str(&k, path);
+    bool ok = !k.failed && cp && cpath;
+    if (!ok)
+        cg_set_error("%s: out of memory", who);
+    heat_job job = {cpath, &h, grid_rows, grid_cols, cp};
+    ok = ok && cg_plot_draw_apart(who, path, heat_draw, &job);
+    cg_plot_copies_free(&k);
+    return ok;
 }
 
 /* The heatmaps drawn and written (in the drawing process). */

@@ -45,8 +45,24 @@ int cg_plot_text(const char *in, int max_cp, char *out);
 bool cg_plot_begin(pl_out *o, const char *who, const char *path, int W, int H, int n_colors,
                    bool crisp);
 bool cg_plot_end(pl_out *o, const char *who);
-/* Run draw(arg) in a child process that writes `path`; the caller holds cg_plot_lock. */
+/* Run draw(arg) in a child process that writes `path`; the caller holds
+ * cg_plot_lock. The child has none of the tensor buffers
+ * (cg_fork_without_buffers): what it reads of the caller's input is a copy
+ * made first (plot_copies), since the caller's numbers may be a tensor's. */
 bool cg_plot_draw_apart(const char *who, const char *path, bool (*draw)(void *), void *arg);
+/* malloc'd copies of a picture's input for its drawing process, freed
+ * together. A failed copy returns NULL and marks the set failed (out of
+ * memory); NULL or 0 bytes copies to NULL. */
+typedef struct {
+    void **p;
+    int n, cap;
+    bool failed;
+} plot_copies;
+const void *cg_plot_copy(plot_copies *k, const void *src, size_t bytes);
+const char *cg_plot_copy_str(plot_copies *k, const char *s);
+/* An array of n strings, each copied (NULL entries stay NULL). */
+const char *const *cg_plot_copy_strs(plot_copies *k, const char *const *s, int n);
+void cg_plot_copies_free(plot_copies *k);
 void cg_plot_set_color(PLINT slot, uint32_t rgb);
 void cg_plot_use_color(uint32_t rgb);
 /* Character height in pixels. */

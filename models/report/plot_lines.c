@@ -419,8 +419,26 @@ static bool lines_plot(const char *path, const cg_plot_opts *opts, int n_series,
         !chart_ranges(&c, who, &o, n_series, series) ||
         !chart_layout(&c, who, &o, n_series, series))
         return false;
-    lines_job job = {path, &o, n_series, series, &c};
-    return cg_plot_draw_apart(who, path, lines_draw, &job);
+    /* the child's copy of the input (cg_plot_draw_apart) */
+    plot_copies k = {0};
+    cg_plot_series *cs =
+        (cg_plot_series *)cg_plot_copy(&k, series, (size_t)n_series * sizeof *series);
+    for (int i = 0; cs && i < n_series; i++) {
+        cs[i].name = cg_plot_copy_str(&k, series[i].name);
+        cs[i].x = cg_plot_copy(&k, series[i].x, (size_t)series[i].n * sizeof(float));
+        cs[i].y = cg_plot_copy(&k, series[i].y, (size_t)series[i].n * sizeof(float));
+    }
+    o.title = cg_plot_copy_str(&k, o.title);
+    o.xlabel = cg_plot_copy_str(&k, o.xlabel);
+    o.ylabel = cg_plot_copy_str(&k, o.ylabel);
+    const char *cpath = cg_plot_copy_str(&k, path);
+    bool ok = !k.failed && (cs || n_series == 0) && cpath;
+    if (!ok)
+        cg_set_error("%s: out of memory", who);
+    lines_job job = {cpath, &o, n_series, cs, &c};
+    ok = ok && cg_plot_draw_apart(who, path, lines_draw, &job);
+    cg_plot_copies_free(&k);
+    return ok;
 }
 
 /* The chart drawn and written (in the drawing process). */
