@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "models/report/metrics.h"
 #include "models/report/plot.h"
 #include "models/text/vocab.h"
@@ -702,6 +703,46 @@ START_TEST(test_plot_apart)
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
     ck_assert_int_eq(dir_entries(), 0);
+}
+END_TEST
+
+/* A picture of numbers held in tensor buffers (cg_alloc's blocks, which the
+ * drawing process does not get: core/tensor.h cg_fork_without_buffers) and
+ * labels and names there too: drawn from the plot's own copy, as from
+ * malloc'd memory. */
+START_TEST(test_plot_from_tensor_memory)
+{
+    enum { N = 20000, R = 96, C = 96 };
+    float *y = cg_alloc(N * sizeof *y), *v = cg_alloc(R * C * sizeof *v);
+    char *names = cg_alloc(64 << 10), **labels = cg_alloc((64 << 10) + R * sizeof *labels);
+    ck_assert(y && v && names && labels);
+    for (int i = 0; i < N; i++)
+        y[i] = 4.0f / (1.0f + 0.001f * (float)i);
+    for (int i = 0; i < R * C; i++)
+        v[i] = (float)(i % C) / C;
+    snprintf(names, 64 << 10, "train");
+    char *text = (char *)(labels + R);
+    for (int r = 0; r < R; r++) {
+        labels[r] = text + 4 * r;
+        snprintf(labels[r], 4, "%c", 'a' + r % 26);
+    }
+    cg_plot_series s = {names, NULL, y, N, 0, 0, 0};
+    cg_heatmap_panel p = {
+        names, R, C, v, (const char *const *)labels, (const char *const *)labels, NULL, NULL};
+    char path[PATH_MAX + 64], heat[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/tensor.png", plot_dir);
+    snprintf(heat, sizeof heat, "%s/tensor_heat.png", plot_dir);
+    ck_assert_msg(cg_plot_loss_curve(path, names, 1, &s), "%s", cg_last_error());
+    ck_assert_msg(cg_plot_heatmaps(heat, names, 1, 1, &p, 0, 1), "%s", cg_last_error());
+    image_t im = read_png(path), ih = read_png(heat);
+    ck_assert_int_eq(im.w, 900);
+    ck_assert_int_gt(ih.w, 0);
+    free(im.rgb);
+    free(ih.rgb);
+    cg_free(labels);
+    cg_free(names);
+    cg_free(v);
+    cg_free(y);
 }
 END_TEST
 
@@ -1592,6 +1633,7 @@ static Suite *plot_suite(void)
     tcase_add_test(tc, test_plot_apart);
     tcase_add_test(tc, test_loss_curve_png);
     tcase_add_test(tc, test_plot_file_mode);
+    tcase_add_test(tc, test_plot_from_tensor_memory);
     tcase_add_test(tc, test_heatmap_png);
     tcase_add_test(tc, test_heatmap_one_cell);
     tcase_add_test(tc, test_svg);
