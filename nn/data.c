@@ -310,9 +310,10 @@ cg_loader *cg_loader_new_seqs(int64_t N, cg_tensor *const *seqs, cg_tensor *y, d
 /* Start an epoch: a new order of the rows. */
 static bool new_epoch(cg_loader *ld)
 {
+    const unsigned long serial = cg_error_serial();
     ld->perm = ld->rng ? cg_randperm(ld->rng, ld->N) : malloc((size_t)ld->N * sizeof(int64_t));
     if (!ld->perm) {
-        if (!cg_has_error())
+        if (cg_error_serial() == serial)
             cg_set_error("cg_loader_next: out of memory");
         return false;
     }

@@ -72,12 +72,13 @@ static cg_tensor *copy_run(cg_tensor *p, int64_t lo, int64_t hi)
  * checks them). */
 static bool add_slot(cg_ema *e, const char *name, cg_tensor *p, int64_t lo, int64_t hi)
 {
+    const unsigned long serial = cg_error_serial();
     ema_slot *s = &e->s[e->n];
     s->name = strdup(name);
     s->avg = s->name && !e->bare ? copy_run(p, lo, hi) : NULL;
     if (!s->name || (!e->bare && !s->avg)) {
         free(s->name);
-        if (!cg_has_error())
+        if (cg_error_serial() == serial)
             cg_set_error("ema_new: out of memory");
         return false;
     }

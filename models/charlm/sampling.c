@@ -131,13 +131,14 @@ int64_t *cg_charlm_generate_ex(cg_charlm *m, const int64_t *prompt, int64_t n_pr
                      (long long)n_new);
         return NULL;
     }
+    const unsigned long serial = cg_error_serial();
     int64_t V = m->cfg.vocab, L = m->cfg.max_len, total = n_prompt + n_new;
     bool was_training = m->base.training; /* the forwards switch to eval mode: restored */
     int64_t *ids = malloc((size_t)total * sizeof *ids);
     float *logits = malloc((size_t)V * sizeof *logits);
     cg_kv_cache *c = use_cache ? cg_charlm_kv_cache_new(m) : NULL;
     if (!ids || !logits || (use_cache && !c)) {
-        if (!cg_has_error())
+        if (cg_error_serial() == serial)
             cg_set_error("generate: out of memory");
         goto fail;
     }

@@ -182,6 +182,7 @@ static cg_tokenizer *train_on_lines(char *text, int64_t vocab_size)
 static cg_corpus *corpus_bpe(const char *path, cg_tokenizer **tok, int64_t vocab_size,
                              cg_data_id *id)
 {
+    const unsigned long serial = cg_error_serial();
     size_t len;
     int64_t n;
     uint32_t *cps = read_codepoints(path, 0, id, &n, &len);
@@ -228,7 +229,7 @@ static cg_corpus *corpus_bpe(const char *path, cg_tokenizer **tok, int64_t vocab
         *c = (cg_corpus){
             .n = nt + nv, .ids = ids, .n_train = nt, .chars = n, .chars_train = n_train};
     } else {
-        if (b && !cg_has_error())
+        if (b && cg_error_serial() == serial)
             cg_set_error("out of memory");
         free(c);
         c = NULL;

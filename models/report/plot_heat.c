@@ -400,6 +400,7 @@ bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mh
         cg_set_error("cg_plot_attention_of: %d x %d weights (need positive sizes)", rows, cols);
         return false;
     }
+    const unsigned long serial = cg_error_serial();
     int64_t H = mods[0]->H, each = H * rows * cols;
     float *w = malloc((size_t)(layers * each) * sizeof *w), *all = NULL;
     if (!w) {
@@ -422,7 +423,7 @@ bool cg_plot_attention_of(const char *path, const char *title, int layers, cg_mh
             for (int64_t r = 0; r < rows; r++)
                 memcpy(w + l * each + (h * rows + r) * cols,
                        all + (h * R + R - rows + r) * C + C - cols, (size_t)cols * sizeof *w);
-        if (!ok && !cg_has_error())
+        if (!ok && cg_error_serial() == serial)
             cg_set_error("attention weights of layer %d were not recorded", l);
     }
     ok =

@@ -94,6 +94,7 @@ typedef struct {
 static bool greedy_alloc(greedy_state *g, cg_seq2seq *m, int64_t B, int64_t max_steps, int64_t *out,
                          int64_t *lens, bool use_cache)
 {
+    const unsigned long serial = cg_error_serial();
     const int64_t W = max_steps + 1;
     *g = (greedy_state){
         .W = W, .max_steps = max_steps, .n_alive = B, .T = 1, .out = out, .lens = lens};
@@ -105,7 +106,7 @@ static bool greedy_alloc(greedy_state *g, cg_seq2seq *m, int64_t B, int64_t max_
     g->cap = malloc((size_t)B * sizeof *g->cap);
     g->cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
     if (!g->ys || !g->tmp || !g->alive || !g->keep || !g->cap || (use_cache && !g->cache)) {
-        if (!cg_has_error())
+        if (cg_error_serial() == serial)
             cg_set_error("greedy decode: out of memory");
         return false;
     }
@@ -373,6 +374,7 @@ typedef struct {
 
 static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps, bool use_cache)
 {
+    const unsigned long serial = cg_error_serial();
     const int64_t V = m->cfg.vocab, W = max_steps + 1;
     const int K = beam < V ? beam : (int)V;
     *b = (beam_state){.V = V, .W = W, .beam = beam, .K = K, .n_live = 1, .T = 1};
@@ -388,7 +390,7 @@ static bool beam_alloc(beam_state *b, cg_seq2seq *m, int beam, int64_t max_steps
     b->cache = use_cache ? cg_seq2seq_kv_cache_new(m) : NULL;
     if (!b->live || !b->next || !b->lscore || !b->nscore || !b->cands || !b->rows || !b->flat ||
         !b->done || !b->parents || (use_cache && !b->cache)) {
-        if (!cg_has_error())
+        if (cg_error_serial() == serial)
             cg_set_error("beam search: out of memory");
         return false;
     }

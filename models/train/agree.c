@@ -84,6 +84,7 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
 {
     if (cg_dist_size() <= 1)
         return true;
+    const unsigned long serial = cg_error_serial();
     char *sj = cg_train_state_json(t, m), *cj = sj ? m->config_json(m->self) : NULL;
     cJSON *s = cj ? cg_json_parse(sj) : NULL, *cfg = s ? cg_json_parse(cj) : NULL;
     cJSON *flat = cfg ? cJSON_CreateObject() : NULL, *run = flat ? cJSON_CreateObject() : NULL;
@@ -145,7 +146,7 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
     cJSON_Delete(cfg);
     cJSON_Delete(flat);
     cJSON_Delete(run);
-    if (!ok && !cg_has_error())
+    if (!ok && cg_error_serial() == serial)
         cg_set_error("out of memory");
     return ok;
 }

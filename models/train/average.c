@@ -207,6 +207,7 @@ static bool means_fit(const avg_run *r, const avg_param *p, const cg_tensor *t, 
  * each parameter's mean in the first file's dtype, in its order. */
 static cg_st_writer *write_mean(const avg_run *r, int n)
 {
+    const unsigned long serial = cg_error_serial();
     const cg_st_file *a = r->first;
     cg_st_writer *w = cg_st_writer_new_deferred(); /* the means, kept until the save */
     bool ok = w != NULL;
@@ -239,7 +240,7 @@ static cg_st_writer *write_mean(const avg_run *r, int n)
         ok = ok && (dt == CG_F32 || means_fit(r, p, t, dt)) && cg_st_add_as(w, name, t, dt);
         cg_release(t);
     }
-    return cg_ckpt_writer_filled(w, ok);
+    return cg_ckpt_writer_filled(w, ok, serial);
 }
 
 bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, const char *out,
@@ -251,6 +252,7 @@ bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, co
     }
     if (!cg_out_check_made(out, force, inputs, n, "averages"))
         return false;
+    const unsigned long serial = cg_error_serial();
     avg_run r = {.m = m, .first_path = inputs[0], .files = cJSON_CreateArray(), .w = weights};
     bool ok = r.files && (r.first = open_input(&r, inputs[0])) && take_first(&r);
     for (int i = 1; ok && i < n; i++) {
@@ -271,7 +273,7 @@ bool cg_ckpt_average(const cg_avg_model *m, const char *const *inputs, int n, co
     free(r.p);
     cJSON_Delete(r.files);
     cg_st_close(r.first);
-    if (!ok && !cg_has_error())
+    if (!ok && cg_error_serial() == serial)
         cg_set_error("out of memory");
     return ok;
 }
@@ -320,10 +322,11 @@ int cg_average_command(int argc, char **argv, const cg_avg_model *m)
     if (!cg_ckpt_average(m, (const char *const *)argv, np, out, force, w, &params))
         return cg_prog_fail_lib(NULL);
     cg_clear_error(); /* the line's own failure, if any, below */
+    const unsigned long serial = cg_error_serial();
     cJSON *j = cJSON_CreateObject();
     bool ok = j && cg_json_put_str(j, "checkpoint", out) && cg_json_put_int(j, "averaged", np) &&
               cg_json_put_int(j, "params", params) && cg_json_print_line(stdout, j);
-    if (!ok && !cg_has_error())
+    if (!ok && cg_error_serial() == serial)
         cg_set_error("out of memory");
     cJSON_Delete(j);
     fprintf(stderr, "%s: the mean of %d checkpoints written to '%s'\n", prog, np, out);

@@ -25,23 +25,28 @@ cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg
      * conversion at most to the program's memory (it copied them all until
      * 2026-12-05, into blocks the allocator's cache was trimmed for: issue
      * 35) */
+    if (!config_json) { /* a failed cg_X_config_to_json's: its message, the root cause, stays */
+        cg_error_null_arg("cg_ckpt_writer", "config_json");
+        return NULL;
+    }
+    const unsigned long serial = cg_error_serial();
     cg_st_writer *w = cg_st_writer_new_deferred();
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
-    bool ok = w && config_json && cg_st_set_metadata(w, "model", kind) &&
+    bool ok = w && cg_st_set_metadata(w, "model", kind) &&
               cg_st_set_metadata(w, "config", config_json) &&
               (!tok || cg_tokenizer_write(tok, w)) && cg_st_set_metadata(w, "step", stepbuf) &&
               (!train_json || cg_st_set_metadata(w, "train", train_json)) &&
               (!module || cg_module_write(module, w, NULL)) &&
               (!optim || cg_optim_save(optim, w, "optim"));
-    return cg_ckpt_writer_filled(w, ok);
+    return cg_ckpt_writer_filled(w, ok, serial);
 }
 
-cg_st_writer *cg_ckpt_writer_filled(cg_st_writer *w, bool ok)
+cg_st_writer *cg_ckpt_writer_filled(cg_st_writer *w, bool ok, unsigned long serial)
 {
     if (ok)
         return w;
-    if (!cg_has_error())
+    if (cg_error_serial() == serial)
         cg_set_error("out of memory");
     cg_st_writer_free(w);
     return NULL;
@@ -49,8 +54,11 @@ cg_st_writer *cg_ckpt_writer_filled(cg_st_writer *w, bool ok)
 
 bool cg_ckpt_writer_save(cg_st_writer *w, const char *path)
 {
-    bool ok = w && cg_ensure_parent_dir(path) && cg_st_writer_save(w, path);
-    if (!ok && !cg_has_error())
+    if (!w) /* the writer's making failed: its message, the root cause, stays */
+        return cg_error_null_arg("cg_ckpt_writer_save", "w");
+    const unsigned long serial = cg_error_serial();
+    bool ok = cg_ensure_parent_dir(path) && cg_st_writer_save(w, path);
+    if (!ok && cg_error_serial() == serial)
         cg_set_error("cannot save checkpoint '%s'", path);
     cg_st_writer_free(w);
     return ok;

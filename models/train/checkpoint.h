@@ -48,10 +48,14 @@ bool cg_ckpt_save(const char *path, const char *kind, const char *config_json,
  * and the optimizer state (unless optim is NULL), or NULL + error (a
  * deferred writer, nn/safetensors.h: the tensors are read at the save, not
  * copied, and must not change before it); then the atomic save to path
- * (its directory made if missing), which frees w (NULL: false). */
+ * (its directory made if missing), which frees w (NULL: false). A NULL
+ * config_json or w, what a failed call returned, keeps that call's message
+ * (core/error.h cg_error_null_arg). */
 /* A checkpoint writer once filled: w when ok, else w freed and NULL, with
- * the error (out of memory when none was set). */
-cg_st_writer *cg_ckpt_writer_filled(cg_st_writer *w, bool ok);
+ * the error: "out of memory" when none was recorded since serial, the
+ * cg_error_serial() that the caller took before it began making w (a
+ * cJSON or malloc failure records nothing; core/error.h). */
+cg_st_writer *cg_ckpt_writer_filled(cg_st_writer *w, bool ok, unsigned long serial);
 cg_st_writer *cg_ckpt_writer(const char *kind, const char *config_json, const cg_tokenizer *tok,
                              const cg_module *module, const cg_optim *optim, int64_t step,
                              const char *train_json);

@@ -190,11 +190,12 @@ bool cg_ft_adapt(const cg_ft_ckpt *c, const char *path, const char *base, cg_ckp
                      bp, path, why, c->origin.id.path);
         return false;
     }
+    const unsigned long serial = cg_error_serial();
     bool ok = cg_ft_origin_check(&c->origin, path, bp, b.file) &&
               cg_ft_read_adapters(b.module, c->file, path, b.dropout_rng) &&
               (w == CG_CKPT_TRAINED || cg_ckpt_use_average(b.module, c->file, path, averaged)) &&
               (*base_path = strdup(bp)) != NULL;
-    if (!ok && !cg_has_error())
+    if (!ok && cg_error_serial() == serial)
         cg_set_error("out of memory");
     return ok;
 }

@@ -19,6 +19,7 @@
 /* "merged": {"adapter": the identity of af, read from path}. */
 static bool record_adapter(cg_st_writer *w, const char *path, const cg_st_file *af)
 {
+    const unsigned long serial = cg_error_serial();
     cg_ft_origin o;
     char *js = cg_ft_origin_of(path, af, &o) ? cg_ft_origin_json(&o) : NULL;
     cJSON *id = js ? cJSON_Parse(js) : NULL, *rec = id ? cJSON_CreateObject() : NULL;
@@ -26,7 +27,7 @@ static bool record_adapter(cg_st_writer *w, const char *path, const cg_st_file *
     if (!ok)
         cJSON_Delete(id); /* not taken by rec (or no rec) */
     ok = ok && cg_st_set_metadata_json(w, "merged", rec);
-    if (!ok && !cg_has_error())
+    if (!ok && cg_error_serial() == serial)
         cg_set_error("out of memory");
     cJSON_Delete(rec);
     free(js);
@@ -40,6 +41,7 @@ static cg_st_writer *merged_writer(const cg_st_file *af, const char *path, const
 {
     static const char *const from_adapter[] = {"model", "config", "step", "train", "init_from"};
     static const char *const from_base[] = {"vocab", "tokenizer"};
+    const unsigned long serial = cg_error_serial();
     cg_st_writer *w = cg_st_writer_new_deferred(); /* saved at once: read then */
     bool ok = w != NULL;
     for (size_t i = 0; ok && i < sizeof from_adapter / sizeof *from_adapter; i++) {
@@ -56,7 +58,7 @@ static cg_st_writer *merged_writer(const cg_st_file *af, const char *path, const
         ok = raw && cg_st_add_u8(w, CG_TOKENIZER_TENSOR, (int64_t)nb, raw);
     }
     ok = ok && record_adapter(w, path, af) && cg_module_write(m, w, NULL);
-    return cg_ckpt_writer_filled(w, ok);
+    return cg_ckpt_writer_filled(w, ok, serial);
 }
 
 bool cg_ckpt_merge(const cg_avg_model *m, const char *adapter, const char *base, const char *out,
@@ -150,11 +152,12 @@ int cg_merge_command(int argc, char **argv, const cg_avg_model *m)
     if (!cg_ckpt_merge(m, argv[0], base, out, force, w, &params, &n))
         return cg_prog_fail_lib(NULL);
     cg_clear_error(); /* the line's own failure, if any, below */
+    const unsigned long serial = cg_error_serial();
     cJSON *j = cJSON_CreateObject();
     bool ok = j && cg_json_put_str(j, "checkpoint", out) && cg_json_put_str(j, "merged", argv[0]) &&
               cg_json_put_int(j, "adapters", n) && cg_json_put_int(j, "params", params) &&
               cg_json_print_line(stdout, j);
-    if (!ok && !cg_has_error())
+    if (!ok && cg_error_serial() == serial)
         cg_set_error("out of memory");
     cJSON_Delete(j);
     fprintf(stderr, "%s: %d adapters of '%s' merged into its base, written to '%s'\n", prog, n,

@@ -108,6 +108,7 @@ cJSON *cg_train_state_parse(const char *json)
 
 char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
 {
+    const unsigned long serial = cg_error_serial();
     const cg_train_opts *o = t->o;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "steps", (double)o->steps);
@@ -161,7 +162,7 @@ char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
     ok = ok && ms && (!m->state_save || m->state_save(m->self, ms));
     char *s = ok ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
-    if (!s && !cg_has_error())
+    if (!s && cg_error_serial() == serial)
         cg_set_error("out of memory");
     return s;
 }
