@@ -101,9 +101,14 @@ cg_lora *cg_lora_attach(cg_linear *l, int r, float alpha, float dropout, cg_rng 
         a->r = r;
         a->alpha = alpha;
         a->scale = alpha / (float)r;
-        a->hook = cg_module_register_forward_hook(&l->base, lora_hook, a, free);
-        ok = a->hook.id != 0;
-        a = ok ? a : NULL; /* the failed registration freed it */
+        /* a failed registration frees a (free_ctx): its handle is kept
+         * only once it is known to have been registered */
+        const cg_hook_handle h = cg_module_register_forward_hook(&l->base, lora_hook, a, free);
+        ok = h.id != 0;
+        if (ok)
+            a->hook = h;
+        else
+            a = NULL;
     }
     if (!ok) { /* take back what was added: the layer is as it was */
         for (int i = added - 1; i >= 0; i--) {

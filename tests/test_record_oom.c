@@ -248,6 +248,38 @@ START_TEST(test_lora_load_oom_is_an_error)
 }
 END_TEST
 
+/* Each malloc and each calloc in turn failing while an adapter is attached
+ * to a Linear: the adapter, or NULL and "out of memory" with the Linear as
+ * it was (no child, no adapter, its weight trainable). A forward hook that
+ * could not be registered frees the adapter, which the attach then wrote
+ * its handle into: a use after free (AddressSanitizer), under a LoRA
+ * checkpoint's load out of memory. */
+START_TEST(test_lora_attach_oom_is_an_error)
+{
+    for (int which = 0; which < 2; which++) {
+        long k = 1;
+        for (; k < 1000; k++) {
+            cg_rng r = cg_rng_new(3);
+            cg_linear *l = cg_linear_new(6, 4, true, &r);
+            ck_assert_ptr_nonnull(l);
+            cg_clear_error();
+            malloc_failed = calloc_failed = false;
+            *(which ? &fail_calloc_at : &fail_malloc_at) = k;
+            cg_lora *a = cg_lora_attach(l, 2, 4.0f, 0.0f, &r);
+            fail_malloc_at = fail_calloc_at = 0;
+            ck_assert_msg(a || strstr(cg_last_error(), "out of memory"), "%s %ld: '%s'",
+                          which ? "calloc" : "malloc", k, cg_last_error());
+            ck_assert(a ? cg_lora_of(l) == a && l->base.n_children == 3
+                        : !cg_lora_of(l) && l->base.n_children == 0 && l->weight->requires_grad);
+            cg_module_free(CG_MODULE(l));
+            if (!(which ? calloc_failed : malloc_failed))
+                break;
+        }
+        ck_assert_int_gt(k, 1);
+    }
+}
+END_TEST
+
 /* Each calloc in turn failing while cg_k_first_overflow converts: the
  * element that overflows, or -2 and "out of memory", never a crash (a
  * float32 tensor's own view failing left its values NULL while the
@@ -358,6 +390,7 @@ int main(void)
     tcase_add_test(tc, test_loader_failure_is_not_an_epoch_end);
     tcase_add_test(tc, test_st_header_oom_is_an_error);
     tcase_add_test(tc, test_lora_load_oom_is_an_error);
+    tcase_add_test(tc, test_lora_attach_oom_is_an_error);
     tcase_add_test(tc, test_first_overflow_oom_is_an_error);
     tcase_add_test(tc, test_topk_oom_is_an_error);
     tcase_add_test(tc, test_packed_f32_oom_reads_w);
