@@ -172,8 +172,10 @@ static bool check_tensors(const cg_module *m, const cg_st_file *f, const char *p
     if (!m || !f)
         return false;
     cg_param_list l = {0}; /* a full checkpoint holds the persistent buffers too */
-    if (!(adapter ? cg_module_params(m, &l) : cg_module_state_dict(m, &l)))
+    if (!(adapter ? cg_module_params(m, &l) : cg_module_state_dict(m, &l))) {
+        cg_param_list_free(&l); /* what was listed before the failure */
         return false;
+    }
     char **names = malloc((size_t)(l.n ? l.n : 1) * sizeof *names);
     if (!names) {
         cg_param_list_free(&l);

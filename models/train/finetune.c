@@ -210,8 +210,10 @@ static bool each_adapter(cg_module *root, adapter_fn fn, void *ctx)
     static const char tail[] = ".lora_A.weight";
     const size_t tl = sizeof tail - 1;
     cg_param_list l = {0};
-    if (!cg_module_params(root, &l))
+    if (!cg_module_params(root, &l)) {
+        cg_param_list_free(&l); /* what was listed before the failure */
         return false;
+    }
     bool ok = true;
     for (int i = 0; ok && i < l.n; i++) {
         const char *nm = l.items[i].name;
