@@ -86,6 +86,9 @@ typedef struct {
 struct cg_scope {
     cg_tensor **v;
     int64_t n, cap;
+    /* what closing needs for cap tensors (two lists and their counts),
+     * grown with v: a scope closes without allocating */
+    void *closing;
     scope_ref *x;
     int64_t nx, capx;
     cg_scope *parent;
@@ -97,13 +100,24 @@ static int64_t g_live; /* atomic */
 
 int64_t cg_live_tensors(void) { return __atomic_load_n(&g_live, __ATOMIC_RELAXED); }
 
+/* The bytes of a scope's `closing` for cap tensors. */
+static size_t closing_bytes(int64_t cap)
+{
+    return (size_t)cap * (2 * sizeof(cg_tensor *) + sizeof(int));
+}
+
 static bool scope_add(cg_scope *s, cg_tensor *t)
 {
     if (s->n == s->cap) {
         int64_t cap = s->cap ? 2 * s->cap : 256;
-        cg_tensor **v = realloc(s->v, (size_t)cap * sizeof *v);
-        if (!v)
+        void *closing = malloc(closing_bytes(cap));
+        cg_tensor **v = closing ? realloc(s->v, (size_t)cap * sizeof *v) : NULL;
+        if (!v) {
+            free(closing);
             return false; /* not tracked: the reference stays the caller's */
+        }
+        free(s->closing);
+        s->closing = closing;
         s->v = v;
         s->cap = cap;
     }
@@ -245,19 +259,9 @@ static void release_ref(cg_tensor *t);
 
 static void scope_close(cg_scope *s)
 {
-    int64_t n = s->n, k = 0, nk = 0;
-    cg_tensor **rel = malloc((size_t)(n ? n : 1) * sizeof *rel);
-    cg_tensor **kept = malloc((size_t)(n ? n : 1) * sizeof *kept);
-    int *cnt = malloc((size_t)(n ? n : 1) * sizeof *cnt);
-    if (!rel || !kept || !cnt) { /* out of memory: leak rather than free too much */
-        free(rel);
-        free(kept);
-        free(cnt);
-        while (s->n)
-            scope_remove(s->v[s->n - 1]);
-        s->nx = 0;
-        return;
-    }
+    int64_t k = 0, nk = 0;
+    cg_tensor **rel = s->closing, **kept = rel ? rel + s->cap : NULL;
+    int *cnt = kept ? (int *)(kept + s->cap) : NULL;
     /* the scope's share of each tensor it made, before anything is released */
     for (int64_t i = s->n; i-- > 0;) {
         cg_tensor *t = s->v[i];
@@ -292,9 +296,6 @@ static void scope_close(cg_scope *s)
         if (!s->x[i].kept)
             release_ref(s->x[i].t);
     s->nx = 0;
-    free(rel);
-    free(kept);
-    free(cnt);
 }
 
 void cg_scope_end(cg_scope *s)
@@ -315,6 +316,7 @@ void cg_scope_end(cg_scope *s)
         g_scope = c->parent; /* releases from here on are not the closing scope's */
         scope_close(c);
         free(c->v);
+        free(c->closing);
         free(c->x);
         free(c);
     }
@@ -431,8 +433,11 @@ cg_tensor *cg_tensor_header(cg_storage *s, cg_dtype dt, int64_t offset, int ndim
     t->refcount = 1;
     t->magic = CG_TENSOR_LIVE;
     __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
-    if (g_scope)
-        scope_add(g_scope, t);
+    if (g_scope && !scope_add(g_scope, t)) { /* untracked, it would outlive the scope */
+        release_ref(t);
+        cg_set_error("out of memory recording a tensor in its scope");
+        return NULL;
+    }
     return t;
 }
 

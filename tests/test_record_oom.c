@@ -381,6 +381,28 @@ START_TEST(test_topk_oom_is_an_error)
 }
 END_TEST
 
+/* A tensor made in a scope that cannot grow its list (out of memory) is
+ * not returned untracked, to outlive the scope: NULL and the error, and
+ * the scope's end releases every tensor it made. */
+START_TEST(test_scope_full_oom_is_an_error)
+{
+    const int64_t live = cg_live_tensors();
+    cg_scope *sc = cg_scope_begin();
+    for (int i = 0; i < 256; i++) /* a scope's first list holds 256 */
+        ck_assert_ptr_nonnull(cg_zeros(CG_SHAPE(2)));
+    cg_clear_error();
+    fail_realloc_from = 256 * sizeof(cg_tensor *) + 1; /* its growth */
+    cg_tensor *t = cg_zeros(CG_SHAPE(2));
+    fail_realloc_from = 0;
+    ck_assert_ptr_null(t);
+    ck_assert_str_eq(cg_last_error(), "out of memory recording a tensor in its scope");
+    ck_assert_int_eq(cg_live_tensors(), live + 256);
+    ck_assert_ptr_nonnull(cg_zeros(CG_SHAPE(2))); /* and it grows once memory is back */
+    cg_scope_end(sc);
+    ck_assert_int_eq(cg_live_tensors(), live);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -394,6 +416,7 @@ int main(void)
     tcase_add_test(tc, test_first_overflow_oom_is_an_error);
     tcase_add_test(tc, test_topk_oom_is_an_error);
     tcase_add_test(tc, test_packed_f32_oom_reads_w);
+    tcase_add_test(tc, test_scope_full_oom_is_an_error);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
