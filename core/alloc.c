@@ -503,12 +503,35 @@ pid_t cg_fork_without_buffers(void)
     if (g_malloc_only)
         return fork();
     pthread_mutex_lock(&g_lock);
+#if defined(__SANITIZE_ADDRESS__)
+    /* The child's shadow memory keeps the blocks' poison, and the child's
+     * own mappings may land where they were: it unpoisons their ranges,
+     * listed here (their headers are not the child's to read). */
+    size_t n = 0;
+    for (block *b = g_all; b; b = b->anext)
+        n++;
+    block **ranges = malloc((n ? n : 1) * 2 * sizeof *ranges);
+    n = 0;
+    for (block *b = g_all; ranges && b; b = b->anext) {
+        ranges[2 * n] = b;
+        ranges[2 * n++ + 1] = (block *)((char *)b + b->bytes);
+    }
+    if (!ranges) { /* a plain fork */
+        pthread_mutex_unlock(&g_lock);
+        return fork();
+    }
+#endif
     advise_all(MADV_DONTFORK);
     pid_t pid = fork();
     int e = errno;
     if (pid != 0)
         advise_all(MADV_DOFORK);
     pthread_mutex_unlock(&g_lock); /* in the child too: its one thread is the locker's copy */
+#if defined(__SANITIZE_ADDRESS__)
+    for (size_t i = 0; pid == 0 && i < n; i++)
+        UNPOISON(ranges[2 * i], (size_t)((char *)ranges[2 * i + 1] - (char *)ranges[2 * i]));
+    free(ranges);
+#endif
     errno = e;
     return pid;
 }
