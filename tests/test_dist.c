@@ -20,8 +20,10 @@
  * Buffers: a module with per-rank buffers of every dtype holds rank 0's after
  * cg_dist_broadcast_module (cg_dist_broadcast_buffers: the buffers alone),
  * and one built otherwise on the last rank is refused on every rank.
- * The reducer with gradients missing on some ranks or all, ZeRO-1's NaN
- * check and all-gather on small runs, the broadcast of tensors whose
+ * The reducer with gradients missing on some ranks or all (in buckets of
+ * one parameter, and in one bucket against the blocking average, bit for
+ * bit), its calls out of turn, ZeRO-1's NaN check, all-gather on small runs
+ * and SGD momentum gathered for a save, the broadcast of tensors whose
  * shapes differ, and the arguments every build refuses alike: checked on
  * tiny tensors (tcase api). */
 #include <check.h>
@@ -660,7 +662,7 @@ END_TEST
  * of N owns floats [F q / N, F (q + 1) / N) of a bucket of F: with 2 ranks
  * rank 0 owns element 0 of the first and of the last). Each rank writes
  * 10 (q + 1) + k into the elements k it owns; after the gather every rank
- * holds every owner's values. */
+ * holds every owner's values, each write counted (cg_version). */
 START_TEST(test_zero_gather_small_runs)
 {
     const int me = cg_dist_rank(), size = cg_dist_size();
@@ -673,9 +675,12 @@ START_TEST(test_zero_gather_small_runs)
     for (int i = 0; i < 3; i++)
         for (int64_t k = own[i].lo; k < own[i].hi; k++)
             cg_data(p[i])[k] = (float)(10 * (me + 1) + k);
+    uint64_t v[3] = {cg_version(p[0]), cg_version(p[1]), cg_version(p[2])};
     ck_assert_msg(cg_dist_reducer_gather_params(r), "%s", cg_last_error());
     char why[200] = "";
     for (int i = 0; i < 3; i++) {
+        if (size > 1 && cg_version(p[i]) == v[i] && !why[0])
+            snprintf(why, sizeof why, "p%d's write by the gather not counted (cg_version)", i);
         int64_t f = cg_numel(p[i]);
         for (int64_t k = 0; k < f && !why[0]; k++) {
             int q = 0;
@@ -690,6 +695,138 @@ START_TEST(test_zero_gather_small_runs)
                   why[0] ? why : "another rank's check failed");
     cg_dist_reducer_free(r);
     cg_release_all(3, p[0], p[1], p[2]);
+}
+END_TEST
+
+/* The reducer with every parameter in one bucket (4 MB), over two steps,
+ * against cg_dist_average_grads_tensors on twins holding the same
+ * gradients, bit for bit with 2 ranks (dist.h; within 1e-6 with more;
+ * under ZeRO in the elements this rank owns): p0's gradient is a transpose (not contiguous) set after backward
+ * (finish packs it), p1 has none anywhere, p2 one from backward on rank 0
+ * alone (each has-gradient flag in its own slot of the shared bucket; the
+ * other ranks send zeros, not the bucket's sums of the step before), p3
+ * one on every rank. Weights equal but not 1 (0.1: pre 1, post 1/size),
+ * then rank + 1. A gradient is packed as backward leaves it (written over
+ * after backward, before finish: no change), and each reduced gradient's
+ * write is counted (cg_version). */
+static void one_bucket_grads(int step, cg_tensor **c, cg_tensor **g0)
+{
+    const int me = cg_dist_rank();
+    float v[6];
+    for (int k = 0; k < 6; k++)
+        v[k] = cosf(0.9f * (float)k + 1.7f * (float)(me + 3 * step));
+    *g0 = cg_from_data(2, (int64_t[]){2, 3}, v);
+    float a[16], b[3];
+    for (int k = 0; k < 16; k++)
+        a[k] = sinf(0.7f * (float)k + 1.3f * (float)(me + 5 * step)) / 3.0f;
+    for (int k = 0; k < 3; k++)
+        b[k] = 0.3f + 0.11f * (float)(k + step);
+    c[0] = cg_from_data(1, (int64_t[]){3}, b);
+    c[1] = cg_from_data(1, (int64_t[]){16}, a);
+}
+
+START_TEST(test_reducer_one_bucket)
+{
+    const int size = cg_dist_size(), me = cg_dist_rank();
+    const int64_t len[4] = {6, 2, 3, 16};
+    for (int zero = 0; zero < 2; zero++) {
+        cg_tensor *p[4], *twin[4];
+        for (int i = 0; i < 4; i++) {
+            int64_t shape[2] = {i ? len[i] : 3, 2};
+            p[i] = cg_requires_grad(cg_zeros(i ? 1 : 2, shape), true);
+            twin[i] = cg_zeros(i ? 1 : 2, shape);
+        }
+        cg_dist_reducer *r =
+            zero ? cg_dist_reducer_new_zero(4, p, 4.0) : cg_dist_reducer_new(4, p, 4.0);
+        ck_assert_msg(r && cg_dist_reducer_buckets(r) == 1, "%s", cg_last_error());
+        cg_optim_range own[4];
+        for (int i = 0; i < 4; i++)
+            own[i] = (cg_optim_range){0, len[i]};
+        ck_assert(!zero || cg_dist_reducer_shards(r, own));
+        for (int step = 0; step < 2; step++) {
+            double w = step ? me + 1.0 : 0.1;
+            cg_tensor *c[2], *g0;
+            one_bucket_grads(step, c, &g0);
+            for (int i = 0; i < 4; i++) {
+                cg_zero_grad(p[i]);
+                cg_zero_grad(twin[i]);
+            }
+            cg_scope *sc = cg_scope_begin();
+            cg_tensor *loss = cg_sum(cg_mul(p[3], c[1]), 0, NULL, false);
+            if (me == 0)
+                loss = cg_add(loss, cg_sum(cg_mul(p[2], c[0]), 0, NULL, false));
+            ck_assert_msg(loss && cg_dist_reducer_prepare(r, w), "%s", cg_last_error());
+            ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+            cg_scope_end(sc);
+            p[0]->grad = cg_hold(cg_transpose(g0, 0, 1));
+            twin[0]->grad = cg_hold(cg_transpose(g0, 0, 1));
+            twin[3]->grad = cg_hold(cg_clone(c[1]));
+            if (me == 0)
+                twin[2]->grad = cg_hold(cg_clone(c[0]));
+            for (int i = 2; i < 4 && size > 1; i++) /* packed already: written over */
+                if (p[i]->grad) {
+                    for (int64_t k = 0; k < len[i]; k++)
+                        cg_data(p[i]->grad)[k] = 1e6f;
+                    cg_tensor_modified(p[i]->grad);
+                }
+            cg_tensor *g3 = p[3]->grad;
+            uint64_t v3 = cg_version(g3);
+            ck_assert_msg(on_every_rank(cg_dist_reducer_finish(r)), "finish: %s", cg_last_error());
+            ck_assert_msg(cg_dist_average_grads_tensors(4, twin, w), "%s", cg_last_error());
+            char why[200] = "";
+            for (int i = 0; i < 4 && !why[0]; i++) {
+                if (!p[i]->grad != !twin[i]->grad) {
+                    snprintf(why, sizeof why, "p%d: gradient %s, the average's %s", i,
+                             p[i]->grad ? "made" : "none", twin[i]->grad ? "made" : "none");
+                    break;
+                }
+                cg_tensor *a = p[i]->grad ? cg_contiguous(p[i]->grad) : NULL;
+                for (int64_t k = own[i].lo; a && k < own[i].hi && !why[0]; k++)
+                    if (size <= 2 ? cg_data(a)[k] != cg_data(twin[i]->grad)[k]
+                                  : fabsf(cg_data(a)[k] - cg_data(twin[i]->grad)[k]) > 1e-6f)
+                        snprintf(why, sizeof why, "p%d[%lld] = %.9g, the average %.9g", i,
+                                 (long long)k, cg_data(a)[k], cg_data(twin[i]->grad)[k]);
+                cg_release(a);
+            }
+            if (!why[0] && size > 1 && p[3]->grad == g3 && cg_version(g3) == v3)
+                snprintf(why, sizeof why, "p3's reduced gradient: its version not counted");
+            ck_assert_msg(on_every_rank(!why[0]), "zero %d, step %d, rank %d: %s", zero, step, me,
+                          why[0] ? why : "another rank's check failed");
+            cg_release_all(3, c[0], c[1], g0);
+        }
+        cg_dist_reducer_free(r);
+        for (int i = 0; i < 4; i++)
+            cg_release_all(2, p[i], twin[i]);
+    }
+}
+END_TEST
+
+/* The reducer's calls out of turn: finish without prepare, a second
+ * finish after one, and finish after a prepare whose weights sum to 0
+ * (refused: nothing armed) are refused on every rank; a plain reducer has no shards and no parameters to gather
+ * (the MPI build's check; one process without MPI shards nothing). */
+START_TEST(test_reducer_out_of_turn)
+{
+    cg_tensor *p = cg_requires_grad(cg_zeros(CG_SHAPE(5)), true);
+    cg_dist_reducer *r = cg_dist_reducer_new(1, &p, 4.0);
+    ck_assert_msg(r != NULL, "%s", cg_last_error());
+    if (cg_dist_compiled_with_mpi()) {
+        cg_optim_range own = {-1, -1};
+        CG_ASSERT_REFUSED(!cg_dist_reducer_shards(r, &own), "not a ZeRO reducer");
+        CG_ASSERT_REFUSED(!cg_dist_reducer_gather_params(r), "not a ZeRO reducer");
+    }
+    if (cg_dist_size() > 1) {
+        CG_ASSERT_REFUSED(!cg_dist_reducer_finish(r), "finish without prepare");
+        ck_assert_msg(cg_dist_reducer_prepare(r, 1.0), "%s", cg_last_error());
+        ck_assert_msg(cg_dist_reducer_finish(r), "%s", cg_last_error());
+        CG_ASSERT_REFUSED(!cg_dist_reducer_finish(r), "finish without prepare");
+        ck_assert_msg(cg_dist_reducer_prepare(r, 1.0), "%s", cg_last_error());
+        CG_ASSERT_REFUSED(!cg_dist_reducer_prepare(r, 0.0), "the weights of all ranks sum to 0");
+        CG_ASSERT_REFUSED(!cg_dist_reducer_finish(r), "finish without prepare");
+        ck_assert_ptr_null(p->grad);
+    }
+    cg_dist_reducer_free(r);
+    cg_release(p);
 }
 END_TEST
 
@@ -848,6 +985,59 @@ static void save_streamed(const cg_optim *o, const char *path)
     ck_assert_msg(cg_dist_stream_end(s), "%s", cg_last_error());
     ck_assert_msg(ok && refused, "rank 0's save: %s", err);
 }
+
+/* ZeRO's state of SGD with momentum (the stream's momentum_buffer) saved
+ * by rank 0 as it gathers: after one step each shard's buffer holds its
+ * part of the gradient (torch: the first buffer is the gradient), so the
+ * file holds the whole gradient. */
+START_TEST(test_zero_stream_momentum)
+{
+    if (cg_dist_size() == 1)
+        return;
+    float g[7];
+    for (int k = 0; k < 7; k++)
+        g[k] = (float)k + 1.0f;
+    cg_tensor *p = cg_requires_grad(cg_zeros(CG_SHAPE(7)), true);
+    cg_dist_reducer *r = cg_dist_reducer_new_zero(1, &p, 4.0);
+    cg_optim_range own;
+    ck_assert_msg(r && cg_dist_reducer_shards(r, &own), "%s", cg_last_error());
+    cg_optim_param op = {"w", p, 0.0};
+    cg_optim_config cfg = cg_sgd_config(0.1, 0.9, false);
+    cg_optim *o = cg_optim_new_sharded(&cfg, 1, &op, &own);
+    ck_assert_msg(o && cg_optim_is_sharded(o), "%s", cg_last_error());
+    p->grad = cg_hold(cg_from_data(1, (int64_t[]){7}, g));
+    ck_assert_msg(cg_optim_step(o), "%s", cg_last_error());
+    char path[PATH_MAX] = "";
+    if (cg_dist_rank() == 0) {
+        const char *tmp =
+            getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp";
+        snprintf(path, sizeof path, "%s/cg_test_momentum_XXXXXX", tmp);
+        int fd = mkstemp(path);
+        ck_assert(fd >= 0);
+        close(fd);
+    }
+    save_streamed(o, path);
+    if (cg_dist_rank() == 0) {
+        cg_tensor *q = cg_requires_grad(cg_zeros(CG_SHAPE(7)), true);
+        cg_optim_param oq = {"w", q, 0.0};
+        cg_optim *full = cg_optim_new(&cfg, 1, &oq);
+        cg_st_file *f = cg_st_open(path);
+        ck_assert_msg(full && f && cg_optim_load(full, f, "optim"), "%s", cg_last_error());
+        cg_st_close(f);
+        unlink(path);
+        cg_tensor *m = cg_optim_state(full, 0, "momentum_buffer");
+        ck_assert_msg(m && cg_numel(m) == 7, "no momentum_buffer of 7 floats: %s", cg_last_error());
+        for (int k = 0; k < 7; k++)
+            ck_assert_msg(cg_data(m)[k] == g[k], "momentum_buffer[%d] = %g, not %g", k,
+                          cg_data(m)[k], g[k]);
+        cg_optim_free(full);
+        cg_release(q);
+    }
+    cg_optim_free(o);
+    cg_dist_reducer_free(r);
+    cg_release(p);
+}
+END_TEST
 
 static double state_rel_diff(cg_optim *a, cg_optim *b)
 {
@@ -1112,6 +1302,9 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, test_zero_nonfinite_other_shard);
     tcase_add_test(tc, test_broadcast_tensors_checked);
     tcase_add_test(tc, test_zero_gather_small_runs);
+    tcase_add_test(tc, test_reducer_one_bucket);
+    tcase_add_test(tc, test_reducer_out_of_turn);
+    tcase_add_test(tc, test_zero_stream_momentum);
     tcase_add_test(tc, test_arguments_checked);
     suite_add_tcase(s, tc);
     tc = tcase_create("buffers");
