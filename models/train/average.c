@@ -216,9 +216,14 @@ static cg_st_writer *write_mean(const avg_run *r, int n)
         if (strncmp(key, "ema.", 4) != 0) /* the average's: its tensors are not written */
             ok = cg_st_set_metadata(w, key, cg_st_metadata(a, key));
     }
-    cJSON *avg = cJSON_CreateObject();
-    ok = ok && avg && cJSON_AddItemReferenceToObject(avg, "files", r->files) &&
-         cg_st_set_metadata_json(w, "averaged", avg);
+    /* r->files by reference, made here: cJSON_AddItemReferenceToObject
+     * leaks its reference when the key's copy fails (cJSON 1.7.15) */
+    cJSON *avg = cJSON_CreateObject(),
+          *files = avg ? cJSON_CreateArrayReference(r->files->child) : NULL;
+    bool added = files && cJSON_AddItemToObject(avg, "files", files);
+    if (!added)
+        cJSON_Delete(files); /* the reference alone */
+    ok = ok && added && cg_st_set_metadata_json(w, "averaged", avg);
     cJSON_Delete(avg);
     for (int i = 0, k = 0; ok && i < cg_st_count(a); i++) {
         const char *name = cg_st_name(a, i);
