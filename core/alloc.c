@@ -414,8 +414,10 @@ static void *alloc_block(size_t bytes, bool *fresh)
         if (g_stats.live_bytes > g_stats.peak_live_bytes)
             g_stats.peak_live_bytes = g_stats.live_bytes;
         pthread_mutex_unlock(&g_lock);
-        POISON(b, b->bytes); /* the class's tail past the slack */
-        UNPOISON(b, HEADER + rounded);
+        /* the class's tail past the slack; never the header, which other
+         * threads relink under the lock (g_all) while this one runs here */
+        POISON((char *)b + HEADER, b->bytes - HEADER);
+        UNPOISON((char *)b + HEADER, rounded);
     }
     return (char *)b + HEADER;
 }
