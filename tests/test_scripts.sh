@@ -154,7 +154,8 @@ echo "charlm $1" >>"%s"
 chmod +x "$repo/build/models/charlm/charlm"
 : >"$log"
 THREADS=1 "$S/run_main.sh" 5 >out.txt 2>err.txt || fail "run_main.sh: $(tail -3 err.txt)"
-grep -q "^meson setup build$" "$log" && grep -q "^charlm sample$" "$log" &&
+grep -q "^meson setup build$" "$log" && grep -q "^ninja -C build models/charlm/charlm$" "$log" &&
+  grep -q "^charlm sample$" "$log" &&
   echo "ok: run_main.sh: a build directory without build.ninja set up again" ||
   fail "run_main.sh: a half set-up build directory: $(calls)"
 
