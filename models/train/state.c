@@ -106,60 +106,78 @@ cJSON *cg_train_state_parse(const char *json)
     return o;
 }
 
+/* item added to o as key, or deleted (cJSON_AddItemToObject keeps it when
+ * the key's copy fails). */
+static bool add_item(cJSON *o, const char *key, cJSON *item)
+{
+    if (o && item && cJSON_AddItemToObject(o, key, item))
+        return true;
+    cJSON_Delete(item);
+    return false;
+}
+
+/* v[0..n) as the array key of o: numbers, or decimal strings (u64). */
+static bool add_array(cJSON *o, const char *key, const int64_t *v, const uint64_t *u, int n)
+{
+    cJSON *a = o ? cJSON_AddArrayToObject(o, key) : NULL;
+    bool ok = a != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        char b[24];
+        snprintf(b, sizeof b, "%" PRIu64, u ? u[i] : 0);
+        ok = cJSON_AddItemToArray(a, u ? cJSON_CreateString(b) : cJSON_CreateNumber((double)v[i]));
+    }
+    return ok;
+}
+
+/* --keep-last's list: the kept, those being dropped, the out they are
+ * beside (rank 0's). */
+static bool kept_save(const cg_trainer *t, cJSON *j)
+{
+    char *ro = cg_out_resolved(t->out);
+    bool ok =
+        ro && add_array(j, "kept", t->kept, NULL, t->n_kept) &&
+        (t->n_dropping == 0 || add_array(j, "kept_dropped", t->dropping, NULL, t->n_dropping)) &&
+        cJSON_AddNumberToObject(j, "keep_last", (double)t->o->keep_last) &&
+        cg_json_add_name(j, "kept_out", ro);
+    free(ro);
+    return ok;
+}
+
 char *cg_train_state_json(const cg_trainer *t, const cg_trainer_model *m)
 {
     const unsigned long serial = cg_error_serial();
     const cg_train_opts *o = t->o;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "steps", (double)o->steps);
-    cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
-    cJSON_AddNumberToObject(j, "log_every", (double)o->log_every); /* 0: steps/20 */
-    cg_state_put_u64(j, "seed", o->seed);
-    cJSON_AddNumberToObject(j, "grad_accum", (double)o->grad_accum);
-    cg_json_add_name(j, "data", t->data_set ? t->data.path : "");
-    if (t->data_set)
-        cJSON_AddItemToObject(j, "data_id", cg_data_id_to_json(&t->data));
-    cJSON *dr = cJSON_AddObjectToObject(j, "dropout_rng");
-    cg_state_put_u64(dr, "seed", m->dropout_rng->seed);
-    cg_state_put_u64(dr, "counter", m->dropout_rng->counter);
-    cJSON *rcs = t->n_rank_counters > 1 ? cJSON_AddArrayToObject(dr, "rank_counters") : NULL;
-    for (int i = 0; rcs && i < t->n_rank_counters; i++) {
-        char v[24];
-        snprintf(v, sizeof v, "%" PRIu64, t->rank_counters[i]);
-        cJSON_AddItemToArray(rcs, cJSON_CreateString(v));
-    }
-    cJSON *r = cJSON_AddArrayToObject(j, "recent");
-    for (int i = 0; i < t->n_recent; i++)
-        cJSON_AddItemToArray(r, cJSON_CreateNumber(t->recent[i]));
-    char *hj = cg_history_to_json(&t->hist);
-    cJSON *h = cg_json_parse(hj);
+    bool ok = j && cJSON_AddNumberToObject(j, "steps", (double)o->steps) &&
+              cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every) &&
+              cJSON_AddNumberToObject(j, "log_every", (double)o->log_every) && /* 0: steps/20 */
+              cg_state_put_u64(j, "seed", o->seed) &&
+              cJSON_AddNumberToObject(j, "grad_accum", (double)o->grad_accum) &&
+              cg_json_add_name(j, "data", t->data_set ? t->data.path : "") &&
+              (!t->data_set || add_item(j, "data_id", cg_data_id_to_json(&t->data)));
+    cJSON *dr = ok ? cJSON_AddObjectToObject(j, "dropout_rng") : NULL;
+    ok = dr && cg_state_put_u64(dr, "seed", m->dropout_rng->seed) &&
+         cg_state_put_u64(dr, "counter", m->dropout_rng->counter) &&
+         (t->n_rank_counters <= 1 ||
+          add_array(dr, "rank_counters", NULL, t->rank_counters, t->n_rank_counters));
+    cJSON *r = ok ? cJSON_AddArrayToObject(j, "recent") : NULL;
+    ok = r != NULL;
+    for (int i = 0; ok && i < t->n_recent; i++)
+        ok = cJSON_AddItemToArray(r, cJSON_CreateNumber(t->recent[i]));
+    char *hj = ok ? cg_history_to_json(&t->hist) : NULL;
+    ok = add_item(j, "history", cg_json_parse(hj)) && ok;
     free(hj);
-    bool ok = h != NULL;
-    if (h)
-        cJSON_AddItemToObject(j, "history", h);
     ok = ok && cg_train_options_save(o->args, cJSON_AddObjectToObject(j, "options"));
-    if ((o->keep_last > 0 || t->n_kept + t->n_dropping > 0) && cg_dist_is_root()) {
-        /* --keep-last */
-        char *ro = cg_out_resolved(t->out);
-        cJSON *k = cJSON_AddArrayToObject(j, "kept");
-        for (int i = 0; k && i < t->n_kept; i++)
-            cJSON_AddItemToArray(k, cJSON_CreateNumber((double)t->kept[i]));
-        cJSON *d = t->n_dropping > 0 ? cJSON_AddArrayToObject(j, "kept_dropped") : NULL;
-        for (int i = 0; d && i < t->n_dropping; i++)
-            cJSON_AddItemToArray(d, cJSON_CreateNumber((double)t->dropping[i]));
-        ok = ok && (d || t->n_dropping == 0);
-        ok = ok && ro && k && cJSON_AddNumberToObject(j, "keep_last", (double)o->keep_last) &&
-             cg_json_add_name(j, "kept_out", ro);
-        free(ro);
-    }
+    if (ok && (o->keep_last > 0 || t->n_kept + t->n_dropping > 0) && cg_dist_is_root())
+        ok = kept_save(t, j);                       /* --keep-last */
     if (o->ema_decay > 0 && o->ema_update_freq > 1) /* --ema-update-freq's count */
         ok = ok && cJSON_AddNumberToObject(j, "ema_since", (double)t->ema_since);
     if (o->keep_best || o->patience > 0) { /* --keep-best, --patience */
         ok = ok && cJSON_AddBoolToObject(j, "keep_best", o->keep_best) &&
              cJSON_AddNumberToObject(j, "patience", (double)o->patience);
     }
-    cJSON *ms = cJSON_AddObjectToObject(j, "model");
-    ok = ok && ms && (!m->state_save || m->state_save(m->self, ms));
+    cJSON *ms = ok ? cJSON_AddObjectToObject(j, "model") : NULL;
+    ok = ms && (!m->state_save || m->state_save(m->self, ms));
     char *s = ok ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
     if (!s && cg_error_serial() == serial)
