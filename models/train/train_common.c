@@ -236,21 +236,18 @@ char *cg_history_to_json(const cg_history *h)
     cJSON *v = cJSON_AddArrayToObject(o, "val");
     cJSON *sc = h->metric ? cJSON_AddArrayToObject(o, "score") : NULL;
     bool ok = s && t && v && (sc || !h->metric);
-    for (int i = 0; ok && i < h->n; i++) {
-        cJSON_AddItemToArray(s, cJSON_CreateNumber((double)h->step[i]));
-        cJSON_AddItemToArray(t, cJSON_CreateNumber(h->train[i]));
-        cJSON_AddItemToArray(v, cJSON_CreateNumber(h->val[i]));
-        if (sc)
-            cJSON_AddItemToArray(sc, cJSON_CreateNumber(h->score[i]));
-    }
+    for (int i = 0; ok && i < h->n; i++) /* (an item that cannot be made is no item) */
+        ok = cJSON_AddItemToArray(s, cJSON_CreateNumber((double)h->step[i])) &&
+             cJSON_AddItemToArray(t, cJSON_CreateNumber(h->train[i])) &&
+             cJSON_AddItemToArray(v, cJSON_CreateNumber(h->val[i])) &&
+             (!sc || cJSON_AddItemToArray(sc, cJSON_CreateNumber(h->score[i])));
     ok = ok && cJSON_AddNumberToObject(o, "dense_every", (double)cg_history_every(h));
     cJSON *ds = ok ? cJSON_AddArrayToObject(o, "dense_step") : NULL;
     cJSON *dl = ok ? cJSON_AddArrayToObject(o, "dense_loss") : NULL;
     ok = ds && dl;
-    for (int i = 0; ok && i < h->dn; i++) {
-        cJSON_AddItemToArray(ds, cJSON_CreateNumber(h->dstep[i]));
-        cJSON_AddItemToArray(dl, cJSON_CreateNumber(h->dloss[i]));
-    }
+    for (int i = 0; ok && i < h->dn; i++)
+        ok = cJSON_AddItemToArray(ds, cJSON_CreateNumber(h->dstep[i])) &&
+             cJSON_AddItemToArray(dl, cJSON_CreateNumber(h->dloss[i]));
     /* the sum of losses as a string: exact through any number of cJSON
      * parse/print rounds (cJSON may print a double with 15 digits) */
     cJSON *acc = ok ? cJSON_AddObjectToObject(o, "dense_acc") : NULL;
