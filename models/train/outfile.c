@@ -384,8 +384,10 @@ char *cg_best_path(const char *out) { return cg_ckpt_sibling(out, ".best" KEPT_E
 char *cg_out_resolved(const char *path)
 {
     char *r = cg_resolved_name(path);
+    const int e = errno; /* kept for the caller: ENOENT (not there yet), ENOMEM, ... */
     if (!r)
-        cg_set_error("cannot resolve the directory of '%s': %s", path, strerror(errno));
+        cg_set_error("cannot resolve the directory of '%s': %s", path, strerror(e));
+    errno = e;
     return r;
 }
 

@@ -1,6 +1,7 @@
 /* cgrad zoo: the trainer's state in a checkpoint (see state.h). */
 #include "models/train/state.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,7 +204,10 @@ static bool kept_restore(cg_trainer *t, cg_train_opts *o, const char *what)
         o->keep_last = keep;
     const cJSON *ko = cJSON_GetObjectItemCaseSensitive(t->state, "kept_out");
     /* no out (a restore that writes nothing): no kept checkpoint is ours */
+    errno = 0;
     char *ro = n + nd > 0 && t->out ? cg_out_resolved(t->out) : NULL;
+    if (n + nd > 0 && t->out && !ro && errno == ENOMEM)
+        return false; /* not "out's directory is not there": the kept would be forgotten */
     const bool ours = ro && cJSON_IsString(ko) && strcmp(ko->valuestring, ro) == 0;
     t->n_kept = t->n_dropping = 0;
     for (int i = 0; ours && i < n + nd; i++) { /* the kept, then those its save dropped */
