@@ -103,14 +103,16 @@ bool cg_trainer_ranks_agree(const cg_trainer *t, const cg_trainer_model *m)
         for (size_t i = 0; i < sizeof root_only / sizeof *root_only; i++)
             cJSON_DeleteItemFromObjectCaseSensitive(s, root_only[i]);
         const cg_train_opts *o = t->o;
-        cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at);
-        cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes);
-        cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite);
-        cJSON_AddNumberToObject(run, "zero", (double)o->zero);
         /* the base's content (its path is per machine too), "none" without */
         cJSON *b = t->from_origin ? cg_data_id_to_json(&t->origin.id) : cJSON_CreateString("none");
         drop_path(b);
-        ok = b && cJSON_AddItemToObject(run, "init_from", b);
+        ok = cJSON_AddNumberToObject(run, "stop_at", (double)o->stop_at) &&
+             cJSON_AddNumberToObject(run, "max_minutes", o->max_minutes) &&
+             cJSON_AddBoolToObject(run, "skip_nonfinite", o->skip_nonfinite) &&
+             cJSON_AddNumberToObject(run, "zero", (double)o->zero) && b &&
+             cJSON_AddItemToObject(run, "init_from", b);
+        if (!ok) /* (not added: still ours) */
+            cJSON_Delete(b);
         ok = ok && flatten(s, "", flat) && flatten(cfg, "config.", flat) && flatten(run, "", flat);
     }
     /* rank 0's list to every rank: its length, then its bytes */
