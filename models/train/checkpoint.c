@@ -336,11 +336,15 @@ bool cg_ckpt_use_average(cg_module *m, const cg_st_file *f, const char *path, bo
 
 bool cg_train_state_read(const char *train_json, const char *ckpt_path, cJSON **out)
 {
-    *out = cg_json_parse(train_json);
+    bool oom;
+    *out = cg_json_parse_mem(train_json, &oom);
     if (train_json && !cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
         *out = NULL;
-        cg_set_error("'%s': its training state is damaged (not a JSON object)", ckpt_path);
+        if (oom)
+            cg_set_error("'%s': out of memory reading its training state", ckpt_path);
+        else
+            cg_set_error("'%s': its training state is damaged (not a JSON object)", ckpt_path);
         return false;
     }
     return true;

@@ -98,10 +98,12 @@ bool cg_trainer_model_state(const cg_trainer *t, const char *kind, cJSON *o, con
 
 cJSON *cg_train_state_parse(const char *json)
 {
-    cJSON *o = cg_json_parse(json);
+    bool oom;
+    cJSON *o = cg_json_parse_mem(json, &oom);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
-        cg_set_error("no training state (not a training checkpoint)");
+        cg_set_error(oom ? "out of memory reading the training state"
+                         : "no training state (not a training checkpoint)");
         return NULL;
     }
     return o;
@@ -361,8 +363,15 @@ static bool state_restore(cg_trainer *t, cg_train_opts *o, const char *path)
 
 bool cg_trainer_restore(cg_trainer *t, const char *train_json, const char *path)
 {
-    t->state = cg_train_state_parse(train_json);
-    if (!t->state && train_json) /* there, but not a JSON object */
+    bool oom;
+    t->state = cg_json_parse_mem(train_json, &oom);
+    if (!cJSON_IsObject(t->state)) {
+        cJSON_Delete(t->state);
+        t->state = NULL;
+    }
+    if (!t->state && oom)
+        cg_set_error("'%s': out of memory reading its training state", path);
+    else if (!t->state && train_json) /* there, but not a JSON object */
         cg_set_error("'%s': its training state is damaged (not a JSON object); it cannot be "
                      "resumed",
                      path);

@@ -73,6 +73,16 @@ const char *cg_json_str(const cJSON *o, const char *what, const char *key, bool 
 
 cJSON *cg_json_parse(const char *text) { return text ? cJSON_ParseWithOpts(text, NULL, 1) : NULL; }
 
+cJSON *cg_json_parse_mem(const char *text, bool *no_memory)
+{
+    errno = 0;
+    cJSON *o = cg_json_parse(text);
+    *no_memory = !o && text && errno == ENOMEM;
+    if (*no_memory)
+        cg_set_error("out of memory");
+    return o;
+}
+
 cJSON *cg_json_parse_object(const char *json, const char *what)
 {
     if (!json) {

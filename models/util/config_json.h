@@ -31,6 +31,10 @@ const char *cg_json_str(const cJSON *o, const char *what, const char *key, bool 
  * so "{...}x" would read as whole; every JSON text the zoo reads goes
  * through here. */
 cJSON *cg_json_parse(const char *text);
+/* cg_json_parse, telling a parse that ran out of memory from a text that is
+ * not JSON: *no_memory (cJSON allocates with malloc, which sets errno to
+ * ENOMEM when it fails) and the error "out of memory" then. */
+cJSON *cg_json_parse_mem(const char *text, bool *no_memory);
 /* Parse json (as cg_json_parse) into an object (caller cJSON_Deletes it),
  * or NULL + error. */
 cJSON *cg_json_parse_object(const char *json, const char *what);
