@@ -47,7 +47,9 @@ cJSON *cg_data_id_to_json(const cg_data_id *id)
 bool cg_data_id_from_json(const cJSON *o, const char *what, cg_data_id *out)
 {
     memset(out, 0, sizeof *out);
+    errno = 0;
     char *p = cg_json_get_name(o, "path"); /* the bytes, also of a non-UTF-8 name */
+    const bool oom = !p && errno == ENOMEM;
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "size");
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "xxh3");
     char *e1 = NULL, *e2 = NULL;
@@ -61,7 +63,9 @@ bool cg_data_id_from_json(const cJSON *o, const char *what, cg_data_id *out)
         snprintf(out->path, sizeof out->path, "%s", p);
     }
     free(p);
-    if (!ok)
+    if (oom)
+        cg_set_error("%s: out of memory reading the data identity", what);
+    else if (!ok)
         cg_set_error("%s: malformed data identity (expected {\"path\": ..., \"size\": \"N\", "
                      "\"xxh3\": \"<16 hex digits>\"})",
                      what);
