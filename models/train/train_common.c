@@ -301,6 +301,7 @@ static bool dense_from_json(const cJSON *o, cg_history *h)
 
 bool cg_history_from_cjson(const cJSON *o, cg_history *h)
 {
+    const unsigned long serial = cg_error_serial(); /* a push's "out of memory" is kept */
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "train");
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "val");
@@ -324,7 +325,7 @@ bool cg_history_from_cjson(const cJSON *o, cg_history *h)
         h->score[i++] = (float)x;
     }
     ok = ok && dense_from_json(o, h);
-    if (!ok)
+    if (!ok && cg_error_serial() == serial)
         cg_set_error("malformed loss history in checkpoint");
     return ok;
 }
