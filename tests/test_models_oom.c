@@ -10,10 +10,16 @@
  * Linked with -Wl,--wrap= malloc, calloc, realloc, strdup and strndup, and
  * cJSON's allocations made ours (cJSON_InitHooks: its library is shared,
  * out of the wrap's reach): while fail_at is set, the fail_at-th of those
- * calls from now (all counted together) fails. A sweep arms k = 1, 2, ... until a call makes
- * fewer than k allocations (the k-th never came: the call succeeded). */
+ * calls from now (all counted together) fails, setting errno to ENOMEM as
+ * the C library's do. A sweep arms k = 1, 2, ... until a call makes
+ * fewer than k allocations (the k-th never came: the call succeeded).
+ * The training state's sweeps (models/train/state.c, agree.c) also hold a
+ * call that succeeds to what it gives without a failure, and a failure's
+ * message to saying that memory ran out; the ranks' agreement runs as
+ * rank 0 of 2 (-Wl,--wrap=cg_dist_size; the one-process collectives). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,9 +32,12 @@
 #include "models/data/data.h"
 #include "models/report/plot.h"
 #include "models/seq2seq/beam.h"
+#include "models/train/agree.h"
 #include "models/train/average.h"
 #include "models/train/finetune.h"
 #include "models/train/merge.h"
+#include "models/train/state.h"
+#include "models/train/trainer.h"
 #include "nn/data.h"
 #include "optim/ema.h"
 #include "tests/testutil.h"
@@ -58,11 +67,19 @@ static bool fails_now(void)
     return true;
 }
 
-void *__wrap_malloc(size_t size) { return fails_now() ? NULL : __real_malloc(size); }
-void *__wrap_calloc(size_t n, size_t size) { return fails_now() ? NULL : __real_calloc(n, size); }
-void *__wrap_realloc(void *p, size_t size) { return fails_now() ? NULL : __real_realloc(p, size); }
-char *__wrap_strdup(const char *s) { return fails_now() ? NULL : __real_strdup(s); }
-char *__wrap_strndup(const char *s, size_t n) { return fails_now() ? NULL : __real_strndup(s, n); }
+/* A failure sets errno to ENOMEM, as the C library's does. */
+#define FAILED (errno = ENOMEM, NULL)
+void *__wrap_malloc(size_t size) { return fails_now() ? FAILED : __real_malloc(size); }
+void *__wrap_calloc(size_t n, size_t size) { return fails_now() ? FAILED : __real_calloc(n, size); }
+void *__wrap_realloc(void *p, size_t size)
+{
+    return fails_now() ? FAILED : __real_realloc(p, size);
+}
+char *__wrap_strdup(const char *s) { return fails_now() ? FAILED : __real_strdup(s); }
+char *__wrap_strndup(const char *s, size_t n)
+{
+    return fails_now() ? FAILED : __real_strndup(s, n);
+}
 
 #define STALE "stale message of an earlier failure"
 
@@ -135,6 +152,10 @@ typedef struct {
     const char *dir; /* NULL, or the directory whose files a call must leave as they were */
 } sweep_case;
 
+/* Set by sweep_memory: the call's inputs are good, so a failure must say
+ * that memory ran out (not that a file is damaged or malformed). */
+static bool says_memory;
+
 /* Sweep c; returns the number of allocations of the successful call. */
 static long sweep(const sweep_case *c)
 {
@@ -156,11 +177,16 @@ static long sweep(const sweep_case *c)
         snprintf(msg, sizeof msg, "%s", cg_last_error());
         if (c->done)
             c->done(c->ctx);
+        if (getenv("OOM_DEBUG") && !ok)
+            fprintf(stderr, "MSG %s: %s\n", c->what, msg);
         ck_assert_msg(ok || failed_one, "%s failed with no allocation failing: '%s'", c->what, msg);
         ck_assert_msg(ok || msg[0], "%s, allocation %ld failing: an empty message", c->what, k);
         ck_assert_msg(ok || !strstr(msg, STALE),
                       "%s, allocation %ld failing: the stale message came back: '%s'", c->what, k,
                       msg);
+        ck_assert_msg(ok || !says_memory || strstr(msg, "out of memory") ||
+                          strstr(msg, strerror(ENOMEM)),
+                      "%s, allocation %ld failing: not a word of memory: '%s'", c->what, k, msg);
         if (c->dir) {
             char *after = dir_state(c->dir);
             ck_assert_msg(strcmp(before, after) == 0,
@@ -175,6 +201,15 @@ static long sweep(const sweep_case *c)
     ck_assert_msg(k < 200000, "%s: no end", c->what);
     ck_assert_int_gt(k, 1);
     return k - 1;
+}
+
+/* sweep, each failure's message saying that memory ran out. */
+static long sweep_memory(const sweep_case *c)
+{
+    says_memory = true;
+    const long n = sweep(c);
+    says_memory = false;
+    return n;
 }
 
 /* ------------------------------------------------------------ models */
@@ -674,6 +709,435 @@ START_TEST(test_plot_attention_unrecorded)
 }
 END_TEST
 
+/* ------------------------------------------------------------ training state, agreement */
+
+/* A model's own state (what cg_trainer_model's state_save writes): each
+ * kind of field, through cg_trainer_model_state. */
+typedef struct {
+    const cg_trainer *t;
+    int64_t epoch;
+    double scale;
+    uint64_t stream;
+    const char *name;
+    bool flag;
+} toy_state;
+
+static int toy_fields(toy_state *s, cg_json_field *f)
+{
+    f[0] = (cg_json_field){"epoch", CG_JF_I64, &s->epoch, 0, 1e9, false};
+    f[1] = (cg_json_field){"scale", CG_JF_F64, &s->scale, 0, 10, false};
+    f[2] = (cg_json_field){"stream", CG_JF_U64STR, &s->stream, 0, 0, false};
+    f[3] = (cg_json_field){"name", CG_JF_STR, &s->name, 0, 0, false};
+    f[4] = (cg_json_field){"flag", CG_JF_BOOL, &s->flag, 0, 0, false};
+    return 5;
+}
+
+static bool toy_state_save(void *self, cJSON *o)
+{
+    toy_state *s = self;
+    cg_json_field f[5];
+    return cg_trainer_model_state(s->t, "toy", o, f, toy_fields(s, f));
+}
+
+static char *toy_config_json(void *self)
+{
+    (void)self;
+    return strdup("{\"model\":\"toy\",\"d\":8,\"shape\":{\"layers\":2,\"norm\":\"rmsnorm\"},"
+                  "\"sizes\":[1,2]}");
+}
+
+/* A run as the trainer keeps it at a save: its options parsed from a
+ * command line, the data, history, recent losses, every rank's dropout
+ * counter, --keep-last's kept and dropped checkpoints, --ema-update-freq's
+ * count, --keep-best and --patience, an origin, a model's own state. */
+typedef struct {
+    char dir[1024], out[PATH_MAX], data[PATH_MAX];
+    cg_train_opts *o, o0; /* the parsed options, and a copy of them to restore from */
+    cg_train_recipe *rec, rec0;
+    cg_trainer t;
+    cg_rng rng;
+    toy_state ts;
+    cg_trainer_model m;
+    char *json; /* cg_train_state_json's */
+} run_fx;
+
+static void run_fx_make(run_fx *x, cg_train_opts *o, cg_train_recipe *rec, cg_cli_args *a)
+{
+    cg_test_mkdtemp(x->dir, sizeof x->dir, "state");
+    snprintf(x->out, sizeof x->out, "%s/run.safetensors", x->dir);
+    snprintf(x->data, sizeof x->data, "%s/data.txt", x->dir);
+    FILE *f = fopen(x->data, "w");
+    ck_assert(f && fputs(TEXT, f) >= 0 && fclose(f) == 0);
+    char *argv[] = {"--precision",
+                    "fp32",
+                    "--keep-last",
+                    "2",
+                    "--keep-best",
+                    "--patience",
+                    "3",
+                    "--ema-decay",
+                    "0.9",
+                    "--ema-update-freq",
+                    "4",
+                    "--dropout",
+                    "0.125",
+                    "--grad-accum",
+                    "2"};
+    bool help = false;
+    ck_assert_msg(cg_cli_parse_args((int)(sizeof argv / sizeof argv[0]), argv, a, &help), "%s",
+                  cg_last_error());
+    o->args = a;
+    x->o = o, x->o0 = *o, x->rec = rec, x->rec0 = *rec;
+    cg_trainer *t = &x->t;
+    cg_trainer_init(t, o);
+    t->out = x->out;
+    cg_data_id id = {.size = sizeof TEXT - 1, .hash = 0x0123456789abcdefULL};
+    snprintf(id.path, sizeof id.path, "%s", x->data);
+    ck_assert(cg_trainer_set_data(t, &id));
+    for (int64_t s = 1; s <= 24; s++) {
+        ck_assert(cg_history_train_step(&t->hist, s, 3.0 - 0.1 * (double)s));
+        if (s % 4 == 0)
+            ck_assert(cg_history_push(&t->hist, s, 2.5, 2.75 - 0.01 * (double)s));
+    }
+    for (t->n_recent = 0; t->n_recent < 5; t->n_recent++)
+        t->recent[t->n_recent] = 2.0 + 0.125 * t->n_recent;
+    t->rank_counters = malloc(2 * sizeof *t->rank_counters);
+    ck_assert_ptr_nonnull(t->rank_counters);
+    t->rank_counters[0] = 11, t->rank_counters[1] = 12, t->n_rank_counters = 2;
+    t->kept[0] = 4, t->kept[1] = 8, t->n_kept = 2;
+    t->dropping[0] = 2, t->n_dropping = 1;
+    t->ema_since = 2;
+    t->from_origin = true;
+    t->origin.id = id;
+    x->rng = (cg_rng){77, 1234};
+    x->ts = (toy_state){t, 3, 0.5, 99, "toy's own", true};
+    x->m = (cg_trainer_model){.name = "toy",
+                              .dropout_rng = &x->rng,
+                              .self = &x->ts,
+                              .config_json = toy_config_json,
+                              .state_save = toy_state_save};
+    x->json = cg_train_state_json(t, &x->m);
+    ck_assert_msg(x->json, "%s", cg_last_error());
+}
+
+static void run_fx_free(run_fx *x)
+{
+    free(x->json);
+    cg_trainer_end(&x->t);
+    cg_test_rm_tree(x->dir);
+}
+
+/* What a restore put into t and its options, as one text to compare. */
+static char *restored(const cg_trainer *t)
+{
+    const cg_train_opts *o = t->o;
+    char *s = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&s, &n);
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "steps %lld/%lld eval %lld log %lld seed %llu accum %lld data %s precision %s\n",
+            (long long)o->steps, (long long)t->ckpt_steps, (long long)o->eval_every,
+            (long long)o->log_every, (unsigned long long)o->seed, (long long)o->grad_accum,
+            o->data ? o->data : "-", o->precision_arg ? o->precision_arg : "-");
+    fprintf(f, "keep %lld best %d patience %lld ema %g/%lld since %lld\n", (long long)o->keep_last,
+            o->keep_best, (long long)o->patience, o->ema_decay, (long long)o->ema_update_freq,
+            (long long)t->ema_since);
+    fprintf(f, "rng %d %llu %llu counters", t->dropout_rng_set,
+            (unsigned long long)t->dropout_rng.seed, (unsigned long long)t->dropout_rng.counter);
+    for (int i = 0; i < t->n_rank_counters; i++)
+        fprintf(f, " %llu", (unsigned long long)t->rank_counters[i]);
+    fprintf(f, "\nrecent");
+    for (int i = 0; i < t->n_recent; i++)
+        fprintf(f, " %g", t->recent[i]);
+    fprintf(f, "\nkept");
+    for (int i = 0; i < t->n_kept; i++)
+        fprintf(f, " %lld", (long long)t->kept[i]);
+    fprintf(f, " dropping");
+    for (int i = 0; i < t->n_dropping; i++)
+        fprintf(f, " %lld", (long long)t->dropping[i]);
+    fprintf(f, "\nhistory %d %d %lld data %d %s %llu %llx model %d\n", t->hist.n, t->hist.dn,
+            (long long)t->hist.acc_n, t->data_stored_set, t->data_stored.path,
+            (unsigned long long)t->data_stored.size, (unsigned long long)t->data_stored.hash,
+            cJSON_IsObject(t->model_state));
+    ck_assert_int_eq(fclose(f), 0);
+    return s;
+}
+
+typedef struct {
+    run_fx *x;
+    char *got;        /* a call's text */
+    const char *want; /* what the call without failures gave */
+    cg_trainer t;     /* restoring */
+    cJSON *obj;
+    bool ok;
+} state_ctx;
+
+/* A call that succeeded under a failing allocation gave what it gives
+ * without one (a field left out would be a damaged checkpoint). */
+static void same_text(void *ctx)
+{
+    state_ctx *s = ctx;
+    if (s->got && s->want)
+        ck_assert_str_eq(s->got, s->want);
+    free(s->got);
+    s->got = NULL;
+}
+
+static bool call_state_json(void *ctx)
+{
+    state_ctx *s = ctx;
+    s->got = cg_train_state_json(&s->x->t, &s->x->m);
+    return s->got != NULL;
+}
+
+static void new_object(void *ctx)
+{
+    state_ctx *s = ctx;
+    s->obj = cJSON_CreateObject();
+    ck_assert_ptr_nonnull(s->obj);
+}
+
+/* The object's text when the call succeeded (what a failed one left in it
+ * is its caller's to delete). */
+static void object_text(void *ctx)
+{
+    state_ctx *s = ctx;
+    s->got = s->ok ? cJSON_PrintUnformatted(s->obj) : NULL;
+    ck_assert(s->got || !s->ok);
+    cJSON_Delete(s->obj);
+    s->obj = NULL;
+    same_text(ctx);
+}
+
+static bool call_put_u64(void *ctx)
+{
+    state_ctx *s = ctx;
+    return s->ok = cg_state_put_u64(s->obj, "seed", 18446744073709551615ULL);
+}
+
+static bool call_model_state_write(void *ctx)
+{
+    state_ctx *s = ctx;
+    cg_json_field f[5];
+    return s->ok = cg_trainer_model_state(&s->x->t, "toy", s->obj, f, toy_fields(&s->x->ts, f));
+}
+
+/* The state saved, then restored into a fresh trainer over the options
+ * as parsed. */
+static void fresh_trainer(void *ctx)
+{
+    state_ctx *s = ctx;
+    *s->x->o = s->x->o0;
+    *s->x->rec = s->x->rec0;
+    cg_trainer_init(&s->t, s->x->o);
+    s->t.out = s->x->out;
+}
+
+static bool call_restore(void *ctx)
+{
+    state_ctx *s = ctx;
+    const bool ok = cg_trainer_restore(&s->t, s->x->json, s->x->out);
+    if (ok)
+        s->got = restored(&s->t);
+    return ok;
+}
+
+static void end_trainer(void *ctx)
+{
+    state_ctx *s = ctx;
+    cg_trainer_end(&s->t);
+    same_text(ctx);
+}
+
+static bool call_model_fields(void *ctx)
+{
+    state_ctx *s = ctx;
+    toy_state back = {0};
+    cg_json_field f[5];
+    const bool ok = cg_train_model_fields(s->x->json, s->x->out, "toy", f, toy_fields(&back, f));
+    ck_assert(!ok || (back.epoch == 3 && back.scale == 0.5 && back.stream == 99 && back.flag));
+    return ok;
+}
+
+static bool call_data_check(void *ctx)
+{
+    state_ctx *s = ctx;
+    return cg_train_data_check(s->x->json, s->x->out, &s->x->t.data);
+}
+
+static bool call_data_path(void *ctx)
+{
+    state_ctx *s = ctx;
+    s->got = cg_train_data_path(s->x->json, s->x->out, NULL, "default.txt");
+    return s->got != NULL;
+}
+
+static bool call_data_path_given(void *ctx)
+{
+    state_ctx *s = ctx;
+    s->got = cg_train_data_path(s->x->json, s->x->out, "given.txt", "default.txt");
+    return s->got != NULL;
+}
+
+static bool call_state_parse(void *ctx)
+{
+    state_ctx *s = ctx;
+    s->obj = cg_train_state_parse(s->x->json);
+    return s->ok = s->obj != NULL;
+}
+
+/* Every public call of models/train/state.c over one run's state. */
+START_TEST(test_train_state_oom)
+{
+    cg_train_opts o;
+    cg_train_recipe rec;
+    cg_train_init(&o, &rec, 20, 4);
+    const cg_cli_opt opts[] = {CG_TRAIN_RECIPE_FLAGS(&rec), CG_TRAIN_RUN_FLAGS(&o)};
+    cg_cli_args a = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};
+    run_fx x;
+    run_fx_make(&x, &o, &rec, &a);
+    state_ctx s = {.x = &x, .want = x.json};
+    long n[12];
+    int i = 0;
+    n[i++] = sweep_memory(
+        &(sweep_case){"cg_train_state_json", NULL, call_state_json, same_text, &s, x.dir});
+    s.want = "{\"seed\":\"18446744073709551615\"}";
+    n[i++] = sweep_memory(
+        &(sweep_case){"cg_state_put_u64", new_object, call_put_u64, object_text, &s, NULL});
+    s.want = "{\"epoch\":3,\"scale\":\"0.5\",\"stream\":\"99\",\"name\":\"toy's own\","
+             "\"flag\":true}";
+    n[i++] = sweep_memory(&(sweep_case){"cg_trainer_model_state (writing)", new_object,
+                                        call_model_state_write, object_text, &s, NULL});
+    /* the restore, once without failures: what each one that succeeds gives */
+    fresh_trainer(&s);
+    ck_assert_msg(call_restore(&s), "%s", cg_last_error());
+    char *want = s.got;
+    s.got = NULL;
+    cg_trainer_end(&s.t);
+    ck_assert_msg(strstr(want, "kept 4 8 dropping 2") && strstr(want, "counters 11 12"), "%s",
+                  want);
+    s.want = want;
+    n[i++] = sweep_memory(
+        &(sweep_case){"cg_trainer_restore", fresh_trainer, call_restore, end_trainer, &s, x.dir});
+    /* reading a model's own state back (resuming) allocates nothing */
+    fresh_trainer(&s);
+    ck_assert(cg_trainer_restore(&s.t, x.json, x.out));
+    toy_state back = {0};
+    cg_json_field f[5];
+    cg_set_error(STALE);
+    atomic_store(&alloc_failed, false);
+    atomic_store(&fail_at, 1);
+    const bool read = cg_trainer_model_state(&s.t, "toy", NULL, f, toy_fields(&back, f));
+    atomic_store(&fail_at, 0);
+    ck_assert(read && !atomic_load(&alloc_failed) && back.epoch == 3 && back.stream == 99);
+    cg_trainer_end(&s.t);
+    s.want = NULL;
+    n[i++] = sweep_memory(
+        &(sweep_case){"cg_train_model_fields", NULL, call_model_fields, NULL, &s, x.dir});
+    n[i++] =
+        sweep_memory(&(sweep_case){"cg_train_data_check", NULL, call_data_check, NULL, &s, x.dir});
+    s.want = x.data;
+    n[i++] = sweep_memory(
+        &(sweep_case){"cg_train_data_path (recorded)", NULL, call_data_path, same_text, &s, x.dir});
+    s.want = "given.txt";
+    n[i++] = sweep_memory(&(sweep_case){"cg_train_data_path (given)", NULL, call_data_path_given,
+                                        same_text, &s, x.dir});
+    cJSON *whole = cJSON_Parse(x.json);
+    char *printed = cJSON_PrintUnformatted(whole);
+    cJSON_Delete(whole);
+    s.want = printed;
+    n[i++] = sweep_memory(
+        &(sweep_case){"cg_train_state_parse", NULL, call_state_parse, object_text, &s, x.dir});
+    free(printed);
+    fprintf(stderr, "allocations swept (state.c):");
+    for (int k = 0; k < i; k++)
+        fprintf(stderr, " %ld", n[k]);
+    fprintf(stderr, "\n");
+    free(want);
+    run_fx_free(&x);
+}
+END_TEST
+
+/* ranks_agree with one process pretending to be rank 0 of two
+ * (-Wl,--wrap=cg_dist_size): the one-process collectives (dist_single.c)
+ * leave rank 0's list as it is, so every rank agrees with it. */
+static atomic_int fake_size; /* 0: the real one */
+int __real_cg_dist_size(void);
+int __wrap_cg_dist_size(void);
+int __wrap_cg_dist_size(void)
+{
+    const int n = atomic_load(&fake_size);
+    return n ? n : __real_cg_dist_size();
+}
+
+/* The list rank 0 sends (the one-process broadcast sends nothing: its
+ * bytes, kept here) must be the one it sends without failures: the other
+ * ranks compare theirs with it. */
+static char *sent_list;
+bool __real_cg_dist_broadcast_bytes(void *buf, size_t bytes);
+bool __wrap_cg_dist_broadcast_bytes(void *buf, size_t bytes);
+bool __wrap_cg_dist_broadcast_bytes(void *buf, size_t bytes)
+{
+    if (bytes > sizeof(uint64_t) && atomic_load(&fake_size)) { /* the list, not its length */
+        free(sent_list);
+        sent_list = __real_strndup(buf, bytes);
+    }
+    return __real_cg_dist_broadcast_bytes(buf, bytes);
+}
+
+typedef struct {
+    run_fx *x;
+    bool ok;
+    char *want; /* the list sent without failures */
+} agree_ctx;
+
+static bool call_ranks_agree(void *ctx)
+{
+    agree_ctx *g = ctx;
+    return g->ok = cg_trainer_ranks_agree(&g->x->t, &g->x->m);
+}
+
+static void same_list(void *ctx)
+{
+    agree_ctx *g = ctx;
+    if (g->ok)
+        ck_assert_str_eq(sent_list ? sent_list : "(none)", g->want);
+    free(sent_list);
+    sent_list = NULL;
+}
+
+START_TEST(test_ranks_agree_oom)
+{
+    cg_train_opts o;
+    cg_train_recipe rec;
+    cg_train_init(&o, &rec, 20, 4);
+    const cg_cli_opt opts[] = {CG_TRAIN_RECIPE_FLAGS(&rec), CG_TRAIN_RUN_FLAGS(&o)};
+    cg_cli_args a = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};
+    run_fx x;
+    run_fx_make(&x, &o, &rec, &a);
+    /* one process: true at once, nothing allocated */
+    cg_set_error(STALE);
+    atomic_store(&alloc_failed, false);
+    atomic_store(&fail_at, 1);
+    ck_assert(cg_trainer_ranks_agree(&x.t, &x.m));
+    atomic_store(&fail_at, 0);
+    ck_assert(!atomic_load(&alloc_failed));
+    atomic_store(&fake_size, 2);
+    ck_assert_msg(cg_trainer_ranks_agree(&x.t, &x.m), "%s", cg_last_error());
+    agree_ctx g = {&x, false, sent_list};
+    sent_list = NULL;
+    ck_assert_msg(g.want && strstr(g.want, "\"config.shape.norm\":\"\\\"rmsnorm\\\"\"") &&
+                      strstr(g.want, "\"zero\":\"0\"") && strstr(g.want, "\"init_from.size\""),
+                  "%s", g.want ? g.want : "(none)");
+    const long n = sweep_memory(&(sweep_case){"cg_trainer_ranks_agree (rank 0 of 2)", NULL,
+                                              call_ranks_agree, same_list, &g, x.dir});
+    free(g.want);
+    fprintf(stderr, "allocations swept (agree.c): %ld\n", n);
+    atomic_store(&fake_size, 0);
+    run_fx_free(&x);
+}
+END_TEST
+
 int main(void)
 {
     cJSON_Hooks hooks = {__wrap_malloc, free};
@@ -694,5 +1158,10 @@ int main(void)
     tcase_add_test(tc, test_plot_attention_unrecorded);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
+    TCase *ts = tcase_create("state"); /* models/train/state.c, agree.c */
+    tcase_add_test(ts, test_train_state_oom);
+    tcase_add_test(ts, test_ranks_agree_oom);
+    tcase_set_timeout(ts, 600);
+    suite_add_tcase(s, ts);
     return cg_test_run(&s, 1);
 }
