@@ -89,7 +89,12 @@ cJSON *cg_json_parse_object(const char *json, const char *what)
         cg_set_error("%s: NULL argument", what);
         return NULL;
     }
-    cJSON *o = cg_json_parse(json);
+    bool no_memory;
+    cJSON *o = cg_json_parse_mem(json, &no_memory);
+    if (no_memory) {
+        cg_set_error("%s: out of memory", what);
+        return NULL;
+    }
     if (!o || !cJSON_IsObject(o)) {
         cg_set_error("%s: not a JSON object", what);
         cJSON_Delete(o);

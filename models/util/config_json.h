@@ -36,7 +36,7 @@ cJSON *cg_json_parse(const char *text);
  * ENOMEM when it fails) and the error "out of memory" then. */
 cJSON *cg_json_parse_mem(const char *text, bool *no_memory);
 /* Parse json (as cg_json_parse) into an object (caller cJSON_Deletes it),
- * or NULL + error. */
+ * or NULL + error ("WHAT: out of memory" when the parse ran out of it). */
 cJSON *cg_json_parse_object(const char *json, const char *what);
 /* The "norm" and "act" strings, when present, parsed into *norm and *act. */
 bool cg_json_norm_act(const cJSON *o, const char *what, cg_norm_kind *norm, cg_act *act);
