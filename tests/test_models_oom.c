@@ -38,6 +38,7 @@
 #include "models/train/merge.h"
 #include "models/train/state.h"
 #include "models/train/trainer.h"
+#include "models/util/config_json.h"
 #include "nn/data.h"
 #include "optim/ema.h"
 #include "tests/testutil.h"
@@ -1138,6 +1139,62 @@ START_TEST(test_ranks_agree_oom)
 }
 END_TEST
 
+/* ------------------------------------------------------------ names */
+
+/* A name that is not UTF-8 (cg_json_add_name's "key" and "key_hex"), put
+ * back into "key" by cg_json_name_decode: out of memory says so, not that
+ * the hex is bad. */
+typedef struct {
+    const char *text;
+    cJSON *o;
+} name_ctx;
+
+static void parse_name(void *ctx)
+{
+    name_ctx *n = ctx;
+    n->o = cJSON_Parse(n->text);
+    ck_assert_ptr_nonnull(n->o);
+}
+
+static bool call_name_decode(void *ctx)
+{
+    return cg_json_name_decode(((name_ctx *)ctx)->o, "path", "name test");
+}
+
+/* "path" after a call: the bytes when it succeeded; when not, the shown
+ * text as it was, or no "path" when the text had none */
+static void name_back(void *ctx)
+{
+    static const char bytes[] = {'a', (char)0xff, 'b', 0};
+    static const char shown[] = {'a', (char)0xef, (char)0xbf, (char)0xbd, 'b', 0};
+    name_ctx *n = ctx;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(n->o, "path");
+    if (p)
+        ck_assert(cJSON_IsString(p) &&
+                  (strcmp(p->valuestring, bytes) == 0 || strcmp(p->valuestring, shown) == 0));
+    else
+        ck_assert(!strstr(n->text, "\"path\""));
+    cJSON_Delete(n->o);
+    n->o = NULL;
+}
+
+START_TEST(test_name_decode_oom)
+{
+    /* the shown text replaced in place (only the bytes allocated) */
+    name_ctx n = {"{\"path\": \"a\\ufffdb\", \"path_hex\": \"61ff62\"}", NULL};
+    const sweep_case c = {"cg_json_name_decode", parse_name, call_name_decode, name_back, &n, NULL};
+    ck_assert_int_eq(sweep_memory(&c), 1);
+    /* "path" made anew: the bytes, the string, its key */
+    n.text = "{\"path_hex\": \"61ff62\"}";
+    ck_assert_int_ge(sweep_memory(&c), 3);
+    /* and a text that is not hex is still called so */
+    cJSON *o = cJSON_Parse("{\"path\": \"x\", \"path_hex\": \"6g\"}");
+    ck_assert(!cg_json_name_decode(o, "path", "name test"));
+    ck_assert_str_eq(cg_last_error(), "name test: \"path_hex\" is not the hex digits of a name");
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void)
 {
     cJSON_Hooks hooks = {__wrap_malloc, free};
@@ -1156,6 +1213,7 @@ int main(void)
     tcase_add_test(tc, test_loader_epoch_oom);
     tcase_add_test(tc, test_corpus_bpe_oom);
     tcase_add_test(tc, test_plot_attention_unrecorded);
+    tcase_add_test(tc, test_name_decode_oom);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     TCase *ts = tcase_create("state"); /* models/train/state.c, agree.c */

@@ -359,16 +359,31 @@ bool cg_json_name_decode(cJSON *o, const char *key, const char *what)
     snprintf(hkey, sizeof hkey, "%s_hex", key);
     if (!cJSON_GetObjectItemCaseSensitive(o, hkey))
         return true;
+    errno = 0;
     char *bytes = cg_json_get_name(o, key);
-    cJSON *item = bytes ? cJSON_CreateString(bytes) : NULL;
-    bool ok = item && (cJSON_GetObjectItemCaseSensitive(o, key)
-                           ? cJSON_ReplaceItemInObjectCaseSensitive(o, key, item)
-                           : cJSON_AddItemToObject(o, key, item));
+    if (!bytes) { /* malloc's ENOMEM, else the text is not a name's hex */
+        if (errno == ENOMEM)
+            cg_set_error("%s: out of memory", what);
+        else
+            cg_set_error("%s: \"%s\" is not the hex digits of a name", what, hkey);
+        return false;
+    }
+    /* the shown string's text replaced in place: cJSON 1.7.15's
+     * ReplaceItemInObject drops the key it cannot copy and says it
+     * succeeded */
+    cJSON *shown = cJSON_GetObjectItemCaseSensitive(o, key), *item = NULL;
+    bool ok;
+    if (cJSON_IsString(shown) && !(shown->type & cJSON_IsReference)) {
+        ok = cJSON_SetValuestring(shown, bytes) != NULL;
+    } else {
+        cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+        ok = (item = cJSON_CreateString(bytes)) && cJSON_AddItemToObject(o, key, item);
+        if (!ok)
+            cJSON_Delete(item);
+    }
     if (!ok)
-        cJSON_Delete(item);
+        cg_set_error("%s: out of memory", what);
     free(bytes);
-    if (!ok)
-        cg_set_error("%s: \"%s\" is not the hex digits of a name", what, hkey);
     return ok;
 }
 

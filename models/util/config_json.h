@@ -57,11 +57,12 @@ const char *cg_json_quote(char *buf, size_t n, const char *s);
  * must be strict UTF-8): "key" as is when it is UTF-8; otherwise "key" with
  * each bad byte shown as U+FFFD and "key_hex" holding the bytes in hex.
  * cg_json_name_decode, after parsing, puts those bytes back into "key"
- * (false + error naming `what` when "key_hex" is not hex). */
+ * (false + error naming `what` when "key_hex" is not hex, or when memory
+ * runs out). */
 bool cg_json_add_name(cJSON *o, const char *key, const char *name);
 bool cg_json_name_decode(cJSON *o, const char *key, const char *what);
 /* The name of "key" (cg_json_add_name's form) as bytes, malloc'd; NULL when
- * absent, not a string or not hex. */
+ * absent, not a string or not hex, or (errno ENOMEM) out of memory. */
 char *cg_json_get_name(const cJSON *o, const char *key);
 #define CG_JSON_NUM(fmt, x) cg_json_num((char[64]){0}, 64, (fmt), (x))
 #define CG_JSON_STR(s) cg_json_quote((char[4200]){0}, 4200, (s))
