@@ -2,6 +2,7 @@
 #include "nn/lora.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -550,7 +551,9 @@ static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c
     const char *js = cg_st_metadata(f, "adapter_config");
     /* the whole value is the JSON (cg_st_metadata_json: "{...}p" refused,
      * which cJSON_Parse took for its object; found by fuzz/fuzz_lora.c) */
+    errno = 0; /* malloc's ENOMEM: out of memory, not a bad config */
     cJSON *j = js ? cg_st_metadata_json(f, "adapter_config") : NULL;
+    bool no_memory = js && !j && errno == ENOMEM;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "r");
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(j, "lora_alpha");
     const cJSON *dr = cJSON_GetObjectItemCaseSensitive(j, "lora_dropout");
@@ -558,11 +561,13 @@ static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c
     int n = cJSON_IsArray(tm) ? cJSON_GetArraySize(tm) : 0;
     bool ok = cJSON_IsNumber(r) && cJSON_IsNumber(al) && n > 0;
     *targets = ok ? calloc((size_t)n, sizeof **targets) : NULL;
+    no_memory = no_memory || (ok && !*targets);
     ok = ok && *targets;
     c->n_targets = ok ? n : 0;
     int k = 0;
     for (const cJSON *t = tm ? tm->child : NULL; ok && t; t = t->next, k++) {
         ok = cJSON_IsString(t) && ((*targets)[k] = strdup(t->valuestring));
+        no_memory = no_memory || (cJSON_IsString(t) && !ok);
     }
     bool rank_bad = ok && !rank_matches(f, path, r, al); /* its message is set */
     ok = ok && !rank_bad;
@@ -574,9 +579,10 @@ static bool read_config(const cg_st_file *f, const char *path, cg_lora_config *c
                               .targets = (const char *const *)*targets};
     else if (!rank_bad)
         cg_set_error("LoRA load %s: %s", path,
-                     !js  ? "no 'adapter_config' in the metadata (not a LoRA adapter file)"
-                     : !j ? "the 'adapter_config' metadata is not JSON"
-                          : "the adapter config lacks r, lora_alpha or target_modules");
+                     !js         ? "no 'adapter_config' in the metadata (not a LoRA adapter file)"
+                     : no_memory ? "out of memory reading the adapter config"
+                     : !j        ? "the 'adapter_config' metadata is not JSON"
+                                 : "the adapter config lacks r, lora_alpha or target_modules");
     cJSON_Delete(j);
     return ok;
 }

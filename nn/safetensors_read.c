@@ -389,7 +389,10 @@ static cJSON *parse_header(const cg_st_file *f, const unsigned char *hdr, uint64
              "tensor names, dtypes and metadata cannot hold one",
              P, bad);
     const char *end = NULL;
+    errno = 0; /* malloc's ENOMEM tells a parse out of memory from a bad header */
     root = cJSON_ParseWithLengthOpts((const char *)hdr, (size_t)hlen, &end, 0);
+    if (!root && errno == ENOMEM)
+        FAIL("safetensors: %s: out of memory reading the header", P);
     if (!root) {
         size_t at = (end && end >= (const char *)hdr && end <= (const char *)hdr + hlen)
                         ? (size_t)(end - (const char *)hdr)

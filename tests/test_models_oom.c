@@ -314,7 +314,7 @@ START_TEST(test_average_oom)
     files_make(&f, "average");
     save_lm(f.a, 1);
     save_lm(f.b, 2);
-    sweep(&(sweep_case){"cg_ckpt_average", NULL, call_average, remove_out, &f, f.dir});
+    sweep_memory(&(sweep_case){"cg_ckpt_average", NULL, call_average, remove_out, &f, f.dir});
     cg_test_rm_tree(f.dir);
 }
 END_TEST
@@ -333,7 +333,7 @@ START_TEST(test_merge_oom)
     files_make(&f, "merge");
     save_lm(f.a, 1);
     save_adapter(f.adapter, f.a);
-    sweep(&(sweep_case){"cg_ckpt_merge", NULL, call_merge, remove_out, &f, f.dir});
+    sweep_memory(&(sweep_case){"cg_ckpt_merge", NULL, call_merge, remove_out, &f, f.dir});
     cg_test_rm_tree(f.dir);
 }
 END_TEST
@@ -372,8 +372,8 @@ START_TEST(test_adapter_load_oom)
     files_make(&s.f, "adapted");
     save_lm(s.f.a, 1);
     save_adapter(s.f.adapter, s.f.a);
-    sweep(&(sweep_case){"cg_charlm_ckpt_load (an adapter)", NULL, call_load_adapter, free_loaded,
-                        &s, s.f.dir});
+    sweep_memory(&(sweep_case){"cg_charlm_ckpt_load (an adapter)", NULL, call_load_adapter,
+                               free_loaded, &s, s.f.dir});
     cg_test_rm_tree(s.f.dir);
 }
 END_TEST
@@ -434,9 +434,11 @@ START_TEST(test_ckpt_save_oom)
     s.ema = cg_ema_new(CG_MODULE(s.ck.model), 0.9);
     ck_assert(s.cfg && s.opt && s.ema);
     s.old = read_all(s.f.a, &s.n_old);
-    sweep(&(sweep_case){"cg_ckpt_save", NULL, call_ckpt_save, put_back, &s, s.f.dir});
-    sweep(&(sweep_case){"cg_ft_ckpt_save (an average)", NULL, call_ft_save, put_back, &s, s.f.dir});
-    sweep(&(sweep_case){"cg_charlm_ckpt_save", NULL, call_charlm_save, put_back, &s, s.f.dir});
+    sweep_memory(&(sweep_case){"cg_ckpt_save", NULL, call_ckpt_save, put_back, &s, s.f.dir});
+    sweep_memory(
+        &(sweep_case){"cg_ft_ckpt_save (an average)", NULL, call_ft_save, put_back, &s, s.f.dir});
+    sweep_memory(
+        &(sweep_case){"cg_charlm_ckpt_save", NULL, call_charlm_save, put_back, &s, s.f.dir});
     free(s.old);
     free(s.cfg);
     cg_ema_free(s.ema);
@@ -521,8 +523,8 @@ START_TEST(test_generate_oom)
     gen_ctx g = {tiny_lm(12, 3), false, NULL};
     for (int cache = 0; cache < 2; cache++) {
         g.cache = cache;
-        sweep(&(sweep_case){cache ? "cg_charlm_generate (cached)" : "cg_charlm_generate", NULL,
-                            call_generate, free_generated, &g, NULL});
+        sweep_memory(&(sweep_case){cache ? "cg_charlm_generate (cached)" : "cg_charlm_generate",
+                                   NULL, call_generate, free_generated, &g, NULL});
     }
     cg_charlm_free(g.lm);
 }
@@ -568,7 +570,8 @@ START_TEST(test_decode_oom)
         for (int cache = 0; cache < 2; cache++) {
             d.beam = beam ? 3 : 0;
             d.cache = cache;
-            sweep(&(sweep_case){what[beam][cache], NULL, call_decode, free_decoded, &d, NULL});
+            sweep_memory(
+                &(sweep_case){what[beam][cache], NULL, call_decode, free_decoded, &d, NULL});
         }
     cg_seq2seq_free(d.m);
 }
@@ -598,7 +601,7 @@ static void free_ema(void *ctx)
 START_TEST(test_ema_new_oom)
 {
     ema_ctx x = {tiny_lm(12, 3), NULL};
-    sweep(&(sweep_case){"cg_ema_new", NULL, call_ema_new, free_ema, &x, NULL});
+    sweep_memory(&(sweep_case){"cg_ema_new", NULL, call_ema_new, free_ema, &x, NULL});
     cg_charlm_free(x.lm);
 }
 END_TEST
@@ -639,8 +642,8 @@ START_TEST(test_loader_epoch_oom)
     loader_ctx l = {.x = cg_arange_dtype(CG_F32, 0, 6, 1), .y = cg_arange_dtype(CG_I64, 0, 6, 1)};
     for (int shuffle = 0; shuffle < 2; shuffle++) {
         l.shuffle = shuffle;
-        sweep(&(sweep_case){shuffle ? "cg_loader_next (shuffled)" : "cg_loader_next", make_loader,
-                            call_loader_next, free_loader, &l, NULL});
+        sweep_memory(&(sweep_case){shuffle ? "cg_loader_next (shuffled)" : "cg_loader_next",
+                                   make_loader, call_loader_next, free_loader, &l, NULL});
     }
     cg_release_all(2, l.x, l.y);
 }
@@ -687,7 +690,8 @@ START_TEST(test_corpus_bpe_oom)
         return;
     }
     ck_assert_msg(x.tok, "%s", cg_last_error());
-    sweep(&(sweep_case){"cg_corpus_read_tok (bpe)", NULL, call_corpus_bpe, free_corpus, &x, x.dir});
+    sweep_memory(
+        &(sweep_case){"cg_corpus_read_tok (bpe)", NULL, call_corpus_bpe, free_corpus, &x, x.dir});
     cg_tokenizer_free(x.tok);
     cg_test_rm_tree(x.dir);
 }
@@ -1195,6 +1199,29 @@ START_TEST(test_name_decode_oom)
 }
 END_TEST
 
+/* A checkpoint's character vocabulary, read from its JSON string. */
+static bool call_vocab_json(void *ctx)
+{
+    cg_vocab **v = ctx;
+    return (*v = cg_vocab_from_json("\" aehlw\"")) != NULL;
+}
+
+static void free_vocab(void *ctx)
+{
+    cg_vocab **v = ctx;
+    ck_assert(!*v || (*v)->n == 6); /* " aehlw" */
+    cg_vocab_free(*v);
+    *v = NULL;
+}
+
+START_TEST(test_vocab_json_oom)
+{
+    cg_vocab *v = NULL;
+    const sweep_case c = {"cg_vocab_from_json", NULL, call_vocab_json, free_vocab, &v, NULL};
+    ck_assert_int_ge(sweep_memory(&c), 2);
+}
+END_TEST
+
 int main(void)
 {
     cJSON_Hooks hooks = {__wrap_malloc, free};
@@ -1214,6 +1241,7 @@ int main(void)
     tcase_add_test(tc, test_corpus_bpe_oom);
     tcase_add_test(tc, test_plot_attention_unrecorded);
     tcase_add_test(tc, test_name_decode_oom);
+    tcase_add_test(tc, test_vocab_json_oom);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     TCase *ts = tcase_create("state"); /* models/train/state.c, agree.c */

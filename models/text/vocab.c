@@ -113,7 +113,12 @@ cg_vocab *cg_vocab_from_codepoints(const uint32_t *cps, int64_t n)
 
 cg_vocab *cg_vocab_from_json(const char *json)
 {
-    cJSON *j = cg_json_parse(json);
+    bool no_memory;
+    cJSON *j = cg_json_parse_mem(json, &no_memory);
+    if (no_memory) {
+        cg_set_error("vocabulary: out of memory");
+        return NULL;
+    }
     if (!j || !cJSON_IsString(j)) {
         cJSON_Delete(j);
         cg_set_error("vocabulary: expected a JSON string");

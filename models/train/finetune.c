@@ -62,7 +62,12 @@ bool cg_ft_origin_read(const cg_st_file *f, const char *path, cg_ft_origin *out,
         return true;
     char what[600];
     snprintf(what, sizeof what, "checkpoint '%.500s': \"init_from\"", path);
-    cJSON *j = cg_json_parse(js);
+    bool no_memory;
+    cJSON *j = cg_json_parse_mem(js, &no_memory);
+    if (no_memory) {
+        cg_set_error("%s: out of memory", what);
+        return false;
+    }
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
     bool ok = cJSON_IsObject(j) && cJSON_IsNumber(st) && st->valuedouble >= 0 &&
               st->valuedouble <= 1e15 && st->valuedouble == floor(st->valuedouble);

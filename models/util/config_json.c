@@ -560,7 +560,12 @@ static bool config_fact(const cJSON *o, const char *what, const cg_config_field 
     }
     char buf[64];
     const char *text = fact_text(f, cfg, buf, sizeof buf);
-    cJSON *want = cg_json_parse(text);
+    bool no_memory;
+    cJSON *want = cg_json_parse_mem(text, &no_memory);
+    if (no_memory) {
+        cg_set_error("%s: out of memory", what);
+        return false;
+    }
     bool same = want && cJSON_Compare(v, want, true);
     if (!same) {
         char *got = cJSON_PrintUnformatted(v);
