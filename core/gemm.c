@@ -3,8 +3,23 @@
  *
  * Debian's BLIS 0.9 picks its generic kernels on CPUs it does not know (AMD
  * family 0x1A), which is 5x slower than its AVX-512 kernels. The static
- * libblis.a exports the per-architecture context initialisers, so we fill a
- * cntx_t ourselves from cpuid, once, and pass it to bli_sgemm_ex.
+ * libblis.a exports the per-architecture kernels and context initialisers,
+ * so we choose from cpuid ourselves, once.
+ *
+ * Out of memory: BLIS aborts the process when its own malloc returns NULL
+ * (bli_malloc_intl: "libblis: malloc() returned NULL ... Aborting"), and
+ * bli_init (its kernel structure, its packing pools), the context
+ * initialisers (bli_cntx_set_*'s temporary arrays) and bli_sgemm_ex (its
+ * control tree, pool blocks created lazily per thread) all allocate. So
+ * the paths a program takes by default never enter BLIS's allocating
+ * code: the skx path is our driver around BLIS's micro-kernel (gemm_skx.c,
+ * its buffers ours, a failure returned), whose block sizes gemm_init writes
+ * into a cntx_t itself (blocks_skx: BLIS 0.9's skx values, test_matmul
+ * holds them to bli_cntx_init_skx's), and a failure of that driver is
+ * returned, never handed to BLIS's driver. BLIS's own driver and contexts
+ * (the haswell path, CG_BLIS_DRIVER=1, CG_BLIS_DEFAULT=1 or a CPU without
+ * AVX2) are made on their first use (blis_contexts) and may still abort
+ * out of memory.
  *
  * Determinism: BLIS runs single-threaded; we split C among threads by rows
  * or columns (gemm_run), never k, and the k blocking (KC) comes from the
@@ -76,8 +91,16 @@ static int threads_for(int nthreads, double flops)
 #define DYN_CHUNKS 32
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* The block sizes of our drivers and of the k blocks (cg_gemm_k_block),
+ * written by gemm_init without BLIS (blocks_skx); only g_cntx_skx is ever
+ * handed to a kernel, which reads nothing of it. */
 static cntx_t g_cntx_skx;
 static cntx_t g_cntx_haswell;
+/* BLIS's own contexts for its driver (blis_contexts), made on first use:
+ * they allocate, and BLIS aborts when that fails. */
+static pthread_once_t g_blis_once = PTHREAD_ONCE_INIT;
+static cntx_t g_blis_skx;
+static cntx_t g_blis_haswell;
 static bool g_have_skx;
 static bool g_have_haswell;
 static cg_gemm_path g_active = CG_GEMM_DEFAULT;
@@ -99,33 +122,94 @@ bool cg_bf16_emulation_avx512;
 /* The L1 data cache's bytes (cg_gemm_l1d_bytes) */
 static int64_t g_l1d_bytes;
 
+/* The float block sizes BLIS 0.9's skx context has (config/skx/
+ * bli_cntx_init_skx.c: MR 32, NR 12, MC 480, KC 384 stretched to 480, NC
+ * 3072), written without bli_cntx_init_skx, which allocates. */
+static void blocks_skx(cntx_t *cx)
+{
+    memset(cx, 0, sizeof *cx);
+    blksz_t b;
+    bli_blksz_init_easy(&b, 32, 16, -1, -1);
+    bli_cntx_set_blksz(BLIS_MR, &b, BLIS_MR, cx);
+    bli_blksz_init_easy(&b, 12, 14, -1, -1);
+    bli_cntx_set_blksz(BLIS_NR, &b, BLIS_NR, cx);
+    bli_blksz_init_easy(&b, 480, 240, -1, -1);
+    bli_cntx_set_blksz(BLIS_MC, &b, BLIS_MR, cx);
+    bli_blksz_init(&b, 384, 256, -1, -1, 480, 320, -1, -1);
+    bli_cntx_set_blksz(BLIS_KC, &b, BLIS_KR, cx);
+    bli_blksz_init_easy(&b, 3072, 3752, -1, -1);
+    bli_cntx_set_blksz(BLIS_NC, &b, BLIS_NR, cx);
+}
+
+/* haswell's k blocks are skx's (KC 384, haswell's own 256): each block's
+ * sum is added to C, so with haswell's a product with k over 256 was
+ * summed at other points on AVX2 CPUs (Zen 2, 3) than on AVX-512 ones, and
+ * seq2seq tiny's fp32 final_loss differed in its last bits. */
+static void haswell_kc(cntx_t *cx)
+{
+    cntx_t skx;
+    blocks_skx(&skx);
+    blksz_t *ks = bli_cntx_get_blksz(BLIS_KC, &skx);
+    blksz_t *kh = bli_cntx_get_blksz(BLIS_KC, cx);
+    bli_blksz_set_def(bli_blksz_get_def(BLIS_FLOAT, ks), BLIS_FLOAT, kh);
+    bli_blksz_set_max(bli_blksz_get_max(BLIS_FLOAT, ks), BLIS_FLOAT, kh);
+}
+
+/* The float block sizes of BLIS 0.9's haswell context as we run it (MR 6,
+ * NR 16, MC 168, NC 4080; KC skx's), written without BLIS. */
+static void blocks_haswell(cntx_t *cx)
+{
+    memset(cx, 0, sizeof *cx);
+    blksz_t b;
+    bli_blksz_init_easy(&b, 6, 6, 3, 3);
+    bli_cntx_set_blksz(BLIS_MR, &b, BLIS_MR, cx);
+    bli_blksz_init_easy(&b, 16, 8, 8, 4);
+    bli_cntx_set_blksz(BLIS_NR, &b, BLIS_NR, cx);
+    bli_blksz_init_easy(&b, 168, 72, 75, 192);
+    bli_cntx_set_blksz(BLIS_MC, &b, BLIS_MR, cx);
+    bli_blksz_init_easy(&b, 256, 256, 256, 256);
+    bli_cntx_set_blksz(BLIS_KC, &b, BLIS_KR, cx);
+    bli_blksz_init_easy(&b, 4080, 4080, 4080, 4080);
+    bli_cntx_set_blksz(BLIS_NC, &b, BLIS_NR, cx);
+    haswell_kc(cx);
+}
+
+/* BLIS's own contexts, for its driver only (serial_gemm): bli_init and the
+ * initialisers allocate, and abort the process when that fails. */
+static void blis_contexts_init(void)
+{
+    bli_init();
+    if (g_have_skx)
+        bli_cntx_init_skx(&g_blis_skx);
+    if (g_have_haswell) {
+        bli_cntx_init_haswell(&g_blis_haswell);
+        haswell_kc(&g_blis_haswell);
+    }
+}
+static void blis_contexts(void) { pthread_once(&g_blis_once, blis_contexts_init); }
+
+static void ensure_init(void);
+
+cntx_t *cg_gemm_blocks(bool skx)
+{
+    ensure_init();
+    return skx ? (g_have_skx ? &g_cntx_skx : NULL) : g_have_haswell ? &g_cntx_haswell : NULL;
+}
+
 static void gemm_init(void)
 {
     const long l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
     g_l1d_bytes = l1d > 0 ? l1d : 32 << 10;
-    bli_init();
     __builtin_cpu_init();
     /* BLIS's own skx test asks for F, DQ, BW and VL; so do we. */
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
-        bli_cntx_init_skx(&g_cntx_skx);
+        blocks_skx(&g_cntx_skx);
         g_have_skx = true;
         cg_bf16_emulation_avx512 = true;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        bli_cntx_init_haswell(&g_cntx_haswell);
-        /* skx's k blocks (KC 384, haswell's own 256): each block's sum is
-         * added to C, so with haswell's a product with k over 256 was summed
-         * at other points on AVX2 CPUs (Zen 2, 3) than on AVX-512 ones, and
-         * seq2seq tiny's fp32 final_loss differed in its last bits. Filling
-         * skx's context runs no AVX-512 code; BLIS grows its packing pools
-         * to a larger block when one is asked for. */
-        cntx_t skx;
-        bli_cntx_init_skx(&skx);
-        blksz_t *ks = bli_cntx_get_blksz(BLIS_KC, &skx);
-        blksz_t *kh = bli_cntx_get_blksz(BLIS_KC, &g_cntx_haswell);
-        bli_blksz_set_def(bli_blksz_get_def(BLIS_FLOAT, ks), BLIS_FLOAT, kh);
-        bli_blksz_set_max(bli_blksz_get_max(BLIS_FLOAT, ks), BLIS_FLOAT, kh);
+        blocks_haswell(&g_cntx_haswell);
         g_have_haswell = true;
     }
     /* switches (core/parse.h); a malformed one keeps its default (the
@@ -442,8 +526,9 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float
 }
 
 /* One single-threaded product on a context: ours around the skx kernel
- * (with the weight's panels at pre, or packing them), or BLIS's driver
- * (other contexts, out of memory without pre).
+ * (with the weight's panels at pre, or packing them; false when its buffer
+ * cannot be had), or BLIS's driver (the other contexts, or CG_BLIS_DRIVER=1;
+ * BLIS's allocator, which aborts when out of memory).
  *
  * Never BLIS 0.9's small-matrix ("sup") kernels: they read up to 256 bytes
  * past the end of an operand (1 x 19 x 37 read past 128 bytes of slack;
@@ -459,12 +544,14 @@ static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alp
                         float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
                         int64_t csc, const float *pre)
 {
-    if (cntx == &g_cntx_skx && g_own_driver &&
-        cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc,
-                    pre))
-        return true;
+    if (cntx == &g_cntx_skx && g_own_driver) /* out of memory: false, never BLIS's driver */
+        return cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc,
+                           csc, pre);
     if (pre) /* the weight is only in our driver's panels */
         return false;
+    blis_contexts(); /* allocates: aborts out of memory (BLIS's) */
+    if (cntx)
+        cntx = cntx == &g_cntx_skx ? &g_blis_skx : &g_blis_haswell;
     if (bias) { /* BLIS cannot add it: C set to the bias first */
         bias_rows f = {n, bs, rsc, csc, bias, c};
         fill_bias_rows(0, m, 0, &f);

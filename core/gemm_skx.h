@@ -22,6 +22,12 @@ bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, con
                  const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc,
                  const float *pre);
 
+/* The block sizes core/gemm.c writes for the skx path's driver (skx) or
+ * the haswell path's k blocks (!skx) without BLIS's context initialisers,
+ * which allocate (core/gemm.c); NULL when this CPU has not the path. For
+ * tests/test_matmul.c, which holds them to BLIS's. */
+cntx_t *cg_gemm_blocks(bool skx);
+
 /* The rows of the driver's A panels: CG_SKX_MR. cg_skx_pack_rows packs the
  * n rows of W [n, k] (w[i * rsw + l * csw]) as the driver packs A, over all
  * of k at once: panel q (rows CG_SKX_MR q ...) at p + q k CG_SKX_MR floats,

@@ -484,6 +484,33 @@ END_TEST
  * bias and then beta 1), and against double loops. */
 void bli_cntx_init_skx(cntx_t *cntx);
 
+void bli_cntx_init_haswell(cntx_t *cntx);
+
+/* The block sizes core/gemm.c writes itself (BLIS's context initialisers
+ * allocate, and abort out of memory) are BLIS 0.9's: skx's, and haswell's
+ * with skx's k blocks. */
+START_TEST(test_block_sizes_blis)
+{
+    static cntx_t skx, hsw;
+    bli_init();
+    bli_cntx_init_skx(&skx);
+    bli_cntx_init_haswell(&hsw);
+    const bszid_t ids[] = {BLIS_MR, BLIS_NR, BLIS_MC, BLIS_KC, BLIS_NC};
+    for (int s = 1; s >= 0; s--) {
+        cntx_t *ours = cg_gemm_blocks(s);
+        if (!ours)
+            continue; /* no AVX-512 (s) or AVX2 here */
+        for (int i = 0; i < 5; i++) {
+            cntx_t *blis = s || ids[i] == BLIS_KC ? &skx : &hsw;
+            ck_assert_int_eq(bli_cntx_get_blksz_def_dt(BLIS_FLOAT, ids[i], ours),
+                             bli_cntx_get_blksz_def_dt(BLIS_FLOAT, ids[i], blis));
+            ck_assert_int_eq(bli_cntx_get_blksz_max_dt(BLIS_FLOAT, ids[i], ours),
+                             bli_cntx_get_blksz_max_dt(BLIS_FLOAT, ids[i], blis));
+        }
+    }
+}
+END_TEST
+
 static void fill_strided(cg_rng *rng, float *p, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -1488,6 +1515,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_paths_agree);
     tcase_add_test(tg, test_sgemm_strides);
     tcase_add_test(tg, test_sgemm_c_strides_blis_refuses);
+    tcase_add_test(tg, test_block_sizes_blis);
     tcase_add_test(tg, test_beta_and_c_unread);
     tcase_add_test(tg, test_skx_driver);
     tcase_add_test(tg, test_k_blocks);
