@@ -27,6 +27,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "autograd/autograd.h"
+#include "autograd/ops.h"
+#include "core/gemm.h"
 #include "models/charlm/charlm_ckpt.h"
 #include "models/charlm/sampling.h"
 #include "models/data/data.h"
@@ -574,6 +577,51 @@ START_TEST(test_decode_oom)
                 &(sweep_case){what[beam][cache], NULL, call_decode, free_decoded, &d, NULL});
         }
     cg_seq2seq_free(d.m);
+}
+END_TEST
+
+/* ------------------------------------------------------------ products */
+
+/* Products on the paths a training step takes (the packed driver, the
+ * skinny and one-row products), forward and backward, 2 threads, in fp32
+ * and, where the CPU has one, bf16. */
+typedef struct {
+    cg_tensor *x[3], *w;
+} prod_ctx;
+
+static bool call_products(void *ctx)
+{
+    prod_ctx *p = ctx;
+    bool ok = true;
+    for (int prec = 0; prec < 2 && ok; prec++) {
+        const cg_precision was = cg_autocast_begin(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        if (cg_get_matmul_precision() != (prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32)) {
+            cg_autocast_end(was); /* no bf16 product on this CPU */
+            break;
+        }
+        for (int i = 0; i < 3 && ok; i++) {
+            cg_tensor *y = cg_matmul(p->x[i], p->w);
+            cg_tensor *l = y ? cg_sum(y, 0, NULL, false) : NULL;
+            ok = l && cg_backward(l, NULL, false);
+            cg_release_all(2, y, l);
+        }
+        cg_autocast_end(was);
+    }
+    return ok;
+}
+
+START_TEST(test_products_oom)
+{
+    cg_rng rng = cg_rng_new(7);
+    prod_ctx p = {{cg_randn(&rng, CG_SHAPE(70, 256)), cg_randn(&rng, CG_SHAPE(3, 256)),
+                   cg_randn(&rng, CG_SHAPE(1, 256))},
+                  cg_randn(&rng, CG_SHAPE(256, 96))};
+    for (int i = 0; i < 3; i++)
+        cg_requires_grad(p.x[i], true);
+    cg_requires_grad(p.w, true);
+    sweep(&(sweep_case){"products (cg_matmul forward and backward)", NULL, call_products, NULL, &p,
+                        NULL});
+    cg_release_all(4, p.x[0], p.x[1], p.x[2], p.w);
 }
 END_TEST
 
@@ -1227,6 +1275,15 @@ int main(void)
     cJSON_Hooks hooks = {__wrap_malloc, free};
     cJSON_InitHooks(&hooks);
     Suite *s = suite_create("models_oom");
+    /* First, so that its first test runs in a process that has made no
+     * product yet (and each does with CK_FORK=yes: test_models_oom_fork):
+     * GEMM's setup once went into BLIS's allocator, which aborts the
+     * process when malloc fails (docs/robustness.md, round fifty-one). */
+    TCase *tf = tcase_create("fresh");
+    tcase_add_test(tf, test_decode_oom);
+    tcase_add_test(tf, test_products_oom);
+    tcase_set_timeout(tf, 600);
+    suite_add_tcase(s, tf);
     TCase *tc = tcase_create("oom");
     tcase_add_test(tc, test_average_oom);
     tcase_add_test(tc, test_merge_oom);
@@ -1235,7 +1292,6 @@ int main(void)
     tcase_add_test(tc, test_writer_filled_message);
     tcase_add_test(tc, test_ckpt_save_keeps_root_cause);
     tcase_add_test(tc, test_generate_oom);
-    tcase_add_test(tc, test_decode_oom);
     tcase_add_test(tc, test_ema_new_oom);
     tcase_add_test(tc, test_loader_epoch_oom);
     tcase_add_test(tc, test_corpus_bpe_oom);
