@@ -102,13 +102,23 @@ int64_t cg_sample(const float *logits, int64_t V, const cg_sample_config *cfg, c
 {
     cg_sample_config def = cg_sample_default();
     const cg_sample_config *o = cfg ? cfg : &def;
-    if (!logits || V < 1 || V > UINT32_MAX || !rng || !(o->temperature >= 0) || o->top_k < 0 ||
-        !(o->top_p > 0 && o->top_p <= 1)) {
-        cg_set_error("sample: bad arguments (%s)",
-                     !logits || !rng  ? "NULL logits or rng"
-                     : V < 1          ? "no logits (V < 1)"
-                     : V > UINT32_MAX ? "more than 2^32 logits"
-                                      : "need temperature >= 0, top_k >= 0, 0 < top_p <= 1");
+    if (!logits || V < 1 || V > UINT32_MAX || !rng) {
+        cg_set_error("sample: bad arguments (%s)", !logits || !rng ? "NULL logits or rng"
+                                                   : V < 1         ? "no logits (V < 1)"
+                                                                   : "more than 2^32 logits");
+        return -1;
+    }
+    /* The field and its value: a config written {.temperature = 0.8} has
+     * top_p 0, which is not "off" (1 is) */
+    if (!(o->temperature >= 0) || o->top_k < 0 || !(o->top_p > 0 && o->top_p <= 1)) {
+        if (!(o->temperature >= 0))
+            cg_set_error("sample: temperature %g is not >= 0 (0 = greedy)", o->temperature);
+        else if (o->top_k < 0)
+            cg_set_error("sample: top_k %lld is negative (0 = off)", (long long)o->top_k);
+        else
+            cg_set_error("sample: top_p %g is not in (0, 1] (1 = off; a config whose fields "
+                         "are not all set has top_p 0: start from cg_sample_default())",
+                         o->top_p);
         return -1;
     }
     if (o->top_k > V) { /* torch.topk: "selected index k out of range" */

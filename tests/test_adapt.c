@@ -1196,6 +1196,15 @@ START_TEST(test_sample)
     c = (cg_sample_config){.temperature = -1, .top_p = 1};
     ck_assert_int_eq(cg_sample(logits, 5, &c, &r1), -1);
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "temperature"));
+    /* each bad field named with its value: a config written with its
+     * temperature alone has top_p 0, not off (1 is); a negative top_k */
+    c = (cg_sample_config){.temperature = 0.8};
+    CG_ASSERT_REFUSED(cg_sample(logits, 5, &c, &r1) == -1, "top_p 0 is not in (0, 1]");
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "cg_sample_default()"));
+    c = (cg_sample_config){.temperature = 1, .top_k = -2, .top_p = 1};
+    CG_ASSERT_REFUSED(cg_sample(logits, 5, &c, &r1) == -1, "top_k -2 is negative");
+    c = (cg_sample_config){.temperature = NAN, .top_p = 1};
+    CG_ASSERT_REFUSED(cg_sample(logits, 5, &c, &r1) == -1, "temperature nan is not >= 0");
     /* a diverged model's logits are refused, greedy or not (PyTorch:
      * "probability tensor contains either inf, nan or element < 0");
      * -inf is a masked logit, unless every logit is */
