@@ -590,16 +590,24 @@ cg_tensor *cg_transpose(cg_tensor *a, int d0, int d1)
 }
 
 /* Slicing and selecting: the gradient is zero except in the viewed part.
- * p.i: [0] dim, [1] start, [2] stop, [3] step, [4] 1 for select. */
+ * p.i: [0] dim, [1] start, [2] stop, [3] step, [4] 1 for select.
+ * When the input already has a gradient that may take a sum in place
+ * (cg_node_grad_acc), g is added into its viewed part alone: a sequence
+ * sliced one time step at a time (an RNN's x[:, t]) then costs each
+ * slice's size in backward, not the whole input's (a zero tensor of the
+ * input's shape, and the engine's add of all of it, for every slice: T^2
+ * for T steps). The values are the engine's sums, acc + 0 = acc outside
+ * the view (but for a -0 there, which stays -0 instead of becoming +0). */
 static bool slice_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    cg_tensor *z = cg_zeros_like(IN(0));
+    cg_tensor *acc = cg_node_grad_acc(n, 0);
+    cg_tensor *z = acc ? cg_retain(acc) : cg_zeros_like(IN(0));
     if (!z)
         return false;
     int dim = (int)n->p.i[0];
     cg_tensor *v = n->p.i[4] ? cg_view_select(z, dim, n->p.i[1])
                              : cg_view_slice(z, dim, n->p.i[1], n->p.i[2], n->p.i[3]);
-    bool ok = v && cg_k_copy_(v, g);
+    bool ok = v && (acc ? cg_k_add_(v, g) : cg_k_copy_(v, g));
     cg_release(v);
     if (!ok) {
         cg_release(z);

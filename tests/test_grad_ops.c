@@ -831,6 +831,68 @@ START_TEST(test_cross_entropy_no_grad_no_gradient)
 }
 END_TEST
 
+/* A tensor sliced one step at a time, as an RNN takes x[:, t]: each
+ * slice's backward adds into the gradient its input already has, in
+ * place. The gradients are right (a leaf and a non-leaf input, selects
+ * and a strided slice, a second backward adding into the leaf's .grad),
+ * and the backward makes no tensor of the input's size per slice: the
+ * peak of live bytes stays below the input's gradient and half of
+ * another (before, every slice made a zero tensor of the input's shape
+ * for the engine to add: T of them for T steps). A test of its own, so
+ * that no earlier peak hides it. */
+static cg_tensor *slices_loss(cg_tensor *y, int T)
+{
+    cg_tensor *two = cg_narrow(y, 0, 0, 2); /* its odd columns, + 0.5 x them */
+    cg_tensor *loss = cg_sum_all(cg_muls(cg_slice(two, 1, 1, y->shape[1], 2), 0.5f));
+    for (int t = 0; t < T; t++)
+        loss = cg_add(loss, cg_sum_all(cg_muls(cg_select(y, 0, t), (float)(t + 2))));
+    return loss;
+}
+
+START_TEST(test_slices_add_into_gradient)
+{
+    enum { T = 16, N = 1 << 16 }; /* 4 MB of floats */
+    const size_t bytes = (size_t)T * N * sizeof(float);
+    cg_rng r = cg_rng_new(21);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(T, N)), true);
+    float *want = malloc(bytes);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < N; j++)
+            want[t * N + j] = (float)(t + 2) + (t < 2 && j % 2 ? 0.5f : 0.0f);
+    for (int pass = 0; pass < 2; pass++) { /* the second adds into x's .grad */
+        cg_scope *s = cg_scope_begin();
+        cg_tensor *loss = slices_loss(x, T);
+        ck_assert_msg(loss != NULL, "%s", cg_last_error());
+        cg_alloc_stats s0 = cg_alloc_get_stats();
+        ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+        cg_alloc_stats s1 = cg_alloc_get_stats();
+        size_t bound = s0.live_bytes + (pass ? 0 : bytes) + bytes / 2;
+        ck_assert_msg(s1.peak_live_bytes <=
+                          (s0.peak_live_bytes > bound ? s0.peak_live_bytes : bound),
+                      "pass %d: peak %zu bytes, %zu live before: a tensor of the input's size "
+                      "a slice",
+                      pass, s1.peak_live_bytes, s0.live_bytes);
+        cg_scope_end(s);
+        float *g = cg_test_values(cg_grad(x));
+        for (int64_t i = 0; i < (int64_t)T * N; i++)
+            ck_assert_msg(g[i] == (pass + 1) * want[i], "pass %d, element %lld: %g, expected %g",
+                          pass, (long long)i, g[i], (pass + 1) * want[i]);
+        free(g);
+    }
+    /* a non-leaf input (an RNN's input projection): 3 x, sliced */
+    cg_zero_grad(x);
+    cg_scope *s = cg_scope_begin();
+    ck_assert(cg_backward(slices_loss(cg_muls(x, 3.0f), T), NULL, false));
+    cg_scope_end(s);
+    float *g = cg_test_values(cg_grad(x));
+    for (int64_t i = 0; i < (int64_t)T * N; i++)
+        ck_assert_msg(g[i] == 3.0f * want[i], "element %lld: %g", (long long)i, g[i]);
+    free(g);
+    free(want);
+    cg_release(x);
+}
+END_TEST
+
 static cg_tensor *dropout_fn(void *ctx, cg_tensor *const *in)
 {
     cg_rng r = cg_rng_new(*(uint64_t *)ctx); /* the same mask every call */
@@ -1791,6 +1853,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_add_norms);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
     tcase_add_test(tc, test_cross_entropy_no_grad_no_gradient);
+    tcase_add_test(tc, test_slices_add_into_gradient);
     tcase_add_test(tc, test_linear_cross_entropy);
     tcase_add_test(tc, test_linear_cross_entropy_exact);
     tcase_add_test(tc, test_dropout);
