@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The examples stay short, and the README says how short (issue 22).
 
-Each of examples/gpt.c, finetune_lora.c and classifier.c has a PyTorch twin
-(the same name, .py). Both are counted the same way: lines that are not
+Each of examples/gpt.c, finetune_lora.c, classifier.c, bert_classifier.c and
+gru.c has a PyTorch twin (the same name, .py). Both are counted the same way: lines that are not
 blank and not only a comment (C: /* ... */ and // removed; Python: #
 comments and docstrings removed). A lone brace counts, as cloc counts it.
 
 Fails when
-  - a C example takes more than 1.5 times the lines of its twin, or
+  - a C example takes more than 1.5 times the lines of its twin (gru.c: 2.5
+    times; gru.py's nn.GRU is one line, a module cgrad does not have, so
+    gru.c writes the cell and its parameters, about 35 lines), or
   - the README's table row of an example (| `examples/NAME.c` | C | PY ...)
     gives other counts than these (the formatting once grew gpt.c from 95
     to 106 lines while the README still said 95).
@@ -19,8 +21,9 @@ import os
 import re
 import sys
 
-EXAMPLES = ("gpt", "finetune_lora", "classifier", "bert_classifier")
+EXAMPLES = ("gpt", "finetune_lora", "classifier", "bert_classifier", "gru")
 LIMIT = 1.5
+LIMITS = {"gru": 2.5}  # nn.GRU against a cell written from ops (above)
 
 
 def c_lines(text):
@@ -44,9 +47,10 @@ def main(root):
             c = c_lines(f.read())
         with open(os.path.join(root, "examples", name + ".py"), encoding="utf-8") as f:
             py = py_lines(f.read())
-        if c > LIMIT * py:
+        limit = LIMITS.get(name, LIMIT)
+        if c > limit * py:
             problems.append(f"examples/{name}.c: {c} lines, {c / py:.2f}x the {py} of "
-                            f"{name}.py (at most {LIMIT}x)")
+                            f"{name}.py (at most {limit}x)")
         row = re.search(r"^\| `examples/%s\.c` \| (\d+) \| (\d+) " % re.escape(name), readme,
                         re.M)
         if not row:
