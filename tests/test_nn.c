@@ -2962,6 +2962,95 @@ START_TEST(test_grad_layer_with_dropout)
 }
 END_TEST
 
+/* A GRU written from ops one time step at a time, as examples/gru.c
+ * builds it (torch.nn.GRU's cell, gate order r, z, n): the input
+ * projection of every step in one product, each step's slice of it
+ * (cg_select, whose backward adds into the projection's gradient), the
+ * gates as views of the thirds of [B, 3H]. The forward against the
+ * equations in double, and the gradcheck over the input, h0 and the four
+ * parameters through three steps (the state, W_hh and b_hh used at each). */
+enum { GRU_B = 2, GRU_T = 3, GRU_E = 3, GRU_H = 4 };
+
+static cg_tensor *gru_cell_ops(cg_tensor *gi, cg_tensor *h, cg_tensor *w_hh, cg_tensor *b_hh)
+{
+    const int64_t H = GRU_H;
+    cg_tensor *gh = cg_affine(h, w_hh, b_hh);
+    cg_tensor *rz = cg_sigmoid(cg_add(cg_narrow(gi, -1, 0, 2 * H), cg_narrow(gh, -1, 0, 2 * H)));
+    cg_tensor *r = cg_narrow(rz, -1, 0, H), *z = cg_narrow(rz, -1, H, H);
+    cg_tensor *n =
+        cg_tanh(cg_add(cg_narrow(gi, -1, 2 * H, H), cg_mul(r, cg_narrow(gh, -1, 2 * H, H))));
+    return cg_add(n, cg_mul(z, cg_sub(h, n)));
+}
+
+/* in: x [B, T, E], h0 [B, H], w_ih [3H, E], w_hh [3H, H], b_ih [3H],
+ * b_hh [3H] -> every step's state, [B, T, H] */
+static cg_tensor *gru_ops_fn(void *ctx, cg_tensor *const *in)
+{
+    (void)ctx;
+    cg_scope *s = cg_scope_begin();
+    cg_tensor *gi = cg_affine(in[0], in[2], in[4]), *h = in[1], *hs[GRU_T];
+    for (int t = 0; t < GRU_T; t++)
+        hs[t] = h = gru_cell_ops(cg_select(gi, 1, t), h, in[3], in[5]);
+    cg_tensor *out = cg_keep(cg_stack(hs, GRU_T, 1));
+    cg_scope_end(s);
+    return out;
+}
+
+static double sigmoid_d(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+START_TEST(test_grad_gru_from_ops)
+{
+    cg_rng r = cg_rng_new(44);
+    const int64_t B = GRU_B, T = GRU_T, E = GRU_E, H = GRU_H;
+    cg_tensor *in[6] = {randn_leaf(&r, CG_SHAPE(B, T, E)),  randn_leaf(&r, CG_SHAPE(B, H)),
+                        randn_leaf(&r, CG_SHAPE(3 * H, E)), randn_leaf(&r, CG_SHAPE(3 * H, H)),
+                        randn_leaf(&r, CG_SHAPE(3 * H)),    randn_leaf(&r, CG_SHAPE(3 * H))};
+    cg_tensor *y = gru_ops_fn(NULL, in);
+    ck_assert_msg(y && y->ndim == 3 && y->shape[0] == B && y->shape[1] == T && y->shape[2] == H,
+                  "%s", cg_last_error());
+    float *v[6], *got = cg_test_values(y);
+    for (int i = 0; i < 6; i++)
+        v[i] = cg_test_values(in[i]);
+    const float *x = v[0], *wi = v[2], *wh = v[3], *bi = v[4], *bh = v[5];
+    for (int64_t b = 0; b < B; b++) {
+        double h[GRU_H], hn[GRU_H];
+        for (int64_t j = 0; j < H; j++)
+            h[j] = v[1][b * H + j];
+        for (int64_t t = 0; t < T; t++) {
+            double gi[3 * GRU_H], gh[3 * GRU_H];
+            for (int64_t o = 0; o < 3 * H; o++) {
+                gi[o] = bi[o], gh[o] = bh[o];
+                for (int64_t k = 0; k < E; k++)
+                    gi[o] += (double)wi[o * E + k] * x[(b * T + t) * E + k];
+                for (int64_t k = 0; k < H; k++)
+                    gh[o] += (double)wh[o * H + k] * h[k];
+            }
+            for (int64_t j = 0; j < H; j++) {
+                double rr = sigmoid_d(gi[j] + gh[j]), zz = sigmoid_d(gi[H + j] + gh[H + j]);
+                double nn = tanh(gi[2 * H + j] + rr * gh[2 * H + j]);
+                hn[j] = (1 - zz) * nn + zz * h[j];
+            }
+            for (int64_t j = 0; j < H; j++) {
+                h[j] = hn[j];
+                double g = got[(b * T + t) * H + j];
+                ck_assert_msg(fabs(g - h[j]) <= 1e-5 * (1 + fabs(h[j])),
+                              "b %lld t %lld j %lld: %g, expected %g", (long long)b, (long long)t,
+                              (long long)j, g, h[j]);
+            }
+        }
+    }
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(gru_ops_fn, NULL, 6, in, NULL, &rep), "%s", rep.message);
+    ck_assert_int_gt(rep.checked, 0);
+    for (int i = 0; i < 6; i++) {
+        free(v[i]);
+        cg_release(in[i]);
+    }
+    free(got);
+    cg_release(y);
+}
+END_TEST
+
 /* ============================================================== suite */
 static Suite *nn_suite(void)
 {
@@ -3020,6 +3109,7 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_grad_dec_layer);
     tcase_add_test(gr, test_grad_block_and_stacks);
     tcase_add_test(gr, test_grad_layer_with_dropout);
+    tcase_add_test(gr, test_grad_gru_from_ops);
     suite_add_tcase(s, gr);
     return s;
 }
