@@ -73,10 +73,21 @@ static bool class_loss_args(const char *op, cg_tensor *x, const cg_tensor *targe
     for (int i = 0; ok && i < targets->ndim; i++)
         ok = targets->shape[i] == x->shape[i];
     if (!ok) {
-        char a[96], b[96];
+        /* the shape wanted, and PyTorch's layout named: F.cross_entropy
+         * and F.nll_loss take the class dim at 1 ([B, C, T] against
+         * targets [B, T]), here it is the last */
+        bool torch_layout = x->ndim >= 3 && targets->ndim == x->ndim - 1;
+        for (int i = 0; torch_layout && i < targets->ndim; i++)
+            torch_layout = targets->shape[i] == x->shape[i < 1 ? i : i + 1];
+        char a[96], b[96], c[96];
         cg_set_error("%s: argument 'targets' has shape %s, expected the input's %s without its "
-                     "class dim",
-                     op, cg_shape_str(targets, a, sizeof a), cg_shape_str(x, b, sizeof b));
+                     "class dim (the last): %s%s",
+                     op, cg_shape_str(targets, a, sizeof a), cg_shape_str(x, b, sizeof b),
+                     cg_shape_str_n(x->ndim - 1, x->shape, c, sizeof c),
+                     torch_layout ? "; the targets fit a class dim at 1, PyTorch's layout "
+                                    "([B, C, T]): here it goes last (cg_transpose(x, 1, 2) for "
+                                    "3 dims, else cg_permute)"
+                                  : "");
         return false;
     }
     int64_t C = x->shape[x->ndim - 1];

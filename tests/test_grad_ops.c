@@ -793,6 +793,19 @@ START_TEST(test_cross_entropy)
     CG_ASSERT_FAILS(cg_cross_entropy(lg, same, -100, 0.0f),
                     "argument 'targets' has shape [1, 4, 3], expected the input's [1, 4, 3]");
     cg_release(same);
+    /* PyTorch's layout, the class dim at 1 ([B, C, T] against targets
+     * [B, T]): the message names the shape wanted and says where the
+     * class dim goes; targets that fit neither layout get no such hint */
+    cg_tensor *bt = cg_zeros_dtype(CG_I64, CG_SHAPE(1, 3));
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, bt, -100, 0.0f),
+                    "has shape [1, 3], expected the input's [1, 4, 3] without its class dim (the "
+                    "last): [1, 4]; the targets fit a class dim at 1, PyTorch's layout");
+    CG_ASSERT_FAILS(cg_nll_loss(lg, bt, -100), "cg_transpose(x, 1, 2) for 3 dims");
+    cg_tensor *b5 = cg_zeros_dtype(CG_I64, CG_SHAPE(1, 5));
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, b5, -100, 0.0f),
+                    "expected the input's [1, 4, 3] without its class dim (the last): [1, 4]");
+    ck_assert_ptr_null(strstr(cg_last_error(), "PyTorch"));
+    cg_release_all(2, bt, b5);
     cg_tensor *scalar = cg_scalar(1.0f);
     CG_ASSERT_FAILS(cg_cross_entropy(scalar, cg_test_ids(0, NULL), -100, 0.0f),
                     "cross_entropy: need inputs [..., C] with a class dim (got a scalar)");
