@@ -2962,6 +2962,34 @@ START_TEST(test_grad_layer_with_dropout)
 }
 END_TEST
 
+/* A linear layer's refusal names the three shapes, the rule, and what
+ * breaks it (a PyTorch user's W_ih given the state instead of the input
+ * read only the rule before), in cg_affine, and in cg_linear_fn with and
+ * without a graph. */
+START_TEST(test_linear_refusal_says_why)
+{
+    cg_tensor *x = cg_zeros(CG_SHAPE(16, 32)), *w = cg_zeros(CG_SHAPE(192, 64));
+    cg_tensor *w3 = cg_zeros(CG_SHAPE(2, 192, 32)), *b = cg_zeros(CG_SHAPE(64));
+    cg_tensor *s = cg_scalar(1.0f), *w1 = cg_zeros(CG_SHAPE(192, 1)),
+              *x4 = cg_zeros(CG_SHAPE(4, 64));
+    CG_ASSERT_FAILS(cg_affine(x, w, NULL),
+                    "linear: input [16, 32], weight [192, 64], bias none: need x [..., in], weight "
+                    "[out, in], bias [out] (x ends in 32, the weight's in is 64)");
+    for (int grad = 0; grad < 2; grad++) {
+        if (!grad)
+            cg_no_grad_begin();
+        CG_ASSERT_FAILS(cg_linear_fn(x, w, NULL), "(x ends in 32, the weight's in is 64)");
+        if (!grad)
+            cg_no_grad_end();
+    }
+    CG_ASSERT_FAILS(cg_affine(x, w3, NULL), "(the weight has 3 dims)");
+    CG_ASSERT_FAILS(cg_linear_fn(x, w3, NULL), "(the weight has 3 dims)");
+    CG_ASSERT_FAILS(cg_affine(s, w1, NULL), "(x is a scalar)");
+    CG_ASSERT_FAILS(cg_linear_fn(x4, w, b), "(the bias is not [192])");
+    cg_release_all(7, x, w, w3, b, s, w1, x4);
+}
+END_TEST
+
 /* A GRU written from ops one time step at a time, as examples/gru.c
  * builds it (torch.nn.GRU's cell, gate order r, z, n): the input
  * projection of every step in one product, each step's slice of it
@@ -3110,6 +3138,7 @@ static Suite *nn_suite(void)
     tcase_add_test(gr, test_grad_block_and_stacks);
     tcase_add_test(gr, test_grad_layer_with_dropout);
     tcase_add_test(gr, test_grad_gru_from_ops);
+    tcase_add_test(gr, test_linear_refusal_says_why);
     suite_add_tcase(s, gr);
     return s;
 }
