@@ -213,25 +213,10 @@ cg_tensor *cg_linear_fn(cg_tensor *x, cg_tensor *weight, cg_tensor *bias)
         cg_error_null_input("cg_linear_fn");
         return NULL;
     }
-    if (weight->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != weight->shape[1] ||
-        (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0]))) {
-        char a[96], b[96], c[96], why[96]; /* core/linear_impl.h's linear_check, as here */
-        if (weight->ndim != 2)
-            snprintf(why, sizeof why, "the weight has %d dims", weight->ndim);
-        else if (x->ndim < 1)
-            snprintf(why, sizeof why, "x is a scalar");
-        else if (x->shape[x->ndim - 1] != weight->shape[1])
-            snprintf(why, sizeof why, "x ends in %lld, the weight's in is %lld",
-                     (long long)x->shape[x->ndim - 1], (long long)weight->shape[1]);
-        else
-            snprintf(why, sizeof why, "the bias is not [%lld]", (long long)weight->shape[0]);
-        cg_set_error("linear: input %s, weight %s, bias %s: need x [..., in], weight [out, in], "
-                     "bias [out] (%s)",
-                     cg_shape_str(x, a, sizeof a), cg_shape_str(weight, b, sizeof b),
-                     bias ? cg_shape_str(bias, c, sizeof c) : "none", why);
-        return NULL;
-    }
-    /* Inference (no graph): the weight's packed copy, kept until the
+    /* The shapes are checked once, by core's product on either path
+     * (core/linear_impl.h's linear_check: "linear: input ..., weight ...,
+     * bias ...: need ... (x ends in 64, the weight's in is 32)").
+     * Inference (no graph): the weight's packed copy, kept until the
      * weight is written; the bits of cg_affine, packing only x (in bf16
      * reading half the bytes: decoding is bound by them). */
     if (!cg_grad_enabled())
