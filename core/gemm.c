@@ -238,6 +238,14 @@ static void gemm_init(void)
 
 static void ensure_init(void) { pthread_once(&g_once, gemm_init); }
 
+bool cg_gemm_use_own_driver(bool on)
+{
+    ensure_init();
+    const bool was = g_own_driver;
+    g_own_driver = on;
+    return was;
+}
+
 bool cg_bf16_emulation_use_avx512(bool on)
 {
     ensure_init();

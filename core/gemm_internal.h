@@ -14,6 +14,12 @@
 
 #define CG_AVX512 __attribute__((target("avx512f")))
 
+/* Whether the fp32 skx and haswell paths run our blocked driver (true,
+ * the default) or BLIS's own (false: what CG_BLIS_DRIVER=1 sets). Sets it,
+ * for tests that hold the two to the same bits; returns the previous
+ * setting. Call it between products, from one thread. */
+bool cg_gemm_use_own_driver(bool on);
+
 /* This thread's packing buffer of at least `bytes` bytes, 64-byte aligned,
  * kept between calls (mapped outside the malloc heap, unmapped at thread
  * exit); NULL when out of memory. */

@@ -621,6 +621,97 @@ START_TEST(test_skx_driver)
 }
 END_TEST
 
+/* The haswell path's driver (ours around BLIS's AVX2 6 x 16 micro-kernel,
+ * core/gemm_haswell.c) against BLIS's own driver with the haswell context
+ * (cg_gemm_use_own_driver(false), as CG_BLIS_DRIVER=1): bit-identical on
+ * shapes on both sides of the tile (6 x 16), of MC (168) and NC (4080) and
+ * of KC (384, the last block stretched to 480), A, B and C row- or
+ * column-stored or strided both ways, alpha 1 and not, beta 0 (C NaN,
+ * unread), 1 and 0.7, a bias (of stride 1 or 2), 1 and 2 threads. */
+static float *hsw_operand(cg_rng *rng, int64_t rows, int64_t cols, int lay, int64_t *rs,
+                          int64_t *cs)
+{
+    /* 0 row-major, 1 column-major, 2 strided both ways (rows apart) */
+    *rs = lay == 0 ? cols : lay == 1 ? 1 : 2 * cols;
+    *cs = lay == 0 ? 1 : lay == 1 ? rows : 2;
+    const int64_t n = lay == 2 ? 2 * rows * cols : rows * cols;
+    float *p = malloc((size_t)n * sizeof(float));
+    fill_strided(rng, p, n);
+    return p;
+}
+
+START_TEST(test_haswell_driver)
+{
+    if (!cg_gemm_path_available(CG_GEMM_HASWELL))
+        return; /* no AVX2 and FMA here */
+    cg_rng rng = cg_rng_new(23);
+    const int64_t sizes[][3] = {{5, 15, 7},      {6, 16, 8},     {7, 17, 9},     {13, 33, 100},
+                                {37, 29, 383},   {50, 40, 384},  {30, 20, 385},  {40, 30, 480},
+                                {20, 21, 481},   {170, 40, 50},  {12, 4090, 20}, {9, 200, 769},
+                                {128, 512, 128}, {100, 70, 1000}};
+    const int ns = (int)(sizeof sizes / sizeof sizes[0]);
+    /* alpha, beta, bias stride (0: none; with a bias alpha 1 and beta 0) */
+    const float runs[][3] = {{1, 0, 0}, {1, 1, 0}, {1.3f, 0.7f, 0}, {1, 0, 1}, {1, 0, 2}};
+    for (int si = 0; si < ns; si++) {
+        const int64_t m = sizes[si][0], n = sizes[si][1], k = sizes[si][2];
+        for (int la = 0; la < 3; la++)
+            for (int lb = 0; lb < 3; lb++)
+                for (int lc = 0; lc < 3; lc++) {
+                    int64_t rsa, csa, rsb, csb;
+                    float *a = hsw_operand(&rng, m, k, la, &rsa, &csa);
+                    float *b = hsw_operand(&rng, k, n, lb, &rsb, &csb);
+                    const int64_t rsc = lc == 0 ? n : lc == 1 ? 1 : 2;
+                    const int64_t csc = lc == 0 ? 1 : lc == 1 ? m : 2 * m;
+                    const size_t nc = (size_t)(lc == 2 ? 2 * m * n : m * n);
+                    float *c[2] = {cg_alloc(nc * sizeof(float)), cg_alloc(nc * sizeof(float))};
+                    float *bias = malloc((size_t)(2 * n) * sizeof(float));
+                    fill_strided(&rng, bias, 2 * n);
+                    for (int r = 0; r < 5; r++)
+                        for (int nt = 1; nt <= 2; nt++) {
+                            const float alpha = runs[r][0], beta = runs[r][1];
+                            const int64_t bs = (int64_t)runs[r][2];
+                            for (int d = 0; d < 2; d++) { /* d 0: ours, 1: BLIS's */
+                                for (size_t e = 0; e < nc; e++)
+                                    c[d][e] = beta != 0.0f ? (float)(e % 7) - 3.0f : NAN;
+                                const bool was = cg_gemm_use_own_driver(d == 0);
+                                const bool ok =
+                                    bs ? cg_sgemm_bias_path(CG_GEMM_HASWELL, nt, m, n, k, a, rsa,
+                                                            csa, b, rsb, csb, bias, bs, c[d], rsc,
+                                                            csc)
+                                       : cg_sgemm_path(CG_GEMM_HASWELL, nt, m, n, k, alpha, a, rsa,
+                                                       csa, b, rsb, csb, beta, c[d], rsc, csc);
+                                cg_gemm_use_own_driver(was);
+                                ck_assert(ok);
+                            }
+                            if (memcmp(c[0], c[1], nc * sizeof(float)) != 0)
+                                ck_abort_msg("haswell driver differs from BLIS's: %lldx%lldx%lld "
+                                             "layouts %d%d%d run %d, %d threads",
+                                             (long long)m, (long long)n, (long long)k, la, lb, lc,
+                                             r, nt);
+                            /* and is right: spot-check elements against double loops */
+                            for (int t = 0; t < 8; t++) {
+                                int64_t i = (int64_t)cg_rng_below(&rng, (uint64_t)m);
+                                int64_t j = (int64_t)cg_rng_below(&rng, (uint64_t)n);
+                                const int64_t e = i * rsc + j * csc;
+                                double acc = 0.0;
+                                for (int64_t p = 0; p < k; p++)
+                                    acc += (double)a[i * rsa + p * csa] * b[p * rsb + j * csb];
+                                acc = alpha * acc +
+                                      (bs ? (double)bias[j * bs] : beta * (double)((e % 7) - 3));
+                                ck_assert_double_eq_tol(c[0][e], acc,
+                                                        1e-4 * (1.0 + sqrt((double)k)));
+                            }
+                        }
+                    free(bias);
+                    free(a);
+                    free(b);
+                    cg_free(c[0]);
+                    cg_free(c[1]);
+                }
+    }
+}
+END_TEST
+
 /* cg_gemm_k_block (issue 37): a product over k equals, bit for bit, its
  * k blocks' products added one after another with beta 1, on every path
  * this CPU has, for C row- or column-stored, A stored as its transpose
@@ -1518,6 +1609,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tg, test_block_sizes_blis);
     tcase_add_test(tg, test_beta_and_c_unread);
     tcase_add_test(tg, test_skx_driver);
+    tcase_add_test(tg, test_haswell_driver);
     tcase_add_test(tg, test_k_blocks);
     tcase_add_test(tg, test_threads_bit_identical);
     tcase_add_test(tg, test_shares_each_chunk_once);
