@@ -1,4 +1,4 @@
-/* Internal to core/: what the fp32 (gemm_skx.c) and bf16 (gemm_bf16.c)
+/* Internal to core/: what the fp32 (gemm_blocked.c) and bf16 (gemm_bf16.c)
  * drivers share: the per-thread packing buffer, BLIS's stride and
  * block-size rules, a 16 x 16 in-register transpose and the bf16
  * rounding of the emulation (one text for scalars and vectors); matmul.c
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #define CG_AVX512 __attribute__((target("avx512f")))
+#define CG_AVX2 __attribute__((target("avx2,fma")))
 
 /* Whether the fp32 skx and haswell paths run our blocked driver (true,
  * the default) or BLIS's own (false: what CG_BLIS_DRIVER=1 sets). Sets it,
@@ -236,16 +237,15 @@ static inline int64_t cg_gemm_block_at(int64_t dim, int64_t i, int64_t def, int6
     return left <= max ? left : def;
 }
 
-/* The micro-kernels store column-stored tiles of C directly: for a
- * row-stored C (csc == 1, rsc != 1) turn C = A B into C^T = B^T A^T, which
- * swaps m and n, A and B (each transposed by swapping its strides) and C's
- * strides. Other layouts are left as they are. */
-static inline void cg_gemm_to_column_c(int64_t *m, int64_t *n, const float **a, int64_t *rsa,
-                                       int64_t *csa, const float **b, int64_t *rsb, int64_t *csb,
-                                       int64_t *rsc, int64_t *csc)
+/* C = A B turned into C^T = B^T A^T: swaps m and n, A and B (each
+ * transposed by swapping its strides) and C's strides. cg_gemm_to_column_c
+ * does it for a row-stored C (csc == 1, rsc != 1), which the kernels that
+ * store column-stored tiles of C directly (skx's, bf16's) turn over;
+ * other layouts are left as they are. */
+static inline void cg_gemm_turn_over(int64_t *m, int64_t *n, const float **a, int64_t *rsa,
+                                     int64_t *csa, const float **b, int64_t *rsb, int64_t *csb,
+                                     int64_t *rsc, int64_t *csc)
 {
-    if (!(*csc == 1 && *rsc != 1))
-        return;
     const float *p = *a;
     *a = *b;
     *b = p;
@@ -261,6 +261,13 @@ static inline void cg_gemm_to_column_c(int64_t *m, int64_t *n, const float **a, 
     t = *rsc;
     *rsc = *csc;
     *csc = t;
+}
+static inline void cg_gemm_to_column_c(int64_t *m, int64_t *n, const float **a, int64_t *rsa,
+                                       int64_t *csa, const float **b, int64_t *rsb, int64_t *csb,
+                                       int64_t *rsc, int64_t *csc)
+{
+    if (*csc == 1 && *rsc != 1)
+        cg_gemm_turn_over(m, n, a, rsa, csa, b, rsb, csb, rsc, csc);
 }
 
 /* Float bits in GCC's vectors of 32-bit lanes: AVX2's 8 and AVX-512's 16 */

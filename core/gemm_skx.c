@@ -1,21 +1,18 @@
-/* Our blocked GEMM around BLIS's AVX-512 (skx) micro-kernel.
+/* BLIS's AVX-512 (skx) micro-kernel with our packing, for our blocked
+ * driver (core/gemm_blocked.c).
  *
  * BLIS 0.9's skx context multiplies 32 x 12 tiles, but the packing kernels
  * a context can register stop at 31 rows: every 32-row panel of A is packed
  * by the generic path, one strided scal2v call per column, and the 12-wide
  * panels of B by a scalar reference loop that gathers across rows. On the
  * tiny models' products (k = 128, n = 128..512) that packing took 13-15%
- * of a training step. This file keeps BLIS's micro-kernel and its block
- * sizes (MC, KC, NC from the context) and does the rest itself: the three
- * cache-blocking loops of the Goto algorithm and packing that reads whole
- * vectors, transposing 16 x 16 blocks in registers when the operand is
- * contiguous along k.
- *
- * Every element of C is one micro-kernel sum over each KC block of k, in
- * order, the same as BLIS's own gemm with this context: results match it
- * bit for bit and do not depend on how the caller splits C among threads. */
+ * of a training step. This file keeps BLIS's micro-kernel and packs
+ * reading whole vectors, transposing 16 x 16 blocks in registers when the
+ * operand is contiguous along k; the driver's loops are gemm_blocked.c's.
+ * The results match BLIS's own gemm with this context bit for bit. */
 #include "core/gemm_skx.h"
 
+#include "core/gemm_blocked.h"
 #include "core/gemm_internal.h"
 
 #include <immintrin.h>
@@ -31,9 +28,7 @@ void bli_sgemm_skx_asm_32x12_l2(dim_t m, dim_t n, dim_t k, float *alpha, float *
                                 cntx_t *cntx);
 
 enum { MR = CG_SKX_MR, NR = 12 };
-/* SLACK floats past each packed buffer's last panel: room for a kernel
- * that loads one k step ahead (its reads land in the next panel elsewhere) */
-enum { SLACK = 4 * MR };
+enum { SLACK = CG_SGEMM_SLACK };
 
 #define AVX512 CG_AVX512
 
@@ -133,68 +128,21 @@ AVX512 static void fill_tile(int64_t mr, int64_t nr, const float *bias, int64_t 
 
 /* ------------------------------------------------------------ driver */
 
+const cg_sgemm_kernel cg_sgemm_skx = {
+    .mr = MR,
+    .nr = NR,
+    .row_c = false,
+    .kernel = bli_sgemm_skx_asm_32x12_l2,
+    .pack_a = pack_a,
+    .pack_b = pack_b,
+    .fill_tile = fill_tile,
+};
+
 bool cg_skx_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t rsa, int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta,
                  const float *bias, int64_t bs, float *c, int64_t rsc, int64_t csc,
                  const float *pre)
 {
-    /* The kernel writes column-stored tiles directly and others through a
-     * temporary: for row-stored C compute C^T = B^T A^T instead, where the
-     * bias runs along the rows. */
-    const bool turned = csc == 1 && rsc != 1;
-    cg_gemm_to_column_c(&m, &n, &a, &rsa, &csa, &b, &rsb, &csb, &rsc, &csc);
-    const int64_t bsr = turned ? bs : 0, bsc = turned ? 0 : bs;
-    const int64_t MC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, cntx);
-    const int64_t KC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, cntx);
-    const int64_t NC = bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NC, cntx);
-    const int64_t MCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_MC, cntx);
-    const int64_t KCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, cntx);
-    const int64_t NCX = bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_NC, cntx);
-    const int64_t kcmax = k < KCX ? k : KCX;
-    const int64_t mcmax = (m < MCX ? m : MCX) + MR - 1, ncmax = (n < NCX ? n : NCX) + NR - 1;
-    const size_t na = pre ? 0 : (size_t)(mcmax / MR * MR * kcmax + SLACK);
-    const size_t nb = (size_t)(ncmax / NR * NR * kcmax + SLACK);
-    float *pa = cg_gemm_thread_buffer((na + nb) * sizeof(float));
-    if (!pa)
-        return false;
-    float *pb = pa + na; /* na is 0 or a multiple of 16 floats: 64-byte aligned */
-    auxinfo_t aux;
-    memset(&aux, 0, sizeof aux);
-    int64_t nc, kc, mc;
-    for (int64_t jc = 0; jc < n; jc += nc) {
-        nc = cg_gemm_block_at(n, jc, NC, NCX);
-        for (int64_t pc = 0; pc < k; pc += kc) {
-            kc = cg_gemm_block_at(k, pc, KC, KCX);
-            float be = pc == 0 && !bias ? beta : 1.0f; /* later k blocks accumulate */
-            pack_b(kc, nc, b + pc * rsb + jc * csb, rsb, csb, pb);
-            for (int64_t ic = 0; ic < m; ic += mc) {
-                mc = cg_gemm_block_at(m, ic, MC, MCX);
-                /* the block's panels, packed now or at pre (panel stride
-                 * k MR there, this k block from pc MR on) */
-                const int64_t as = pre ? k : kc;
-                float *pab = pre ? (float *)pre + ic * k + pc * MR : pa;
-                if (!pre)
-                    pack_a(mc, kc, a + ic * rsa + pc * csa, rsa, csa, pa);
-                for (int64_t jr = 0; jr < nc; jr += NR) {
-                    const int64_t nr = nc - jr < NR ? nc - jr : NR;
-                    float *bp = pb + jr * kc;
-                    for (int64_t ir = 0; ir < mc; ir += MR) {
-                        const int64_t mr = mc - ir < MR ? mc - ir : MR;
-                        float *ap = pab + ir * as;
-                        /* prefetch hints: the next tile's panels */
-                        bool last_i = ir + MR >= mc;
-                        aux.a_next = last_i ? pab : ap + MR * as;
-                        aux.b_next = last_i && jr + NR < nc ? bp + NR * kc : bp;
-                        float *ct = c + (ic + ir) * rsc + (jc + jr) * csc;
-                        if (bias && pc == 0) /* in L1 when the kernel reads it */
-                            fill_tile(mr, nr, bias + (ic + ir) * bsr + (jc + jr) * bsc, bsr, bsc,
-                                      ct, rsc, csc);
-                        bli_sgemm_skx_asm_32x12_l2(mr, nr, kc, &alpha, ap, bp, &be, ct, rsc, csc,
-                                                   &aux, cntx);
-                    }
-                }
-            }
-        }
-    }
-    return true;
+    return cg_sgemm_blocked(&cg_sgemm_skx, cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta,
+                            bias, bs, c, rsc, csc, pre);
 }
