@@ -12,14 +12,17 @@
  * initialisers (bli_cntx_set_*'s temporary arrays) and bli_sgemm_ex (its
  * control tree, pool blocks created lazily per thread) all allocate. So
  * the paths a program takes by default never enter BLIS's allocating
- * code: the skx path is our driver around BLIS's micro-kernel (gemm_skx.c,
- * its buffers ours, a failure returned), whose block sizes gemm_init writes
- * into a cntx_t itself (blocks_skx: BLIS 0.9's skx values, test_matmul
- * holds them to bli_cntx_init_skx's), and a failure of that driver is
- * returned, never handed to BLIS's driver. BLIS's own driver and contexts
- * (the haswell path, CG_BLIS_DRIVER=1, CG_BLIS_DEFAULT=1 or a CPU without
- * AVX2) are made on their first use (blis_contexts) and may still abort
- * out of memory.
+ * code: the skx and haswell paths are our driver (gemm_blocked.c, its
+ * buffers ours, a failure returned) around BLIS's micro-kernels, AVX-512's
+ * 32 x 12 (gemm_skx.c) and AVX2's 6 x 16 (gemm_haswell.c), with our
+ * packing; their block sizes gemm_init writes into a cntx_t itself
+ * (blocks_skx, blocks_haswell: BLIS 0.9's values, test_matmul holds them
+ * to bli_cntx_init_skx's and bli_cntx_init_haswell's), and a failure of
+ * that driver is returned, never handed to BLIS's driver. BLIS's own
+ * driver and contexts (CG_BLIS_DRIVER=1, CG_BLIS_DEFAULT=1 or a CPU
+ * without AVX2) are made on their first use (blis_contexts) and may still
+ * abort out of memory. The prepacked fp32 weights (cg_f32_packed) are the
+ * skx kernel's panels only.
  *
  * Determinism: BLIS runs single-threaded; we split C among threads by rows
  * or columns (gemm_run), never k, and the k blocking (KC) comes from the
@@ -45,6 +48,7 @@
 #include "core/gemm_internal.h"
 #include "core/shares.h"
 #include "core/gemm_skx.h"
+#include "core/gemm_blocked.h"
 #include "core/parse.h"
 #include "core/tensor.h"
 
@@ -92,8 +96,8 @@ static int threads_for(int nthreads, double flops)
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* The block sizes of our drivers and of the k blocks (cg_gemm_k_block),
- * written by gemm_init without BLIS (blocks_skx); only g_cntx_skx is ever
- * handed to a kernel, which reads nothing of it. */
+ * written by gemm_init without BLIS (blocks_skx, blocks_haswell); handed
+ * to the kernels, which read nothing of them. */
 static cntx_t g_cntx_skx;
 static cntx_t g_cntx_haswell;
 /* BLIS's own contexts for its driver (blis_contexts), made on first use:
@@ -104,8 +108,9 @@ static cntx_t g_blis_haswell;
 static bool g_have_skx;
 static bool g_have_haswell;
 static cg_gemm_path g_active = CG_GEMM_DEFAULT;
-/* skx path: our blocking and packing around BLIS's micro-kernel
- * (core/gemm_skx.c) unless CG_BLIS_DRIVER=1 asks for BLIS's own driver. */
+/* skx and haswell paths: our blocking and packing around BLIS's
+ * micro-kernels (core/gemm_blocked.c) unless CG_BLIS_DRIVER=1 asks for
+ * BLIS's own driver. */
 static bool g_own_driver = true;
 /* bf16: the CPU has AVX512_BF16 (and CG_BF16_EMULATE does not forbid it) */
 static bool g_bf16_native;
@@ -533,10 +538,11 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, int64_t bs, float
     cg_shares_run(m, cg_shares_rows(n), cg_shares_team(m * n > 32768), fill_bias_rows, &f);
 }
 
-/* One single-threaded product on a context: ours around the skx kernel
- * (with the weight's panels at pre, or packing them; false when its buffer
- * cannot be had), or BLIS's driver (the other contexts, or CG_BLIS_DRIVER=1;
- * BLIS's allocator, which aborts when out of memory).
+/* One single-threaded product on a context: ours around the skx or the
+ * haswell kernel (on skx's with the weight's panels at pre, or packing
+ * them; false when its buffer cannot be had), or BLIS's driver (BLIS's
+ * default path, or CG_BLIS_DRIVER=1; BLIS's allocator, which aborts when
+ * out of memory).
  *
  * Never BLIS 0.9's small-matrix ("sup") kernels: they read up to 256 bytes
  * past the end of an operand (1 x 19 x 37 read past 128 bytes of slack;
@@ -552,9 +558,13 @@ static bool serial_gemm(cntx_t *cntx, int64_t m, int64_t n, int64_t k, float alp
                         float beta, const float *bias, int64_t bs, float *c, int64_t rsc,
                         int64_t csc, const float *pre)
 {
-    if (cntx == &g_cntx_skx && g_own_driver) /* out of memory: false, never BLIS's driver */
-        return cg_skx_gemm(cntx, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc,
-                           csc, pre);
+    if (cntx && g_own_driver) { /* out of memory: false, never BLIS's driver */
+        if (pre && cntx != &g_cntx_skx)
+            return false; /* prepacked panels are the skx kernel's */
+        return cg_sgemm_blocked(cntx == &g_cntx_skx ? &cg_sgemm_skx : &cg_sgemm_haswell, cntx, m, n,
+                                k, alpha, a, rsa, csa, b, rsb, csb, beta, bias, bs, c, rsc, csc,
+                                pre);
+    }
     if (pre) /* the weight is only in our driver's panels */
         return false;
     blis_contexts(); /* allocates: aborts out of memory (BLIS's) */
@@ -965,8 +975,7 @@ int64_t cg_gemm_k_block(cg_gemm_path path, int64_t k, int64_t i)
         return 0;
     if (g.bf16)
         return k - i < CG_BF16_KC ? k - i : CG_BF16_KC;
-    /* skx (our driver or BLIS's) and haswell (BLIS's driver, its packed
-     * path): the context's KC, the last block stretched to its maximum as
+    /* skx and haswell (our driver or BLIS's packed one): the context's KC, the last block stretched to its maximum as
      * BLIS's bli_determine_blocksize_f_sub and gemm_skx.c stretch it */
     return cg_gemm_block_at(k, i, bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, g.cntx),
                             bli_cntx_get_blksz_max_dt(BLIS_FLOAT, BLIS_KC, g.cntx));
