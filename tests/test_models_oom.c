@@ -160,22 +160,27 @@ typedef struct {
  * that memory ran out (not that a file is damaged or malformed). */
 static bool says_memory;
 
-/* The fp32 products of a CPU without AVX-512 (the haswell path) or of
- * CG_BLIS_DRIVER=1 or CG_BLIS_DEFAULT=1 run BLIS's own driver, whose first
- * use allocates its kernel structure and pools and aborts the process
- * when that fails (docs/robustness.md, round fifty-one: left as it is).
- * There BLIS is set up before each sweep, which then holds every
- * allocation after it. Told from the CPU and the switches as core/gemm.c's
+/* The fp32 products of CG_BLIS_DRIVER=1 or CG_BLIS_DEFAULT=1, or of a CPU
+ * without AVX2 and FMA (BLIS's default path), run BLIS's own driver, whose
+ * first use allocates its kernel structure and pools and aborts the
+ * process when that fails (docs/robustness.md, round fifty-one: left as
+ * it is). There BLIS is set up before each sweep, which then holds every
+ * allocation after it. Elsewhere the fp32 paths (skx with AVX-512, haswell
+ * with AVX2 and FMA: round fifty-two) are our driver, which never enters
+ * BLIS's allocator. Told from the CPU and the switches as core/gemm.c's
  * gemm_init tells them, without asking the library: any question would
  * set the products up before the sweep, and hide a set-up that enters
  * BLIS's allocator where it must not (the abort round fifty-one fixed). */
-static void blis_set_up(void)
+static bool blis_switched(void)
 {
     const char *drv = getenv("CG_BLIS_DRIVER"), *def = getenv("CG_BLIS_DEFAULT");
+    return (drv && !strcmp(drv, "1")) || (def && !strcmp(def, "1"));
+}
+
+static void blis_set_up(void)
+{
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        !(drv && !strcmp(drv, "1")) && !(def && !strcmp(def, "1")))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !blis_switched())
         return; /* our driver: BLIS's allocator never entered */
     enum { N = 64 };
     float *a = calloc(3 * N * N, sizeof *a);
@@ -647,6 +652,51 @@ START_TEST(test_products_oom)
     sweep(&(sweep_case){"products (cg_matmul forward and backward)", NULL, call_products, NULL, &p,
                         NULL});
     cg_release_all(4, p.x[0], p.x[1], p.x[2], p.w);
+}
+END_TEST
+
+/* The haswell path's fp32 products (AVX2's kernel, the default on CPUs
+ * without AVX-512; here forced on any CPU with AVX2 and FMA) on 2 threads,
+ * with and without a bias, k in one block and in two: made in a process
+ * that has made no product yet (CK_FORK=yes), they allocate nothing from
+ * malloc (the call's 2 allocations are its own C's) and so never enter
+ * BLIS's allocator, which aborts when malloc fails. */
+typedef struct {
+    float *a, *b, *bias;
+} hsw_ctx;
+
+static bool call_haswell_products(void *ctx)
+{
+    const hsw_ctx *h = ctx;
+    enum { M = 70, N = 96, K = 600 };
+    float *c0 = malloc(sizeof(float) * M * N), *c1 = c0 ? malloc(sizeof(float) * M * N) : NULL;
+    bool ok = c1 != NULL;
+    if (!ok)
+        cg_set_error("haswell products: out of memory");
+    for (int64_t k = 256; ok && k <= K; k += K - 256)
+        ok = cg_sgemm_path(CG_GEMM_HASWELL, 2, M, N, k, 1.0f, h->a, K, 1, h->b, N, 1, 0.0f, c0, N,
+                           1) &&
+             cg_sgemm_bias_path(CG_GEMM_HASWELL, 2, M, N, k, h->a, 1, M, h->b, 1, K, h->bias, 1, c1,
+                                1, M);
+    free(c0);
+    free(c1);
+    return ok;
+}
+
+START_TEST(test_haswell_products_oom)
+{
+    if (!cg_gemm_path_available(CG_GEMM_HASWELL) || blis_switched())
+        return; /* no AVX2 here, or BLIS's driver asked for */
+    enum { M = 70, N = 96, K = 600 };
+    hsw_ctx h = {calloc(M * K, sizeof(float)), calloc(K * N, sizeof(float)),
+                 calloc(N, sizeof(float))};
+    ck_assert(h.a && h.b && h.bias);
+    const long n = sweep(&(sweep_case){"haswell products (cg_sgemm_path)", NULL,
+                                       call_haswell_products, NULL, &h, NULL});
+    ck_assert_int_eq(n, 2);
+    free(h.a);
+    free(h.b);
+    free(h.bias);
 }
 END_TEST
 
@@ -1307,6 +1357,7 @@ int main(void)
     TCase *tf = tcase_create("fresh");
     tcase_add_test(tf, test_decode_oom);
     tcase_add_test(tf, test_products_oom);
+    tcase_add_test(tf, test_haswell_products_oom);
     tcase_set_timeout(tf, 600);
     suite_add_tcase(s, tf);
     TCase *tc = tcase_create("oom");
