@@ -403,26 +403,6 @@ BF16_TARGET static void pack_panel_native(int W, int64_t w, int64_t k, const voi
         pack_panel_native_of(W, w, k, src, false, vs, ls, p);
 }
 
-/* In-register transpose of 8 rows of 8 32-bit lanes: r[i][j] -> r[j][i]. */
-AVX2_TARGET static inline void transpose8(__m256 r[8])
-{
-    __m256 t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 8; g += 4) {
-        u[g + 0] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
-        u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
-        u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-        u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
-        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
-    }
-}
-
 /* Lanes below n set, for masked loads. */
 AVX2_TARGET static inline __m256i lanes_below(int64_t n)
 {
@@ -495,7 +475,7 @@ AVX2_TARGET static void pack_panel_avx2(bool wide, int W, int64_t w, int64_t k, 
                 for (int i = 0; i < 8; i++)
                     r[i] = h + i < w ? _mm256_maskload_ps((const float *)src + sh + i * vs, km)
                                      : _mm256_setzero_ps();
-            transpose8(r); /* r[j]: value l0 + j of vectors h .. h + 7 */
+            cg_transpose8(r); /* r[j]: value l0 + j of vectors h .. h + 7 */
             if (kk == 8) {
                 for (int j = 0; j < 8; j += 2)
                     emit_pair(wide, W, h, l0 + j, round8(r[j]), round8(r[j + 1]), p);

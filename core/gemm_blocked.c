@@ -24,6 +24,22 @@
 
 #include <string.h>
 
+void cg_sgemm_pack_a(const cg_sgemm_kernel *u, int64_t mc, int64_t kc, const float *a, int64_t rs,
+                     int64_t cs, float *p)
+{
+    for (int64_t i = 0; i < mc; i += u->mr)
+        u->pack_a_panel(mc - i < u->mr ? mc - i : u->mr, kc, a + i * rs, rs, cs, p + i * kc);
+}
+
+/* A [kc x nc] block of B (b[l * rs + j * cs]) into u's nr-column panels,
+ * each kc x nr */
+static void pack_b(const cg_sgemm_kernel *u, int64_t kc, int64_t nc, const float *b, int64_t rs,
+                   int64_t cs, float *p)
+{
+    for (int64_t j = 0; j < nc; j += u->nr)
+        u->pack_b_panel(nc - j < u->nr ? nc - j : u->nr, kc, b + j * cs, cs, rs, p + j * kc);
+}
+
 bool cg_sgemm_blocked(const cg_sgemm_kernel *u, cntx_t *cntx, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t rsa, int64_t csa, const float *b,
                       int64_t rsb, int64_t csb, float beta, const float *bias, int64_t bs, float *c,
@@ -61,7 +77,7 @@ bool cg_sgemm_blocked(const cg_sgemm_kernel *u, cntx_t *cntx, int64_t m, int64_t
         for (int64_t pc = 0; pc < k; pc += kc) {
             kc = cg_gemm_block_at(k, pc, KC, KCX);
             float be = pc == 0 && !bias ? beta : 1.0f; /* later k blocks accumulate */
-            u->pack_b(kc, nc, b + pc * rsb + jc * csb, rsb, csb, pb);
+            pack_b(u, kc, nc, b + pc * rsb + jc * csb, rsb, csb, pb);
             for (int64_t ic = 0; ic < m; ic += mc) {
                 mc = cg_gemm_block_at(m, ic, MC, MCX);
                 /* the block's panels, packed now or at pre (panel stride
@@ -69,7 +85,7 @@ bool cg_sgemm_blocked(const cg_sgemm_kernel *u, cntx_t *cntx, int64_t m, int64_t
                 const int64_t as = pre ? k : kc;
                 float *pab = pre ? (float *)pre + ic * k + pc * MR : pa;
                 if (!pre)
-                    u->pack_a(mc, kc, a + ic * rsa + pc * csa, rsa, csa, pa);
+                    cg_sgemm_pack_a(u, mc, kc, a + ic * rsa + pc * csa, rsa, csa, pa);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int64_t nr = nc - jr < NR ? nc - jr : NR;
                     float *bp = pb + jr * kc;

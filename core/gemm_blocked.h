@@ -17,11 +17,29 @@
 typedef void cg_sgemm_ukr(dim_t m, dim_t n, dim_t k, float *alpha, float *a, float *b, float *beta,
                           float *c, inc_t rs_c, inc_t cs_c, auxinfo_t *data, cntx_t *cntx);
 
-/* A kernel with its packing: pack_a packs an [mc x kc] block of A (a[i * rs
- * + l * cs]) into mr-row panels, each kc x mr (p[l mr + i], zero past row
- * mc), one after another; pack_b a [kc x nc] block of B into nr-column
- * panels, each kc x nr. Either may write up to CG_SGEMM_SLACK floats past
- * its last panel. fill_tile sets C's mr x nr tile at c to the bias:
+typedef void cg_sgemm_pack_fn(int64_t w, int64_t k, const float *src, int64_t vs, int64_t ls,
+                              float *p);
+
+/* A kernel's two packing functions, pack_a_panel and pack_b_panel, from
+ * its file's pack_panel(W, w, k, src, vs, ls, p) for W = MR and NR: each a
+ * copy of it for its own width (the compiler's, from the constant). */
+#define CG_SGEMM_PANEL_PACKING(pack_panel, MR, NR)                                           \
+    static void pack_a_panel(int64_t w, int64_t k, const float *src, int64_t vs, int64_t ls, \
+                             float *p)                                                       \
+    {                                                                                        \
+        pack_panel(MR, w, k, src, vs, ls, p);                                                \
+    }                                                                                        \
+    static void pack_b_panel(int64_t w, int64_t k, const float *src, int64_t vs, int64_t ls, \
+                             float *p)                                                       \
+    {                                                                                        \
+        pack_panel(NR, w, k, src, vs, ls, p);                                                \
+    }
+
+/* A kernel with its packing: pack_a_panel packs a panel of w <= mr rows
+ * of A of length k into p[l * mr + i] = src[i * vs + l * ls], zero for i
+ * >= w; pack_b_panel the same with nr columns of B. Either may write up to
+ * CG_SGEMM_SLACK floats past the panel (cg_sgemm_pack_a and the driver lay
+ * the panels one after another). fill_tile sets C's mr x nr tile at c to the bias:
  * bias[i * bsr + j * bsc] at (i, j), one of bsr and bsc 0. row_c: the
  * kernel writes row-stored tiles of C directly (a column-stored C is
  * turned over), else column-stored ones (a row-stored C is turned). */
@@ -29,8 +47,7 @@ typedef struct {
     int mr, nr;
     bool row_c;
     cg_sgemm_ukr *kernel;
-    void (*pack_a)(int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs, float *p);
-    void (*pack_b)(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t cs, float *p);
+    cg_sgemm_pack_fn *pack_a_panel, *pack_b_panel;
     void (*fill_tile)(int64_t mr, int64_t nr, const float *bias, int64_t bsr, int64_t bsc, float *c,
                       int64_t rsc, int64_t csc);
 } cg_sgemm_kernel;
@@ -43,6 +60,12 @@ enum { CG_SGEMM_SLACK = 128 };
 /* AVX-512's kernel (core/gemm_skx.c) and AVX2's (core/gemm_haswell.c) */
 extern const cg_sgemm_kernel cg_sgemm_skx;
 extern const cg_sgemm_kernel cg_sgemm_haswell;
+
+/* An [mc x kc] block of A (a[i * rs + l * cs]) into u's mr-row panels,
+ * each kc x mr, one after another (mc rounded up to mr rows, the rest
+ * zero). */
+void cg_sgemm_pack_a(const cg_sgemm_kernel *u, int64_t mc, int64_t kc, const float *a, int64_t rs,
+                     int64_t cs, float *p);
 
 /* C[m,n] = alpha A[m,k] B[k,n] + beta C (beta == 0: C not read), one
  * thread, on kernel u with the block sizes MC, KC, NC of cntx (the last

@@ -38,26 +38,6 @@ CG_AVX2 static inline __m256i lanes(int64_t n)
     return _mm256_loadu_si256((const __m256i *)(ones + 8 - n));
 }
 
-/* In-register transpose of 8 rows of 8 floats: r[i][j] -> r[j][i]. */
-CG_AVX2 static inline void transpose8(__m256 r[8])
-{
-    __m256 t[8], s[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     /* per lane: a0 b0 a1 b1 */
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); /* per lane: a2 b2 a3 b3 */
-    }
-    for (int g = 0; g < 8; g += 4) { /* s[g + c], lane q: rows g..g+3 of column 4q + c */
-        s[g + 0] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
-        s[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
-        s[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-        s[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
-        r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
-    }
-}
-
 /* Pack a panel of w <= W vectors of length k into p[l * W + i] =
  * src[i * vs + l * ls], zero for i >= w. W is MR (A) or NR (B); with W = 6
  * each step l writes 8 floats (see the top). */
@@ -88,7 +68,7 @@ CG_AVX2 static void pack_panel(int W, int64_t w, int64_t k, const float *src, in
                 for (int i = 0; i < 8; i++)
                     r[i] =
                         h + i < w ? _mm256_loadu_ps(src + (h + i) * vs + l0) : _mm256_setzero_ps();
-                transpose8(r);
+                cg_transpose8(r);
                 for (int j = 0; j < 8; j++)
                     _mm256_storeu_ps(p + (l0 + j) * W + h, r[j]);
             }
@@ -97,19 +77,7 @@ CG_AVX2 static void pack_panel(int W, int64_t w, int64_t k, const float *src, in
             p[l0 * W + i] = i < w ? src[i * vs + l0 * ls] : 0.0f;
 }
 
-/* A block [mc x kc] into MR-row panels, each kc x MR. */
-static void pack_a(int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs, float *p)
-{
-    for (int64_t i = 0; i < mc; i += MR)
-        pack_panel(MR, mc - i < MR ? mc - i : MR, kc, a + i * rs, rs, cs, p + i * kc);
-}
-
-/* B block [kc x nc] into NR-column panels, each kc x NR. */
-static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t cs, float *p)
-{
-    for (int64_t j = 0; j < nc; j += NR)
-        pack_panel(NR, nc - j < NR ? nc - j : NR, kc, b + j * cs, cs, rs, p + j * kc);
-}
+CG_SGEMM_PANEL_PACKING(pack_panel, MR, NR)
 
 /* ------------------------------------------------------------ bias */
 
@@ -141,7 +109,7 @@ const cg_sgemm_kernel cg_sgemm_haswell = {
     .nr = NR,
     .row_c = true,
     .kernel = bli_sgemm_haswell_asm_6x16,
-    .pack_a = pack_a,
-    .pack_b = pack_b,
+    .pack_a_panel = pack_a_panel,
+    .pack_b_panel = pack_b_panel,
     .fill_tile = fill_tile,
 };

@@ -302,6 +302,26 @@ CG_AVX512 static inline __m512i cg_bf16_round16_bits(__m512 x)
     return (__m512i)CG_BF16_ROUND_BITS((cg_u32x16)_mm512_castps_si512(x));
 }
 
+/* In-register transpose of 8 rows of 8 32-bit lanes: r[i][j] -> r[j][i]. */
+CG_AVX2 static inline void cg_transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     /* per lane: a0 b0 a1 b1 */
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); /* per lane: a2 b2 a3 b3 */
+    }
+    for (int g = 0; g < 8; g += 4) { /* u[g + c], lane q: rows g..g+3 of column 4q + c */
+        u[g + 0] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+        u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
 /* In-register transpose of 16 rows of 16 32-bit lanes: r[i][j] -> r[j][i]. */
 CG_AVX512 static inline void cg_transpose16(__m512 r[16])
 {

@@ -75,20 +75,6 @@ AVX512 static void pack_panel(int W, int64_t w, int64_t k, const float *src, int
             p[l * W + i] = i < w ? src[i * vs + l * ls] : 0.0f;
 }
 
-/* A block [mc x kc] into MR-row panels, each kc x MR. */
-static void pack_a(int64_t mc, int64_t kc, const float *a, int64_t rs, int64_t cs, float *p)
-{
-    for (int64_t i = 0; i < mc; i += MR)
-        pack_panel(MR, mc - i < MR ? mc - i : MR, kc, a + i * rs, rs, cs, p + i * kc);
-}
-
-/* B block [kc x nc] into NR-column panels, each kc x NR. */
-static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t rs, int64_t cs, float *p)
-{
-    for (int64_t j = 0; j < nc; j += NR)
-        pack_panel(NR, nc - j < NR ? nc - j : NR, kc, b + j * cs, cs, rs, p + j * kc);
-}
-
 size_t cg_skx_pack_floats(int64_t n, int64_t k)
 {
     return (size_t)((n + MR - 1) / MR * MR * k + SLACK);
@@ -96,9 +82,11 @@ size_t cg_skx_pack_floats(int64_t n, int64_t k)
 
 void cg_skx_pack_rows(int64_t n, int64_t k, const float *w, int64_t rsw, int64_t csw, float *p)
 {
-    pack_a(n, k, w, rsw, csw, p);
+    cg_sgemm_pack_a(&cg_sgemm_skx, n, k, w, rsw, csw, p);
     memset(p + (n + MR - 1) / MR * MR * k, 0, sizeof(float) * SLACK);
 }
+
+CG_SGEMM_PANEL_PACKING(pack_panel, MR, NR)
 
 /* ------------------------------------------------------------ bias */
 
@@ -133,8 +121,8 @@ const cg_sgemm_kernel cg_sgemm_skx = {
     .nr = NR,
     .row_c = false,
     .kernel = bli_sgemm_skx_asm_32x12_l2,
-    .pack_a = pack_a,
-    .pack_b = pack_b,
+    .pack_a_panel = pack_a_panel,
+    .pack_b_panel = pack_b_panel,
     .fill_tile = fill_tile,
 };
 
