@@ -999,6 +999,20 @@ int64_t cg_gemm_k_split(cg_gemm_path path, int64_t m, int64_t n, int64_t k)
     return split_point(g, m, n, k, NULL);
 }
 
+/* gemm_run's failures, each with its message (false) */
+static bool operand_oom(int64_t rows, int64_t cols)
+{
+    cg_set_error("gemm: out of memory for a %lld x %lld operand's float copy", (long long)rows,
+                 (long long)cols);
+    return false;
+}
+static bool buffers_oom(int64_t m, int64_t n, int64_t k)
+{
+    cg_set_error("gemm: out of memory for the packing buffers of a %lld x %lld x %lld product",
+                 (long long)m, (long long)n, (long long)k);
+    return false;
+}
+
 /* cg_sgemm_path and cg_sgemm_bias_path: beta 0 when there is a bias.
  * pre (bf16 only, C row-stored): B's transpose already packed, B unread.
  * size: the product's checks and dispatch, one decision after another. */
@@ -1015,10 +1029,15 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
                      cg_gemm_path_name(path));
         return false;
     }
-    if (pre && !g.bf16 && !(g.cntx == &g_cntx_skx && g_own_driver))
-        return false; /* fp32 panels are our skx driver's */
-    if (m < 0 || n < 0 || k < 0)
+    if (pre && !g.bf16 && !(g.cntx == &g_cntx_skx && g_own_driver)) {
+        cg_set_error("gemm: fp32 prepacked panels are read only on the skx path with our driver");
         return false;
+    }
+    if (m < 0 || n < 0 || k < 0) {
+        cg_set_error("gemm: negative size in m=%lld n=%lld k=%lld", (long long)m, (long long)n,
+                     (long long)k);
+        return false;
+    }
     if (m == 0 || n == 0)
         return true;
     cg_gemm_normalise_strides(m, n, &rsc, &csc);
@@ -1032,10 +1051,10 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     float *acopy = NULL, *bcopy = NULL;                        /* bf16 packing reads any strides */
     if (!g.bf16 && (bf & (CG_GEMM_A_BF16 | CG_GEMM_B_BF16))) { /* fp32: bf16 operands' floats */
         if ((bf & CG_GEMM_A_BF16) && !(a = acopy = widen(m, k, a, rsa, csa)))
-            return false;
+            return operand_oom(m, k);
         if ((bf & CG_GEMM_B_BF16) && !(b = bcopy = widen(k, n, b, rsb, csb))) {
             free(acopy);
-            return false;
+            return operand_oom(k, n);
         }
         bf &= CG_GEMM_C_ONCE;
     }
@@ -1055,7 +1074,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         }
         free(acopy);
         free(bcopy);
-        return ok;
+        return ok || buffers_oom(m, n, k);
     }
 
     cg_gemm_normalise_strides(m, k, &rsa, &csa);
@@ -1084,7 +1103,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         free(acopy);
         if (!(acopy = t)) {
             free(bcopy);
-            return false;
+            return operand_oom(m, k);
         }
         a = acopy;
         rsa = k;
@@ -1096,7 +1115,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
         free(bcopy);
         if (!(bcopy = t)) {
             free(acopy);
-            return false;
+            return operand_oom(k, n);
         }
         b = bcopy;
         rsb = n;
@@ -1182,7 +1201,7 @@ static bool gemm_run(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int6
     }
     free(acopy);
     free(bcopy);
-    return ok;
+    return ok || buffers_oom(m, n, k);
 }
 
 bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
@@ -1228,20 +1247,18 @@ void cg_sgemm_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
                    const float *b, int64_t rsb, int64_t csb, const float *bias, int64_t bs,
                    float *c, int64_t rsc, int64_t csc)
 {
-    if (!cg_sgemm_bias_path(CG_GEMM_AUTO, 0, m, n, k, a, rsa, csa, b, rsb, csb, bias, bs, c, rsc,
-                            csc))
-        cg_set_error("sgemm: failed for m=%lld n=%lld k=%lld (bad sizes or out of memory)",
-                     (long long)m, (long long)n, (long long)k);
+    /* a failure leaves its message (gemm_run's) */
+    (void)cg_sgemm_bias_path(CG_GEMM_AUTO, 0, m, n, k, a, rsa, csa, b, rsb, csb, bias, bs, c, rsc,
+                             csc);
 }
 
 void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t rsa,
               int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
               int64_t rsc, int64_t csc)
 {
-    if (!cg_sgemm_path(CG_GEMM_AUTO, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
-                       csc))
-        cg_set_error("sgemm: failed for m=%lld n=%lld k=%lld (bad sizes or out of memory)",
-                     (long long)m, (long long)n, (long long)k);
+    /* a failure leaves its message (gemm_run's) */
+    (void)cg_sgemm_path(CG_GEMM_AUTO, 0, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc,
+                        csc);
 }
 
 /* ------------------------------------------------ prepacked fp32 weights */

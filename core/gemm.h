@@ -109,8 +109,9 @@ void cg_sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int6
               int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c,
               int64_t rsc, int64_t csc);
 /* The same on an explicit path (CG_GEMM_AUTO: the calling thread's
- * policy's) and thread count (<= 0: from the size). Returns false if the
- * path is not available on this CPU. */
+ * policy's) and thread count (<= 0: from the size). Returns false + error
+ * if the path is not available on this CPU, a size is negative or memory
+ * runs out (C then partly written). cg_sgemm leaves the same errors. */
 bool cg_sgemm_path(cg_gemm_path path, int nthreads, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t rsa, int64_t csa, const float *b, int64_t rsb,
                    int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);

@@ -363,11 +363,12 @@ static cg_tensor *linear(const cg_tensor *x, const cg_tensor *w, const cg_tensor
         ok = cg_f32_packed_mul(cg_packed_weight_f32(pf), 0, N, cg_data(xc), in, 1,
                                b ? cg_data(b) : NULL, b ? b->strides[0] : 0, yp, out);
     else if (N > 0 && out > 0 && b)
-        cg_sgemm_bias(N, out, in, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
-                      cg_data(b), b->strides[0], yp, out, 1);
+        ok =
+            cg_sgemm_bias_path(CG_GEMM_AUTO, 0, N, out, in, cg_data(xc), in, 1, cg_data(w),
+                               w->strides[1], w->strides[0], cg_data(b), b->strides[0], yp, out, 1);
     else if (N > 0 && out > 0 && in > 0)
-        cg_sgemm(N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w), w->strides[1], w->strides[0],
-                 0.0f, yp, out, 1);
+        ok = cg_sgemm_path(CG_GEMM_AUTO, 0, N, out, in, 1.0f, cg_data(xc), in, 1, cg_data(w),
+                           w->strides[1], w->strides[0], 0.0f, yp, out, 1);
     cg_release(xc);
     cg_packed_weight_release(pw);
     cg_packed_weight_release(pf);

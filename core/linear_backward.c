@@ -333,8 +333,10 @@ static bool linear_backward(const char *op, const cg_tensor *x, const cg_tensor 
                                           0, into ? 1.0f : 0.0f, cg_data(gx), in, 1, NULL);
         cg_packed_weight_release(pw);
     } else if (ok && gx && !empty) { /* dx [N,in] = g [N,out] W [out,in] */
-        cg_sgemm(N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0], w->strides[1],
-                 into ? 1.0f : 0.0f, cg_data(gx), in, 1);
+        ok = cg_sgemm_path(CG_GEMM_AUTO, 0, N, in, out, 1.0f, gp, out, 1, cg_data(w), w->strides[0],
+                           w->strides[1], into ? 1.0f : 0.0f, cg_data(gx), in, 1);
+        if (!ok) /* gemm's message */
+            cg_prefix_error("%s: ", op);
     }
     if (into) /* acc written in place (the other path's cg_k_add_ says so itself) */
         cg_tensor_modified(acc);

@@ -72,9 +72,11 @@ static void lce_logits(lce_args *a, int64_t r0, int64_t m, float *L)
     if (a->pw)
         a->failed |= !cg_bf16_matrix_mul(a->pw, CG_GEMM_AUTO, 0, n, hc, d, 1, a->b, 1, out, V, 1);
     else if (a->b)
-        cg_sgemm_bias(n, V, d, hc, d, 1, a->w, 1, d, a->b, 1, out, V, 1);
+        a->failed |=
+            !cg_sgemm_bias_path(CG_GEMM_AUTO, 0, n, V, d, hc, d, 1, a->w, 1, d, a->b, 1, out, V, 1);
     else
-        cg_sgemm(n, V, d, 1.0f, hc, d, 1, a->w, 1, d, 0.0f, out, V, 1);
+        a->failed |=
+            !cg_sgemm_path(CG_GEMM_AUTO, 0, n, V, d, 1.0f, hc, d, 1, a->w, 1, d, 0.0f, out, V, 1);
     if (out != L)
         memcpy(L, out + (r0 - s) * V, sizeof(float) * (size_t)(m * V));
 }
@@ -92,7 +94,8 @@ static void lce_rows(lce_args *a, int64_t r0, int64_t m, float *L, double *row)
         a->failed |=
             !cg_bf16_matrix_mul(a->pwt, CG_GEMM_AUTO, 0, m, L, V, 1, NULL, 0, a->dh + r0 * d, d, 1);
     else if (a->dh)
-        cg_sgemm(m, d, V, 1.0f, L, V, 1, a->w, d, 1, 0.0f, a->dh + r0 * d, d, 1);
+        a->failed |= !cg_sgemm_path(CG_GEMM_AUTO, 0, m, d, V, 1.0f, L, V, 1, a->w, d, 1, 0.0f,
+                                    a->dh + r0 * d, d, 1);
 }
 
 /* db[j] += the column j of a chunk's gradient L [m, V] */
@@ -124,8 +127,9 @@ static void lce_chunk(lce_args *a, int64_t r0, int64_t m, float *L, double *row,
         lce_rows(a, r0 + i, n, L + i * V, row);
     }
     if (a->dw)
-        cg_sgemm(V, d, m, 1.0f, L, 1, V, a->h + r0 * d, d, 1, first ? 0.0f : 1.0f,
-                 a->split && r0 >= a->split ? a->dw1 : a->dw, d, 1);
+        a->failed |=
+            !cg_sgemm_path(CG_GEMM_AUTO, 0, V, d, m, 1.0f, L, 1, V, a->h + r0 * d, d, 1,
+                           first ? 0.0f : 1.0f, a->split && r0 >= a->split ? a->dw1 : a->dw, d, 1);
     if (a->db) {
         const db_sums sums = {m, V, L, a->db};
         cg_shares_run(V, cg_shares_rows(m), cg_shares_team(m * V > CG_CE_PAR_THRESHOLD),

@@ -106,7 +106,7 @@ static bool run_batched(const char *op, int nbd, const int64_t *bshape, int64_t 
         collapse_rows(nbd, bshape, cbs, m, rsc, &rsc_f)) {
         if (!cg_sgemm_path(path, 0, nbatch * m, n, k, alpha, A->p, rsa_f, A->cs, B->p, B->rs, B->cs,
                            beta, c, rsc_f, csc)) {
-            cg_set_error("%s: gemm failed (out of memory?)", op);
+            cg_prefix_error("%s: ", op); /* gemm's message */
             return false;
         }
         return true;
@@ -161,8 +161,9 @@ static bool run_batched(const char *op, int nbd, const int64_t *bshape, int64_t 
                                csc);
     }
     free(off);
-    if (!ok)
-        cg_set_error("%s: gemm failed (out of memory?)", op);
+    if (!ok) /* gemm's message (a worker thread's: set again here) */
+        cg_set_error("%s: gemm: out of memory for a batch's %lld x %lld x %lld product", op,
+                     (long long)m, (long long)n, (long long)k);
     return ok;
 }
 

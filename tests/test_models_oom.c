@@ -56,6 +56,8 @@ char *__real_strdup(const char *s);
 char *__wrap_strdup(const char *s);
 char *__real_strndup(const char *s, size_t n);
 char *__wrap_strndup(const char *s, size_t n);
+void *__real_cg_gemm_thread_buffer(size_t bytes);
+void *__wrap_cg_gemm_thread_buffer(size_t bytes);
 
 static atomic_long fail_at;      /* 0: none fails */
 static atomic_bool alloc_failed; /* the fail_at-th came */
@@ -74,6 +76,13 @@ static bool fails_now(void)
 /* A failure sets errno to ENOMEM, as the C library's does. */
 #define FAILED (errno = ENOMEM, NULL)
 void *__wrap_malloc(size_t size) { return fails_now() ? FAILED : __real_malloc(size); }
+/* Set: the next packing buffer a product's driver asks for (core/gemm.c's
+ * per-thread buffers, mapped outside the heap) is not to be had. */
+static atomic_bool fail_next_buffer;
+void *__wrap_cg_gemm_thread_buffer(size_t bytes)
+{
+    return atomic_exchange(&fail_next_buffer, false) ? NULL : __real_cg_gemm_thread_buffer(bytes);
+}
 void *__wrap_calloc(size_t n, size_t size) { return fails_now() ? FAILED : __real_calloc(n, size); }
 void *__wrap_realloc(void *p, size_t size)
 {
@@ -652,6 +661,101 @@ START_TEST(test_products_oom)
     sweep(&(sweep_case){"products (cg_matmul forward and backward)", NULL, call_products, NULL, &p,
                         NULL});
     cg_release_all(4, p.x[0], p.x[1], p.x[2], p.w);
+}
+END_TEST
+
+/* An fp32 linear layer's forward and backward, 2 threads: with its dx
+ * product's packing buffer not to be had, the backward fails with a word
+ * of memory (it once went on, the product's rows unwritten); swept, it
+ * fails so or succeeds with the right values. */
+enum { LIN_N = 64, LIN_IN = 2048, LIN_OUT = 384 };
+typedef struct {
+    cg_linear *l;
+    cg_tensor *x;
+    float *y, *dx; /* y [N, OUT] and dx's one row [IN] (every row's), made by loops here */
+} lin_ctx;
+
+static bool close_to(const float *got, const float *want, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i]))))
+            return false;
+    return true;
+}
+
+static bool call_linear_fp32(void *ctx)
+{
+    lin_ctx *c = ctx;
+    const cg_precision was = cg_autocast_begin(CG_PRECISION_FP32);
+    cg_zero_grad(c->x);
+    cg_tensor *y = cg_linear_forward(c->l, c->x);
+    cg_tensor *loss = y ? cg_sum(y, 0, NULL, false) : NULL;
+    bool ok = loss && cg_backward(loss, NULL, false);
+    bool right = ok && c->x->grad && close_to(cg_data(y), c->y, LIN_N * LIN_OUT);
+    for (int64_t i = 0; right && i < LIN_N; i++)
+        right = close_to(cg_data(c->x->grad) + i * LIN_IN, c->dx, LIN_IN);
+    if (ok && !right) {
+        cg_set_error("an fp32 linear layer: wrong values");
+        ok = false;
+    }
+    cg_release_all(2, y, loss);
+    cg_autocast_end(was);
+    return ok;
+}
+
+START_TEST(test_linear_fp32_oom)
+{
+    cg_rng rng = cg_rng_new(11);
+    lin_ctx c = {.l = cg_linear_new(LIN_IN, LIN_OUT, true, &rng),
+                 .x = cg_randn(&rng, CG_SHAPE(LIN_N, LIN_IN)),
+                 .y = calloc(LIN_N * LIN_OUT, sizeof(float)),
+                 .dx = calloc(LIN_IN, sizeof(float))};
+    ck_assert(c.l && c.x && c.y && c.dx);
+    cg_requires_grad(c.x, true);
+    const float *w = cg_data(c.l->weight), *x = cg_data(c.x), *b = cg_data(c.l->bias);
+    for (int64_t i = 0; i < LIN_N; i++)
+        for (int64_t o = 0; o < LIN_OUT; o++) {
+            double y = b[o];
+            for (int64_t j = 0; j < LIN_IN; j++)
+                y += (double)x[i * LIN_IN + j] * w[o * LIN_IN + j];
+            c.y[i * LIN_OUT + o] = (float)y;
+        }
+    for (int64_t j = 0; j < LIN_IN; j++) {
+        double s = 0.0;
+        for (int64_t o = 0; o < LIN_OUT; o++)
+            s += w[o * LIN_IN + j];
+        c.dx[j] = (float)s;
+    }
+    cg_tensor *y = cg_linear_forward(c.l, c.x);
+    cg_tensor *loss = y ? cg_sum(y, 0, NULL, false) : NULL;
+    ck_assert_msg(loss, "%s", cg_last_error());
+    atomic_store(&fail_next_buffer, true);
+    const bool back = cg_backward(loss, NULL, false);
+    ck_assert_msg(!atomic_load(&fail_next_buffer), "the backward asked for no packing buffer");
+    ck_assert_msg(!back, "the backward succeeded without its buffer (dx right: %d)",
+                  close_to(cg_data(c.x->grad), c.dx, LIN_IN) &&
+                      close_to(cg_data(c.x->grad) + (LIN_N - 1) * LIN_IN, c.dx, LIN_IN));
+    ck_assert_msg(strstr(cg_last_error(), "out of memory"), "%s", cg_last_error());
+    cg_release_all(2, y, loss);
+    /* so with the fused linear cross-entropy's first product (the logits) */
+    cg_tensor *t = cg_zeros_dtype(CG_I64, CG_SHAPE(LIN_N));
+    ck_assert_ptr_nonnull(t);
+    const cg_precision was = cg_autocast_begin(CG_PRECISION_FP32);
+    atomic_store(&fail_next_buffer, true);
+    cg_tensor *ce =
+        cg_linear_cross_entropy(c.x, c.l->weight, c.l->bias, t, -100, 0.0f, CG_LCE_EXACT, 1.0f);
+    cg_autocast_end(was);
+    ck_assert_msg(!atomic_load(&fail_next_buffer), "cross-entropy asked for no packing buffer");
+    ck_assert_msg(!ce, "cross-entropy succeeded without its buffer: %g",
+                  ce ? (double)cg_data(ce)[0] : 0.0);
+    ck_assert_msg(strstr(cg_last_error(), "out of memory"), "%s", cg_last_error());
+    cg_release(t);
+    sweep_memory(&(sweep_case){"an fp32 linear layer (forward and backward)", NULL,
+                               call_linear_fp32, NULL, &c, NULL});
+    cg_module_free(&c.l->base);
+    cg_release(c.x);
+    free(c.y);
+    free(c.dx);
 }
 END_TEST
 
@@ -1358,6 +1462,7 @@ int main(void)
     tcase_add_test(tf, test_decode_oom);
     tcase_add_test(tf, test_products_oom);
     tcase_add_test(tf, test_haswell_products_oom);
+    tcase_add_test(tf, test_linear_fp32_oom);
     tcase_set_timeout(tf, 600);
     suite_add_tcase(s, tf);
     TCase *tc = tcase_create("oom");
