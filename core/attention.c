@@ -138,15 +138,14 @@ static int32_t *key_masks(const uint8_t *key_pad, int64_t n)
  * not see the caller's policy, core/gemm.h; single-threaded inside the
  * region), alpha 1, with A and/or B given as head operands, floats or
  * bf16: the bits of the product of the floats they were rounded from */
-void cg_attn_mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *a, bool abf,
-                int64_t rsa, int64_t csa, const void *b, bool bbf, int64_t rsb, int64_t csb,
-                float beta, float *c, int64_t rsc, int64_t csc)
+void cg_attn_mm(atomic_bool *failed, cg_gemm_path path, int64_t m, int64_t n, int64_t k,
+                const void *a, bool abf, int64_t rsa, int64_t csa, const void *b, bool bbf,
+                int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc)
 {
     const unsigned bf = (abf ? CG_GEMM_A_BF16 : 0) | (bbf ? CG_GEMM_B_BF16 : 0);
     if (!cg_gemm_mixed_path(path, 0, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, bf, beta, c, rsc,
                             csc))
-        cg_set_error("attention: a product of %lld x %lld x %lld failed (out of memory)",
-                     (long long)m, (long long)n, (long long)k);
+        atomic_store(failed, true);
 }
 
 /* One query tile [i0, i1) of one (batch, head): out rows and (unless
@@ -157,10 +156,10 @@ void cg_attn_mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *
  * Tk apart, S then a scratch of the tile's rows: each row is rounded
  * into Pbf after its softmax, and the product with v reads Pbf (the
  * bits of the product reading S, which rounds S as Pbf holds it). */
-static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                     const cg_tensor *out, int64_t b, int64_t h, int64_t i0, int64_t i1,
-                     bool causal, const int32_t *kmask, float scale, float *S, int64_t ld,
-                     bool keep, float *lse, float *lse_lo, uint16_t *Pbf)
+static void fwd_tile(atomic_bool *failed, cg_gemm_path path, const cg_tensor *q, const cg_tensor *k,
+                     const cg_tensor *v, const cg_tensor *out, int64_t b, int64_t h, int64_t i0,
+                     int64_t i1, bool causal, const int32_t *kmask, float scale, float *S,
+                     int64_t ld, bool keep, float *lse, float *lse_lo, uint16_t *Pbf)
 {
     const int64_t Tk = k->shape[2], dh = q->shape[3];
     const int64_t hk = kv_head(q, k, h);
@@ -170,7 +169,7 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     const int64_t rows = i1 - i0, ors = out->strides[2], ocs = out->strides[3];
     const int64_t kn = key_end(causal, i1 - 1, Tk); /* keys the tile reads */
     if (kn <= KB) { /* one block: the plain softmax, normalised before P v */
-        cg_attn_mm(path, rows, kn, dh, qp, qa.bf, q->strides[2], q->strides[3], ka.p, ka.bf,
+        cg_attn_mm(failed, path, rows, kn, dh, qp, qa.bf, q->strides[2], q->strides[3], ka.p, ka.bf,
                    k->strides[3], k->strides[2], 0.0f, S, ld, 1);
         if (Pbf) {
             /* kept in bf16: bf16's own recipe (attention_rows.c), rows in
@@ -194,8 +193,8 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
         for (int64_t i = i0; i < i1 && !Pbf; i++)
             cg_attn_softmax_row(S + (i - i0) * ld, key_end(causal, i, Tk), keep ? Tk : kn, scale,
                                 kmask, keep ? NULL : lse + i, keep ? NULL : lse_lo + i);
-        cg_attn_mm(path, rows, dh, kn, Pbf ? (const void *)Pbf : S, Pbf != NULL, Pbf ? Tk : ld, 1,
-                   va.p, va.bf, v->strides[2], v->strides[3], 0.0f, op, ors, ocs);
+        cg_attn_mm(failed, path, rows, dh, kn, Pbf ? (const void *)Pbf : S, Pbf != NULL,
+                   Pbf ? Tk : ld, 1, va.p, va.bf, v->strides[2], v->strides[3], 0.0f, op, ors, ocs);
         return;
     }
     float m[QB];
@@ -209,7 +208,7 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
     for (int64_t j0 = 0; j0 < kn; j0 += KB) {
         const int64_t j1 = min64(j0 + KB, kn);
         /* S = q k[j0:j1]^T */
-        cg_attn_mm(path, rows, j1 - j0, dh, qp, qa.bf, q->strides[2], q->strides[3],
+        cg_attn_mm(failed, path, rows, j1 - j0, dh, qp, qa.bf, q->strides[2], q->strides[3],
                    from(ka, j0 * k->strides[2]), ka.bf, k->strides[3], k->strides[2], 0.0f, S, ld,
                    1);
         for (int64_t r = 0; r < rows; r++) {
@@ -221,8 +220,8 @@ static void fwd_tile(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                     op[r * ors + c * ocs] *= alpha;
         }
         /* out += P v[j0:j1] */
-        cg_attn_mm(path, rows, dh, j1 - j0, S, false, ld, 1, from(va, j0 * v->strides[2]), va.bf,
-                   v->strides[2], v->strides[3], 1.0f, op, ors, ocs);
+        cg_attn_mm(failed, path, rows, dh, j1 - j0, S, false, ld, 1, from(va, j0 * v->strides[2]),
+                   va.bf, v->strides[2], v->strides[3], 1.0f, op, ors, ocs);
     }
     for (int64_t r = 0; r < rows; r++) {
         double inv = 1.0 / l[r]; /* every key masked: 0 * inf = NaN, as PyTorch */
@@ -245,9 +244,9 @@ static void weights_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
         for (int64_t i0 = 0; i0 < Tq; i0 += QB) {
             int64_t i1 = min64(i0 + QB, Tq), kn = key_end(j->causal, i1 - 1, Tk);
             const head_op qa = head_at(q, b, h), ka = head_at(k, b, kv_head(q, k, h));
-            cg_attn_mm(j->path, i1 - i0, kn, dh, from(qa, i0 * q->strides[2]), qa.bf, q->strides[2],
-                       q->strides[3], ka.p, ka.bf, k->strides[3], k->strides[2], 0.0f, S + i0 * Tk,
-                       Tk, 1);
+            cg_attn_mm(j->failed, j->path, i1 - i0, kn, dh, from(qa, i0 * q->strides[2]), qa.bf,
+                       q->strides[2], q->strides[3], ka.p, ka.bf, k->strides[3], k->strides[2],
+                       0.0f, S + i0 * Tk, Tk, 1);
             for (int64_t i = i0; i < i1; i++)
                 cg_attn_prob_row(S + i * Tk, key_end(j->causal, i, Tk), Tk, j->scale, kpad,
                                  j->lse[bh * 2 * Tq + i]);
@@ -265,6 +264,7 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
     cg_tensor *P = cg_empty(CG_SHAPE(B, H, Tq, Tk));
     if (!P)
         return NULL;
+    atomic_bool failed = false;
     const heads_job job = {.path = cg_precision_path(cg_get_matmul_precision()),
                            .q = q,
                            .k = k,
@@ -272,8 +272,14 @@ static cg_tensor *attention_weights(const cg_tensor *q, const cg_tensor *k, bool
                            .scale = (float)sqrt((double)dh),
                            .key_pad = key_pad,
                            .lse = lse,
-                           .P = cg_data(P)};
+                           .P = cg_data(P),
+                           .failed = &failed};
     cg_shares_run(BH, 1, cg_shares_team(BH * Tq * Tk * dh > 32768), weights_heads, &job);
+    if (atomic_load(&failed)) {
+        cg_release(P);
+        cg_set_error("attention weights: out of memory for a product's packing buffers");
+        return NULL;
+    }
     return P;
 }
 
@@ -461,8 +467,8 @@ static void fwd_tiles(int64_t t0, int64_t t1, int thread, const void *ctx)
         const int64_t bh = it / j->nqb, i0 = it % j->nqb * j->qb, b = bh / H;
         float *S = j->P ? j->P + (bh * Tq + i0) * Tk
                         : (float *)j->scratch + (int64_t)thread * (int64_t)j->each;
-        fwd_tile(j->path, j->q, j->k, j->v, j->out, b, bh % H, i0, min64(i0 + j->qb, Tq), j->causal,
-                 j->kmask ? j->kmask + b * Tk : NULL, j->scale, S, ld, j->keep,
+        fwd_tile(j->failed, j->path, j->q, j->k, j->v, j->out, b, bh % H, i0, min64(i0 + j->qb, Tq),
+                 j->causal, j->kmask ? j->kmask + b * Tk : NULL, j->scale, S, ld, j->keep,
                  j->keep ? NULL : j->lse_out + bh * 2 * Tq,
                  j->keep ? NULL : j->lse_out + bh * 2 * Tq + Tq,
                  j->P16 ? j->P16 + (bh * Tq + i0) * Tk : NULL);
@@ -527,6 +533,7 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
         cg_tensor *o16 = !amx && q->dtype == CG_BF16 && out->strides[3] == 1
                              ? cg_empty_dtype(CG_BF16, CG_SHAPE(B, Tq, H, dh))
                              : NULL;
+        atomic_bool failed = false;
         if (ok && amx) {
             ok = fwd_amx(q, k, v, out, causal, kmask, scale, qb, lp, nt);
         } else if (ok) {
@@ -546,8 +553,10 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
                                    .P16 = pbf ? cg_data_bf16(P) : NULL,
                                    .out16 = o16 ? cg_data_bf16(o16) : NULL,
                                    .scratch = scratch,
-                                   .each = (size_t)ns};
+                                   .each = (size_t)ns,
+                                   .failed = &failed};
             cg_shares_run(BH * nqb, 1, heads_team(nt, q, Tk), fwd_tiles, &job);
+            ok = !atomic_load(&failed);
             cg_tensor *merged = o16 ? cg_view_transpose(out, 1, 2) : NULL; /* [B,Tq,H,dh] */
             if (merged)
                 cg_k_bf16_operand_keep(merged, o16);

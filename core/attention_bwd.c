@@ -92,11 +92,12 @@ bool cg_k_attention_needs_out(const cg_tensor *k, const cg_tensor *saved)
  * to bf16 once for all the heads, rows adjacent) is dO for its two (each
  * product would round its own copy while packing, from twice the bytes:
  * the same bits). */
-static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,
-                     const cg_tensor *o, head_op Ps, const float *lse, const cg_tensor *g,
-                     const cg_tensor *g16, bool causal, const uint8_t *kpad, int64_t b, int64_t h,
-                     const cg_tensor *gq, const cg_tensor *gk, const cg_tensor *gv, float *Pb,
-                     float *Db, int64_t ld, float *Dl, int64_t qb, uint16_t *bf)
+static void bwd_head(atomic_bool *failed, cg_gemm_path path, const cg_tensor *q, const cg_tensor *k,
+                     const cg_tensor *v, const cg_tensor *o, head_op Ps, const float *lse,
+                     const cg_tensor *g, const cg_tensor *g16, bool causal, const uint8_t *kpad,
+                     int64_t b, int64_t h, const cg_tensor *gq, const cg_tensor *gk,
+                     const cg_tensor *gv, float *Pb, float *Db, int64_t ld, float *Dl, int64_t qb,
+                     uint16_t *bf)
 {
     const int64_t Tq = q->shape[2], dh = q->shape[3], Tk = k->shape[2];
     const float scale = (float)sqrt((double)dh);
@@ -153,10 +154,10 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             float *P = Pb + (i0 - is) * ld, *D = Db + (i0 - is) * ld;
             /* S = q k^T (unless kept), dP = dO v^T over the tile */
             if (!Ps.p)
-                cg_attn_mm(path, rows, ke1, dh, from(qa, i0 * qr), qa.bf, qr, qc, from(ka, j0 * kr),
-                           ka.bf, kc, kr, 0.0f, P, ld, 1);
-            cg_attn_mm(path, rows, ke1, dh, from(go, i0 * gor), go.bf, gor, goc, from(va, j0 * vr),
-                       va.bf, vc, vr, 0.0f, D, ld, 1);
+                cg_attn_mm(failed, path, rows, ke1, dh, from(qa, i0 * qr), qa.bf, qr, qc,
+                           from(ka, j0 * kr), ka.bf, kc, kr, 0.0f, P, ld, 1);
+            cg_attn_mm(failed, path, rows, ke1, dh, from(go, i0 * gor), go.bf, gor, goc,
+                       from(va, j0 * vr), va.bf, vc, vr, 0.0f, D, ld, 1);
             /* kept in bf16 and dS rounded, on AVX512_BF16: each row in
              * registers from dP to dS's copy */
             const bool rows16 = Ps.p && Ps.bf && dbf && cg_bf16_native();
@@ -187,8 +188,9 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
                 cg_bf16_round_runs(kz, rows, ld, D, ld, dbf + (i0 - is) * ld);
             /* dq[i0:i1] (+)= dS k[j0:j0+ke1] */
             if (dqp)
-                cg_attn_mm(path, rows, dh, ke1, dbf ? (const void *)(dbf + (i0 - is) * ld) : D,
-                           dbf != NULL, ld, 1, from(ka, j0 * kr), ka.bf, kr, kc, j0 ? 1.0f : 0.0f,
+                cg_attn_mm(failed, path, rows, dh, ke1,
+                           dbf ? (const void *)(dbf + (i0 - is) * ld) : D, dbf != NULL, ld, 1,
+                           from(ka, j0 * kr), ka.bf, kr, kc, j0 ? 1.0f : 0.0f,
                            dqp + i0 * gq->strides[2], gq->strides[2], gq->strides[3]);
         }
         /* keys in sub-blocks: key j gets rows i >= j (causal) or all rows */
@@ -202,13 +204,13 @@ static void bwd_head(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, 
             const void *D = dbf ? (const void *)(dbf + off) : (const void *)(Db + off);
             /* dv[s0:s1] = P^T dO[r0:], dk[s0:s1] = dS^T q[r0:] */
             if (dvp)
-                cg_attn_mm(path, s1 - s0, dh, Tq - r0, P, Pbase.bf, 1, ld, from(go, r0 * gor),
-                           go.bf, gor, goc, 0.0f, dvp + s0 * gv->strides[2], gv->strides[2],
-                           gv->strides[3]);
+                cg_attn_mm(failed, path, s1 - s0, dh, Tq - r0, P, Pbase.bf, 1, ld,
+                           from(go, r0 * gor), go.bf, gor, goc, 0.0f, dvp + s0 * gv->strides[2],
+                           gv->strides[2], gv->strides[3]);
             if (dkp)
-                cg_attn_mm(path, s1 - s0, dh, Tq - r0, D, dbf != NULL, 1, ld, from(qa, r0 * qr),
-                           qa.bf, qr, qc, 0.0f, dkp + s0 * gk->strides[2], gk->strides[2],
-                           gk->strides[3]);
+                cg_attn_mm(failed, path, s1 - s0, dh, Tq - r0, D, dbf != NULL, 1, ld,
+                           from(qa, r0 * qr), qa.bf, qr, qc, 0.0f, dkp + s0 * gk->strides[2],
+                           gk->strides[2], gk->strides[3]);
         }
     }
 }
@@ -254,7 +256,7 @@ static void bwd_heads(int64_t bh0, int64_t bh1, int thread, const void *ctx)
     float *w = (float *)j->scratch + (int64_t)thread * (int64_t)j->each;
     for (int64_t bh = bh0; bh < bh1; bh++) {
         const int64_t b = bh / H;
-        bwd_head(j->path, j->q, j->k, j->v, j->out,
+        bwd_head(j->failed, j->path, j->q, j->k, j->v, j->out,
                  j->keep ? (head_op){from(j->saved, bh * Tq * Tk), j->saved.bf}
                          : (head_op){NULL, false},
                  j->keep ? NULL : (const float *)j->saved.p + bh * 2 * Tq, j->g, j->g16, j->causal,
@@ -384,6 +386,7 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
             return false;
         }
     } else if (!degen) {
+        atomic_bool failed = false;
         const heads_job job = {.path = path,
                                .q = q,
                                .k = k,
@@ -401,8 +404,15 @@ static bool attention_bwd(const cg_tensor *q, const cg_tensor *k, const cg_tenso
                                .saved = {cg_data_ptr(saved), pbf},
                                .bf16 = bf,
                                .scratch = scratch,
-                               .each = (size_t)per};
+                               .each = (size_t)per,
+                               .failed = &failed};
         cg_shares_run(BH, 1, heads_team(nt, q, Tk), bwd_heads, &job);
+        if (atomic_load(&failed)) {
+            cg_free(scratch);
+            cg_release_all(4, gq, gk, gv, g16);
+            cg_set_error("attention backward: out of memory for a product's packing buffers");
+            return false;
+        }
     }
     cg_free(scratch);
     cg_release(g16);

@@ -6,6 +6,7 @@
 #ifndef CG_ATTENTION_IMPL_H
 #define CG_ATTENTION_IMPL_H
 
+#include <stdatomic.h>
 #include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -92,6 +93,7 @@ typedef struct {
     uint16_t *out16;        /* the output rounded to bf16 (out's layout), or NULL */
     void *scratch;          /* `each` a thread: bytes (AMX workspaces) or floats */
     size_t each;
+    atomic_bool *failed; /* set by a product that fails (out of memory): the op then fails */
 } heads_job;
 
 /* q, k and v are float32 or bfloat16 (the copies bf16 training keeps:
@@ -105,10 +107,12 @@ bool cg_attn_key_pad_arg(const char *op, const cg_tensor *key_pad, int64_t B, in
 cg_tensor *cg_attn_heads_out(int64_t B, int64_t H, int64_t T, int64_t dh, bool zero);
 /* Query rows per tile (core/attention.c). */
 int64_t cg_attn_tile_rows(bool causal, bool keep, int64_t Tq, int64_t BH);
-/* A product of head operands on path, alpha 1 (core/attention.c). */
-void cg_attn_mm(cg_gemm_path path, int64_t m, int64_t n, int64_t k, const void *a, bool abf,
-                int64_t rsa, int64_t csa, const void *b, bool bbf, int64_t rsb, int64_t csb,
-                float beta, float *c, int64_t rsc, int64_t csc);
+/* A product of head operands on path, alpha 1 (core/attention.c); a
+ * failure (out of memory) sets *failed, which the op reads after its
+ * threads. */
+void cg_attn_mm(atomic_bool *failed, cg_gemm_path path, int64_t m, int64_t n, int64_t k,
+                const void *a, bool abf, int64_t rsa, int64_t csa, const void *b, bool bbf,
+                int64_t rsb, int64_t csb, float beta, float *c, int64_t rsc, int64_t csc);
 /* Whether the products run on AMX tiles; one head's operands for them;
  * their scratch of `bytes` for each of nt threads (*each: one's). */
 bool cg_attn_amx_fits(cg_gemm_path path, const cg_tensor *q, const cg_tensor *k, const cg_tensor *v,

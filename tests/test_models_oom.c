@@ -759,6 +759,44 @@ START_TEST(test_linear_fp32_oom)
 }
 END_TEST
 
+/* Attention's products run in its threads' work items: one that cannot
+ * get its packing buffer fails the op, forward or backward, with a word of
+ * memory (they once went on, the tile's rows unwritten). fp32, where every
+ * CPU's products go through our driver's buffers (not with BLIS's own
+ * driver asked for). */
+static bool attention_refused(cg_tensor *q, cg_tensor *k, cg_tensor *v, bool forward)
+{
+    cg_tensor *o = forward ? NULL : cg_attention(q, k, v, true, NULL, NULL);
+    cg_tensor *l = o ? cg_sum(o, 0, NULL, false) : NULL;
+    ck_assert_msg(forward || l, "%s", cg_last_error());
+    atomic_store(&fail_next_buffer, true);
+    bool ok = forward ? (o = cg_attention(q, k, v, true, NULL, NULL)) != NULL
+                      : cg_backward(l, NULL, false);
+    ck_assert_msg(!atomic_load(&fail_next_buffer), "attention asked for no packing buffer");
+    ck_assert_msg(ok || strstr(cg_last_error(), "out of memory"), "%s", cg_last_error());
+    cg_release_all(2, o, l);
+    return ok;
+}
+
+START_TEST(test_attention_buffer_oom)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || blis_switched())
+        return; /* BLIS's own driver: no buffer of ours */
+    cg_rng rng = cg_rng_new(12);
+    cg_tensor *q = cg_randn(&rng, CG_SHAPE(2, 4, 96, 32)),
+              *k = cg_randn(&rng, CG_SHAPE(2, 4, 96, 32)),
+              *v = cg_randn(&rng, CG_SHAPE(2, 4, 96, 32));
+    ck_assert(q && k && v);
+    cg_requires_grad(q, true);
+    const cg_precision was = cg_autocast_begin(CG_PRECISION_FP32);
+    ck_assert_msg(!attention_refused(q, k, v, true), "the forward succeeded without its buffer");
+    ck_assert_msg(!attention_refused(q, k, v, false), "the backward succeeded without its buffer");
+    cg_autocast_end(was);
+    cg_release_all(3, q, k, v);
+}
+END_TEST
+
 /* The haswell path's fp32 products (AVX2's kernel, the default on CPUs
  * without AVX-512; here forced on any CPU with AVX2 and FMA) on 2 threads,
  * with and without a bias, k in one block and in two: made in a process
@@ -1463,6 +1501,7 @@ int main(void)
     tcase_add_test(tf, test_products_oom);
     tcase_add_test(tf, test_haswell_products_oom);
     tcase_add_test(tf, test_linear_fp32_oom);
+    tcase_add_test(tf, test_attention_buffer_oom);
     tcase_set_timeout(tf, 600);
     suite_add_tcase(s, tf);
     TCase *tc = tcase_create("oom");
