@@ -2610,6 +2610,64 @@ START_TEST(test_trainer_eval_fails)
 }
 END_TEST
 
+/* The ranks' collectives (-Wl,--wrap=cg_dist_allreduce_max and _sum): while
+ * vote_fail_at is set, the vote_fail_at-th of their calls from now fails as
+ * a broken MPI job's does, and says so on stderr (VOTE_FAILED) so that the
+ * test knows it came. */
+#define VOTE_FAILED "(the test's collective failed here)"
+static long vote_fail_at; /* 0: none fails */
+bool __real_cg_dist_allreduce_max(double *v, int n);
+bool __wrap_cg_dist_allreduce_max(double *v, int n);
+bool __real_cg_dist_allreduce_sum(double *v, int n);
+bool __wrap_cg_dist_allreduce_sum(double *v, int n);
+static bool vote_fails(void)
+{
+    if (vote_fail_at <= 0 || --vote_fail_at > 0)
+        return false;
+    fprintf(stderr, "%s\n", VOTE_FAILED);
+    cg_set_error("dist: MPI_Allreduce failed on rank 0 of 2: the test's failure");
+    return true;
+}
+bool __wrap_cg_dist_allreduce_max(double *v, int n)
+{
+    return !vote_fails() && __real_cg_dist_allreduce_max(v, n);
+}
+bool __wrap_cg_dist_allreduce_sum(double *v, int n)
+{
+    return !vote_fails() && __real_cg_dist_allreduce_sum(v, n);
+}
+
+/* Each collective of a training run in turn failing (the trainer's votes
+ * on stopping before a step, on --patience after an evaluation, on a cut
+ * evaluation): the run fails with the collective's message and exit 1. A
+ * failed vote once read as "no": the rank trained on alone, as if its
+ * ranks had agreed, and the run ended with exit 0. */
+START_TEST(test_trainer_collective_fails)
+{
+    make_tmpdir();
+    const char *out = tmp_path("toy.st"), *err = tmp_path("err.txt");
+    int k = 1;
+    for (;; k++) {
+        (void)unlink(out);
+        vote_fail_at = k; /* the child's */
+        int rc = toy_train(-1, out, err);
+        vote_fail_at = 0;
+        char *e = slurp(err, NULL);
+        if (!strstr(e, VOTE_FAILED)) { /* the run made fewer than k */
+            ck_assert_msg(rc == 0, "exit %d: %s", rc, e);
+            free(e);
+            break;
+        }
+        ck_assert_msg(rc == 1 && strstr(e, "toy: error: ") &&
+                          strstr(e, "MPI_Allreduce failed on rank 0 of 2: the test's failure\n"),
+                      "collective %d: exit %d: %s", k, rc, e);
+        free(e);
+    }
+    ck_assert_int_gt(k, 6); /* one before each of the 6 steps at least */
+    rm_tmpdir();
+}
+END_TEST
+
 static Suite *zoo_suite(void)
 {
     Suite *s = suite_create("zoo");
@@ -2652,6 +2710,7 @@ static Suite *zoo_suite(void)
     tcase_add_test(p, test_grad_accum_and_metrics);
     tcase_add_test(p, test_optimizer_flags);
     tcase_add_test(p, test_trainer_eval_fails);
+    tcase_add_test(p, test_trainer_collective_fails);
     tcase_add_test(p, test_loss_avg_window);
     tcase_add_test(p, test_log_every_default);
     suite_add_tcase(s, p);

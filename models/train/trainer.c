@@ -50,9 +50,11 @@ typedef struct {
 
 enum { GO_ON = -1, STOP = -2 }; /* what an iteration of the loop returns, besides exit codes */
 
-static bool evaluated_at(const cg_trainer *t, int64_t step);
-static void put_best(const cg_trainer *t, cJSON *j);
-static void put_precision(const cg_train_opts *o, cJSON *j);
+/* Was the last evaluation at step? */
+static bool evaluated_at(const cg_trainer *t, int64_t step)
+{
+    return t->hist.n > 0 && t->hist.step[t->hist.n - 1] == step;
+}
 
 /* --keep-last: is the checkpoint saved at step an evaluation checkpoint to
  * keep (not yet kept)? The run's first step only when at_start (its
@@ -462,6 +464,40 @@ static bool final_evaluation(run_ctx *c, cJSON *j)
     return (!c->ema || cg_ema_swap(c->ema)) && c->m->finish(c->m->self, c->t, j);
 }
 
+/* The run's precision: "precision", and "precision_auto" (why --precision
+ * auto chose it) or "precision_switched_from" (the resumed checkpoint's,
+ * which a given --precision switched). */
+static void put_precision(const cg_train_opts *o, cJSON *j)
+{
+    cg_json_put_str(j, "precision", cg_precision_name(o->precision));
+    if (o->precision_auto)
+        cg_json_put_str(j, "precision_auto", o->precision_auto);
+    if (o->precision_was)
+        cg_json_put_str(j, "precision_switched_from", o->precision_was);
+}
+
+/* The best evaluation (--keep-best, --patience): "best_step",
+ * "best_val_loss", with --best-metric "best_metric" and "best_<metric>",
+ * and "best_checkpoint" (when that file is there). */
+static void put_best(const cg_trainer *t, cJSON *j)
+{
+    int b = cg_history_best(&t->hist);
+    if ((!t->o->keep_best && t->o->patience == 0) || b < 0)
+        return;
+    cg_json_put_int(j, "best_step", t->hist.step[b]);
+    cg_json_put_num(j, "best_val_loss", "%.6f", t->hist.val[b]);
+    if (t->hist.metric) {
+        char key[64];
+        snprintf(key, sizeof key, "best_%s", t->hist.metric);
+        cg_json_put_str(j, "best_metric", t->hist.metric);
+        cg_json_put_num(j, key, "%.4f", t->hist.score[b]);
+    }
+    char *bp = t->o->keep_best ? cg_best_path(t->out) : NULL;
+    if (bp && t->best_saved == t->hist.step[b] && access(bp, F_OK) == 0)
+        cg_json_put_str(j, "best_checkpoint", bp);
+    free(bp);
+}
+
 /* --ema-decay's fields of the JSON line (--ema-update-freq's when not 1). */
 static void put_ema(const run_ctx *c, cJSON *j)
 {
@@ -551,58 +587,20 @@ static int finish(run_ctx *c)
     return printed ? 0 : cg_prog_fail_lib(NULL);
 }
 
-/* The run's precision: "precision", and "precision_auto" (why --precision
- * auto chose it) or "precision_switched_from" (the resumed checkpoint's,
- * which a given --precision switched). */
-static void put_precision(const cg_train_opts *o, cJSON *j)
-{
-    cg_json_put_str(j, "precision", cg_precision_name(o->precision));
-    if (o->precision_auto)
-        cg_json_put_str(j, "precision_auto", o->precision_auto);
-    if (o->precision_was)
-        cg_json_put_str(j, "precision_switched_from", o->precision_was);
-}
-
-/* The best evaluation (--keep-best, --patience): "best_step",
- * "best_val_loss", with --best-metric "best_metric" and "best_<metric>",
- * and "best_checkpoint" (when that file is there). */
-static void put_best(const cg_trainer *t, cJSON *j)
-{
-    int b = cg_history_best(&t->hist);
-    if ((!t->o->keep_best && t->o->patience == 0) || b < 0)
-        return;
-    cg_json_put_int(j, "best_step", t->hist.step[b]);
-    cg_json_put_num(j, "best_val_loss", "%.6f", t->hist.val[b]);
-    if (t->hist.metric) {
-        char key[64];
-        snprintf(key, sizeof key, "best_%s", t->hist.metric);
-        cg_json_put_str(j, "best_metric", t->hist.metric);
-        cg_json_put_num(j, key, "%.4f", t->hist.score[b]);
-    }
-    char *bp = t->o->keep_best ? cg_best_path(t->out) : NULL;
-    if (bp && t->best_saved == t->hist.step[b] && access(bp, F_OK) == 0)
-        cg_json_put_str(j, "best_checkpoint", bp);
-    free(bp);
-}
-
-/* Was the last evaluation at step? */
-static bool evaluated_at(const cg_trainer *t, int64_t step)
-{
-    return t->hist.n > 0 && t->hist.step[t->hist.n - 1] == step;
-}
-
 /* --patience, after the evaluation at step: have the last `patience`
  * evaluations (of the run and the runs it resumes) all left the best
  * validation loss where it was? Then the run stops early, on every rank
- * together. */
-static bool out_of_patience(run_ctx *c, int64_t step)
+ * together. GO_ON, STOP or the exit code (a failed vote: see stop_before). */
+static int out_of_patience(run_ctx *c, int64_t step)
 {
     cg_trainer *t = c->t;
     const cg_history *h = &t->hist;
     int b = cg_history_best(h);
     double out = t->o->patience > 0 && (b < 0 ? h->n : h->n - 1 - b) >= t->o->patience;
-    if (!cg_dist_allreduce_max(&out, 1) || out == 0)
-        return false;
+    if (!cg_dist_allreduce_max(&out, 1))
+        return cg_prog_fail("--patience at step %lld: %s", (long long)step, cg_last_error());
+    if (out == 0)
+        return GO_ON;
     t->early_stopped = true;
     const char *what = cg_history_best_name(h);
     if (b >= 0)
@@ -617,7 +615,7 @@ static bool out_of_patience(run_ctx *c, int64_t step)
                 "%s: stopping early at step %lld: %d evaluation(s) without a finite %s "
                 "(--patience %lld)\n",
                 cg_prog_name(), (long long)step, h->n, what, (long long)t->o->patience);
-    return true;
+    return STOP;
 }
 
 /* At step: the evaluation and the checkpoint (with the loss curve) when
@@ -636,8 +634,8 @@ static int eval_and_save(run_ctx *c, int64_t step)
          * evaluation short) saves it and keeps it (--keep-last), as the
          * uninterrupted run did */
         c->cut_resumed = o->resume != NULL && step == t->start && step > 0;
-        if (step < o->steps && out_of_patience(c, step))
-            return STOP; /* finish saves, evaluates and reports */
+        if (step < o->steps && (rc = out_of_patience(c, step)) != GO_ON)
+            return rc; /* STOP: finish saves, evaluates and reports */
     }
     if (due && (step > t->start || c->cut_resumed) && step < o->steps && !save(c, step))
         return cg_prog_fail("could not save the checkpoint at step %lld: %s", (long long)step,
@@ -656,7 +654,8 @@ static int stop_before(run_ctx *c, int64_t step)
     double stop[3] = {cg_train_interrupted(),
                       o->max_minutes > 0 && cg_now() - c->t_begin >= 60 * o->max_minutes,
                       c->log_full[0] != 0};
-    cg_dist_allreduce_max(stop, 3);
+    if (!cg_dist_allreduce_max(stop, 3)) /* read as "no", this rank would train on alone */
+        return cg_prog_fail("stop vote before step %lld: %s", (long long)step, cg_last_error());
     if (stop[2] > 0) {
         t->interrupted = c->log_stop = true;
         return STOP;
