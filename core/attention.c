@@ -506,12 +506,14 @@ static cg_tensor *attention_fwd(const cg_tensor *q, const cg_tensor *k, const cg
     if (degen) {
         /* degenerate: with no keys a row's weights are empty and its
          * output their empty sum, 0 (PyTorch's softmax(q k^T) v), its
-         * log-sum-exp -inf; a row with keys that are all masked is NaN */
+         * log-sum-exp -inf; a row with keys that are all masked is NaN.
+         * The fills cannot fail: tensors just made here, none of them an
+         * op's output (no history) nor freed. */
         if (lse)
-            cg_fill_(lse, Tk == 0 ? -INFINITY : NAN);
-        cg_fill_(out, 0.0f);
+            (void)cg_fill_(lse, Tk == 0 ? -INFINITY : NAN);
+        (void)cg_fill_(out, 0.0f);
         if (P)
-            cg_fill_(P, NAN);
+            (void)cg_fill_(P, NAN);
     } else {
         /* divide (not multiply by the reciprocal) to round as scores / sqrt(dh) */
         const float scale = (float)sqrt((double)dh);

@@ -367,8 +367,10 @@ static cg_tensor *mha_impl(cg_module *mod, cg_tensor *const *in, void *args)
     cg_tensor *v = cg_linear_forward_keep_bf16(m->v_proj, xkv);
     cg_tensor *qh = split_heads(m, q), *kh = split_heads(m, k), *vh = split_heads(m, v);
     cg_release_all(3, q, k, v);
+    /* a rotation that failed leaves qh and kh NULL (its error set), and
+     * so no attention below: the forward returns NULL */
     if (qh && kh)
-        rope_qk(m, &qh, &kh, 0);
+        (void)rope_qk(m, &qh, &kh, 0);
     if (m->qk_hook && qh && kh) { /* e.g. rotary embeddings of the user's */
         cg_tensor *q2 = m->qk_hook(m->qk_hook_ctx, qh, false);
         cg_tensor *k2 = q2 ? m->qk_hook(m->qk_hook_ctx, kh, true) : NULL;

@@ -350,7 +350,7 @@ static bool collate(cg_loader *ld, int64_t n)
  * loader's own references to the batch. */
 static void end_batch(cg_loader *ld)
 {
-    cg_scope_end_id(ld->scope_id);
+    (void)cg_scope_end_id(ld->scope_id); /* false: an outer one ended it, no error */
     ld->scope_id = 0;
     cg_tensor *own[3] = {ld->x, ld->y, ld->mask};
     for (int k = 0; k < 3; k++)

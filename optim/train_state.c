@@ -464,8 +464,11 @@ static bool snapshot_take(const cg_module *m, snapshot *b)
 
 static void snapshot_restore(const snapshot *b)
 {
+    /* cannot fail: each copy is a clone of its tensor (same shape, its
+     * own storage: no overlap to copy around), and the tensor was just
+     * loaded, so it can be written */
     for (int i = 0; i < b->l.n; i++)
-        cg_k_copy_(b->l.items[i].tensor, b->copy[i]);
+        (void)cg_k_copy_(b->l.items[i].tensor, b->copy[i]);
 }
 
 /* Every module item from f; on a failure the modules loaded before it are

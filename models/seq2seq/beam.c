@@ -580,7 +580,9 @@ bool cg_beam_search_nbest(cg_seq2seq *m, const int64_t *src, int64_t S, int beam
             goto out;
         if (b.n_done >= beam || b.n_live == 0)
             break;
-        drop_cache_at_pad(&b.cache, b.live + b.T - 1, b.n_live, b.W);
+        /* whether it dropped the cache is b.cache itself: beam_expand, without
+         * one, selects the memory's rows and decodes every prefix */
+        (void)drop_cache_at_pad(&b.cache, b.live + b.T - 1, b.n_live, b.W);
         if (b.cache && !reorder(b.cache, b.parents, b.n_live))
             goto out;
     }

@@ -73,7 +73,7 @@ static double mt_lr(void *self, int64_t step)
 static bool eval_bleu_scores(mt_run *r, bool cut, double *bleu, double *chrf)
 {
     int64_t n = r->eval_bleu < r->d.split.n_valid ? r->eval_bleu : r->d.split.n_valid, lo, hi;
-    cg_dist_share(n, &lo, &hi); /* a rank may have none */
+    (void)cg_dist_share(n, &lo, &hi); /* false: some rank has none, which is fine here */
     cg_bleu_stats b;
     cg_chrf_counts c;
     bool ok =
@@ -124,9 +124,13 @@ static bool mt_evaluate(void *self, int64_t step, cg_eval_result *e)
     double nll, ntok, bleu, chrf;
     if (!cg_seq2seq_valid_loss(r->model, &r->d.pairs, &r->d.vbatches, r->d.tok, &e->val, &nll,
                                &ntok)) {
-        /* a signal here: --eval-bleu's sum still has this rank's part */
+        /* a signal here: --eval-bleu's sum still has this rank's part.
+         * It returns false ("interrupted") whatever the sum did, and the
+         * trainer stops the run on the signal, this evaluation left out
+         * and the checkpoint of the step before kept: a sum that failed
+         * changes nothing of that (only its message is not shown). */
         if (r->eval_bleu > 0 && cg_train_interrupted())
-            eval_bleu_scores(r, true, &bleu, &chrf);
+            (void)eval_bleu_scores(r, true, &bleu, &chrf);
         return false;
     }
     cg_eval_add(e, "val_nll", "nll", nll, 4);

@@ -119,7 +119,8 @@ static bool take_first(avg_run *r)
             continue;
         avg_param *p = &r->p[r->np++];
         p->name = name;
-        cg_st_info(f, name, &p->dtype, &p->ndim, p->shape);
+        /* cannot fail: the name is one of f's own (its only failure: absent) */
+        (void)cg_st_info(f, name, &p->dtype, &p->ndim, p->shape);
         if (p->dtype != CG_ST_F32 && p->dtype != CG_ST_BF16 && p->dtype != CG_ST_F16) {
             cg_set_error("'%s': tensor '%s' is %s; only float parameters (F32, BF16, F16) are "
                          "averaged",

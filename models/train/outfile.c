@@ -582,7 +582,9 @@ bool cg_metrics_log_open(cg_metrics_log *log, const char *path, int64_t resume_s
         }
         free(log->tmp);
         log->tmp = NULL;
-        cg_metrics_log_close(log);
+        /* no file open (f NULL) and none to remove: this only frees the
+         * path, and cannot fail (its one failure is fclose's) */
+        (void)cg_metrics_log_close(log);
         cg_set_error("cannot write the metrics log '%s': %s", path, strerror(e));
     }
     free(keep);
