@@ -246,8 +246,13 @@ static bool mt_state(void *self, cJSON *o)
     if (!cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0])))
         return false;
     const char *extra = r->t->o->extra_data;
-    cJSON *x = o && extra ? cg_data_id_to_json(&r->extra_id) : NULL;
-    return !o || !extra || (x && cJSON_AddItemToObject(o, "extra_data_id", x));
+    if (!o || !extra)
+        return true;
+    cJSON *x = cg_data_id_to_json(&r->extra_id);
+    if (x && cJSON_AddItemToObject(o, "extra_data_id", x))
+        return true;
+    cJSON_Delete(x); /* not added (out of memory): still ours */
+    return false;
 }
 
 /* --extra-data's pairs join the training split; resuming, the checkpoint
