@@ -319,10 +319,18 @@ mkdir mvd
 pid=$!
 for ((w = 0; w < 600; w++)); do [ -f mvd/m.st ] && break; sleep 0.05; done
 # moved between two saves: the run stopped where no temporary file is open
-# (a move in the middle of a save fails that save: "cannot rename")
+# (a move in the middle of a save fails that save: "cannot name the
+# written file"). A save writes an unnamed file (O_TMPFILE) before it
+# names it m.st.tmp.PID, so the run's open files are looked at too: a
+# directory listing does not show the unnamed one (CI once moved the
+# directory in the middle of such a write).
+in_save() {
+  ls mvd/*.tmp.* >/dev/null 2>&1 ||
+    ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -e '/mvd/#' -e '/mvd/[^ ]*\.tmp\.'
+}
 for ((w = 0; w < 600; w++)); do
   kill -STOP $pid
-  ls mvd/*.tmp.* >/dev/null 2>&1 || break
+  in_save || break
   kill -CONT $pid
   sleep 0.01
 done
