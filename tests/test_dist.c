@@ -43,6 +43,22 @@
 #include "optim/optim.h"
 #include "testutil.h"
 
+#ifdef CG_TEST_WRAP_TESTALL
+#include <mpi.h>
+#include <stdatomic.h>
+/* Set: the next MPI_Testall (the reducer's progress during backward) runs
+ * and then reports a failure, as one whose request completed in error
+ * does after freeing it. */
+static atomic_bool fail_testall;
+int __real_MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status st[]);
+int __wrap_MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status st[]);
+int __wrap_MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status st[])
+{
+    const int rc = __real_MPI_Testall(count, reqs, flag, st);
+    return atomic_exchange(&fail_testall, false) ? MPI_ERR_OTHER : rc;
+}
+#endif
+
 #define STEPS 20
 #define B_GLOBAL 8 /* divisible by 2 x 4 ranks (grad-accum on 4 hosts) */
 /* Ranks sum gradients in another order than one process, and 20 Adam steps
@@ -517,6 +533,48 @@ START_TEST(test_reducer_missing_grads)
         cg_dist_reducer_free(r);
         cg_release_all(3, p[0], p[1], p[2]);
     }
+}
+END_TEST
+
+/* A failure the reducer meets while backward runs (MPI_Testall, between
+ * buckets) fails the step's finish on that rank with MPI's message: the
+ * failed request freed, the later wait on it succeeded, and the step went
+ * on with that bucket's sums unmade. The other rank finishes as usual. */
+START_TEST(test_reducer_progress_fails)
+{
+#ifdef CG_TEST_WRAP_TESTALL
+    const int me = cg_dist_rank();
+    if (cg_dist_size() < 2)
+        return; /* one process: the reducer starts no bucket */
+    cg_tensor *p[3] = {cg_requires_grad(cg_zeros(CG_SHAPE(4)), true),
+                       cg_requires_grad(cg_zeros(CG_SHAPE(3)), true),
+                       cg_requires_grad(cg_zeros(CG_SHAPE(2)), true)};
+    cg_dist_reducer *r = cg_dist_reducer_new(3, p, 1e-6);
+    ck_assert_msg(r != NULL, "%s", cg_last_error());
+    cg_scope *sc = cg_scope_begin();
+    cg_tensor *loss = cg_sum(cg_mul(cg_add(p[0], p[0]), p[0]), 0, NULL, false);
+    loss = cg_add(loss, cg_sum(cg_add(cg_sum(p[1], 0, NULL, false), cg_sum(p[2], 0, NULL, false)),
+                               0, NULL, false));
+    ck_assert_msg(loss && cg_dist_reducer_prepare(r, 1.0), "%s", cg_last_error());
+    atomic_store(&fail_testall, me == 0);
+    ck_assert_msg(cg_backward(loss, NULL, false), "%s", cg_last_error());
+    cg_scope_end(sc);
+    const bool asked = !atomic_load(&fail_testall);
+    const bool fin = cg_dist_reducer_finish(r);
+    char why[300] = "";
+    if (me == 0 && !asked)
+        snprintf(why, sizeof why, "the reducer called no MPI_Testall during backward");
+    else if (me == 0 && fin)
+        snprintf(why, sizeof why, "finish succeeded after a failed MPI_Testall");
+    else if (me == 0 && !strstr(cg_last_error(), "MPI_Testall"))
+        snprintf(why, sizeof why, "the message does not name MPI_Testall: %s", cg_last_error());
+    else if (me != 0 && !fin)
+        snprintf(why, sizeof why, "finish failed: %s", cg_last_error());
+    ck_assert_msg(on_every_rank(!why[0]), "rank %d: %s", me,
+                  why[0] ? why : "another rank's check failed");
+    cg_dist_reducer_free(r);
+    cg_release_all(3, p[0], p[1], p[2]);
+#endif
 }
 END_TEST
 
@@ -1301,6 +1359,7 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, test_api);
     tcase_add_test(tc, test_average_grads_in_scope);
     tcase_add_test(tc, test_reducer_missing_grads);
+    tcase_add_test(tc, test_reducer_progress_fails);
     tcase_add_test(tc, test_zero_nonfinite_other_shard);
     tcase_add_test(tc, test_broadcast_tensors_checked);
     tcase_add_test(tc, test_zero_gather_small_runs);

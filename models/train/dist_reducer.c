@@ -53,6 +53,7 @@ struct cg_dist_reducer {
     int nb, next;         /* buckets; the next one to start */
     rd_bucket *b;
     bool armed;
+    bool progress_failed; /* an MPI_Testall failed this step (finish fails it) */
     float pre, post;
     double exposed; /* seconds in finish (waiting for what backward did not hide) */
 };
@@ -93,9 +94,14 @@ static void rd_progress(cg_dist_reducer *r)
         for (int i = lo; i < r->next && k < 64; i++)
             reqs[k++] = r->b[i].req;
         int flag = 0;
-        MPI_Testall(k, reqs, &flag, MPI_STATUSES_IGNORE);
+        const int rc = MPI_Testall(k, reqs, &flag, MPI_STATUSES_IGNORE);
         for (int i = lo, j = 0; j < k; i++, j++)
             r->b[i].req = reqs[j];
+        /* a request that completed in error may be freed here (its later
+         * wait then succeeds on MPI_REQUEST_NULL): the failure is kept for
+         * cg_dist_reducer_finish, which fails the step */
+        if (rc != MPI_SUCCESS && !r->progress_failed)
+            r->progress_failed = !cg_dist_mpi_ok(rc, "MPI_Testall (gradient buckets)");
     }
 }
 
@@ -320,6 +326,7 @@ bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
     }
     r->next = 0;
     r->armed = true;
+    r->progress_failed = false;
     return true;
 }
 
@@ -339,7 +346,7 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
         if (!r->done[r->order[k]])
             rd_pack(r, r->order[k]);
     rd_start_ready(r);
-    bool ok = true;
+    bool ok = !r->progress_failed;
     for (int j = 0; j < r->nb; j++)
         ok &= r->b[j].started;
     if (r->zero && r->n > 0) /* which parameters have a gradient on some rank */
