@@ -759,6 +759,34 @@ START_TEST(test_linear_fp32_oom)
 }
 END_TEST
 
+/* An fp32 linear layer whose weight the cache does not keep packed (more
+ * rows than CG_K_LINEAR_PACKED_ROWS: the product reads W itself): its
+ * forward, with the product's packing buffer not to be had, fails with a
+ * word of memory and gives no output. */
+START_TEST(test_linear_fp32_unpacked_oom)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || blis_switched())
+        return; /* BLIS's own driver: no buffer of ours */
+    cg_rng rng = cg_rng_new(13);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(CG_K_LINEAR_PACKED_ROWS + 44, LIN_IN));
+    ck_assert_ptr_nonnull(x);
+    const cg_precision was = cg_autocast_begin(CG_PRECISION_FP32);
+    for (int bias = 1; bias >= 0; bias--) { /* cg_sgemm_bias_path, then cg_sgemm_path */
+        cg_linear *l = cg_linear_new(LIN_IN, LIN_OUT, bias, &rng);
+        ck_assert_ptr_nonnull(l);
+        atomic_store(&fail_next_buffer, true);
+        cg_tensor *y = cg_linear_forward(l, x);
+        ck_assert_msg(!atomic_load(&fail_next_buffer), "the forward asked for no packing buffer");
+        ck_assert_msg(!y, "the forward (bias %d) succeeded without its buffer", bias);
+        ck_assert_msg(strstr(cg_last_error(), "out of memory"), "%s", cg_last_error());
+        cg_module_free(&l->base);
+    }
+    cg_autocast_end(was);
+    cg_release(x);
+}
+END_TEST
+
 /* Attention's products run in its threads' work items: one that cannot
  * get its packing buffer fails the op, forward or backward, with a word of
  * memory (they once went on, the tile's rows unwritten). fp32, where every
@@ -1501,6 +1529,7 @@ int main(void)
     tcase_add_test(tf, test_products_oom);
     tcase_add_test(tf, test_haswell_products_oom);
     tcase_add_test(tf, test_linear_fp32_oom);
+    tcase_add_test(tf, test_linear_fp32_unpacked_oom);
     tcase_add_test(tf, test_attention_buffer_oom);
     tcase_set_timeout(tf, 600);
     suite_add_tcase(s, tf);
