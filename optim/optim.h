@@ -185,7 +185,7 @@ cg_tensor *cg_optim_state(const cg_optim *o, int i, const char *what);
  * all shards agree on it. own == NULL, or ranges that all cover whole
  * parameters, give a plain optimizer (cg_optim_new).
  *
- * The data-parallel layer (models/train/dist.h, ZeRO-1) builds one per rank
+ * The data-parallel layer (dist/dist.h, ZeRO-1) builds one per rank
  * over disjoint ranges; this layer knows nothing of ranks. On a sharded
  * optimizer, cg_optim_clip_grad_norm and cg_optim_grads_finite look at the
  * owned gradient elements only; cg_optim_save refuses (gather the shards
@@ -204,7 +204,7 @@ bool cg_optim_is_sharded(const cg_optim *o);
  * false + error on a bad index. */
 bool cg_optim_shard_range(const cg_optim *o, int i, int64_t *lo, int64_t *hi);
 /* What gathers sharded state from where the other shards are (the
- * data-parallel layer's: models/train/dist.h cg_dist_stream):
+ * data-parallel layer's: dist/dist.h cg_dist_stream):
  * fn(ctx, i, k, dst) writes buffer k of parameter i whole, numel floats,
  * into dst: k 1, 2, 3 are cg_optim_state's "exp_avg", "exp_avg_sq",
  * "momentum_buffer"; k 0 a sharded average's (optim/ema.h). False +

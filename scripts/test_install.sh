@@ -206,14 +206,21 @@ echo "test_install: test_extend ok (the installed headers alone): $(tail -n 1 "$
 # The zoo's models as a library: libcgrad-zoo (cgrad-zoo.pc, models/zoo/zoo.h)
 # exports only cg_zoo_*; its examples, built out of tree shared and static,
 # print what the installed programs print from checkpoints those trained.
-zso=$(find "$libdir" -maxdepth 1 -name 'libcgrad-zoo.so.*' -type f | head -n 1)
-[ -n "$zso" ] && [ -f "$libdir/libcgrad-zoo.a" ] && [ -f "$libdir/pkgconfig/cgrad-zoo.pc" ] &&
-  [ -f "$stage$prefix/include/cgrad/models/zoo/zoo.h" ] ||
-  { echo "test_install: libcgrad-zoo, cgrad-zoo.pc or models/zoo/zoo.h was not installed" >&2; exit 1; }
-readelf -d "$zso" | grep -q 'SONAME.*libcgrad-zoo\.so\.[0-9]' ||
-  { echo "test_install: $zso has no versioned soname" >&2; exit 1; }
-bad=$(nm -D --defined-only "$zso" | awk '{print $3}' | grep -v '^cg_zoo_' || true)
-[ -z "$bad" ] || { echo "test_install: $zso exports more than cg_zoo_*: $(echo $bad | head -c 300)" >&2; exit 1; }
+# installed_lib NAME PREFIX HEADER: libNAME.so.* (its path in $lib_so, with a
+# versioned soname, exporting only PREFIX* symbols), libNAME.a, NAME.pc and
+# HEADER (under include/cgrad/) were installed
+installed_lib() {
+  lib_so=$(find "$libdir" -maxdepth 1 -name "lib$1.so.*" -type f | head -n 1)
+  [ -n "$lib_so" ] && [ -f "$libdir/lib$1.a" ] && [ -f "$libdir/pkgconfig/$1.pc" ] &&
+    [ -f "$stage$prefix/include/cgrad/$3" ] ||
+    { echo "test_install: lib$1, $1.pc or $3 was not installed" >&2; exit 1; }
+  readelf -d "$lib_so" | grep -q "SONAME.*lib$1\.so\.[0-9]" ||
+    { echo "test_install: $lib_so has no versioned soname" >&2; exit 1; }
+  local bad
+  bad=$(nm -D --defined-only "$lib_so" | awk '{print $3}' | grep -v "^$2" || true)
+  [ -z "$bad" ] || { echo "test_install: $lib_so exports more than $2*: $(echo $bad | head -c 300)" >&2; exit 1; }
+}
+installed_lib cgrad-zoo cg_zoo_ models/zoo/zoo.h
 bin=$stage$prefix/bin
 words=(the a whale sea ship captain ahab white call me ishmael some years ago)
 for ((i = 0; i < 600; i++)); do
@@ -258,3 +265,10 @@ for name in zoo_generate zoo_translate; do
   done
   echo "test_install: $name ok (shared and static, equal to the program): $(head -c 60 "$work/$name.want" | tr '\n' '|')"
 done
+
+# Data parallelism: libcgrad-dist (cgrad-dist.pc, dist/dist.h) exports only
+# cg_dist_*; plain libcgrad does not need MPI.
+installed_lib cgrad-dist cg_dist_ dist/dist.h
+if readelf -d "$so" | grep -q 'NEEDED.*libmpi'; then
+  echo "test_install: libcgrad depends on MPI" >&2; exit 1
+fi

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""No exit below main in models/, checked (meson test 'exits', suite 'layers').
+"""No exit below main in models/ and dist/, checked (meson test 'exits', suite 'layers').
 
 A zoo program has one error style (issue 35): a function below main()
 returns a code, or false with the library's error set, up to main(), which
 returns it. A call that ends the process from anywhere else (exit, _exit,
 _Exit, quick_exit, abort, assert, MPI_Abort, cg_dist_abort) fails this
-check, in models/ (.c, .cc and .h files, #define bodies included), unless a
-comment says why it must stay, with the marker "exit:" at the start of one
-of its lines, e.g.
+check, in models/ and dist/ (.c, .cc and .h files, #define bodies
+included), unless a comment says why it must stay, with the marker "exit:"
+at the start of one of its lines, e.g.
 
     /* exit: a forked child must not run the parent's atexit handlers */
     _exit(1);
@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_sizes  # noqa: E402  (its comment stripper and function finder)
 
-DIRS = ("models/",)
+DIRS = ("models/", "dist/")
 SOURCE = (".c", ".h", ".cc")
 EXITS = ("exit", "_exit", "_Exit", "quick_exit", "abort", "assert", "MPI_Abort", "cg_dist_abort",
          r"cg_prog_die\w*")

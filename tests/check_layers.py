@@ -5,12 +5,13 @@ Every folder of the library and of the zoo is a layer; a file's
 `#include "..."` lines may name only its own layer and the layers below it:
 
     core < autograd < nn, optim          (optim may use nn; nn not optim)
+    nn, optim < dist                     (data parallelism: libcgrad-dist)
     models/util < models/text < models/data
     models/util < models/report
     models/data, models/report < models/train < models/charlm, models/seq2seq
     models/charlm, models/seq2seq < models/zoo    (the models as a library)
 
-Every zoo layer may use the whole library (core, autograd, nn, optim).
+Every zoo layer may use the whole library (core, autograd, nn, optim, dist).
 charlm and seq2seq never include each other. A file directly in models/
 (outside a layer) or a zoo folder missing from the table fails too.
 A module is a source and its header (pairs.c + pairs.h); no module uses
@@ -22,12 +23,13 @@ import os
 import re
 import sys
 
-LIB = ["core", "autograd", "nn", "optim"]
+LIB = ["core", "autograd", "nn", "optim", "dist"]
 ALLOWED = {
     "core": ["core"],
     "autograd": ["core", "autograd"],
     "nn": ["core", "autograd", "nn"],
     "optim": ["core", "autograd", "nn", "optim"],
+    "dist": ["core", "autograd", "nn", "optim", "dist"],
     "models/util": LIB + ["models/util"],
     "models/text": LIB + ["models/util", "models/text"],
     "models/data": LIB + ["models/util", "models/text", "models/data"],

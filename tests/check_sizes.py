@@ -39,7 +39,7 @@ import sys
 MODELS_LIMIT = 80
 TREE_LIMIT = 150
 FILE_LIMIT = 800
-FILE_DIRS = ("core/", "autograd/", "nn/", "optim/", "models/")
+FILE_DIRS = ("core/", "autograd/", "nn/", "optim/", "dist/", "models/")
 FILE_EXEMPT = re.compile(r"^core/gemm[^/]*\.c$")
 MAIN_LIMIT = 450
 MAIN_FILE = re.compile(r"^models/[^/]+/[^/]+_main\.c$")

@@ -1,4 +1,4 @@
-/* Data-parallel equivalence (models/train/dist.h).
+/* Data-parallel equivalence (dist/dist.h).
  *
  * Run as `mpirun -np 2 test_dist` (meson does when MPI was found; also on 2
  * and 4 network-namespace hosts: tests/test_dist_netns.sh) or as one
@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "models/charlm/charlm.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "models/seq2seq/seq2seq.h"
 #include "models/train/trainer.h"
 #include "nn/safetensors.h"

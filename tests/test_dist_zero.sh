@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO-1 end to end (`charlm train --zero 1`, models/train/dist.h), under
+# ZeRO-1 end to end (`charlm train --zero 1`, dist/dist.h), under
 # mpirun on this machine (--oversubscribe):
 #   1. 2 and 4 ranks with --zero 1 equal one process without it, parameters
 #      and optimizer state within 1e-5 (test_dist's bound); the checkpoint

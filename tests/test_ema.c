@@ -546,7 +546,7 @@ START_TEST(test_ema_sharded_files)
 END_TEST
 
 /* ZeRO's gather at a save, in one process: buffer k of parameter i whole
- * from both shards' runs (the zoo's is an MPI_Gatherv, models/train/dist.h). */
+ * from both shards' runs (the zoo's is an MPI_Gatherv, dist/dist.h). */
 typedef struct {
     const cg_optim *o[2];
     const cg_ema *e[2];

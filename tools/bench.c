@@ -88,7 +88,7 @@
 #include "models/seq2seq/seq2seq_presets.h"
 #include "models/seq2seq/translate.h"
 #include "nn/safetensors.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "models/train/options.h"
 #include "models/train/outfile.h"
 #include "models/train/prog.h"

@@ -18,7 +18,7 @@
 #include "models/charlm/charlm_ckpt.h"
 #include "models/charlm/charlm_presets.h"
 #include "models/util/config_json.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "models/train/model_common.h"
 #include "models/train/train_common.h"
 #include "optim/optim.h"

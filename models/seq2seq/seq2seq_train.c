@@ -20,7 +20,7 @@
 #include "models/train/model_common.h"
 #include "models/data/pairs.h"
 #include "models/text/tokenizer.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "models/seq2seq/beam.h"
 #include "models/data/data.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "models/report/metrics.h"
 #include "models/report/plot.h"
 #include "models/train/train_common.h"

@@ -118,7 +118,7 @@ bool cg_mt_data_prepare(cg_mt_data *d, const char *path, int64_t max_len, int64_
 bool cg_mt_data_order(cg_mt_data *d, uint32_t seed, int grad_accum, bool resumed, int64_t steps,
                       const char *path);
 /* The next training batch in the order into d->bt[k], this MPI rank's share
- * of it (models/train/dist.h); *weight and *tokens: its target tokens (non-pad:
+ * of it (dist/dist.h); *weight and *tokens: its target tokens (non-pad:
  * those the loss is taken over; tokens/s counts them, as bench does). */
 bool cg_mt_data_next(cg_mt_data *d, int k, double *weight, double *tokens);
 void cg_mt_data_free(cg_mt_data *d);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "models/train/state.h"
 #include "models/util/config_json.h"
 

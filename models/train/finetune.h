@@ -183,7 +183,7 @@ bool cg_ft_read_adapters(cg_module *root, const cg_st_file *f, const char *path,
  * its adapters, the moving average of its trainable weights (--ema-decay;
  * NULL: none), saved as "ema.*" (models/train/checkpoint.h
  * cg_ckpt_weights); and under ZeRO the gathers of a sharded optimizer's
- * state and average (models/train/dist.h cg_dist_stream; NULL: they are
+ * state and average (dist/dist.h cg_dist_stream; NULL: they are
  * whole). */
 typedef struct {
     const char *init_from;

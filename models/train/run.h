@@ -102,7 +102,7 @@ struct cg_trainer {
     double recent[CG_TRAIN_RECENT];
     int n_recent;
     double elapsed, tokens; /* training seconds and tokens of this process */
-    double comm;            /* of elapsed, the seconds in communication (models/train/dist.h) */
+    double comm;            /* of elapsed, the seconds in communication (dist/dist.h) */
     double last_loss;       /* loss of the last step taken */
     int64_t skipped;
     /* --ema-update-freq: the optimizer updates since the weights' average

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "models/train/checkpoint.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "models/train/options.h"
 #include "models/train/run.h"
 #include "models/util/config_json.h"

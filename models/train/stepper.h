@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "nn/module.h"
 #include "optim/ema.h"
 #include "optim/optim.h"
@@ -32,11 +32,11 @@ typedef struct {
     cg_optim_param *op;
     double *w, *tok;
     /* With more than one rank: gradients averaged during the last
-     * micro-batch's backward (models/train/dist.h cg_dist_reducer; buckets
+     * micro-batch's backward (dist/dist.h cg_dist_reducer; buckets
      * of CG_DIST_BUCKET_MB, default 4); CG_DIST_OVERLAP=0 averages them
      * after backward instead (cg_dist_average_grads). */
     cg_dist_reducer *reducer;
-    /* ZeRO-1 (zero_stage 1 with more than one rank; models/train/dist.h):
+    /* ZeRO-1 (zero_stage 1 with more than one rank; dist/dist.h):
      * opt is this rank's shard (cg_optim_new_sharded), the reducer
      * reduce-scatters during backward (always; CG_DIST_OVERLAP is not
      * read), clipping and the NaN check use the global norm, and the

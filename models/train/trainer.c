@@ -19,7 +19,7 @@
 #include "models/train/agree.h"
 #include "models/train/checkpoint.h"
 #include "models/util/config_json.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "models/train/model_common.h"
 #include "optim/ema.h"
 
@@ -411,7 +411,7 @@ static int setup(run_ctx *c)
         return cg_prog_fail("'%s': %s", t->o->resume, cg_last_error());
     if (t->dropout_rng_set)
         *m->dropout_rng = t->dropout_rng;
-    /* Data parallel (models/train/dist.h): every rank starts from rank 0's
+    /* Data parallel (dist/dist.h): every rank starts from rank 0's
      * parameters and trains on its share of every global batch; dropout is
      * seeded per rank (rank 0 keeps the checkpoint's stream). */
     if (!cg_trainer_ranks_agree(t, m))

@@ -9,7 +9,7 @@
  *     loss history, recipe) restored exactly; flags that would change the
  *     recipe are refused with one message naming them; a run already at its
  *     --steps is refused;
- *   - MPI (models/train/dist.h): parameters from rank 0, gradients averaged with
+ *   - MPI (dist/dist.h): parameters from rank 0, gradients averaged with
  *     each rank's weight (rows or target tokens), every rank stopping at the
  *     same step, rank 0 alone writing;
  *   - the step: --grad-accum micro-batches, loss and gradients checked for
@@ -46,7 +46,7 @@
 
 #include "core/tensor.h"
 #include "models/text/tokenizer.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 #include "models/train/options.h"
 #include "models/train/outfile.h"
 #include "models/train/prog.h"

@@ -20,7 +20,7 @@
 #include "models/train/agree.h"
 #include "models/train/checkpoint.h"
 #include "models/util/config_json.h"
-#include "models/train/dist.h"
+#include "dist/dist.h"
 
 /* ============================================================ output */
 /* Everything about the output, before any training (models/train/outfile.h): a

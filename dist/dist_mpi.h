@@ -1,14 +1,23 @@
-/* cgrad zoo, INTERNAL: what the two halves of the MPI backend share
+/* cgrad dist, INTERNAL: what the two halves of the MPI backend share
  * (dist_mpi.c: start, stop, watchdog, plain collectives; dist_reducer.c:
  * the reduction during backward). Compiled only with meson's `mpi` option.
  * Not installed. */
-#ifndef CG_MODELS_DIST_MPI_H
-#define CG_MODELS_DIST_MPI_H
+#ifndef CG_DIST_DIST_MPI_H
+#define CG_DIST_DIST_MPI_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "core/tensor.h"
+
+/* Seconds from a monotonic clock (the watchdog's and the counters'). */
+static inline double cg_dist_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* Add to the communication counters (cg_dist_comm_seconds, _bytes). */
 void cg_dist_count(double seconds, int64_t bytes);

@@ -2,7 +2,7 @@
  * shares and seeds per rank, the module wrappers and ZeRO-1's global checks.
  * meson builds one backend beside it (the `mpi` option): dist_mpi.c and
  * dist_reducer.c with MPI, dist_single.c without. See dist.h. */
-#include "models/train/dist.h"
+#include "dist/dist.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "core/parse.h"
-#include "models/train/dist_args.h"
+#include "dist/dist_args.h"
 
 bool cg_dist_is_root(void) { return cg_dist_rank() == 0; }
 

@@ -1,4 +1,6 @@
-/* cgrad zoo: data-parallel training over MPI.
+/* cgrad dist: data-parallel training of any cg_module over MPI (PyTorch's
+ * DistributedDataParallel as a library): libcgrad-dist, linked with
+ * `pkg-config --cflags --libs cgrad-dist`; launched with `mpirun -np N`.
  *
  * Every rank holds a full copy of the model. Each step, every rank runs the
  * forward and backward on its own share of the global batch; then
@@ -41,15 +43,15 @@
  *
  * Threads: MPI is initialised with MPI_THREAD_FUNNELED: call these
  * functions from the main thread only (OpenMP regions never call MPI). */
-#ifndef CG_MODELS_DIST_H
-#define CG_MODELS_DIST_H
+#ifndef CG_DIST_DIST_H
+#define CG_DIST_DIST_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "nn/module.h"
-#include "optim/ema.h"
-#include "optim/optim.h"
+#include "../nn/module.h"
+#include "../optim/ema.h"
+#include "../optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -229,7 +231,11 @@ bool cg_dist_quiet_nonroot(void);
 
 /* Print "cgrad dist: rank R: <msg>" on stderr and end every rank of the job
  * (MPI_Abort; exit(code) without MPI). For programs, not library code. */
+#ifdef __cplusplus
+[[noreturn]] void cg_dist_abort(int code, const char *msg);
+#else
 _Noreturn void cg_dist_abort(int code, const char *msg);
+#endif
 
 #ifdef __cplusplus
 }

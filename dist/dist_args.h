@@ -1,9 +1,9 @@
-/* cgrad zoo, INTERNAL: the argument checks of dist.h's calls, made in
+/* cgrad dist, INTERNAL: the argument checks of dist.h's calls, made in
  * dist.c for both backends (dist_mpi.c and dist_reducer.c with MPI,
  * dist_single.c without), so that a call one build refuses the other
  * refuses too, with the same message. Not installed. */
-#ifndef CG_MODELS_DIST_ARGS_H
-#define CG_MODELS_DIST_ARGS_H
+#ifndef CG_DIST_DIST_ARGS_H
+#define CG_DIST_DIST_ARGS_H
 
 #include <stdbool.h>
 

@@ -2,7 +2,7 @@
  * found): one process, rank 0 of 1; the collectives check their arguments
  * as the MPI build does (dist_args.h) and do nothing. The common part is
  * dist.c. See dist.h. */
-#include "models/train/dist.h"
+#include "dist/dist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "core/parse.h"
-#include "models/train/dist_args.h"
+#include "dist/dist_args.h"
 
 bool cg_dist_compiled_with_mpi(void) { return false; }
 int cg_dist_rank(void) { return 0; }
