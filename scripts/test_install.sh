@@ -162,7 +162,7 @@ for src in "$work/readme_example.c" "$work/own_module.c" "$work/api_kv_cache.c" 
            "$work/metadata_json.c" "$work/version_check.c" "$root"/examples/*.c; do
   [ -f "$src" ] || continue
   name=$(basename "$src" .c)
-  case $name in zoo_*) continue ;; esac # below: cgrad-zoo, and a checkpoint to read
+  case $name in zoo_* | ddp) continue ;; esac # below: cgrad-zoo (and a checkpoint), cgrad-dist
   [ "$src" = "$work/$name.c" ] || cp "$src" "$work/$name.c"
   args=()
   case $name in mlp) args=(--steps 100) ;; esac
@@ -266,9 +266,33 @@ for name in zoo_generate zoo_translate; do
   echo "test_install: $name ok (shared and static, equal to the program): $(head -c 60 "$work/$name.want" | tr '\n' '|')"
 done
 
-# Data parallelism: libcgrad-dist (cgrad-dist.pc, dist/dist.h) exports only
-# cg_dist_*; plain libcgrad does not need MPI.
+# Data parallelism for a user's own model: libcgrad-dist (cgrad-dist.pc,
+# dist/dist.h) exports only cg_dist_*; examples/ddp.c, built out of tree
+# shared and static, trains under mpirun on 2 ranks when the library was
+# built with MPI and mpirun is here (else as one process), and the static
+# build as one process.
 installed_lib cgrad-dist cg_dist_ dist/dist.h
+dso=$lib_so
 if readelf -d "$so" | grep -q 'NEEDED.*libmpi'; then
   echo "test_install: libcgrad depends on MPI" >&2; exit 1
 fi
+cp "$root/examples/ddp.c" "$work/ddp.c"
+(cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o ddp ddp.c $(pkgconf --cflags --libs cgrad-dist) &&
+ $cc -std=c11 -O2 -Wall -Wextra -Werror -o ddp.static ddp.c \
+   $(pkgconf --static --cflags --libs cgrad-dist | sed 's/-lcgrad-dist\b/-l:libcgrad-dist.a/; s/-lcgrad\b/-l:libcgrad.a/')) ||
+  { echo "test_install: examples/ddp.c does not build against cgrad-dist" >&2; exit 1; }
+if ldd "$work/ddp.static" | grep -q libcgrad; then
+  echo "test_install: ddp.static is linked to a shared cgrad library" >&2; exit 1
+fi
+ranks=1
+launch=()
+if readelf -d "$dso" | grep -q 'NEEDED.*libmpi' && command -v mpirun >/dev/null; then
+  ranks=2
+  launch=(mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x LD_LIBRARY_PATH)
+fi
+(cd "$work" && LD_LIBRARY_PATH=$libdir "${launch[@]}" ./ddp --steps 60 --out ddp.st >ddp.shared.out &&
+ ./ddp.static --steps 60 >ddp.static.out) ||
+  { echo "test_install: ddp failed" >&2; cat "$work"/ddp.*.out >&2; exit 1; }
+grep -q "($ranks rank(s))" "$work/ddp.shared.out" && [ -s "$work/ddp.st" ] ||
+  { echo "test_install: ddp did not train on $ranks rank(s) and save" >&2; cat "$work/ddp.shared.out" >&2; exit 1; }
+echo "test_install: ddp ok (shared on $ranks rank(s), static on 1): $(tail -n 1 "$work/ddp.shared.out")"
