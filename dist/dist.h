@@ -1,6 +1,7 @@
 /* cgrad dist: data-parallel training of any cg_module over MPI (PyTorch's
  * DistributedDataParallel as a library): libcgrad-dist, linked with
  * `pkg-config --cflags --libs cgrad-dist`; launched with `mpirun -np N`.
+ * docs/scaling.md, "Data parallelism for your own model"; examples/ddp.c.
  *
  * Every rank holds a full copy of the model. Each step, every rank runs the
  * forward and backward on its own share of the global batch; then
