@@ -9,6 +9,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/ops.h"

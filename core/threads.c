@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/tensor.h"
 
 /* 0 = not set: use OpenMP's default (omp_get_max_threads()), at most
@@ -187,13 +187,10 @@ static double pause_ns(void)
     enum { ROUNDS = 4096, RUNS = 5 };
     double best = 0.0;
     for (int r = 0; r < RUNS; r++) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const double t0 = cg_now();
         for (int i = 0; i < ROUNDS; i++)
             cpu_relax();
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double ns =
-            ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / ROUNDS;
+        double ns = (cg_now() - t0) * 1e9 / ROUNDS;
         if (r == 0 || ns < best)
             best = ns;
     }

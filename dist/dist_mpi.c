@@ -80,7 +80,7 @@ static void *watchdog_main(void *arg)
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&g_wd_cv, &g_wd_mu, &ts);
-        if (!g_wd_stop && g_wd_what && cg_dist_now() - g_wd_since > g_timeout) {
+        if (!g_wd_stop && g_wd_what && cg_now() - g_wd_since > g_timeout) {
             dprintf(g_err_fd,
                     "cgrad dist: rank %d: %s did not finish within %g s (CG_DIST_TIMEOUT): "
                     "another rank probably died, hangs or took a different code path; "
@@ -103,7 +103,7 @@ void cg_dist_wd_begin(const char *what)
         return;
     pthread_mutex_lock(&g_wd_mu);
     g_wd_what = what;
-    g_wd_since = cg_dist_now();
+    g_wd_since = cg_now();
     pthread_mutex_unlock(&g_wd_mu);
 }
 
@@ -367,7 +367,7 @@ bool cg_dist_broadcast_bytes(void *buf, size_t bytes)
         return true;
     if (!cg_dist_check_inited("broadcast"))
         return false;
-    double t0 = cg_dist_now();
+    double t0 = cg_now();
     bool ok = true;
     for (size_t done = 0; ok && done < bytes;) {
         size_t chunk = bytes - done > (1u << 30) ? (1u << 30) : bytes - done;
@@ -375,7 +375,7 @@ bool cg_dist_broadcast_bytes(void *buf, size_t bytes)
                         MPI_Bcast((char *)buf + done, (int)chunk, MPI_BYTE, 0, MPI_COMM_WORLD));
         done += chunk;
     }
-    g_comm_s += cg_dist_now() - t0;
+    g_comm_s += cg_now() - t0;
     return ok;
 }
 
@@ -397,7 +397,7 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
                 sig[2] * 1000003u + (uint64_t)ts[i]->shape[d] + 17u * (uint64_t)d + (uint64_t)i;
     }
     uint64_t root_sig[3] = {sig[0], sig[1], sig[2]};
-    double t0 = cg_dist_now();
+    double t0 = cg_now();
     if (!COLLECTIVE("MPI_Bcast", MPI_Bcast(root_sig, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD)))
         return false;
     int bad = memcmp(sig, root_sig, sizeof sig) != 0, any_bad = 0;
@@ -444,7 +444,7 @@ bool cg_dist_broadcast_tensors(int n, cg_tensor *const *ts)
         cg_tensor_modified(ts[i]); /* the broadcast wrote it on every rank but 0 */
     free(bufs);
     free(len);
-    g_comm_s += cg_dist_now() - t0;
+    g_comm_s += cg_now() - t0;
     return ok;
 }
 
@@ -528,7 +528,7 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
         return true;
     if (!cg_dist_check_inited("average_grads") || !ensure_bucket())
         return false;
-    double t0 = cg_dist_now();
+    double t0 = cg_now();
 
     /* Which parameters have a gradient anywhere, and the weights. */
     double *mx = malloc((size_t)(n + 2) * sizeof *mx);
@@ -557,7 +557,7 @@ bool cg_dist_average_grads_tensors(int n, cg_tensor *const *params, double weigh
     free(mx);
     free(bufs);
     free(len);
-    g_comm_s += cg_dist_now() - t0;
+    g_comm_s += cg_now() - t0;
     return ok;
 }
 

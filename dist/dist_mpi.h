@@ -7,17 +7,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
+#include "core/clock.h" /* cg_now: the watchdog's and the counters' clock */
 #include "core/tensor.h"
-
-/* Seconds from a monotonic clock (the watchdog's and the counters'). */
-static inline double cg_dist_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Add to the communication counters (cg_dist_comm_seconds, _bytes). */
 void cg_dist_count(double seconds, int64_t bytes);

@@ -301,12 +301,12 @@ bool cg_dist_reducer_prepare(cg_dist_reducer *r, double weight)
         return true;
     if (!cg_dist_check_inited("reducer"))
         return false;
-    double mx[2] = {weight, -weight}, wsum = weight, t0 = cg_dist_now();
+    double mx[2] = {weight, -weight}, wsum = weight, t0 = cg_now();
     bool ok = COLLECTIVE("MPI_Allreduce",
                          MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) &&
               COLLECTIVE("MPI_Allreduce", MPI_Allreduce(MPI_IN_PLACE, &wsum, 1, MPI_DOUBLE, MPI_SUM,
                                                         MPI_COMM_WORLD));
-    r->exposed = cg_dist_now() - t0;
+    r->exposed = cg_now() - t0;
     cg_dist_count(r->exposed, 0);
     if (ok && !(wsum > 0)) {
         cg_set_error("dist: average_grads: the weights of all ranks sum to 0");
@@ -339,7 +339,7 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
         cg_set_error("dist: reducer: finish without prepare");
         return false;
     }
-    double t0 = cg_dist_now();
+    double t0 = cg_now();
     r->armed = false;
     for (int k = 0; k < r->n; k++)
         if (!r->done[r->order[k]])
@@ -380,7 +380,7 @@ bool cg_dist_reducer_finish(cg_dist_reducer *r)
             cg_tensor_modified(p->grad);
         }
     }
-    double dt = cg_dist_now() - t0;
+    double dt = cg_now() - t0;
     r->exposed += dt;
     cg_dist_count(dt, 0);
     return ok;
@@ -394,7 +394,7 @@ bool cg_dist_reducer_gather_params(cg_dist_reducer *r)
     }
     if (cg_dist_size() == 1)
         return true;
-    double t0 = cg_dist_now();
+    double t0 = cg_now();
     bool ok = true;
     for (int j = 0; j < r->nb; j++) { /* every bucket's own run, in the bucket layout */
         rd_bucket *b = &r->b[j];
@@ -432,7 +432,7 @@ bool cg_dist_reducer_gather_params(cg_dist_reducer *r)
             cg_tensor_modified(p);
         }
     }
-    double dt = cg_dist_now() - t0;
+    double dt = cg_now() - t0;
     r->exposed += dt;
     cg_dist_count(dt, 0);
     return ok;

@@ -30,7 +30,7 @@
 #include "core/parse.h"
 #include "core/tensor.h"
 #include "models/train/prog.h"
-#include "models/util/clock.h"
+#include "core/clock.h"
 #include "models/util/files.h"
 
 static int cmp_double(const void *x, const void *y)

@@ -36,9 +36,9 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/utf8.h"
@@ -305,15 +305,12 @@ bool cg_plot_end(pl_out *o, const char *who)
 enum { DRAW_SECONDS = 300 };
 static bool read_child(int fd, pid_t pid, char *out, size_t cap)
 {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = cg_now();
     size_t n = 0;
     char skip[512];
     bool in_time = true;
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        double left =
-            DRAW_SECONDS - (double)(t.tv_sec - t0.tv_sec) - 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+        double left = DRAW_SECONDS - (cg_now() - t0);
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         int r = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
         if (r < 0 && errno == EINTR)

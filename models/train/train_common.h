@@ -9,7 +9,7 @@
 
 #include "models/report/plot.h"
 #include "models/text/tokenizer.h"
-#include "models/util/clock.h"
+#include "core/clock.h"
 #include "models/util/files.h"
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
-/* cgrad zoo: clocks (see clock.h). */
-#include "models/util/clock.h"
+/* cgrad core: clocks (see clock.h). */
+#include "core/clock.h"
 
 #include <time.h>
 
