@@ -222,6 +222,20 @@ cg_tensor *cg_index_add(cg_tensor *a, int dim, const cg_tensor *index, cg_tensor
  * src (cg_gather of the gradient at index). a and src float32. */
 cg_tensor *cg_scatter_add(cg_tensor *a, int dim, const cg_tensor *index, cg_tensor *src);
 
+/* ------------------------------------ recurrent cells (ops_rnn.c) */
+/* One time step of torch.nn.GRU as one op (core/ops.h cg_k_gru_cell, its
+ * equations): gi = x W_ih^T + b_ih and gh = h W_hh^T + b_hh [B, 3H] (gate
+ * order r, z, n; the products stay ordinary cg_affine ops), h [B, H] ->
+ * h' [B, H]. The node keeps gi, gh and h, from which the backward
+ * recomputes the gates in its one pass (dgi, dgh, dh). float32; rows may
+ * be strided (a step of a [T, B, 3H] product). */
+cg_tensor *cg_gru_cell(cg_tensor *gi, cg_tensor *gh, cg_tensor *h);
+/* One time step of torch.nn.LSTM as one op (cg_k_lstm_cell): the summed
+ * pre-activations gates [B, 4H] (order i, f, g, o) and c [B, H] -> one
+ * tensor [h' | c'] [B, 2H], whose halves (cg_narrow(out, -1, 0, H) and
+ * cg_narrow(out, -1, H, H)) are h' and c'. */
+cg_tensor *cg_lstm_cell(cg_tensor *gates, cg_tensor *c);
+
 /* ------------------------------------ more of PyTorch's ops (ops_misc.c) */
 /* torch.tril / torch.triu over the last two dims (diagonal 0 = the main). */
 cg_tensor *cg_tril(cg_tensor *a, int64_t diagonal);

@@ -117,6 +117,28 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
  * promotion), else float32. */
 cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act);
 cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg_k_gate act);
+/* The fused cells of torch.nn.GRU and torch.nn.LSTM (core/rnn_cell.c),
+ * float32, 2-d operands whose rows may be strided (last dim contiguous;
+ * else copied); one pass over the rows, OpenMP over fixed chunks of rows:
+ * the same bits for any thread count, and those of the cell made of
+ * cgrad's ops (add, sigmoid, tanh, mul).
+ * GRU: gi = x W_ih^T + b_ih and gh = h W_hh^T + b_hh [B, 3H] (gates r, z,
+ * n), h [B, H] -> h' [B, H]:
+ *   r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z),
+ *   n = tanh(gi_n + r gh_n), h' = (1 - z) n + z h (computed n + z (h - n)).
+ * Its backward from g [B, H]: dgi, dgh [B, 3H] and dh [B, H] (a pointer
+ * NULL: not wanted). */
+cg_tensor *cg_k_gru_cell(const cg_tensor *gi, const cg_tensor *gh, const cg_tensor *h);
+bool cg_k_gru_cell_backward(const cg_tensor *gi, const cg_tensor *gh, const cg_tensor *h,
+                            const cg_tensor *g, cg_tensor **dgi, cg_tensor **dgh, cg_tensor **dh);
+/* LSTM: the summed pre-activations gates = x W_ih^T + b_ih + h W_hh^T +
+ * b_hh [B, 4H] (gates i, f, g, o) and c [B, H] -> [h' | c'] [B, 2H]:
+ *   c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c').
+ * Its backward from g [B, 2H] (h''s gradient, then c''s): dgates [B, 4H]
+ * and dc [B, H]. */
+cg_tensor *cg_k_lstm_cell(const cg_tensor *gates, const cg_tensor *c);
+bool cg_k_lstm_cell_backward(const cg_tensor *gates, const cg_tensor *c, const cg_tensor *g,
+                             cg_tensor **dgates, cg_tensor **dc);
 /* Rotary position embeddings (core/rope.c: RoFormer's rotation in the
  * rotate-half pairing of GPT-NeoX and Hugging Face's LLaMA): along the last
  * dim D (even, h = D/2) of x [..., T, D], the row at position start + t

@@ -195,10 +195,11 @@ bool cg_module_init_params(cg_module *m, cg_rng *rng, float std)
 static bool skip_construction(cg_module *m, cg_mt19937 *g)
 {
     bool lin = !strcmp(m->type, "Linear"), emb = !strcmp(m->type, "Embedding");
+    bool rnn = !strcmp(m->type, "GRU") || !strcmp(m->type, "LSTM"); /* uniform_, every one */
     for (int i = 0; i < m->n_params; i++) {
         const char *name = m->params[i].name;
         cg_tensor *t = m->params[i].tensor;
-        if (lin && (!strcmp(name, "weight") || !strcmp(name, "bias"))) {
+        if ((lin && (!strcmp(name, "weight") || !strcmp(name, "bias"))) || rnn) {
             for (int64_t j = cg_numel(t); j > 0; j--)
                 cg_mt19937_next(g);
         } else if (emb && !strcmp(name, "weight")) {
@@ -256,6 +257,21 @@ static bool reset_linear(cg_module *m, const init_src *src)
     double fan_in = (double)w->shape[1];
     return init_uniform(w, src, kaiming_bound(fan_in, sqrt(5.0))) &&
            (!b || init_uniform(b, src, 1.0 / sqrt(fan_in)));
+}
+
+/* nn.GRU, nn.LSTM (reset_parameters): every parameter U(-1/sqrt(H),
+ * 1/sqrt(H)) in registration order (PyTorch's), H from weight_hh_l0
+ * [G H, H]. */
+static bool reset_rnn(cg_module *m, const init_src *src)
+{
+    const cg_tensor *whh = param(m, "weight_hh_l0");
+    if (!whh || whh->ndim != 2 || whh->shape[1] < 1)
+        return true; /* not one of ours: left as it is */
+    const double bound = 1.0 / sqrt((double)whh->shape[1]);
+    bool ok = true;
+    for (int i = 0; ok && i < m->n_params; i++)
+        ok = init_uniform(m->params[i].tensor, src, bound);
+    return ok;
 }
 
 /* nn.MultiheadAttention: out_proj (a Linear, built first), then
@@ -324,6 +340,8 @@ static bool reset_tree(cg_module *m, const init_src *src)
     bool ok = true;
     if (!strcmp(t, "Linear"))
         ok = reset_linear(m, src);
+    else if (!strcmp(t, "GRU") || !strcmp(t, "LSTM"))
+        ok = reset_rnn(m, src);
     else if (!strcmp(t, "Embedding") && param(m, "weight"))
         ok = init_normal(param(m, "weight"), src, 1.0f);
     else if (!strcmp(t, "LayerNorm") || !strcmp(t, "RMSNorm"))

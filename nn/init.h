@@ -57,6 +57,8 @@ cg_rng *cg_init_skip(void);
  *                    1/sqrt(in)) (nn.Linear.reset_parameters);
  *   Embedding        weight N(0, 1);
  *   LayerNorm        weight 1, bias 0; RMSNorm weight 1;
+ *   GRU, LSTM        every parameter U(-1/sqrt(H), 1/sqrt(H)), in
+ *                    registration order (nn.GRU's, nn.LSTM's: nn/rnn.h);
  *   MultiHeadAttention  as nn.MultiheadAttention: o_proj as a Linear
  *                    (out_proj is built first), then q, k and v weights
  *                    as one xavier_uniform_ of the packed in_proj_weight

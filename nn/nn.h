@@ -2,6 +2,7 @@
  *   nn/module.h       module base, parameter registry, save/load
  *   nn/layers.h       Linear, Embedding, LayerNorm/RMSNorm, Dropout,
  *                     sinusoidal positions, FeedForward
+ *   nn/rnn.h          recurrent modules: GRU, LSTM (torch.nn's), fused cells
  *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
  *   nn/kv_cache.h     the key/value cache of incremental decoding
@@ -21,6 +22,7 @@
 #include "../nn/kv_cache.h"
 #include "../nn/layers.h"
 #include "../nn/lora.h"
+#include "../nn/rnn.h"
 #include "../nn/data.h"
 #include "../nn/sample.h"
 #include "../nn/module.h"

@@ -176,6 +176,8 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_WHERE] = {.binary = {"where", where_ab, DOM_ANY}},
     [CG_OP_GATED] = {.by = "test_gated.c: test_gated_gradcheck"},
     [CG_OP_GATED_HALVES] = {.by = "test_gated.c: test_gated_gradcheck"},
+    [CG_OP_GRU_CELL] = {.by = "test_rnn.c: test_cells_gradcheck"},
+    [CG_OP_LSTM_CELL] = {.by = "test_rnn.c: test_cells_gradcheck"},
     [CG_OP_ROPE] = {.by = "test_rope.c: test_rope_gradcheck"},
     [CG_OP_MASKED_FILL] = {.by = "test_masked_fill"},
     [CG_OP_SUM] = {.unary = {{"sum(0,2)", sum01, DOM_ANY}, {"sum(-1,keep)", sumk, DOM_ANY}}},

@@ -1,0 +1,434 @@
+/* Check suite "rnn": the recurrent modules (nn/rnn.h: cg_gru, cg_lstm) and
+ * their fused cells (cg_gru_cell, cg_lstm_cell; core/rnn_cell.c).
+ *
+ * The cells' forward has the bits of the same cell made of ops (add,
+ * sigmoid, tanh, mul), and their gradients those ops' within rounding;
+ * gradchecks of each cell (strided rows too) and of each module (2
+ * layers, a few steps, h0 given and not, batch_first both ways, one and
+ * two directions, unbatched), the parameters included; the bits at 1 and
+ * 2 threads; dropout between layers in training only; the parameters'
+ * names and shapes; bad inputs refused with one line naming the shapes.
+ * The PyTorch reference is tests/interop/rnn.py (torch_rnn). */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "core/ops.h"
+#include "nn/rnn.h"
+#include "tests/testutil.h"
+
+static bool same_bits(const cg_tensor *a, const cg_tensor *b)
+{
+    if (!a || !b || cg_numel(a) != cg_numel(b))
+        return false;
+    float *x = cg_test_values(a), *y = cg_test_values(b);
+    const bool same = !memcmp(x, y, (size_t)cg_numel(a) * sizeof(float));
+    free(x);
+    free(y);
+    return same;
+}
+
+static cg_tensor *leaf(cg_rng *r, int ndim, const int64_t *shape)
+{
+    cg_tensor *t = cg_randn(r, ndim, shape);
+    t->requires_grad = true;
+    return t;
+}
+
+/* ------------------------------------------------------------- cells */
+/* The GRU cell made of ops (examples/gru.c's before the fused op) */
+static cg_tensor *gru_ops(cg_tensor *gi, cg_tensor *gh, cg_tensor *h)
+{
+    cg_scope *s = cg_scope_begin();
+    const int64_t H = h->shape[1];
+    cg_tensor *rz = cg_sigmoid(cg_add(cg_narrow(gi, -1, 0, 2 * H), cg_narrow(gh, -1, 0, 2 * H)));
+    cg_tensor *r = cg_narrow(rz, -1, 0, H), *z = cg_narrow(rz, -1, H, H);
+    cg_tensor *n =
+        cg_tanh(cg_add(cg_narrow(gi, -1, 2 * H, H), cg_mul(r, cg_narrow(gh, -1, 2 * H, H))));
+    cg_tensor *out = cg_keep(cg_add(n, cg_mul(z, cg_sub(h, n))));
+    cg_scope_end(s);
+    return out;
+}
+
+/* The LSTM cell made of ops: [h' | c'] */
+static cg_tensor *lstm_ops(cg_tensor *a, cg_tensor *c)
+{
+    cg_scope *s = cg_scope_begin();
+    const int64_t H = c->shape[1];
+    cg_tensor *i = cg_sigmoid(cg_narrow(a, -1, 0, H)), *f = cg_sigmoid(cg_narrow(a, -1, H, H));
+    cg_tensor *g = cg_tanh(cg_narrow(a, -1, 2 * H, H)), *o = cg_sigmoid(cg_narrow(a, -1, 3 * H, H));
+    cg_tensor *c1 = cg_add(cg_mul(f, c), cg_mul(i, g));
+    cg_tensor *out = cg_keep(cg_concat((cg_tensor *[]){cg_mul(o, cg_tanh(c1)), c1}, 2, -1));
+    cg_scope_end(s);
+    return out;
+}
+
+static cg_tensor *gru_cell_fn(void *ctx, cg_tensor *const *in)
+{
+    return ctx ? gru_ops(in[0], in[1], in[2]) : cg_gru_cell(in[0], in[1], in[2]);
+}
+static cg_tensor *lstm_cell_fn(void *ctx, cg_tensor *const *in)
+{
+    return ctx ? lstm_ops(in[0], in[1]) : cg_lstm_cell(in[0], in[1]);
+}
+
+/* fused against ops: the forward's bits, the gradients within rounding */
+static void cells_against_ops(cg_gradcheck_fn fn, int n, cg_tensor **in)
+{
+    cg_tensor *out[2], *gr[2][3] = {{0}};
+    for (int k = 0; k < 2; k++) {
+        cg_rng r = cg_rng_new(3); /* the same weights w for both */
+        out[k] = fn(k ? &r : NULL, in);
+        ck_assert_msg(out[k], "%s", cg_last_error());
+        cg_tensor *w = cg_randn(&r, out[k]->ndim, out[k]->shape);
+        cg_tensor *l = cg_sum_all(cg_mul(out[k], w));
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        for (int i = 0; i < n; i++) {
+            gr[k][i] = cg_detach(cg_grad(in[i]));
+            cg_zero_grad(in[i]);
+        }
+        cg_release_all(2, w, l);
+    }
+    ck_assert_msg(same_bits(out[0], out[1]), "fused cell's forward differs from the ops'");
+    for (int i = 0; i < n; i++) {
+        float *e = cg_test_values(gr[1][i]);
+        CG_ASSERT_TENSOR(gr[0][i], e, 1e-6, 1e-5);
+        free(e);
+        cg_release_all(2, gr[0][i], gr[1][i]);
+    }
+    cg_release_all(2, out[0], out[1]);
+}
+
+START_TEST(test_cells_match_ops)
+{
+    cg_rng r = cg_rng_new(1);
+    const int64_t B = 5, H = 7;
+    cg_tensor *g[3] = {leaf(&r, CG_SHAPE(B, 3 * H)), leaf(&r, CG_SHAPE(B, 3 * H)),
+                       leaf(&r, CG_SHAPE(B, H))};
+    cells_against_ops(gru_cell_fn, 3, g);
+    cg_tensor *l[2] = {leaf(&r, CG_SHAPE(B, 4 * H)), leaf(&r, CG_SHAPE(B, H))};
+    cells_against_ops(lstm_cell_fn, 2, l);
+    cg_release_all(5, g[0], g[1], g[2], l[0], l[1]);
+}
+END_TEST
+
+/* The cells' gradchecks: contiguous, then on strided rows (views of wider
+ * tensors, a transposed layout copied) and with one input constant */
+START_TEST(test_cells_gradcheck)
+{
+    cg_rng r = cg_rng_new(2);
+    cg_gradcheck_report rep;
+    for (int layout = 0; layout < 3; layout++) {
+        cg_tensor *gi = cg_test_randn_layout(&r, CG_SHAPE(4, 9), layout);
+        cg_tensor *gh = cg_test_randn_layout(&r, CG_SHAPE(4, 9), layout == 1 ? 0 : layout);
+        cg_tensor *h = cg_test_randn_layout(&r, CG_SHAPE(4, 3), layout);
+        cg_tensor *in[3] = {gi, gh, h};
+        for (int i = 0; i < 3; i++)
+            in[i]->requires_grad = true;
+        ck_assert_msg(cg_gradcheck(gru_cell_fn, NULL, 3, in, NULL, &rep), "gru %d: %s", layout,
+                      rep.message);
+        gh->requires_grad = false;
+        ck_assert_msg(cg_gradcheck(gru_cell_fn, NULL, 3, in, NULL, &rep), "gru %d: %s", layout,
+                      rep.message);
+        cg_tensor *a = cg_test_randn_layout(&r, CG_SHAPE(4, 12), layout);
+        cg_tensor *c = cg_test_randn_layout(&r, CG_SHAPE(4, 3), layout);
+        cg_tensor *li[2] = {a, c};
+        a->requires_grad = c->requires_grad = true;
+        ck_assert_msg(cg_gradcheck(lstm_cell_fn, NULL, 2, li, NULL, &rep), "lstm %d: %s", layout,
+                      rep.message);
+        cg_release_all(5, gi, gh, h, a, c);
+    }
+}
+END_TEST
+
+/* ----------------------------------------------------------- modules */
+typedef struct {
+    cg_rnn *m;
+    bool h0; /* inputs[1] (and [2], LSTM) are the states */
+} mod_ctx;
+
+/* output and h_n (and c_n) flattened into one tensor */
+static cg_tensor *module_fn(void *vctx, cg_tensor *const *in)
+{
+    const mod_ctx *c = vctx;
+    cg_scope *s = cg_scope_begin();
+    cg_tensor *hn = NULL, *cn = NULL, *y;
+    if (c->m->lstm)
+        y = cg_lstm_forward(c->m, in[0], c->h0 ? in[1] : NULL, c->h0 ? in[2] : NULL, &hn, &cn);
+    else
+        y = cg_gru_forward(c->m, in[0], c->h0 ? in[1] : NULL, &hn);
+    cg_tensor *parts[3] = {cg_reshape(y, CG_SHAPE(-1)), cg_reshape(hn, CG_SHAPE(-1)),
+                           cn ? cg_reshape(cn, CG_SHAPE(-1)) : NULL};
+    cg_tensor *out = y && hn ? cg_keep(cg_concat(parts, cn ? 3 : 2, 0)) : NULL;
+    cg_scope_end(s); /* y, hn, cn and the parts too */
+    return out;
+}
+
+/* gradcheck of a module of cfg over x (and the states when h0), its
+ * parameters among the inputs */
+static void module_gradcheck(const cg_rnn_config *cfg, bool lstm, bool h0, bool unbatched)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_rnn *m = lstm ? cg_lstm_new(cfg, &r) : cg_gru_new(cfg, &r);
+    ck_assert_msg(m, "%s", cg_last_error());
+    const int64_t T = 3, B = 2, D = cfg->bidirectional ? 2 : 1, LD = cfg->num_layers * D;
+    cg_tensor *in[40] = {0};
+    int n = 0;
+    if (unbatched)
+        in[n++] = leaf(&r, CG_SHAPE(T, cfg->input_size));
+    else if (cfg->batch_first)
+        in[n++] = leaf(&r, CG_SHAPE(B, T, cfg->input_size));
+    else
+        in[n++] = leaf(&r, CG_SHAPE(T, B, cfg->input_size));
+    const int first_param = h0 ? (lstm ? 3 : 2) : 1;
+    for (int k = 1; k < first_param; k++)
+        in[n++] = unbatched ? leaf(&r, CG_SHAPE(LD, cfg->hidden_size))
+                            : leaf(&r, CG_SHAPE(LD, B, cfg->hidden_size));
+    for (int i = 0; i < m->base.n_params && n < 40; i++)
+        in[n++] = cg_retain(m->base.params[i].tensor);
+    mod_ctx c = {m, h0};
+    cg_gradcheck_report rep;
+    ck_assert_msg(cg_gradcheck(module_fn, &c, n, in, NULL, &rep),
+                  "%s layers %d bf %d bi %d h0 %d: %s", lstm ? "LSTM" : "GRU", cfg->num_layers,
+                  cfg->batch_first, cfg->bidirectional, h0, rep.message);
+    for (int i = 0; i < n; i++)
+        cg_release(in[i]);
+    cg_module_free(CG_MODULE(m));
+}
+
+START_TEST(test_modules_gradcheck)
+{
+    for (int lstm = 0; lstm < 2; lstm++)
+        for (int v = 0; v < 8; v++) {
+            cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+            cfg.num_layers = 2;
+            cfg.batch_first = v & 1;
+            cfg.bidirectional = (v >> 2) & 1;
+            cfg.bias = v != 6;
+            module_gradcheck(&cfg, lstm, (v >> 1) & 1, false);
+        }
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+    cfg.bidirectional = true;
+    module_gradcheck(&cfg, false, true, true);
+    module_gradcheck(&cfg, true, false, true);
+}
+END_TEST
+
+/* names and shapes as PyTorch's, in its order */
+START_TEST(test_modules_params)
+{
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 5);
+    cfg.num_layers = 2;
+    cfg.bidirectional = true;
+    cg_lstm *m = cg_lstm_new(&cfg, NULL);
+    ck_assert_msg(m, "%s", cg_last_error());
+    static const char *names[] = {
+        "weight_ih_l0",         "weight_hh_l0",         "bias_ih_l0",         "bias_hh_l0",
+        "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse",
+        "weight_ih_l1",         "weight_hh_l1",         "bias_ih_l1",         "bias_hh_l1",
+        "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"};
+    ck_assert_int_eq(m->base.n_params, 16);
+    for (int i = 0; i < 16; i++) {
+        ck_assert_str_eq(m->base.params[i].name, names[i]);
+        const cg_tensor *t = m->base.params[i].tensor;
+        ck_assert_int_eq(t->shape[0], 20);
+        if (i % 4 == 0)
+            ck_assert_int_eq(t->shape[1], i < 8 ? 3 : 10);
+        /* U(-1/sqrt(5), 1/sqrt(5)) */
+        float *v = cg_test_values(t);
+        for (int64_t k = 0; k < cg_numel(t); k++)
+            ck_assert(fabsf(v[k]) <= 1.0f / sqrtf(5.0f));
+        free(v);
+    }
+    cg_module_free(CG_MODULE(m));
+    cfg.bias = false;
+    cfg.bidirectional = false;
+    cg_gru *g = cg_gru_new(&cfg, NULL);
+    ck_assert_int_eq(g->base.n_params, 4);
+    ck_assert_str_eq(g->base.params[1].name, "weight_hh_l0");
+    ck_assert_int_eq(g->base.params[2].tensor->shape[1], 5);
+    cg_module_free(CG_MODULE(g));
+}
+END_TEST
+
+/* one forward and backward of a module big enough for a team (a cell's
+ * rows split among threads, the products too): outputs and gradients */
+static void run_threads(bool lstm, int threads, cg_tensor **res)
+{
+    cg_set_num_threads(threads);
+    cg_rng r = cg_rng_new(11);
+    cg_rnn_config cfg = CG_RNN_CONFIG(32, 160);
+    cfg.num_layers = 2;
+    cg_rnn *m = lstm ? cg_lstm_new(&cfg, &r) : cg_gru_new(&cfg, &r);
+    cg_tensor *x = leaf(&r, CG_SHAPE(3, 64, 32)), *hn = NULL, *cn = NULL;
+    cg_tensor *y =
+        lstm ? cg_lstm_forward(m, x, NULL, NULL, &hn, &cn) : cg_gru_forward(m, x, NULL, &hn);
+    ck_assert_msg(y && hn, "%s", cg_last_error());
+    cg_tensor *l = cg_add(cg_sum_all(cg_mul(y, y)), cg_sum_all(hn));
+    ck_assert_msg(cg_backward(l, NULL, false), "%s", cg_last_error());
+    res[0] = y;
+    res[1] = cg_detach(cg_grad(x));
+    res[2] = cg_detach(cg_grad(m->w[1]));
+    res[3] = cg_detach(cg_grad(m->w[4]));
+    cg_release_all(4, x, hn, cn, l);
+    cg_module_free(CG_MODULE(m));
+}
+
+START_TEST(test_modules_threads)
+{
+    const int saved = cg_get_num_threads();
+    for (int lstm = 0; lstm < 2; lstm++) {
+        cg_tensor *a[4], *b[4];
+        run_threads(lstm, 1, a);
+        run_threads(lstm, 2, b);
+        for (int i = 0; i < 4; i++) {
+            ck_assert_msg(same_bits(a[i], b[i]), "%s: result %d differs at 1 and 2 threads",
+                          lstm ? "LSTM" : "GRU", i);
+            cg_release_all(2, a[i], b[i]);
+        }
+    }
+    cg_set_num_threads(saved);
+}
+END_TEST
+
+/* dropout between layers: in training only, never after the last layer */
+START_TEST(test_modules_dropout)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 6);
+    cfg.num_layers = 2;
+    cfg.dropout = 0.5f;
+    cg_gru *m = cg_gru_new(&cfg, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(4, 2, 3));
+    cg_tensor *y_train = cg_gru_forward(m, x, NULL, NULL);
+    cg_module_train(CG_MODULE(m), false);
+    cg_tensor *y_eval = cg_gru_forward(m, x, NULL, NULL),
+              *y_eval2 = cg_gru_forward(m, x, NULL, NULL);
+    ck_assert(y_train && y_eval && y_eval2);
+    ck_assert(!same_bits(y_train, y_eval));
+    ck_assert(same_bits(y_eval, y_eval2));
+    cfg.num_layers = 1; /* nothing to drop between */
+    cg_gru *one = cg_gru_new(&cfg, NULL);
+    cg_tensor *a = cg_gru_forward(one, x, NULL, NULL);
+    cg_module_train(CG_MODULE(one), false);
+    cg_tensor *b = cg_gru_forward(one, x, NULL, NULL);
+    ck_assert(same_bits(a, b));
+    cg_release_all(6, x, y_train, y_eval, y_eval2, a, b);
+    cg_module_free(CG_MODULE(m));
+    cg_module_free(CG_MODULE(one));
+}
+END_TEST
+
+/* no graph: the same output, nothing recorded */
+START_TEST(test_modules_no_grad)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 6);
+    cg_lstm *m = cg_lstm_new(&cfg, &r);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(4, 2, 3)), *hn, *cn;
+    cg_tensor *y = cg_lstm_forward(m, x, NULL, NULL, &hn, &cn);
+    ck_assert(y && y->node && hn && cn);
+    cg_no_grad_begin();
+    cg_tensor *hn2, *cn2, *y2 = cg_lstm_forward(m, x, NULL, NULL, &hn2, &cn2);
+    cg_no_grad_end();
+    ck_assert(y2 && !y2->node && same_bits(y, y2) && same_bits(hn, hn2) && same_bits(cn, cn2));
+    /* the last step's h is output's last row, c_n [1, 2, 6] */
+    ck_assert_int_eq(cn->ndim, 3);
+    ck_assert_int_eq(cn->shape[2], 6);
+    cg_tensor *last = cg_select(y, 0, 3), *h = cg_select(hn, 0, 0);
+    ck_assert(same_bits(last, h));
+    cg_release_all(9, x, y, hn, cn, y2, hn2, cn2, last, h);
+    cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
+/* ------------------------------------------------------------ refusals */
+START_TEST(test_modules_bad_inputs)
+{
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+    cfg.num_layers = 0;
+    CG_ASSERT_REFUSED(cg_gru_new(&cfg, NULL) == NULL, "GRU: num_layers must be >= 1 (got 0)");
+    cfg = CG_RNN_CONFIG(3, 0);
+    CG_ASSERT_REFUSED(cg_lstm_new(&cfg, NULL) == NULL, "LSTM: hidden_size must be >= 1 (got 0)");
+    cfg = CG_RNN_CONFIG(-1, 4);
+    CG_ASSERT_REFUSED(cg_gru_new(&cfg, NULL) == NULL, "input_size must be >= 1 (got -1)");
+    cfg = CG_RNN_CONFIG(3, 4);
+    cfg.dropout = 1.5f;
+    CG_ASSERT_REFUSED(cg_gru_new(&cfg, NULL) == NULL, "dropout must be in [0, 1] (got 1.5)");
+    CG_ASSERT_REFUSED(cg_gru_new(NULL, NULL) == NULL, "GRU: config is NULL");
+
+    cfg = CG_RNN_CONFIG(3, 4);
+    cfg.num_layers = 2;
+    cg_gru *g = cg_gru_new(&cfg, NULL);
+    cg_lstm *l = cg_lstm_new(&cfg, NULL);
+    cg_rng r = cg_rng_new(6);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 2, 3)), *x7 = cg_randn(&r, CG_SHAPE(5, 2, 7));
+    cg_tensor *x4 = cg_randn(&r, CG_SHAPE(1, 5, 2, 3)), *x0 = cg_zeros(CG_SHAPE(0, 2, 3));
+    cg_tensor *h_bad = cg_zeros(CG_SHAPE(1, 2, 4)), *h_ok = cg_zeros(CG_SHAPE(2, 2, 4));
+    cg_tensor *hn = NULL;
+    CG_ASSERT_REFUSED(cg_gru_forward(g, x7, NULL, &hn) == NULL && !hn,
+                      "GRU: input [5, 2, 7] has 7 features in its last dim, expected input_size 3");
+    CG_ASSERT_REFUSED(cg_gru_forward(g, x, h_bad, &hn) == NULL && !hn,
+                      "GRU: h0 is [1, 2, 4], expected [2, 2, 4] (num_layers * directions, batch, "
+                      "hidden_size)");
+    CG_ASSERT_REFUSED(cg_gru_forward(g, x4, NULL, NULL) == NULL,
+                      "GRU: input [1, 5, 2, 3] must be [seq, batch, input_size]");
+    CG_ASSERT_REFUSED(cg_gru_forward(g, x0, NULL, NULL) == NULL, "GRU: input [0, 2, 3] is empty");
+    CG_ASSERT_REFUSED(cg_lstm_forward(l, x, h_ok, NULL, NULL, NULL) == NULL,
+                      "LSTM: h0 and c0 are both given or both NULL (got c0 NULL)");
+    CG_ASSERT_REFUSED(cg_lstm_forward(l, x, h_ok, h_bad, NULL, NULL) == NULL,
+                      "LSTM: c0 is [1, 2, 4], expected [2, 2, 4]");
+    CG_ASSERT_REFUSED(cg_gru_forward(l, x, NULL, NULL) == NULL,
+                      "cg_gru_forward: the module is an LSTM");
+    CG_ASSERT_REFUSED(cg_lstm_forward(g, x, NULL, NULL, NULL, NULL) == NULL,
+                      "cg_lstm_forward: the module is a GRU");
+    CG_ASSERT_REFUSED(cg_gru_forward(g, NULL, NULL, NULL) == NULL, "");
+    CG_ASSERT_REFUSED(cg_gru_forward(NULL, x, NULL, NULL) == NULL, "");
+    cg_tensor *hu = cg_zeros(CG_SHAPE(2, 2, 4)), *xu = cg_randn(&r, CG_SHAPE(5, 3));
+    CG_ASSERT_REFUSED(cg_gru_forward(g, xu, hu, NULL) == NULL,
+                      "GRU: h0 is [2, 2, 4], expected [2, 4] (num_layers * directions, "
+                      "hidden_size) for an unbatched input");
+    /* the cells */
+    cg_tensor *gi = cg_zeros(CG_SHAPE(2, 9)), *gi8 = cg_zeros(CG_SHAPE(2, 8));
+    cg_tensor *h3 = cg_zeros(CG_SHAPE(2, 3)), *h2 = cg_zeros(CG_SHAPE(3, 3));
+    CG_ASSERT_REFUSED(cg_gru_cell(gi8, gi8, h3) == NULL,
+                      "gru_cell: gi is [2, 8], whose last dim is not 3 hidden");
+    CG_ASSERT_REFUSED(cg_gru_cell(gi, gi8, h3) == NULL, "gru_cell: gh is [2, 8], expected [2, 9]");
+    CG_ASSERT_REFUSED(cg_gru_cell(gi, gi, h2) == NULL,
+                      "gru_cell: h is [3, 3], expected [2, 3] (gi's batch, hidden)");
+    CG_ASSERT_REFUSED(cg_lstm_cell(gi, h3) == NULL,
+                      "lstm_cell: gates is [2, 9], whose last dim is not 4 hidden");
+    CG_ASSERT_REFUSED(cg_lstm_cell(gi8, h2) == NULL, "lstm_cell: c is [3, 3], expected [2, 2]");
+    cg_tensor *gb = cg_k_to(gi, CG_BF16);
+    CG_ASSERT_REFUSED(cg_gru_cell(gb, gi, h3) == NULL, "gru_cell: gi is bfloat16, float32 only");
+    cg_release_all(16, x, x7, x4, x0, h_bad, h_ok, hu, xu, gi, gi8, h3, h2, gb, NULL, NULL, NULL);
+    cg_module_free(CG_MODULE(g));
+    cg_module_free(CG_MODULE(l));
+}
+END_TEST
+
+static Suite *rnn_suite(void)
+{
+    Suite *s = suite_create("rnn");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_cells_match_ops);
+    tcase_add_test(tc, test_cells_gradcheck);
+    tcase_add_test(tc, test_modules_gradcheck);
+    tcase_add_test(tc, test_modules_params);
+    tcase_add_test(tc, test_modules_threads);
+    tcase_add_test(tc, test_modules_dropout);
+    tcase_add_test(tc, test_modules_no_grad);
+    tcase_add_test(tc, test_modules_bad_inputs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {rnn_suite()};
+    return cg_test_run(s, 1);
+}
