@@ -75,6 +75,28 @@ EW_CLONES static void gru_fwd_rows(int64_t r0, int64_t r1, int thread, const voi
     }
 }
 
+/* One row of the GRU's backward, each gate's part its own pointer (the
+ * loop vectorises). The sigmoid's derivative is s (1 - s), as cg_sigmoid's
+ * backward takes it. */
+static inline __attribute__((always_inline)) void gru_bwd_row(
+    int64_t H, const float *restrict ir, const float *restrict iz, const float *restrict in,
+    const float *restrict hr, const float *restrict hz, const float *restrict hn,
+    const float *restrict h, const float *restrict g, float *restrict dir, float *restrict diz,
+    float *restrict din, float *restrict dhr, float *restrict dhz, float *restrict dhn,
+    float *restrict dh)
+{
+    for (int64_t k = 0; k < H; k++) {
+        const float rg = f_sigmoid(ir[k] + hr[k]), z = f_sigmoid(iz[k] + hz[k]);
+        const float n = ew_tanhf(in[k] + rg * hn[k]);
+        const float dn = g[k] * (1.0f - z) * (1.0f - n * n);
+        const float dr = dn * hn[k] * (rg * (1.0f - rg)), dz = g[k] * (h[k] - n) * (z * (1.0f - z));
+        dir[k] = dr, dhr[k] = dr;
+        diz[k] = dz, dhz[k] = dz;
+        din[k] = dn, dhn[k] = dn * rg;
+        dh[k] = g[k] * z;
+    }
+}
+
 /* d0 = dgi, d1 = dgh [B, 3H], d2 = dh [B, H] */
 EW_CLONES static void gru_bwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
@@ -86,19 +108,8 @@ EW_CLONES static void gru_bwd_rows(int64_t r0, int64_t r1, int thread, const voi
         const float *restrict h = j->c.p + r * j->c.ld, *restrict g = j->g.p + r * j->g.ld;
         float *restrict dgi = j->d0 + r * 3 * H, *restrict dgh = j->d1 + r * 3 * H;
         float *restrict dh = j->d2 + r * H;
-        for (int64_t k = 0; k < H; k++) {
-            float rg, r1m, z, z1m;
-            ew_sigmoid2(gi[k] + gh[k], &rg, &r1m);
-            ew_sigmoid2(gi[H + k] + gh[H + k], &z, &z1m);
-            const float n = ew_tanhf(gi[2 * H + k] + rg * gh[2 * H + k]);
-            const float dn = g[k] * z1m * (1.0f - n * n);
-            const float dr = dn * gh[2 * H + k] * rg * r1m, dz = g[k] * (h[k] - n) * z * z1m;
-            dgi[k] = dgh[k] = dr;
-            dgi[H + k] = dgh[H + k] = dz;
-            dgi[2 * H + k] = dn;
-            dgh[2 * H + k] = dn * rg;
-            dh[k] = g[k] * z;
-        }
+        gru_bwd_row(H, gi, gi + H, gi + 2 * H, gh, gh + H, gh + 2 * H, h, g, dgi, dgi + H,
+                    dgi + 2 * H, dgh, dgh + H, dgh + 2 * H, dh);
     }
 }
 
@@ -205,6 +216,19 @@ bool cg_k_gru_cell_backward(const cg_tensor *gi, const cg_tensor *gh, const cg_t
 }
 
 /* -------------------------------------------------------------- LSTM */
+static inline __attribute__((always_inline)) void lstm_fwd_row(
+    int64_t H, const float *restrict ai, const float *restrict af, const float *restrict ag,
+    const float *restrict ao, const float *restrict c, float *restrict oh, float *restrict oc)
+{
+    for (int64_t k = 0; k < H; k++) {
+        const float i = f_sigmoid(ai[k]), f = f_sigmoid(af[k]);
+        const float gg = ew_tanhf(ag[k]), og = f_sigmoid(ao[k]);
+        const float c1 = f * c[k] + i * gg;
+        oh[k] = og * ew_tanhf(c1);
+        oc[k] = c1;
+    }
+}
+
 EW_CLONES static void lstm_fwd_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     (void)thread;
@@ -212,14 +236,28 @@ EW_CLONES static void lstm_fwd_rows(int64_t r0, int64_t r1, int thread, const vo
     const int64_t H = j->H;
     for (int64_t r = r0; r < r1; r++) {
         const float *restrict a = j->a.p + r * j->a.ld, *restrict c = j->c.p + r * j->c.ld;
-        float *restrict o = j->out + r * 2 * H;
-        for (int64_t k = 0; k < H; k++) {
-            const float i = f_sigmoid(a[k]), f = f_sigmoid(a[H + k]);
-            const float gg = ew_tanhf(a[2 * H + k]), og = f_sigmoid(a[3 * H + k]);
-            const float c1 = f * c[k] + i * gg;
-            o[k] = og * ew_tanhf(c1);
-            o[H + k] = c1;
-        }
+        lstm_fwd_row(H, a, a + H, a + 2 * H, a + 3 * H, c, j->out + r * 2 * H,
+                     j->out + r * 2 * H + H);
+    }
+}
+
+/* One row of the LSTM's backward (gh, gc: h''s and c''s gradients) */
+static inline __attribute__((always_inline)) void lstm_bwd_row(
+    int64_t H, const float *restrict ai, const float *restrict af, const float *restrict ag,
+    const float *restrict ao, const float *restrict c, const float *restrict gh,
+    const float *restrict gc, float *restrict di, float *restrict df, float *restrict dg,
+    float *restrict dout, float *restrict dc)
+{
+    for (int64_t k = 0; k < H; k++) {
+        const float i = f_sigmoid(ai[k]), f = f_sigmoid(af[k]);
+        const float gg = ew_tanhf(ag[k]), og = f_sigmoid(ao[k]);
+        const float tc = ew_tanhf(f * c[k] + i * gg);
+        const float dct = gc[k] + gh[k] * og * (1.0f - tc * tc);
+        di[k] = dct * gg * (i * (1.0f - i));
+        df[k] = dct * c[k] * (f * (1.0f - f));
+        dg[k] = dct * i * (1.0f - gg * gg);
+        dout[k] = gh[k] * tc * (og * (1.0f - og));
+        dc[k] = dct * f;
     }
 }
 
@@ -232,21 +270,9 @@ EW_CLONES static void lstm_bwd_rows(int64_t r0, int64_t r1, int thread, const vo
     for (int64_t r = r0; r < r1; r++) {
         const float *restrict a = j->a.p + r * j->a.ld, *restrict c = j->c.p + r * j->c.ld;
         const float *restrict g = j->g.p + r * j->g.ld;
-        float *restrict da = j->d0 + r * 4 * H, *restrict dc = j->d1 + r * H;
-        for (int64_t k = 0; k < H; k++) {
-            float i, i1m, f, f1m, og, o1m;
-            ew_sigmoid2(a[k], &i, &i1m);
-            ew_sigmoid2(a[H + k], &f, &f1m);
-            ew_sigmoid2(a[3 * H + k], &og, &o1m);
-            const float gg = ew_tanhf(a[2 * H + k]);
-            const float tc = ew_tanhf(f * c[k] + i * gg);
-            const float dct = g[H + k] + g[k] * og * (1.0f - tc * tc);
-            da[k] = dct * gg * i * i1m;
-            da[H + k] = dct * c[k] * f * f1m;
-            da[2 * H + k] = dct * i * (1.0f - gg * gg);
-            da[3 * H + k] = g[k] * tc * og * o1m;
-            dc[k] = dct * f;
-        }
+        float *restrict da = j->d0 + r * 4 * H;
+        lstm_bwd_row(H, a, a + H, a + 2 * H, a + 3 * H, c, g, g + H, da, da + H, da + 2 * H,
+                     da + 3 * H, j->d1 + r * H);
     }
 }
 
