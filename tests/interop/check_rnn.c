@@ -1,0 +1,154 @@
+/* cgrad's GRU and LSTM (nn/rnn.h) against torch.nn.GRU and torch.nn.LSTM
+ * (tests/interop/rnn.py writes the cases):
+ *     check_rnn DIR     exit 0: every case within tolerance; 1: not
+ * For each case the module is built, PyTorch's state dict loaded by its
+ * own names (cg_module_load_file, strict), x run with the states given
+ * (or none), and the output, h_n, c_n, the gradients of x and of the
+ * states, and every parameter's gradient of the case's loss matched
+ * within 2e-6 (relative to the largest value; PyTorch ran in float64).
+ * And PyTorch's default initialisation: `torch.manual_seed(7); nn.GRU(...)`
+ * gives the bits of cg_module_reset_parameters_torch from cg_mt19937
+ * seeded 7, every parameter. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cgrad.h"
+#include "rel_diff.h"
+
+typedef struct {
+    const char *name;
+    bool lstm;
+    int layers;
+    bool bias, batch_first, bidirectional, states;
+} rcase;
+
+/* rnn.py's CASES, sizes IN 5, H 6 */
+static const rcase CASES[] = {
+    {"gru", false, 2, true, true, false, true},
+    {"gru_bi", false, 2, false, false, true, false},
+    {"lstm", true, 2, true, false, false, true},
+    {"lstm_bi", true, 1, true, true, true, false},
+};
+
+static cg_rnn *build(const rcase *c, cg_rng *rng)
+{
+    cg_rnn_config cfg = CG_RNN_CONFIG(5, 6);
+    cfg.num_layers = c->layers;
+    cfg.bias = c->bias;
+    cfg.batch_first = c->batch_first;
+    cfg.bidirectional = c->bidirectional;
+    return c->lstm ? cg_lstm_new(&cfg, rng) : cg_gru_new(&cfg, rng);
+}
+
+/* every parameter of m against the file's, bit for bit */
+static bool init_matches(const char *dir, const rcase *c)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/init_%s.safetensors", dir, c->name);
+    cg_rnn *m = build(c, cg_init_skip());
+    cg_mt19937 g;
+    cg_mt19937_seed(&g, 7);
+    cg_st_file *f = cg_st_open(path);
+    bool ok = m && f && cg_module_reset_parameters_torch(CG_MODULE(m), &g);
+    for (int i = 0; ok && i < m->base.n_params; i++) {
+        cg_tensor *want = cg_st_get_f32(f, m->base.params[i].name);
+        const cg_tensor *got = m->base.params[i].tensor;
+        ok = want && cg_numel(want) == cg_numel(got) &&
+             !memcmp(cg_data(want), cg_data(got), (size_t)cg_numel(got) * sizeof(float));
+        if (!ok)
+            fprintf(stderr, "check_rnn: init %s: %s differs from PyTorch's\n", c->name,
+                    m->base.params[i].name);
+        cg_release(want);
+    }
+    if (!m || !f)
+        fprintf(stderr, "check_rnn: init %s: %s\n", c->name, cg_last_error());
+    printf("init %s: %s\n", c->name, ok ? "same bits ok" : "FAIL");
+    cg_st_close(f);
+    cg_module_free(CG_MODULE(m));
+    return ok;
+}
+
+/* |a - b| of the named pair within tol; prints it */
+static bool near(const char *what, const cg_tensor *got, cg_st_file *io, const char *name,
+                 double tol)
+{
+    cg_tensor *want = cg_st_get_f32(io, name);
+    const double e = rel_diff(got, want);
+    cg_release(want);
+    printf(" %s %.1e", what, e);
+    return e <= tol;
+}
+
+/* sum(t * the file's weights `rname`) */
+static cg_tensor *weighted(cg_tensor *t, cg_st_file *io, const char *rname)
+{
+    cg_tensor *r = cg_st_get_f32(io, rname), *p = cg_mul(t, r);
+    cg_tensor *s = cg_sum_all(p);
+    cg_release_all(2, r, p);
+    return s;
+}
+
+static bool run(const char *dir, const rcase *c, double tol)
+{
+    char path[4096], io_path[4096];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, c->name);
+    snprintf(io_path, sizeof io_path, "%s/%s.io.safetensors", dir, c->name);
+    cg_rng rng = cg_rng_new(5);
+    cg_rnn *m = build(c, &rng);
+    cg_st_file *io = cg_st_open(io_path);
+    bool ok = m && io && cg_module_load_file(CG_MODULE(m), path);
+    cg_tensor *x = ok ? cg_st_get_f32(io, "x") : NULL, *h0 = NULL, *c0 = NULL;
+    cg_tensor *y = NULL, *hn = NULL, *cn = NULL, *loss = NULL;
+    if (x && c->states) {
+        h0 = cg_requires_grad(cg_st_get_f32(io, "h0"), true);
+        c0 = c->lstm ? cg_requires_grad(cg_st_get_f32(io, "c0"), true) : NULL;
+    }
+    if (x) {
+        cg_requires_grad(x, true);
+        y = c->lstm ? cg_lstm_forward(m, x, h0, c0, &hn, &cn) : cg_gru_forward(m, x, h0, &hn);
+        cg_tensor *ly = y ? weighted(y, io, "ry") : NULL, *lh = hn ? weighted(hn, io, "rh") : NULL;
+        cg_tensor *lc = cn ? weighted(cn, io, "rc") : NULL;
+        cg_tensor *l2 = ly && lh ? cg_add(ly, lh) : NULL;
+        loss = l2 && c->lstm ? cg_add(l2, lc) : cg_retain(l2);
+        ok = loss && cg_backward(loss, NULL, false);
+        cg_release_all(4, ly, lh, lc, l2);
+    } else {
+        ok = false;
+    }
+    if (!ok) {
+        fprintf(stderr, "check_rnn: %s: %s\n", c->name, cg_last_error());
+    } else {
+        printf("%s:", c->name);
+        ok = near("y", y, io, "y", tol) & near("h_n", hn, io, "hn", tol);
+        ok = (!cn || near("c_n", cn, io, "cn", tol)) && ok;
+        ok = near("grad.x", x->grad, io, "grad.x", tol) && ok;
+        ok = (!h0 || near("grad.h0", h0->grad, io, "grad.h0", tol)) && ok;
+        ok = (!c0 || near("grad.c0", c0->grad, io, "grad.c0", tol)) && ok;
+        for (int i = 0; i < m->base.n_params; i++) {
+            char gn[128];
+            snprintf(gn, sizeof gn, "grad.%s", m->base.params[i].name);
+            ok = near(m->base.params[i].name, m->base.params[i].tensor->grad, io, gn, tol) && ok;
+        }
+        printf(ok ? " ok\n" : " FAIL (tolerance %.0e)\n", tol);
+    }
+    cg_release_all(7, x, h0, c0, y, hn, cn, loss);
+    cg_st_close(io);
+    cg_module_free(CG_MODULE(m));
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: check_rnn DIR\n");
+        return 2;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        ok = run(argv[1], &CASES[i], 2e-6) && ok;
+        ok = init_matches(argv[1], &CASES[i]) && ok;
+    }
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,106 @@
+"""torch.nn.GRU and torch.nn.LSTM cases for tests/interop/check_rnn.c (run
+by tests/interop/run_swiglu.sh):
+
+    /usr/bin/python3 rnn.py DIR    (exit 77: no torch)
+
+Each case: DIR/CASE.safetensors, the module's state dict (PyTorch's names);
+DIR/CASE.io.safetensors, the input x, the states given (h0, c0), the
+output y, h_n and c_n, the weights of the loss sum(y * ry) + sum(hn * rh)
+(+ sum(cn * rc)), and that loss's gradients: "grad.x", "grad.h0",
+"grad.c0" and every parameter's "grad.NAME". Run in float64, saved as
+float32. And DIR/init_CASE.safetensors: the state dict of the module that
+torch.manual_seed(7) then its constructor gives (PyTorch's default
+initialisation, which cg_module_reset_parameters_torch must match bit for
+bit). The cases (their sizes are check_rnn.c's table):
+
+  gru       2 layers, batch_first, h0 given
+  gru_bi    2 layers, bidirectional, no bias, seq first, h0 zeros
+  lstm      2 layers, seq first, h0 and c0 given
+  lstm_bi   1 layer, bidirectional, batch_first, states zeros
+"""
+import sys
+
+try:
+    import numpy  # noqa: F401
+    import torch
+    from torch import nn
+except ImportError as e:
+    print(f"rnn: {e.name} not available, skipped")
+    sys.exit(77)
+from make_dtype_files import save  # noqa: E402
+
+IN, H, T, B = 5, 6, 4, 3
+
+CASES = [  # name, lstm, layers, bias, batch_first, bidirectional, states given
+    ("gru", False, 2, True, True, False, True),
+    ("gru_bi", False, 2, False, False, True, False),
+    ("lstm", True, 2, True, False, False, True),
+    ("lstm_bi", True, 1, True, True, True, False),
+]
+
+
+def make(lstm, layers, bias, bf, bi):
+    cls = nn.LSTM if lstm else nn.GRU
+    return cls(IN, H, num_layers=layers, bias=bias, batch_first=bf, bidirectional=bi)
+
+
+def f32(t):
+    return t.detach().float().contiguous()
+
+
+def write(out, seed, name, lstm, layers, bias, bf, bi, states):
+    torch.manual_seed(7)
+    save(f"{out}/init_{name}.safetensors",
+         {k: f32(v) for k, v in make(lstm, layers, bias, bf, bi).state_dict().items()})
+    g = torch.Generator().manual_seed(seed)
+    m = make(lstm, layers, bias, bf, bi)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.4)
+    m = m.double()
+    D = 2 if bi else 1
+    x = torch.randn(*((B, T, IN) if bf else (T, B, IN)), generator=g, dtype=torch.float64,
+                    requires_grad=True)
+    io = {}
+    h0 = c0 = None
+    if states:
+        h0 = torch.randn(layers * D, B, H, generator=g, dtype=torch.float64, requires_grad=True)
+        c0 = torch.randn(layers * D, B, H, generator=g, dtype=torch.float64, requires_grad=True)
+    if lstm:
+        y, (hn, cn) = m(x, (h0, c0)) if states else m(x)
+    else:
+        y, hn = m(x, h0) if states else m(x)
+        cn = None
+    ry = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    rh = torch.randn(hn.shape, generator=g, dtype=torch.float64)
+    loss = (y * ry).sum() + (hn * rh).sum()
+    io.update({"x": x, "y": y, "hn": hn, "ry": ry, "rh": rh})
+    if lstm:
+        rc = torch.randn(cn.shape, generator=g, dtype=torch.float64)
+        loss = loss + (cn * rc).sum()
+        io.update({"cn": cn, "rc": rc})
+    if states:
+        io["h0"] = h0
+        if lstm:
+            io["c0"] = c0
+    loss.backward()
+    io = {k: f32(v) for k, v in io.items()}
+    io["grad.x"] = f32(x.grad)
+    if states:
+        io["grad.h0"] = f32(h0.grad)
+        if lstm:
+            io["grad.c0"] = f32(c0.grad)
+    for k, p in m.named_parameters():
+        io["grad." + k] = f32(p.grad)
+    save(f"{out}/{name}.safetensors", {k: f32(v) for k, v in m.state_dict().items()})
+    save(f"{out}/{name}.io.safetensors", io)
+
+
+def main():
+    out = sys.argv[1]
+    for i, c in enumerate(CASES):
+        write(out, 10 + i, *c)
+
+
+if __name__ == "__main__":
+    main()
