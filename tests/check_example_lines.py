@@ -7,9 +7,10 @@ blank and not only a comment (C: /* ... */ and // removed; Python: #
 comments and docstrings removed). A lone brace counts, as cloc counts it.
 
 Fails when
-  - a C example takes more than 1.5 times the lines of its twin (gru.c: 2.5
-    times; gru.py's nn.GRU is one line, a module cgrad does not have, so
-    gru.c writes the cell and its parameters, about 35 lines), or
+  - a C example takes more than 1.5 times the lines of its twin (gru.c: 2
+    times: its character table, text walk and sampling loop written out in
+    C, where gru.py has sorted(set(text)) and slices; its GRU is cg_gru,
+    one call as nn.GRU is), or
   - the README's table row of an example (| `examples/NAME.c` | C | PY ...)
     gives other counts than these (the formatting once grew gpt.c from 95
     to 106 lines while the README still said 95).
@@ -23,7 +24,7 @@ import sys
 
 EXAMPLES = ("gpt", "finetune_lora", "classifier", "bert_classifier", "gru")
 LIMIT = 1.5
-LIMITS = {"gru": 2.5}  # nn.GRU against a cell written from ops (above)
+LIMITS = {"gru": 2.0}  # C spells out what Python slices (above)
 
 
 def c_lines(text):
