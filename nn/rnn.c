@@ -105,6 +105,7 @@ cg_lstm *cg_lstm_new(const cg_rnn_config *cfg, cg_rng *rng) { return rnn_new(cfg
 typedef struct {
     cg_rnn *m;
     int64_t T, B;
+    bool batch_first;     /* the output's layout (off for an unbatched x) */
     cg_tensor *h0, *c0;   /* [L D, B, H] or NULL */
     cg_tensor **hn, **cn; /* L D each: the last states */
     cg_tensor **hs;       /* T: one direction's h at every step */
@@ -162,7 +163,7 @@ static cg_tensor *run_layers(rnn_run *r, cg_tensor *x)
     cg_tensor *in = cg_retain(x);
     for (int l = 0; in && l < m->num_layers; l++) {
         const bool last = l == m->num_layers - 1;
-        const int sd = last && m->batch_first ? 1 : 0;
+        const int sd = last && r->batch_first ? 1 : 0;
         cg_tensor *dir[2] = {NULL, NULL}, *out = NULL;
         for (int d = 0; d < m->directions; d++)
             if (!(dir[d] = run_direction(r, l, d, in, sd)))
@@ -278,7 +279,7 @@ static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x
         return NULL;
     const bool unb = x->ndim == 2;
     const int LD = m->num_layers * m->directions;
-    rnn_run r = {.m = m};
+    rnn_run r = {.m = m, .batch_first = m->batch_first && !unb};
     /* time-major [T, B, in], h0 and c0 [L D, B, H] */
     cg_tensor *xt = unb              ? cg_unsqueeze(x, 1)
                     : m->batch_first ? cg_transpose(x, 0, 1)

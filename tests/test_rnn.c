@@ -83,8 +83,9 @@ static void cells_against_ops(cg_gradcheck_fn fn, int n, cg_tensor **in)
         cg_rng r = cg_rng_new(3); /* the same weights w for both */
         out[k] = fn(k ? &r : NULL, in);
         ck_assert_msg(out[k], "%s", cg_last_error());
-        cg_tensor *w = cg_randn(&r, out[k]->ndim, out[k]->shape);
-        cg_tensor *l = cg_sum_all(cg_mul(out[k], w));
+        cg_tensor *w = cg_randn(&r, out[k]->ndim, out[k]->shape), *p = cg_mul(out[k], w);
+        cg_tensor *l = cg_sum_all(p);
+        cg_release(p);
         ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
         for (int i = 0; i < n; i++) {
             gr[k][i] = cg_detach(cg_grad(in[i]));
@@ -214,6 +215,9 @@ START_TEST(test_modules_gradcheck)
     cfg.bidirectional = true;
     module_gradcheck(&cfg, false, true, true);
     module_gradcheck(&cfg, true, false, true);
+    cfg.batch_first = true; /* which an unbatched x ignores, as in PyTorch */
+    module_gradcheck(&cfg, false, false, true);
+    module_gradcheck(&cfg, true, true, true);
 }
 END_TEST
 
@@ -267,7 +271,8 @@ static void run_threads(bool lstm, int threads, cg_tensor **res)
     cg_tensor *y =
         lstm ? cg_lstm_forward(m, x, NULL, NULL, &hn, &cn) : cg_gru_forward(m, x, NULL, &hn);
     ck_assert_msg(y && hn, "%s", cg_last_error());
-    cg_tensor *l = cg_add(cg_sum_all(cg_mul(y, y)), cg_sum_all(hn));
+    cg_tensor *yy = cg_mul(y, y), *a = cg_sum_all(yy), *b = cg_sum_all(hn), *l = cg_add(a, b);
+    cg_release_all(3, yy, a, b);
     ck_assert_msg(cg_backward(l, NULL, false), "%s", cg_last_error());
     res[0] = y;
     res[1] = cg_detach(cg_grad(x));
@@ -342,6 +347,33 @@ START_TEST(test_modules_no_grad)
     ck_assert(same_bits(last, h));
     cg_release_all(9, x, y, hn, cn, y2, hn2, cn2, last, h);
     cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
+/* an unbatched x [T, I] (batch_first ignored, as in PyTorch): the batch
+ * of one's results, squeezed */
+START_TEST(test_modules_unbatched)
+{
+    cg_rng r = cg_rng_new(8);
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+    cfg.num_layers = 2;
+    cfg.bidirectional = cfg.batch_first = true;
+    for (int lstm = 0; lstm < 2; lstm++) {
+        cg_rnn *m = lstm ? cg_lstm_new(&cfg, &r) : cg_gru_new(&cfg, &r);
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 3)), *xb = cg_unsqueeze(x, 0);
+        cg_tensor *hn, *cn = NULL, *hb, *cb = NULL;
+        cg_tensor *y =
+            lstm ? cg_lstm_forward(m, x, NULL, NULL, &hn, &cn) : cg_gru_forward(m, x, NULL, &hn);
+        cg_tensor *yb =
+            lstm ? cg_lstm_forward(m, xb, NULL, NULL, &hb, &cb) : cg_gru_forward(m, xb, NULL, &hb);
+        ck_assert_msg(y && yb, "%s", cg_last_error());
+        ck_assert(y->ndim == 2 && y->shape[0] == 5 && y->shape[1] == 8);
+        ck_assert(hn->ndim == 2 && hn->shape[0] == 4 && hn->shape[1] == 4);
+        ck_assert(yb->ndim == 3 && yb->shape[0] == 1 && yb->shape[1] == 5);
+        ck_assert(same_bits(y, yb) && same_bits(hn, hb) && (!lstm || same_bits(cn, cb)));
+        cg_release_all(8, x, xb, hn, cn, hb, cb, y, yb);
+        cg_module_free(CG_MODULE(m));
+    }
 }
 END_TEST
 
@@ -422,6 +454,7 @@ static Suite *rnn_suite(void)
     tcase_add_test(tc, test_modules_threads);
     tcase_add_test(tc, test_modules_dropout);
     tcase_add_test(tc, test_modules_no_grad);
+    tcase_add_test(tc, test_modules_unbatched);
     tcase_add_test(tc, test_modules_bad_inputs);
     suite_add_tcase(s, tc);
     return s;
