@@ -17,6 +17,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/ops.h"
+#include "nn/init.h"
 #include "nn/rnn.h"
 #include "tests/testutil.h"
 
@@ -255,6 +256,22 @@ START_TEST(test_modules_params)
     ck_assert_str_eq(g->base.params[1].name, "weight_hh_l0");
     ck_assert_int_eq(g->base.params[2].tensor->shape[1], 5);
     cg_module_free(CG_MODULE(g));
+    /* cg_module_reset_parameters: every parameter U(-1/sqrt(H), 1/sqrt(H)),
+     * none left zero (made with cg_init_skip: zeros) */
+    cfg = CG_RNN_CONFIG(3, 16);
+    cfg.bidirectional = true;
+    cg_lstm *z = cg_lstm_new(&cfg, cg_init_skip());
+    cg_rng r = cg_rng_new(9);
+    ck_assert_msg(z && cg_module_reset_parameters(CG_MODULE(z), &r), "%s", cg_last_error());
+    for (int i = 0; i < z->base.n_params; i++) {
+        float *v = cg_test_values(z->base.params[i].tensor), lo = 0, hi = 0;
+        for (int64_t k = 0; k < cg_numel(z->base.params[i].tensor); k++)
+            lo = fminf(lo, v[k]), hi = fmaxf(hi, v[k]);
+        ck_assert_msg(lo < -0.2f && lo >= -0.25f && hi > 0.2f && hi <= 0.25f, "%s: [%g, %g]",
+                      z->base.params[i].name, (double)lo, (double)hi);
+        free(v);
+    }
+    cg_module_free(CG_MODULE(z));
 }
 END_TEST
 
