@@ -16,9 +16,10 @@
  * with weight_ih a layer and direction (cg_affine over [T, B, in]), then a
  * step at a time the hidden product (cg_affine; for the LSTM with the
  * input's part added as the product writes it, cg_affine_residual) and
- * the fused cell (autograd/ops.h cg_gru_cell, cg_lstm_cell): three graph
- * nodes a step for the GRU (the step's view, the product, the cell), five
- * for the LSTM (and the views of h and c).
+ * the fused cell (autograd/ops.h cg_gru_cell, cg_lstm_cell): four graph
+ * nodes a step for the GRU (the step's view, the product, the cell, and
+ * h's view in the output's cg_stack), six for the LSTM (and the views of
+ * h and c).
  *
  * Free with cg_module_free(CG_MODULE(m)). */
 #ifndef CG_NN_RNN_H

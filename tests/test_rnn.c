@@ -344,6 +344,29 @@ START_TEST(test_modules_dropout)
 }
 END_TEST
 
+/* the graph of T steps of one layer: the input's product, then per step
+ * the step's view, the hidden product, the cell (GRU; the LSTM's two views
+ * of [h' | c'] more) and h's view in the output's stack (cg_stack's
+ * unsqueeze), then the stack's concat */
+START_TEST(test_modules_graph_nodes)
+{
+    cg_rng r = cg_rng_new(12);
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 6);
+    cg_tensor *x = leaf(&r, CG_SHAPE(10, 2, 3));
+    for (int lstm = 0; lstm < 2; lstm++) {
+        cg_rnn *m = lstm ? cg_lstm_new(&cfg, &r) : cg_gru_new(&cfg, &r);
+        cg_tensor *y =
+            lstm ? cg_lstm_forward(m, x, NULL, NULL, NULL, NULL) : cg_gru_forward(m, x, NULL, NULL);
+        ck_assert_msg(y, "%s", cg_last_error());
+        /* (the last step's view of c is c_n's, not y's) */
+        ck_assert_int_eq(cg_graph_size(y), lstm ? 6 * 10 + 1 : 4 * 10 + 2);
+        cg_release(y);
+        cg_module_free(CG_MODULE(m));
+    }
+    cg_release(x);
+}
+END_TEST
+
 /* no graph: the same output, nothing recorded */
 START_TEST(test_modules_no_grad)
 {
@@ -472,6 +495,7 @@ static Suite *rnn_suite(void)
     tcase_add_test(tc, test_modules_dropout);
     tcase_add_test(tc, test_modules_no_grad);
     tcase_add_test(tc, test_modules_unbatched);
+    tcase_add_test(tc, test_modules_graph_nodes);
     tcase_add_test(tc, test_modules_bad_inputs);
     suite_add_tcase(s, tc);
     return s;
