@@ -187,19 +187,24 @@ bool cg_module_init_params(cg_module *m, cg_rng *rng, float std)
     return init_tree(m, &src, std);
 }
 
+static bool reset_rnn(cg_module *m, const init_src *src);
+
 /* What PyTorch's constructors draw before init_params runs, in the same
  * depth-first order: nn.Linear's reset_parameters fills weight and bias
  * with uniform_ (one 32-bit draw per element), nn.Embedding's fills its
- * weight with normal_. The values are overwritten; only the generator's
- * position matters. */
+ * weight with normal_: values init_params overwrites, so only the
+ * generator's position matters. nn.GRU's and nn.LSTM's fill every
+ * parameter with uniform_, and init_params leaves them (not a Linear, no
+ * parameter named bias): they keep those values, here too. */
 static bool skip_construction(cg_module *m, cg_mt19937 *g)
 {
+    if (!strcmp(m->type, "GRU") || !strcmp(m->type, "LSTM"))
+        return reset_rnn(m, &(init_src){.rng = NULL, .mt = g}); /* no children */
     bool lin = !strcmp(m->type, "Linear"), emb = !strcmp(m->type, "Embedding");
-    bool rnn = !strcmp(m->type, "GRU") || !strcmp(m->type, "LSTM"); /* uniform_, every one */
     for (int i = 0; i < m->n_params; i++) {
         const char *name = m->params[i].name;
         cg_tensor *t = m->params[i].tensor;
-        if ((lin && (!strcmp(name, "weight") || !strcmp(name, "bias"))) || rnn) {
+        if (lin && (!strcmp(name, "weight") || !strcmp(name, "bias"))) {
             for (int64_t j = cg_numel(t); j > 0; j--)
                 cg_mt19937_next(g);
         } else if (emb && !strcmp(name, "weight")) {

@@ -91,7 +91,8 @@ bool cg_module_init_params(cg_module *m, cg_rng *rng, float std);
  * cg_mt19937): the weights a PyTorch script gets from torch.manual_seed(seed),
  * then building a model of the same structure (whose nn.Linear and
  * nn.Embedding constructors draw their default initialisation first) and
- * running models.py init_params on it. This is the
+ * running models.py init_params on it; a GRU or LSTM keeps what its
+ * constructor drew (init_params leaves it), as there. This is the
  * zoo models' initialisation, so a --seed means what it means to the
  * reference scripts. Parameters must be contiguous. */
 bool cg_module_init_params_torch(cg_module *m, uint64_t seed, float std);

@@ -70,6 +70,47 @@ static bool init_matches(const char *dir, const rcase *c)
     return ok;
 }
 
+/* cg_module_init_params_torch(seed 7, std 0.02) of a 2-layer GRU under a
+ * linear head against PyTorch's (rnn.py write_init_params): the GRU keeps
+ * its constructor's uniform draws, bit for bit; the head's weight is a
+ * normal draw (the same values, maybe not the last bit: core/tensor.h
+ * cg_normal_torch_), its bias 0. */
+static bool init_params_matches(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/init_params.safetensors", dir);
+    cg_rnn_config cfg = CG_RNN_CONFIG(5, 6);
+    cfg.num_layers = 2;
+    cg_module *root = cg_module_new("GRUHead");
+    cg_rnn *gru = cg_gru_new(&cfg, cg_init_skip());
+    cg_linear *head = cg_linear_new(6, 4, true, cg_init_skip());
+    cg_st_file *f = cg_st_open(path);
+    bool ok = root && gru && head && f && cg_module_add_child(root, "gru", gru) &&
+              cg_module_add_child(root, "head", head) &&
+              cg_module_init_params_torch(root, 7, 0.02f);
+    cg_param_list ps = {0};
+    ok = ok && cg_module_params(root, &ps) && ps.n == 10;
+    for (int i = 0; ok && i < ps.n; i++) {
+        const char *name = ps.items[i].name;
+        const cg_tensor *got = ps.items[i].tensor;
+        cg_tensor *want = cg_st_get_f32(f, name);
+        ok = want && cg_numel(want) == cg_numel(got) &&
+             (!strcmp(name, "head.weight")
+                  ? rel_diff(got, want) <= 1e-6
+                  : !memcmp(cg_data(want), cg_data(got), (size_t)cg_numel(got) * sizeof(float)));
+        if (!ok)
+            fprintf(stderr, "check_rnn: init_params: %s differs from PyTorch's\n", name);
+        cg_release(want);
+    }
+    if (!ok && !ps.n)
+        fprintf(stderr, "check_rnn: init_params: %s\n", cg_last_error());
+    printf("init_params gru + head: %s\n", ok ? "same values ok" : "FAIL");
+    cg_param_list_free(&ps);
+    cg_st_close(f);
+    cg_module_free(root);
+    return ok;
+}
+
 /* |a - b| of the named pair within tol; prints it */
 static bool near(const char *what, const cg_tensor *got, cg_st_file *io, const char *name,
                  double tol)
@@ -150,5 +191,6 @@ int main(int argc, char **argv)
         ok = run(argv[1], &CASES[i], 2e-6) && ok;
         ok = init_matches(argv[1], &CASES[i]) && ok;
     }
+    ok = init_params_matches(argv[1]) && ok;
     return ok ? 0 : 1;
 }

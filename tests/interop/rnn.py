@@ -17,6 +17,10 @@ bit). The cases (their sizes are check_rnn.c's table):
   gru_bi    2 layers, bidirectional, no bias, seq first, h0 zeros
   lstm      2 layers, seq first, h0 and c0 given
   lstm_bi   1 layer, bidirectional, batch_first, states zeros
+
+and DIR/init_params.safetensors, a 2-layer GRU under a linear head as
+torch.manual_seed(7), the constructors and the reference's init_params
+leave them (cg_module_init_params_torch's meaning).
 """
 import sys
 
@@ -96,10 +100,36 @@ def write(out, seed, name, lstm, layers, bias, bf, bi, states):
     save(f"{out}/{name}.io.safetensors", io)
 
 
+class GRUHead(nn.Module):
+    """A GRU under a linear head: the model of init_params.safetensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(IN, H, num_layers=2)
+        self.head = nn.Linear(H, 4)
+
+
+def write_init_params(out):
+    """torch.manual_seed(7), the constructors, then the reference's
+    init_params (std 0.02): Linear weights N(0, std), parameters named bias
+    zero; the GRU keeps its constructor's draws (cg_module_init_params_torch
+    must give the same)."""
+    torch.manual_seed(7)
+    m = GRUHead()
+    for mod in m.modules():
+        if isinstance(mod, nn.Linear):
+            nn.init.normal_(mod.weight, 0.0, 0.02)
+        bias = getattr(mod, "bias", None)
+        if isinstance(bias, nn.Parameter):
+            nn.init.zeros_(bias)
+    save(f"{out}/init_params.safetensors", {k: f32(v) for k, v in m.state_dict().items()})
+
+
 def main():
     out = sys.argv[1]
     for i, c in enumerate(CASES):
         write(out, 10 + i, *c)
+    write_init_params(out)
 
 
 if __name__ == "__main__":
