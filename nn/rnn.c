@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "autograd/ops.h"
 #include "nn/init.h"
@@ -101,34 +102,107 @@ cg_gru *cg_gru_new(const cg_rnn_config *cfg, cg_rng *rng) { return rnn_new(cfg, 
 cg_lstm *cg_lstm_new(const cg_rnn_config *cfg, cg_rng *rng) { return rnn_new(cfg, rng, true); }
 
 /* ------------------------------------------------------------ forward */
-/* The state of one forward: x time-major [T, B, in], the states given */
+/* A batch of sequences of different lengths as
+ * torch.nn.utils.rnn.pack_padded_sequence(enforce_sorted=False) packs it:
+ * the sequences sorted longest first, so that at step t the first bs[t] of
+ * them are running; their rows of x, step after step, are the packed
+ * input (step t's from row off[t]). */
+typedef struct {
+    int64_t steps;      /* the longest length */
+    int64_t *bs, *off;  /* steps each */
+    cg_tensor *order;   /* int64 [B]: the sequences, longest first */
+    cg_tensor *unorder; /* int64 [B]: order's inverse */
+    cg_tensor *rows;    /* int64 [sum of the lengths]: each packed row's row
+                         * of x viewed [-1, input_size] */
+} rnn_pack;
+
+/* The state of one forward: x time-major [T, B, in] (or packed), the
+ * states given */
 typedef struct {
     cg_rnn *m;
-    int64_t T, B;
+    int64_t T, B;         /* T: the steps run (packed: the longest length) */
     bool batch_first;     /* the output's layout (off for an unbatched x) */
-    cg_tensor *h0, *c0;   /* [L D, B, H] or NULL */
+    const rnn_pack *pack; /* NULL: every sequence runs all T steps */
+    cg_tensor *h0, *c0;   /* [L D, B, H] (packed: sorted) or NULL */
     cg_tensor **hn, **cn; /* L D each: the last states */
     cg_tensor **hs;       /* T: one direction's h at every step */
+    cg_tensor **done;     /* B: the packed forward direction's ended rows */
 } rnn_run;
 
-/* Layer l's direction d over in [T, B, in_l]: its h at every step stacked
- * along dim sd ([T, B, H] or [B, T, H]), the last h and c into the run's
- * hn and cn. NULL + error. */
+/* A state's rows (a prefix of the sorted batch) fitted to the n sequences
+ * running at the next step: fewer in the forward direction (the rows past
+ * n have ended: their last states go to done[*nd]), more in the reverse
+ * one (the sequences starting there: their rows of init). False + error. */
+static bool fit_state(cg_tensor **s, cg_tensor *init, int64_t n, cg_tensor **done, int *nd)
+{
+    const int64_t rows = (*s)->shape[0];
+    cg_tensor *next = NULL;
+    if (n == rows)
+        return true;
+    if (n < rows) {
+        if (!(done[(*nd)++] = cg_narrow(*s, 0, n, rows - n)))
+            return false;
+        next = cg_narrow(*s, 0, 0, n);
+    } else {
+        cg_tensor *add[2] = {*s, cg_narrow(init, 0, rows, n - rows)};
+        next = add[1] ? cg_concat(add, 2, 0) : NULL;
+        cg_release(add[1]);
+    }
+    cg_release(*s);
+    *s = next;
+    return next != NULL;
+}
+
+/* The forward direction's last states in the sorted batch's order: s (the
+ * longest sequences') above the rows in done, the last to end first. s
+ * and done[0..nd) released (done has room for nd + 1); NULL + error. */
+static cg_tensor *last_states(cg_tensor *s, cg_tensor **done, int nd)
+{
+    if (nd && s) {
+        for (int i = 0, j = nd - 1; i < j; i++, j--) {
+            cg_tensor *t = done[i];
+            done[i] = done[j], done[j] = t;
+        }
+        memmove(done + 1, done, (size_t)nd * sizeof *done);
+        done[0] = s;
+        s = cg_concat(done, ++nd, 0);
+    }
+    for (int i = 0; i < nd; i++)
+        cg_release(done[i]);
+    return s;
+}
+
+/* Layer l's direction d over in [T, B, in_l] (or packed [rows, in_l]): its
+ * h at every step stacked along dim sd ([T, B, H] or [B, T, H]; packed:
+ * step after step [rows, H]), the last h and c into the run's hn and cn.
+ * NULL + error. */
 static cg_tensor *run_direction(rnn_run *r, int l, int d, cg_tensor *in, int sd)
 {
     cg_rnn *m = r->m;
+    const rnn_pack *p = r->pack;
     const int64_t H = m->hidden_size, T = r->T;
     const int slot = l * m->directions + d;
     cg_tensor **w = &m->w[4 * slot];
     cg_tensor *gi = cg_affine(in, w[0], w[2]); /* [T, B, G H]: every step's input part */
-    cg_tensor *h = r->h0 ? cg_select(r->h0, 0, slot) : cg_zeros(CG_SHAPE(r->B, H));
-    cg_tensor *c = !m->lstm ? NULL
-                   : r->c0  ? cg_select(r->c0, 0, slot)
-                            : cg_zeros(CG_SHAPE(r->B, H));
+    cg_tensor *h0 = r->h0 ? cg_select(r->h0, 0, slot) : cg_zeros(CG_SHAPE(r->B, H));
+    cg_tensor *c0 = !m->lstm ? NULL
+                    : r->c0  ? cg_select(r->c0, 0, slot)
+                             : cg_zeros(CG_SHAPE(r->B, H));
+    /* the reverse direction starts with the longest sequences alone */
+    const int64_t n0 = p && d ? p->bs[T - 1] : r->B;
+    cg_tensor *h = n0 < r->B && h0 ? cg_narrow(h0, 0, 0, n0) : cg_retain(h0);
+    cg_tensor *c = n0 < r->B && c0 ? cg_narrow(c0, 0, 0, n0) : cg_retain(c0);
+    int nh = 0, nc = 0;
     bool ok = gi && h && (!m->lstm || c);
     for (int64_t s = 0; ok && s < T; s++) {
         const int64_t t = d ? T - 1 - s : s;
-        cg_tensor *git = cg_select(gi, 0, t), *next = NULL;
+        if (p && !(fit_state(&h, h0, p->bs[t], r->done, &nh) &&
+                   (!c || fit_state(&c, c0, p->bs[t], r->done + r->B, &nc)))) {
+            ok = false;
+            break;
+        }
+        cg_tensor *git = p ? cg_narrow(gi, 0, p->off[t], p->bs[t]) : cg_select(gi, 0, t);
+        cg_tensor *next = NULL;
         if (!m->lstm) {
             cg_tensor *gh = cg_affine(h, w[1], w[3]);
             next = cg_gru_cell(git, gh, h);
@@ -145,14 +219,18 @@ static cg_tensor *run_direction(rnn_run *r, int l, int d, cg_tensor *in, int sd)
         r->hs[t] = cg_retain(h);
         ok = h && (!m->lstm || c);
     }
-    cg_tensor *out = ok ? cg_stack(r->hs, (int)T, sd) : NULL;
+    cg_tensor *out = !ok ? NULL : p ? cg_concat(r->hs, (int)T, 0) : cg_stack(r->hs, (int)T, sd);
     for (int64_t t = 0; t < T; t++) {
         cg_release(r->hs[t]);
         r->hs[t] = NULL;
     }
-    cg_release(gi);
-    r->hn[slot] = h;
-    r->cn[slot] = c;
+    cg_release_all(3, gi, h0, c0);
+    r->hn[slot] = last_states(h, r->done, nh);
+    r->cn[slot] = last_states(c, r->done + r->B, nc);
+    if (!r->hn[slot] || (m->lstm && !r->cn[slot])) {
+        cg_release(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -251,15 +329,105 @@ static bool args_ok(const cg_rnn *m, const char *op, bool lstm, const cg_tensor 
     return (!h0 || state_ok(m, "h0", h0, B, unb)) && (!c0 || state_ok(m, "c0", c0, B, unb));
 }
 
+/* ------------------------------------------------- a padded batch */
+static void pack_free(rnn_pack *p)
+{
+    free(p->bs);
+    free(p->off);
+    cg_release_all(3, p->order, p->unorder, p->rows);
+}
+
+typedef struct {
+    int64_t len, b;
+} seq_len;
+
+/* Longest first; among equal lengths the batch's order */
+static int by_length(const void *x, const void *y)
+{
+    const seq_len *a = x, *b = y;
+    if (a->len != b->len)
+        return a->len > b->len ? -1 : 1;
+    return (a->b > b->b) - (a->b < b->b);
+}
+
+/* lengths (int64 [B], each in [1, T]) checked, and the batch packed into
+ * *p, x's rows in its own layout ([B, T] when batch_first, else [T, B]).
+ * False + one line. */
+static bool pack_new(const cg_rnn *m, const cg_tensor *lengths, int64_t T, int64_t B, rnn_pack *p)
+{
+    *p = (rnn_pack){0};
+    char a[96];
+    if (!cg_check_dtype(kind(m), "lengths", lengths, CG_I64))
+        return false;
+    if (lengths->ndim != 1 || lengths->shape[0] != B) {
+        cg_set_error("%s: lengths is %s, expected [%lld] (one length a sequence of the batch)",
+                     kind(m), cg_shape_str(lengths, a, sizeof a), (long long)B);
+        return false;
+    }
+    seq_len *q = malloc((size_t)B * sizeof *q);
+    int64_t *ix = malloc((size_t)(2 * B) * sizeof *ix);
+    bool ok = q && ix;
+    for (int64_t b = 0; ok && b < B; b++) {
+        q[b] = (seq_len){cg_get_i64(lengths, &b), b};
+        if (q[b].len < 1 || q[b].len > T) {
+            cg_set_error("%s: lengths[%lld] is %lld, each must be in [1, %lld] (the input's steps)",
+                         kind(m), (long long)b, (long long)q[b].len, (long long)T);
+            free(q), free(ix);
+            return false;
+        }
+    }
+    if (ok) {
+        qsort(q, (size_t)B, sizeof *q, by_length);
+        p->steps = q[0].len;
+        p->bs = malloc((size_t)p->steps * sizeof *p->bs);
+        p->off = malloc((size_t)p->steps * sizeof *p->off);
+        ok = p->bs && p->off;
+    }
+    for (int64_t i = 0; ok && i < B; i++) /* the order and its inverse */
+        ix[i] = q[i].b, ix[B + q[i].b] = i;
+    ok = ok && (p->order = cg_from_i64(1, &B, ix)) && (p->unorder = cg_from_i64(1, &B, ix + B));
+    int64_t n = 0;
+    for (int64_t t = 0, run = B; ok && t < p->steps; t++) {
+        while (q[run - 1].len <= t)
+            run--;
+        p->bs[t] = run, p->off[t] = n, n += run;
+    }
+    int64_t *rows = ok ? malloc((size_t)n * sizeof *rows) : NULL;
+    for (int64_t t = 0; rows && t < p->steps; t++)
+        for (int64_t i = 0; i < p->bs[t]; i++)
+            rows[p->off[t] + i] = m->batch_first ? q[i].b * T + t : t * B + q[i].b;
+    ok = rows && (p->rows = cg_from_i64(1, &n, rows));
+    if (!ok && (!q || !ix || !p->bs || !p->off || !rows))
+        cg_set_error("%s: out of memory", kind(m));
+    free(q), free(ix), free(rows);
+    if (!ok)
+        pack_free(p);
+    return ok;
+}
+
+/* The packed output [rows, F] as pad_packed_sequence(total_length=T)
+ * gives it: [T, B, F] or [B, T, F], zero past each sequence's end */
+static cg_tensor *unpack(cg_tensor *out, const rnn_pack *p, int64_t T, int64_t B, bool batch_first)
+{
+    const int64_t F = out->shape[1];
+    cg_tensor *z = cg_zeros(CG_SHAPE(T * B, F));
+    cg_tensor *flat = z ? cg_index_add(z, 0, p->rows, out) : NULL;
+    cg_tensor *o =
+        flat ? cg_reshape(flat, CG_SHAPE(batch_first ? B : T, batch_first ? T : B, F)) : NULL;
+    cg_release_all(2, z, flat);
+    return o;
+}
+
 /* The stack of the L D states st (released) along dim 0, unbatched:
- * squeezed; into *out when out, else released */
-static bool give_states(cg_tensor **st, int n, bool unb, cg_tensor **out)
+ * squeezed, sorted: into the batch's order (unorder); into *out when out,
+ * else released */
+static bool give_states(cg_tensor **st, int n, bool unb, const cg_tensor *unorder, cg_tensor **out)
 {
     cg_tensor *s = out ? cg_stack(st, n, 0) : NULL;
     for (int i = 0; i < n; i++)
         cg_release(st[i]);
-    if (s && unb) {
-        cg_tensor *q = cg_squeeze(s, 1);
+    if (s && (unb || unorder)) {
+        cg_tensor *q = unb ? cg_squeeze(s, 1) : cg_index_select(s, 1, unorder);
         cg_release(s);
         s = q;
     }
@@ -268,8 +436,32 @@ static bool give_states(cg_tensor **st, int n, bool unb, cg_tensor **out)
     return !out || s;
 }
 
-static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x, cg_tensor *h0,
-                              cg_tensor *c0, cg_tensor **h_n, cg_tensor **c_n)
+/* x, h0 and c0 as the layers read them into r: time-major [T, B, in] (or
+ * packed [rows, in]), [L D, B, H] (packed: sorted). NULL + error. */
+static cg_tensor *inputs(rnn_run *r, cg_tensor *x, cg_tensor *h0, cg_tensor *c0, bool unb)
+{
+    const rnn_pack *p = r->pack;
+    if (p) {
+        r->h0 = h0 ? cg_index_select(h0, 1, p->order) : NULL;
+        r->c0 = c0 ? cg_index_select(c0, 1, p->order) : NULL;
+    } else {
+        r->h0 = h0 ? (unb ? cg_unsqueeze(h0, 1) : cg_retain(h0)) : NULL;
+        r->c0 = c0 ? (unb ? cg_unsqueeze(c0, 1) : cg_retain(c0)) : NULL;
+    }
+    if ((h0 && !r->h0) || (c0 && !r->c0))
+        return NULL;
+    if (p) {
+        cg_tensor *flat = cg_reshape(x, CG_SHAPE(-1, r->m->input_size));
+        cg_tensor *in = flat ? cg_index_select(flat, 0, p->rows) : NULL;
+        cg_release(flat);
+        return in;
+    }
+    return unb ? cg_unsqueeze(x, 1) : r->m->batch_first ? cg_transpose(x, 0, 1) : cg_retain(x);
+}
+
+static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x,
+                              const cg_tensor *lengths, cg_tensor *h0, cg_tensor *c0,
+                              cg_tensor **h_n, cg_tensor **c_n)
 {
     if (h_n)
         *h_n = NULL;
@@ -278,38 +470,45 @@ static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x
     if (!args_ok(m, op, lstm, x, h0, c0))
         return NULL;
     const bool unb = x->ndim == 2;
+    if (lengths && unb) {
+        char a[96];
+        cg_set_error("%s: lengths need a batched input (x is %s, unbatched)", kind(m),
+                     cg_shape_str(x, a, sizeof a));
+        return NULL;
+    }
     const int LD = m->num_layers * m->directions;
-    rnn_run r = {.m = m, .batch_first = m->batch_first && !unb};
-    /* time-major [T, B, in], h0 and c0 [L D, B, H] */
-    cg_tensor *xt = unb              ? cg_unsqueeze(x, 1)
-                    : m->batch_first ? cg_transpose(x, 0, 1)
-                                     : cg_retain(x);
-    r.h0 = h0 ? (unb ? cg_unsqueeze(h0, 1) : cg_retain(h0)) : NULL;
-    r.c0 = c0 ? (unb ? cg_unsqueeze(c0, 1) : cg_retain(c0)) : NULL;
-    r.T = x->shape[unb || !m->batch_first ? 0 : 1];
+    const int64_t T = x->shape[unb || !m->batch_first ? 0 : 1];
+    rnn_pack pack;
+    rnn_run r = {.m = m, .batch_first = m->batch_first && !unb, .T = T};
     r.B = unb ? 1 : x->shape[m->batch_first ? 0 : 1];
+    if (lengths && !pack_new(m, lengths, T, r.B, &pack))
+        return NULL;
+    if (lengths)
+        r.pack = &pack, r.T = pack.steps;
     r.hn = calloc((size_t)LD, sizeof *r.hn);
     r.cn = calloc((size_t)LD, sizeof *r.cn);
     r.hs = calloc((size_t)r.T, sizeof *r.hs);
-    cg_tensor *out = NULL;
-    if (!r.hn || !r.cn || !r.hs)
+    r.done = calloc((size_t)(2 * r.B), sizeof *r.done);
+    cg_tensor *xt = NULL, *out = NULL;
+    if (!r.hn || !r.cn || !r.hs || !r.done)
         cg_set_error("%s: out of memory", kind(m));
-    else if (xt && (!h0 || r.h0) && (!c0 || r.c0))
+    else if ((xt = inputs(&r, x, h0, c0, unb)))
         out = run_layers(&r, xt);
-    if (out && unb) { /* [T, 1, D H] -> [T, D H] */
-        cg_tensor *q = cg_squeeze(out, 1);
+    if (out && (unb || lengths)) { /* [T, 1, D H] -> [T, D H]; packed -> padded */
+        cg_tensor *q = unb ? cg_squeeze(out, 1) : unpack(out, &pack, T, r.B, r.batch_first);
         cg_release(out);
         out = q;
     }
+    const cg_tensor *unorder = lengths ? pack.unorder : NULL;
     bool ok = out != NULL;
     if (r.hn)
-        ok = give_states(r.hn, LD, unb, ok ? h_n : NULL) && ok;
+        ok = give_states(r.hn, LD, unb, unorder, ok ? h_n : NULL) && ok;
     if (r.cn)
-        ok = give_states(r.cn, LD, unb, ok && m->lstm ? c_n : NULL) && ok;
+        ok = give_states(r.cn, LD, unb, unorder, ok && m->lstm ? c_n : NULL) && ok;
     cg_release_all(3, xt, r.h0, r.c0);
-    free(r.hn);
-    free(r.cn);
-    free(r.hs);
+    free(r.hn), free(r.cn), free(r.hs), free(r.done);
+    if (lengths)
+        pack_free(&pack);
     if (!ok) {
         cg_release(out);
         if (h_n && *h_n)
@@ -321,11 +520,23 @@ static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x
 
 cg_tensor *cg_gru_forward(cg_gru *m, cg_tensor *x, cg_tensor *h0, cg_tensor **h_n)
 {
-    return rnn_forward(m, "cg_gru_forward", false, x, h0, NULL, h_n, NULL);
+    return rnn_forward(m, "cg_gru_forward", false, x, NULL, h0, NULL, h_n, NULL);
 }
 
 cg_tensor *cg_lstm_forward(cg_lstm *m, cg_tensor *x, cg_tensor *h0, cg_tensor *c0, cg_tensor **h_n,
                            cg_tensor **c_n)
 {
-    return rnn_forward(m, "cg_lstm_forward", true, x, h0, c0, h_n, c_n);
+    return rnn_forward(m, "cg_lstm_forward", true, x, NULL, h0, c0, h_n, c_n);
+}
+
+cg_tensor *cg_gru_forward_lengths(cg_gru *m, cg_tensor *x, const cg_tensor *lengths, cg_tensor *h0,
+                                  cg_tensor **h_n)
+{
+    return rnn_forward(m, "cg_gru_forward_lengths", false, x, lengths, h0, NULL, h_n, NULL);
+}
+
+cg_tensor *cg_lstm_forward_lengths(cg_lstm *m, cg_tensor *x, const cg_tensor *lengths,
+                                   cg_tensor *h0, cg_tensor *c0, cg_tensor **h_n, cg_tensor **c_n)
+{
+    return rnn_forward(m, "cg_lstm_forward_lengths", true, x, lengths, h0, c0, h_n, c_n);
 }

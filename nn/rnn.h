@@ -89,6 +89,26 @@ cg_tensor *cg_gru_forward(cg_gru *m, cg_tensor *x, cg_tensor *h0, cg_tensor **h_
 cg_tensor *cg_lstm_forward(cg_lstm *m, cg_tensor *x, cg_tensor *h0, cg_tensor *c0, cg_tensor **h_n,
                            cg_tensor **c_n);
 
+/* The same over a batch of sequences of different lengths padded to x's T
+ * steps: PyTorch's
+ *     packed = pack_padded_sequence(x, lengths, batch_first,
+ *                                   enforce_sorted=False)
+ *     out, h_n = gru(packed, h0)
+ *     output, _ = pad_packed_sequence(out, batch_first, total_length=T)
+ * lengths int64 [B], each in [1, T] (NULL: all T). Sequence b is read over
+ * its first lengths[b] steps only (the reverse direction from step
+ * lengths[b] - 1 back to 0); its output is zero past them, and its h_n
+ * (and c_n) its state after its own last step. The padding is never
+ * computed: as PyTorch's packed sequences do, the batch is sorted longest
+ * first and each step runs only the sequences still going (a step's rows
+ * are a prefix of the sorted batch), h0 and h_n in the caller's order.
+ * Batched inputs only; a bad length is one line ("GRU: lengths[2] is 0,
+ * each must be in [1, 7] (the input's steps)"). */
+cg_tensor *cg_gru_forward_lengths(cg_gru *m, cg_tensor *x, const cg_tensor *lengths, cg_tensor *h0,
+                                  cg_tensor **h_n);
+cg_tensor *cg_lstm_forward_lengths(cg_lstm *m, cg_tensor *x, const cg_tensor *lengths,
+                                   cg_tensor *h0, cg_tensor *c0, cg_tensor **h_n, cg_tensor **c_n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,9 @@
  * two directions, unbatched), the parameters included; the bits at 1 and
  * 2 threads; dropout between layers in training only; the parameters'
  * names and shapes; bad inputs refused with one line naming the shapes.
+ * With lengths (cg_gru_forward_lengths, PyTorch's packed sequences):
+ * gradchecks, each sequence as if run alone, NaN in the padding never
+ * read, the bits at 1 and 2 threads, bad lengths refused.
  * The PyTorch reference is tests/interop/rnn.py (torch_rnn). */
 #include <check.h>
 #include <math.h>
@@ -149,7 +152,8 @@ END_TEST
 /* ----------------------------------------------------------- modules */
 typedef struct {
     cg_rnn *m;
-    bool h0; /* inputs[1] (and [2], LSTM) are the states */
+    bool h0;              /* inputs[1] (and [2], LSTM) are the states */
+    const cg_tensor *len; /* lengths, or NULL */
 } mod_ctx;
 
 /* output and h_n (and c_n) flattened into one tensor */
@@ -158,10 +162,13 @@ static cg_tensor *module_fn(void *vctx, cg_tensor *const *in)
     const mod_ctx *c = vctx;
     cg_scope *s = cg_scope_begin();
     cg_tensor *hn = NULL, *cn = NULL, *y;
-    if (c->m->lstm)
-        y = cg_lstm_forward(c->m, in[0], c->h0 ? in[1] : NULL, c->h0 ? in[2] : NULL, &hn, &cn);
+    cg_tensor *h0 = c->h0 ? in[1] : NULL, *c0 = c->h0 && c->m->lstm ? in[2] : NULL;
+    if (c->len)
+        y = c->m->lstm ? cg_lstm_forward_lengths(c->m, in[0], c->len, h0, c0, &hn, &cn)
+                       : cg_gru_forward_lengths(c->m, in[0], c->len, h0, &hn);
     else
-        y = cg_gru_forward(c->m, in[0], c->h0 ? in[1] : NULL, &hn);
+        y = c->m->lstm ? cg_lstm_forward(c->m, in[0], h0, c0, &hn, &cn)
+                       : cg_gru_forward(c->m, in[0], h0, &hn);
     cg_tensor *parts[3] = {cg_reshape(y, CG_SHAPE(-1)), cg_reshape(hn, CG_SHAPE(-1)),
                            cn ? cg_reshape(cn, CG_SHAPE(-1)) : NULL};
     cg_tensor *out = y && hn ? cg_keep(cg_concat(parts, cn ? 3 : 2, 0)) : NULL;
@@ -170,13 +177,16 @@ static cg_tensor *module_fn(void *vctx, cg_tensor *const *in)
 }
 
 /* gradcheck of a module of cfg over x (and the states when h0), its
- * parameters among the inputs */
-static void module_gradcheck(const cg_rnn_config *cfg, bool lstm, bool h0, bool unbatched)
+ * parameters among the inputs; with len, over a padded batch of len's
+ * lengths (4 steps) */
+static void module_gradcheck_len(const cg_rnn_config *cfg, bool lstm, bool h0, bool unbatched,
+                                 const cg_tensor *len)
 {
     cg_rng r = cg_rng_new(7);
     cg_rnn *m = lstm ? cg_lstm_new(cfg, &r) : cg_gru_new(cfg, &r);
     ck_assert_msg(m, "%s", cg_last_error());
-    const int64_t T = 3, B = 2, D = cfg->bidirectional ? 2 : 1, LD = cfg->num_layers * D;
+    const int64_t T = len ? 4 : 3, B = len ? len->shape[0] : 2, D = cfg->bidirectional ? 2 : 1;
+    const int64_t LD = cfg->num_layers * D;
     cg_tensor *in[40] = {0};
     int n = 0;
     if (unbatched)
@@ -191,14 +201,20 @@ static void module_gradcheck(const cg_rnn_config *cfg, bool lstm, bool h0, bool 
                             : leaf(&r, CG_SHAPE(LD, B, cfg->hidden_size));
     for (int i = 0; i < m->base.n_params && n < 40; i++)
         in[n++] = cg_retain(m->base.params[i].tensor);
-    mod_ctx c = {m, h0};
+    mod_ctx c = {m, h0, len};
     cg_gradcheck_report rep;
     ck_assert_msg(cg_gradcheck(module_fn, &c, n, in, NULL, &rep),
-                  "%s layers %d bf %d bi %d h0 %d: %s", lstm ? "LSTM" : "GRU", cfg->num_layers,
-                  cfg->batch_first, cfg->bidirectional, h0, rep.message);
+                  "%s layers %d bf %d bi %d h0 %d len %d: %s", lstm ? "LSTM" : "GRU",
+                  cfg->num_layers, cfg->batch_first, cfg->bidirectional, h0, len != NULL,
+                  rep.message);
     for (int i = 0; i < n; i++)
         cg_release(in[i]);
     cg_module_free(CG_MODULE(m));
+}
+
+static void module_gradcheck(const cg_rnn_config *cfg, bool lstm, bool h0, bool unbatched)
+{
+    module_gradcheck_len(cfg, lstm, h0, unbatched, NULL);
 }
 
 START_TEST(test_modules_gradcheck)
@@ -219,6 +235,124 @@ START_TEST(test_modules_gradcheck)
     cfg.batch_first = true; /* which an unbatched x ignores, as in PyTorch */
     module_gradcheck(&cfg, false, false, true);
     module_gradcheck(&cfg, true, true, true);
+}
+END_TEST
+
+/* Over a padded batch: sequences ending at different steps (unsorted, a
+ * tie, the longest shorter than x), every layout */
+START_TEST(test_lengths_gradcheck)
+{
+    cg_tensor *len[2] = {cg_from_i64(CG_SHAPE(3), (const int64_t[]){2, 4, 1}),
+                         cg_from_i64(CG_SHAPE(4), (const int64_t[]){3, 1, 3, 2})};
+    for (int lstm = 0; lstm < 2; lstm++)
+        for (int v = 0; v < 8; v++) {
+            cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+            cfg.num_layers = 1 + (v & 1);
+            cfg.batch_first = (v >> 1) & 1;
+            cfg.bidirectional = v != 0 && v != 5;
+            module_gradcheck_len(&cfg, lstm, (v >> 2) & 1, false, len[v & 1]);
+        }
+    cg_release_all(2, len[0], len[1]);
+}
+END_TEST
+
+/* The padded batch of a 2-layer bidirectional module (batch_first) with
+ * NaN in every padded step: out[0] the output, out[1] h_n, out[2] x's
+ * gradient of sum(output * w) + sum(h_n) (out[3], out[4]: c_n and the
+ * gradient of h0 for the LSTM, h0 given) */
+static const int64_t LEN[4] = {3, 5, 1, 5}, LT = 6;
+
+static cg_rnn *len_module(bool lstm)
+{
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+    cfg.num_layers = 2;
+    cfg.bidirectional = cfg.batch_first = true;
+    cg_rng r = cg_rng_new(11);
+    return lstm ? cg_lstm_new(&cfg, &r) : cg_gru_new(&cfg, &r);
+}
+
+static void run_padded(cg_rnn *m, cg_tensor *x, cg_tensor *h0, const cg_tensor *len,
+                       cg_tensor **out)
+{
+    cg_tensor *hn = NULL, *cn = NULL;
+    cg_tensor *y = m->lstm ? cg_lstm_forward_lengths(m, x, len, h0, h0, &hn, &cn)
+                           : cg_gru_forward_lengths(m, x, len, h0, &hn);
+    ck_assert_msg(y, "%s", cg_last_error());
+    cg_rng r = cg_rng_new(2);
+    cg_tensor *w = cg_randn(&r, y->ndim, y->shape), *p = cg_mul(y, w), *a = cg_sum_all(p);
+    cg_tensor *b = cg_sum_all(hn), *l = cg_add(a, b);
+    ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+    out[0] = y, out[1] = hn, out[2] = cg_detach(cg_grad(x)), out[3] = cn;
+    out[4] = cg_detach(cg_grad(h0));
+    cg_zero_grad(x), cg_zero_grad(h0);
+    for (int i = 0; i < m->base.n_params; i++)
+        cg_zero_grad(m->base.params[i].tensor);
+    cg_release_all(6, w, p, a, b, l, NULL);
+}
+
+/* Each sequence of the padded batch as if run alone (x[b, :len] through
+ * cg_gru_forward): its output steps, zeros after them, its h_n and c_n;
+ * NaN in the padding never read (the output and x's gradient finite, the
+ * padding's gradient 0); the same bits at 1 and 2 threads */
+START_TEST(test_lengths_each_alone)
+{
+    const int saved = cg_get_num_threads();
+    const int64_t B = 4;
+    for (int lstm = 0; lstm < 2; lstm++) {
+        cg_rnn *m = len_module(lstm);
+        cg_rng r = cg_rng_new(4);
+        cg_tensor *x = leaf(&r, CG_SHAPE(B, LT, 3)), *h0 = leaf(&r, CG_SHAPE(4, B, 4));
+        cg_tensor *len = cg_from_i64(CG_SHAPE(B), LEN);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = LEN[b]; t < LT; t++)
+                ck_assert(cg_set(x, (const int64_t[]){b, t, 1}, NAN));
+        cg_tensor *o1[5], *o2[5];
+        cg_set_num_threads(1);
+        run_padded(m, x, h0, len, o1);
+        cg_set_num_threads(2);
+        run_padded(m, x, h0, len, o2);
+        for (int i = 0; i < 5; i++)
+            ck_assert_msg(!o1[i] || same_bits(o1[i], o2[i]),
+                          "%s: result %d differs at 1 and 2 "
+                          "threads",
+                          lstm ? "LSTM" : "GRU", i);
+        for (int64_t b = 0; b < B; b++) {
+            cg_tensor *row = cg_select(x, 0, b), *xb = cg_narrow(row, 0, 0, LEN[b]); /* [len, 3] */
+            cg_tensor *hb = cg_select(h0, 1, b), *hn = NULL, *cn = NULL;
+            cg_tensor *yb =
+                lstm ? cg_lstm_forward(m, xb, hb, hb, &hn, &cn) : cg_gru_forward(m, xb, hb, &hn);
+            ck_assert_msg(yb, "%s", cg_last_error());
+            for (int64_t t = 0; t < LT; t++)
+                for (int64_t k = 0; k < 8; k++) {
+                    const float got = cg_get(o1[0], (const int64_t[]){b, t, k});
+                    const float want = t < LEN[b] ? cg_get(yb, (const int64_t[]){t, k}) : 0.0f;
+                    ck_assert_msg(fabsf(got - want) <= 1e-6f,
+                                  "%s: output[%lld, %lld, %lld] %g, "
+                                  "alone %g",
+                                  lstm ? "LSTM" : "GRU", (long long)b, (long long)t, (long long)k,
+                                  got, want);
+                }
+            for (int64_t s = 0; s < 4; s++)
+                for (int64_t k = 0; k < 4; k++) {
+                    const int64_t i[3] = {s, b, k}, j[2] = {s, k};
+                    ck_assert(fabsf(cg_get(o1[1], i) - cg_get(hn, j)) <= 1e-6f);
+                    ck_assert(!cn || fabsf(cg_get(o1[3], i) - cg_get(cn, j)) <= 1e-6f);
+                }
+            for (int64_t t = 0; t < LT; t++)
+                for (int64_t k = 0; k < 3; k++) {
+                    const float g = cg_get(o1[2], (const int64_t[]){b, t, k});
+                    ck_assert_msg(t < LEN[b] ? isfinite(g) && g != 0.0f : g == 0.0f,
+                                  "x's gradient at [%lld, %lld, %lld] is %g (length %lld)",
+                                  (long long)b, (long long)t, (long long)k, g, (long long)LEN[b]);
+                }
+            cg_release_all(6, row, xb, hb, hn, cn, yb);
+        }
+        for (int i = 0; i < 5; i++)
+            cg_release_all(2, o1[i], o2[i]);
+        cg_release_all(3, x, h0, len);
+        cg_module_free(CG_MODULE(m));
+    }
+    cg_set_num_threads(saved);
 }
 END_TEST
 
@@ -476,7 +610,23 @@ START_TEST(test_modules_bad_inputs)
     CG_ASSERT_REFUSED(cg_lstm_cell(gi8, h2) == NULL, "lstm_cell: c is [3, 3], expected [2, 2]");
     cg_tensor *gb = cg_k_to(gi, CG_BF16);
     CG_ASSERT_REFUSED(cg_gru_cell(gb, gi, h3) == NULL, "gru_cell: gi is bfloat16, float32 only");
-    cg_release_all(16, x, x7, x4, x0, h_bad, h_ok, hu, xu, gi, gi8, h3, h2, gb, NULL, NULL, NULL);
+    /* lengths */
+    cg_tensor *l2 = cg_from_i64(CG_SHAPE(2), (const int64_t[]){5, 0});
+    cg_tensor *l6 = cg_from_i64(CG_SHAPE(2), (const int64_t[]){6, 5});
+    cg_tensor *l3 = cg_from_i64(CG_SHAPE(3), (const int64_t[]){1, 2, 3});
+    cg_tensor *lf = cg_full(CG_SHAPE(2), 3.0f);
+    CG_ASSERT_REFUSED(cg_gru_forward_lengths(g, x, l2, NULL, &hn) == NULL && !hn,
+                      "GRU: lengths[1] is 0, each must be in [1, 5] (the input's steps)");
+    CG_ASSERT_REFUSED(cg_lstm_forward_lengths(l, x, l6, NULL, NULL, NULL, NULL) == NULL,
+                      "LSTM: lengths[0] is 6, each must be in [1, 5]");
+    CG_ASSERT_REFUSED(cg_gru_forward_lengths(g, x, l3, NULL, NULL) == NULL,
+                      "GRU: lengths is [3], expected [2] (one length a sequence of the batch)");
+    CG_ASSERT_REFUSED(cg_gru_forward_lengths(g, x, lf, NULL, NULL) == NULL,
+                      "GRU: argument 'lengths' is float32, expected int64");
+    CG_ASSERT_REFUSED(cg_gru_forward_lengths(g, xu, l2, NULL, NULL) == NULL,
+                      "GRU: lengths need a batched input (x is [5, 3], unbatched)");
+    cg_release_all(16, x, x7, x4, x0, h_bad, h_ok, hu, xu, gi, gi8, h3, h2, gb, l2, l6, l3);
+    cg_release(lf);
     cg_module_free(CG_MODULE(g));
     cg_module_free(CG_MODULE(l));
 }
@@ -497,6 +647,8 @@ static Suite *rnn_suite(void)
     tcase_add_test(tc, test_modules_unbatched);
     tcase_add_test(tc, test_modules_graph_nodes);
     tcase_add_test(tc, test_modules_bad_inputs);
+    tcase_add_test(tc, test_lengths_gradcheck);
+    tcase_add_test(tc, test_lengths_each_alone);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -8,7 +8,9 @@
  * within 2e-6 (relative to the largest value; PyTorch ran in float64).
  * And PyTorch's default initialisation: `torch.manual_seed(7); nn.GRU(...)`
  * gives the bits of cg_module_reset_parameters_torch from cg_mt19937
- * seeded 7, every parameter. */
+ * seeded 7, every parameter. The cases with lengths run
+ * cg_gru_forward_lengths / cg_lstm_forward_lengths against PyTorch's
+ * packed sequences (pack_padded_sequence, pad_packed_sequence). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,15 +23,18 @@ typedef struct {
     const char *name;
     bool lstm;
     int layers;
-    bool bias, batch_first, bidirectional, states;
+    bool bias, batch_first, bidirectional, states, lengths;
 } rcase;
 
-/* rnn.py's CASES, sizes IN 5, H 6 */
+/* rnn.py's CASES, sizes IN 5, H 6 (lengths: in the io file) */
 static const rcase CASES[] = {
-    {"gru", false, 2, true, true, false, true},
-    {"gru_bi", false, 2, false, false, true, false},
-    {"lstm", true, 2, true, false, false, true},
-    {"lstm_bi", true, 1, true, true, true, false},
+    {"gru", false, 2, true, true, false, true, false},
+    {"gru_bi", false, 2, false, false, true, false, false},
+    {"lstm", true, 2, true, false, false, true, false},
+    {"lstm_bi", true, 1, true, true, true, false, false},
+    {"gru_len", false, 2, true, true, true, true, true},
+    {"gru_len_short", false, 1, true, false, false, false, true},
+    {"lstm_len", true, 2, true, false, true, true, true},
 };
 
 static cg_rnn *build(const rcase *c, cg_rng *rng)
@@ -141,6 +146,7 @@ static bool run(const char *dir, const rcase *c, double tol)
     cg_st_file *io = cg_st_open(io_path);
     bool ok = m && io && cg_module_load_file(CG_MODULE(m), path);
     cg_tensor *x = ok ? cg_st_get_f32(io, "x") : NULL, *h0 = NULL, *c0 = NULL;
+    cg_tensor *len = x && c->lengths ? cg_st_get_i64(io, "lengths") : NULL;
     cg_tensor *y = NULL, *hn = NULL, *cn = NULL, *loss = NULL;
     if (x && c->states) {
         h0 = cg_requires_grad(cg_st_get_f32(io, "h0"), true);
@@ -148,7 +154,11 @@ static bool run(const char *dir, const rcase *c, double tol)
     }
     if (x) {
         cg_requires_grad(x, true);
-        y = c->lstm ? cg_lstm_forward(m, x, h0, c0, &hn, &cn) : cg_gru_forward(m, x, h0, &hn);
+        if (c->lengths)
+            y = c->lstm ? cg_lstm_forward_lengths(m, x, len, h0, c0, &hn, &cn)
+                        : cg_gru_forward_lengths(m, x, len, h0, &hn);
+        else
+            y = c->lstm ? cg_lstm_forward(m, x, h0, c0, &hn, &cn) : cg_gru_forward(m, x, h0, &hn);
         cg_tensor *ly = y ? weighted(y, io, "ry") : NULL, *lh = hn ? weighted(hn, io, "rh") : NULL;
         cg_tensor *lc = cn ? weighted(cn, io, "rc") : NULL;
         cg_tensor *l2 = ly && lh ? cg_add(ly, lh) : NULL;
@@ -174,7 +184,7 @@ static bool run(const char *dir, const rcase *c, double tol)
         }
         printf(ok ? " ok\n" : " FAIL (tolerance %.0e)\n", tol);
     }
-    cg_release_all(7, x, h0, c0, y, hn, cn, loss);
+    cg_release_all(8, x, len, h0, c0, y, hn, cn, loss);
     cg_st_close(io);
     cg_module_free(CG_MODULE(m));
     return ok;

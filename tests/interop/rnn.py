@@ -18,6 +18,14 @@ bit). The cases (their sizes are check_rnn.c's table):
   lstm      2 layers, seq first, h0 and c0 given
   lstm_bi   1 layer, bidirectional, batch_first, states zeros
 
+and with lengths (x padded to T steps, run as
+pack_padded_sequence(x, lengths, batch_first, enforce_sorted=False), the
+module, pad_packed_sequence(total_length=T); "lengths" in the io file):
+
+  gru_len       2 layers, bidirectional, batch_first, h0 given, [2, 4, 1, 4]
+  gru_len_short 1 layer, seq first, states zeros, [2, 3, 3, 1] (none is T)
+  lstm_len      2 layers, bidirectional, seq first, states given, [3, 1, 4, 2]
+
 and DIR/init_params.safetensors, a 2-layer GRU under a linear head as
 torch.manual_seed(7), the constructors and the reference's init_params
 leave them (cg_module_init_params_torch's meaning).
@@ -28,6 +36,7 @@ try:
     import numpy  # noqa: F401
     import torch
     from torch import nn
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 except ImportError as e:
     print(f"rnn: {e.name} not available, skipped")
     sys.exit(77)
@@ -35,11 +44,14 @@ from make_dtype_files import save  # noqa: E402
 
 IN, H, T, B = 5, 6, 4, 3
 
-CASES = [  # name, lstm, layers, bias, batch_first, bidirectional, states given
-    ("gru", False, 2, True, True, False, True),
-    ("gru_bi", False, 2, False, False, True, False),
-    ("lstm", True, 2, True, False, False, True),
-    ("lstm_bi", True, 1, True, True, True, False),
+CASES = [  # name, lstm, layers, bias, batch_first, bidirectional, states given, lengths
+    ("gru", False, 2, True, True, False, True, None),
+    ("gru_bi", False, 2, False, False, True, False, None),
+    ("lstm", True, 2, True, False, False, True, None),
+    ("lstm_bi", True, 1, True, True, True, False, None),
+    ("gru_len", False, 2, True, True, True, True, [2, 4, 1, 4]),
+    ("gru_len_short", False, 1, True, False, False, False, [2, 3, 3, 1]),
+    ("lstm_len", True, 2, True, False, True, True, [3, 1, 4, 2]),
 ]
 
 
@@ -52,7 +64,7 @@ def f32(t):
     return t.detach().float().contiguous()
 
 
-def write(out, seed, name, lstm, layers, bias, bf, bi, states):
+def write(out, seed, name, lstm, layers, bias, bf, bi, states, lengths):
     torch.manual_seed(7)
     save(f"{out}/init_{name}.safetensors",
          {k: f32(v) for k, v in make(lstm, layers, bias, bf, bi).state_dict().items()})
@@ -63,18 +75,25 @@ def write(out, seed, name, lstm, layers, bias, bf, bi, states):
             p.copy_(torch.randn(p.shape, generator=g) * 0.4)
     m = m.double()
     D = 2 if bi else 1
-    x = torch.randn(*((B, T, IN) if bf else (T, B, IN)), generator=g, dtype=torch.float64,
+    nb = len(lengths) if lengths else B
+    x = torch.randn(*((nb, T, IN) if bf else (T, nb, IN)), generator=g, dtype=torch.float64,
                     requires_grad=True)
     io = {}
     h0 = c0 = None
     if states:
-        h0 = torch.randn(layers * D, B, H, generator=g, dtype=torch.float64, requires_grad=True)
-        c0 = torch.randn(layers * D, B, H, generator=g, dtype=torch.float64, requires_grad=True)
+        h0 = torch.randn(layers * D, nb, H, generator=g, dtype=torch.float64, requires_grad=True)
+        c0 = torch.randn(layers * D, nb, H, generator=g, dtype=torch.float64, requires_grad=True)
+    src = x
+    if lengths:
+        src = pack_padded_sequence(x, torch.tensor(lengths), batch_first=bf, enforce_sorted=False)
+        io["lengths"] = torch.tensor(lengths, dtype=torch.int64)
     if lstm:
-        y, (hn, cn) = m(x, (h0, c0)) if states else m(x)
+        y, (hn, cn) = m(src, (h0, c0)) if states else m(src)
     else:
-        y, hn = m(x, h0) if states else m(x)
+        y, hn = m(src, h0) if states else m(src)
         cn = None
+    if lengths:
+        y = pad_packed_sequence(y, batch_first=bf, total_length=T)[0]
     ry = torch.randn(y.shape, generator=g, dtype=torch.float64)
     rh = torch.randn(hn.shape, generator=g, dtype=torch.float64)
     loss = (y * ry).sum() + (hn * rh).sum()
@@ -88,7 +107,7 @@ def write(out, seed, name, lstm, layers, bias, bf, bi, states):
         if lstm:
             io["c0"] = c0
     loss.backward()
-    io = {k: f32(v) for k, v in io.items()}
+    io = {k: v if v.dtype == torch.int64 else f32(v) for k, v in io.items()}
     io["grad.x"] = f32(x.grad)
     if states:
         io["grad.h0"] = f32(h0.grad)
