@@ -17,6 +17,7 @@
 #include "core/ops.h"
 #include "nn/data.h"
 #include "nn/lora.h"
+#include "nn/rnn.h"
 #include "nn/transformer.h"
 #include "nn/safetensors.h"
 #include "tests/testutil.h"
@@ -403,6 +404,61 @@ START_TEST(test_scope_full_oom_is_an_error)
 }
 END_TEST
 
+/* A padded batch through a bidirectional GRU and LSTM
+ * (cg_*_forward_lengths) and its backward, the k-th malloc and then the
+ * k-th calloc failing, for every k until none is left to fail: each run
+ * succeeds or fails with an error, and leaves no tensor behind. */
+static bool padded_run(cg_rnn *m, cg_tensor *x, const cg_tensor *len)
+{
+    cg_tensor *hn = NULL, *cn = NULL;
+    cg_tensor *y = m->lstm ? cg_lstm_forward_lengths(m, x, len, NULL, NULL, &hn, &cn)
+                           : cg_gru_forward_lengths(m, x, len, NULL, &hn);
+    cg_tensor *l = y ? cg_sum_all(y) : NULL;
+    const bool ok = l && cg_backward(l, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    ck_assert_msg(!y == !hn && (!m->lstm || !y == !cn), "a result without its states");
+    cg_release_all(4, y, hn, cn, l);
+    cg_zero_grad(x);
+    for (int i = 0; i < m->base.n_params; i++)
+        cg_zero_grad(m->base.params[i].tensor);
+    return ok;
+}
+
+START_TEST(test_rnn_lengths_oom)
+{
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+    cfg.num_layers = 2;
+    cfg.bidirectional = true;
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(5, 3, 3));
+    cg_requires_grad(x, true);
+    cg_tensor *len = cg_from_i64(CG_SHAPE(3), (const int64_t[]){2, 5, 1});
+    for (int lstm = 0; lstm < 2; lstm++) {
+        cg_rnn *m = lstm ? cg_lstm_new(&cfg, &r) : cg_gru_new(&cfg, &r);
+        const int64_t live = cg_live_tensors();
+        int failed = 0;
+        for (int which = 0; which < 2; which++)
+            for (long k = 1;; k++) {
+                cg_clear_error();
+                malloc_failed = calloc_failed = false;
+                *(which ? &fail_calloc_at : &fail_malloc_at) = k;
+                const bool ok = padded_run(m, x, len);
+                fail_malloc_at = fail_calloc_at = 0;
+                ck_assert_int_eq(cg_live_tensors(), live);
+                if (!(which ? calloc_failed : malloc_failed)) {
+                    ck_assert_msg(ok, "no allocation failed, and yet: %s", cg_last_error());
+                    break;
+                }
+                failed += !ok;
+            }
+        ck_assert_msg(failed > 10, "%s: only %d runs failed", lstm ? "LSTM" : "GRU", failed);
+        ck_assert(padded_run(m, x, len)); /* and it runs once memory is back */
+        cg_module_free(CG_MODULE(m));
+    }
+    cg_release_all(2, x, len);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -417,6 +473,7 @@ int main(void)
     tcase_add_test(tc, test_topk_oom_is_an_error);
     tcase_add_test(tc, test_packed_f32_oom_reads_w);
     tcase_add_test(tc, test_scope_full_oom_is_an_error);
+    tcase_add_test(tc, test_rnn_lengths_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
