@@ -189,16 +189,27 @@ bool cg_module_init_params(cg_module *m, cg_rng *rng, float std)
 
 static bool reset_rnn(cg_module *m, const init_src *src);
 
+/* nn.RNN, nn.GRU, nn.LSTM and their cells (nn/rnn.h) */
+static bool is_recurrent(const char *type)
+{
+    static const char *const types[] = {"RNN", "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (!strcmp(type, types[i]))
+            return true;
+    return false;
+}
+
 /* What PyTorch's constructors draw before init_params runs, in the same
  * depth-first order: nn.Linear's reset_parameters fills weight and bias
  * with uniform_ (one 32-bit draw per element), nn.Embedding's fills its
  * weight with normal_: values init_params overwrites, so only the
- * generator's position matters. nn.GRU's and nn.LSTM's fill every
- * parameter with uniform_, and init_params leaves them (not a Linear, no
- * parameter named bias): they keep those values, here too. */
+ * generator's position matters. The recurrent modules' (nn.RNN, nn.GRU,
+ * nn.LSTM, their cells) fill every parameter with uniform_, and
+ * init_params leaves them (not a Linear, no parameter named bias): they
+ * keep those values, here too. */
 static bool skip_construction(cg_module *m, cg_mt19937 *g)
 {
-    if (!strcmp(m->type, "GRU") || !strcmp(m->type, "LSTM"))
+    if (is_recurrent(m->type))
         return reset_rnn(m, &(init_src){.rng = NULL, .mt = g}); /* no children */
     bool lin = !strcmp(m->type, "Linear"), emb = !strcmp(m->type, "Embedding");
     for (int i = 0; i < m->n_params; i++) {
@@ -264,12 +275,13 @@ static bool reset_linear(cg_module *m, const init_src *src)
            (!b || init_uniform(b, src, 1.0 / sqrt(fan_in)));
 }
 
-/* nn.GRU, nn.LSTM (reset_parameters): every parameter U(-1/sqrt(H),
- * 1/sqrt(H)) in registration order (PyTorch's), H from weight_hh_l0
- * [G H, H]. */
+/* nn.RNN, nn.GRU, nn.LSTM and their cells (reset_parameters): every
+ * parameter U(-1/sqrt(H), 1/sqrt(H)) in registration order (PyTorch's), H
+ * from weight_hh_l0 (a cell's weight_hh) [G H, H]. */
 static bool reset_rnn(cg_module *m, const init_src *src)
 {
-    const cg_tensor *whh = param(m, "weight_hh_l0");
+    const cg_tensor *whh =
+        param(m, "weight_hh_l0") ? param(m, "weight_hh_l0") : param(m, "weight_hh");
     if (!whh || whh->ndim != 2 || whh->shape[1] < 1)
         return true; /* not one of ours: left as it is */
     const double bound = 1.0 / sqrt((double)whh->shape[1]);
@@ -345,7 +357,7 @@ static bool reset_tree(cg_module *m, const init_src *src)
     bool ok = true;
     if (!strcmp(t, "Linear"))
         ok = reset_linear(m, src);
-    else if (!strcmp(t, "GRU") || !strcmp(t, "LSTM"))
+    else if (is_recurrent(t))
         ok = reset_rnn(m, src);
     else if (!strcmp(t, "Embedding") && param(m, "weight"))
         ok = init_normal(param(m, "weight"), src, 1.0f);

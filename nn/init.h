@@ -57,8 +57,9 @@ cg_rng *cg_init_skip(void);
  *                    1/sqrt(in)) (nn.Linear.reset_parameters);
  *   Embedding        weight N(0, 1);
  *   LayerNorm        weight 1, bias 0; RMSNorm weight 1;
- *   GRU, LSTM        every parameter U(-1/sqrt(H), 1/sqrt(H)), in
- *                    registration order (nn.GRU's, nn.LSTM's: nn/rnn.h);
+ *   RNN, GRU, LSTM   every parameter U(-1/sqrt(H), 1/sqrt(H)), in
+ *   and their cells  registration order (nn.GRU's, nn.GRUCell's, ...:
+ *                    nn/rnn.h);
  *   MultiHeadAttention  as nn.MultiheadAttention: o_proj as a Linear
  *                    (out_proj is built first), then q, k and v weights
  *                    as one xavier_uniform_ of the packed in_proj_weight
@@ -91,7 +92,7 @@ bool cg_module_init_params(cg_module *m, cg_rng *rng, float std);
  * cg_mt19937): the weights a PyTorch script gets from torch.manual_seed(seed),
  * then building a model of the same structure (whose nn.Linear and
  * nn.Embedding constructors draw their default initialisation first) and
- * running models.py init_params on it; a GRU or LSTM keeps what its
+ * running models.py init_params on it; a recurrent module keeps what its
  * constructor drew (init_params leaves it), as there. This is the
  * zoo models' initialisation, so a --seed means what it means to the
  * reference scripts. Parameters must be contiguous. */

@@ -2,7 +2,7 @@
  *   nn/module.h       module base, parameter registry, save/load
  *   nn/layers.h       Linear, Embedding, LayerNorm/RMSNorm, Dropout,
  *                     sinusoidal positions, FeedForward
- *   nn/rnn.h          recurrent modules: GRU, LSTM (torch.nn's), fused cells
+ *   nn/rnn.h          recurrent modules: RNN, GRU, LSTM and their cells (torch.nn's)
  *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
  *   nn/kv_cache.h     the key/value cache of incremental decoding

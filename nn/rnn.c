@@ -1,6 +1,7 @@
-/* torch.nn.GRU and torch.nn.LSTM (nn/rnn.h): a layer and direction at a
- * time, the input's product for every step at once, then per step the
- * hidden product and the fused cell (autograd/ops_rnn.c). */
+/* torch.nn.RNN, torch.nn.GRU and torch.nn.LSTM (nn/rnn.h): a layer and
+ * direction at a time, the input's product for every step at once, then
+ * per step the hidden product and the cell (cg_rnn_step, which the
+ * one-step modules of nn/rnn_cell.c share). */
 #include "nn/rnn.h"
 
 #include <math.h>
@@ -10,16 +11,74 @@
 
 #include "autograd/ops.h"
 #include "nn/init.h"
+#include "nn/rnn_impl.h"
 
-static const char *kind(const cg_rnn *m) { return m->lstm ? "LSTM" : "GRU"; }
-static int gates(const cg_rnn *m) { return m->lstm ? 4 : 3; }
+const char *cg_rnn_mode_name(cg_rnn_mode mode)
+{
+    return mode == CG_RNN_LSTM ? "LSTM" : mode == CG_RNN_GRU ? "GRU" : "RNN";
+}
+int cg_rnn_mode_gates(cg_rnn_mode mode)
+{
+    return mode == CG_RNN_LSTM ? 4 : mode == CG_RNN_GRU ? 3 : 1;
+}
+
+static const char *kind(const cg_rnn *m) { return cg_rnn_mode_name(m->mode); }
+static bool is_lstm(const cg_rnn *m) { return m->mode == CG_RNN_LSTM; }
+
+bool cg_rnn_add_weights(cg_module *m, const char *suffix, int64_t G, int64_t in, int64_t H,
+                        bool bias, cg_rng *rng, cg_tensor **fields)
+{
+    static const char *const names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    const float k = (float)(1.0 / sqrt((double)H));
+    for (int i = 0; i < (bias ? 4 : 2); i++) {
+        char name[48];
+        snprintf(name, sizeof name, "%s%s", names[i], suffix);
+        cg_tensor *t = i == 0   ? cg_zeros(CG_SHAPE(G, in))
+                       : i == 1 ? cg_zeros(CG_SHAPE(G, H))
+                                : cg_zeros(CG_SHAPE(G));
+        bool ok = cg_module_add_param_at(m, name, t, &fields[i]) &&
+                  cg_init_uniform_(fields[i], rng, -k, k);
+        cg_release(t); /* the module holds its own reference */
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+cg_tensor *cg_rnn_step(cg_rnn_mode mode, cg_tensor *gi, cg_tensor *h, cg_tensor *c, cg_tensor *w_hh,
+                       cg_tensor *b_hh, cg_tensor **c_next)
+{
+    cg_tensor *next = NULL;
+    if (mode == CG_RNN_GRU) {
+        cg_tensor *gh = cg_affine(h, w_hh, b_hh);
+        next = cg_gru_cell(gi, gh, h);
+        cg_release(gh);
+        return next;
+    }
+    /* gi + h W_hh^T + b_hh as the product writes it, then the cell */
+    cg_tensor *a = cg_affine_residual(h, w_hh, b_hh, gi, 0.0f, NULL, false);
+    if (mode == CG_RNN_LSTM) {
+        const int64_t H = w_hh->shape[1];
+        cg_tensor *hc = cg_lstm_cell(a, c);
+        next = cg_narrow(hc, -1, 0, H), *c_next = cg_narrow(hc, -1, H, H);
+        cg_release(hc);
+    } else {
+        next = mode == CG_RNN_RELU ? cg_relu(a) : cg_tanh(a);
+    }
+    cg_release(a);
+    return next;
+}
 
 static void rnn_destroy(cg_module *b) { free(((cg_rnn *)b)->w); }
 
-static bool config_ok(const char *op, const cg_rnn_config *c)
+static bool config_ok(const char *op, const cg_rnn_config *c, cg_rnn_mode mode)
 {
     if (!c)
         return cg_set_error("%s: config is NULL", op), false;
+    if (c->relu && mode >= CG_RNN_GRU) {
+        cg_set_error("%s: relu is nn.RNN's nonlinearity, not an option of the %s", op, op);
+        return false;
+    }
     if (c->input_size < 1 || c->hidden_size < 1 || c->num_layers < 1) {
         const char *what = c->input_size < 1    ? "input_size"
                            : c->hidden_size < 1 ? "hidden_size"
@@ -41,32 +100,20 @@ static bool config_ok(const char *op, const cg_rnn_config *c)
  * each drawn U(-1/sqrt(H), 1/sqrt(H)) from rng */
 static bool add_layer(cg_rnn *m, int l, int d, cg_rng *rng)
 {
-    static const char *const names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
-    const int64_t H = m->hidden_size, G = gates(m) * H;
+    const int64_t H = m->hidden_size, G = cg_rnn_mode_gates(m->mode) * H;
     const int64_t in = l ? m->directions * H : m->input_size;
-    const float k = (float)(1.0 / sqrt((double)H));
-    for (int i = 0; i < 4; i++) {
-        if (i >= 2 && !m->bias)
-            break;
-        char name[48];
-        snprintf(name, sizeof name, "%s_l%d%s", names[i], l, d ? "_reverse" : "");
-        cg_tensor *t = i == 0   ? cg_zeros(CG_SHAPE(G, in))
-                       : i == 1 ? cg_zeros(CG_SHAPE(G, H))
-                                : cg_zeros(CG_SHAPE(G));
-        cg_tensor **field = &m->w[4 * (l * m->directions + d) + i];
-        bool ok = cg_module_add_param_at(&m->base, name, t, field) &&
-                  cg_init_uniform_(*field, rng, -k, k);
-        cg_release(t); /* the module holds its own reference */
-        if (!ok)
-            return false;
-    }
-    return true;
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "_l%d%s", l, d ? "_reverse" : "");
+    return cg_rnn_add_weights(&m->base, suffix, G, in, H, m->bias, rng,
+                              &m->w[4 * (l * m->directions + d)]);
 }
 
-static cg_rnn *rnn_new(const cg_rnn_config *cfg, cg_rng *rng, bool lstm)
+static cg_rnn *rnn_new(const cg_rnn_config *cfg, cg_rng *rng, cg_rnn_mode mode)
 {
-    const char *op = lstm ? "LSTM" : "GRU";
-    if (!config_ok(op, cfg))
+    if (cfg && cfg->relu && mode == CG_RNN_TANH)
+        mode = CG_RNN_RELU;
+    const char *op = cg_rnn_mode_name(mode);
+    if (!config_ok(op, cfg, mode))
         return NULL;
     cg_rng local = cg_rng_new(0);
     if (!rng)
@@ -74,7 +121,7 @@ static cg_rnn *rnn_new(const cg_rnn_config *cfg, cg_rng *rng, bool lstm)
     cg_rnn *m = (cg_rnn *)cg_module_alloc(sizeof *m, op, rnn_destroy);
     if (!m)
         return NULL;
-    m->lstm = lstm;
+    m->mode = mode;
     m->input_size = cfg->input_size;
     m->hidden_size = cfg->hidden_size;
     m->num_layers = cfg->num_layers;
@@ -98,8 +145,12 @@ static cg_rnn *rnn_new(const cg_rnn_config *cfg, cg_rng *rng, bool lstm)
     return m;
 }
 
-cg_gru *cg_gru_new(const cg_rnn_config *cfg, cg_rng *rng) { return rnn_new(cfg, rng, false); }
-cg_lstm *cg_lstm_new(const cg_rnn_config *cfg, cg_rng *rng) { return rnn_new(cfg, rng, true); }
+cg_rnn *cg_rnn_new(const cg_rnn_config *cfg, cg_rng *rng) { return rnn_new(cfg, rng, CG_RNN_TANH); }
+cg_gru *cg_gru_new(const cg_rnn_config *cfg, cg_rng *rng) { return rnn_new(cfg, rng, CG_RNN_GRU); }
+cg_lstm *cg_lstm_new(const cg_rnn_config *cfg, cg_rng *rng)
+{
+    return rnn_new(cfg, rng, CG_RNN_LSTM);
+}
 
 /* ------------------------------------------------------------ forward */
 /* A batch of sequences of different lengths as
@@ -185,15 +236,15 @@ static cg_tensor *run_direction(rnn_run *r, int l, int d, cg_tensor *in, int sd)
     cg_tensor **w = &m->w[4 * slot];
     cg_tensor *gi = cg_affine(in, w[0], w[2]); /* [T, B, G H]: every step's input part */
     cg_tensor *h0 = r->h0 ? cg_select(r->h0, 0, slot) : cg_zeros(CG_SHAPE(r->B, H));
-    cg_tensor *c0 = !m->lstm ? NULL
-                    : r->c0  ? cg_select(r->c0, 0, slot)
-                             : cg_zeros(CG_SHAPE(r->B, H));
+    cg_tensor *c0 = !is_lstm(m) ? NULL
+                    : r->c0     ? cg_select(r->c0, 0, slot)
+                                : cg_zeros(CG_SHAPE(r->B, H));
     /* the reverse direction starts with the longest sequences alone */
     const int64_t n0 = p && d ? p->bs[T - 1] : r->B;
     cg_tensor *h = n0 < r->B && h0 ? cg_narrow(h0, 0, 0, n0) : cg_retain(h0);
     cg_tensor *c = n0 < r->B && c0 ? cg_narrow(c0, 0, 0, n0) : cg_retain(c0);
     int nh = 0, nc = 0;
-    bool ok = gi && h && (!m->lstm || c);
+    bool ok = gi && h && (!is_lstm(m) || c);
     for (int64_t s = 0; ok && s < T; s++) {
         const int64_t t = d ? T - 1 - s : s;
         if (p && !(fit_state(&h, h0, p->bs[t], r->done, &nh) &&
@@ -202,22 +253,15 @@ static cg_tensor *run_direction(rnn_run *r, int l, int d, cg_tensor *in, int sd)
             break;
         }
         cg_tensor *git = p ? cg_narrow(gi, 0, p->off[t], p->bs[t]) : cg_select(gi, 0, t);
-        cg_tensor *next = NULL;
-        if (!m->lstm) {
-            cg_tensor *gh = cg_affine(h, w[1], w[3]);
-            next = cg_gru_cell(git, gh, h);
-            cg_release(gh);
-        } else { /* gi_t + h W_hh^T + b_hh as the product writes it, then the cell */
-            cg_tensor *a = cg_affine_residual(h, w[1], w[3], git, 0.0f, NULL, false);
-            cg_tensor *hc = cg_lstm_cell(a, c);
-            cg_release_all(2, a, c);
-            next = cg_narrow(hc, -1, 0, H), c = cg_narrow(hc, -1, H, H);
-            cg_release(hc);
+        cg_tensor *c1 = NULL, *next = cg_rnn_step(m->mode, git, h, c, w[1], w[3], &c1);
+        if (c) {
+            cg_release(c);
+            c = c1;
         }
         cg_release_all(2, git, h);
         h = next;
         r->hs[t] = cg_retain(h);
-        ok = h && (!m->lstm || c);
+        ok = h && (!is_lstm(m) || c);
     }
     cg_tensor *out = !ok ? NULL : p ? cg_concat(r->hs, (int)T, 0) : cg_stack(r->hs, (int)T, sd);
     for (int64_t t = 0; t < T; t++) {
@@ -227,7 +271,7 @@ static cg_tensor *run_direction(rnn_run *r, int l, int d, cg_tensor *in, int sd)
     cg_release_all(3, gi, h0, c0);
     r->hn[slot] = last_states(h, r->done, nh);
     r->cn[slot] = last_states(c, r->done + r->B, nc);
-    if (!r->hn[slot] || (m->lstm && !r->cn[slot])) {
+    if (!r->hn[slot] || (is_lstm(m) && !r->cn[slot])) {
         cg_release(out);
         return NULL;
     }
@@ -309,18 +353,18 @@ static bool input_ok(const cg_rnn *m, const cg_tensor *x)
     return true;
 }
 
-static bool args_ok(const cg_rnn *m, const char *op, bool lstm, const cg_tensor *x,
+static bool args_ok(const cg_rnn *m, const char *op, cg_rnn_mode want, const cg_tensor *x,
                     const cg_tensor *h0, const cg_tensor *c0)
 {
     if (!m || !x)
-        return cg_error_null_input(op), false; /* a NULL x: an earlier error */
-    if (m->lstm != lstm) {
-        cg_set_error("%s: the module is a%s %s", op, m->lstm ? "n" : "", kind(m));
+        return cg_error_null_input(op), false;                 /* a NULL x: an earlier error */
+    if (cg_rnn_mode_name(m->mode) != cg_rnn_mode_name(want)) { /* the RNN's two modes are one */
+        cg_set_error("%s: the module is a%s %s", op, m->mode == CG_RNN_GRU ? "" : "n", kind(m));
         return false;
     }
     if (!input_ok(m, x))
         return false;
-    if (lstm && (!h0) != (!c0)) {
+    if (want == CG_RNN_LSTM && (!h0) != (!c0)) {
         cg_set_error("LSTM: h0 and c0 are both given or both NULL (got %s NULL)", h0 ? "c0" : "h0");
         return false;
     }
@@ -459,7 +503,7 @@ static cg_tensor *inputs(rnn_run *r, cg_tensor *x, cg_tensor *h0, cg_tensor *c0,
     return unb ? cg_unsqueeze(x, 1) : r->m->batch_first ? cg_transpose(x, 0, 1) : cg_retain(x);
 }
 
-static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x,
+static cg_tensor *rnn_forward(cg_rnn *m, const char *op, cg_rnn_mode want, cg_tensor *x,
                               const cg_tensor *lengths, cg_tensor *h0, cg_tensor *c0,
                               cg_tensor **h_n, cg_tensor **c_n)
 {
@@ -467,7 +511,7 @@ static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x
         *h_n = NULL;
     if (c_n)
         *c_n = NULL;
-    if (!args_ok(m, op, lstm, x, h0, c0))
+    if (!args_ok(m, op, want, x, h0, c0))
         return NULL;
     const bool unb = x->ndim == 2;
     if (lengths && unb) {
@@ -504,7 +548,7 @@ static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x
     if (r.hn)
         ok = give_states(r.hn, LD, unb, unorder, ok ? h_n : NULL) && ok;
     if (r.cn)
-        ok = give_states(r.cn, LD, unb, unorder, ok && m->lstm ? c_n : NULL) && ok;
+        ok = give_states(r.cn, LD, unb, unorder, ok && is_lstm(m) ? c_n : NULL) && ok;
     cg_release_all(3, xt, r.h0, r.c0);
     free(r.hn), free(r.cn), free(r.hs), free(r.done);
     if (lengths)
@@ -518,25 +562,36 @@ static cg_tensor *rnn_forward(cg_rnn *m, const char *op, bool lstm, cg_tensor *x
     return out;
 }
 
+cg_tensor *cg_rnn_forward(cg_rnn *m, cg_tensor *x, cg_tensor *h0, cg_tensor **h_n)
+{
+    return rnn_forward(m, "cg_rnn_forward", CG_RNN_TANH, x, NULL, h0, NULL, h_n, NULL);
+}
+
 cg_tensor *cg_gru_forward(cg_gru *m, cg_tensor *x, cg_tensor *h0, cg_tensor **h_n)
 {
-    return rnn_forward(m, "cg_gru_forward", false, x, NULL, h0, NULL, h_n, NULL);
+    return rnn_forward(m, "cg_gru_forward", CG_RNN_GRU, x, NULL, h0, NULL, h_n, NULL);
 }
 
 cg_tensor *cg_lstm_forward(cg_lstm *m, cg_tensor *x, cg_tensor *h0, cg_tensor *c0, cg_tensor **h_n,
                            cg_tensor **c_n)
 {
-    return rnn_forward(m, "cg_lstm_forward", true, x, NULL, h0, c0, h_n, c_n);
+    return rnn_forward(m, "cg_lstm_forward", CG_RNN_LSTM, x, NULL, h0, c0, h_n, c_n);
+}
+
+cg_tensor *cg_rnn_forward_lengths(cg_rnn *m, cg_tensor *x, const cg_tensor *lengths, cg_tensor *h0,
+                                  cg_tensor **h_n)
+{
+    return rnn_forward(m, "cg_rnn_forward_lengths", CG_RNN_TANH, x, lengths, h0, NULL, h_n, NULL);
 }
 
 cg_tensor *cg_gru_forward_lengths(cg_gru *m, cg_tensor *x, const cg_tensor *lengths, cg_tensor *h0,
                                   cg_tensor **h_n)
 {
-    return rnn_forward(m, "cg_gru_forward_lengths", false, x, lengths, h0, NULL, h_n, NULL);
+    return rnn_forward(m, "cg_gru_forward_lengths", CG_RNN_GRU, x, lengths, h0, NULL, h_n, NULL);
 }
 
 cg_tensor *cg_lstm_forward_lengths(cg_lstm *m, cg_tensor *x, const cg_tensor *lengths,
                                    cg_tensor *h0, cg_tensor *c0, cg_tensor **h_n, cg_tensor **c_n)
 {
-    return rnn_forward(m, "cg_lstm_forward_lengths", true, x, lengths, h0, c0, h_n, c_n);
+    return rnn_forward(m, "cg_lstm_forward_lengths", CG_RNN_LSTM, x, lengths, h0, c0, h_n, c_n);
 }

@@ -411,12 +411,13 @@ END_TEST
 static bool padded_run(cg_rnn *m, cg_tensor *x, const cg_tensor *len)
 {
     cg_tensor *hn = NULL, *cn = NULL;
-    cg_tensor *y = m->lstm ? cg_lstm_forward_lengths(m, x, len, NULL, NULL, &hn, &cn)
-                           : cg_gru_forward_lengths(m, x, len, NULL, &hn);
+    cg_tensor *y = m->mode == CG_RNN_LSTM ? cg_lstm_forward_lengths(m, x, len, NULL, NULL, &hn, &cn)
+                                          : cg_gru_forward_lengths(m, x, len, NULL, &hn);
     cg_tensor *l = y ? cg_sum_all(y) : NULL;
     const bool ok = l && cg_backward(l, NULL, false);
     ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
-    ck_assert_msg(!y == !hn && (!m->lstm || !y == !cn), "a result without its states");
+    ck_assert_msg(!y == !hn && (m->mode != CG_RNN_LSTM || !y == !cn),
+                  "a result without its states");
     cg_release_all(4, y, hn, cn, l);
     cg_zero_grad(x);
     for (int i = 0; i < m->base.n_params; i++)

@@ -1,5 +1,6 @@
-/* Check suite "rnn": the recurrent modules (nn/rnn.h: cg_gru, cg_lstm) and
- * their fused cells (cg_gru_cell, cg_lstm_cell; core/rnn_cell.c).
+/* Check suite "rnn": the recurrent modules (nn/rnn.h: cg_rnn, cg_gru,
+ * cg_lstm), their one-step modules (cg_rnn_cell_new, ...) and the fused
+ * cells (cg_gru_cell, cg_lstm_cell; core/rnn_cell.c).
  *
  * The cells' forward has the bits of the same cell made of ops (add,
  * sigmoid, tanh, mul), and their gradients those ops' within rounding;
@@ -10,7 +11,8 @@
  * names and shapes; bad inputs refused with one line naming the shapes.
  * With lengths (cg_gru_forward_lengths, PyTorch's packed sequences):
  * gradchecks, each sequence as if run alone, NaN in the padding never
- * read, the bits at 1 and 2 threads, bad lengths refused.
+ * read, the bits at 1 and 2 threads, bad lengths refused. nn.RNN (tanh,
+ * relu) and the cell modules: gradchecks, names, bad inputs.
  * The PyTorch reference is tests/interop/rnn.py (torch_rnn). */
 #include <check.h>
 #include <math.h>
@@ -162,13 +164,16 @@ static cg_tensor *module_fn(void *vctx, cg_tensor *const *in)
     const mod_ctx *c = vctx;
     cg_scope *s = cg_scope_begin();
     cg_tensor *hn = NULL, *cn = NULL, *y;
-    cg_tensor *h0 = c->h0 ? in[1] : NULL, *c0 = c->h0 && c->m->lstm ? in[2] : NULL;
-    if (c->len)
-        y = c->m->lstm ? cg_lstm_forward_lengths(c->m, in[0], c->len, h0, c0, &hn, &cn)
-                       : cg_gru_forward_lengths(c->m, in[0], c->len, h0, &hn);
+    cg_tensor *h0 = c->h0 ? in[1] : NULL, *c0 = c->h0 && c->m->mode == CG_RNN_LSTM ? in[2] : NULL;
+    if (c->m->mode == CG_RNN_LSTM)
+        y = c->len ? cg_lstm_forward_lengths(c->m, in[0], c->len, h0, c0, &hn, &cn)
+                   : cg_lstm_forward(c->m, in[0], h0, c0, &hn, &cn);
+    else if (c->m->mode == CG_RNN_GRU)
+        y = c->len ? cg_gru_forward_lengths(c->m, in[0], c->len, h0, &hn)
+                   : cg_gru_forward(c->m, in[0], h0, &hn);
     else
-        y = c->m->lstm ? cg_lstm_forward(c->m, in[0], h0, c0, &hn, &cn)
-                       : cg_gru_forward(c->m, in[0], h0, &hn);
+        y = c->len ? cg_rnn_forward_lengths(c->m, in[0], c->len, h0, &hn)
+                   : cg_rnn_forward(c->m, in[0], h0, &hn);
     cg_tensor *parts[3] = {cg_reshape(y, CG_SHAPE(-1)), cg_reshape(hn, CG_SHAPE(-1)),
                            cn ? cg_reshape(cn, CG_SHAPE(-1)) : NULL};
     cg_tensor *out = y && hn ? cg_keep(cg_concat(parts, cn ? 3 : 2, 0)) : NULL;
@@ -179,11 +184,31 @@ static cg_tensor *module_fn(void *vctx, cg_tensor *const *in)
 /* gradcheck of a module of cfg over x (and the states when h0), its
  * parameters among the inputs; with len, over a padded batch of len's
  * lengths (4 steps) */
-static void module_gradcheck_len(const cg_rnn_config *cfg, bool lstm, bool h0, bool unbatched,
-                                 const cg_tensor *len)
+/* relu's kink: a pre-activation within a step of 0 gives the numeric
+ * gradient half the slope; smaller steps keep the few near 0 (one at
+ * -0.0016 in test_cell_modules_gradcheck) on their side, the projections'
+ * too (autograd/gradcheck.h: proj_eps 1e-3 for relu) */
+static cg_gradcheck_opts relu_opts(void)
+{
+    cg_gradcheck_opts o = cg_gradcheck_defaults();
+    o.eps = 1e-4;
+    o.proj_eps = 1e-3;
+    return o;
+}
+
+static cg_rnn *module_new(const cg_rnn_config *cfg, cg_rnn_mode mode, cg_rng *r)
+{
+    return mode == CG_RNN_LSTM  ? cg_lstm_new(cfg, r)
+           : mode == CG_RNN_GRU ? cg_gru_new(cfg, r)
+                                : cg_rnn_new(cfg, r);
+}
+
+static void module_gradcheck_len(const cg_rnn_config *cfg, cg_rnn_mode mode, bool h0,
+                                 bool unbatched, const cg_tensor *len)
 {
     cg_rng r = cg_rng_new(7);
-    cg_rnn *m = lstm ? cg_lstm_new(cfg, &r) : cg_gru_new(cfg, &r);
+    cg_rnn *m = module_new(cfg, mode, &r);
+    const bool lstm = mode == CG_RNN_LSTM;
     ck_assert_msg(m, "%s", cg_last_error());
     const int64_t T = len ? 4 : 3, B = len ? len->shape[0] : 2, D = cfg->bidirectional ? 2 : 1;
     const int64_t LD = cfg->num_layers * D;
@@ -203,8 +228,9 @@ static void module_gradcheck_len(const cg_rnn_config *cfg, bool lstm, bool h0, b
         in[n++] = cg_retain(m->base.params[i].tensor);
     mod_ctx c = {m, h0, len};
     cg_gradcheck_report rep;
-    ck_assert_msg(cg_gradcheck(module_fn, &c, n, in, NULL, &rep),
-                  "%s layers %d bf %d bi %d h0 %d len %d: %s", lstm ? "LSTM" : "GRU",
+    const cg_gradcheck_opts o = relu_opts();
+    ck_assert_msg(cg_gradcheck(module_fn, &c, n, in, cfg->relu ? &o : NULL, &rep),
+                  "%s %d layers %d bf %d bi %d h0 %d len %d: %s", m->base.type, cfg->relu,
                   cfg->num_layers, cfg->batch_first, cfg->bidirectional, h0, len != NULL,
                   rep.message);
     for (int i = 0; i < n; i++)
@@ -212,29 +238,101 @@ static void module_gradcheck_len(const cg_rnn_config *cfg, bool lstm, bool h0, b
     cg_module_free(CG_MODULE(m));
 }
 
-static void module_gradcheck(const cg_rnn_config *cfg, bool lstm, bool h0, bool unbatched)
+static void module_gradcheck(const cg_rnn_config *cfg, cg_rnn_mode mode, bool h0, bool unbatched)
 {
-    module_gradcheck_len(cfg, lstm, h0, unbatched, NULL);
+    module_gradcheck_len(cfg, mode, h0, unbatched, NULL);
 }
 
 START_TEST(test_modules_gradcheck)
 {
-    for (int lstm = 0; lstm < 2; lstm++)
+    for (int mode = CG_RNN_GRU; mode <= CG_RNN_LSTM; mode++)
         for (int v = 0; v < 8; v++) {
             cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
             cfg.num_layers = 2;
             cfg.batch_first = v & 1;
             cfg.bidirectional = (v >> 2) & 1;
             cfg.bias = v != 6;
-            module_gradcheck(&cfg, lstm, (v >> 1) & 1, false);
+            module_gradcheck(&cfg, (cg_rnn_mode)mode, (v >> 1) & 1, false);
         }
     cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
     cfg.bidirectional = true;
-    module_gradcheck(&cfg, false, true, true);
-    module_gradcheck(&cfg, true, false, true);
+    module_gradcheck(&cfg, CG_RNN_GRU, true, true);
+    module_gradcheck(&cfg, CG_RNN_LSTM, false, true);
     cfg.batch_first = true; /* which an unbatched x ignores, as in PyTorch */
-    module_gradcheck(&cfg, false, false, true);
-    module_gradcheck(&cfg, true, true, true);
+    module_gradcheck(&cfg, CG_RNN_GRU, false, true);
+    module_gradcheck(&cfg, CG_RNN_LSTM, true, true);
+}
+END_TEST
+
+/* nn.RNN, tanh and relu: every layout, with and without lengths */
+START_TEST(test_elman_gradcheck)
+{
+    cg_tensor *len = cg_from_i64(CG_SHAPE(3), (const int64_t[]){2, 4, 1});
+    for (int v = 0; v < 8; v++) {
+        cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+        cfg.num_layers = 2;
+        cfg.relu = v & 1;
+        cfg.batch_first = (v >> 1) & 1;
+        cfg.bidirectional = (v >> 2) & 1;
+        cfg.bias = v != 5;
+        module_gradcheck_len(&cfg, CG_RNN_TANH, v & 2, false, v & 4 ? len : NULL);
+    }
+    cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
+    cfg.relu = true;
+    module_gradcheck(&cfg, CG_RNN_TANH, true, true);
+    cg_release(len);
+}
+END_TEST
+
+/* The one-step modules: h' (and c') of x and the states given */
+typedef struct {
+    cg_rnn_cell *m;
+    bool states;
+} cell_ctx;
+
+static cg_tensor *cell_module_fn(void *vctx, cg_tensor *const *in)
+{
+    const cell_ctx *c = vctx;
+    cg_tensor *h = c->states ? in[1] : NULL, *cc = c->states ? in[2] : NULL, *c1 = NULL, *out;
+    if (c->m->mode == CG_RNN_LSTM) {
+        cg_tensor *h1 = cg_lstm_cell_forward(c->m, in[0], h, cc, &c1);
+        out = h1 && c1 ? cg_concat((cg_tensor *[]){h1, c1}, 2, -1) : NULL;
+        cg_release_all(2, h1, c1);
+        return out;
+    }
+    return c->m->mode == CG_RNN_GRU ? cg_gru_cell_forward(c->m, in[0], h)
+                                    : cg_rnn_cell_forward(c->m, in[0], h);
+}
+
+START_TEST(test_cell_modules_gradcheck)
+{
+    for (int v = 0; v < 16; v++) {
+        const cg_rnn_mode mode = (cg_rnn_mode)(v & 3);
+        const bool states = v & 4, unb = v & 8, bias = v != 13;
+        cg_rng r = cg_rng_new(5);
+        cg_rnn_cell *m = mode == CG_RNN_LSTM ? cg_lstm_cell_new(3, 4, bias, &r)
+                         : mode == CG_RNN_GRU
+                             ? cg_gru_cell_new(3, 4, bias, &r)
+                             : cg_rnn_cell_new(3, 4, bias, mode == CG_RNN_RELU, &r);
+        ck_assert_msg(m, "%s", cg_last_error());
+        cg_tensor *in[8] = {unb ? leaf(&r, CG_SHAPE(3)) : leaf(&r, CG_SHAPE(2, 3))};
+        int n = 1;
+        if (states)
+            for (int k = 0; k < 2; k++)
+                in[n++] = unb ? leaf(&r, CG_SHAPE(4)) : leaf(&r, CG_SHAPE(2, 4));
+        for (int i = 0; i < m->base.n_params; i++)
+            in[n++] = cg_retain(m->base.params[i].tensor);
+        cell_ctx c = {m, states};
+        cg_gradcheck_report rep;
+        const cg_gradcheck_opts o = relu_opts();
+        ck_assert_msg(
+            cg_gradcheck(cell_module_fn, &c, n, in, mode == CG_RNN_RELU ? &o : NULL, &rep),
+            "%s mode %d states %d unbatched %d: %s", m->base.type, (int)mode, states, unb,
+            rep.message);
+        for (int i = 0; i < n; i++)
+            cg_release(in[i]);
+        cg_module_free(CG_MODULE(m));
+    }
 }
 END_TEST
 
@@ -244,13 +342,13 @@ START_TEST(test_lengths_gradcheck)
 {
     cg_tensor *len[2] = {cg_from_i64(CG_SHAPE(3), (const int64_t[]){2, 4, 1}),
                          cg_from_i64(CG_SHAPE(4), (const int64_t[]){3, 1, 3, 2})};
-    for (int lstm = 0; lstm < 2; lstm++)
+    for (int mode = CG_RNN_GRU; mode <= CG_RNN_LSTM; mode++)
         for (int v = 0; v < 8; v++) {
             cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
             cfg.num_layers = 1 + (v & 1);
             cfg.batch_first = (v >> 1) & 1;
             cfg.bidirectional = v != 0 && v != 5;
-            module_gradcheck_len(&cfg, lstm, (v >> 2) & 1, false, len[v & 1]);
+            module_gradcheck_len(&cfg, (cg_rnn_mode)mode, (v >> 2) & 1, false, len[v & 1]);
         }
     cg_release_all(2, len[0], len[1]);
 }
@@ -275,8 +373,8 @@ static void run_padded(cg_rnn *m, cg_tensor *x, cg_tensor *h0, const cg_tensor *
                        cg_tensor **out)
 {
     cg_tensor *hn = NULL, *cn = NULL;
-    cg_tensor *y = m->lstm ? cg_lstm_forward_lengths(m, x, len, h0, h0, &hn, &cn)
-                           : cg_gru_forward_lengths(m, x, len, h0, &hn);
+    cg_tensor *y = m->mode == CG_RNN_LSTM ? cg_lstm_forward_lengths(m, x, len, h0, h0, &hn, &cn)
+                                          : cg_gru_forward_lengths(m, x, len, h0, &hn);
     ck_assert_msg(y, "%s", cg_last_error());
     cg_rng r = cg_rng_new(2);
     cg_tensor *w = cg_randn(&r, y->ndim, y->shape), *p = cg_mul(y, w), *a = cg_sum_all(p);
@@ -353,6 +451,105 @@ START_TEST(test_lengths_each_alone)
         cg_module_free(CG_MODULE(m));
     }
     cg_set_num_threads(saved);
+}
+END_TEST
+
+/* A cell stepped over x gives the bits of the one-layer module of the same
+ * weights, every mode; the RNN's step is act(x W_ih^T + b_ih + h W_hh^T +
+ * b_hh) as ops compute it */
+START_TEST(test_cells_step_as_modules)
+{
+    for (int mode = CG_RNN_TANH; mode <= CG_RNN_LSTM; mode++) {
+        cg_rng r = cg_rng_new(8);
+        cg_rnn_config cfg = CG_RNN_CONFIG(3, 5);
+        cfg.relu = mode == CG_RNN_RELU;
+        cg_rnn *m = module_new(&cfg, (cg_rnn_mode)mode, &r);
+        cg_rnn_cell *c = mode == CG_RNN_LSTM ? cg_lstm_cell_new(3, 5, true, cg_init_skip())
+                         : mode == CG_RNN_GRU
+                             ? cg_gru_cell_new(3, 5, true, cg_init_skip())
+                             : cg_rnn_cell_new(3, 5, true, cfg.relu, cg_init_skip());
+        ck_assert(m && c && c->base.n_params == 4);
+        cg_no_grad_begin();
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(cg_copy_(c->w[i], m->w[i]), "%s", cg_last_error());
+        cg_no_grad_end();
+        cg_tensor *x = cg_randn(&r, CG_SHAPE(4, 2, 3)), *h0 = cg_randn(&r, CG_SHAPE(1, 2, 5));
+        cg_tensor *hn = NULL, *cn = NULL;
+        cg_tensor *y = mode == CG_RNN_LSTM ? cg_lstm_forward(m, x, h0, h0, &hn, &cn)
+                                           : cg_rnn_forward(m, x, h0, &hn);
+        if (mode == CG_RNN_GRU)
+            cg_release(y), cg_release(hn), y = cg_gru_forward(m, x, h0, &hn);
+        ck_assert_msg(y, "%s", cg_last_error());
+        cg_tensor *h = cg_select(h0, 0, 0), *cc = cg_retain(h);
+        for (int64_t t = 0; t < 4; t++) {
+            cg_tensor *xt = cg_select(x, 0, t), *c1 = NULL, *h1;
+            if (mode == CG_RNN_LSTM) {
+                h1 = cg_lstm_cell_forward(c, xt, h, cc, &c1);
+            } else if (mode == CG_RNN_GRU) {
+                h1 = cg_gru_cell_forward(c, xt, h);
+            } else {
+                h1 = cg_rnn_cell_forward(c, xt, h);
+                cg_scope *sc = cg_scope_begin();
+                cg_tensor *a =
+                    cg_add(cg_affine(xt, c->w[0], c->w[2]), cg_affine(h, c->w[1], c->w[3]));
+                cg_tensor *want = mode == CG_RNN_RELU ? cg_relu(a) : cg_tanh(a);
+                float *e = cg_test_values(want);
+                CG_ASSERT_TENSOR(h1, e, 1e-6, 1e-6);
+                free(e);
+                cg_scope_end(sc);
+            }
+            cg_tensor *yt = cg_select(y, 0, t);
+            ck_assert_msg(same_bits(yt, h1), "%s step %lld: not the module's bits", c->base.type,
+                          (long long)t);
+            cg_release_all(4, xt, yt, h, cc);
+            h = h1, cc = c1;
+        }
+        ck_assert(!cn || same_bits(cn, cc));
+        cg_release_all(8, x, h0, hn, cn, y, h, cc, NULL);
+        cg_module_free(CG_MODULE(m));
+        cg_module_free(CG_MODULE(c));
+    }
+}
+END_TEST
+
+/* The one-step modules' names and bad inputs */
+START_TEST(test_cell_modules_refused)
+{
+    CG_ASSERT_REFUSED(cg_gru_cell_new(0, 4, true, NULL) == NULL,
+                      "GRUCell: input_size must be >= 1 (got 0)");
+    CG_ASSERT_REFUSED(cg_rnn_cell_new(3, -2, true, false, NULL) == NULL,
+                      "RNNCell: hidden_size must be >= 1 (got -2)");
+    cg_rnn_cell *g = cg_gru_cell_new(3, 4, true, NULL), *l = cg_lstm_cell_new(3, 4, false, NULL);
+    ck_assert(g && l && g->base.n_params == 4 && l->base.n_params == 2);
+    static const char *names[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    for (int i = 0; i < 4; i++)
+        ck_assert_str_eq(g->base.params[i].name, names[i]);
+    ck_assert_int_eq(g->w[0]->shape[0], 12);
+    ck_assert_int_eq(l->w[1]->shape[0], 16);
+    ck_assert_ptr_null(l->w[2]);
+    cg_rng r = cg_rng_new(1);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 3)), *x4 = cg_randn(&r, CG_SHAPE(2, 4));
+    cg_tensor *h = cg_zeros(CG_SHAPE(2, 4)), *h3 = cg_zeros(CG_SHAPE(3, 4));
+    cg_tensor *hu = cg_zeros(CG_SHAPE(4)), *c1 = NULL;
+    CG_ASSERT_REFUSED(cg_gru_cell_forward(g, x4, NULL) == NULL,
+                      "GRUCell: input [2, 4], expected [batch, 3] or [3] unbatched");
+    CG_ASSERT_REFUSED(cg_gru_cell_forward(g, x, h3) == NULL,
+                      "GRUCell: h is [3, 4], expected [2, 4] (batch, hidden_size)");
+    CG_ASSERT_REFUSED(cg_gru_cell_forward(g, x, hu) == NULL, "GRUCell: h is [4], expected [2, 4]");
+    CG_ASSERT_REFUSED(cg_lstm_cell_forward(l, x, h, NULL, &c1) == NULL && !c1,
+                      "cg_lstm_cell_forward: h and c are both given or both NULL");
+    CG_ASSERT_REFUSED(cg_lstm_cell_forward(l, x, NULL, NULL, NULL) == NULL,
+                      "cg_lstm_cell_forward: c_out is NULL");
+    CG_ASSERT_REFUSED(cg_lstm_cell_forward(l, x, h, h3, &c1) == NULL,
+                      "LSTMCell: c is [3, 4], expected [2, 4]");
+    CG_ASSERT_REFUSED(cg_rnn_cell_forward(g, x, NULL) == NULL,
+                      "cg_rnn_cell_forward: the module is a GRUCell");
+    CG_ASSERT_REFUSED(cg_gru_cell_forward(l, x, NULL) == NULL,
+                      "cg_gru_cell_forward: the module is an LSTMCell");
+    CG_ASSERT_REFUSED(cg_gru_cell_forward(g, NULL, NULL) == NULL, "");
+    cg_release_all(5, x, x4, h, h3, hu);
+    cg_module_free(CG_MODULE(g));
+    cg_module_free(CG_MODULE(l));
 }
 END_TEST
 
@@ -625,8 +822,20 @@ START_TEST(test_modules_bad_inputs)
                       "GRU: argument 'lengths' is float32, expected int64");
     CG_ASSERT_REFUSED(cg_gru_forward_lengths(g, xu, l2, NULL, NULL) == NULL,
                       "GRU: lengths need a batched input (x is [5, 3], unbatched)");
+    /* nn.RNN's nonlinearity, the kinds */
+    cfg = CG_RNN_CONFIG(3, 4);
+    cfg.relu = true;
+    CG_ASSERT_REFUSED(cg_gru_new(&cfg, NULL) == NULL,
+                      "GRU: relu is nn.RNN's nonlinearity, not an option of the GRU");
+    cg_rnn *e = cg_rnn_new(&cfg, NULL);
+    ck_assert(e && e->mode == CG_RNN_RELU && !strcmp(e->base.type, "RNN"));
+    CG_ASSERT_REFUSED(cg_gru_forward(e, x, NULL, NULL) == NULL,
+                      "cg_gru_forward: the module is an RNN");
+    CG_ASSERT_REFUSED(cg_rnn_forward(g, x, NULL, NULL) == NULL,
+                      "cg_rnn_forward: the module is a GRU");
     cg_release_all(16, x, x7, x4, x0, h_bad, h_ok, hu, xu, gi, gi8, h3, h2, gb, l2, l6, l3);
     cg_release(lf);
+    cg_module_free(CG_MODULE(e));
     cg_module_free(CG_MODULE(g));
     cg_module_free(CG_MODULE(l));
 }
@@ -648,6 +857,10 @@ static Suite *rnn_suite(void)
     tcase_add_test(tc, test_modules_graph_nodes);
     tcase_add_test(tc, test_modules_bad_inputs);
     tcase_add_test(tc, test_lengths_gradcheck);
+    tcase_add_test(tc, test_elman_gradcheck);
+    tcase_add_test(tc, test_cell_modules_gradcheck);
+    tcase_add_test(tc, test_cells_step_as_modules);
+    tcase_add_test(tc, test_cell_modules_refused);
     tcase_add_test(tc, test_lengths_each_alone);
     suite_add_tcase(s, tc);
     return s;

@@ -1,4 +1,4 @@
-"""torch.nn.GRU and torch.nn.LSTM cases for tests/interop/check_rnn.c (run
+"""torch.nn.RNN, GRU, LSTM and their cells: cases for tests/interop/check_rnn.c (run
 by tests/interop/run_swiglu.sh):
 
     /usr/bin/python3 rnn.py DIR    (exit 77: no torch)
@@ -26,6 +26,19 @@ module, pad_packed_sequence(total_length=T); "lengths" in the io file):
   gru_len_short 1 layer, seq first, states zeros, [2, 3, 3, 1] (none is T)
   lstm_len      2 layers, bidirectional, seq first, states given, [3, 1, 4, 2]
 
+nn.RNN (tanh and relu):
+
+  rnn_tanh      2 layers, bidirectional, batch_first, h0 given, lengths [3, 4, 1]
+  rnn_relu      2 layers, seq first, no bias, states zeros
+
+and the cells (nn.RNNCell, nn.GRUCell, nn.LSTMCell), stepped over x [T, B,
+IN] from h0 (c0) or zeros: y the stack of every step's h, hn the last h,
+cn the last c:
+
+  rnn_cell      tanh, h0 given          rnn_cell_relu  relu, no bias, zeros
+  gru_cell      h0 given                gru_cell_unb   unbatched x [T, IN], zeros
+  lstm_cell     h0 and c0 given
+
 and DIR/init_params.safetensors, a 2-layer GRU under a linear head as
 torch.manual_seed(7), the constructors and the reference's init_params
 leave them (cg_module_init_params_torch's meaning).
@@ -44,50 +57,82 @@ from make_dtype_files import save  # noqa: E402
 
 IN, H, T, B = 5, 6, 4, 3
 
-CASES = [  # name, lstm, layers, bias, batch_first, bidirectional, states given, lengths
-    ("gru", False, 2, True, True, False, True, None),
-    ("gru_bi", False, 2, False, False, True, False, None),
-    ("lstm", True, 2, True, False, False, True, None),
-    ("lstm_bi", True, 1, True, True, True, False, None),
-    ("gru_len", False, 2, True, True, True, True, [2, 4, 1, 4]),
-    ("gru_len_short", False, 1, True, False, False, False, [2, 3, 3, 1]),
-    ("lstm_len", True, 2, True, False, True, True, [3, 1, 4, 2]),
+CASES = [  # name, kind, layers, bias, batch_first, bidirectional, states given, lengths
+    ("gru", "gru", 2, True, True, False, True, None),
+    ("gru_bi", "gru", 2, False, False, True, False, None),
+    ("lstm", "lstm", 2, True, False, False, True, None),
+    ("lstm_bi", "lstm", 1, True, True, True, False, None),
+    ("gru_len", "gru", 2, True, True, True, True, [2, 4, 1, 4]),
+    ("gru_len_short", "gru", 1, True, False, False, False, [2, 3, 3, 1]),
+    ("lstm_len", "lstm", 2, True, False, True, True, [3, 1, 4, 2]),
+    ("rnn_tanh", "rnn_tanh", 2, True, True, True, True, [3, 4, 1]),
+    ("rnn_relu", "rnn_relu", 2, False, False, False, False, None),
+    ("rnn_cell", "rnn_tanh_cell", 1, True, False, False, True, None),
+    ("rnn_cell_relu", "rnn_relu_cell", 1, False, False, False, False, None),
+    ("gru_cell", "gru_cell", 1, True, False, False, True, None),
+    ("gru_cell_unb", "gru_cell", 1, True, False, False, False, "unbatched"),
+    ("lstm_cell", "lstm_cell", 1, True, False, False, True, None),
 ]
 
 
-def make(lstm, layers, bias, bf, bi):
-    cls = nn.LSTM if lstm else nn.GRU
+def make(kind, layers, bias, bf, bi):
+    if kind.endswith("_cell"):
+        if kind.startswith("rnn"):
+            return nn.RNNCell(IN, H, bias=bias, nonlinearity=kind.split("_")[1])
+        return (nn.LSTMCell if kind == "lstm_cell" else nn.GRUCell)(IN, H, bias=bias)
+    if kind.startswith("rnn"):
+        return nn.RNN(IN, H, num_layers=layers, nonlinearity=kind[4:], bias=bias, batch_first=bf,
+                      bidirectional=bi)
+    cls = nn.LSTM if kind == "lstm" else nn.GRU
     return cls(IN, H, num_layers=layers, bias=bias, batch_first=bf, bidirectional=bi)
+
+
+def run_cell(m, lstm, x, h0, c0):
+    """The cell stepped over x's first dim: every h stacked, the last h and c."""
+    h, c, ys = h0, c0, []
+    for t in range(x.shape[0]):
+        if lstm:
+            h, c = m(x[t], (h, c)) if h is not None else m(x[t])
+        else:
+            h = m(x[t], h)
+        ys.append(h)
+    return torch.stack(ys), h, c
 
 
 def f32(t):
     return t.detach().float().contiguous()
 
 
-def write(out, seed, name, lstm, layers, bias, bf, bi, states, lengths):
+def write(out, seed, name, kind, layers, bias, bf, bi, states, lengths):
+    lstm, cell = kind.startswith("lstm"), kind.endswith("_cell")
+    unbatched = lengths == "unbatched"
+    lengths = None if unbatched else lengths
     torch.manual_seed(7)
     save(f"{out}/init_{name}.safetensors",
-         {k: f32(v) for k, v in make(lstm, layers, bias, bf, bi).state_dict().items()})
+         {k: f32(v) for k, v in make(kind, layers, bias, bf, bi).state_dict().items()})
     g = torch.Generator().manual_seed(seed)
-    m = make(lstm, layers, bias, bf, bi)
+    m = make(kind, layers, bias, bf, bi)
     with torch.no_grad():
         for p in m.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.4)
     m = m.double()
     D = 2 if bi else 1
     nb = len(lengths) if lengths else B
-    x = torch.randn(*((nb, T, IN) if bf else (T, nb, IN)), generator=g, dtype=torch.float64,
-                    requires_grad=True)
+    xs = (T, IN) if unbatched else (nb, T, IN) if bf else (T, nb, IN)
+    x = torch.randn(*xs, generator=g, dtype=torch.float64, requires_grad=True)
     io = {}
     h0 = c0 = None
     if states:
-        h0 = torch.randn(layers * D, nb, H, generator=g, dtype=torch.float64, requires_grad=True)
-        c0 = torch.randn(layers * D, nb, H, generator=g, dtype=torch.float64, requires_grad=True)
+        hs = (nb, H) if cell else (layers * D, nb, H)
+        h0 = torch.randn(*hs, generator=g, dtype=torch.float64, requires_grad=True)
+        c0 = torch.randn(*hs, generator=g, dtype=torch.float64, requires_grad=True)
     src = x
     if lengths:
         src = pack_padded_sequence(x, torch.tensor(lengths), batch_first=bf, enforce_sorted=False)
         io["lengths"] = torch.tensor(lengths, dtype=torch.int64)
-    if lstm:
+    if cell:
+        y, hn, cn = run_cell(m, lstm, x, h0, c0)
+    elif lstm:
         y, (hn, cn) = m(src, (h0, c0)) if states else m(src)
     else:
         y, hn = m(src, h0) if states else m(src)
