@@ -314,6 +314,37 @@ START_TEST(test_scatter_backwards_of_bf16)
 }
 END_TEST
 
+/* cg_stack takes bfloat16 inputs as cg_concat does: all bfloat16, a
+ * bfloat16 result; with a float32 input, promoted to float32. Each
+ * input's gradient is its slice in the input's dtype, an input given
+ * twice the sum of its two. */
+START_TEST(test_stack_of_bf16)
+{
+    cg_scope *sc = cg_scope_begin();                /* everything below dies with it */
+    const float v[6] = {1, -2, 0.5f, 3, 4, -0.25f}; /* bfloat16 holds them */
+    cg_tensor *a = cg_requires_grad(cg_k_to(cg_from_data(CG_SHAPE(2, 3), v), CG_BF16), true);
+    cg_tensor *b = cg_requires_grad(cg_from_data(CG_SHAPE(2, 3), v), true);
+    cg_tensor *s = cg_stack((cg_tensor *[]){a, b, a}, 3, -1); /* [2, 3, 3] */
+    ck_assert_msg(s && s->dtype == CG_F32 && s->ndim == 3, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(s,
+                     ((float[]){1, 1, 1, -2, -2, -2, 0.5f, 0.5f, 0.5f, 3, 3, 3, 4, 4, 4, -0.25f,
+                                -0.25f, -0.25f}),
+                     0, 0);
+    cg_tensor *g = cg_reshape(cg_arange(1, 19, 1), CG_SHAPE(2, 3, 3));
+    ck_assert_msg(cg_backward(s, g, false), "%s", cg_last_error());
+    ck_assert(cg_grad(a)->dtype == CG_BF16 && cg_grad(b)->dtype == CG_F32);
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){1 + 3, 4 + 6, 7 + 9, 10 + 12, 13 + 15, 16 + 18}), 0, 0);
+    CG_ASSERT_TENSOR(cg_grad(b), ((float[]){2, 5, 8, 11, 14, 17}), 0, 0);
+    cg_zero_grad(a);
+    cg_tensor *s16 = cg_stack((cg_tensor *[]){a, a}, 2, 0);
+    ck_assert_msg(s16 && s16->dtype == CG_BF16, "%s", cg_last_error());
+    ck_assert(cg_backward(s16, cg_full_dtype(CG_BF16, s16->ndim, s16->shape, 1), false));
+    ck_assert(cg_grad(a)->dtype == CG_BF16);
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){2, 2, 2, 2, 2, 2}), 0, 0);
+    cg_scope_end(sc);
+}
+END_TEST
+
 static Suite *grad_dtype_suite(void)
 {
     Suite *s = suite_create("grad_dtype");
@@ -326,6 +357,7 @@ static Suite *grad_dtype_suite(void)
     tcase_add_test(tc, test_masked_sdpa_dtypes);
     tcase_add_test(tc, test_norm_refusals_name_the_argument);
     tcase_add_test(tc, test_scatter_backwards_of_bf16);
+    tcase_add_test(tc, test_stack_of_bf16);
     suite_add_tcase(s, tc);
     return s;
 }

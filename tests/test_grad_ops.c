@@ -204,7 +204,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
                                      DOM_ANY}}}, /* test_norms_with_params */
     [CG_OP_RMS_NORM] = {.unary = {{"rms_norm", rmsnorm_now, DOM_ANY}}},
     [CG_OP_DROPOUT] = {.by = "test_dropout"},
-    [CG_OP_CONCAT] = {.by = "test_concat_stack_split"},
+    [CG_OP_CONCAT] = {.by = "test_concat_split"},
     [CG_OP_INDEX_SELECT] = {.by = "test_index_ops"},
     [CG_OP_GATHER] = {.by = "test_index_ops"}, /* and topk: test_ops_misc.c */
     [CG_OP_INDEX_ADD] = {.by = "test_index_ops"},
@@ -952,7 +952,7 @@ static cg_tensor *split_fn(void *ctx, cg_tensor *const *in)
     return out;
 }
 
-START_TEST(test_concat_stack_split)
+START_TEST(test_concat_split)
 {
     cg_rng r = cg_rng_new(13);
     for (int dim = 0; dim < 2; dim++) {
@@ -969,12 +969,6 @@ START_TEST(test_concat_stack_split)
             check(concat_fn, &dim, 3, in, "concat", 0, 0);
             cg_release_all(3, in[0], in[1], in[2]);
         }
-        cg_tensor *in[3] = {input(&r, CG_SHAPE(2, 3), LAYOUT_TRANSPOSED, DOM_ANY),
-                            input(&r, CG_SHAPE(2, 3), LAYOUT_CONTIG, DOM_ANY),
-                            input(&r, CG_SHAPE(2, 3), LAYOUT_BROADCAST, DOM_ANY)};
-        int sdim = dim * 2; /* stack on dims 0 and 2 */
-        check(stack_fn, &sdim, 3, in, "stack", 0, 0);
-        cg_release_all(3, in[0], in[1], in[2]);
     }
     cg_tensor *x = input(&r, CG_SHAPE(2, 6), LAYOUT_TRANSPOSED, DOM_ANY);
     check(split_fn, NULL, 1, &x, "split", 0, 0);
@@ -986,6 +980,43 @@ START_TEST(test_concat_stack_split)
                         input(&r, CG_SHAPE(2, 2), LAYOUT_TRANSPOSED, DOM_ANY)};
     check(concat_fn, &neg, 3, in, "concat dim -1", 0, 0);
     cg_release_all(3, in[0], in[1], in[2]);
+}
+END_TEST
+
+/* torch.stack: gradchecked along every dim of the result, counted from
+ * either end, the inputs of mixed layouts; 0-d inputs stack into a
+ * vector. Each input's gradient is its slice of the output's, exactly,
+ * and an input given twice gets the sum of its two slices. */
+START_TEST(test_stack)
+{
+    cg_rng r = cg_rng_new(14);
+    int dims[] = {0, 1, 2, -1, -2, -3};
+    enum { N = 9 };
+    cg_tensor *xs[N];
+    for (int i = 0; i < N; i++)
+        xs[i] = input(&r, CG_SHAPE(2, 3), i % N_LAYOUTS, DOM_ANY);
+    char what[64];
+    for (int k = 0; k < (int)(sizeof dims / sizeof dims[0]); k++) {
+        cg_tensor *in[3] = {xs[k], xs[k + 1], xs[k + 2]}; /* layouts k, k + 1, k + 2 */
+        snprintf(what, sizeof what, "stack dim %d", dims[k]);
+        check(stack_fn, &dims[k], 3, in, what, 0, 0);
+    }
+    for (int i = 0; i < N; i++)
+        cg_release(xs[i]);
+    cg_tensor *sc[3];
+    for (int i = 0; i < 3; i++)
+        sc[i] = input(&r, 0, (int64_t[]){0}, LAYOUT_CONTIG, DOM_ANY);
+    check(stack_fn, &dims[3], 3, sc, "stack of 0-d tensors", 0, 0);
+    cg_release_all(3, sc[0], sc[1], sc[2]);
+    /* [a, b, a] along dim 1: out [2, 3, 3], out[i, k, j] = in[k][i, j] */
+    cg_tensor *a = input(&r, CG_SHAPE(2, 3), LAYOUT_TRANSPOSED, DOM_ANY);
+    cg_tensor *b = input(&r, CG_SHAPE(2, 3), LAYOUT_STRIDED, DOM_ANY);
+    cg_tensor *y = cg_stack((cg_tensor *[]){a, b, a}, 3, 1);
+    cg_tensor *g = cg_arange(1, 19, 1), *g3 = cg_reshape(g, CG_SHAPE(2, 3, 3));
+    ck_assert_msg(y && g3 && cg_backward(y, g3, false), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(cg_grad(a), ((float[]){1 + 7, 2 + 8, 3 + 9, 10 + 16, 11 + 17, 12 + 18}), 0, 0);
+    CG_ASSERT_TENSOR(cg_grad(b), ((float[]){4, 5, 6, 13, 14, 15}), 0, 0);
+    cg_release_all(5, a, b, y, g, g3);
 }
 END_TEST
 
@@ -1872,7 +1903,8 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_linear_cross_entropy);
     tcase_add_test(tc, test_linear_cross_entropy_exact);
     tcase_add_test(tc, test_dropout);
-    tcase_add_test(tc, test_concat_stack_split);
+    tcase_add_test(tc, test_concat_split);
+    tcase_add_test(tc, test_stack);
     tcase_add_test(tc, test_index_ops);
     tcase_add_test(tc, test_attention_composite);
     tcase_add_test(tc, test_attention_fused);
