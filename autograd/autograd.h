@@ -103,6 +103,7 @@ extern "C" {
     X(RMS_NORM, "rms_norm", 2, CG_IN(0) | CG_IN(1), 0)                        \
     X(DROPOUT, "dropout", 1, 0, 0)      /* saved mask */                      \
     X(CONCAT, "concat", 0, 0, 0)                                              \
+    X(STACK, "stack", 0, 0, 0)                                                \
     X(INDEX_SELECT, "index_select", 1, 0, 0)                                  \
     X(GATHER, "gather", 1, 0, 0)                                              \
     X(INDEX_ADD, "index_add", 2, 0, 0)  /* input, source; saved index */      \

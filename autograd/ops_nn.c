@@ -1,6 +1,6 @@
 /* Differentiable nn building blocks with fused kernels: softmax,
- * log-softmax, cross-entropy, layer/RMS norm, dropout, concat, index
- * select (embeddings), gather, and index_add / scatter_add (their
+ * log-softmax, cross-entropy, layer/RMS norm, dropout, concat and stack,
+ * index select (embeddings), gather, and index_add / scatter_add (their
  * backwards). Forward and backward side by side. */
 #include <stdlib.h>
 #include <string.h>
@@ -478,54 +478,45 @@ cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training)
     return out;
 }
 
-/* ------------------------------------------------------------- concat */
+/* ------------------------------------------------------ concat, stack */
+/* p.i[0]: the dim, counted from 0 in the output. Each input of a concat is
+ * a run of it, each input of a stack one index of it (the inputs lack it):
+ * an input's gradient is its slice of the output's, as a view. */
 static bool concat_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    int dim = (int)n->p.i[0];
+    const int dim = (int)n->p.i[0];
+    const bool stack = n->op == CG_OP_STACK;
     int64_t start = 0;
     for (int i = 0; i < n->n_inputs; i++) {
-        int64_t len = IN(i)->shape[dim];
-        if (NEEDS(i) && !(gin[i] = cg_view_slice(g, dim, start, start + len, 1)))
+        const int64_t len = stack ? 1 : IN(i)->shape[dim];
+        if (NEEDS(i) && !(gin[i] = stack ? cg_view_select(g, dim, start)
+                                         : cg_view_slice(g, dim, start, start + len, 1)))
             return false;
         start += len;
     }
     return true;
 }
-cg_tensor *cg_concat(cg_tensor *const *ts, int n_in, int dim)
+/* out (NULL: the forward failed) recorded as op (CONCAT or STACK) over the n_in tensors ts */
+static cg_tensor *record_concat(cg_tensor *out, cg_op op, cg_tensor *const *ts, int n_in, int dim)
 {
-    cg_tensor *out = cg_k_concat(ts, n_in, dim);
     if (!out)
         return NULL;
-    cg_node *n = cg_record(out, CG_OP_CONCAT, n_in, ts, concat_bw);
+    cg_node *n = cg_record(out, op, n_in, ts, concat_bw);
     if (cg_record_failed(n, n_in, ts)) {
         cg_release(out);
         return NULL;
     }
     if (n)
-        n->p.i[0] = cg_norm_dim("concat", dim, out->ndim);
+        n->p.i[0] = cg_norm_dim(cg_op_name(op), dim, out->ndim);
     return out;
 }
-
+cg_tensor *cg_concat(cg_tensor *const *ts, int n_in, int dim)
+{
+    return record_concat(cg_k_concat(ts, n_in, dim), CG_OP_CONCAT, ts, n_in, dim);
+}
 cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim)
 {
-    const int d = cg_k_stack_dim(ts, n, dim); /* else concat's message, on unsqueezed shapes */
-    if (d < 0)
-        return NULL;
-    cg_tensor **u = calloc((size_t)n, sizeof *u);
-    if (!u) {
-        cg_set_error("stack: out of memory");
-        return NULL;
-    }
-    cg_tensor *out = NULL;
-    bool ok = true;
-    for (int i = 0; i < n && ok; i++)
-        ok = (u[i] = cg_unsqueeze(ts[i], d)) != NULL;
-    if (ok)
-        out = cg_concat(u, n, d);
-    for (int i = 0; i < n; i++)
-        cg_release(u[i]);
-    free(u);
-    return out;
+    return record_concat(cg_k_stack(ts, n, dim), CG_OP_STACK, ts, n, dim);
 }
 
 bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **out)

@@ -636,7 +636,7 @@ bool cg_k_attention_backward(const cg_tensor *q, const cg_tensor *k, const cg_te
 /* ---------------------------------------------------------- shape ops */
 cg_tensor *cg_k_concat(cg_tensor *const *ts, int n, int dim);
 cg_tensor *cg_k_stack(cg_tensor *const *ts, int n, int dim);
-/* A stack's check (cg_k_stack's and the graph's cg_stack): n >= 1
+/* A stack's check (cg_k_stack's, so the graph's cg_stack's): n >= 1
  * tensors, none NULL, all of one shape, below CG_MAX_DIMS dims, dim in
  * range for the result. Returns dim counted from 0, or -1 + error. */
 int cg_k_stack_dim(cg_tensor *const *ts, int n, int dim);

@@ -21,9 +21,9 @@
  * step at a time the hidden product (cg_affine; for the LSTM with the
  * input's part added as the product writes it, cg_affine_residual) and
  * the fused cell (autograd/ops.h cg_gru_cell, cg_lstm_cell; the RNN's
- * tanh or relu): four graph nodes a step for the GRU (the step's view, the
- * product, the cell, and h's view in the output's cg_stack) and the RNN,
- * six for the LSTM (and the views of h and c).
+ * tanh or relu): three graph nodes a step for the GRU and the RNN (the
+ * step's view, the product, the cell; the output's cg_stack is one node),
+ * five for the LSTM (and the views of h and c).
  *
  * Free with cg_module_free(CG_MODULE(m)). */
 #ifndef CG_NN_RNN_H

@@ -205,6 +205,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_RMS_NORM] = {.unary = {{"rms_norm", rmsnorm_now, DOM_ANY}}},
     [CG_OP_DROPOUT] = {.by = "test_dropout"},
     [CG_OP_CONCAT] = {.by = "test_concat_split"},
+    [CG_OP_STACK] = {.by = "test_stack"},
     [CG_OP_INDEX_SELECT] = {.by = "test_index_ops"},
     [CG_OP_GATHER] = {.by = "test_index_ops"}, /* and topk: test_ops_misc.c */
     [CG_OP_INDEX_ADD] = {.by = "test_index_ops"},
@@ -983,10 +984,11 @@ START_TEST(test_concat_split)
 }
 END_TEST
 
-/* torch.stack: gradchecked along every dim of the result, counted from
- * either end, the inputs of mixed layouts; 0-d inputs stack into a
- * vector. Each input's gradient is its slice of the output's, exactly,
- * and an input given twice gets the sum of its two slices. */
+/* torch.stack: one graph node however many inputs (it was an unsqueeze
+ * an input and a concat), gradchecked along every dim of the result,
+ * counted from either end, the inputs of mixed layouts; 0-d inputs stack
+ * into a vector. Each input's gradient is its slice of the output's,
+ * exactly, and an input given twice gets the sum of its two slices. */
 START_TEST(test_stack)
 {
     cg_rng r = cg_rng_new(14);
@@ -997,6 +999,13 @@ START_TEST(test_stack)
         xs[i] = input(&r, CG_SHAPE(2, 3), i % N_LAYOUTS, DOM_ANY);
     char what[64];
     for (int k = 0; k < (int)(sizeof dims / sizeof dims[0]); k++) {
+        for (int n = 1; n <= N; n++) {
+            cg_tensor *y = cg_stack(xs, n, dims[k]);
+            ck_assert_msg(y, "%s", cg_last_error());
+            ck_assert_msg(cg_graph_size(y) == 1, "stack of %d along %d: %lld nodes", n, dims[k],
+                          (long long)cg_graph_size(y));
+            cg_release(y);
+        }
         cg_tensor *in[3] = {xs[k], xs[k + 1], xs[k + 2]}; /* layouts k, k + 1, k + 2 */
         snprintf(what, sizeof what, "stack dim %d", dims[k]);
         check(stack_fn, &dims[k], 3, in, what, 0, 0);
