@@ -693,7 +693,22 @@ START_TEST(test_modules_graph_nodes)
         cg_release(y);
         cg_module_free(CG_MODULE(m));
     }
-    cg_release(x);
+    /* the RNN as the GRU; a padded batch (lengths 10 and 4) the same three
+     * nodes a step and five more: the packing (x's rows viewed, gathered),
+     * the state's rows cut once where the short sequence ends, the
+     * output's unpacking (a scatter and a reshape; the steps' outputs
+     * joined by one concat, as the stack) */
+    cg_rnn *e = cg_rnn_new(&cfg, &r);
+    cg_gru *g = cg_gru_new(&cfg, &r);
+    cg_tensor *len = cg_from_i64(CG_SHAPE(2), (const int64_t[]){10, 4});
+    cg_tensor *y = cg_rnn_forward(e, x, NULL, NULL),
+              *yl = cg_gru_forward_lengths(g, x, len, NULL, NULL);
+    ck_assert_msg(y && yl, "%s", cg_last_error());
+    ck_assert_int_eq(cg_graph_size(y), 3 * 10 + 2);
+    ck_assert_int_eq(cg_graph_size(yl), 3 * 10 + 2 + 5);
+    cg_release_all(4, y, yl, len, x);
+    cg_module_free(CG_MODULE(e));
+    cg_module_free(CG_MODULE(g));
 }
 END_TEST
 
