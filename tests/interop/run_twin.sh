@@ -1,17 +1,21 @@
 #!/bin/sh
-# meson test example_gru_torch: examples/gru.c and its PyTorch twin
-# examples/gru.py start from the same weights (gru.c draws them from
-# PyTorch's generator, in nn.Embedding, nn.GRU, nn.Linear's order) and take
-# the same windows of the text, so the losses of their first STEPS steps
-# (AdamW, gradient clipping) must agree: at most TOL apart, relative.
+# meson tests example_NAME_torch: a C example and its PyTorch twin
+# (examples/NAME.c and NAME.py) start from the same weights (the C side
+# draws them from PyTorch's generator, cg_mt19937, in the order of the
+# twin's constructors) and take the same batches, so the losses of their
+# first STEPS steps (AdamW, gradient clipping) must agree: at most TOL
+# apart, relative. Both get --steps STEPS and ARGS (a path among them
+# absolute: the twin runs in a directory of its own) and print
+# `step N loss X` lines.
 # Exits 77 (skipped) when /usr/bin/python3 has no torch.
-#   run_gru.sh EXAMPLE GRU_PY STEPS TOL
+#   run_twin.sh EXAMPLE TWIN_PY STEPS TOL [ARGS...]
 set -eu
 exe=$1; py=$2; steps=$3; tol=$4
+shift 4
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "no torch in /usr/bin/python3: skipped"; exit 77; }
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
-OMP_NUM_THREADS=1 "$exe" --steps "$steps" >"$dir/c.out" || { echo "FAIL: $exe"; cat "$dir/c.out"; exit 1; }
-(cd "$dir" && OMP_NUM_THREADS=1 /usr/bin/python3 "$py" --steps "$steps" >py.out) ||
+OMP_NUM_THREADS=1 "$exe" --steps "$steps" "$@" >"$dir/c.out" || { echo "FAIL: $exe"; cat "$dir/c.out"; exit 1; }
+(cd "$dir" && OMP_NUM_THREADS=1 /usr/bin/python3 "$py" --steps "$steps" "$@" >py.out) ||
   { echo "FAIL: $py"; exit 1; }
 grep '^step' "$dir/c.out" >"$dir/c.steps"; grep '^step' "$dir/py.out" >"$dir/py.steps"
 paste "$dir/c.steps" "$dir/py.steps" | awk -v n="$steps" -v tol="$tol" '
