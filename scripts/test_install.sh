@@ -165,7 +165,10 @@ for src in "$work/readme_example.c" "$work/own_module.c" "$work/api_kv_cache.c" 
   case $name in zoo_* | ddp) continue ;; esac # below: cgrad-zoo (and a checkpoint), cgrad-dist
   [ "$src" = "$work/$name.c" ] || cp "$src" "$work/$name.c"
   args=()
-  case $name in mlp) args=(--steps 100) ;; esac
+  case $name in
+    mlp) args=(--steps 100) ;;
+    langid) args=(--steps 20 --data "$root/tests/data/en_de_sample.tsv") ;;
+  esac
   # shared
   (cd "$work" && $cc -std=c11 -O2 -Wall -Wextra -Werror -o "$name" "$name.c" \
       $(pkgconf --cflags --libs cgrad))

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """The examples stay short, and the README says how short (issue 22).
 
-Each of examples/gpt.c, finetune_lora.c, classifier.c, bert_classifier.c and
-gru.c has a PyTorch twin (the same name, .py). Both are counted the same way: lines that are not
-blank and not only a comment (C: /* ... */ and // removed; Python: #
-comments and docstrings removed). A lone brace counts, as cloc counts it.
+Each of examples/gpt.c, finetune_lora.c, classifier.c, bert_classifier.c,
+gru.c and langid.c has a PyTorch twin (the same name, .py). Both are
+counted the same way: lines that are not blank and not only a comment
+(C: /* ... */ and // removed; Python: # comments and docstrings removed).
+A lone brace counts, as cloc counts it.
 
 Fails when
   - a C example takes more than 1.5 times the lines of its twin (gru.c: 2
     times: its character table, text walk and sampling loop written out in
     C, where gru.py has sorted(set(text)) and slices; its GRU is cg_gru,
-    one call as nn.GRU is), or
+    one call as nn.GRU is; langid.c: 4 times: it reads its data file and
+    checks each line, parses its flags with their errors, and builds and
+    evaluates its batches row by row, where langid.py has f.read().split(),
+    argparse and slices; its model and training loop take about twice the
+    twin's lines, as gru.c's do), or
   - the README's table row of an example (| `examples/NAME.c` | C | PY ...)
     gives other counts than these (the formatting once grew gpt.c from 95
     to 106 lines while the README still said 95).
@@ -22,9 +27,9 @@ import os
 import re
 import sys
 
-EXAMPLES = ("gpt", "finetune_lora", "classifier", "bert_classifier", "gru")
+EXAMPLES = ("gpt", "finetune_lora", "classifier", "bert_classifier", "gru", "langid")
 LIMIT = 1.5
-LIMITS = {"gru": 2.0}  # C spells out what Python slices (above)
+LIMITS = {"gru": 2.0, "langid": 4.0}  # C spells out what Python slices (above)
 
 
 def c_lines(text):
