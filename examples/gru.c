@@ -72,7 +72,12 @@ static cg_tensor *gru_lm_forward(gru_lm *m, cg_tensor *ids, cg_tensor **h)
 int main(int argc, char **argv)
 {
     cg_omp_short_spin(); /* OpenMP threads wait 50 us, not 6 ms: many small ops a step */
-    long steps = argc == 3 && !strcmp(argv[1], "--steps") ? strtol(argv[2], NULL, 10) : 300;
+    char *end = "";
+    long steps = argc == 1                                  ? 300
+                 : argc == 3 && !strcmp(argv[1], "--steps") ? strtol(argv[2], &end, 10)
+                                                            : 0;
+    if (steps < 1 || *end)
+        return fprintf(stderr, "usage: example_gru [--steps N (N >= 1, default 300)]\n"), 2;
     int64_t n = (int64_t)strlen(text), ids[2048], V = 0;
     char chars[128] = "";
     for (int c = 1; c < 128; c++) /* the sorted set of characters */
