@@ -21,7 +21,7 @@ grep '^step' "$dir/c.out" >"$dir/c.steps"; grep '^step' "$dir/py.out" >"$dir/py.
 paste "$dir/c.steps" "$dir/py.steps" | awk -v n="$steps" -v tol="$tol" '
   { if ($2 != $6) { print "FAIL: step " $2 " against step " $6; bad = 1; exit }
     d = $4 - $8; d = d < 0 ? -d : d; r = d / ($8 < 0 ? -$8 : $8)
-    if (r > worst) { worst = r; at = $2 }
+    if (rows == 0 || r > worst) { worst = r; at = $2 }
     rows++ }
   END { if (bad) exit 1
         if (rows != n) { print "FAIL: " rows " steps compared, expected " n; exit 1 }
