@@ -89,6 +89,7 @@ extern "C" {
     X(MEAN, "mean", 1, 0, 0)                                                  \
     X(VAR, "var", 1, CG_IN(0), 0)                                             \
     X(MAX, "max", 1, 0, 0)              /* saved argmax */                    \
+    X(MIN, "min", 1, 0, 0)              /* saved argmin */                    \
     X(MATMUL, "matmul", 2, 0, 1)                                              \
     X(PERMUTE, "permute", 1, 0, 0)                                            \
     X(SLICE, "slice", 1, 0, 0)                                                \

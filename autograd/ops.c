@@ -426,9 +426,10 @@ cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool
     return out;
 }
 
-static bool max_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+/* max and min: the gradient goes to the element each picked */
+static bool extreme_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    /* saved[0]: argmax indices (int64) with the reduced dim kept */
+    /* saved[0]: the indices (int64) with the reduced dim kept */
     const cg_tensor *idx = n->saved[0];
     if (IN(0)->ndim == 0) /* the max of a scalar is the scalar */
         return (gin[0] = cg_retain((cg_tensor *)g)) != NULL;
@@ -437,19 +438,19 @@ static bool max_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     cg_release(gk);
     return gin[0] != NULL;
 }
-cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+static cg_tensor *extreme(cg_tensor *a, int dim, bool keepdim, bool smallest, cg_tensor **indices)
 {
     cg_tensor *idx = NULL;
-    cg_tensor *out = cg_k_max(a, dim, keepdim, &idx);
+    cg_tensor *out = smallest ? cg_k_min(a, dim, keepdim, &idx) : cg_k_max(a, dim, keepdim, &idx);
     if (!out)
         return NULL;
     cg_node *n;
-    if (!(out = finish1(out, CG_OP_MAX, a, max_bw, &n))) {
+    if (!(out = finish1(out, smallest ? CG_OP_MIN : CG_OP_MAX, a, extreme_bw, &n))) {
         cg_release(idx);
         return NULL;
     }
     if (n) {
-        int d = cg_norm_dim("max", dim, a->ndim);
+        int d = cg_norm_dim(smallest ? "min" : "max", dim, a->ndim);
         n->p.i[0] = d;
         cg_tensor *ik = idx;
         if (!keepdim)
@@ -467,6 +468,14 @@ cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
     else
         cg_release(idx);
     return out;
+}
+cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+{
+    return extreme(a, dim, keepdim, false, indices);
+}
+cg_tensor *cg_min(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+{
+    return extreme(a, dim, keepdim, true, indices);
 }
 
 cg_tensor *cg_sum_all(cg_tensor *a) { return cg_sum(a, 0, NULL, false); }

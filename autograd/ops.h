@@ -68,6 +68,9 @@ cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool
 /* Max along dim; the gradient flows to the (first) maximal element.
  * *indices (optional) receives the argmax as int64, without gradient. */
 cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
+/* torch.min(a, dim, keepdim): cg_max's twin for the minimum (the first
+ * minimal element gets the gradient; NaN counts as the minimum). */
+cg_tensor *cg_min(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
 cg_tensor *cg_sum_all(cg_tensor *a);  /* scalar */
 cg_tensor *cg_mean_all(cg_tensor *a); /* scalar */
 
@@ -253,6 +256,8 @@ cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **i
 /* torch.argmax(a, dim, keepdim): int64 indices (first maximum; NaN counts
  * as the maximum) of a float a of any dtype. Not differentiable. */
 cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim);
+/* torch.argmin(a, dim, keepdim): the first minimum's index, as cg_argmax. */
+cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim);
 /* Mean squared error, mean((a - b)^2); a and b of one shape, either may
  * require grad. */
 cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);

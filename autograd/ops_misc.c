@@ -198,6 +198,10 @@ cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim)
 {
     return cg_k_argmax(a, dim, keepdim);
 }
+cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim)
+{
+    return cg_k_argmin(a, dim, keepdim);
+}
 
 /* ----------------------------------------------------------- losses */
 cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b)

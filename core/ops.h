@@ -227,9 +227,13 @@ cg_tensor *cg_k_mean(const cg_tensor *a, int ndims, const int *dims, bool keepdi
 cg_tensor *cg_k_var(const cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
 /* Max along one dim; *indices (if not NULL) receives the argmax as an
  * int64 tensor of the same shape as the result (first maximum wins; NaN
- * counts as the maximum, as in PyTorch). cg_k_argmax: those indices. */
+ * counts as the maximum, as in PyTorch). cg_k_argmax: those indices.
+ * cg_k_min and cg_k_argmin: the same for the minimum (first minimum wins;
+ * NaN counts as the minimum too, as torch.min). One implementation. */
 cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
 cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim);
+cg_tensor *cg_k_min(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
+cg_tensor *cg_k_argmin(const cg_tensor *a, int dim, bool keepdim);
 /* Full reductions to a scalar (ndim 0). */
 cg_tensor *cg_k_sum_all(const cg_tensor *a);
 cg_tensor *cg_k_max_all(const cg_tensor *a);

@@ -464,35 +464,40 @@ cg_tensor *cg_k_sum_to_shape(const cg_tensor *a, int ndim, const int64_t *shape)
     CG_UPCAST1("sum_to_shape", a, sum_to_shape_f32(a, ndim, shape));
 }
 
-/* ---------------------------------------------------------------- max */
-/* v beats best: larger, or the first NaN (NaN is the maximum, as PyTorch;
- * ties keep the first index). */
-static inline bool max_better(float v, float best) { return v > best || (v != v && best == best); }
-
-/* The max_better maximum of a contiguous row x[0, n) (n >= 1), its index in
- * *at: the largest value and whether there is a NaN, 16 lanes at a time,
- * then the first NaN, or else the first element equal to the largest (-0
- * and 0 are equal, as max_better has them). The scalar loop's compare and
- * select chain took 6% of the translator's greedy evaluation. */
-EW_BODY float row_max_at_body(const float *x, int64_t n, int64_t *at)
+/* ------------------------------------------------------------ max, min */
+/* v beats best: larger (smaller for the min), or the first NaN (NaN is the
+ * maximum and the minimum, as PyTorch; ties keep the first index). */
+static inline bool extreme_better(float v, float best, bool smallest)
 {
-    v16f hi = (v16f){0} - INFINITY;
+    return (smallest ? v < best : v > best) || (v != v && best == best);
+}
+
+/* The extreme_better extreme of a contiguous row x[0, n) (n >= 1), its
+ * index in *at: the largest (smallest) value and whether there is a NaN,
+ * 16 lanes at a time, then the first NaN, or else the first element equal
+ * to the extreme (-0 and 0 are equal, as extreme_better has them). The
+ * scalar loop's compare and select chain took 6% of the translator's
+ * greedy evaluation. */
+EW_BODY float row_extreme_at_body(const float *x, int64_t n, bool smallest, int64_t *at)
+{
+    const float far = smallest ? INFINITY : -INFINITY;
+    v16f hi = (v16f){0} + far;
     v16i nan = {0};
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
         v16f v;
         memcpy(&v, x + j, sizeof v);
-        hi = max16_lanes(hi, v);
+        hi = smallest ? min16_lanes(hi, v) : max16_lanes(hi, v);
         nan |= v != v;
     }
-    float mx = -INFINITY;
+    float mx = far;
     bool any_nan = false;
     for (int l = 0; l < 16; l++) {
-        mx = hi[l] > mx ? hi[l] : mx;
+        mx = (smallest ? hi[l] < mx : hi[l] > mx) ? hi[l] : mx;
         any_nan |= nan[l] != 0;
     }
     for (; j < n; j++) {
-        mx = x[j] > mx ? x[j] : mx;
+        mx = (smallest ? x[j] < mx : x[j] > mx) ? x[j] : mx;
         any_nan |= x[j] != x[j];
     }
     int64_t i = 0;
@@ -505,17 +510,19 @@ EW_BODY float row_max_at_body(const float *x, int64_t n, int64_t *at)
     *at = i;
     return x[i];
 }
-EW_CLONES static float row_max_at(const float *x, int64_t n, int64_t *at)
+EW_CLONES static float row_extreme_at(const float *x, int64_t n, bool smallest, int64_t *at)
 {
-    return row_max_at_body(x, n, at); /* EW_BODY: core/vmath.h */
+    /* EW_BODY: core/vmath.h; each direction compiled apart */
+    return smallest ? row_extreme_at_body(x, n, true, at) : row_extreme_at_body(x, n, false, at);
 }
 
-/* What max_f32's tasks read and write: task t is an output, or a run of
- * up to RED_CHUNK outputs along the kept dim L of stride ks (nch a line),
- * each the max over R elements of stride rs */
+/* What extreme_f32's tasks read and write: task t is an output, or a run
+ * of up to RED_CHUNK outputs along the kept dim L of stride ks (nch a
+ * line), each the max (min when smallest) over R elements of stride rs */
 typedef struct {
     const plan *pl;
     int64_t R, rs, L, ks, nch;
+    bool smallest;
     float *vals;
     int64_t *idx; /* NULL: not wanted */
 } max_job;
@@ -525,6 +532,7 @@ static void max_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
     const max_job *mj = ctx;
     const plan *pl = mj->pl;
     const int64_t R = mj->R, rs = mj->rs, ks = mj->ks, L = mj->L, nch = mj->nch;
+    const bool sm = mj->smallest;
     float *ov = mj->vals;
     int64_t *oi = mj->idx;
     for (int64_t t = t0; t < t1; t++) {
@@ -533,10 +541,10 @@ static void max_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
             float best = p[0];
             int64_t bi = 0;
             if (rs == 1)
-                best = row_max_at(p, R, &bi);
+                best = row_extreme_at(p, R, sm, &bi);
             for (int64_t r = 1; rs != 1 && r < R; r++) {
                 float v = p[r * rs];
-                if (max_better(v, best)) {
+                if (extreme_better(v, best, sm)) {
                     best = v;
                     bi = r;
                 }
@@ -559,7 +567,7 @@ static void max_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
                 const float *q = p + r * rs;
                 for (int64_t j = 0; j < m; j++) {
                     float v = q[j * ks];
-                    if (max_better(v, best[j])) {
+                    if (extreme_better(v, best[j], sm)) {
                         best[j] = v;
                         bi[j] = r;
                     }
@@ -574,9 +582,10 @@ static void max_tasks(int64_t t0, int64_t t1, int thread, const void *ctx)
     }
 }
 
-/* max (op "max") or argmax (op "argmax", for the messages) of a float32 a */
-static cg_tensor *max_f32(const char *op, const cg_tensor *a, int dim, bool keepdim,
-                          cg_tensor **indices)
+/* max or min (op "max", "min") and argmax or argmin (op "argmax",
+ * "argmin", for the messages) of a float32 a */
+static cg_tensor *extreme_f32(const char *op, const cg_tensor *a, int dim, bool keepdim,
+                              bool smallest, cg_tensor **indices)
 {
     if (indices)
         *indices = NULL;
@@ -608,7 +617,7 @@ static cg_tensor *max_f32(const char *op, const cg_tensor *a, int dim, bool keep
     int64_t L = pl.kshape[pl.nk - 1], ks = pl.kstride[pl.nk - 1];
     int64_t nch = (L + RED_CHUNK - 1) / RED_CHUNK;
     int64_t ntasks = pl.columns ? (pl.nout / L) * nch : pl.nout;
-    const max_job job = {&pl, R, rs, L, ks, nch, ov, oi};
+    const max_job job = {&pl, R, rs, L, ks, nch, smallest, ov, oi};
     const int64_t work = pl.columns ? R * (L < RED_CHUNK ? L : RED_CHUNK) : R;
     cg_shares_run(ntasks, cg_shares_rows(work), cg_shares_team(pl.nout * R > RED_PAR), max_tasks,
                   &job);
@@ -617,8 +626,8 @@ static cg_tensor *max_f32(const char *op, const cg_tensor *a, int dim, bool keep
     return vals;
 }
 
-static cg_tensor *max_op(const char *op, const char *fn, const cg_tensor *a, int dim, bool keepdim,
-                         cg_tensor **indices)
+static cg_tensor *extreme_op(const char *op, const char *fn, const cg_tensor *a, int dim,
+                             bool keepdim, bool smallest, cg_tensor **indices)
 {
     if (indices)
         *indices = NULL;
@@ -626,22 +635,39 @@ static cg_tensor *max_op(const char *op, const char *fn, const cg_tensor *a, int
         cg_error_null_input(fn);
         return NULL;
     }
-    CG_UPCAST1(op, a, max_f32(op, a, dim, keepdim, indices));
+    CG_UPCAST1(op, a, extreme_f32(op, a, dim, keepdim, smallest, indices));
 }
 
 cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
 {
-    return max_op("max", "cg_k_max", a, dim, keepdim, indices);
+    return extreme_op("max", "cg_k_max", a, dim, keepdim, false, indices);
 }
 
-cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim)
+cg_tensor *cg_k_min(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
+{
+    return extreme_op("min", "cg_k_min", a, dim, keepdim, true, indices);
+}
+
+/* The indices alone (argmax, argmin): the values made and dropped */
+static cg_tensor *arg_extreme(const char *op, const char *fn, const cg_tensor *a, int dim,
+                              bool keepdim, bool smallest)
 {
     cg_tensor *idx = NULL;
-    cg_tensor *vals = max_op("argmax", "cg_k_argmax", a, dim, keepdim, &idx);
+    cg_tensor *vals = extreme_op(op, fn, a, dim, keepdim, smallest, &idx);
     if (!vals)
         return NULL;
     cg_release(vals);
     return idx;
+}
+
+cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim)
+{
+    return arg_extreme("argmax", "cg_k_argmax", a, dim, keepdim, false);
+}
+
+cg_tensor *cg_k_argmin(const cg_tensor *a, int dim, bool keepdim)
+{
+    return arg_extreme("argmin", "cg_k_argmin", a, dim, keepdim, true);
 }
 
 /* The max of each block of RED_BLOCK elements in row-major order */
@@ -698,7 +724,7 @@ static cg_tensor *max_all_f32(const cg_tensor *a)
     cg_shares_run(n, RED_BLOCK, cg_shares_team(n > RED_PAR), block_max, &job);
     float best = bm[0];
     for (int64_t b = 1; b < nb; b++)
-        if (max_better(bm[b], best))
+        if (extreme_better(bm[b], best, false))
             best = bm[b];
     free(bm);
     return cg_scalar(best);

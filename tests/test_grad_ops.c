@@ -96,6 +96,8 @@ static cg_tensor *var1(cg_tensor *a) { return cg_var(a, 1, (int[]){1}, 1, false)
 static cg_tensor *var0(cg_tensor *a) { return cg_var(a, 2, (int[]){0, 2}, 0, true); }
 static cg_tensor *max1(cg_tensor *a) { return cg_max(a, 1, false, NULL); }
 static cg_tensor *maxk(cg_tensor *a) { return cg_max(a, -1, true, NULL); }
+static cg_tensor *min1(cg_tensor *a) { return cg_min(a, 1, false, NULL); }
+static cg_tensor *mink(cg_tensor *a) { return cg_min(a, -2, true, NULL); }
 static cg_tensor *permute_(cg_tensor *a) { return cg_permute(a, (int[]){2, 0, 1}); }
 static cg_tensor *transpose_(cg_tensor *a) { return cg_transpose(a, 0, 2); }
 static cg_tensor *slice_(cg_tensor *a) { return cg_slice(a, 1, 1, 4, 2); }
@@ -185,6 +187,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_VAR] = {.unary = {{"var(1,unbiased)", var1, DOM_ANY},
                              {"var(0,2,biased)", var0, DOM_ANY}}},
     [CG_OP_MAX] = {.unary = {{"max(1)", max1, DOM_ANY}, {"max(-1,keep)", maxk, DOM_ANY}}},
+    [CG_OP_MIN] = {.unary = {{"min(1)", min1, DOM_ANY}, {"min(-2,keep)", mink, DOM_ANY}}},
     [CG_OP_MATMUL] = {.by = "test_matmul"},
     [CG_OP_PERMUTE] = {.unary = {{"permute", permute_, DOM_ANY},
                                  {"transpose", transpose_, DOM_ANY}}},
@@ -276,7 +279,7 @@ START_TEST(test_unary_ops)
             away_from(x, -0.5f);
             away_from(x, 0.7f);
         }
-        if (c->fn == max1 || c->fn == maxk) {
+        if (c->fn == max1 || c->fn == maxk || c->fn == min1 || c->fn == mink) {
             /* distinct values so the max is unique even when broadcast */
             float *p = (float *)x->storage->data;
             for (int64_t i = 0; i < (int64_t)(x->storage->nbytes / sizeof(float)); i++)

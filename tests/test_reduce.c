@@ -224,10 +224,13 @@ START_TEST(test_full_reductions)
 }
 END_TEST
 
+/* max and argmax, min and argmin (sm: the smallest), against a brute
+ * force over every dim, layout and keepdim */
 START_TEST(test_max_argmax)
 {
     cg_rng rng = cg_rng_new(24);
-    for (int kind = 0; kind < 4; kind++) {
+    for (int k = 0; k < 8; k++) {
+        const int kind = k % 4, sm = k / 4;
         cg_tensor *src = cg_test_randn_layout(&rng, CG_SHAPE(4, 5, 6), kind);
         /* round the storage to a few integers so ties are frequent (the
          * first index must win); the view keeps its layout */
@@ -239,8 +242,9 @@ START_TEST(test_max_argmax)
             int d = dim < 0 ? dim + 3 : dim;
             for (int keep = 0; keep < 2; keep++) {
                 cg_tensor *idx = NULL;
-                cg_tensor *mv = cg_k_max(src, dim, keep, &idx);
-                cg_tensor *am = cg_k_argmax(src, dim, keep);
+                cg_tensor *mv =
+                    sm ? cg_k_min(src, dim, keep, &idx) : cg_k_max(src, dim, keep, &idx);
+                cg_tensor *am = sm ? cg_k_argmin(src, dim, keep) : cg_k_argmax(src, dim, keep);
                 ck_assert_msg(mv && idx && am, "%s", cg_last_error());
                 ck_assert_int_eq(mv->ndim, keep ? 3 : 2);
                 ck_assert(cg_same_shape(mv, idx) && cg_same_shape(mv, am));
@@ -257,7 +261,7 @@ START_TEST(test_max_argmax)
                             float best = cg_get(src, j);
                             int64_t bi = 0;
                             for (j[d] = 1; j[d] < src->shape[d]; j[d]++)
-                                if (cg_get(src, j) > best) {
+                                if (sm ? cg_get(src, j) < best : cg_get(src, j) > best) {
                                     best = cg_get(src, j);
                                     bi = j[d];
                                 }
@@ -275,6 +279,15 @@ START_TEST(test_max_argmax)
         }
         cg_release(src);
     }
+    /* min: NaN is the minimum too (torch.min), the first NaN wins, on a
+     * contiguous row and the columns path; -0 and 0 tie, the first wins */
+    cg_tensor *m = cg_from_data(CG_SHAPE(2, 4), (float[]){1, NAN, -5, NAN, 0, -0.0f, 9, -0.0f});
+    cg_tensor *mi = NULL, *mv = cg_k_min(m, 1, false, &mi);
+    ck_assert(isnan(cg_data(mv)[0]) && cg_data(mv)[1] == 0 && !signbit(cg_data(mv)[1]));
+    CG_ASSERT_TENSOR(mi, ((float[]){1, 0}), 0, 0);
+    cg_tensor *mt = cg_view_transpose(m, 0, 1), *mti = cg_k_argmin(mt, 0, false);
+    CG_ASSERT_TENSOR(mti, ((float[]){1, 0}), 0, 0);
+    cg_release_all(5, m, mi, mv, mt, mti);
     /* broadcast (stride 0) input: every index ties, index 0 wins */
     cg_tensor *row = cg_randn(&rng, CG_SHAPE(1, 7));
     cg_tensor *ex = cg_view_expand(row, CG_SHAPE(9, 7));
@@ -316,7 +329,8 @@ START_TEST(test_max_argmax)
 }
 END_TEST
 
-/* max and argmax over contiguous rows (16 lanes at a time, then the first
+/* max and argmax (and min and argmin, of the values negated) over
+ * contiguous rows (16 lanes at a time, then the first
  * NaN or the first element equal to the largest) against the same values
  * in a strided row (every element in turn): the same index and bits, for
  * rows around the lanes' width and long ones, with the largest repeated,
@@ -349,18 +363,27 @@ START_TEST(test_max_contiguous_rows)
             cg_tensor *col = cg_view_narrow(pairs, 1, 0, 1),
                       *strided = cg_view_transpose(col, 0, 1);
             ck_assert_int_eq(strided->strides[1], 2);
-            cg_tensor *i1 = NULL, *i2 = NULL, *v1 = cg_k_max(row, 1, false, &i1),
-                      *v2 = cg_k_max(strided, 1, false, &i2);
-            ck_assert(v1 && v2 && i1 && i2);
-            ck_assert_msg(cg_data_i64(i1)[0] == cg_data_i64(i2)[0], "n %lld case %d: %lld, %lld",
-                          (long long)n, c, (long long)cg_data_i64(i1)[0],
-                          (long long)cg_data_i64(i2)[0]);
-            ck_assert(!memcmp(cg_data(v1), cg_data(v2), sizeof(float)));
-            if (c == 2 && n > 3)
-                ck_assert_int_eq(cg_data_i64(i1)[0], n - 2);
-            if (c == 3)
-                ck_assert_int_eq(cg_data_i64(i1)[0], n / 2);
-            cg_release_all(8, row, pairs, col, strided, i1, i2, v1, v2);
+            /* the max, then the min of the negated values: the same index */
+            for (int sm = 0; sm < 2; sm++) {
+                if (sm)
+                    for (int64_t i = 0; i < n; i++)
+                        cg_data(pairs)[2 * i] = x[i] = -x[i];
+                cg_tensor *i1 = NULL, *i2 = NULL;
+                cg_tensor *v1 = sm ? cg_k_min(row, 1, false, &i1) : cg_k_max(row, 1, false, &i1);
+                cg_tensor *v2 =
+                    sm ? cg_k_min(strided, 1, false, &i2) : cg_k_max(strided, 1, false, &i2);
+                ck_assert(v1 && v2 && i1 && i2);
+                ck_assert_msg(cg_data_i64(i1)[0] == cg_data_i64(i2)[0],
+                              "n %lld case %d min %d: %lld, %lld", (long long)n, c, sm,
+                              (long long)cg_data_i64(i1)[0], (long long)cg_data_i64(i2)[0]);
+                ck_assert(!memcmp(cg_data(v1), cg_data(v2), sizeof(float)));
+                if (c == 2 && n > 3)
+                    ck_assert_int_eq(cg_data_i64(i1)[0], n - 2);
+                if (c == 3)
+                    ck_assert_int_eq(cg_data_i64(i1)[0], n / 2);
+                cg_release_all(4, i1, i2, v1, v2);
+            }
+            cg_release_all(4, row, pairs, col, strided);
         }
 }
 END_TEST
@@ -516,11 +539,11 @@ static void assert_bits_equal(const cg_tensor *x, const cg_tensor *y)
     free(b);
 }
 
-#define N_RUNS 10
+#define N_RUNS 12
 static void run_all(const cg_tensor *a, cg_tensor **out)
 {
     int d0 = 0, d1 = 1, both[] = {0, 1};
-    cg_tensor *idx = NULL;
+    cg_tensor *idx = NULL, *imin = NULL;
     out[0] = cg_k_sum(a, 1, &d0, false);
     out[1] = cg_k_sum(a, 1, &d1, false);
     out[2] = cg_k_sum(a, 2, both, true);
@@ -531,6 +554,8 @@ static void run_all(const cg_tensor *a, cg_tensor **out)
     out[7] = cg_k_max_all(a);
     out[8] = cg_k_sum_all(a);
     out[9] = cg_k_sum_to_shape(a, CG_SHAPE(1, a->shape[1]));
+    out[10] = cg_k_min(a, 1, true, &imin);
+    out[11] = imin;
 }
 
 START_TEST(test_threads_identical)

@@ -186,8 +186,14 @@ static bool reduce(const char *op, cg_tensor *x, const cJSON *a, cg_tensor **out
         *nout = 2;
         out[0] = cg_max(x, ai(a, "dim"), keep, &out[1]);
         return out[0] && out[1];
+    } else if (!strcmp(op, "min")) {
+        *nout = 2;
+        out[0] = cg_min(x, ai(a, "dim"), keep, &out[1]);
+        return out[0] && out[1];
     } else if (!strcmp(op, "argmax"))
         out[0] = cg_argmax(x, ai(a, "dim"), keep);
+    else if (!strcmp(op, "argmin"))
+        out[0] = cg_argmin(x, ai(a, "dim"), keep);
     else if (!strcmp(op, "nonzero"))
         out[0] = cg_nonzero(x);
     else if (!strcmp(op, "topk")) {

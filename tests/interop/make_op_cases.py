@@ -426,21 +426,7 @@ def gen_reduce(rng):
             x = inp(rng, rshape(rng, 0, 4), dt)
             f = (lambda x, a: x[0].sum()) if name == "sum_all" else (lambda x, a: x[0].mean())
             add_case(name, [x], {}, f, tol=(4.0, 64.0))
-    for _ in range(40):
-        shape = rshape(rng, 0, 4)
-        nd = len(shape)
-        dim = rng.randrange(-max(nd, 1), max(nd, 1))
-        dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
-        keep = rng.random() < 0.5
-        x = inp(rng, shape, dt, special=0.1 if rng.random() < 0.3 else 0.0)
-        if rng.random() < 0.3:  # ties
-            x = (x[0].double().round().to(x[0].dtype), x[1], x[2]) if x[0].is_floating_point() else x
-        add_case("max", [x], {"dim": dim, "keep": keep},
-                 lambda x, a: tuple(torch.max(x[0], a["dim"], keepdim=a["keep"])),
-                 exact=True, doc="" if dt in FLOATS else float_doc([dt]))
-        add_case("argmax", [x], {"dim": dim, "keep": keep},
-                 lambda x, a: torch.argmax(x[0], a["dim"], keepdim=a["keep"]), exact=True,
-                 doc="" if dt in FLOATS else "argmax takes floats (docs/api.md table)")
+    gen_extreme(rng, "max", torch.max, torch.argmax)
     for _ in range(30):
         shape = rshape(rng, 0, 3)
         nd = len(shape)
@@ -467,6 +453,26 @@ def gen_reduce(rng):
         x = inp(rng, shape, dt)
         add_case("cumsum", [x], {"dim": dim}, lambda x, a: torch.cumsum(x[0], a["dim"]),
                  doc=float_doc([dt]), tol=(4.0, 64.0))
+
+
+def gen_extreme(rng, name, f, argf):
+    """torch.max / torch.min (values and indices) along a dim, and argmax /
+    argmin, with ties and special values."""
+    for _ in range(40):
+        shape = rshape(rng, 0, 4)
+        nd = len(shape)
+        dim = rng.randrange(-max(nd, 1), max(nd, 1))
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
+        keep = rng.random() < 0.5
+        x = inp(rng, shape, dt, special=0.1 if rng.random() < 0.3 else 0.0)
+        if rng.random() < 0.3:  # ties
+            x = (x[0].double().round().to(x[0].dtype), x[1], x[2]) if x[0].is_floating_point() else x
+        add_case(name, [x], {"dim": dim, "keep": keep},
+                 lambda x, a: tuple(f(x[0], a["dim"], keepdim=a["keep"])),
+                 exact=True, doc="" if dt in FLOATS else float_doc([dt]))
+        add_case("arg" + name, [x], {"dim": dim, "keep": keep},
+                 lambda x, a: argf(x[0], a["dim"], keepdim=a["keep"]), exact=True,
+                 doc="" if dt in FLOATS else f"arg{name} takes floats (docs/api.md table)")
 
 
 # ------------------------------------------------------------------ matmul
@@ -1027,11 +1033,20 @@ def gen_nn(rng):
                  tol=(16.0, 64.0))
 
 
+# ------------------------------------------- the ops added on 2026-12 (branch ops)
+def gen_min(rng):
+    """torch.min(x, dim) and torch.argmin, as max and argmax."""
+    gen_extreme(rng, "min", torch.min, torch.argmin)
+
+
+MORE = (gen_min,)
+
+
 def main(out):
     rng = R
     for gen in (gen_unary, gen_binary, gen_compare, gen_select_ops, gen_reduce, gen_matmul,
                 gen_softmax, gen_views, gen_join, gen_index, gen_tri, gen_losses, gen_norms,
-                gen_nn, gen_index_add, gen_attention_edges):
+                gen_nn, gen_index_add, gen_attention_edges) + MORE:
         gen(rng)
     save(f"{out}/op_cases.safetensors", TENSORS,
          {"cases": json.dumps(CASES, separators=(",", ":"))})

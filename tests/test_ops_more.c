@@ -1,0 +1,121 @@
+/* The ops a PyTorch user writing a model reaches for beyond the
+ * transformer's (autograd/ops.h): min and argmin. Forward values from
+ * PyTorch 1.13 (computed once with /usr/bin/python3, float32, and stored
+ * here), edge cases, refusals in one line, bfloat16 inputs, and the same
+ * bits at 1 and 2 threads. Their gradchecks are tests/test_grad_ops.c's
+ * (its table op_checks); tests/interop/check_ops.c compares every one with
+ * PyTorch on random cases (the test torch_ops). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "core/ops.h"
+#include "tests/testutil.h"
+
+/* A [3, 4] input: A (below) or values of one's own */
+static const float A[12] = {0.5f,  -1.25f, 2.0f, 0.0f,  -0.75f, 1.5f,
+                            -2.5f, 1.0f,   3.0f, -0.5f, 0.25f,  -1.0f};
+static cg_tensor *mat(const float *v) { return cg_from_data(CG_SHAPE(3, 4), v ? v : A); }
+
+/* t (released) holds want within tol (relative and absolute) */
+static void holds(cg_tensor *t, const float *want, double tol, const char *what)
+{
+    ck_assert_msg(t != NULL, "%s: %s", what, cg_last_error());
+    CG_ASSERT_TENSOR(t, want, tol, tol);
+    cg_release(t);
+}
+
+static void expect_i64(const cg_tensor *t, const int64_t *want, int64_t n, const char *what)
+{
+    ck_assert_msg(t && t->dtype == CG_I64 && cg_numel(t) == n, "%s: %s", what, cg_last_error());
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(cg_data_i64((cg_tensor *)t)[i] == want[i],
+                      "%s: index %lld is %lld, want %lld", what, (long long)i,
+                      (long long)cg_data_i64((cg_tensor *)t)[i], (long long)want[i]);
+}
+
+/* The gradient of sum(f(x) * w) with respect to x, w fixed, as floats. */
+static float *grad_of(cg_tensor *y, cg_tensor *x)
+{
+    cg_tensor *s = cg_sum_all(y);
+    ck_assert_msg(s && cg_backward(s, NULL, false), "%s", cg_last_error());
+    cg_release(s);
+    cg_tensor *g = cg_k_to(cg_grad(x), CG_F32);
+    float *v = cg_test_values(g);
+    cg_release(g);
+    return v;
+}
+
+/* ------------------------------------------------------------ min */
+/* torch.min(x, dim) and torch.argmin: values and indices, the gradient to
+ * the first minimum of a tie (as cg_max's to the first maximum), NaN the
+ * minimum, bfloat16 values in their dtype, and refusals. */
+START_TEST(test_min)
+{
+    cg_tensor *x = cg_requires_grad(mat(NULL), true), *ids = NULL;
+    cg_tensor *v = cg_min(x, 1, false, &ids);
+    ck_assert_msg(v && ids, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(v, ((float[]){-1.25f, -2.5f, -1}), 0, 0);
+    expect_i64(ids, (int64_t[]){1, 2, 3}, 3, "min indices");
+    cg_release(ids);
+    holds(cg_min(x, -2, true, NULL), (const float[]){-0.75f, -1.25f, -2.5f, -1}, 0, "min dim 0");
+    cg_tensor *am = cg_argmin(x, 0, true);
+    ck_assert_int_eq(am->ndim, 2);
+    expect_i64(am, (int64_t[]){1, 0, 1, 2}, 4, "argmin dim 0");
+    float *g = grad_of(v, x);
+    CG_ASSERT_CLOSE(g, ((float[]){0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}), 12, 0, 0);
+    free(g);
+    cg_release_all(3, x, v, am);
+    /* ties: the first minimum gets the gradient; NaN is the minimum */
+    cg_tensor *t =
+        cg_requires_grad(cg_from_data(CG_SHAPE(2, 3), (float[]){2, 1, 1, 4, NAN, -9}), true);
+    cg_tensor *tv = cg_min(t, 1, false, &ids);
+    ck_assert(tv && cg_data(tv)[0] == 1 && isnan(cg_data(tv)[1]));
+    expect_i64(ids, (int64_t[]){1, 1}, 2, "min ties and NaN");
+    g = grad_of(tv, t);
+    CG_ASSERT_CLOSE(g, ((float[]){0, 1, 0, 0, 1, 0}), 6, 0, 0);
+    free(g);
+    cg_release_all(3, t, tv, ids);
+    /* bfloat16: values in bfloat16, the gradient bfloat16, at the same
+     * places as float32's (A is exact in bfloat16) */
+    cg_tensor *b = cg_requires_grad(cg_k_to(mat(NULL), CG_BF16), true);
+    cg_tensor *bv = cg_min(b, 1, false, &ids);
+    ck_assert_msg(bv && bv->dtype == CG_BF16, "%s", cg_last_error());
+    expect_i64(ids, (int64_t[]){1, 2, 3}, 3, "min of bf16");
+    cg_tensor *s = cg_sum_all(bv);
+    ck_assert(s && cg_backward(s, NULL, false));
+    ck_assert_int_eq(cg_grad(b)->dtype, CG_BF16);
+    cg_release_all(4, b, bv, ids, s);
+    /* refusals, one line each */
+    cg_tensor *xi = cg_k_to(mat(NULL), CG_I64), *e = cg_zeros(CG_SHAPE(2, 0)), *x2 = mat(NULL);
+    CG_ASSERT_REFUSED(cg_min(xi, 0, false, NULL) == NULL,
+                      "min: argument 1 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_argmin(xi, 0, false) == NULL,
+                      "argmin: argument 1 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_min(x2, 2, false, NULL) == NULL,
+                      "min: dim 2 out of range for a tensor of shape [3, 4] (expected in [-2, 1])");
+    CG_ASSERT_REFUSED(cg_min(e, 1, false, NULL) == NULL,
+                      "min: cannot take the min over dim 1 of size 0 (shape [2, 0])");
+    CG_ASSERT_REFUSED(cg_min(NULL, 0, false, NULL) == NULL, "cg_k_min: input is NULL");
+    cg_release_all(3, xi, e, x2);
+}
+END_TEST
+
+static Suite *more_suite(void)
+{
+    Suite *s = suite_create("ops_more");
+    TCase *tc = tcase_create("ops");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_min);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    Suite *s[] = {more_suite()};
+    return cg_test_run(s, 1);
+}
