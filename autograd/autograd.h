@@ -85,6 +85,8 @@ extern "C" {
     X(ROPE, "rope", 1, 0, 0)            /* rotary positions: a rotation */    \
     X(WHERE, "where", 3, CG_IN(0), 0)   /* cond, a, b */                      \
     X(MASKED_FILL, "masked_fill", 2, CG_IN(1), 0)                             \
+    X(MAXIMUM, "maximum", 2, CG_IN(0) | CG_IN(1), 0)                          \
+    X(MINIMUM, "minimum", 2, CG_IN(0) | CG_IN(1), 0)                          \
     X(SUM, "sum", 1, 0, 0)                                                    \
     X(MEAN, "mean", 1, 0, 0)                                                  \
     X(VAR, "var", 1, CG_IN(0), 0)                                             \

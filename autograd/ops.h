@@ -55,6 +55,11 @@ cg_tensor *cg_swiglu_halves(cg_tensor *h);
  * (nothing is kept). */
 cg_tensor *cg_rope(cg_tensor *x, int64_t start, double theta);
 cg_tensor *cg_geglu_halves(cg_tensor *h);
+/* torch.maximum(a, b) / torch.minimum(a, b): elementwise, broadcast, NaN
+ * where either is NaN; the gradient as PyTorch's: to the larger (smaller)
+ * operand, half to each at a tie (both get all of it where one is NaN). */
+cg_tensor *cg_maximum(cg_tensor *a, cg_tensor *b);
+cg_tensor *cg_minimum(cg_tensor *a, cg_tensor *b);
 /* cond ? a : b, cond bool (no gradient flows to it). */
 cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b);
 /* mask ? value : a, mask bool (it broadcasts to a; no gradient to it). */

@@ -1,6 +1,7 @@
 /* The unary ops of core/ops.h's CG_UNARY_OPS (relu, gelu, silu, sin, ...),
- * and more of the ops a PyTorch user reaches for first: tril, triu, cumsum,
- * topk, argmax, mse_loss, binary_cross_entropy_with_logits. Forward and
+ * and more of the ops a PyTorch user reaches for first: maximum, minimum,
+ * tril, triu, cumsum, topk, argmax, argmin, mse_loss,
+ * binary_cross_entropy_with_logits. Forward and
  * backward side by side, as in ops.c. */
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,26 @@ static cg_tensor *unary_record(cg_tensor *out, cg_op op, cg_tensor *a, cg_backwa
     }
 CG_UNARY_OPS(UNARY_OP_, ~)
 #undef UNARY_OP_
+
+/* ------------------------------------------------ maximum, minimum */
+static bool extremum_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    for (int i = 0; i < 2; i++)
+        if (NEEDS(i) &&
+            !(gin[i] = cg_k_maximum_backward(IN(i), IN(1 - i), g, n->op == CG_OP_MINIMUM)))
+            return false;
+    return true;
+}
+cg_tensor *cg_maximum(cg_tensor *a, cg_tensor *b)
+{
+    cg_tensor *in[2] = {a, b};
+    return record(cg_k_maximum(a, b), CG_OP_MAXIMUM, 2, in, extremum_bw, NULL);
+}
+cg_tensor *cg_minimum(cg_tensor *a, cg_tensor *b)
+{
+    cg_tensor *in[2] = {a, b};
+    return record(cg_k_minimum(a, b), CG_OP_MINIMUM, 2, in, extremum_bw, NULL);
+}
 
 /* ------------------------------------------------- gated activation */
 static bool gated_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)

@@ -130,6 +130,14 @@ EW_BINARY(seg_masked_fill, Y != 0.0f ? P->a : X)
 EW_BINARY(seg_clamp_bwd, (X >= P->a && X <= P->b) ? Y : 0.0f)
 
 EW_TERNARY(seg_where, X != 0.0f ? Y : Z)
+/* torch.maximum / torch.minimum: NaN where either is NaN, a tie gives X
+ * (std::max's and std::min's choice, so the sign of a tied zero is X's) */
+EW_BINARY(seg_maximum, X != X ? X : (Y != Y ? Y : (X < Y ? Y : X)))
+EW_BINARY(seg_minimum, X != X ? X : (Y != Y ? Y : (Y < X ? Y : X)))
+/* their backward for the operand X against the other Y, Z the gradient:
+ * Z where X wins (or either is NaN), half of it at a tie, 0 where Y wins */
+EW_TERNARY(seg_maximum_bwd, X == Y ? Z * 0.5f : (X < Y ? 0.0f : Z))
+EW_TERNARY(seg_minimum_bwd, X == Y ? Z * 0.5f : (X > Y ? 0.0f : Z))
 
 /* ---------------------------------------------------------- drivers */
 static bool shape_is(int nd, const int64_t *shape, const cg_tensor *t)
@@ -352,6 +360,23 @@ cg_tensor *cg_k_mul(const cg_tensor *a, const cg_tensor *b)
 cg_tensor *cg_k_div(const cg_tensor *a, const cg_tensor *b)
 {
     return binary("div", a, b, seg_div, 0, 0);
+}
+
+cg_tensor *cg_k_maximum(const cg_tensor *a, const cg_tensor *b)
+{
+    return binary("maximum", a, b, seg_maximum, 0, 0);
+}
+cg_tensor *cg_k_minimum(const cg_tensor *a, const cg_tensor *b)
+{
+    return binary("minimum", a, b, seg_minimum, 0, 0);
+}
+cg_tensor *cg_k_maximum_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *g,
+                                 bool minimum)
+{
+    ew_params P = {0, 0};
+    return ew_apply(minimum ? "minimum_backward" : "maximum_backward", 3,
+                    (const cg_tensor *[]){x, y, g}, minimum ? seg_minimum_bwd : seg_maximum_bwd,
+                    &P);
 }
 
 cg_tensor *cg_k_axpby(const cg_tensor *a, float alpha, const cg_tensor *b, float beta)

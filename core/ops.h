@@ -80,6 +80,18 @@ cg_tensor *cg_k_div(const cg_tensor *a, const cg_tensor *b);
 /* a + s, a * s */
 cg_tensor *cg_k_adds(const cg_tensor *a, float s);
 cg_tensor *cg_k_muls(const cg_tensor *a, float s);
+/* torch.maximum / torch.minimum: a and b broadcast (promoted as the other
+ * binary ops); NaN where either is NaN; a tie gives a's value (its sign of
+ * zero, as std::max and std::min). */
+cg_tensor *cg_k_maximum(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_k_minimum(const cg_tensor *a, const cg_tensor *b);
+/* The gradient of the operand x of maximum(x, y) (minimum when minimum)
+ * given g, PyTorch's rule: g where x wins (and where either is NaN), g / 2
+ * at a tie, 0 where y wins; x, y and g broadcast together (the result has
+ * their shape: the engine sums it to x's). y's gradient is this with x and
+ * y swapped. */
+cg_tensor *cg_k_maximum_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *g,
+                                 bool minimum);
 /* a*alpha + b*beta (broadcast); a handy fused form for backward rules. */
 cg_tensor *cg_k_axpby(const cg_tensor *a, float alpha, const cg_tensor *b, float beta);
 

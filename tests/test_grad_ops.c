@@ -182,6 +182,8 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_LSTM_CELL] = {.by = "test_rnn.c: test_cells_gradcheck"},
     [CG_OP_ROPE] = {.by = "test_rope.c: test_rope_gradcheck"},
     [CG_OP_MASKED_FILL] = {.by = "test_masked_fill"},
+    [CG_OP_MAXIMUM] = {.by = "test_maximum_minimum"},
+    [CG_OP_MINIMUM] = {.by = "test_maximum_minimum"},
     [CG_OP_SUM] = {.unary = {{"sum(0,2)", sum01, DOM_ANY}, {"sum(-1,keep)", sumk, DOM_ANY}}},
     [CG_OP_MEAN] = {.unary = {{"mean(1)", mean1, DOM_ANY}, {"mean_all", meanall, DOM_ANY}}},
     [CG_OP_VAR] = {.unary = {{"var(1,unbiased)", var1, DOM_ANY},
@@ -375,6 +377,42 @@ START_TEST(test_masked_fill)
         cg_release(x);
     }
     cg_release(mask);
+}
+END_TEST
+
+/* maximum and minimum away from their kink: a on the multiples of 0.5, b
+ * a quarter off them (|a - b| >= 0.25, far beyond the steps), on every
+ * layout, broadcast both ways and against a 0-d b. Their ties (half the
+ * gradient each) are exact checks in test_ops_more.c. */
+static void quarters(cg_tensor *t, float off)
+{
+    float *p = (float *)t->storage->data;
+    for (int64_t i = 0; i < (int64_t)(t->storage->nbytes / sizeof(float)); i++)
+        p[i] = roundf(2.0f * p[i]) * 0.5f + off;
+}
+static cg_tensor *extremum_fn(void *ctx, cg_tensor *const *in)
+{
+    return ctx ? cg_minimum(in[0], in[1]) : cg_maximum(in[0], in[1]);
+}
+
+START_TEST(test_maximum_minimum)
+{
+    cg_rng r = cg_rng_new(10);
+    const int64_t sa[][3] = {{4, 3, 0}, {2, 1, 5}, {3, 4, 0}}, sb[][3] = {{4, 3}, {3, 1}, {0}};
+    const int na[] = {2, 3, 2}, nb[] = {2, 2, 0};
+    for (int mn = 0; mn < 2; mn++)
+        for (int k = 0; k < 3; k++)
+            for (int layout = 0; layout < N_LAYOUTS; layout++) {
+                cg_tensor *in[2] = {input(&r, na[k], sa[k], layout, DOM_ANY),
+                                    input(&r, nb[k], sb[k], (layout + 1) % N_LAYOUTS, DOM_ANY)};
+                quarters(in[0], 0.0f);
+                quarters(in[1], 0.25f);
+                char what[96];
+                snprintf(what, sizeof what, "%s case %d on %s inputs", mn ? "minimum" : "maximum",
+                         k, layout_name[layout]);
+                check(extremum_fn, mn ? &r : NULL, 2, in, what, 0, 0);
+                cg_release_all(2, in[0], in[1]);
+            }
 }
 END_TEST
 
@@ -1905,6 +1943,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_mul_same_input);
     tcase_add_test(tc, test_pow_zero_exponent_grad);
     tcase_add_test(tc, test_masked_fill);
+    tcase_add_test(tc, test_maximum_minimum);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_matmul_refusal_names_given_shapes);
     tcase_add_test(tc, test_norms_with_params);

@@ -1,5 +1,6 @@
 /* The ops a PyTorch user writing a model reaches for beyond the
- * transformer's (autograd/ops.h): min and argmin. Forward values from
+ * transformer's (autograd/ops.h): min and argmin, maximum and minimum.
+ * Forward values from
  * PyTorch 1.13 (computed once with /usr/bin/python3, float32, and stored
  * here), edge cases, refusals in one line, bfloat16 inputs, and the same
  * bits at 1 and 2 threads. Their gradchecks are tests/test_grad_ops.c's
@@ -104,12 +105,79 @@ START_TEST(test_min)
 }
 END_TEST
 
+/* --------------------------------------------------- maximum, minimum */
+/* torch.maximum and torch.minimum of A and a broadcast row with ties:
+ * PyTorch's values and gradients (half to each operand at a tie, all of
+ * it to both where one is NaN), x against itself, bfloat16, refusals. */
+START_TEST(test_maximum_minimum)
+{
+    static const float want[2][3][12] = {
+        {{1, -1.25f, 2, 0, 1, 1.5f, 0, 1, 3, -0.5f, 0.25f, 0},
+         {0, 0.5f, 1, 0.5f, 0, 1, 0, 1, 1, 1, 1, 0},
+         {2, 0.5f, 1, 1.5f}},
+        {{0.5f, -1.25f, 0, 0, -0.75f, -1.25f, -2.5f, 0, 1, -1.25f, 0, -1},
+         {1, 0.5f, 0, 0.5f, 1, 0, 1, 0, 0, 0, 0, 1},
+         {1, 2.5f, 2, 1.5f}},
+    };
+    for (int mn = 0; mn < 2; mn++) {
+        cg_tensor *a = cg_requires_grad(mat(NULL), true);
+        cg_tensor *b =
+            cg_requires_grad(cg_from_data(CG_SHAPE(4), (float[]){1, -1.25f, 0, 0}), true);
+        cg_tensor *m = mn ? cg_minimum(a, b) : cg_maximum(a, b), *s = cg_sum_all(m);
+        ck_assert_msg(s && cg_backward(s, NULL, false), "%s", cg_last_error());
+        CG_ASSERT_TENSOR(m, want[mn][0], 0, 0);
+        CG_ASSERT_TENSOR(cg_grad(a), want[mn][1], 0, 0);
+        CG_ASSERT_TENSOR(cg_grad(b), want[mn][2], 0, 0);
+        cg_release_all(4, a, b, m, s);
+        /* x against itself: a tie everywhere, x's gradient g (two halves) */
+        cg_tensor *x = cg_requires_grad(mat(NULL), true);
+        cg_tensor *xx = mn ? cg_minimum(x, x) : cg_maximum(x, x);
+        float *g = grad_of(xx, x);
+        CG_ASSERT_TENSOR(xx, A, 0, 0);
+        CG_ASSERT_CLOSE(g, ((float[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}), 12, 0, 0);
+        free(g);
+        cg_release_all(2, x, xx);
+        /* NaN on either side: NaN, and both operands get the gradient */
+        cg_tensor *p = cg_requires_grad(cg_from_data(CG_SHAPE(2), (float[]){NAN, 1}), true);
+        cg_tensor *q = cg_requires_grad(cg_from_data(CG_SHAPE(2), (float[]){0, NAN}), true);
+        cg_tensor *pq = mn ? cg_minimum(p, q) : cg_maximum(p, q), *ps = cg_sum_all(pq);
+        ck_assert(isnan(cg_data(pq)[0]) && isnan(cg_data(pq)[1]));
+        ck_assert(cg_backward(ps, NULL, false));
+        CG_ASSERT_TENSOR(cg_grad(p), ((float[]){1, 1}), 0, 0);
+        CG_ASSERT_TENSOR(cg_grad(q), ((float[]){1, 1}), 0, 0);
+        cg_release_all(4, p, q, pq, ps);
+    }
+    /* bfloat16 with bfloat16: bfloat16, A's values exact; with float32:
+     * float32 (promoted) */
+    cg_tensor *ab = cg_k_to(mat(NULL), CG_BF16), *z = cg_zeros(CG_SHAPE(1));
+    cg_tensor *zb = cg_k_to(z, CG_BF16);
+    cg_tensor *m1 = cg_maximum(ab, zb), *m2 = cg_minimum(ab, z);
+    ck_assert_msg(m1 && m2, "%s", cg_last_error());
+    ck_assert_int_eq(m1->dtype, CG_BF16);
+    ck_assert_int_eq(m2->dtype, CG_F32);
+    cg_tensor *m1f = cg_k_to(m1, CG_F32);
+    CG_ASSERT_TENSOR(m1f, ((float[]){0.5f, 0, 2, 0, 0, 1.5f, 0, 1, 3, 0, 0.25f, 0}), 0, 0);
+    /* refusals */
+    cg_tensor *ai = cg_k_to(ab, CG_I64), *c = cg_zeros(CG_SHAPE(5));
+    CG_ASSERT_REFUSED(cg_maximum(ai, z) == NULL,
+                      "maximum: argument 1 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_minimum(z, ai) == NULL,
+                      "minimum: argument 2 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_maximum(ab, c) == NULL, "maximum: ");
+    ck_assert_msg(strstr(cg_last_error(), "[3, 4]") && strstr(cg_last_error(), "[5]"), "%s",
+                  cg_last_error());
+    CG_ASSERT_REFUSED(cg_minimum(NULL, c) == NULL, "minimum: input is NULL");
+    cg_release_all(9, ab, z, zb, m1, m2, m1f, ai, c, NULL);
+}
+END_TEST
+
 static Suite *more_suite(void)
 {
     Suite *s = suite_create("ops_more");
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_min);
+    tcase_add_test(tc, test_maximum_minimum);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -144,6 +144,10 @@ static cg_tensor *binary(const char *op, cg_tensor *x, cg_tensor *y, const cJSON
         return cg_mul(x, y);
     if (!strcmp(op, "div"))
         return cg_div(x, y);
+    if (!strcmp(op, "maximum"))
+        return cg_maximum(x, y);
+    if (!strcmp(op, "minimum"))
+        return cg_minimum(x, y);
     if (!strcmp(op, "logical_and"))
         return cg_logical_and(x, y);
     if (!strcmp(op, "logical_or"))

@@ -1039,7 +1039,24 @@ def gen_min(rng):
     gen_extreme(rng, "min", torch.min, torch.argmin)
 
 
-MORE = (gen_min,)
+def gen_maximum(rng):
+    """torch.maximum / torch.minimum: broadcast, every dtype pair, special
+    values, ties (half the gradient each)."""
+    for name in ("maximum", "minimum"):
+        f = getattr(torch, name)
+        for _ in range(40):
+            sa, sb = bcast_shapes(rng)
+            pair = rng.choice([("float32", "float32")] * 4 + [(rng.choice(ALL), rng.choice(ALL))])
+            special = 0.15 if rng.random() < 0.3 else 0.0
+            xs = [inp(rng, s, d, "normal", special) for s, d in zip((sa, sb), pair)]
+            if rng.random() < 0.4:  # ties: both on a coarse grid
+                xs = [(x[0].double().round().to(x[0].dtype), x[1], x[2])
+                      if x[0].is_floating_point() else x for x in xs]
+            add_case(name, xs, {}, lambda x, a, f=f: f(x[0], x[1]), doc=float_doc(pair),
+                     known=scalar_cast(xs))
+
+
+MORE = (gen_min, gen_maximum)
 
 
 def main(out):
