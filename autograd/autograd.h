@@ -90,6 +90,7 @@ extern "C" {
     X(SUM, "sum", 1, 0, 0)                                                    \
     X(MEAN, "mean", 1, 0, 0)                                                  \
     X(VAR, "var", 1, CG_IN(0), 0)                                             \
+    X(LOGSUMEXP, "logsumexp", 1, CG_IN(0), 0) /* + saved output */            \
     X(MAX, "max", 1, 0, 0)              /* saved argmax */                    \
     X(MIN, "min", 1, 0, 0)              /* saved argmin */                    \
     X(MATMUL, "matmul", 2, 0, 1)                                              \

@@ -321,16 +321,18 @@ cg_tensor *cg_masked_fill(cg_tensor *a, cg_tensor *mask, float value)
 }
 
 /* -------------------------------------------------------- reductions */
-/* Which dims of an ndim tensor are reduced (all if ndims == 0). */
+/* Which dims of an ndim tensor are reduced (all if ndims == 0; a 0-d
+ * tensor's dim 0 or -1, as the kernels take it, is none). */
 static bool reduced_dims(const char *op, int ndim, int ndims, const int *dims, bool *red)
 {
     for (int i = 0; i < ndim; i++)
         red[i] = ndims == 0;
     for (int i = 0; i < ndims; i++) {
-        int d = cg_norm_dim(op, dims[i], ndim);
+        int d = cg_norm_dim(op, dims[i], ndim ? ndim : 1);
         if (d < 0)
             return false;
-        red[d] = true;
+        if (ndim)
+            red[d] = true;
     }
     return true;
 }
@@ -422,6 +424,28 @@ cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool
     if (n) {
         store_dims(n, ndims, dims);
         n->p.i[1] = correction;
+    }
+    return out;
+}
+
+static bool logsumexp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* g exp(x - lse), g and the saved lse seen with the reduced dims kept */
+    cg_tensor *ge = expand_reduced(g, IN(0), n), *le = expand_reduced(n->saved[0], IN(0), n);
+    gin[0] = ge && le ? cg_k_logsumexp_backward(IN(0), ge, le) : NULL;
+    cg_release_all(2, ge, le);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_logsumexp(cg_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    cg_node *n;
+    cg_tensor *out =
+        finish1(cg_k_logsumexp(a, ndims, dims, keepdim), CG_OP_LOGSUMEXP, a, logsumexp_bw, &n);
+    if (n)
+        store_dims(n, ndims, dims);
+    if (out && !save_output(n, out)) {
+        cg_release(out);
+        return NULL;
     }
     return out;
 }

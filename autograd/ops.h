@@ -70,6 +70,11 @@ cg_tensor *cg_masked_fill(cg_tensor *a, cg_tensor *mask, float value);
 cg_tensor *cg_sum(cg_tensor *a, int ndims, const int *dims, bool keepdim);
 cg_tensor *cg_mean(cg_tensor *a, int ndims, const int *dims, bool keepdim);
 cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
+/* torch.logsumexp(a, dims, keepdim): log(sum(exp(a))) over the dims,
+ * shifted by the maximum (by 0 where it is infinite, as PyTorch: a row of
+ * -inf gives -inf). The gradient is softmax's, g exp(a - result), and 0
+ * for a row whose result is -inf (PyTorch's is NaN there). */
+cg_tensor *cg_logsumexp(cg_tensor *a, int ndims, const int *dims, bool keepdim);
 /* Max along dim; the gradient flows to the (first) maximal element.
  * *indices (optional) receives the argmax as int64, without gradient. */
 cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);

@@ -130,6 +130,10 @@ EW_BINARY(seg_masked_fill, Y != 0.0f ? P->a : X)
 EW_BINARY(seg_clamp_bwd, (X >= P->a && X <= P->b) ? Y : 0.0f)
 
 EW_TERNARY(seg_where, X != 0.0f ? Y : Z)
+/* logsumexp's backward: X the input, Y the gradient and Z the result
+ * (both broadcast from the reduced shape); 0 where the result is -inf
+ * (every element -inf: PyTorch's exp(-inf - -inf) is NaN there) */
+EW_TERNARY(seg_lse_bwd, Z == -INFINITY ? 0.0f : Y * ew_expf(X - Z))
 /* torch.maximum / torch.minimum: NaN where either is NaN, a tie gives X
  * (std::max's and std::min's choice, so the sign of a tied zero is X's) */
 EW_BINARY(seg_maximum, X != X ? X : (Y != Y ? Y : (X < Y ? Y : X)))
@@ -377,6 +381,12 @@ cg_tensor *cg_k_maximum_backward(const cg_tensor *x, const cg_tensor *y, const c
     return ew_apply(minimum ? "minimum_backward" : "maximum_backward", 3,
                     (const cg_tensor *[]){x, y, g}, minimum ? seg_minimum_bwd : seg_maximum_bwd,
                     &P);
+}
+
+cg_tensor *cg_k_logsumexp_backward(const cg_tensor *x, const cg_tensor *g, const cg_tensor *lse)
+{
+    ew_params P = {0, 0};
+    return ew_apply("logsumexp_backward", 3, (const cg_tensor *[]){x, g, lse}, seg_lse_bwd, &P);
 }
 
 cg_tensor *cg_k_axpby(const cg_tensor *a, float alpha, const cg_tensor *b, float beta)

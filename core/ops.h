@@ -246,6 +246,16 @@ cg_tensor *cg_k_max(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indic
 cg_tensor *cg_k_argmax(const cg_tensor *a, int dim, bool keepdim);
 cg_tensor *cg_k_min(const cg_tensor *a, int dim, bool keepdim, cg_tensor **indices);
 cg_tensor *cg_k_argmin(const cg_tensor *a, int dim, bool keepdim);
+/* torch.logsumexp(a, dims, keepdim): log(sum(exp(a))) over the dims (as
+ * cg_k_sum takes them; ndims 0: all), shifted by the maximum, by 0 where it
+ * is infinite, as PyTorch: every element -inf (or none) gives -inf, a +inf
+ * gives +inf, a NaN NaN. Each output's row summed in double in order; one
+ * row a task: the same bits for any thread count. */
+cg_tensor *cg_k_logsumexp(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Its backward: g exp(x - lse), with g and lse the result's gradient and
+ * the result with the reduced dims kept (size 1: they broadcast to x); 0
+ * where lse is -inf (PyTorch: NaN). */
+cg_tensor *cg_k_logsumexp_backward(const cg_tensor *x, const cg_tensor *g, const cg_tensor *lse);
 /* Full reductions to a scalar (ndim 0). */
 cg_tensor *cg_k_sum_all(const cg_tensor *a);
 cg_tensor *cg_k_max_all(const cg_tensor *a);

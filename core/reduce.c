@@ -28,6 +28,7 @@
 
 #include "core/iter.h"
 #include "core/ops.h"
+#include "core/reduce_impl.h"
 #include "core/vmath.h"
 #include "core/upcast.h"
 
@@ -293,7 +294,7 @@ static bool plan_sum(const plan *pl, const double *mean, double *out)
 
 /* ------------------------------------------------------- dims parsing */
 /* mask[i] = dim i is reduced. A 0-d tensor accepts dim 0 / -1 (as PyTorch). */
-static bool parse_dims(const char *op, const cg_tensor *a, int ndims, const int *dims, bool *mask)
+bool cg_reduce_dims(const char *op, const cg_tensor *a, int ndims, const int *dims, bool *mask)
 {
     int nd = a->ndim, lim = nd ? nd : 1;
     bool seen[CG_MAX_DIMS] = {0};
@@ -324,7 +325,7 @@ static bool parse_dims(const char *op, const cg_tensor *a, int ndims, const int 
     return true;
 }
 
-static int out_shape(const cg_tensor *a, const bool *mask, bool keepdim, int64_t *shape)
+int cg_reduce_shape(const cg_tensor *a, const bool *mask, bool keepdim, int64_t *shape)
 {
     int n = 0;
     for (int i = 0; i < a->ndim; i++) {
@@ -376,10 +377,10 @@ static cg_tensor *reduce_f32(const char *op, const cg_tensor *a, int ndims, cons
         return NULL;
     }
     bool mask[CG_MAX_DIMS];
-    if (!parse_dims(op, a, ndims, dims, mask))
+    if (!cg_reduce_dims(op, a, ndims, dims, mask))
         return NULL;
     int64_t shape[CG_MAX_DIMS] = {0};
-    int nd = out_shape(a, mask, keepdim, shape);
+    int nd = cg_reduce_shape(a, mask, keepdim, shape);
     cg_tensor *out = cg_empty(nd, shape);
     if (!out)
         return NULL;
@@ -590,7 +591,7 @@ static cg_tensor *extreme_f32(const char *op, const cg_tensor *a, int dim, bool 
     if (indices)
         *indices = NULL;
     bool mask[CG_MAX_DIMS];
-    if (!parse_dims(op, a, 1, &dim, mask))
+    if (!cg_reduce_dims(op, a, 1, &dim, mask))
         return NULL;
     int d = a->ndim ? (dim < 0 ? dim + a->ndim : dim) : 0;
     int64_t size = a->ndim ? a->shape[d] : 1;
@@ -601,7 +602,7 @@ static cg_tensor *extreme_f32(const char *op, const cg_tensor *a, int dim, bool 
         return NULL;
     }
     int64_t shape[CG_MAX_DIMS] = {0};
-    int nd = out_shape(a, mask, keepdim, shape);
+    int nd = cg_reduce_shape(a, mask, keepdim, shape);
     cg_tensor *vals = cg_empty(nd, shape);
     cg_tensor *idx = indices ? cg_empty_dtype(CG_I64, nd, shape) : NULL;
     if (!vals || (indices && !idx)) {

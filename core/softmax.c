@@ -1,4 +1,5 @@
-/* Softmax and log-softmax along any dim, with their backward kernels.
+/* Softmax and log-softmax along any dim, with their backward kernels, and
+ * logsumexp over any dims (its backward is elementwise: core/elementwise.c).
  *
  * The input is made contiguous and seen as [outer, D, inner] with D the size
  * of the softmax dim. Work is split into tasks of (one outer index, a block
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "core/reduce_impl.h"
 #include "core/shares.h"
 #include "core/upcast.h"
 #include "core/vmath.h"
@@ -295,4 +297,80 @@ cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int
 {
     CG_UPCAST2("log_softmax_backward", y, g,
                softmax_bwd_impl("log_softmax_backward", y, g, dim, true));
+}
+
+/* ---------------------------------------------------------- logsumexp */
+/* log(sum(exp(x))) of a contiguous row x[0, D), shifted by its maximum as
+ * PyTorch shifts it (by 0 when the maximum is infinite: a row of -inf gives
+ * -inf, one holding +inf gives +inf; a NaN gives NaN through the sum; D = 0
+ * gives -inf). softmax_row's exponentials (ew_expf16's lanes, ew_expf's
+ * bits) summed in double in index order. */
+EW_BODY float lse_row_body(const float *x, int64_t D)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < D; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    const float sh = isinf(mx) ? 0.0f : mx;
+    double sum = 0.0;
+    int64_t j = 0;
+    for (; j + 16 <= D; j += 16) {
+        v16f v;
+        memcpy(&v, x + j, sizeof v);
+        const v16f e = ew_expf16(v - sh);
+        for (int l = 0; l < 16; l++)
+            sum += e[l];
+    }
+    for (; j < D; j++)
+        sum += ew_expf(x[j] - sh);
+    return (float)(log(sum) + (double)sh);
+}
+/* Rows [r0, r1) of x [rows, D] into out (EW_BODY: core/vmath.h) */
+typedef struct {
+    const float *x;
+    int64_t D;
+    float *out;
+} lse_job;
+EW_CLONES static void lse_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const lse_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        j->out[r] = lse_row_body(j->x + r * j->D, j->D);
+}
+
+/* The reduced dims moved last (a view), then one contiguous row an output:
+ * a copy unless they are last already. */
+static cg_tensor *logsumexp_f32(const cg_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    if (!a) {
+        cg_error_null_input("cg_k_logsumexp");
+        return NULL;
+    }
+    bool mask[CG_MAX_DIMS];
+    if (!cg_reduce_dims("logsumexp", a, ndims, dims, mask))
+        return NULL;
+    int perm[CG_MAX_DIMS], k = 0;
+    int64_t D = 1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < a->ndim; i++)
+            if (mask[i] == (pass == 1)) {
+                perm[k++] = i;
+                D *= pass ? a->shape[i] : 1;
+            }
+    int64_t shape[CG_MAX_DIMS] = {0};
+    const int nd = cg_reduce_shape(a, mask, keepdim, shape);
+    cg_tensor *p = cg_view_permute(a, perm), *x = p ? cg_k_contiguous(p) : NULL;
+    cg_tensor *out = x ? cg_empty(nd, shape) : NULL;
+    if (out) {
+        const int64_t rows = cg_numel(out);
+        const lse_job job = {cg_data(x), D, cg_data(out)};
+        cg_shares_run(rows, cg_shares_rows(D), cg_shares_team(rows * D > PAR_THRESHOLD), lse_rows,
+                      &job);
+    }
+    cg_release_all(2, p, x);
+    return out;
+}
+
+cg_tensor *cg_k_logsumexp(const cg_tensor *a, int ndims, const int *dims, bool keepdim)
+{
+    CG_UPCAST1("logsumexp", a, logsumexp_f32(a, ndims, dims, keepdim));
 }

@@ -1,5 +1,6 @@
 /* The ops a PyTorch user writing a model reaches for beyond the
- * transformer's (autograd/ops.h): min and argmin, maximum and minimum.
+ * transformer's (autograd/ops.h): min and argmin, maximum and minimum,
+ * logsumexp.
  * Forward values from
  * PyTorch 1.13 (computed once with /usr/bin/python3, float32, and stored
  * here), edge cases, refusals in one line, bfloat16 inputs, and the same
@@ -171,6 +172,77 @@ START_TEST(test_maximum_minimum)
 }
 END_TEST
 
+/* --------------------------------------------------------- logsumexp */
+/* torch.logsumexp: PyTorch's values and gradient, several dims, keepdim,
+ * 0-d, rows of -inf (-inf, gradient 0 where PyTorch's is NaN), +inf and
+ * NaN, an empty reduction, bfloat16, refusals. */
+START_TEST(test_logsumexp)
+{
+    cg_tensor *x = cg_requires_grad(mat(NULL), true);
+    cg_tensor *y = cg_logsumexp(x, 1, (int[]){1}, false);
+    ck_assert_msg(y && y->ndim == 1, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(y, ((float[]){2.33449864f, 2.04826331f, 3.10655665f}), 1e-6, 1e-6);
+    cg_tensor *u = cg_from_data(CG_SHAPE(3), (float[]){1, 2, -1});
+    ck_assert(cg_backward(y, u, false));
+    CG_ASSERT_TENSOR(cg_grad(x),
+                     ((float[]){0.159693539f, 0.0277505778f, 0.715696812f, 0.0968590304f,
+                                0.121831521f, 1.15590537f, 0.0211711396f, 0.701092005f,
+                                -0.898924112f, -0.0271451566f, -0.0574662983f, -0.0164643656f}),
+                     1e-6, 1e-6);
+    holds(cg_logsumexp(x, 2, (int[]){0, 1}, false), (const float[]){3.69939089f}, 1e-6, "all");
+    holds(cg_logsumexp(x, 0, NULL, false), (const float[]){3.69939089f}, 1e-6, "ndims 0");
+    cg_tensor *k = cg_logsumexp(x, 1, (int[]){-2}, true);
+    ck_assert(k && k->ndim == 2 && k->shape[0] == 1 && k->shape[1] == 4);
+    holds(k, (const float[]){3.10039067f, 1.68170738f, 2.16964388f, 1.40760589f}, 1e-6, "keep");
+    cg_release_all(3, x, y, u);
+    /* rows of -inf, with +inf, with NaN; the gradient 0 on the -inf row */
+    const float inf = INFINITY;
+    cg_tensor *s =
+        cg_requires_grad(cg_from_data(CG_SHAPE(4, 3), (float[]){-inf, -inf, -inf, 1, inf, -inf, 1,
+                                                                NAN, 2, 0, -inf, 0}),
+                         true);
+    cg_tensor *ls = cg_logsumexp(s, 1, (int[]){-1}, false);
+    ck_assert_msg(ls, "%s", cg_last_error());
+    const float *lv = cg_data(ls);
+    ck_assert(lv[0] == -inf && lv[1] == inf && isnan(lv[2]));
+    ck_assert_float_eq_tol(lv[3], logf(2.0f), 1e-7);
+    float *g = grad_of(ls, s);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(g[i] == 0.0f, "the -inf row's gradient %d: %g", i, g[i]);
+    ck_assert(isnan(g[4]) && g[3] == 0 && g[5] == 0); /* exp(inf - inf), as PyTorch */
+    ck_assert(g[9] == 0.5f && g[10] == 0 && g[11] == 0.5f);
+    free(g);
+    cg_release_all(2, s, ls);
+    /* an empty reduction is -inf; a 0-d tensor is itself (gradient 1) */
+    holds(cg_logsumexp(cg_zeros(CG_SHAPE(0, 2)), 1, (int[]){0}, false), (const float[]){-inf, -inf},
+          0, "empty");
+    cg_tensor *z = cg_requires_grad(cg_scalar(2.5f), true),
+              *zl = cg_logsumexp(z, 1, (int[]){0}, false);
+    ck_assert(zl && zl->ndim == 0 && cg_item(zl) == 2.5f);
+    ck_assert(cg_backward(zl, NULL, false) && cg_item(cg_grad(z)) == 1.0f);
+    cg_release_all(2, z, zl);
+    /* bfloat16: computed in float32, rounded once to bfloat16 (PyTorch
+     * 1.13 rounds its steps too: 2.3438 where the nearest is 2.3281) */
+    cg_tensor *b = cg_requires_grad(cg_k_to(mat(NULL), CG_BF16), true);
+    cg_tensor *bl = cg_logsumexp(b, 1, (int[]){1}, false), *blf = cg_k_to(bl, CG_F32);
+    ck_assert_int_eq(bl->dtype, CG_BF16);
+    CG_ASSERT_TENSOR(blf, ((float[]){2.328125f, 2.046875f, 3.109375f}), 0, 0);
+    cg_tensor *bs = cg_sum_all(bl);
+    ck_assert(cg_backward(bs, NULL, false) && cg_grad(b)->dtype == CG_BF16);
+    cg_release_all(4, b, bl, blf, bs);
+    /* refusals */
+    cg_tensor *xi = cg_k_to(mat(NULL), CG_I64), *x2 = mat(NULL);
+    CG_ASSERT_REFUSED(cg_logsumexp(xi, 1, (int[]){0}, false) == NULL,
+                      "logsumexp: argument 1 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_logsumexp(x2, 1, (int[]){-3}, false) == NULL,
+                      "logsumexp: dim -3 out of range for a tensor of shape [3, 4]");
+    CG_ASSERT_REFUSED(cg_logsumexp(x2, 2, (int[]){1, -1}, false) == NULL,
+                      "logsumexp: dim -1 appears more than once");
+    CG_ASSERT_REFUSED(cg_logsumexp(NULL, 0, NULL, false) == NULL, "cg_k_logsumexp: input is NULL");
+    cg_release_all(2, xi, x2);
+}
+END_TEST
+
 static Suite *more_suite(void)
 {
     Suite *s = suite_create("ops_more");
@@ -178,6 +250,7 @@ static Suite *more_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_min);
     tcase_add_test(tc, test_maximum_minimum);
+    tcase_add_test(tc, test_logsumexp);
     suite_add_tcase(s, tc);
     return s;
 }

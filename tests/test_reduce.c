@@ -539,7 +539,7 @@ static void assert_bits_equal(const cg_tensor *x, const cg_tensor *y)
     free(b);
 }
 
-#define N_RUNS 12
+#define N_RUNS 14
 static void run_all(const cg_tensor *a, cg_tensor **out)
 {
     int d0 = 0, d1 = 1, both[] = {0, 1};
@@ -556,6 +556,8 @@ static void run_all(const cg_tensor *a, cg_tensor **out)
     out[9] = cg_k_sum_to_shape(a, CG_SHAPE(1, a->shape[1]));
     out[10] = cg_k_min(a, 1, true, &imin);
     out[11] = imin;
+    out[12] = cg_k_logsumexp(a, 1, &d0, false);
+    out[13] = cg_k_logsumexp(a, 2, both, true);
 }
 
 START_TEST(test_threads_identical)

@@ -182,6 +182,8 @@ static bool reduce(const char *op, cg_tensor *x, const cJSON *a, cg_tensor **out
         out[0] = cg_mean(x, nd, dims, keep);
     else if (!strcmp(op, "var"))
         out[0] = cg_var(x, nd, dims, ai(a, "corr"), keep);
+    else if (!strcmp(op, "logsumexp"))
+        out[0] = cg_logsumexp(x, nd, dims, keep);
     else if (!strcmp(op, "sum_all"))
         out[0] = cg_sum_all(x);
     else if (!strcmp(op, "mean_all"))

@@ -61,6 +61,8 @@ KNOWN = {
     "bce_limit": "bce_with_logits at x = -inf, or +inf with y = 1: PyTorch NaN, cgrad the "
                  "limit (0 or inf)",
     "relu_neg_zero": "relu(-0.0): PyTorch -0.0, cgrad +0.0",
+    "lse_neginf_row": "logsumexp of a row of -inf (or of no elements) is -inf in both; its "
+                      "gradient is 0 in cgrad, NaN in PyTorch (exp(-inf - -inf))",
     "attn_nan_row": "fused attention, a query whose row of scores is NaN (every key masked, or "
                     "a NaN or inf score among the keys it sees): its output NaN in both; its "
                     "weights NaN at its padded keys and 0 at its causal ones (PyTorch: NaN at "
@@ -1056,7 +1058,35 @@ def gen_maximum(rng):
                      known=scalar_cast(xs))
 
 
-MORE = (gen_min, gen_maximum)
+def gen_logsumexp(rng):
+    """torch.logsumexp over random dims, keepdim, special values and rows
+    of -inf (-inf in both; the gradient there KNOWN's lse_neginf_row)."""
+    for _ in range(50):
+        shape = rshape(rng, 0, 4)
+        nd = len(shape)
+        dims = dims_of(rng, nd) or ([rng.choice([0, -1])] if nd == 0 else list(range(nd)))
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
+        keep = rng.random() < 0.5
+        x = inp(rng, shape, dt, special=0.1 if rng.random() < 0.3 else 0.0)
+        if dt in FLOATS and nd and shape[0] and rng.random() < 0.3:  # a slice of -inf
+            x[0].view(-1)[: max(1, x[0].numel() // 2)] = -math.inf
+        f = (lambda x, a: torch.logsumexp(x[0], a["dims"], keepdim=a["keep"]))
+        known = ""
+        if dt in FLOATS:
+            out = f([apply_views(x[0], x[1]).double()], {"dims": dims, "keep": keep})
+            known = KNOWN["lse_neginf_row"] if (out == -math.inf).any() else ""
+        add_case("logsumexp", [x], {"dims": dims, "keep": keep}, f, doc=float_doc([dt]),
+                 tol=(8.0, 32.0), known=known)
+    for dims, keep in (([1], False), ([-1], True), ([0, 2], False)):  # rows of -inf
+        b = values([2, 3, 4], rng.choice(["float32", "bfloat16"]))
+        b[1] = -math.inf
+        b[:, 1, :] = -math.inf
+        add_case("logsumexp", [(b, [], True)], {"dims": dims, "keep": keep},
+                 lambda x, a: torch.logsumexp(x[0], a["dims"], keepdim=a["keep"]),
+                 tol=(8.0, 32.0), known=KNOWN["lse_neginf_row"])
+
+
+MORE = (gen_min, gen_maximum, gen_logsumexp)
 
 
 def main(out):
