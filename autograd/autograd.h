@@ -79,6 +79,7 @@ extern "C" {
     X(TANH, "tanh", 1, 0, 0)            /* saved output */                    \
     X(SIGMOID, "sigmoid", 1, 0, 0)      /* saved output */                    \
     CG_UNARY_OPS(CG_OP_UNARY_ROW_, X) /* relu, gelu, ...: core/ops.h */       \
+    CG_UNARY_PARAM_OPS(CG_OP_UNARY_PARAM_ROW_, X) /* leaky_relu, elu, softplus */ \
     X(CLAMP, "clamp", 1, CG_IN(0), 0)                                         \
     X(GATED, "gated", 2, CG_IN(0) | CG_IN(1), 0) /* act(a) * b */             \
     X(GATED_HALVES, "gated_halves", 1, CG_IN(0), 0) /* of h's two halves */    \
@@ -137,6 +138,8 @@ extern "C" {
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */
 #define CG_OP_UNARY_ROW_(X, E, name, fwd, bwd) X(E, #name, 1, CG_IN(0), 0)
+/* And a row of CG_UNARY_PARAM_OPS: the same (the parameters in the node). */
+#define CG_OP_UNARY_PARAM_ROW_(X, E, name, fwd, bwd, ...) X(E, #name, 1, CG_IN(0), 0)
 
 typedef enum {
 #define CG_OP_ENUM_(e, name, nin, reads, cross) CG_OP_##e,

@@ -36,6 +36,14 @@ cg_tensor *cg_sigmoid(cg_tensor *a);
  * erf(a / sqrt 2))), cg_abs, cg_silu (x sigmoid(x), swish), cg_sin, cg_cos. */
 #define CG_UNARY_DECLARE_(A, E, name, fwd, bwd) cg_tensor *cg_##name(cg_tensor *a);
 CG_UNARY_OPS(CG_UNARY_DECLARE_, ~)
+/* One per row of CG_UNARY_PARAM_OPS (core/ops.h, each defined and its
+ * gradient at the kink there; PyTorch's defaults in brackets):
+ * cg_leaky_relu(a, negative_slope [0.01]) (F.leaky_relu), cg_elu(a, alpha
+ * [1]) (F.elu), cg_softplus(a, beta [1], threshold [20]) (F.softplus;
+ * cg_softplus(a) before 2026-12 is cg_softplus(a, 1, 20), the same bits). */
+#define CG_UNARY_PARAM_DECLARE_(A, E, name, fwd, bwd, ...) \
+    cg_tensor *cg_##name(cg_tensor *a, CG_PARAMS_DECL(__VA_ARGS__));
+CG_UNARY_PARAM_OPS(CG_UNARY_PARAM_DECLARE_, ~)
 cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi);
 /* The gate of a gated feed-forward: act(a) * b as one op (core/ops.h
  * cg_k_gated: no act(a) tensor is kept; the backward recomputes it from a).

@@ -74,6 +74,29 @@ static cg_tensor *unary_record(cg_tensor *out, cg_op op, cg_tensor *a, cg_backwa
 CG_UNARY_OPS(UNARY_OP_, ~)
 #undef UNARY_OP_
 
+/* ---------------------------------- the rows of CG_UNARY_PARAM_OPS */
+/* As above, the node keeping the parameters (p.f[0], p.f[1]) */
+#define UNARY_PARAM_OP_(A, E, name, fwd, bwd, ...)                                               \
+    static bool name##_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)                       \
+    {                                                                                            \
+        gin[0] = cg_k_##name##_backward(IN(0), g, CG_PARAMS_AT(n->p.f, __VA_ARGS__));            \
+        return gin[0] != NULL;                                                                   \
+    }                                                                                            \
+    cg_tensor *cg_##name(cg_tensor *a, CG_PARAMS_DECL(__VA_ARGS__))                              \
+    {                                                                                            \
+        const float pv[2] = {CG_PARAMS_PAIR(__VA_ARGS__)};                                       \
+        if (!a)                                                                                  \
+            return cg_k_##name(a, CG_PARAMS_AT(pv, __VA_ARGS__));                                \
+        cg_node *n;                                                                              \
+        cg_tensor *out = record(cg_k_##name(a, CG_PARAMS_AT(pv, __VA_ARGS__)), CG_OP_##E, 1, &a, \
+                                name##_bw, &n);                                                  \
+        if (n)                                                                                   \
+            memcpy(n->p.f, pv, sizeof pv);                                                       \
+        return out;                                                                              \
+    }
+CG_UNARY_PARAM_OPS(UNARY_PARAM_OP_, ~)
+#undef UNARY_PARAM_OP_
+
 /* ------------------------------------------------ maximum, minimum */
 static bool extremum_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {

@@ -26,12 +26,16 @@ typedef struct ew_params {
 #include "core/elementwise_impl.h"
 
 /* ------------------------------------------------- segment functions */
-/* In the expressions: X, Y, Z are the operands' elements, P the params. */
-#define EW_UNARY(fname, EXPR)                                                            \
+/* In the expressions: X, Y, Z are the operands' elements, P the params.
+ * The _WITH forms run DECL first (the named parameters of a row of
+ * CG_UNARY_PARAM_OPS, read from P). */
+#define EW_UNARY(fname, EXPR) EW_UNARY_WITH(fname, (void)0, EXPR)
+#define EW_UNARY_WITH(fname, DECL, EXPR)                                                 \
     EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx) \
     {                                                                                    \
         const ew_params *P = ctx;                                                        \
         (void)P;                                                                         \
+        DECL;                                                                            \
         float *o = p[0];                                                                 \
         const float *x = p[1];                                                           \
         if (s[0] == 1 && s[1] == 1) {                                                    \
@@ -48,11 +52,13 @@ typedef struct ew_params {
         }                                                                                \
     }
 
-#define EW_BINARY(fname, EXPR)                                                           \
+#define EW_BINARY(fname, EXPR) EW_BINARY_WITH(fname, (void)0, EXPR)
+#define EW_BINARY_WITH(fname, DECL, EXPR)                                                \
     EW_CLONES static void fname(float *const *p, const int64_t *s, int64_t n, void *ctx) \
     {                                                                                    \
         const ew_params *P = ctx;                                                        \
         (void)P;                                                                         \
+        DECL;                                                                            \
         float *o = p[0];                                                                 \
         const float *x = p[1], *y = p[2];                                                \
         if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                       \
@@ -347,6 +353,24 @@ static cg_iter_seg_fn row_seg(int row, bool bwd, cg_iter_seg_fn seg)
     }
 CG_UNARY_OPS(EW_UNARY_OP_, ~)
 #undef EW_UNARY_OP_
+
+/* ------------------------------------ the rows of CG_UNARY_PARAM_OPS */
+/* As CG_UNARY_OPS's, the parameters carried in ew_params (a, b) and read
+ * back under their names */
+#define EW_PARAM_OP_(A, E, name, fwd, bwd, ...)                                                \
+    EW_UNARY_WITH(seg_##name, CG_PARAMS_LOCALS(P->a, P->b, __VA_ARGS__), fwd)                  \
+    EW_BINARY_WITH(seg_##name##_bwd, CG_PARAMS_LOCALS(P->a, P->b, __VA_ARGS__), bwd)           \
+    cg_tensor *cg_k_##name(const cg_tensor *a, CG_PARAMS_DECL(__VA_ARGS__))                    \
+    {                                                                                          \
+        return unary(#name, a, seg_##name, CG_PARAMS_PAIR(__VA_ARGS__));                       \
+    }                                                                                          \
+    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g,                  \
+                                      CG_PARAMS_DECL(__VA_ARGS__))                             \
+    {                                                                                          \
+        return binary(#name "_backward", x, g, seg_##name##_bwd, CG_PARAMS_PAIR(__VA_ARGS__)); \
+    }
+CG_UNARY_PARAM_OPS(EW_PARAM_OP_, ~)
+#undef EW_PARAM_OP_
 
 /* ----------------------------------------------------------- binary */
 cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b)

@@ -63,14 +63,72 @@ extern "C" {
     OP(A, SILU, silu, X * f_sigmoid(X),                                          \
        Y * f_sigmoid(X) * (1.0f + X * (1.0f - f_sigmoid(X))))                    \
     OP(A, SIN, sin, sinf(X), Y * cosf(X))                                        \
-    OP(A, COS, cos, cosf(X), -(Y * sinf(X)))                                     \
-    /* log(1 + e^x), x above 20: torch's softplus(x, beta=1, threshold=20) */    \
-    OP(A, SOFTPLUS, softplus, X > 20.0f ? X : log1pf(expf(X)),                   \
-       X > 20.0f ? Y : Y * expf(X) / (expf(X) + 1.0f))
+    OP(A, COS, cos, cosf(X), -(Y * sinf(X)))
 /* clang-format on */
 #define CG_UNARY_DECLARE_K_(A, E, name, fwd, bwd) \
     cg_tensor *cg_k_##name(const cg_tensor *a);   \
     cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g);
+
+/* ----------------------------- unary ops with parameters, one row each */
+/* The elementwise unary ops with one or two float parameters, one row each
+ * as CG_UNARY_OPS's, the parameters' names last:
+ *   OP(A, ENUM, name, forward, backward, p0[, p1])
+ * gives cg_k_<name>(x, p0[, p1]) and cg_k_<name>_backward(x, g, p0[, p1])
+ * (core/elementwise.c), cg_<name>(x, p0[, p1]) and the op CG_OP_<ENUM>
+ * (autograd/ops_misc.c: the node keeps the parameters, its backward reads
+ * x). The expressions read the parameters by their names (float locals of
+ * the segment kernels: any names but theirs, X, Y, P, ctx, p, s, n, o, x,
+ * y, i, os, xs, ys). A new row
+ * needs its value test (tests/test_elementwise.c, PROW_REF) and its
+ * gradcheck (op_checks), as CG_UNARY_OPS's. PyTorch's defaults are in the
+ * comments (C has none: pass them). */
+/* clang-format off */
+#define CG_UNARY_PARAM_OPS(OP, A)                                                \
+    /* F.leaky_relu(x, negative_slope=0.01): x > 0 ? x : slope x; the         \
+     * gradient at 0 (and at NaN) is the slope, as PyTorch's */               \
+    OP(A, LEAKY_RELU, leaky_relu, X > 0.0f ? X : X * negative_slope,             \
+       X > 0.0f ? Y : Y * negative_slope, negative_slope)                        \
+    /* F.elu(x, alpha=1.0): x <= 0 ? alpha (e^x - 1) : x; the gradient at 0   \
+     * is alpha, at NaN 1, as PyTorch's (its not-in-place ELU) */             \
+    OP(A, ELU, elu, X <= 0.0f ? alpha * expm1f(X) : X,                           \
+       X <= 0.0f ? Y * alpha * expf(X) : Y, alpha)                               \
+    /* F.softplus(x, beta=1, threshold=20): log(1 + e^(beta x)) / beta, x     \
+     * itself where beta x > threshold; the gradient PyTorch's expression    \
+     * (NaN where beta x is between 88.7 and a larger threshold, as there)   \
+     * and beta 1, threshold 20 the bits of the row it was until 2026-12 */  \
+    OP(A, SOFTPLUS, softplus, X * beta > threshold ? X : log1pf(expf(X * beta)) / beta, \
+       X * beta > threshold ? Y : Y * expf(X * beta) / (expf(X * beta) + 1.0f),         \
+       beta, threshold)
+/* clang-format on */
+/* A row's parameters (one or two names) as a declaration, float p0[,
+ * float p1]; as the two floats the kernels carry, p0, p1 (p0, 0 for one);
+ * as the values of an array of two, a[0][, a[1]]; and as float locals
+ * made from two values, const float p0 = v0[, p1 = v1]. */
+#define CG_PARAMS_N_(_1, _2, N, ...) N
+#define CG_PARAMS_PASTE_(a, b) a##b
+#define CG_PARAMS_CAT_(a, b) CG_PARAMS_PASTE_(a, b) /* b expanded first */
+#define CG_PARAMS_SEL_(m, ...) CG_PARAMS_CAT_(m, CG_PARAMS_N_(__VA_ARGS__, 2, 1, 0))
+#define CG_PARAMS_DECL_1(a) float a
+#define CG_PARAMS_DECL_2(a, b) float a, float b
+#define CG_PARAMS_DECL(...) CG_PARAMS_SEL_(CG_PARAMS_DECL_, __VA_ARGS__)(__VA_ARGS__)
+#define CG_PARAMS_PAIR_1(a) a, 0.0f
+#define CG_PARAMS_PAIR_2(a, b) a, b
+#define CG_PARAMS_PAIR(...) CG_PARAMS_SEL_(CG_PARAMS_PAIR_, __VA_ARGS__)(__VA_ARGS__)
+#define CG_PARAMS_AT_1(v, a) (v)[0]
+#define CG_PARAMS_AT_2(v, a, b) (v)[0], (v)[1]
+#define CG_PARAMS_AT(v, ...) CG_PARAMS_SEL_(CG_PARAMS_AT_, __VA_ARGS__)(v, __VA_ARGS__)
+#define CG_PARAMS_LOCALS_1(v0, v1, a) \
+    const float a = (v0);             \
+    (void)a
+#define CG_PARAMS_LOCALS_2(v0, v1, a, b) \
+    const float a = (v0), b = (v1);      \
+    (void)a, (void)b
+#define CG_PARAMS_LOCALS(v0, v1, ...) \
+    CG_PARAMS_SEL_(CG_PARAMS_LOCALS_, __VA_ARGS__)(v0, v1, __VA_ARGS__)
+#define CG_UNARY_PARAM_DECLARE_K_(A, E, name, fwd, bwd, ...)                  \
+    cg_tensor *cg_k_##name(const cg_tensor *a, CG_PARAMS_DECL(__VA_ARGS__));  \
+    cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g, \
+                                      CG_PARAMS_DECL(__VA_ARGS__));
 
 /* -------------------------------------------------------- elementwise */
 cg_tensor *cg_k_add(const cg_tensor *a, const cg_tensor *b);
@@ -106,6 +164,9 @@ cg_tensor *cg_k_sigmoid(const cg_tensor *a);
 /* The unary ops of CG_UNARY_OPS (below): cg_k_relu, cg_k_gelu, ... and
  * their cg_k_relu_backward, ... */
 CG_UNARY_OPS(CG_UNARY_DECLARE_K_, ~)
+/* and those of CG_UNARY_PARAM_OPS: cg_k_leaky_relu(a, negative_slope),
+ * cg_k_elu(a, alpha), cg_k_softplus(a, beta, threshold), their backwards */
+CG_UNARY_PARAM_OPS(CG_UNARY_PARAM_DECLARE_K_, ~)
 /* The gate of a gated feed-forward (SwiGLU, GEGLU; core/gated.c):
  * act(a) * b elementwise, act SiLU (x sigmoid(x)) or GELU's tanh form
  * (cg_k_gelu's function). a and b: one shape (no broadcasting), one dtype,

@@ -189,8 +189,6 @@ static double r_silu(double x) { return x * r_sigmoid(x); }
 static double d_silu(double x) { return r_sigmoid(x) * (1.0 + x * (1.0 - r_sigmoid(x))); }
 static double d_sin(double x) { return cos(x); }
 static double d_cos(double x) { return -sin(x); }
-static double r_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
-static double d_softplus(double x) { return x > 20 ? 1 : r_sigmoid(x); }
 
 #define ROW_ENUM_(A, E, name, fwd, bwd) ROW_##E,
 enum { CG_UNARY_OPS(ROW_ENUM_, ~) N_ROWS };
@@ -211,7 +209,6 @@ static const struct {
     [ROW_SILU] = {r_silu, d_silu},
     [ROW_SIN] = {sin, d_sin},
     [ROW_COS] = {cos, d_cos},
-    [ROW_SOFTPLUS] = {r_softplus, d_softplus},
 };
 
 static void assert_row_ref(int j)
@@ -241,6 +238,53 @@ static binary_k binary_at(int i)
     return (binary_k){ROW_K[i - N_BINARY].bname, ROW_K[i - N_BINARY].backward, NULL,
                       ROW_REF[i - N_BINARY].df};
 }
+
+/* -------------------------------------- the rows of CG_UNARY_PARAM_OPS */
+/* Each row's reference in double, of x and the row's parameters p (two,
+ * the second 0 for a row of one), and three parameter sets it is tested
+ * at; indexed by the row, as ROW_REF. */
+typedef double (*pref_fn)(double x, const double *p);
+static double r_leaky_relu(double x, const double *p) { return x > 0 ? x : x * p[0]; }
+static double d_leaky_relu(double x, const double *p) { return x > 0 ? 1 : p[0]; }
+static double r_elu(double x, const double *p) { return x <= 0 ? p[0] * expm1(x) : x; }
+static double d_elu(double x, const double *p) { return x <= 0 ? p[0] * exp(x) : 1; }
+static double r_softplus(double x, const double *p)
+{
+    return x * p[0] > p[1] ? x : log1p(exp(x * p[0])) / p[0];
+}
+static double d_softplus(double x, const double *p)
+{
+    return x * p[0] > p[1] ? 1 : 1.0 / (1.0 + exp(-x * p[0]));
+}
+
+#define PROW_ENUM_(A, E, name, fwd, bwd, ...) PROW_##E,
+enum { CG_UNARY_PARAM_OPS(PROW_ENUM_, ~) N_PROWS };
+typedef cg_tensor *(*pk1_fn)(const cg_tensor *, const float *);
+typedef cg_tensor *(*pk2_fn)(const cg_tensor *, const cg_tensor *, const float *);
+#define PROW_KERNELS_(A, E, name, fwd, bwd, ...)                                        \
+    static cg_tensor *pk_##name(const cg_tensor *a, const float *p)                     \
+    {                                                                                   \
+        return cg_k_##name(a, CG_PARAMS_AT(p, __VA_ARGS__));                            \
+    }                                                                                   \
+    static cg_tensor *pb_##name(const cg_tensor *x, const cg_tensor *g, const float *p) \
+    {                                                                                   \
+        return cg_k_##name##_backward(x, g, CG_PARAMS_AT(p, __VA_ARGS__));              \
+    }
+CG_UNARY_PARAM_OPS(PROW_KERNELS_, ~)
+#define PROW_K_(A, E, name, fwd, bwd, ...) {#name, pk_##name, pb_##name},
+static const struct {
+    const char *name;
+    pk1_fn k;
+    pk2_fn backward;
+} PROW_K[N_PROWS] = {CG_UNARY_PARAM_OPS(PROW_K_, ~)};
+static const struct {
+    pref_fn f, df;
+    float p[3][2];
+} PROW_REF[N_PROWS] = {
+    [PROW_LEAKY_RELU] = {r_leaky_relu, d_leaky_relu, {{0.01f}, {0.2f}, {-1.5f}}},
+    [PROW_ELU] = {r_elu, d_elu, {{1.0f}, {0.5f}, {2.0f}}},
+    [PROW_SOFTPLUS] = {r_softplus, d_softplus, {{1, 20}, {2, 3}, {0.5f, 1}}},
+};
 
 #define ATOL 1e-6
 #define RTOL 2e-6
@@ -276,6 +320,52 @@ START_TEST(test_unary_rows)
 {
     for (int i = 0; i < N_ROWS; i++)
         assert_row_ref(i);
+}
+END_TEST
+
+/* Every row of CG_UNARY_PARAM_OPS has its reference, and its kernels
+ * compute it at each of its parameter sets, forward and backward, on
+ * every layout, a 0-d and an empty tensor (values up to |6|, across
+ * softplus's thresholds). */
+START_TEST(test_unary_param_rows)
+{
+    cg_rng rng = cg_rng_new(12);
+    for (int r = 0; r < N_PROWS; r++) {
+        ck_assert_msg(PROW_REF[r].f && PROW_REF[r].df,
+                      "%s (a row of CG_UNARY_PARAM_OPS, core/ops.h) has no reference in PROW_REF "
+                      "(tests/test_elementwise.c)",
+                      PROW_K[r].name);
+        for (int ps = 0; ps < 3; ps++) {
+            const float *p = PROW_REF[r].p[ps];
+            const double pd[2] = {p[0], p[1]};
+            for (int kind = 0; kind < 5; kind++) {
+                cg_tensor *a = kind < 4 ? cg_test_randn_layout(&rng, CG_SHAPE(3, 4, 5), kind)
+                                        : cg_scalar(-0.7f);
+                float *st = (float *)a->storage->data; /* values to |6| or so */
+                for (size_t i = 0; i < a->storage->nbytes / sizeof(float); i++)
+                    st[i] *= 3.0f;
+                cg_tensor *g = cg_randn(&rng, a->ndim, a->shape);
+                cg_tensor *y = PROW_K[r].k(a, p), *d = PROW_K[r].backward(a, g, p);
+                ck_assert_msg(y && d, "%s: %s", PROW_K[r].name, cg_last_error());
+                assert_shape(y, a->ndim, a->shape);
+                const int64_t n = cg_numel(a);
+                float *av = cg_test_values(a), *gv = cg_test_values(g);
+                float *ey = malloc((size_t)n * sizeof(float)),
+                      *ed = malloc((size_t)n * sizeof(float));
+                for (int64_t i = 0; i < n; i++) {
+                    ey[i] = (float)PROW_REF[r].f(av[i], pd);
+                    ed[i] = (float)(gv[i] * PROW_REF[r].df(av[i], pd));
+                }
+                CG_ASSERT_TENSOR(y, ey, ATOL, RTOL);
+                CG_ASSERT_TENSOR(d, ed, ATOL, RTOL);
+                free(av), free(gv), free(ey), free(ed);
+                cg_release_all(4, a, g, y, d);
+            }
+            cg_tensor *z = cg_zeros(CG_SHAPE(0, 4)), *zy = PROW_K[r].k(z, p);
+            assert_shape(zy, 2, (int64_t[]){0, 4});
+            cg_release_all(2, z, zy);
+        }
+    }
 }
 END_TEST
 
@@ -558,6 +648,9 @@ START_TEST(test_inplace_overlap)
 }
 END_TEST
 
+static cg_tensor *k_softplus(const cg_tensor *a) { return cg_k_softplus(a, 1.0f, 20.0f); }
+static cg_tensor *k_elu2(const cg_tensor *a) { return cg_k_elu(a, 2.0f); }
+
 static float item_of(cg_tensor *(*k)(const cg_tensor *), float x)
 {
     cg_tensor *s = cg_scalar(x);
@@ -633,18 +726,44 @@ START_TEST(test_special_values)
     cg_tensor *gb = cg_k_gelu_backward(gx, gg);
     CG_ASSERT_TENSOR(gb, ((float[]){1, 0, 1, 0}), 0, 0);
     cg_release_all(3, gx, gg, gb);
-    /* softplus: x itself above the threshold 20 (torch's), no overflow */
-    ck_assert_float_eq(item_of(cg_k_softplus, 20.5f), 20.5f);
-    ck_assert_float_eq(item_of(cg_k_softplus, 1e30f), 1e30f);
-    ck_assert_float_eq(item_of(cg_k_softplus, INFINITY), INFINITY);
-    ck_assert_float_eq(item_of(cg_k_softplus, -INFINITY), 0.0f);
-    ck_assert(isnan(item_of(cg_k_softplus, NAN)));
-    float sp = item_of(cg_k_softplus, -100.0f); /* e^-100, a subnormal */
+    /* softplus (beta 1, threshold 20, torch's defaults): x itself above
+     * the threshold, no overflow */
+    ck_assert_float_eq(item_of(k_softplus, 20.5f), 20.5f);
+    ck_assert_float_eq(item_of(k_softplus, 1e30f), 1e30f);
+    ck_assert_float_eq(item_of(k_softplus, INFINITY), INFINITY);
+    ck_assert_float_eq(item_of(k_softplus, -INFINITY), 0.0f);
+    ck_assert(isnan(item_of(k_softplus, NAN)));
+    float sp = item_of(k_softplus, -100.0f); /* e^-100, a subnormal */
     ck_assert(sp > 0.0f && sp < 1e-40f);
     cg_tensor *sx = cg_from_data(CG_SHAPE(4), (float[]){25.0f, 1e30f, -INFINITY, 0.0f});
-    cg_tensor *sg = cg_full(CG_SHAPE(4), 3.0f), *sb = cg_k_softplus_backward(sx, sg);
+    cg_tensor *sg = cg_full(CG_SHAPE(4), 3.0f), *sb = cg_k_softplus_backward(sx, sg, 1, 20);
     CG_ASSERT_TENSOR(sb, ((float[]){3, 3, 0, 1.5f}), 0, 0);
-    cg_release_all(3, sx, sg, sb);
+    /* the threshold compares beta x: beta 2, threshold 3 passes x = 1.6
+     * through (2 x = 3.2), and its gradient 1; not 1.4; beta x beyond
+     * exp's range under a larger threshold is inf, and its gradient NaN,
+     * as PyTorch's expressions give */
+    cg_tensor *t2 = cg_from_data(CG_SHAPE(3), (float[]){1.6f, 1.4f, 50.0f});
+    cg_tensor *s3 = cg_full(CG_SHAPE(3), 3.0f);
+    cg_tensor *y2 = cg_k_softplus(t2, 2, 3), *y3 = cg_k_softplus(t2, 2, 1000);
+    cg_tensor *g2 = cg_k_softplus_backward(t2, s3, 2, 3);
+    cg_tensor *g3 = cg_k_softplus_backward(t2, s3, 2, 1000);
+    ck_assert_msg(y2 && y3 && g2 && g3, "%s", cg_last_error());
+    ck_assert(cg_data(y2)[0] == 1.6f && cg_data(y2)[2] == 50.0f && cg_data(g2)[0] == 3.0f);
+    ck_assert_float_eq_tol(cg_data(y2)[1], (float)(log1p(exp(2.8)) / 2), 1e-6);
+    ck_assert(isinf(cg_data(y3)[2]) && isnan(cg_data(g3)[2]));
+    cg_release_all(9, sx, sg, sb, t2, s3, y2, y3, g2, g3);
+    /* leaky_relu and elu at their kink 0 and at NaN: PyTorch's gradients
+     * (leaky: the slope at 0 and at NaN; elu: alpha at 0, 1 at NaN) */
+    cg_tensor *kx = cg_from_data(CG_SHAPE(3), (float[]){0.0f, NAN, -0.0f}),
+              *kg = cg_ones(CG_SHAPE(3));
+    cg_tensor *lb = cg_k_leaky_relu_backward(kx, kg, 0.2f), *eb = cg_k_elu_backward(kx, kg, 0.5f);
+    cg_tensor *ly = cg_k_leaky_relu(kx, 0.2f), *ey = cg_k_elu(kx, 0.5f);
+    CG_ASSERT_TENSOR(lb, ((float[]){0.2f, 0.2f, 0.2f}), 0, 0);
+    CG_ASSERT_TENSOR(eb, ((float[]){0.5f, 1, 0.5f}), 0, 0);
+    ck_assert(cg_data(ly)[0] == 0 && isnan(cg_data(ly)[1]) && signbit(cg_data(ly)[2]));
+    ck_assert(cg_data(ey)[0] == 0 && isnan(cg_data(ey)[1]) && cg_data(ey)[2] == 0);
+    ck_assert_float_eq(item_of(k_elu2, -INFINITY), -2.0f);
+    cg_release_all(6, kx, kg, lb, eb, ly, ey);
     /* clamp: NaN propagates, lo > hi gives hi */
     cg_tensor *cx = cg_from_data(CG_SHAPE(3), (float[]){NAN, -5.0f, 5.0f});
     cg_tensor *c1 = cg_k_clamp(cx, -1.0f, 1.0f), *c2 = cg_k_clamp(cx, 2.0f, 1.0f);
@@ -1203,6 +1322,7 @@ static Suite *elementwise_suite(void)
         const TTest *fn;
     } cases[] = {
         {"unary_rows", test_unary_rows},
+        {"unary_param_rows", test_unary_param_rows},
         {"unary", test_unary_layouts},
         {"unary_rows_contiguous_bits", test_unary_rows_contiguous_bits},
         {"gelu16_bits", test_gelu16_bits},

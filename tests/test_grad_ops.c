@@ -82,6 +82,12 @@ typedef struct {
 static cg_tensor *pow3(cg_tensor *a) { return cg_pow(a, 3.0f); }
 static cg_tensor *powh(cg_tensor *a) { return cg_pow(a, 0.5f); }
 static cg_tensor *clamp_(cg_tensor *a) { return cg_clamp(a, -0.5f, 0.7f); }
+static cg_tensor *leaky001(cg_tensor *a) { return cg_leaky_relu(a, 0.01f); }
+static cg_tensor *leakym15(cg_tensor *a) { return cg_leaky_relu(a, -1.5f); }
+static cg_tensor *elu1(cg_tensor *a) { return cg_elu(a, 1.0f); }
+static cg_tensor *elu05(cg_tensor *a) { return cg_elu(a, 0.5f); }
+static cg_tensor *softplus1(cg_tensor *a) { return cg_softplus(a, 1.0f, 20.0f); }
+static cg_tensor *softplus2(cg_tensor *a) { return cg_softplus(a, 2.0f, 10.0f); }
 static cg_tensor *adds_(cg_tensor *a) { return cg_adds(a, 1.5f); }
 static cg_tensor *muls_(cg_tensor *a) { return cg_muls(a, -2.5f); }
 static cg_tensor *softmax1(cg_tensor *a) { return cg_softmax(a, 1); }
@@ -176,7 +182,12 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_SILU] = {.unary = {{NULL, cg_silu, DOM_ANY}}},
     [CG_OP_SIN] = {.unary = {{NULL, cg_sin, DOM_ANY}}},
     [CG_OP_COS] = {.unary = {{NULL, cg_cos, DOM_ANY}}},
-    [CG_OP_SOFTPLUS] = {.unary = {{NULL, cg_softplus, DOM_ANY}}},
+    /* the rows of CG_UNARY_PARAM_OPS */
+    [CG_OP_LEAKY_RELU] = {.unary = {{"leaky_relu(0.01)", leaky001, DOM_AWAY0},
+                                    {"leaky_relu(-1.5)", leakym15, DOM_AWAY0}}},
+    [CG_OP_ELU] = {.unary = {{"elu(1)", elu1, DOM_ANY}, {"elu(0.5)", elu05, DOM_AWAY0}}},
+    [CG_OP_SOFTPLUS] = {.unary = {{"softplus(1,20)", softplus1, DOM_ANY},
+                                  {"softplus(2,10)", softplus2, DOM_ANY}}},
     [CG_OP_CLAMP] = {.unary = {{"clamp", clamp_, DOM_ANY}}},
     [CG_OP_WHERE] = {.binary = {"where", where_ab, DOM_ANY}},
     [CG_OP_GATED] = {.by = "test_gated.c: test_gated_gradcheck"},

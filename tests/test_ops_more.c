@@ -1,6 +1,6 @@
 /* The ops a PyTorch user writing a model reaches for beyond the
  * transformer's (autograd/ops.h): min and argmin, maximum and minimum,
- * logsumexp.
+ * logsumexp, leaky_relu, elu and softplus with their parameters.
  * Forward values from
  * PyTorch 1.13 (computed once with /usr/bin/python3, float32, and stored
  * here), edge cases, refusals in one line, bfloat16 inputs, and the same
@@ -243,6 +243,67 @@ START_TEST(test_logsumexp)
 }
 END_TEST
 
+/* -------------------------------------- leaky_relu, elu, softplus */
+/* PyTorch's values at their parameters, softplus's gradient, the gradient
+ * at the kink 0 through the graph, bfloat16 (elu's float32 result rounded
+ * once), the node keeping its parameters, refusals. The kernels against
+ * references in double: test_elementwise.c, test_unary_param_rows. */
+START_TEST(test_unary_params)
+{
+    cg_tensor *x = cg_requires_grad(mat(NULL), true);
+    holds(cg_leaky_relu(x, 0.2f),
+          (const float[]){0.5f, -0.25f, 2, 0, -0.15f, 1.5f, -0.5f, 1, 3, -0.1f, 0.25f, -0.2f}, 0,
+          "leaky_relu");
+    holds(cg_elu(x, 0.5f),
+          (const float[]){0.5f, -0.3567476f, 2, 0, -0.26381671f, 1.5f, -0.45895749f, 1, 3,
+                          -0.19673467f, 0.25f, -0.31606027f},
+          1e-6, "elu");
+    cg_tensor *sp = cg_softplus(x, 2, 3);
+    CG_ASSERT_TENSOR(
+        sp,
+        ((float[]){0.65663081f, 0.039444868f, 2, 0.34657359f, 0.10070664f, 1.5242937f,
+                   0.0033576742f, 1.063464f, 3, 0.15663084f, 0.48703849f, 0.063464001f}),
+        1e-6, 1e-6);
+    float *g = grad_of(sp, x);
+    CG_ASSERT_CLOSE(
+        g,
+        ((float[]){0.7310586f, 0.075858176f, 1, 0.5f, 0.18242551f, 0.95257413f, 0.006692851f,
+                   0.88079709f, 1, 0.26894143f, 0.62245935f, 0.11920292f}),
+        12, 1e-6, 1e-6);
+    free(g);
+    cg_release_all(2, x, sp);
+    /* at 0: leaky_relu's gradient is the slope, elu's alpha (PyTorch's) */
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *z = cg_requires_grad(cg_zeros(CG_SHAPE(2)), true);
+        cg_tensor *y = k ? cg_elu(z, 0.5f) : cg_leaky_relu(z, 0.2f);
+        float *gz = grad_of(y, z);
+        ck_assert_msg(gz[0] == (k ? 0.5f : 0.2f) && gz[1] == gz[0], "%s at 0: %g",
+                      k ? "elu" : "leaky_relu", gz[0]);
+        free(gz);
+        cg_release_all(2, z, y);
+    }
+    /* bfloat16 in, bfloat16 out (PyTorch's elu of A in bfloat16), and a
+     * bfloat16 gradient */
+    cg_tensor *b = cg_requires_grad(cg_k_to(mat(NULL), CG_BF16), true);
+    cg_tensor *be = cg_elu(b, 0.5f), *bef = cg_k_to(be, CG_F32);
+    ck_assert_int_eq(be->dtype, CG_BF16);
+    CG_ASSERT_TENSOR(bef,
+                     ((float[]){0.5f, -0.357421875f, 2, 0, -0.263671875f, 1.5f, -0.458984375f, 1, 3,
+                                -0.1962890625f, 0.25f, -0.31640625f}),
+                     0, 0);
+    cg_tensor *bs = cg_sum_all(be);
+    ck_assert(cg_backward(bs, NULL, false) && cg_grad(b)->dtype == CG_BF16);
+    cg_release_all(4, b, be, bef, bs);
+    /* refusals */
+    cg_tensor *xi = cg_k_to(mat(NULL), CG_I64), *xb = cg_k_to(xi, CG_BOOL);
+    CG_ASSERT_REFUSED(cg_leaky_relu(xi, 0.1f) == NULL,
+                      "leaky_relu: argument 1 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_elu(xb, 1.0f) == NULL, "elu: argument 1 is bool, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_softplus(NULL, 1, 20) == NULL, "softplus: input is NULL");
+    cg_release_all(2, xi, xb);
+}
+END_TEST
+
 static Suite *more_suite(void)
 {
     Suite *s = suite_create("ops_more");
@@ -251,6 +312,7 @@ static Suite *more_suite(void)
     tcase_add_test(tc, test_min);
     tcase_add_test(tc, test_maximum_minimum);
     tcase_add_test(tc, test_logsumexp);
+    tcase_add_test(tc, test_unary_params);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -89,14 +89,20 @@ static cg_tensor *unary(const char *op, cg_tensor *x, const cJSON *a)
     static const struct {
         const char *name;
         cg_tensor *(*fn)(cg_tensor *);
-    } t[] = {{"neg", cg_neg},     {"abs", cg_abs},           {"relu", cg_relu},
-             {"exp", cg_exp},     {"log", cg_log},           {"sqrt", cg_sqrt},
-             {"rsqrt", cg_rsqrt}, {"tanh", cg_tanh},         {"sigmoid", cg_sigmoid},
-             {"gelu", cg_gelu},   {"gelu_erf", cg_gelu_erf}, {"silu", cg_silu},
-             {"sin", cg_sin},     {"cos", cg_cos},           {"softplus", cg_softplus}};
+    } t[] = {
+        {"neg", cg_neg},         {"abs", cg_abs},   {"relu", cg_relu},         {"exp", cg_exp},
+        {"log", cg_log},         {"sqrt", cg_sqrt}, {"rsqrt", cg_rsqrt},       {"tanh", cg_tanh},
+        {"sigmoid", cg_sigmoid}, {"gelu", cg_gelu}, {"gelu_erf", cg_gelu_erf}, {"silu", cg_silu},
+        {"sin", cg_sin},         {"cos", cg_cos}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(op, t[i].name))
             return t[i].fn(x);
+    if (!strcmp(op, "softplus"))
+        return cg_softplus(x, (float)ad(a, "beta"), (float)ad(a, "threshold"));
+    if (!strcmp(op, "leaky_relu"))
+        return cg_leaky_relu(x, (float)ad(a, "slope"));
+    if (!strcmp(op, "elu"))
+        return cg_elu(x, (float)ad(a, "alpha"));
     if (!strcmp(op, "pow"))
         return cg_pow(x, (float)ad(a, "p"));
     if (!strcmp(op, "clamp"))
@@ -111,8 +117,9 @@ static cg_tensor *unary(const char *op, cg_tensor *x, const cJSON *a)
 static bool is_unary(const char *op)
 {
     static const char *const names[] = {
-        "neg",      "abs",  "relu", "exp", "log",      "sqrt", "rsqrt", "tanh", "sigmoid", "gelu",
-        "gelu_erf", "silu", "sin",  "cos", "softplus", "pow",  "clamp", "adds", "muls"};
+        "neg",      "abs",     "relu",  "exp",      "log",  "sqrt",       "rsqrt",
+        "tanh",     "sigmoid", "gelu",  "gelu_erf", "silu", "sin",        "cos",
+        "softplus", "pow",     "clamp", "adds",     "muls", "leaky_relu", "elu"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(op, names[i]))
             return true;

@@ -302,6 +302,8 @@ def gen_unary(rng):
                 args = {"lo": lo, "hi": lo + rng.choice([0.0, 0.5, 2.0])}
             if name in ("adds", "muls"):
                 args["s"] = rng.choice([0.5, -2.0, 3.0, 0.0, 1e-3])
+            if name == "softplus":  # cg_softplus takes them (F.softplus's defaults)
+                args = {"beta": 1.0, "threshold": 20.0}
             x = inp(rng, rshape(rng, 0, 4), dt, kind, special)
             known = ""
             if x[0].is_floating_point():
@@ -1086,7 +1088,28 @@ def gen_logsumexp(rng):
                  tol=(8.0, 32.0), known=KNOWN["lse_neginf_row"])
 
 
-MORE = (gen_min, gen_maximum, gen_logsumexp)
+def gen_unary_params(rng):
+    """F.leaky_relu, F.elu and F.softplus at random parameters (softplus's
+    beta x around its threshold), every dtype, special values, their kinks
+    (zeros)."""
+    ops = {"leaky_relu": (lambda x, a: F.leaky_relu(x[0], a["slope"]), True),
+           "elu": (lambda x, a: F.elu(x[0], a["alpha"]), False),
+           "softplus": (lambda x, a: F.softplus(x[0], a["beta"], a["threshold"]), False)}
+    for name, (fn, exact) in ops.items():
+        for _ in range(30):
+            dt = rng.choice(FLOATS + FLOATS + ("int64", "bool"))
+            special = 0.15 if rng.random() < 0.3 else 0.0
+            args = {"leaky_relu": lambda: {"slope": rng.choice([0.01, 0.2, -0.5, 0.0, 1.5])},
+                    "elu": lambda: {"alpha": rng.choice([1.0, 0.5, 2.0, -1.0])},
+                    "softplus": lambda: {"beta": rng.choice([1.0, 2.0, 0.5, 5.0]),
+                                         "threshold": rng.choice([20.0, 1.0, 3.0, 0.0])}}[name]()
+            x = inp(rng, rshape(rng, 0, 4), dt, "normal", special)
+            if x[0].is_floating_point() and rng.random() < 0.3:  # zeros: the kinks
+                x = (x[0] * (torch.rand(x[0].shape) < 0.5), x[1], x[2])
+            add_case(name, [x], args, fn, exact=exact, doc=float_doc([dt]))
+
+
+MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params)
 
 
 def main(out):
