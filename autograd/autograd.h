@@ -118,6 +118,10 @@ extern "C" {
     X(TRIL, "tril", 1, 0, 0)                                                  \
     X(TRIU, "triu", 1, 0, 0)                                                  \
     X(CUMSUM, "cumsum", 1, 0, 0)                                              \
+    X(PAD, "pad", 1, 0, 0)              /* the sizes in ctx */                \
+    X(FLIP, "flip", 1, 0, 0)                                                  \
+    X(ROLL, "roll", 1, 0, 0)            /* shifts and dims in ctx */          \
+    X(REPEAT, "repeat", 1, 0, 0)                                              \
     X(NLL_LOSS, "nll_loss", 1, 0, 0)    /* saved log-probabilities */         \
     X(BCE_WITH_LOGITS, "binary_cross_entropy_with_logits", 2,                 \
       CG_IN(0) | CG_IN(1), 0)                                                 \

@@ -1,7 +1,7 @@
 /* The unary ops of core/ops.h's CG_UNARY_OPS (relu, gelu, silu, sin, ...),
  * and more of the ops a PyTorch user reaches for first: maximum, minimum,
  * tril, triu, cumsum, topk, argmax, argmin, mse_loss,
- * binary_cross_entropy_with_logits. Forward and
+ * binary_cross_entropy_with_logits, pad, flip, roll, repeat. Forward and
  * backward side by side, as in ops.c. */
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +290,88 @@ cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y)
 {
     cg_tensor *in[2] = {x, y};
     return record(cg_k_bce_with_logits(x, y), CG_OP_BCE_WITH_LOGITS, 2, in, bce_bw, NULL);
+}
+
+/* -------------------------------------- pad, flip, roll, repeat */
+/* What the backwards of pad and roll undo: count sizes or shifts, negated,
+ * then roll's dims (w, or none), kept in the node's ctx (p.i[0]: count);
+ * false + error when out of memory */
+static bool keep_list(cg_node *n, int count, const int64_t *v, const int *w)
+{
+    int64_t *l = malloc((size_t)count * (sizeof *l + sizeof *w) + 1);
+    if (!l) {
+        cg_set_error("%s: out of memory", cg_node_name(n));
+        return false;
+    }
+    for (int i = 0; i < count; i++)
+        l[i] = -v[i];
+    if (w)
+        memcpy(l + count, w, (size_t)count * sizeof *w);
+    n->ctx = l;
+    n->ctx_free = free;
+    n->p.i[0] = count;
+    return true;
+}
+static cg_tensor *kept_or_null(cg_tensor *out, bool ok)
+{
+    if (!ok)
+        cg_release(out);
+    return ok ? out : NULL;
+}
+
+static bool pad_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_pad(g, (int)n->p.i[0], n->ctx, 0.0f)) != NULL;
+}
+cg_tensor *cg_pad(cg_tensor *a, int npad, const int64_t *pad, float value)
+{
+    cg_node *n;
+    cg_tensor *out = record(cg_k_pad(a, npad, pad, value), CG_OP_PAD, 1, &a, pad_bw, &n);
+    return n ? kept_or_null(out, keep_list(n, npad, pad, NULL)) : out;
+}
+
+static bool flip_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    int dims[CG_MAX_DIMS];
+    for (int i = 0; i < n->p.i[0]; i++)
+        dims[i] = (int)n->p.i[1 + i];
+    return (gin[0] = cg_k_flip(g, (int)n->p.i[0], dims)) != NULL;
+}
+cg_tensor *cg_flip(cg_tensor *a, int ndims, const int *dims)
+{
+    cg_node *n;
+    cg_tensor *out = record(cg_k_flip(a, ndims, dims), CG_OP_FLIP, 1, &a, flip_bw, &n);
+    if (n) { /* ndims <= the dims of a: each named once */
+        n->p.i[0] = ndims;
+        for (int i = 0; i < ndims; i++)
+            n->p.i[1 + i] = dims[i];
+    }
+    return out;
+}
+
+static bool roll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const int count = (int)n->p.i[0];
+    const int64_t *l = n->ctx;
+    const int *dims = n->p.i[1] ? (const int *)(l + count) : NULL;
+    return (gin[0] = cg_k_roll(g, count, l, dims)) != NULL;
+}
+cg_tensor *cg_roll(cg_tensor *a, int n_shifts, const int64_t *shifts, const int *dims)
+{
+    cg_node *n;
+    cg_tensor *out = record(cg_k_roll(a, n_shifts, shifts, dims), CG_OP_ROLL, 1, &a, roll_bw, &n);
+    if (n)
+        n->p.i[1] = dims != NULL;
+    return n ? kept_or_null(out, keep_list(n, n_shifts, shifts, dims)) : out;
+}
+
+static bool repeat_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    return (gin[0] = cg_k_repeat_backward(g, IN(0)->ndim, IN(0)->shape)) != NULL;
+}
+cg_tensor *cg_repeat(cg_tensor *a, int n, const int64_t *sizes)
+{
+    return record(cg_k_repeat(a, n, sizes), CG_OP_REPEAT, 1, &a, repeat_bw, NULL);
 }
 
 /* ------------------------------------------------------------- copy_ */

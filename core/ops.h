@@ -760,6 +760,30 @@ cg_tensor *cg_k_index_add(const cg_tensor *a, int dim, const cg_tensor *index,
 cg_tensor *cg_k_scatter_add(const cg_tensor *a, int dim, const cg_tensor *index,
                             const cg_tensor *src);
 
+/* ------------------------------------------------------- rearranging */
+/* Copies of a's elements in new places (core/rearrange.c), every dtype,
+ * a fresh contiguous result (never a view), the same bits for any thread
+ * count; each backward is its forward again or repeat's sum.
+ * cg_k_pad: F.pad(a, pad, mode='constant', value): npad sizes, pairs
+ * (left, right) for the last dim first, then the one before it, ...
+ * (npad / 2 <= ndim); a negative size crops (not more than the dim
+ * holds); value converted to a's dtype as cg_full_dtype converts it. The
+ * backward is the pad with the sizes negated and 0. */
+cg_tensor *cg_k_pad(const cg_tensor *a, int npad, const int64_t *pad, float value);
+/* torch.flip(a, dims): reversed along each of the ndims dims (each named
+ * once; none: a copy). */
+cg_tensor *cg_k_flip(const cg_tensor *a, int ndims, const int *dims);
+/* torch.roll(a, shifts, dims): n shifts, shifts[i] along dims[i] (a dim
+ * named twice rolls twice; element j goes to j + shift, modulo the size);
+ * dims NULL: one shift of a flattened, as torch.roll without dims. */
+cg_tensor *cg_k_roll(const cg_tensor *a, int n, const int64_t *shifts, const int *dims);
+/* Tensor.repeat(sizes): a tiled sizes[d] times along dim d, n >= ndim
+ * sizes (the first n - ndim make new leading dims; n <= CG_MAX_DIMS), each
+ * >= 0. Its backward: g (the repeated shape) summed over the tiles back to
+ * shape [ndim] (float dtypes). */
+cg_tensor *cg_k_repeat(const cg_tensor *a, int n, const int64_t *sizes);
+cg_tensor *cg_k_repeat_backward(const cg_tensor *g, int ndim, const int64_t *shape);
+
 /* torch.tril (upper false) / torch.triu (upper true) over the last two dims
  * (a needs >= 2; any dtype): keeps a[..., i, j] where j - i <= diagonal
  * (tril) or j - i >= diagonal (triu), zeros elsewhere. */

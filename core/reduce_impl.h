@@ -1,5 +1,6 @@
 /* cgrad core, INTERNAL: a reduction's dims (core/reduce.c), shared with
- * the reductions that live elsewhere (logsumexp, core/softmax.c). Not
+ * the reductions that live elsewhere (logsumexp, core/softmax.c) and
+ * flip's dims (core/rearrange.c). Not
  * installed. */
 #ifndef CG_CORE_REDUCE_IMPL_H
 #define CG_CORE_REDUCE_IMPL_H

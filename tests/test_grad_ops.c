@@ -128,6 +128,22 @@ static cg_tensor *rmsnorm_now(cg_tensor *a) { return cg_rms_norm(a, NULL, 1e-5f)
 static cg_tensor *tril1(cg_tensor *a) { return cg_tril(a, 1); }
 static cg_tensor *triu_1(cg_tensor *a) { return cg_triu(a, -1); }
 static cg_tensor *cumsum1(cg_tensor *a) { return cg_cumsum(a, 1); }
+/* [3, 5, 4]: the last dim padded (1, 2), dim 1 cropped 1 at its start and
+ * padded 1 at its end; then every dim, dim 0 cropped at its end */
+static cg_tensor *pad_(cg_tensor *a) { return cg_pad(a, 4, (int64_t[]){1, 2, -1, 1}, 0.5f); }
+static cg_tensor *pad3(cg_tensor *a)
+{
+    return cg_pad(a, 6, (int64_t[]){0, -3, 2, 0, 1, -1}, -2.0f);
+}
+static cg_tensor *flip_(cg_tensor *a) { return cg_flip(a, 2, (int[]){0, -1}); }
+static cg_tensor *flip1(cg_tensor *a) { return cg_flip(a, 1, (int[]){1}); }
+static cg_tensor *roll_(cg_tensor *a)
+{
+    return cg_roll(a, 3, (int64_t[]){2, -1, 6}, (int[]){1, 2, -2});
+}
+static cg_tensor *rollflat(cg_tensor *a) { return cg_roll(a, 1, (int64_t[]){7}, NULL); }
+static cg_tensor *repeat_(cg_tensor *a) { return cg_repeat(a, 4, (int64_t[]){2, 1, 1, 3}); }
+static cg_tensor *repeat1(cg_tensor *a) { return cg_repeat(a, 3, (int64_t[]){1, 2, 1}); }
 
 typedef struct {
     const char *name;
@@ -237,6 +253,13 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_TRIL] = {.unary = {{"tril(1)", tril1, DOM_ANY}}},
     [CG_OP_TRIU] = {.unary = {{"triu(-1)", triu_1, DOM_ANY}}},
     [CG_OP_CUMSUM] = {.unary = {{"cumsum(1)", cumsum1, DOM_ANY}}},
+    [CG_OP_PAD] = {.unary = {{"pad(1,2,-1,1)", pad_, DOM_ANY},
+                             {"pad(0,-3,2,0,1,-1)", pad3, DOM_ANY}}},
+    [CG_OP_FLIP] = {.unary = {{"flip(0,-1)", flip_, DOM_ANY}, {"flip(1)", flip1, DOM_ANY}}},
+    [CG_OP_ROLL] = {.unary = {{"roll(2,-1,6 along 1,2,-2)", roll_, DOM_ANY},
+                              {"roll(7) flattened", rollflat, DOM_ANY}}},
+    [CG_OP_REPEAT] = {.unary = {{"repeat(2,1,1,3)", repeat_, DOM_ANY},
+                                {"repeat(1,2,1)", repeat1, DOM_ANY}}},
     [CG_OP_NLL_LOSS] = {.by = "test_ops_misc.c: test_gradchecks"},
     [CG_OP_BCE_WITH_LOGITS] = {.by = "test_ops_misc.c: test_gradchecks"},
     [CG_OP_ADD_LAYER_NORM] = {.by = "test_add_norms"},

@@ -1,6 +1,7 @@
 /* The ops a PyTorch user writing a model reaches for beyond the
  * transformer's (autograd/ops.h): min and argmin, maximum and minimum,
- * logsumexp, leaky_relu, elu and softplus with their parameters.
+ * logsumexp, leaky_relu, elu and softplus with their parameters, pad,
+ * flip, roll and repeat.
  * Forward values from
  * PyTorch 1.13 (computed once with /usr/bin/python3, float32, and stored
  * here), edge cases, refusals in one line, bfloat16 inputs, and the same
@@ -304,6 +305,169 @@ START_TEST(test_unary_params)
 }
 END_TEST
 
+/* ------------------------------------------ pad, flip, roll, repeat */
+/* sum(y * w) backwarded, w = 0, 1, 2, ... in y's shape: x's gradient */
+static float *grad_weighted(cg_tensor *y, cg_tensor *x)
+{
+    cg_tensor *w = cg_arange_dtype(CG_F32, 0, (double)cg_numel(y), 1);
+    cg_tensor *wr = cg_k_reshape(w, y->ndim, y->shape), *p = cg_mul(y, wr);
+    float *g = grad_of(p, x);
+    cg_release_all(3, w, wr, p);
+    return g;
+}
+
+/* PyTorch's values and gradients; other dtypes (a copy of any); size 0
+ * and 0-d; refusals in one line */
+START_TEST(test_rearrange)
+{
+    cg_tensor *x = cg_requires_grad(mat(NULL), true);
+    cg_tensor *p = cg_pad(x, 4, (int64_t[]){1, 1, -1, 0}, 9.0f);
+    ck_assert_msg(p && p->ndim == 2 && p->shape[0] == 2 && p->shape[1] == 6, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(p, ((float[]){9, -0.75f, 1.5f, -2.5f, 1, 9, 9, 3, -0.5f, 0.25f, -1, 9}), 0, 0);
+    float *g = grad_weighted(p, x);
+    CG_ASSERT_CLOSE(g, ((float[]){0, 0, 0, 0, 1, 2, 3, 4, 7, 8, 9, 10}), 12, 0, 0);
+    free(g);
+    cg_release(p);
+    holds(cg_flip(x, 2, (int[]){0, 1}),
+          (const float[]){-1, 0.25f, -0.5f, 3, 1, -2.5f, 1.5f, -0.75f, 0, 2, -1.25f, 0.5f}, 0,
+          "flip");
+    holds(cg_roll(x, 2, (int64_t[]){1, -1}, (int[]){0, 1}),
+          (const float[]){-0.5f, 0.25f, -1, 3, -1.25f, 2, 0, 0.5f, 1.5f, -2.5f, 1, -0.75f}, 0,
+          "roll");
+    holds(cg_roll(x, 1, (int64_t[]){5}, NULL),
+          (const float[]){1, 3, -0.5f, 0.25f, -1, 0.5f, -1.25f, 2, 0, -0.75f, 1.5f, -2.5f}, 0,
+          "roll flattened");
+    cg_tensor *r = cg_repeat(x, 3, (int64_t[]){2, 1, 2});
+    ck_assert_msg(r && r->ndim == 3 && r->shape[0] == 2 && r->shape[2] == 8, "%s", cg_last_error());
+    cg_tensor *r1 = cg_view_select(r, 0, 1);
+    CG_ASSERT_TENSOR(
+        r1, ((float[]){0.5f, -1.25f, 2, 0, 0.5f,  -1.25f, 2,  0, -0.75f, 1.5f,  -2.5f, 1, -0.75f,
+                       1.5f, -2.5f,  1, 3, -0.5f, 0.25f,  -1, 3, -0.5f,  0.25f, -1}),
+        0, 0);
+    cg_release(x);
+    x = cg_requires_grad(mat(NULL), true);
+    cg_release_all(2, r, r1);
+    r = cg_repeat(x, 3, (int64_t[]){2, 1, 2});
+    g = grad_weighted(r, x);
+    CG_ASSERT_CLOSE(g, ((float[]){56, 60, 64, 68, 88, 92, 96, 100, 120, 124, 128, 132}), 12, 0, 0);
+    free(g);
+    cg_release_all(2, x, r);
+    /* any dtype: an int64 pad truncates its value (PyTorch's -2), bool
+     * flips, rolls and repeats, bf16 keeps its dtype and its gradient's */
+    cg_tensor *i = cg_from_i64(CG_SHAPE(2, 3), (int64_t[]){0, 1, 2, 3, 4, 5});
+    cg_tensor *ip = cg_pad(i, 2, (int64_t[]){1, 0}, -2.9f);
+    ck_assert_msg(ip && ip->dtype == CG_I64, "%s", cg_last_error());
+    expect_i64(ip, (int64_t[]){-2, 0, 1, 2, -2, 3, 4, 5}, 8, "pad int64");
+    cg_tensor *bo = cg_k_to(i, CG_BOOL), *bf = cg_flip(bo, 1, (int[]){-1});
+    cg_tensor *br = cg_roll(bf, 1, (int64_t[]){1}, (int[]){0}),
+              *bp = cg_repeat(br, 2, (int64_t[]){1, 2});
+    ck_assert_msg(bp && bp->dtype == CG_BOOL && bp->shape[1] == 6, "%s", cg_last_error());
+    const bool *bv = cg_data_bool(bp);
+    ck_assert(bv[0] && bv[2] && bv[5] && bv[6] && !bv[8] && !bv[11]); /* [[1,1,1],[1,1,0]] twice */
+    cg_tensor *h = cg_requires_grad(cg_k_to(mat(NULL), CG_BF16), true);
+    cg_tensor *hf = cg_flip(h, 1, (int[]){0}), *hr = cg_repeat(hf, 2, (int64_t[]){2, 1});
+    cg_tensor *hs = cg_sum_all(hr);
+    ck_assert_msg(hs && hr->dtype == CG_BF16 && cg_backward(hs, NULL, false), "%s",
+                  cg_last_error());
+    ck_assert(cg_grad(h)->dtype == CG_BF16 && cg_get(cg_grad(h), (int64_t[]){1, 2}) == 2.0f);
+    cg_release_all(10, i, ip, bo, bf, br, bp, h, hf, hr, hs);
+    /* size 0 and 0-d: a [0, 3] pads to [2, 5]; a 0-d flips, rolls
+     * flattened, and repeats into [2, 2]; repeat 0 times: [0, ...], its
+     * gradient zeros */
+    cg_tensor *e = cg_zeros(CG_SHAPE(0, 3)), *ep = cg_pad(e, 4, (int64_t[]){1, 1, 1, 1}, 1.0f);
+    ck_assert(ep && ep->shape[0] == 2 && ep->shape[1] == 5 && cg_data(ep)[0] == 1.0f);
+    cg_tensor *s = cg_requires_grad(cg_scalar(3.0f), true);
+    cg_tensor *sf = cg_flip(s, 1, (int[]){0}), *sr = cg_roll(s, 1, (int64_t[]){4}, NULL);
+    cg_tensor *sp = cg_repeat(s, 2, (int64_t[]){2, 2}), *z = cg_repeat(s, 1, (int64_t[]){0});
+    ck_assert_msg(sf && sr && sp && z, "%s", cg_last_error());
+    ck_assert(sf->ndim == 0 && cg_item(sf) == 3.0f && cg_item(sr) == 3.0f && sp->shape[1] == 2);
+    ck_assert(z->ndim == 1 && z->shape[0] == 0);
+    cg_tensor *zs = cg_sum_all(z), *ss = cg_sum_all(sp), *t = cg_add(zs, ss);
+    ck_assert(cg_backward(t, NULL, false) && cg_item(cg_grad(s)) == 4.0f);
+    cg_release_all(10, e, ep, s, sf, sr, sp, z, zs, ss, t);
+    /* refusals */
+    cg_tensor *a = mat(NULL);
+    CG_ASSERT_REFUSED(cg_pad(a, 3, (int64_t[]){1, 1, 1}, 0) == NULL,
+                      "pad: 3 padding sizes, expected pairs (left, right), the last dim's first");
+    CG_ASSERT_REFUSED(cg_pad(a, 6, (int64_t[]){1, 1, 1, 1, 1, 1}, 0) == NULL,
+                      "pad: 3 pairs of padding for a tensor of 2 dims (shape [3, 4])");
+    CG_ASSERT_REFUSED(cg_pad(a, 2, (int64_t[]){-5, 2}, 0) == NULL,
+                      "pad: dim 1 of size 4 cropped by (-5, 2), more than it holds");
+    CG_ASSERT_REFUSED(cg_pad(a, 2, (int64_t[]){-3, -2}, 0) == NULL, "more than it holds");
+    CG_ASSERT_REFUSED(cg_flip(a, 2, (int[]){0, -2}) == NULL,
+                      "flip: dim -2 appears more than once in the dims list (shape [3, 4])");
+    CG_ASSERT_REFUSED(
+        cg_flip(a, 1, (int[]){2}) == NULL,
+        "flip: dim 2 out of range for a tensor of shape [3, 4] (expected in [-2, 1])");
+    CG_ASSERT_REFUSED(cg_roll(a, 2, (int64_t[]){1, 2}, NULL) == NULL,
+                      "roll: 2 shifts, expected one a dim of dims, or one (the tensor flattened)");
+    CG_ASSERT_REFUSED(cg_roll(a, 1, (int64_t[]){1}, (int[]){-3}) == NULL,
+                      "roll: dim -3 out of range for a tensor with 2 dims");
+    CG_ASSERT_REFUSED(cg_repeat(a, 1, (int64_t[]){2}) == NULL,
+                      "repeat: 1 sizes for a tensor of shape [3, 4], expected 2 to 8");
+    CG_ASSERT_REFUSED(cg_repeat(a, 2, (int64_t[]){2, -1}) == NULL,
+                      "repeat: size -1 at 1 is negative");
+    CG_ASSERT_REFUSED(cg_flip(NULL, 0, NULL) == NULL, "cg_k_flip: input is NULL");
+    cg_release(a);
+}
+END_TEST
+
+/* ----------------------------------------------------------- threads */
+/* Every op of this file on tensors large enough to split among threads
+ * ([300, 257], transposed), forward and gradient: the same bits at 1 and
+ * 2 threads. */
+static cg_tensor *every_op(cg_tensor *x, cg_tensor *y)
+{
+    cg_tensor *t[12] = {
+        cg_min(x, 0, false, NULL),
+        cg_maximum(x, y),
+        cg_minimum(y, x),
+        cg_logsumexp(x, 1, (int[]){1}, true),
+        cg_leaky_relu(x, 0.1f),
+        cg_elu(y, 0.7f),
+        cg_softplus(x, 2.0f, 3.0f),
+        cg_pad(x, 4, (int64_t[]){3, -2, 1, 5}, 0.5f),
+        cg_flip(y, 2, (int[]){0, 1}),
+        cg_roll(x, 2, (int64_t[]){7, -100}, (int[]){0, 1}),
+        cg_repeat(y, 3, (int64_t[]){2, 1, 3}),
+        cg_logsumexp(y, 0, NULL, false),
+    };
+    cg_tensor *sum = NULL;
+    for (int i = 0; i < 12; i++) { /* sum(t_i * (i + 1)) */
+        cg_tensor *w = cg_muls(t[i], (float)(i + 1)), *s = cg_sum_all(w);
+        cg_tensor *acc = sum ? cg_add(sum, s) : cg_retain(s);
+        cg_release_all(4, w, s, sum, t[i]);
+        sum = acc;
+    }
+    return sum;
+}
+
+START_TEST(test_threads_identical)
+{
+    float *got[2][3];
+    for (int nt = 1; nt <= 2; nt++) {
+        cg_set_num_threads(nt);
+        cg_rng r = cg_rng_new(5);
+        cg_tensor *x = cg_requires_grad(cg_test_randn_layout(&r, CG_SHAPE(300, 257), 1), true);
+        cg_tensor *y = cg_requires_grad(cg_randn(&r, CG_SHAPE(300, 257)), true);
+        cg_tensor *l = every_op(x, y);
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        got[nt - 1][0] = cg_test_values(l);
+        got[nt - 1][1] = cg_test_values(cg_grad(x));
+        got[nt - 1][2] = cg_test_values(cg_grad(y));
+        cg_release_all(3, x, y, l);
+    }
+    cg_set_num_threads(0);
+    const int64_t n[3] = {1, 300 * 257, 300 * 257};
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(!memcmp(got[0][k], got[1][k], (size_t)n[k] * sizeof(float)),
+                      "result %d differs between 1 and 2 threads", k);
+        free(got[0][k]);
+        free(got[1][k]);
+    }
+}
+END_TEST
+
 static Suite *more_suite(void)
 {
     Suite *s = suite_create("ops_more");
@@ -313,6 +477,8 @@ static Suite *more_suite(void)
     tcase_add_test(tc, test_maximum_minimum);
     tcase_add_test(tc, test_logsumexp);
     tcase_add_test(tc, test_unary_params);
+    tcase_add_test(tc, test_rearrange);
+    tcase_add_test(tc, test_threads_identical);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -324,6 +324,28 @@ static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tenso
     return *out != NULL;
 }
 
+/* pad, flip, roll, repeat (lists of sizes, dims and shifts) */
+static cg_tensor *rearrange_op(const char *op, cg_tensor *x, const cJSON *a)
+{
+    int64_t v[2 * CG_MAX_DIMS + 2], d64[2 * CG_MAX_DIMS + 2];
+    int dims[2 * CG_MAX_DIMS + 2];
+    const int max = 2 * CG_MAX_DIMS + 2, nv = alist(a, "v", v, max),
+              nd = alist(a, "dims", d64, max);
+    if (nv > max || nd > max) {
+        cg_set_error("check_ops: %s lists of %d and %d entries", op, nv, nd);
+        return NULL;
+    }
+    for (int i = 0; i < nd; i++)
+        dims[i] = (int)d64[i];
+    if (!strcmp(op, "pad"))
+        return cg_pad(x, nv, v, (float)ad(a, "value"));
+    if (!strcmp(op, "flip"))
+        return cg_flip(x, nd, dims);
+    if (!strcmp(op, "roll"))
+        return cg_roll(x, nv, v, nd ? dims : NULL);
+    return !strcmp(op, "repeat") ? cg_repeat(x, nv, v) : NULL;
+}
+
 /* Runs the case's op: its outputs into out (new references), their count
  * into *nout; false + error when cgrad refuses. */
 static bool run_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tensor **out, int *nout)
@@ -344,6 +366,8 @@ static bool run_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tens
         return cg_split(x[0], ai(a, "dim"), ns, sizes, out);
     }
     if ((out[0] = view_op(op, x[0], a)) || cg_has_error())
+        return out[0] != NULL;
+    if ((out[0] = rearrange_op(op, x[0], a)) || cg_has_error())
         return out[0] != NULL;
     if ((out[0] = binary(op, x[0], n > 1 ? x[1] : NULL, a)) || cg_has_error())
         return out[0] != NULL;

@@ -1109,7 +1109,56 @@ def gen_unary_params(rng):
             add_case(name, [x], args, fn, exact=exact, doc=float_doc([dt]))
 
 
-MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params)
+def gen_rearrange(rng):
+    """F.pad (constant; negative sizes crop, some too far: refused by both),
+    torch.flip, torch.roll (with and without dims, a dim twice) and
+    Tensor.repeat (new leading dims, 0 times), every dtype, strided."""
+    for _ in range(40):
+        shape = rshape(rng, 0, 4)
+        nd = len(shape)
+        dt = rng.choice(["float32", "float32", rng.choice(ALL)])
+        k = rng.randint(0, nd) if nd else 0
+        v = [rng.choice([0, 1, 2, -1, -2, 3]) for _ in range(2 * k)]
+        if rng.random() < 0.05:
+            v.append(1)  # odd: refused by both
+        value = rng.choice([0.0, 1.5, -2.0, 7.0])
+        add_case("pad", [inp(rng, shape, dt, special=0.05)], {"v": v, "value": value},
+                 lambda x, a: F.pad(x[0], a["v"], value=a["value"]), exact=True)
+    for _ in range(30):
+        shape = rshape(rng, 0, 4)
+        nd = len(shape)
+        dt = rng.choice(["float32", "float32", rng.choice(ALL)])
+        dims = [d - nd if rng.random() < 0.3 else d for d in rng.sample(range(nd), rng.randint(0, nd))] \
+            if nd else rng.choice([[], [0], [-1]])
+        if rng.random() < 0.05 and dims:
+            dims.append(dims[0])  # twice: refused by both
+        add_case("flip", [inp(rng, shape, dt)], {"dims": dims},
+                 lambda x, a: torch.flip(x[0], a["dims"]), exact=True)
+    for _ in range(30):
+        shape = rshape(rng, 0, 4)
+        nd = len(shape)
+        dt = rng.choice(["float32", "float32", rng.choice(ALL)])
+        if nd == 0 or rng.random() < 0.25:
+            args = {"v": [rng.randint(-7, 7)], "dims": []}
+        else:
+            n = rng.randint(1, 3)
+            args = {"v": [rng.randint(-7, 7) for _ in range(n)],
+                    "dims": [rng.randrange(-nd, nd) for _ in range(n)]}
+        add_case("roll", [inp(rng, shape, dt)], args,
+                 lambda x, a: torch.roll(x[0], a["v"], a["dims"]) if a["dims"]
+                 else torch.roll(x[0], a["v"][0]), exact=True)
+    for _ in range(30):
+        shape = rshape(rng, 0, 3)
+        nd = len(shape)
+        dt = rng.choice(["float32", "float32", "bfloat16", rng.choice(ALL)])
+        sizes = [rng.choice([1, 2, 3, 1, 0]) for _ in range(nd + rng.choice([0, 0, 1, 2]))]
+        if rng.random() < 0.05 and nd:
+            sizes = sizes[1:]  # fewer than the dims: refused by both
+        add_case("repeat", [inp(rng, shape, dt)], {"v": sizes},
+                 lambda x, a: x[0].repeat(*a["v"]) if a["v"] else x[0].repeat(()), tol=(4.0, 16.0))
+
+
+MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange)
 
 
 def main(out):
