@@ -125,6 +125,10 @@ extern "C" {
     X(NLL_LOSS, "nll_loss", 1, 0, 0)    /* saved log-probabilities */         \
     X(BCE_WITH_LOGITS, "binary_cross_entropy_with_logits", 2,                 \
       CG_IN(0) | CG_IN(1), 0)                                                 \
+    X(L1_LOSS, "l1_loss", 2, CG_IN(0) | CG_IN(1), 0) /* pointwise: ops_loss.c */ \
+    X(SMOOTH_L1_LOSS, "smooth_l1_loss", 2, CG_IN(0) | CG_IN(1), 0)            \
+    X(HUBER_LOSS, "huber_loss", 2, CG_IN(0) | CG_IN(1), 0)                    \
+    X(KL_DIV, "kl_div", 2, CG_IN(0) | CG_IN(1), 0)                            \
     X(ADD_LAYER_NORM, "add_layer_norm", 4, CG_IN(2), 0) /* saves x + y */      \
     X(ADD_RMS_NORM, "add_rms_norm", 3, CG_IN(2), 0)                           \
     X(LINEAR_RELU, "linear_relu", 3, 0, 1) /* + saved output */               \

@@ -292,6 +292,32 @@ cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim);
 /* Mean squared error, mean((a - b)^2); a and b of one shape, either may
  * require grad. */
 cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);
+/* A loss's reduction, torch.nn.functional's reduction=: the mean of the
+ * pointwise losses, their sum, none (the losses, of the inputs' shape), or
+ * (kl_div's alone) batchmean, their sum over the size of dim 0 (a 0-d
+ * input: the sum), as F.kl_div's. */
+typedef enum {
+    CG_REDUCTION_MEAN,
+    CG_REDUCTION_SUM,
+    CG_REDUCTION_NONE,
+    CG_REDUCTION_BATCHMEAN
+} cg_reduction;
+/* F.l1_loss: |x - y|, reduced; x and y of one shape (as cg_mse_loss), any
+ * float dtype; the gradient sgn(x - y), 0 where they are equal (PyTorch's). */
+cg_tensor *cg_l1_loss(cg_tensor *x, cg_tensor *y, cg_reduction r);
+/* F.smooth_l1_loss(x, y, reduction, beta) (beta >= 0: 0.5 d^2 / beta where
+ * |d| < beta, else |d| - 0.5 beta; beta 0 is l1) and F.huber_loss(x, y,
+ * reduction, delta) (delta > 0: 0.5 d^2 where |d| < delta, else delta (|d|
+ * - 0.5 delta)), d = x - y, their gradients PyTorch's expressions (with
+ * beta 0, -1 at d = 0 as there). */
+cg_tensor *cg_smooth_l1_loss(cg_tensor *x, cg_tensor *y, cg_reduction r, float beta);
+cg_tensor *cg_huber_loss(cg_tensor *x, cg_tensor *y, cg_reduction r, float delta);
+/* F.kl_div(input, target, reduction, log_target): input log-probabilities;
+ * target probabilities, xlogy(t, t) - t input a point (0 where t = 0), or
+ * with log_target log-probabilities, e^t (t - input). reduction as
+ * PyTorch's (its default mean averages over every element; batchmean is
+ * the KL divergence per sample). */
+cg_tensor *cg_kl_div(cg_tensor *input, cg_tensor *target, cg_reduction r, bool log_target);
 /* Mean binary cross-entropy of logits x against targets y (same shape,
  * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|))
  * (at an infinite x, its limit: core/ops.h cg_k_bce_with_logits).

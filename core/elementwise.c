@@ -140,6 +140,30 @@ EW_TERNARY(seg_where, X != 0.0f ? Y : Z)
  * (both broadcast from the reduced shape); 0 where the result is -inf
  * (every element -inf: PyTorch's exp(-inf - -inf) is NaN there) */
 EW_TERNARY(seg_lse_bwd, Z == -INFINITY ? 0.0f : Y * ew_expf(X - Z))
+/* The pointwise losses (core/ops.h cg_k_loss): X the input, Y the target,
+ * P->a beta or delta; their backward for the input (_dx, Z the gradient)
+ * and where it is not _dx with the two swapped, for the target (_dy):
+ * PyTorch's expressions, NaN and the kinks as there (l1: sgn(NaN) is 0;
+ * smooth_l1 with beta 0 at X == Y: -Z) */
+#define EW_D (X - Y)
+EW_BINARY(seg_l1, fabsf(X - Y))
+EW_TERNARY(seg_l1_dx, EW_D > 0.0f ? Z : (EW_D < 0.0f ? -Z : 0.0f))
+EW_TERNARY(seg_l1_dy, -(EW_D > 0.0f ? Z : (EW_D < 0.0f ? -Z : 0.0f)))
+EW_BINARY(seg_smooth_l1, fabsf(X - Y) < P->a ? 0.5f * fabsf(X - Y) * fabsf(X - Y) / P->a
+                                             : fabsf(X - Y) - 0.5f * P->a)
+EW_TERNARY(seg_smooth_l1_dx, EW_D <= -P->a ? -Z : (EW_D >= P->a ? Z : EW_D * Z / P->a))
+EW_BINARY(seg_huber, fabsf(X - Y) < P->a ? 0.5f * fabsf(X - Y) * fabsf(X - Y)
+                                         : P->a * (fabsf(X - Y) - 0.5f * P->a))
+EW_TERNARY(seg_huber_dx, EW_D <= -P->a ? -Z * P->a : (EW_D >= P->a ? Z * P->a : EW_D * Z))
+/* kl_div: xlogy(y, y) - y x (NaN for a NaN y, 0 for y = 0), or with a log
+ * target e^y (y - x) */
+EW_BINARY(seg_kl, (Y != Y ? Y : (Y == 0.0f ? 0.0f : Y * logf(Y))) - Y * X)
+EW_TERNARY(seg_kl_dx, ((void)X, -Y *Z))
+EW_TERNARY(seg_kl_dy, Z *(Y != 0.0f ? logf(Y) : (Y != Y ? Y : 0.0f)) + Z * Y / Y - Z * X)
+EW_BINARY(seg_kl_log, expf(Y) * (Y - X))
+EW_TERNARY(seg_kl_log_dx, ((void)X, -(Z *expf(Y))))
+EW_TERNARY(seg_kl_log_dy, Z *expf(Y) * (Y - X) + Z * expf(Y))
+#undef EW_D
 /* torch.maximum / torch.minimum: NaN where either is NaN, a tie gives X
  * (std::max's and std::min's choice, so the sign of a tied zero is X's) */
 EW_BINARY(seg_maximum, X != X ? X : (Y != Y ? Y : (X < Y ? Y : X)))
@@ -411,6 +435,44 @@ cg_tensor *cg_k_logsumexp_backward(const cg_tensor *x, const cg_tensor *g, const
 {
     ew_params P = {0, 0};
     return ew_apply("logsumexp_backward", 3, (const cg_tensor *[]){x, g, lse}, seg_lse_bwd, &P);
+}
+
+/* ------------------------------------------------------------ losses */
+static const struct {
+    const char *name;
+    cg_iter_seg_fn fwd, dx, dy; /* dy NULL: dx with input and target swapped */
+} LOSSES[] = {
+    [CG_K_LOSS_L1] = {"l1_loss", seg_l1, seg_l1_dx, seg_l1_dy},
+    [CG_K_LOSS_SMOOTH_L1] = {"smooth_l1_loss", seg_smooth_l1, seg_smooth_l1_dx, NULL},
+    [CG_K_LOSS_HUBER] = {"huber_loss", seg_huber, seg_huber_dx, NULL},
+    [CG_K_LOSS_KL_DIV] = {"kl_div", seg_kl, seg_kl_dx, seg_kl_dy},
+    [CG_K_LOSS_KL_DIV_LOG] = {"kl_div", seg_kl_log, seg_kl_log_dx, seg_kl_log_dy},
+};
+
+static bool loss_kind(cg_k_loss_kind kind)
+{
+    if ((unsigned)kind < sizeof LOSSES / sizeof LOSSES[0])
+        return true;
+    cg_set_error("loss: no pointwise loss %d", (int)kind);
+    return false;
+}
+
+cg_tensor *cg_k_loss(cg_k_loss_kind kind, const cg_tensor *x, const cg_tensor *y, float p)
+{
+    return loss_kind(kind) ? binary(LOSSES[kind].name, x, y, LOSSES[kind].fwd, p, 0) : NULL;
+}
+
+cg_tensor *cg_k_loss_backward(cg_k_loss_kind kind, const cg_tensor *x, const cg_tensor *y,
+                              const cg_tensor *g, float p, bool target)
+{
+    if (!loss_kind(kind))
+        return NULL;
+    ew_params P = {p, 0};
+    const bool swap = target && !LOSSES[kind].dy;
+    char op[64];
+    snprintf(op, sizeof op, "%s_backward", LOSSES[kind].name);
+    return ew_apply(op, 3, (const cg_tensor *[]){swap ? y : x, swap ? x : y, g},
+                    target && !swap ? LOSSES[kind].dy : LOSSES[kind].dx, &P);
 }
 
 cg_tensor *cg_k_axpby(const cg_tensor *a, float alpha, const cg_tensor *b, float beta)

@@ -346,6 +346,30 @@ cg_tensor *cg_k_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim
 /* Given y = log_softmax(x) and g: dL/dx = g - exp(y) * sum(g, dim). */
 cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim);
 
+/* The pointwise losses, before their reduction (autograd/ops.h reduces
+ * them): x the input and y the target, broadcast and promoted as the
+ * binary ops (float dtypes), p beta (smooth_l1) or delta (huber):
+ *   L1          |x - y|                                   F.l1_loss
+ *   SMOOTH_L1   |d| < p ? 0.5 d^2 / p : |d| - 0.5 p        F.smooth_l1_loss
+ *   HUBER       |d| < p ? 0.5 d^2 : p (|d| - 0.5 p)        F.huber_loss
+ *   KL_DIV      xlogy(y, y) - y x                          F.kl_div
+ *   KL_DIV_LOG  e^y (y - x)                                F.kl_div, log_target
+ * (d = x - y). cg_k_loss_backward: the gradient of the input (target
+ * false) or of the target, given g of the broadcast shape: PyTorch's
+ * expressions, its values at the kinks and at NaN included (l1's gradient
+ * is sgn(d) g, 0 at d = 0 and at NaN; smooth_l1's with beta 0 is -g at
+ * d = 0, PyTorch's; kl_div's of the target NaN at y = 0, as there). */
+typedef enum {
+    CG_K_LOSS_L1,
+    CG_K_LOSS_SMOOTH_L1,
+    CG_K_LOSS_HUBER,
+    CG_K_LOSS_KL_DIV,
+    CG_K_LOSS_KL_DIV_LOG
+} cg_k_loss_kind;
+cg_tensor *cg_k_loss(cg_k_loss_kind kind, const cg_tensor *x, const cg_tensor *y, float p);
+cg_tensor *cg_k_loss_backward(cg_k_loss_kind kind, const cg_tensor *x, const cg_tensor *y,
+                              const cg_tensor *g, float p, bool target);
+
 /* Cross-entropy with PyTorch semantics (reduction mean): logits [N, C]
  * (float32), targets an int64 tensor [N] of class ids (another dtype or
  * shape is refused naming both), ignore_index (e.g. -100 or pad),

@@ -262,6 +262,10 @@ static const op_check op_checks[CG_OP_COUNT] = {
                                 {"repeat(1,2,1)", repeat1, DOM_ANY}}},
     [CG_OP_NLL_LOSS] = {.by = "test_ops_misc.c: test_gradchecks"},
     [CG_OP_BCE_WITH_LOGITS] = {.by = "test_ops_misc.c: test_gradchecks"},
+    [CG_OP_L1_LOSS] = {.by = "test_losses"},
+    [CG_OP_SMOOTH_L1_LOSS] = {.by = "test_losses"},
+    [CG_OP_HUBER_LOSS] = {.by = "test_losses"},
+    [CG_OP_KL_DIV] = {.by = "test_losses"},
     [CG_OP_ADD_LAYER_NORM] = {.by = "test_add_norms"},
     [CG_OP_ADD_RMS_NORM] = {.by = "test_add_norms"},
     [CG_OP_LINEAR_RELU] = {.by = "test_affine_act"},
@@ -451,6 +455,55 @@ START_TEST(test_maximum_minimum)
                 snprintf(what, sizeof what, "%s case %d on %s inputs", mn ? "minimum" : "maximum",
                          k, layout_name[layout]);
                 check(extremum_fn, mn ? &r : NULL, 2, in, what, 0, 0);
+                cg_release_all(2, in[0], in[1]);
+            }
+}
+END_TEST
+
+/* The losses with their reductions, input and target both needing a
+ * gradient, on every layout: l1 away from its kink (the input on the
+ * multiples of 0.5, the target a quarter off them), smooth_l1 and huber
+ * across theirs (|d| = beta, delta: continuous gradients) and with beta
+ * 0, kl_div of a positive target and with log_target. */
+typedef struct {
+    int which;
+    cg_reduction r;
+} loss_case;
+static cg_tensor *loss_fn(void *ctx, cg_tensor *const *in)
+{
+    const loss_case *c = ctx;
+    switch (c->which) {
+    case 0: return cg_l1_loss(in[0], in[1], c->r);
+    case 1: return cg_smooth_l1_loss(in[0], in[1], c->r, 0.8f);
+    case 2: return cg_smooth_l1_loss(in[0], in[1], c->r, 0.0f);
+    case 3: return cg_huber_loss(in[0], in[1], c->r, 0.6f);
+    case 4: return cg_kl_div(in[0], in[1], c->r, false);
+    default: return cg_kl_div(in[0], in[1], c->r, true);
+    }
+}
+
+START_TEST(test_losses)
+{
+    cg_rng r = cg_rng_new(11);
+    static const char *names[] = {
+        "l1_loss", "smooth_l1_loss(0.8)", "smooth_l1_loss(0)", "huber_loss(0.6)",
+        "kl_div",  "kl_div(log_target)"};
+    static const char *reds[] = {"mean", "sum", "none", "batchmean"};
+    for (int k = 0; k < 6; k++)
+        for (int red = 0; red < (k >= 4 ? 4 : 3); red++)
+            for (int layout = 0; layout < N_LAYOUTS; layout++) {
+                cg_tensor *in[2] = {input(&r, CG_SHAPE(4, 3), layout, DOM_ANY),
+                                    input(&r, CG_SHAPE(4, 3), (layout + 1) % N_LAYOUTS,
+                                          k == 4 ? DOM_POS : DOM_ANY)};
+                if (k <= 2) { /* away from |d| = 0, l1's and beta 0's kink */
+                    quarters(in[0], 0.0f);
+                    quarters(in[1], 0.25f);
+                }
+                loss_case c = {k, (cg_reduction)red};
+                char what[96];
+                snprintf(what, sizeof what, "%s, %s, on %s inputs", names[k], reds[red],
+                         layout_name[layout]);
+                check(loss_fn, &c, 2, in, what, 0, 0);
                 cg_release_all(2, in[0], in[1]);
             }
 }
@@ -1987,6 +2040,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_pow_zero_exponent_grad);
     tcase_add_test(tc, test_masked_fill);
     tcase_add_test(tc, test_maximum_minimum);
+    tcase_add_test(tc, test_losses);
     tcase_add_test(tc, test_matmul);
     tcase_add_test(tc, test_matmul_refusal_names_given_shapes);
     tcase_add_test(tc, test_norms_with_params);

@@ -1,7 +1,7 @@
 /* The ops a PyTorch user writing a model reaches for beyond the
  * transformer's (autograd/ops.h): min and argmin, maximum and minimum,
  * logsumexp, leaky_relu, elu and softplus with their parameters, pad,
- * flip, roll and repeat.
+ * flip, roll and repeat, the losses l1, smooth_l1, huber and kl_div.
  * Forward values from
  * PyTorch 1.13 (computed once with /usr/bin/python3, float32, and stored
  * here), edge cases, refusals in one line, bfloat16 inputs, and the same
@@ -412,13 +412,136 @@ START_TEST(test_rearrange)
 }
 END_TEST
 
+/* ------------------------------------------------------------ losses */
+static const float B[12] = {0.25f, -1.25f, 1, 2, 0.5f, 1.5f, -3, 0.75f, 2.25f, 0.5f, -0.25f, -1.5f};
+
+/* loss(A, B) at every reduction and the input's gradient under mean,
+ * against PyTorch's (A and B tie at two places: l1's gradient 0 there) */
+static void check_loss(int which, const float *none, float mean, float sum, const float *gx)
+{
+    for (int r = 0; r < 3; r++) {
+        cg_tensor *x = cg_requires_grad(mat(NULL), true), *y = mat(B);
+        cg_tensor *l = which == 0   ? cg_l1_loss(x, y, (cg_reduction)r)
+                       : which == 1 ? cg_smooth_l1_loss(x, y, (cg_reduction)r, 0.8f)
+                                    : cg_huber_loss(x, y, (cg_reduction)r, 0.6f);
+        ck_assert_msg(l, "%s", cg_last_error());
+        if (r == CG_REDUCTION_NONE)
+            CG_ASSERT_TENSOR(l, none, 1e-7, 1e-6);
+        else
+            ck_assert_float_eq_tol(cg_item(l), r == CG_REDUCTION_SUM ? sum : mean, 1e-6);
+        if (r == CG_REDUCTION_MEAN) {
+            float *g = grad_of(l, x);
+            CG_ASSERT_CLOSE(g, gx, 12, 1e-8, 1e-6);
+            free(g);
+        }
+        cg_release_all(3, x, y, l);
+    }
+}
+
+/* l1_loss, smooth_l1_loss and huber_loss; kl_div (a target 0 somewhere:
+ * its point 0, its gradient NaN there, as PyTorch's), log_target,
+ * batchmean; bfloat16; empty inputs; refusals */
+START_TEST(test_losses)
+{
+    /* PyTorch's: the losses, their mean and sum, the input's gradient */
+    static const struct {
+        float none[12], mean, sum, gx[12];
+    } want[3] = {
+        {{0.25f, 0, 1, 2, 1.25f, 0, 0.5f, 0.25f, 0.75f, 1, 0.5f, 0.5f},
+         0.666666687f,
+         8,
+         {1 / 12.f, 0, 1 / 12.f, -1 / 12.f, -1 / 12.f, 0, 1 / 12.f, 1 / 12.f, 1 / 12.f, -1 / 12.f,
+          1 / 12.f, 1 / 12.f}},
+        {{0.0390625f, 0, 0.600000024f, 1.60000002f, 0.850000024f, 0, 0.15625f, 0.0390625f,
+          0.3515625f, 0.600000024f, 0.15625f, 0.15625f},
+         0.379036456f,
+         4.5484376f,
+         {0.0260416679f, 0, 0.0833333358f, -0.0833333358f, -0.0833333358f, 0, 0.0520833358f,
+          0.0260416679f, 0.078125f, -0.0833333358f, 0.0520833358f, 0.0520833358f}},
+        {{0.03125f, 0, 0.420000017f, 1.0200001f, 0.569999993f, 0, 0.125f, 0.03125f, 0.270000011f,
+          0.420000017f, 0.125f, 0.125f},
+         0.261458337f,
+         3.13750005f,
+         {0.020833334f, 0, 0.0500000007f, -0.0500000007f, -0.0500000007f, 0, 0.0416666679f,
+          0.020833334f, 0.0500000007f, -0.0500000007f, 0.0416666679f, 0.0416666679f}},
+    };
+    for (int k = 0; k < 3; k++)
+        check_loss(k, want[k].none, want[k].mean, want[k].sum, want[k].gx);
+    /* kl_div: log_softmax(A, 1) against softmax(B, 1) with [0, 1] = 0 */
+    static const float lp[12] = {-1.83449864f,  -3.58449864f,  -0.334498644f, -2.33449864f,
+                                 -2.79826331f,  -0.548263371f, -4.54826355f,  -1.04826331f,
+                                 -0.106556647f, -3.60655665f,  -2.85655665f,  -4.10655642f};
+    static const float t[12] = {0.109953746f,   0,
+                                0.232772097f,   0.63274014f,
+                                0.198708221f,   0.54014492f,
+                                0.00600046804f, 0.255146384f,
+                                0.781630576f,   0.135827035f,
+                                0.0641601458f,  0.0183821898f};
+    cg_tensor *x = cg_requires_grad(mat(lp), true), *y = cg_requires_grad(mat(t), true);
+    holds(cg_kl_div(x, y, CG_REDUCTION_NONE, false),
+          (const float[]){-0.0410343856f, 0, -0.26144886f, 1.18752873f, 0.234941751f,
+                          -0.0365431905f, -0.00340619124f, -0.0810483992f, -0.109284781f,
+                          0.218706459f, 0.00706939399f, 0.00202541798f},
+          1e-6, "kl_div none");
+    holds(cg_kl_div(x, y, CG_REDUCTION_MEAN, false), (const float[]){0.0931254998f}, 1e-6, "mean");
+    holds(cg_kl_div(x, y, CG_REDUCTION_SUM, false), (const float[]){1.11750603f}, 1e-6, "sum");
+    cg_tensor *kb = cg_kl_div(x, y, CG_REDUCTION_BATCHMEAN, false);
+    ck_assert_msg(kb && kb->ndim == 0, "%s", cg_last_error());
+    ck_assert_float_eq_tol(cg_item(kb), 0.372501999f, 1e-6);
+    ck_assert(cg_backward(kb, NULL, false));
+    CG_ASSERT_TENSOR(cg_grad(x),
+                     ((float[]){-0.03665125f, 0, -0.077590704f, -0.21091339f, -0.0662360787f,
+                                -0.180048317f, -0.00200015609f, -0.0850487947f, -0.260543525f,
+                                -0.0452756807f, -0.0213867165f, -0.0061273966f}),
+                     1e-7, 1e-6);
+    ck_assert(isnan(cg_get(cg_grad(y), (int64_t[]){0, 1}))); /* 0/0 at t = 0, as PyTorch */
+    ck_assert_float_eq_tol(cg_get(cg_grad(y), (int64_t[]){1, 0}), 0.727448523f, 1e-6);
+    cg_tensor *lb = mat(B), *lt = cg_log_softmax(lb, 1);
+    holds(cg_kl_div(x, lt, CG_REDUCTION_BATCHMEAN, true), (const float[]){0.371494442f}, 1e-6,
+          "kl_div log_target");
+    cg_release_all(5, x, y, kb, lb, lt);
+    /* bfloat16: the pointwise losses rounded, reduced in float32, rounded
+     * (PyTorch's l1 0.668); batchmean keeps the dtype */
+    cg_tensor *xb = cg_k_to(mat(NULL), CG_BF16), *yb = cg_k_to(mat(B), CG_BF16);
+    cg_tensor *l1 = cg_l1_loss(xb, yb, CG_REDUCTION_MEAN);
+    cg_tensor *kl = cg_kl_div(xb, yb, CG_REDUCTION_BATCHMEAN, true);
+    ck_assert_msg(l1 && kl && l1->dtype == CG_BF16 && kl->dtype == CG_BF16, "%s", cg_last_error());
+    ck_assert_float_eq(cg_item(l1), 0.66796875f);
+    cg_release_all(4, xb, yb, l1, kl);
+    /* empty: the mean NaN, the sum 0, as PyTorch */
+    cg_tensor *e = cg_zeros(CG_SHAPE(0, 3)), *em = cg_huber_loss(e, e, CG_REDUCTION_MEAN, 1);
+    cg_tensor *es = cg_l1_loss(e, e, CG_REDUCTION_SUM),
+              *eb = cg_kl_div(e, e, CG_REDUCTION_BATCHMEAN, 0);
+    ck_assert(em && isnan(cg_item(em)) && es && cg_item(es) == 0 && eb && isnan(cg_item(eb)));
+    cg_release_all(4, e, em, es, eb);
+    /* refusals */
+    cg_tensor *a = mat(NULL), *row = cg_zeros(CG_SHAPE(4)), *ai = cg_k_to(a, CG_I64);
+    CG_ASSERT_REFUSED(cg_l1_loss(a, row, CG_REDUCTION_MEAN) == NULL,
+                      "l1_loss: input [3, 4] and target [4] differ in shape");
+    CG_ASSERT_REFUSED(cg_l1_loss(a, a, CG_REDUCTION_BATCHMEAN) == NULL,
+                      "l1_loss: reduction 3 is not one of CG_REDUCTION_MEAN, _SUM, _NONE "
+                      "(batchmean is kl_div's)");
+    CG_ASSERT_REFUSED(cg_kl_div(a, a, (cg_reduction)7, false) == NULL,
+                      "kl_div: reduction 7 is not one of");
+    CG_ASSERT_REFUSED(cg_smooth_l1_loss(a, a, CG_REDUCTION_MEAN, -1) == NULL,
+                      "smooth_l1_loss: beta is -1, expected >= 0");
+    CG_ASSERT_REFUSED(cg_huber_loss(a, a, CG_REDUCTION_MEAN, 0) == NULL,
+                      "huber_loss: delta is 0, expected > 0");
+    CG_ASSERT_REFUSED(cg_kl_div(a, ai, CG_REDUCTION_SUM, false) == NULL,
+                      "kl_div: argument 2 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_huber_loss(NULL, a, CG_REDUCTION_SUM, 1) == NULL,
+                      "huber_loss: input is NULL");
+    cg_release_all(3, a, row, ai);
+}
+END_TEST
+
 /* ----------------------------------------------------------- threads */
 /* Every op of this file on tensors large enough to split among threads
  * ([300, 257], transposed), forward and gradient: the same bits at 1 and
  * 2 threads. */
 static cg_tensor *every_op(cg_tensor *x, cg_tensor *y)
 {
-    cg_tensor *t[12] = {
+    cg_tensor *t[16] = {
         cg_min(x, 0, false, NULL),
         cg_maximum(x, y),
         cg_minimum(y, x),
@@ -431,9 +554,13 @@ static cg_tensor *every_op(cg_tensor *x, cg_tensor *y)
         cg_roll(x, 2, (int64_t[]){7, -100}, (int[]){0, 1}),
         cg_repeat(y, 3, (int64_t[]){2, 1, 3}),
         cg_logsumexp(y, 0, NULL, false),
+        cg_l1_loss(x, y, CG_REDUCTION_MEAN),
+        cg_smooth_l1_loss(y, x, CG_REDUCTION_SUM, 0.5f),
+        cg_huber_loss(x, y, CG_REDUCTION_NONE, 1.5f),
+        cg_kl_div(x, y, CG_REDUCTION_BATCHMEAN, true),
     };
     cg_tensor *sum = NULL;
-    for (int i = 0; i < 12; i++) { /* sum(t_i * (i + 1)) */
+    for (int i = 0; i < 16; i++) { /* sum(t_i * (i + 1)) */
         cg_tensor *w = cg_muls(t[i], (float)(i + 1)), *s = cg_sum_all(w);
         cg_tensor *acc = sum ? cg_add(sum, s) : cg_retain(s);
         cg_release_all(4, w, s, sum, t[i]);
@@ -478,6 +605,7 @@ static Suite *more_suite(void)
     tcase_add_test(tc, test_logsumexp);
     tcase_add_test(tc, test_unary_params);
     tcase_add_test(tc, test_rearrange);
+    tcase_add_test(tc, test_losses);
     tcase_add_test(tc, test_threads_identical);
     suite_add_tcase(s, tc);
     return s;

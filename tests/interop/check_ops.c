@@ -305,6 +305,14 @@ static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tenso
     else if (!strcmp(op, "linear_cross_entropy"))
         *out = cg_linear_cross_entropy(x[0], x[1], b ? x[2] : NULL, x[n - 1], ai64(a, "ignore"),
                                        (float)ad(a, "ls"), CG_LCE_EXACT, 1.0f);
+    else if (!strcmp(op, "l1_loss"))
+        *out = cg_l1_loss(x[0], x[1], (cg_reduction)ai(a, "red"));
+    else if (!strcmp(op, "smooth_l1_loss"))
+        *out = cg_smooth_l1_loss(x[0], x[1], (cg_reduction)ai(a, "red"), (float)ad(a, "beta"));
+    else if (!strcmp(op, "huber_loss"))
+        *out = cg_huber_loss(x[0], x[1], (cg_reduction)ai(a, "red"), (float)ad(a, "delta"));
+    else if (!strcmp(op, "kl_div"))
+        *out = cg_kl_div(x[0], x[1], (cg_reduction)ai(a, "red"), ai(a, "log_target"));
     else if (!strcmp(op, "where"))
         *out = cg_where(x[0], x[1], x[2]);
     else if (!strcmp(op, "index_select"))

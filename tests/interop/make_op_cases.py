@@ -1158,7 +1158,46 @@ def gen_rearrange(rng):
                  lambda x, a: x[0].repeat(*a["v"]) if a["v"] else x[0].repeat(()), tol=(4.0, 16.0))
 
 
-MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange)
+REDUCTIONS = ("mean", "sum", "none", "batchmean")  # cg_reduction's order
+
+
+def gen_losses_more(rng):
+    """F.l1_loss, F.smooth_l1_loss (beta 0 too), F.huber_loss and F.kl_div
+    (log_target or not, batchmean) at every reduction: float dtypes, ties
+    (the kinks), special values, targets 0 (kl_div's target gradient NaN
+    there), shapes that differ (cgrad refuses them, as mse_loss)."""
+    for name in ("l1_loss", "smooth_l1_loss", "huber_loss", "kl_div"):
+        for _ in range(30):
+            sa = rshape(rng, 0, 3)
+            sb = sa if rng.random() < 0.9 else bcast_shapes(rng)[0]
+            dt = rng.choice(["float32", "float32", "float32", "bfloat16"])  # 1.13: no Half backward
+            red = rng.randrange(4 if name == "kl_div" else 3)
+            args = {"red": red}
+            special = 0.1 if rng.random() < 0.2 else 0.0
+            if name == "kl_div":
+                args["log_target"] = rng.random() < 0.4
+                x = inp(rng, sa, dt, "normal", special)
+                y = inp(rng, sb, dt, "normal" if args["log_target"] else "unit", special)
+                if not args["log_target"] and rng.random() < 0.4:  # zeros in the target
+                    y = (y[0] * (torch.rand(y[0].shape) < 0.7), y[1], y[2])
+                f = (lambda x, a: F.kl_div(x[0], x[1], reduction=REDUCTIONS[a["red"]],
+                                           log_target=a["log_target"]))
+            else:
+                if name == "smooth_l1_loss":
+                    args["beta"] = rng.choice([1.0, 0.5, 0.0, 2.0])
+                if name == "huber_loss":
+                    args["delta"] = rng.choice([1.0, 0.5, 2.0])
+                x, y = inp(rng, sa, dt, "normal", special), inp(rng, sb, dt, "normal", special)
+                if rng.random() < 0.3 and sa == sb:  # ties: the kinks
+                    y = (apply_views(x[0], x[1]).detach().clone(), [], True)
+                kw = {k: v for k, v in args.items() if k in ("beta", "delta")}
+                f = (lambda x, a, fn=getattr(F, name), kw=kw:
+                     fn(x[0], x[1], reduction=REDUCTIONS[a["red"]], **kw))
+            doc = "" if sa == sb else f"cgrad_check: {name} takes one shape (autograd/ops.h)"
+            add_case(name, [x, y], args, f, doc=doc, tol=(8.0, 32.0))
+
+
+MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more)
 
 
 def main(out):

@@ -1,0 +1,108 @@
+/* The losses of torch.nn.functional with a reduction: l1_loss,
+ * smooth_l1_loss, huber_loss and kl_div, each a node of its pointwise
+ * loss (core/ops.h cg_k_loss: PyTorch's expressions, forward and
+ * backward) and its reduction's (cg_mean_all, cg_sum_all; batchmean a sum
+ * divided by the batch). Forward and backward side by side, as in ops.c. */
+#include "autograd/ops.h"
+#include "core/ops.h"
+
+/* The pointwise losses as ops: p.i[1] the kind, p.f[0] beta or delta */
+static const struct {
+    cg_op op;
+    const char *name;
+} LOSS_OPS[] = {
+    [CG_K_LOSS_L1] = {CG_OP_L1_LOSS, "l1_loss"},
+    [CG_K_LOSS_SMOOTH_L1] = {CG_OP_SMOOTH_L1_LOSS, "smooth_l1_loss"},
+    [CG_K_LOSS_HUBER] = {CG_OP_HUBER_LOSS, "huber_loss"},
+    [CG_K_LOSS_KL_DIV] = {CG_OP_KL_DIV, "kl_div"},
+    [CG_K_LOSS_KL_DIV_LOG] = {CG_OP_KL_DIV, "kl_div"},
+};
+
+static bool loss_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const cg_k_loss_kind kind = (cg_k_loss_kind)n->p.i[1];
+    for (int i = 0; i < 2; i++)
+        if (cg_node_needs_grad(n, i) &&
+            !(gin[i] = cg_k_loss_backward(kind, n->inputs[0], n->inputs[1], g, n->p.f[0], i)))
+            return false;
+    return true;
+}
+
+/* The mean, the sum, the losses themselves, or their sum over the size of
+ * dim 0 (summed with its dims kept, so that the division by a float32 0-d
+ * keeps l's dtype, as PyTorch's division by a number does) */
+static cg_tensor *reduce_loss(cg_tensor *l, cg_reduction r)
+{
+    if (r == CG_REDUCTION_MEAN)
+        return cg_mean_all(l);
+    if (r == CG_REDUCTION_SUM || (r == CG_REDUCTION_BATCHMEAN && l->ndim == 0))
+        return cg_sum_all(l);
+    if (r == CG_REDUCTION_NONE)
+        return cg_retain(l);
+    cg_tensor *s = cg_sum(l, 0, NULL, true), *b = cg_scalar((float)l->shape[0]);
+    cg_tensor *q = s && b ? cg_div(s, b) : NULL, *out = q ? cg_reshape(q, 0, NULL) : NULL;
+    cg_release_all(3, s, b, q);
+    return out;
+}
+
+static cg_tensor *loss(cg_k_loss_kind kind, cg_tensor *x, cg_tensor *y, cg_reduction r, float p)
+{
+    const char *op = LOSS_OPS[kind].name;
+    if (!x || !y) {
+        cg_error_null_input(op);
+        return NULL;
+    }
+    const bool kl = kind >= CG_K_LOSS_KL_DIV;
+    if ((unsigned)r > CG_REDUCTION_BATCHMEAN || (r == CG_REDUCTION_BATCHMEAN && !kl)) {
+        cg_set_error("%s: reduction %d is not one of CG_REDUCTION_MEAN, _SUM, _NONE%s", op, (int)r,
+                     kl ? ", _BATCHMEAN" : " (batchmean is kl_div's)");
+        return NULL;
+    }
+    if (!cg_same_shape(x, y)) {
+        char a[96], b[96];
+        cg_set_error("%s: input %s and target %s differ in shape", op, cg_shape_str(x, a, sizeof a),
+                     cg_shape_str(y, b, sizeof b));
+        return NULL;
+    }
+    cg_tensor *in[2] = {x, y}, *l = cg_k_loss(kind, x, y, p);
+    cg_node *n = l ? cg_record(l, LOSS_OPS[kind].op, 2, in, loss_bw) : NULL;
+    if (!l || cg_record_failed(n, 2, in)) {
+        cg_release(l);
+        return NULL;
+    }
+    if (n) {
+        n->p.i[1] = kind;
+        n->p.f[0] = p;
+    }
+    cg_tensor *out = reduce_loss(l, r);
+    cg_release(l);
+    return out;
+}
+
+cg_tensor *cg_l1_loss(cg_tensor *x, cg_tensor *y, cg_reduction r)
+{
+    return loss(CG_K_LOSS_L1, x, y, r, 0.0f);
+}
+
+cg_tensor *cg_smooth_l1_loss(cg_tensor *x, cg_tensor *y, cg_reduction r, float beta)
+{
+    if (!(beta >= 0.0f)) { /* NaN too */
+        cg_set_error("smooth_l1_loss: beta is %g, expected >= 0 (as PyTorch)", (double)beta);
+        return NULL;
+    }
+    return loss(CG_K_LOSS_SMOOTH_L1, x, y, r, beta);
+}
+
+cg_tensor *cg_huber_loss(cg_tensor *x, cg_tensor *y, cg_reduction r, float delta)
+{
+    if (!(delta > 0.0f)) {
+        cg_set_error("huber_loss: delta is %g, expected > 0 (as PyTorch)", (double)delta);
+        return NULL;
+    }
+    return loss(CG_K_LOSS_HUBER, x, y, r, delta);
+}
+
+cg_tensor *cg_kl_div(cg_tensor *input, cg_tensor *target, cg_reduction r, bool log_target)
+{
+    return loss(log_target ? CG_K_LOSS_KL_DIV_LOG : CG_K_LOSS_KL_DIV, input, target, r, 0.0f);
+}
