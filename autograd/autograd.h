@@ -129,6 +129,8 @@ extern "C" {
     X(SMOOTH_L1_LOSS, "smooth_l1_loss", 2, CG_IN(0) | CG_IN(1), 0)            \
     X(HUBER_LOSS, "huber_loss", 2, CG_IN(0) | CG_IN(1), 0)                    \
     X(KL_DIV, "kl_div", 2, CG_IN(0) | CG_IN(1), 0)                            \
+    X(NORMALIZE, "normalize", 1, CG_IN(0), 0)                                 \
+    X(COSINE_SIMILARITY, "cosine_similarity", 2, CG_IN(0) | CG_IN(1), 0)      \
     X(ADD_LAYER_NORM, "add_layer_norm", 4, CG_IN(2), 0) /* saves x + y */      \
     X(ADD_RMS_NORM, "add_rms_norm", 3, CG_IN(2), 0)                           \
     X(LINEAR_RELU, "linear_relu", 3, 0, 1) /* + saved output */               \

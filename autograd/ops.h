@@ -318,6 +318,14 @@ cg_tensor *cg_huber_loss(cg_tensor *x, cg_tensor *y, cg_reduction r, float delta
  * PyTorch's (its default mean averages over every element; batchmean is
  * the KL divergence per sample). */
 cg_tensor *cg_kl_div(cg_tensor *input, cg_tensor *target, cg_reduction r, bool log_target);
+/* F.normalize(a, p, dim, eps): a / max(||a||_p, eps) along dim, one op
+ * (a zero row's gradient g / eps, as PyTorch's; p > 0 or INFINITY; F's
+ * defaults p 2, dim 1, eps 1e-12). */
+cg_tensor *cg_normalize(cg_tensor *a, float p, int dim, float eps);
+/* F.cosine_similarity(x1, x2, dim, eps): broadcast, dim of the broadcast
+ * shape removed; PyTorch 1.13's formula and gradient (F's defaults dim 1,
+ * eps 1e-8). One op. */
+cg_tensor *cg_cosine_similarity(cg_tensor *x1, cg_tensor *x2, int dim, float eps);
 /* Mean binary cross-entropy of logits x against targets y (same shape,
  * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|))
  * (at an infinite x, its limit: core/ops.h cg_k_bce_with_logits).

@@ -2,7 +2,8 @@
  * smooth_l1_loss, huber_loss and kl_div, each a node of its pointwise
  * loss (core/ops.h cg_k_loss: PyTorch's expressions, forward and
  * backward) and its reduction's (cg_mean_all, cg_sum_all; batchmean a sum
- * divided by the batch). Forward and backward side by side, as in ops.c. */
+ * divided by the batch); and F.normalize and F.cosine_similarity, an op
+ * each. Forward and backward side by side, as in ops.c. */
 #include "autograd/ops.h"
 #include "core/ops.h"
 
@@ -17,6 +18,19 @@ static const struct {
     [CG_K_LOSS_KL_DIV] = {CG_OP_KL_DIV, "kl_div"},
     [CG_K_LOSS_KL_DIV_LOG] = {CG_OP_KL_DIV, "kl_div"},
 };
+
+/* Record a node of nin inputs on out (released when it should have been
+ * recorded and was not); the node or NULL into *node */
+static cg_tensor *recorded(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in,
+                           cg_backward_fn bw, cg_node **node)
+{
+    *node = out ? cg_record(out, op, nin, in, bw) : NULL;
+    if (out && cg_record_failed(*node, nin, in)) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
 
 static bool loss_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
@@ -64,12 +78,11 @@ static cg_tensor *loss(cg_k_loss_kind kind, cg_tensor *x, cg_tensor *y, cg_reduc
                      cg_shape_str(y, b, sizeof b));
         return NULL;
     }
-    cg_tensor *in[2] = {x, y}, *l = cg_k_loss(kind, x, y, p);
-    cg_node *n = l ? cg_record(l, LOSS_OPS[kind].op, 2, in, loss_bw) : NULL;
-    if (!l || cg_record_failed(n, 2, in)) {
-        cg_release(l);
+    cg_tensor *in[2] = {x, y};
+    cg_node *n;
+    cg_tensor *l = recorded(cg_k_loss(kind, x, y, p), LOSS_OPS[kind].op, 2, in, loss_bw, &n);
+    if (!l)
         return NULL;
-    }
     if (n) {
         n->p.i[1] = kind;
         n->p.f[0] = p;
@@ -105,4 +118,50 @@ cg_tensor *cg_huber_loss(cg_tensor *x, cg_tensor *y, cg_reduction r, float delta
 cg_tensor *cg_kl_div(cg_tensor *input, cg_tensor *target, cg_reduction r, bool log_target)
 {
     return loss(log_target ? CG_K_LOSS_KL_DIV_LOG : CG_K_LOSS_KL_DIV, input, target, r, 0.0f);
+}
+
+/* ------------------------------------------- normalize, cosine_similarity */
+static bool normalize_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    gin[0] = cg_k_normalize_backward(n->inputs[0], g, n->p.f[0], (int)n->p.i[1], n->p.f[1]);
+    return gin[0] != NULL;
+}
+cg_tensor *cg_normalize(cg_tensor *a, float p, int dim, float eps)
+{
+    cg_node *n;
+    cg_tensor *out =
+        recorded(cg_k_normalize(a, p, dim, eps), CG_OP_NORMALIZE, 1, &a, normalize_bw, &n);
+    if (n) { /* f[0], f[1] share i[0]'s bytes */
+        n->p.f[0] = p;
+        n->p.f[1] = eps;
+        n->p.i[1] = dim;
+    }
+    return out;
+}
+
+static bool cosine_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *d[2];
+    if (!cg_k_cosine_similarity_backward(n->inputs[0], n->inputs[1], g, (int)n->p.i[1], n->p.f[0],
+                                         &d[0], &d[1]))
+        return false;
+    for (int i = 0; i < 2; i++) {
+        if (cg_node_needs_grad(n, i))
+            gin[i] = d[i];
+        else
+            cg_release(d[i]);
+    }
+    return true;
+}
+cg_tensor *cg_cosine_similarity(cg_tensor *x1, cg_tensor *x2, int dim, float eps)
+{
+    cg_node *n;
+    cg_tensor *in[2] = {x1, x2};
+    cg_tensor *out = recorded(cg_k_cosine_similarity(x1, x2, dim, eps), CG_OP_COSINE_SIMILARITY, 2,
+                              in, cosine_bw, &n);
+    if (n) {
+        n->p.f[0] = eps;
+        n->p.i[1] = dim;
+    }
+    return out;
 }

@@ -784,6 +784,24 @@ cg_tensor *cg_k_index_add(const cg_tensor *a, int dim, const cg_tensor *index,
 cg_tensor *cg_k_scatter_add(const cg_tensor *a, int dim, const cg_tensor *index,
                             const cg_tensor *src);
 
+/* ------------------------------------------------ norms along a dim */
+/* F.normalize(a, p, dim, eps): a / max(||a||_p, eps) along dim (core/
+ * rownorm.c: p > 0, inf the largest |a|; eps >= 0), each row's norm summed
+ * in double and rounded to a float, as PyTorch's norm tensor; its backward
+ * PyTorch's (the gradient through the norm where it is >= eps and > 0;
+ * p inf: split among the largest |a|). */
+cg_tensor *cg_k_normalize(const cg_tensor *a, float p, int dim, float eps);
+cg_tensor *cg_k_normalize_backward(const cg_tensor *x, const cg_tensor *g, float p, int dim,
+                                   float eps);
+/* F.cosine_similarity(a, b, dim, eps): a and b broadcast, dim of their
+ * broadcast shape, removed: sum(a b) / sqrt(max(|a|^2, eps^2) max(|b|^2,
+ * eps^2)), PyTorch 1.13's (its clamps pass the gradient: they are made
+ * under no_grad). Its backward, g of the result's shape: da and db of the
+ * broadcast shape. */
+cg_tensor *cg_k_cosine_similarity(const cg_tensor *a, const cg_tensor *b, int dim, float eps);
+bool cg_k_cosine_similarity_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor *g,
+                                     int dim, float eps, cg_tensor **da, cg_tensor **db);
+
 /* ------------------------------------------------------- rearranging */
 /* Copies of a's elements in new places (core/rearrange.c), every dtype,
  * a fresh contiguous result (never a view), the same bits for any thread

@@ -144,6 +144,10 @@ static cg_tensor *roll_(cg_tensor *a)
 static cg_tensor *rollflat(cg_tensor *a) { return cg_roll(a, 1, (int64_t[]){7}, NULL); }
 static cg_tensor *repeat_(cg_tensor *a) { return cg_repeat(a, 4, (int64_t[]){2, 1, 1, 3}); }
 static cg_tensor *repeat1(cg_tensor *a) { return cg_repeat(a, 3, (int64_t[]){1, 2, 1}); }
+static cg_tensor *normalize_(cg_tensor *a) { return cg_normalize(a, 2.0f, 1, 1e-12f); }
+static cg_tensor *normalize3(cg_tensor *a) { return cg_normalize(a, 3.0f, 0, 1e-12f); }
+/* every row's norm below eps: a / eps */
+static cg_tensor *normalize_eps(cg_tensor *a) { return cg_normalize(a, 2.0f, -1, 100.0f); }
 
 typedef struct {
     const char *name;
@@ -151,6 +155,10 @@ typedef struct {
     domain dom_b;
 } binary_case;
 
+static cg_tensor *cosine_ab(cg_tensor *a, cg_tensor *b)
+{
+    return cg_cosine_similarity(a, b, 1, 1e-8f);
+}
 static cg_tensor *where_ab(cg_tensor *a, cg_tensor *b)
 {
     cg_tensor *cond = cg_gt_scalar(a, 0); /* cond from a's values (bool: no grad) */
@@ -262,6 +270,10 @@ static const op_check op_checks[CG_OP_COUNT] = {
                                 {"repeat(1,2,1)", repeat1, DOM_ANY}}},
     [CG_OP_NLL_LOSS] = {.by = "test_ops_misc.c: test_gradchecks"},
     [CG_OP_BCE_WITH_LOGITS] = {.by = "test_ops_misc.c: test_gradchecks"},
+    [CG_OP_NORMALIZE] = {.unary = {{"normalize(2,1)", normalize_, DOM_ANY},
+                                   {"normalize(3,0)", normalize3, DOM_ANY},
+                                   {"normalize(2,-1,eps 100)", normalize_eps, DOM_ANY}}},
+    [CG_OP_COSINE_SIMILARITY] = {.binary = {"cosine_similarity", cosine_ab, DOM_ANY}},
     [CG_OP_L1_LOSS] = {.by = "test_losses"},
     [CG_OP_SMOOTH_L1_LOSS] = {.by = "test_losses"},
     [CG_OP_HUBER_LOSS] = {.by = "test_losses"},

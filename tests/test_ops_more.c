@@ -1,7 +1,8 @@
 /* The ops a PyTorch user writing a model reaches for beyond the
  * transformer's (autograd/ops.h): min and argmin, maximum and minimum,
  * logsumexp, leaky_relu, elu and softplus with their parameters, pad,
- * flip, roll and repeat, the losses l1, smooth_l1, huber and kl_div.
+ * flip, roll and repeat, the losses l1, smooth_l1, huber and kl_div,
+ * normalize and cosine_similarity.
  * Forward values from
  * PyTorch 1.13 (computed once with /usr/bin/python3, float32, and stored
  * here), edge cases, refusals in one line, bfloat16 inputs, and the same
@@ -535,13 +536,104 @@ START_TEST(test_losses)
 }
 END_TEST
 
+/* -------------------------------------- normalize, cosine_similarity */
+/* PyTorch's values and gradients: p 2 and 1, p inf splitting the gradient
+ * between tied maxima, a zero row (g / eps), cosine along either dim and
+ * broadcast, 0-d, bfloat16, refusals */
+START_TEST(test_normalize_cosine)
+{
+    cg_tensor *x = cg_requires_grad(mat(NULL), true), *u = mat(B);
+    cg_tensor *y = cg_normalize(x, 2.0f, 1, 1e-12f);
+    ck_assert_msg(y, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(y,
+                     ((float[]){0.207390338f, -0.518475831f, 0.829561353f, 0, -0.236433119f,
+                                0.472866237f, -0.788110375f, 0.315244168f, 0.934198678f,
+                                -0.15569979f, 0.0778498948f, -0.311399579f}),
+                     1e-7, 1e-6);
+    ck_assert(cg_backward(y, u, false));
+    CG_ASSERT_TENSOR(cg_grad(x),
+                     ((float[]){-0.0278750509f, -0.18955031f, -0.111500204f, 0.829561353f,
+                                0.395523727f, -0.00293704867f, -0.152727008f, -0.0807690918f,
+                                -0.0184007883f, 0.275541425f, -0.137770712f, -0.227416053f}),
+                     1e-7, 1e-6);
+    holds(cg_normalize(x, 1.0f, 0, 1e-12f),
+          (const float[]){0.117647059f, -0.384615391f, 0.421052635f, 0, -0.176470593f, 0.461538464f,
+                          -0.526315808f, 0.5f, 0.70588237f, -0.15384616f, 0.0526315793f, -0.5f},
+          1e-6, "normalize p 1");
+    cg_release_all(2, x, y);
+    /* p inf: 2 and -2 tie for the largest |x|, the gradient through the
+     * norm split between them; a zero row: g / eps (1e12) */
+    cg_tensor *t =
+        cg_requires_grad(cg_from_data(CG_SHAPE(2, 3), (float[]){2, -2, 1, 0, 0, 0}), true);
+    cg_tensor *ti = cg_normalize(t, INFINITY, 1, 1e-12f);
+    cg_tensor *tg = cg_from_data(CG_SHAPE(2, 3), (float[]){1, 2, 3, 1, -1, 2});
+    ck_assert_msg(ti && cg_backward(ti, tg, false), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(ti, ((float[]){1, -1, 0.5f, 0, 0, 0}), 0, 0);
+    CG_ASSERT_TENSOR(cg_grad(t), ((float[]){0.375f, 1.125f, 1.5f, 1e12f, -1e12f, 2e12f}), 0, 1e-6);
+    cg_release_all(3, t, ti, tg);
+    /* cosine_similarity along dim 1 and dim 0, and against a row */
+    cg_tensor *a = cg_requires_grad(mat(NULL), true), *b = cg_requires_grad(mat(B), true);
+    cg_tensor *c = cg_cosine_similarity(a, b, 1, 1e-8f);
+    ck_assert_msg(c && c->ndim == 1, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(c, ((float[]){0.594234109f, 0.919016778f, 0.895121098f}), 1e-7, 1e-6);
+    cg_tensor *cg = cg_from_data(CG_SHAPE(3), (float[]){1, -2, 0.5f});
+    ck_assert(cg_backward(c, cg, false));
+    CG_ASSERT_TENSOR(cg_grad(a),
+                     ((float[]){-0.0108298548f, -0.0736429989f, -0.043319419f, 0.32229647f,
+                                -0.227763385f, 0.0016913116f, 0.0879482329f, 0.0465110838f,
+                                -0.00333185494f, 0.0498926975f, -0.0249463487f, -0.0411785729f}),
+                     1e-7, 1e-5);
+    CG_ASSERT_TENSOR(cg_grad(b),
+                     ((float[]){0.0581501871f, -0.0893156528f, 0.232600749f, -0.179391429f,
+                                0.212338567f, -0.0437374711f, -0.00329214334f, -0.0672522783f,
+                                0.0370896906f, -0.0575410314f, 0.0287705157f, 0.0316591226f}),
+                     1e-7, 1e-5);
+    holds(cg_cosine_similarity(a, b, 0, 1e-8f),
+          (const float[]){0.895023167f, 0.876923084f, 0.926450074f, 0.609556913f}, 1e-6, "dim 0");
+    cg_tensor *b0 = cg_view_select(b, 0, 0);
+    holds(cg_cosine_similarity(a, b0, -1, 1e-8f),
+          (const float[]){0.594234109f, -0.313846946f, -0.0453687161f}, 1e-6, "broadcast");
+    cg_release_all(5, a, b, c, cg, b0);
+    /* 0-d: normalize gives 1, cosine_similarity 1 */
+    cg_tensor *s3 = cg_scalar(3.0f), *s2 = cg_scalar(-2.0f);
+    holds(cg_normalize(s3, 2.0f, 0, 1e-12f), (const float[]){1}, 0, "0-d");
+    holds(cg_cosine_similarity(s3, s2, -1, 1e-8f), (const float[]){-1}, 0, "0-d cosine");
+    /* bfloat16: computed in float32 and rounded once, the nearest to the
+     * exact values (PyTorch 1.13 rounds its steps: 0.5977, 0.9180, 0.8906) */
+    cg_tensor *ab = cg_k_to(mat(NULL), CG_BF16), *bb = cg_k_to(mat(B), CG_BF16);
+    cg_tensor *cb = cg_cosine_similarity(ab, bb, 1, 1e-8f), *cbf = cg_k_to(cb, CG_F32);
+    ck_assert_msg(cb && cb->dtype == CG_BF16, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(cbf, ((float[]){0.59375f, 0.91796875f, 0.89453125f}), 0, 0);
+    cg_release_all(4, ab, bb, cb, cbf);
+    /* refusals */
+    cg_tensor *m = mat(NULL), *r5 = cg_zeros(CG_SHAPE(5)), *mi = cg_k_to(m, CG_I64);
+    CG_ASSERT_REFUSED(cg_normalize(m, 0.0f, 1, 1e-12f) == NULL,
+                      "normalize: p is 0 and eps 1e-12, expected p > 0");
+    CG_ASSERT_REFUSED(cg_normalize(m, 2.0f, 1, -1.0f) == NULL, "normalize: p is 2 and eps -1");
+    CG_ASSERT_REFUSED(cg_normalize(m, 2.0f, 2, 1e-12f) == NULL,
+                      "normalize: dim 2 out of range for a tensor with 2 dims");
+    CG_ASSERT_REFUSED(cg_normalize(mi, 2.0f, 1, 1e-12f) == NULL,
+                      "normalize: argument 1 is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(cg_cosine_similarity(m, r5, 1, 1e-8f) == NULL, "cosine_similarity: ");
+    ck_assert_msg(strstr(cg_last_error(), "[3, 4]") && strstr(cg_last_error(), "[5]"), "%s",
+                  cg_last_error());
+    CG_ASSERT_REFUSED(cg_cosine_similarity(m, m, -3, 1e-8f) == NULL,
+                      "cosine_similarity: dim -3 out of range for a tensor with 2 dims");
+    CG_ASSERT_REFUSED(cg_cosine_similarity(m, m, 1, -1.0f) == NULL,
+                      "cosine_similarity: eps is -1, expected >= 0");
+    CG_ASSERT_REFUSED(cg_cosine_similarity(m, mi, 1, 1e-8f) == NULL,
+                      "cosine_similarity: argument 2 is int64, expected a float tensor");
+    cg_release_all(6, u, s3, s2, m, r5, mi);
+}
+END_TEST
+
 /* ----------------------------------------------------------- threads */
 /* Every op of this file on tensors large enough to split among threads
  * ([300, 257], transposed), forward and gradient: the same bits at 1 and
  * 2 threads. */
 static cg_tensor *every_op(cg_tensor *x, cg_tensor *y)
 {
-    cg_tensor *t[16] = {
+    cg_tensor *t[18] = {
         cg_min(x, 0, false, NULL),
         cg_maximum(x, y),
         cg_minimum(y, x),
@@ -558,9 +650,11 @@ static cg_tensor *every_op(cg_tensor *x, cg_tensor *y)
         cg_smooth_l1_loss(y, x, CG_REDUCTION_SUM, 0.5f),
         cg_huber_loss(x, y, CG_REDUCTION_NONE, 1.5f),
         cg_kl_div(x, y, CG_REDUCTION_BATCHMEAN, true),
+        cg_normalize(x, 3.0f, 0, 1e-12f),
+        cg_cosine_similarity(x, y, 1, 1e-8f),
     };
     cg_tensor *sum = NULL;
-    for (int i = 0; i < 16; i++) { /* sum(t_i * (i + 1)) */
+    for (int i = 0; i < 18; i++) { /* sum(t_i * (i + 1)) */
         cg_tensor *w = cg_muls(t[i], (float)(i + 1)), *s = cg_sum_all(w);
         cg_tensor *acc = sum ? cg_add(sum, s) : cg_retain(s);
         cg_release_all(4, w, s, sum, t[i]);
@@ -606,6 +700,7 @@ static Suite *more_suite(void)
     tcase_add_test(tc, test_unary_params);
     tcase_add_test(tc, test_rearrange);
     tcase_add_test(tc, test_losses);
+    tcase_add_test(tc, test_normalize_cosine);
     tcase_add_test(tc, test_threads_identical);
     suite_add_tcase(s, tc);
     return s;

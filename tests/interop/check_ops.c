@@ -103,6 +103,8 @@ static cg_tensor *unary(const char *op, cg_tensor *x, const cJSON *a)
         return cg_leaky_relu(x, (float)ad(a, "slope"));
     if (!strcmp(op, "elu"))
         return cg_elu(x, (float)ad(a, "alpha"));
+    if (!strcmp(op, "normalize"))
+        return cg_normalize(x, (float)ad(a, "p"), ai(a, "dim"), (float)ad(a, "eps"));
     if (!strcmp(op, "pow"))
         return cg_pow(x, (float)ad(a, "p"));
     if (!strcmp(op, "clamp"))
@@ -117,9 +119,9 @@ static cg_tensor *unary(const char *op, cg_tensor *x, const cJSON *a)
 static bool is_unary(const char *op)
 {
     static const char *const names[] = {
-        "neg",      "abs",     "relu",  "exp",      "log",  "sqrt",       "rsqrt",
-        "tanh",     "sigmoid", "gelu",  "gelu_erf", "silu", "sin",        "cos",
-        "softplus", "pow",     "clamp", "adds",     "muls", "leaky_relu", "elu"};
+        "neg",     "abs",  "relu",     "exp",        "log", "sqrt",     "rsqrt",    "tanh",
+        "sigmoid", "gelu", "gelu_erf", "silu",       "sin", "cos",      "softplus", "pow",
+        "clamp",   "adds", "muls",     "leaky_relu", "elu", "normalize"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(op, names[i]))
             return true;
@@ -151,6 +153,8 @@ static cg_tensor *binary(const char *op, cg_tensor *x, cg_tensor *y, const cJSON
         return cg_mul(x, y);
     if (!strcmp(op, "div"))
         return cg_div(x, y);
+    if (!strcmp(op, "cosine_similarity"))
+        return cg_cosine_similarity(x, y, ai(a, "dim"), (float)ad(a, "eps"));
     if (!strcmp(op, "maximum"))
         return cg_maximum(x, y);
     if (!strcmp(op, "minimum"))

@@ -1197,7 +1197,39 @@ def gen_losses_more(rng):
             add_case(name, [x, y], args, f, doc=doc, tol=(8.0, 32.0))
 
 
-MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more)
+def gen_row_norms(rng):
+    """F.normalize (p 2, 1, 3, 0.5, inf with ties; eps small and large: rows
+    clamped, zero rows) and F.cosine_similarity (broadcast, zero rows, eps
+    large), float32 and bfloat16 (1.13 has no float16 norm backward)."""
+    for _ in range(40):
+        shape = rshape(rng, 0, 4)
+        nd = len(shape)
+        dim = rng.randrange(-max(nd, 1), max(nd, 1))
+        dt = rng.choice(["float32", "float32", "bfloat16", rng.choice(ALL)])
+        p = rng.choice([2.0, 2.0, 1.0, 3.0, 0.5, math.inf])
+        eps = rng.choice([1e-12, 1e-12, 1e-3, 5.0])
+        x = inp(rng, shape, dt, special=0.05 if rng.random() < 0.2 else 0.0)
+        if dt in FLOATS and rng.random() < 0.3:  # zero rows, ties
+            x = (x[0].double().round().to(x[0].dtype) * (torch.rand(x[0].shape) < 0.6), x[1], x[2])
+        add_case("normalize", [x], {"p": json_safe(p), "dim": dim, "eps": eps},
+                 lambda x, a: F.normalize(x[0], float(a["p"]), a["dim"], a["eps"]),
+                 doc=float_doc([dt]), tol=(8.0, 32.0))
+    for _ in range(40):
+        sa, sb = bcast_shapes(rng)
+        nd = max(len(sa), len(sb))
+        dim = rng.randrange(-max(nd, 1), max(nd, 1))
+        pair = rng.choice([("float32", "float32")] * 4 + [("bfloat16", "bfloat16"),
+                                                          ("float32", "bfloat16")])
+        eps = rng.choice([1e-8, 1e-8, 0.5])
+        xs = [inp(rng, sa, pair[0]), inp(rng, sb, pair[1])]
+        if rng.random() < 0.3:  # zeros: rows of zeros somewhere
+            xs[0] = (xs[0][0] * (torch.rand(xs[0][0].shape) < 0.3), xs[0][1], xs[0][2])
+        add_case("cosine_similarity", xs, {"dim": dim, "eps": eps},
+                 lambda x, a: F.cosine_similarity(x[0], x[1], a["dim"], a["eps"]), tol=(8.0, 32.0))
+
+
+MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more,
+        gen_row_norms)
 
 
 def main(out):
