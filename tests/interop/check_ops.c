@@ -17,7 +17,9 @@
  * cgrad's documentation refuses it ("doc"); it is counted apart, as are
  * the differences cgrad keeps on purpose in the cases marked "known"
  * (make_op_cases.py, KNOWN: e.g. a limit where PyTorch gives NaN). -v
- * prints every refusal and deliberate difference; OP runs only that op. */
+ * prints every refusal and deliberate difference, and for each op the
+ * largest error of its outputs and gradients as a share of their
+ * tolerance; OP runs only that op. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -413,6 +415,29 @@ static void shape_str(const cg_tensor *t, char *buf, size_t n)
         snprintf(buf + k, n - (size_t)k, "]");
 }
 
+/* How close each op came, for -v: the largest |got - want| / tol over its
+ * float outputs and over its gradients (0: bit for bit or no tolerance) */
+typedef struct {
+    const char *op;
+    double out, grad;
+} op_worst;
+static op_worst g_worst[256];
+static int g_nworst;
+static double *g_ratio; /* where agree() records its worst ratio, or NULL */
+
+static void note_worst(const char *op, double ratio, bool grad)
+{
+    int i = 0;
+    while (i < g_nworst && strcmp(g_worst[i].op, op))
+        i++;
+    if (i == g_nworst && g_nworst < 256)
+        g_worst[g_nworst++] = (op_worst){op, 0, 0};
+    if (i < g_nworst) {
+        double *w = grad ? &g_worst[i].grad : &g_worst[i].out;
+        *w = ratio > *w ? ratio : *w;
+    }
+}
+
 /* got against want (both any dtype): one line saying the first difference
  * into why, or "" when they agree. tol: per-element bounds (float32), or
  * NULL: bit for bit (any NaN for a NaN; -0 and +0 differ). */
@@ -441,8 +466,11 @@ static bool agree(const cg_tensor *got, const cg_tensor *want, const cg_tensor *
             same = isnan(gv) && isnan(wv);
         else if (!t || isinf(wv) || isinf(gv))
             same = t ? gv == wv : !memcmp(gp + i * es, wp + i * es, es);
-        else
+        else {
             same = fabs(gv - wv) <= cg_data(t)[i];
+            if (g_ratio && cg_data(t)[i] > 0 && fabs(gv - wv) / cg_data(t)[i] > *g_ratio)
+                *g_ratio = fabs(gv - wv) / cg_data(t)[i];
+        }
         if (!same) {
             snprintf(why, nw, "element %lld of %s %s: got %.9g, PyTorch %.9g%s", (long long)i,
                      cg_dtype_name(want->dtype), ws, gv, wv,
@@ -552,8 +580,13 @@ static void check_grads(op_stats *s, const cJSON *c, cg_tensor **base, int nb, c
             ok = !got || all_zero(got), snprintf(why, sizeof why, "a gradient PyTorch has not");
         else if (!got)
             ok = all_zero(want), snprintf(why, sizeof why, "no gradient, PyTorch's is not zero");
-        else
+        else {
+            double r = 0;
+            g_ratio = &r;
             ok = agree(got, want, tol, why, sizeof why); /* sums: never exact */
+            g_ratio = NULL;
+            note_worst(g_op, r, true);
+        }
         if (!ok) {
             char m[600];
             snprintf(m, sizeof m, "gradient of input %d: %s", j, why);
@@ -576,7 +609,12 @@ static void check_outputs(op_stats *s, const cJSON *c, cg_tensor **base, int nb,
     bool ok = true;
     for (int k = 0; k < n; k++) {
         cg_tensor *want = get(g_case, "o", k), *tol = exact ? NULL : get(g_case, "t", k);
-        if (!agree(out[k], want, tol, why, sizeof why)) {
+        double r = 0;
+        g_ratio = &r;
+        const bool same = agree(out[k], want, tol, why, sizeof why);
+        g_ratio = NULL;
+        note_worst(g_op, r, false);
+        if (!same) {
             snprintf(m, sizeof m, "output %d: %s", k, why);
             fail(s, c, m);
             ok = false;
@@ -674,6 +712,9 @@ int main(int argc, char **argv)
             run_case(&total, c);
         g_case++;
     }
+    for (int i = 0; g_verbose && i < g_nworst; i++)
+        printf("worst %-28s output %.3f of its tolerance, gradient %.3f\n", g_worst[i].op,
+               g_worst[i].out, g_worst[i].grad);
     printf("check_ops: %d cases, %d differences; refused by PyTorch and cgrad: %d; refused as "
            "documented: %d; documented as refused but computed as PyTorch: %d; deliberate "
            "differences met (-v lists them): %d\n",
