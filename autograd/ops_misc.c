@@ -323,11 +323,11 @@ static bool pad_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     return (gin[0] = cg_k_pad(g, (int)n->p.i[0], n->ctx, 0.0f)) != NULL;
 }
-cg_tensor *cg_pad(cg_tensor *a, int npad, const int64_t *pad, float value)
+cg_tensor *cg_pad(cg_tensor *a, int n_pad, const int64_t *pad, float value)
 {
     cg_node *n;
-    cg_tensor *out = record(cg_k_pad(a, npad, pad, value), CG_OP_PAD, 1, &a, pad_bw, &n);
-    return n ? kept_or_null(out, keep_list(n, npad, pad, NULL)) : out;
+    cg_tensor *out = record(cg_k_pad(a, n_pad, pad, value), CG_OP_PAD, 1, &a, pad_bw, &n);
+    return n ? kept_or_null(out, keep_list(n, n_pad, pad, NULL)) : out;
 }
 
 static bool flip_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)

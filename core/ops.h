@@ -806,12 +806,12 @@ bool cg_k_cosine_similarity_backward(const cg_tensor *a, const cg_tensor *b, con
 /* Copies of a's elements in new places (core/rearrange.c), every dtype,
  * a fresh contiguous result (never a view), the same bits for any thread
  * count; each backward is its forward again or repeat's sum.
- * cg_k_pad: F.pad(a, pad, mode='constant', value): npad sizes, pairs
+ * cg_k_pad: F.pad(a, pad, mode='constant', value): n_pad sizes, pairs
  * (left, right) for the last dim first, then the one before it, ...
- * (npad / 2 <= ndim); a negative size crops (not more than the dim
+ * (n_pad / 2 <= ndim); a negative size crops (not more than the dim
  * holds); value converted to a's dtype as cg_full_dtype converts it. The
  * backward is the pad with the sizes negated and 0. */
-cg_tensor *cg_k_pad(const cg_tensor *a, int npad, const int64_t *pad, float value);
+cg_tensor *cg_k_pad(const cg_tensor *a, int n_pad, const int64_t *pad, float value);
 /* torch.flip(a, dims): reversed along each of the ndims dims (each named
  * once; none: a copy). */
 cg_tensor *cg_k_flip(const cg_tensor *a, int ndims, const int *dims);

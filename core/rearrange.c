@@ -35,20 +35,20 @@ static bool copy_box(cg_tensor *dst, const int64_t *dlo, const cg_tensor *src, c
 }
 
 /* ---------------------------------------------------------------- pad */
-cg_tensor *cg_k_pad(const cg_tensor *a, int npad, const int64_t *pad, float value)
+cg_tensor *cg_k_pad(const cg_tensor *a, int n_pad, const int64_t *pad, float value)
 {
     if (!a) {
         cg_error_null_input("cg_k_pad");
         return NULL;
     }
     char b[96];
-    if (npad < 0 || npad % 2 || (npad && !pad)) {
+    if (n_pad < 0 || n_pad % 2 || (n_pad && !pad)) {
         cg_set_error("pad: %d padding sizes%s, expected pairs (left, right), the last dim's first",
-                     npad, npad && !pad ? " and no array" : "");
+                     n_pad, n_pad && !pad ? " and no array" : "");
         return NULL;
     }
-    if (npad / 2 > a->ndim) {
-        cg_set_error("pad: %d pairs of padding for a tensor of %d dims (shape %s)", npad / 2,
+    if (n_pad / 2 > a->ndim) {
+        cg_set_error("pad: %d pairs of padding for a tensor of %d dims (shape %s)", n_pad / 2,
                      a->ndim, cg_shape_str(a, b, sizeof b));
         return NULL;
     }
@@ -56,7 +56,7 @@ cg_tensor *cg_k_pad(const cg_tensor *a, int npad, const int64_t *pad, float valu
     int64_t shape[CG_MAX_DIMS], slo[CG_MAX_DIMS] = {0}, dlo[CG_MAX_DIMS] = {0}, len[CG_MAX_DIMS];
     for (int d = 0; d < a->ndim; d++) {
         const int k = a->ndim - 1 - d; /* pad[2k], pad[2k + 1] pad dim d */
-        const int64_t l = k < npad / 2 ? pad[2 * k] : 0, r = k < npad / 2 ? pad[2 * k + 1] : 0;
+        const int64_t l = k < n_pad / 2 ? pad[2 * k] : 0, r = k < n_pad / 2 ? pad[2 * k + 1] : 0;
         const int64_t n = a->shape[d];
         slo[d] = l < 0 ? -l : 0;
         len[d] = n - slo[d] - (r < 0 ? -r : 0);
