@@ -143,7 +143,8 @@ extern "C" {
     X(LINEAR_RESIDUAL, "linear_residual", 4, 0, 1) /* x, w, b?, res?; mask */ \
     X(LINEAR_PAIR, "linear_pair", 5, CG_IN(0) | CG_IN(1) | CG_IN(2), 0) /* x, w1, w2, b1?, b2? */ \
     X(GRU_CELL, "gru_cell", 3, CG_IN(0) | CG_IN(1) | CG_IN(2), 0) /* gi, gh, h */    \
-    X(LSTM_CELL, "lstm_cell", 2, CG_IN(0) | CG_IN(1), 0) /* gates, c */
+    X(LSTM_CELL, "lstm_cell", 2, CG_IN(0) | CG_IN(1), 0) /* gates, c */      \
+    X(MSE_LOSS, "mse_loss", 2, CG_IN(0) | CG_IN(1), 0) /* pointwise: ops_loss.c */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

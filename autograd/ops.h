@@ -140,17 +140,19 @@ cg_tensor *cg_reshape_copy(const cg_tensor *a, int ndim, const int64_t *shape);
 /* -------------------------------------------------------- nn building blocks */
 cg_tensor *cg_softmax(cg_tensor *a, int dim);
 cg_tensor *cg_log_softmax(cg_tensor *a, int dim);
-/* Mean cross-entropy of logits [..., C] against targets, an int64 tensor
- * of the logits' shape without the class dim ([N] for [N, C], [B, T] for
- * [B, T, C]), PyTorch semantics (ignore_index, label_smoothing; note the
- * class dim is last here, not dim 1 as in F.cross_entropy). Targets of
- * another dtype or shape are refused naming both. The node keeps the
- * targets: writing them in place before backward is refused. A scalar.
+/* Cross-entropy of logits [..., C] against targets, an int64 tensor of
+ * the logits' shape without the class dim ([N] for [N, C], [B, T] for
+ * [B, T, C]), PyTorch semantics (ignore_index, label_smoothing, reduction;
+ * note the class dim is last here, not dim 1 as in F.cross_entropy).
+ * Targets of another dtype or shape are refused naming both. The node
+ * keeps the targets: writing them in place before backward is refused.
+ * Mean (over the kept rows) and sum give a scalar, none the targets'
+ * shape (0 at an ignored target).
  * Computed in fp32 in both precision policies; under bf16 autocast in
  * float lanes with one exponential an element, as PyTorch's autocast does
  * (core/ops.h cg_k_cross_entropy: the bits differ from fp32's). */
 cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
-                            float label_smoothing);
+                            float label_smoothing, cg_reduction r);
 /* Over the last dim; w and b may be NULL. */
 cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps);
 cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);
@@ -289,19 +291,11 @@ cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **i
 cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim);
 /* torch.argmin(a, dim, keepdim): the first minimum's index, as cg_argmax. */
 cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim);
-/* Mean squared error, mean((a - b)^2); a and b of one shape, either may
- * require grad. */
-cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b);
-/* A loss's reduction, torch.nn.functional's reduction=: the mean of the
- * pointwise losses, their sum, none (the losses, of the inputs' shape), or
- * (kl_div's alone) batchmean, their sum over the size of dim 0 (a 0-d
- * input: the sum), as F.kl_div's. */
-typedef enum {
-    CG_REDUCTION_MEAN,
-    CG_REDUCTION_SUM,
-    CG_REDUCTION_NONE,
-    CG_REDUCTION_BATCHMEAN
-} cg_reduction;
+/* The losses take PyTorch's reduction= as a cg_reduction (core/ops.h):
+ * CG_REDUCTION_MEAN (PyTorch's default), _SUM, or _NONE (the losses
+ * themselves). F.mse_loss: (x - y)^2, reduced; x and y of one shape, any
+ * float dtype, either may require grad. */
+cg_tensor *cg_mse_loss(cg_tensor *x, cg_tensor *y, cg_reduction r);
 /* F.l1_loss: |x - y|, reduced; x and y of one shape (as cg_mse_loss), any
  * float dtype; the gradient sgn(x - y), 0 where they are equal (PyTorch's). */
 cg_tensor *cg_l1_loss(cg_tensor *x, cg_tensor *y, cg_reduction r);
@@ -326,12 +320,12 @@ cg_tensor *cg_normalize(cg_tensor *a, float p, int dim, float eps);
  * shape removed; PyTorch 1.13's formula and gradient (F's defaults dim 1,
  * eps 1e-8). One op. */
 cg_tensor *cg_cosine_similarity(cg_tensor *x1, cg_tensor *x2, int dim, float eps);
-/* Mean binary cross-entropy of logits x against targets y (same shape,
- * values in [0, 1]), computed stably: max(x,0) - x*y + log(1+exp(-|x|))
- * (at an infinite x, its limit: core/ops.h cg_k_bce_with_logits).
- * Both float32: labels held as int64 or bool are refused (cg_to them),
- * as are bf16 logits, as the other losses refuse them. */
-cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y);
+/* F.binary_cross_entropy_with_logits(x, y, reduction=): the binary
+ * cross-entropy of logits x against targets y (same shape, values in
+ * [0, 1]), computed stably, max(x,0) - x*y + log(1+exp(-|x|)) (at an
+ * infinite x, its limit: core/ops.h CG_K_LOSS_BCE_LOGITS), reduced. Float
+ * dtypes: labels held as int64 or bool are refused (cg_to them). */
+cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y, cg_reduction r);
 /* F.cross_entropy(h @ w.T + b, targets, ignore_index=, label_smoothing=)
  * with the output projection fused in (core/ops.h
  * cg_k_linear_cross_entropy): h [..., d], w [V, d], b [V] or NULL, targets
@@ -355,10 +349,11 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
                                    const cg_tensor *targets, int64_t ignore_index,
                                    float label_smoothing, int64_t chunk, float grad_scale);
 /* torch.nn.functional.nll_loss: log-probabilities [..., C] against int64
- * targets (the shape without the class dim, checked), ignore_index, mean
- * over the kept rows. cg_nll_loss(cg_log_softmax(x, -1), ...) equals
- * cg_cross_entropy(x, ...). */
-cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index);
+ * targets (the shape without the class dim, checked), ignore_index,
+ * reduction as cg_cross_entropy's. cg_nll_loss(cg_log_softmax(x, -1), ...)
+ * equals cg_cross_entropy(x, ...). */
+cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index,
+                       cg_reduction r);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* The losses of torch.nn.functional with a reduction: l1_loss,
- * smooth_l1_loss, huber_loss and kl_div, each a node of its pointwise
+/* The pointwise losses of torch.nn.functional: l1_loss, smooth_l1_loss,
+ * huber_loss, mse_loss, binary_cross_entropy_with_logits and kl_div, each
+ * a node of its pointwise
  * loss (core/ops.h cg_k_loss: PyTorch's expressions, forward and
  * backward) and its reduction's (cg_mean_all, cg_sum_all; batchmean a sum
  * divided by the batch); and F.normalize and F.cosine_similarity, an op
@@ -15,6 +16,8 @@ static const struct {
     [CG_K_LOSS_L1] = {CG_OP_L1_LOSS, "l1_loss"},
     [CG_K_LOSS_SMOOTH_L1] = {CG_OP_SMOOTH_L1_LOSS, "smooth_l1_loss"},
     [CG_K_LOSS_HUBER] = {CG_OP_HUBER_LOSS, "huber_loss"},
+    [CG_K_LOSS_MSE] = {CG_OP_MSE_LOSS, "mse_loss"},
+    [CG_K_LOSS_BCE_LOGITS] = {CG_OP_BCE_WITH_LOGITS, "binary_cross_entropy_with_logits"},
     [CG_K_LOSS_KL_DIV] = {CG_OP_KL_DIV, "kl_div"},
     [CG_K_LOSS_KL_DIV_LOG] = {CG_OP_KL_DIV, "kl_div"},
 };
@@ -113,6 +116,16 @@ cg_tensor *cg_huber_loss(cg_tensor *x, cg_tensor *y, cg_reduction r, float delta
         return NULL;
     }
     return loss(CG_K_LOSS_HUBER, x, y, r, delta);
+}
+
+cg_tensor *cg_mse_loss(cg_tensor *x, cg_tensor *y, cg_reduction r)
+{
+    return loss(CG_K_LOSS_MSE, x, y, r, 0.0f);
+}
+
+cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y, cg_reduction r)
+{
+    return loss(CG_K_LOSS_BCE_LOGITS, x, y, r, 0.0f);
 }
 
 cg_tensor *cg_kl_div(cg_tensor *input, cg_tensor *target, cg_reduction r, bool log_target)

@@ -1,7 +1,6 @@
 /* The unary ops of core/ops.h's CG_UNARY_OPS (relu, gelu, silu, sin, ...),
  * and more of the ops a PyTorch user reaches for first: maximum, minimum,
- * tril, triu, cumsum, topk, argmax, argmin, mse_loss,
- * binary_cross_entropy_with_logits, pad, flip, roll, repeat. Forward and
+ * tril, triu, cumsum, topk, argmax, argmin, pad, flip, roll, repeat. Forward and
  * backward side by side, as in ops.c. */
 #include <stdlib.h>
 #include <string.h>
@@ -245,51 +244,6 @@ cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim)
 cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim)
 {
     return cg_k_argmin(a, dim, keepdim);
-}
-
-/* ----------------------------------------------------------- losses */
-cg_tensor *cg_mse_loss(cg_tensor *a, cg_tensor *b)
-{
-    if (!a || !b) {
-        cg_error_null_input("cg_mse_loss");
-        return NULL;
-    }
-    if (!cg_same_shape(a, b)) {
-        char x[96], y[96];
-        cg_set_error("mse_loss: input %s and target %s differ in shape",
-                     cg_shape_str(a, x, sizeof x), cg_shape_str(b, y, sizeof y));
-        return NULL;
-    }
-    cg_tensor *d = cg_sub(a, b);
-    if (!d) { /* an integer or bool argument: sub's message, under mse_loss's name */
-        cg_prefix_error("mse_loss: ");
-        return NULL;
-    }
-    cg_tensor *d2 = cg_mul(d, d);
-    cg_tensor *m = cg_mean(d2, 0, NULL, false);
-    cg_release_all(2, d, d2);
-    return m;
-}
-
-static bool bce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    /* d/dx = (sigmoid(x) - y) / N; d/dy = -x / N, times the scalar g */
-    double s = (double)cg_item(g) / (double)cg_numel(IN(0));
-    if (NEEDS(0)) {
-        cg_tensor *sg = cg_k_sigmoid(IN(0));
-        gin[0] = sg ? cg_k_axpby(sg, (float)s, IN(1), (float)-s) : NULL;
-        cg_release(sg);
-        if (!gin[0])
-            return false;
-    }
-    if (NEEDS(1) && !(gin[1] = cg_k_muls(IN(0), (float)-s)))
-        return false;
-    return true;
-}
-cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y)
-{
-    cg_tensor *in[2] = {x, y};
-    return record(cg_k_bce_with_logits(x, y), CG_OP_BCE_WITH_LOGITS, 2, in, bce_bw, NULL);
 }
 
 /* -------------------------------------- pad, flip, roll, repeat */

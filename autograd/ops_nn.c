@@ -102,17 +102,37 @@ static bool class_loss_args(const char *op, cg_tensor *x, const cg_tensor *targe
     return true;
 }
 
+/* The class losses' upstream gradient as the kernels take it: a scalar,
+ * or reduction none's of the targets' shape as [N] */
+static cg_tensor *class_grad(const cg_tensor *g, cg_reduction r)
+{
+    int64_t N = cg_numel(g);
+    return r == CG_REDUCTION_NONE ? cg_k_reshape(g, 1, &N) : cg_retain((cg_tensor *)g);
+}
+
+/* A class loss of reduction none ([N]) in the targets' shape (out is
+ * released); a scalar as it is */
+static cg_tensor *rows_shaped(cg_tensor *out, const cg_tensor *targets)
+{
+    if (!out || out->ndim == 0)
+        return out;
+    cg_tensor *v = cg_k_reshape(out, targets->ndim, targets->shape);
+    cg_release(out);
+    return v;
+}
+
 /* saved[0]: the targets [N] (the backward is refused if they were written
  * in place since, as PyTorch refuses it); saved[1]: each row's lse;
- * saved[2]: the gradient for g = 1, computed by the forward while each row
- * was in cache. The first backward with g = 1 (the loss as the graph's end)
- * takes it over, so that it dies once used; any other g, or a second
- * backward through a retained graph, computes the rows again (the same
- * bits: one expression, core/loss.c). */
+ * saved[2]: the gradient for g = 1 (mean and sum), computed by the forward
+ * while each row was in cache. The first backward with g = 1 (the loss as
+ * the graph's end) takes it over, so that it dies once used; any other g,
+ * or a second backward through a retained graph, computes the rows again
+ * (the same bits: one expression, core/loss.c). p.i[2]: the reduction. */
 static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *logits = IN(0);
     cg_tensor *d = NULL;
+    const cg_reduction r = (cg_reduction)n->p.i[2];
     if (n->saved[2] && cg_item(g) == 1.0f) {
         d = cg_retain(n->saved[2]);
         cg_release_held(n->saved[2]);
@@ -120,10 +140,11 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     } else {
         int64_t C = logits->shape[logits->ndim - 1];
         int64_t N = C ? cg_numel(logits) / C : 0;
-        cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C});
-        d = cg_k_cross_entropy_backward(l2, n->saved[0], n->p.i[0], n->p.f[2], n->saved[1],
-                                        cg_item(g));
-        cg_release(l2);
+        cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C}), *g1 = class_grad(g, r);
+        d = l2 && g1 ? cg_k_cross_entropy_backward(l2, n->saved[0], n->p.i[0], n->p.f[2], r,
+                                                   n->saved[1], g1)
+                     : NULL;
+        cg_release_all(2, l2, g1);
     }
     if (!d)
         return false;
@@ -133,15 +154,17 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 
 cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
-                            float label_smoothing)
+                            float label_smoothing, cg_reduction r)
 {
     cg_tensor *l2, *t1;
     if (!class_loss_args("cross_entropy", logits, targets, &l2, &t1))
         return NULL;
     cg_tensor *lse = NULL, *d = NULL;
-    bool grad = cg_grad_enabled() && logits->requires_grad;
-    cg_tensor *out =
-        cg_k_cross_entropy(l2, t1, ignore_index, label_smoothing, &lse, grad ? &d : NULL);
+    /* none: the gradient waits for its upstream rows */
+    bool grad = cg_grad_enabled() && logits->requires_grad && r != CG_REDUCTION_NONE;
+    cg_tensor *out = rows_shaped(
+        cg_k_cross_entropy(l2, t1, ignore_index, label_smoothing, r, &lse, grad ? &d : NULL),
+        targets);
     cg_release(l2);
     cg_node *n = out ? cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw) : NULL;
     if (out && (cg_record_failed(n, 1, &logits) ||
@@ -150,9 +173,10 @@ cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t
         cg_release(out);
         out = NULL;
     }
-    if (n) { /* p is a union: f[2] lies beside i[0], in i[1] */
+    if (n) { /* p is a union: f[2] lies beside i[0], in i[1]'s low half */
         n->p.i[0] = ignore_index;
         n->p.f[2] = label_smoothing;
+        n->p.i[2] = r;
     }
     cg_release_all(3, lse, t1, d);
     return out;
@@ -263,26 +287,31 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
 static bool nll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *lp = IN(0);
-    cg_tensor *d = cg_k_nll_loss_backward(n->saved[0], n->saved[1], n->p.i[0], cg_item(g));
+    const cg_reduction r = (cg_reduction)n->p.i[1];
+    cg_tensor *g1 = class_grad(g, r);
+    cg_tensor *d = g1 ? cg_k_nll_loss_backward(n->saved[0], n->saved[1], n->p.i[0], r, g1) : NULL;
     gin[0] = d ? cg_k_reshape(d, lp->ndim, lp->shape) : NULL;
-    cg_release(d);
+    cg_release_all(2, g1, d);
     return gin[0] != NULL;
 }
 
-cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index)
+cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index,
+                       cg_reduction r)
 {
     cg_tensor *l2, *t1;
     if (!class_loss_args("nll_loss", logp, targets, &l2, &t1))
         return NULL;
-    cg_tensor *out = cg_k_nll_loss(l2, t1, ignore_index);
+    cg_tensor *out = rows_shaped(cg_k_nll_loss(l2, t1, ignore_index, r), targets);
     cg_node *n = out ? cg_record(out, CG_OP_NLL_LOSS, 1, &logp, nll_bw) : NULL;
     if (out && (cg_record_failed(n, 1, &logp) ||
                 (n && (cg_node_save(n, l2) < 0 || cg_node_save(n, t1) < 0)))) {
         cg_release(out);
         out = NULL;
     }
-    if (n)
+    if (n) {
         n->p.i[0] = ignore_index;
+        n->p.i[1] = r;
+    }
     cg_release_all(2, l2, t1);
     return out;
 }

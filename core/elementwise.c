@@ -155,6 +155,22 @@ EW_TERNARY(seg_smooth_l1_dx, EW_D <= -P->a ? -Z : (EW_D >= P->a ? Z : EW_D * Z /
 EW_BINARY(seg_huber, fabsf(X - Y) < P->a ? 0.5f * fabsf(X - Y) * fabsf(X - Y)
                                          : P->a * (fabsf(X - Y) - 0.5f * P->a))
 EW_TERNARY(seg_huber_dx, EW_D <= -P->a ? -Z * P->a : (EW_D >= P->a ? Z * P->a : EW_D * Z))
+EW_BINARY(seg_mse, EW_D *EW_D)
+EW_TERNARY(seg_mse_dx, 2.0f * EW_D * Z)
+EW_TERNARY(seg_mse_dy, -2.0f * EW_D * Z)
+/* binary_cross_entropy_with_logits, in double, rounded once; at an
+ * infinite x its limit c |x| (c = 1 - y or y; 0 where c is 0), where
+ * max(x, 0) - x y would be inf - inf */
+static inline float bce_logits(float x, float y)
+{
+    double v = x, c = v > 0 ? 1.0 - (double)y : (double)y;
+    if (isinf(v))
+        return c == 0.0 ? 0.0f : (float)(c * INFINITY);
+    return (float)((v > 0 ? v : 0.0) - v * (double)y + log1p(exp(-fabs(v))));
+}
+EW_BINARY(seg_bce_logits, bce_logits(X, Y))
+EW_TERNARY(seg_bce_logits_dx, (f_sigmoid(X) - Y) * Z)
+EW_TERNARY(seg_bce_logits_dy, ((void)Y, -X *Z))
 /* kl_div: xlogy(y, y) - y x (NaN for a NaN y, 0 for y = 0), or with a log
  * target e^y (y - x) */
 EW_BINARY(seg_kl, (Y != Y ? Y : (Y == 0.0f ? 0.0f : Y * logf(Y))) - Y * X)
@@ -445,6 +461,9 @@ static const struct {
     [CG_K_LOSS_L1] = {"l1_loss", seg_l1, seg_l1_dx, seg_l1_dy},
     [CG_K_LOSS_SMOOTH_L1] = {"smooth_l1_loss", seg_smooth_l1, seg_smooth_l1_dx, NULL},
     [CG_K_LOSS_HUBER] = {"huber_loss", seg_huber, seg_huber_dx, NULL},
+    [CG_K_LOSS_MSE] = {"mse_loss", seg_mse, seg_mse_dx, seg_mse_dy},
+    [CG_K_LOSS_BCE_LOGITS] = {"binary_cross_entropy_with_logits", seg_bce_logits, seg_bce_logits_dx,
+                              seg_bce_logits_dy},
     [CG_K_LOSS_KL_DIV] = {"kl_div", seg_kl, seg_kl_dx, seg_kl_dy},
     [CG_K_LOSS_KL_DIV_LOG] = {"kl_div", seg_kl_log, seg_kl_log_dx, seg_kl_log_dy},
 };

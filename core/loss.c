@@ -1,10 +1,11 @@
-/* Cross-entropy over [N, C] logits with PyTorch semantics (reduction mean,
- * ignore_index, label_smoothing).
+/* Cross-entropy over [N, C] logits with PyTorch semantics (ignore_index,
+ * label_smoothing, reduction).
  *
  * Per kept row r with target y, lse = log sum_j exp(x_j):
  *   loss_r = (1-ls) * (lse - x_y) + ls * (lse - mean_j x_j)
- * (the smoothing term is ls * mean over all C classes of -log p_j). The loss
- * is sum_r loss_r / K over the K kept rows; K = 0 gives 0/0 = NaN.
+ * (the smoothing term is ls * mean over all C classes of -log p_j). The mean
+ * is sum_r loss_r / K over the K kept rows (K = 0 gives 0/0 = NaN), the sum
+ * sum_r loss_r; none keeps each row's loss (0 at an ignored row).
  * Rows are computed in parallel, then summed in row order (deterministic).
  *
  * The precision policy (the calling thread's, core/gemm.h): in fp32 a row
@@ -73,13 +74,24 @@ bool cg_ce_ls_check(const char *op, float ls)
     return true;
 }
 
-/* Check the logits shape and the targets (ce_targets). */
+/* A class loss's reduction: mean, sum or none */
+static bool class_reduction(const char *op, cg_reduction r)
+{
+    if ((unsigned)r <= CG_REDUCTION_NONE)
+        return true;
+    cg_set_error("%s: reduction %d is not one of CG_REDUCTION_MEAN, _SUM, _NONE%s", op, (int)r,
+                 r == CG_REDUCTION_BATCHMEAN ? " (batchmean is kl_div's)" : "");
+    return false;
+}
+
+/* Check the logits shape, the reduction and the targets (ce_targets). */
 static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *target_t,
-                     int64_t ignore_index, float ls, int64_t *kept, cg_tensor **held)
+                     int64_t ignore_index, float ls, cg_reduction r, int64_t *kept,
+                     cg_tensor **held)
 {
     char b[96];
     *held = NULL;
-    if (!cg_f32_args(op, 1, &logits))
+    if (!class_reduction(op, r) || !cg_f32_args(op, 1, &logits))
         return false;
     if (!cg_check_dtype(op, "targets", target_t, CG_I64))
         return false;
@@ -273,13 +285,16 @@ EW_CLONES static void row_scale(float *d, int64_t C, float a, float c, int64_t t
 
 /* ------------------------------------------------------------ one row */
 
-cg_ce_rows cg_ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float ls, float g)
+cg_ce_rows cg_ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float ls, float g,
+                          bool mean)
 {
     return (cg_ce_rows){.C = C,
                         .ignore_index = ignore_index,
                         .kept = kept,
                         .ls = ls,
-                        .scale = kept > 0 ? (double)g / (double)kept : 0.0,
+                        .scale = kept <= 0 ? 0.0
+                                 : mean    ? (double)g / (double)kept
+                                           : (double)g,
                         .autocast = cg_get_matmul_precision() == CG_PRECISION_BF16};
 }
 
@@ -365,10 +380,10 @@ double cg_ce_row(const cg_ce_rows *c, const float *xr, int64_t t, float *lse, fl
 }
 
 /* Rows of a cross-entropy: cg_ce_rows_run's, or (loss NULL) the
- * backward's */
+ * backward's (g_rows: reduction none's upstream gradient, a row's scale) */
 typedef struct {
     const cg_ce_rows *c;
-    const float *x, *lse_in;
+    const float *x, *lse_in, *g_rows;
     const int64_t *t;
     float *lse, *dx;
     double *loss;
@@ -395,14 +410,62 @@ static void ce_backward_chunk(int64_t r0, int64_t r1, int thread, const void *ct
 {
     const ce_job *j = ctx;
     const int64_t C = j->c->C;
-    for (int64_t r = r0; r < r1; r++)
-        ce_row_backward(j->c, j->x + r * C, j->t[r], j->lse_in ? j->lse_in + r : NULL,
+    cg_ce_rows row = *j->c;
+    for (int64_t r = r0; r < r1; r++) {
+        if (j->g_rows)
+            row.scale = j->g_rows[r];
+        ce_row_backward(&row, j->x + r * C, j->t[r], j->lse_in ? j->lse_in + r : NULL,
                         j->dx + r * C);
+    }
+}
+
+/* The loss of rows row[N] (0 at an ignored row) reduced by r: the mean
+ * over the kept ones or the sum, summed in row order in double, or each */
+static cg_tensor *reduced_rows(const double *row, int64_t N, int64_t kept, cg_reduction r)
+{
+    cg_tensor *out = r == CG_REDUCTION_NONE ? cg_empty(1, &N) : cg_empty(0, NULL);
+    if (!out)
+        return NULL;
+    float *o = cg_data(out);
+    if (r == CG_REDUCTION_NONE) {
+        for (int64_t i = 0; i < N; i++)
+            o[i] = (float)row[i];
+        return out;
+    }
+    double total = 0.0;
+    for (int64_t i = 0; i < N; i++)
+        total += row[i];
+    o[0] = (float)(r == CG_REDUCTION_MEAN ? total / (double)kept : total); /* 0/0 = NaN */
+    return out;
+}
+
+/* The upstream gradient g of a class loss of N rows reduced by r: a
+ * float32 0-d (mean, sum) or [N] (none). *held: a contiguous reference
+ * (release it). */
+static bool upstream_grad(const char *op, const cg_tensor *g, cg_reduction r, int64_t N,
+                          cg_tensor **held)
+{
+    *held = NULL;
+    if (!g) {
+        cg_error_null_input(op);
+        return false;
+    }
+    if (!cg_check_f32(op, "g", g))
+        return false;
+    const bool rows = r == CG_REDUCTION_NONE;
+    if (rows ? g->ndim != 1 || g->shape[0] != N : g->ndim != 0) {
+        char b[96];
+        cg_set_error("%s: the upstream gradient has shape %s, expected %s", op,
+                     cg_shape_str(g, b, sizeof b), rows ? "[N], one a row" : "a scalar");
+        return false;
+    }
+    *held = cg_k_contiguous(g);
+    return *held != NULL;
 }
 
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t,
-                              int64_t ignore_index, float label_smoothing, cg_tensor **lse,
-                              cg_tensor **grad)
+                              int64_t ignore_index, float label_smoothing, cg_reduction r,
+                              cg_tensor **lse, cg_tensor **grad)
 {
     if (lse)
         *lse = NULL;
@@ -414,34 +477,40 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
     }
     int64_t kept;
     cg_tensor *tc;
-    if (!ce_check("cross_entropy", logits, target_t, ignore_index, label_smoothing, &kept, &tc))
+    if (!ce_check("cross_entropy", logits, target_t, ignore_index, label_smoothing, r, &kept, &tc))
         return NULL;
+    if (grad && r == CG_REDUCTION_NONE) {
+        cg_set_error("cross_entropy: the forward's gradient is for a scalar loss (reduction "
+                     "none: none)");
+        cg_release(tc);
+        return NULL;
+    }
     const int64_t *targets = cg_data_i64(tc);
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *x = cg_k_contiguous(logits);
     cg_tensor *lt = x ? cg_empty(1, &N) : NULL;
     cg_tensor *dx = lt && grad ? cg_empty(2, logits->shape) : NULL;
     double *row = lt && (dx || !grad) ? malloc((size_t)(N > 0 ? N : 1) * sizeof(double)) : NULL;
-    cg_tensor *out = row ? cg_empty(0, NULL) : NULL;
-    if (!out) {
-        if (lt && (dx || !grad) && !row)
+    if (!row) {
+        if (lt && (dx || !grad))
             cg_set_error("cross_entropy: out of memory");
-        free(row);
         cg_release_all(4, x, lt, dx, tc);
         return NULL;
     }
     const float *xp = cg_data(x);
     float *lp = cg_data(lt);
     float *dp = dx ? cg_data(dx) : NULL;
-    cg_ce_rows c = cg_ce_rows_for(C, ignore_index, kept, label_smoothing, 1.0f);
+    cg_ce_rows c =
+        cg_ce_rows_for(C, ignore_index, kept, label_smoothing, 1.0f, r == CG_REDUCTION_MEAN);
     /* the gradient while the row is in cache: the backward's for g = 1 */
     cg_ce_rows_run(&c, N, xp, targets, lp, dp, row);
-    double total = 0.0;
-    for (int64_t r = 0; r < N; r++)
-        total += row[r];
-    cg_data(out)[0] = (float)(total / (double)kept); /* 0/0 = NaN, as PyTorch */
+    cg_tensor *out = reduced_rows(row, N, kept, r);
     free(row);
     cg_release_all(2, x, tc);
+    if (!out) {
+        cg_release_all(2, lt, dx);
+        return NULL;
+    }
     if (lse)
         *lse = lt;
     else
@@ -461,7 +530,8 @@ bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *target_t,
     }
     int64_t k;
     cg_tensor *tc;
-    if (!ce_check("cross_entropy", logits, target_t, ignore_index, label_smoothing, &k, &tc))
+    if (!ce_check("cross_entropy", logits, target_t, ignore_index, label_smoothing,
+                  CG_REDUCTION_SUM, &k, &tc))
         return false;
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *x = cg_k_contiguous(logits);
@@ -472,7 +542,7 @@ bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *target_t,
         cg_release_all(2, x, tc);
         return false;
     }
-    cg_ce_rows c = cg_ce_rows_for(C, ignore_index, k, label_smoothing, 1.0f);
+    cg_ce_rows c = cg_ce_rows_for(C, ignore_index, k, label_smoothing, 1.0f, false);
     cg_ce_rows_run(&c, N, cg_data(x), cg_data_i64(tc), NULL, NULL, row);
     for (int64_t r = 0; r < N; r++) /* in order: the bits of one call's sum */
         *total += row[r];
@@ -483,8 +553,8 @@ bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *target_t,
 }
 
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor *target_t,
-                                       int64_t ignore_index, float label_smoothing,
-                                       const cg_tensor *lse, float g)
+                                       int64_t ignore_index, float label_smoothing, cg_reduction r,
+                                       const cg_tensor *lse, const cg_tensor *g)
 {
     if (!logits) {
         cg_error_null_input("cg_k_cross_entropy_backward");
@@ -492,43 +562,53 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
     }
     int64_t kept;
     cg_tensor *tc;
-    if (!ce_check("cross_entropy_backward", logits, target_t, ignore_index, label_smoothing, &kept,
-                  &tc))
+    if (!ce_check("cross_entropy_backward", logits, target_t, ignore_index, label_smoothing, r,
+                  &kept, &tc))
         return NULL;
     const int64_t *targets = cg_data_i64(tc);
     int64_t N = logits->shape[0], C = logits->shape[1];
-    if (lse && !cg_check_f32("cross_entropy_backward", "lse", lse)) {
-        cg_release(tc);
+    cg_tensor *gc;
+    if (!upstream_grad("cross_entropy_backward", g, r, N, &gc) ||
+        (lse && !cg_check_f32("cross_entropy_backward", "lse", lse))) {
+        cg_release_all(2, gc, tc);
         return NULL;
     }
     if (lse && cg_numel(lse) != N) {
         char b1[96], b2[96];
         cg_set_error("cross_entropy_backward: lse must have N elements (shapes %s and %s)",
                      cg_shape_str(logits, b1, sizeof b1), cg_shape_str(lse, b2, sizeof b2));
-        cg_release(tc);
+        cg_release_all(2, gc, tc);
         return NULL;
     }
     cg_tensor *x = cg_k_contiguous(logits);
     cg_tensor *lc = (x && lse) ? cg_k_contiguous(lse) : NULL;
     cg_tensor *dx = (x && (lc || !lse)) ? cg_empty(2, logits->shape) : NULL;
     if (!dx) {
-        cg_release_all(3, x, lc, tc);
+        cg_release_all(4, x, lc, gc, tc);
         return NULL;
     }
     const float *xp = cg_data(x);
     const float *lp = lc ? cg_data(lc) : NULL;
     float *dp = cg_data(dx);
+    const bool rows = r == CG_REDUCTION_NONE;
     /* With no kept row PyTorch's gradient is zero (ignored rows get none). */
-    cg_ce_rows c = cg_ce_rows_for(C, ignore_index, kept, label_smoothing, g);
-    const ce_job j = {.c = &c, .x = xp, .lse_in = lp, .t = targets, .dx = dp};
+    cg_ce_rows c = cg_ce_rows_for(C, ignore_index, kept, label_smoothing,
+                                  rows ? 1.0f : cg_data(gc)[0], r == CG_REDUCTION_MEAN);
+    const ce_job j = {.c = &c,
+                      .x = xp,
+                      .lse_in = lp,
+                      .g_rows = rows ? cg_data(gc) : NULL,
+                      .t = targets,
+                      .dx = dp};
     cg_shares_run(N, cg_shares_rows(C), cg_shares_team(N * C > CG_CE_PAR_THRESHOLD),
                   ce_backward_chunk, &j);
-    cg_release_all(3, x, lc, tc);
+    cg_release_all(4, x, lc, gc, tc);
     return dx;
 }
 
 /* ------------------------------------------------------------- nll loss */
-cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *target_t, int64_t ignore_index)
+cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *target_t, int64_t ignore_index,
+                         cg_reduction r)
 {
     if (!logp) {
         cg_error_null_input("cg_k_nll_loss");
@@ -536,81 +616,50 @@ cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *target_t, int64
     }
     int64_t kept;
     cg_tensor *tc;
-    if (!ce_check("nll_loss", logp, target_t, ignore_index, 0.0f, &kept, &tc))
+    if (!ce_check("nll_loss", logp, target_t, ignore_index, 0.0f, r, &kept, &tc))
         return NULL;
     const int64_t *targets = cg_data_i64(tc);
     int64_t N = logp->shape[0];
-    cg_tensor *out = cg_empty(0, NULL);
-    if (!out) {
+    double *row = malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
+    if (!row) {
+        cg_set_error("nll_loss: out of memory");
         cg_release(tc);
         return NULL;
     }
     const float *p = cg_data(logp); /* targets were checked: read them directly */
-    double s = 0.0;
-    for (int64_t r = 0; r < N; r++)
-        if (targets[r] != ignore_index)
-            s -= p[r * logp->strides[0] + targets[r] * logp->strides[1]];
-    cg_data(out)[0] = (float)(s / (double)kept); /* 0/0 = NaN, as PyTorch */
+    for (int64_t i = 0; i < N; i++)
+        row[i] = targets[i] == ignore_index
+                     ? 0.0
+                     : -(double)p[i * logp->strides[0] + targets[i] * logp->strides[1]];
+    cg_tensor *out = reduced_rows(row, N, kept, r);
+    free(row);
     cg_release(tc);
     return out;
 }
 
 cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *target_t,
-                                  int64_t ignore_index, float g)
+                                  int64_t ignore_index, cg_reduction r, const cg_tensor *g)
 {
     if (!logp) {
         cg_error_null_input("cg_k_nll_loss_backward");
         return NULL;
     }
     int64_t kept;
-    cg_tensor *tc;
-    if (!ce_check("nll_loss_backward", logp, target_t, ignore_index, 0.0f, &kept, &tc))
+    cg_tensor *tc, *gc = NULL;
+    if (!ce_check("nll_loss_backward", logp, target_t, ignore_index, 0.0f, r, &kept, &tc))
         return NULL;
-    const int64_t *targets = cg_data_i64(tc);
-    cg_tensor *d = cg_zeros(2, logp->shape);
+    int64_t N = logp->shape[0], C = logp->shape[1];
+    cg_tensor *d =
+        upstream_grad("nll_loss_backward", g, r, N, &gc) ? cg_zeros(2, logp->shape) : NULL;
     if (d && kept > 0) {
-        int64_t N = logp->shape[0], C = logp->shape[1];
-        float v = (float)(-(double)g / (double)kept);
-        for (int64_t r = 0; r < N; r++)
-            if (targets[r] != ignore_index)
-                cg_data(d)[r * C + targets[r]] = v;
+        const int64_t *targets = cg_data_i64(tc);
+        const float *gp = cg_data(gc);
+        const bool rows = r == CG_REDUCTION_NONE;
+        double s = r == CG_REDUCTION_MEAN ? (double)gp[0] / (double)kept : (double)gp[0];
+        for (int64_t i = 0; i < N; i++)
+            if (targets[i] != ignore_index)
+                cg_data(d)[i * C + targets[i]] = rows ? -gp[i] : (float)-s;
     }
-    cg_release(tc);
+    cg_release_all(2, gc, tc);
     return d;
-}
-
-/* ------------------------------------------- binary cross-entropy, logits */
-cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y)
-{
-    if (!x || !y) {
-        cg_error_null_input("cg_k_bce_with_logits");
-        return NULL;
-    }
-    /* both are read as float32: int64 or bool labels, or bf16 logits, are
-     * refused as the class losses refuse theirs */
-    if (!cg_f32_args("binary_cross_entropy_with_logits", 2, (const cg_tensor *[]){x, y}))
-        return NULL;
-    if (!cg_same_shape(x, y)) {
-        char a[96], b[96];
-        cg_set_error("binary_cross_entropy_with_logits: logits %s and targets %s differ in shape",
-                     cg_shape_str(x, a, sizeof a), cg_shape_str(y, b, sizeof b));
-        return NULL;
-    }
-    cg_tensor *xc = cg_k_contiguous(x), *yc = cg_k_contiguous(y);
-    cg_tensor *out = xc && yc ? cg_empty(0, NULL) : NULL;
-    if (out) {
-        const float *xp = cg_data(xc), *yp = cg_data(yc);
-        int64_t n = cg_numel(xc);
-        double s = 0.0;
-        for (int64_t i = 0; i < n; i++) {
-            double v = xp[i], c = v > 0 ? 1.0 - yp[i] : yp[i];
-            if (isinf(v)) /* the limit, c |x|: max(x,0) - x y would be inf - inf */
-                s += c == 0.0 ? 0.0 : c * INFINITY;
-            else
-                s += (v > 0 ? v : 0.0) - v * yp[i] + log1p(exp(-fabs(v)));
-        }
-        cg_data(out)[0] = (float)(s / (double)n); /* n = 0: NaN, as PyTorch */
-    }
-    cg_release_all(2, xc, yc);
-    return out;
 }

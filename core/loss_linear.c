@@ -252,7 +252,7 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
                       .d = d,
                       .V = V,
                       .targets = cg_data_i64(tc),
-                      .rows = cg_ce_rows_for(V, ignore_index, kept, label_smoothing, g),
+                      .rows = cg_ce_rows_for(V, ignore_index, kept, label_smoothing, g, true),
                       .exact = exact,
                       .split = split,
                       .dh = g3[0] ? cg_data(g3[0]) : NULL,

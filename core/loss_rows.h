@@ -17,13 +17,14 @@
  * in fp32 they take the double-lane kernel (its bits are pinned). */
 typedef struct {
     int64_t C, ignore_index, kept;
-    double ls, scale; /* scale: g / kept, 0 when no row is kept */
+    double ls, scale; /* scale: g / kept (mean) or g (sum), 0 when no row is kept */
     bool autocast;
 } cg_ce_rows;
 
-/* The rows of one call: C classes, the loss's g / kept as scale, and the
- * calling thread's precision policy. */
-cg_ce_rows cg_ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float ls, float g);
+/* The rows of one call: C classes, the loss's g / kept (mean) or g (sum)
+ * as scale, and the calling thread's precision policy. */
+cg_ce_rows cg_ce_rows_for(int64_t C, int64_t ignore_index, int64_t kept, float ls, float g,
+                          bool mean);
 
 /* Row xr's loss (0 when ignored); *lse (when not NULL) its log-sum-exp
  * rounded to float; dr (when not NULL, may be xr) its gradient for g. */

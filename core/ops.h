@@ -346,6 +346,18 @@ cg_tensor *cg_k_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim
 /* Given y = log_softmax(x) and g: dL/dx = g - exp(y) * sum(g, dim). */
 cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int dim);
 
+/* A loss's reduction, torch.nn.functional's reduction=: the mean of the
+ * losses, their sum, none (the losses themselves: of the inputs' shape,
+ * or for the class losses one a row, 0 at an ignored row), or (kl_div's
+ * alone) batchmean, their sum over the size of dim 0 (a 0-d input: the
+ * sum), as F.kl_div's. The class losses' mean is over the kept rows. */
+typedef enum {
+    CG_REDUCTION_MEAN,
+    CG_REDUCTION_SUM,
+    CG_REDUCTION_NONE,
+    CG_REDUCTION_BATCHMEAN
+} cg_reduction;
+
 /* The pointwise losses, before their reduction (autograd/ops.h reduces
  * them): x the input and y the target, broadcast and promoted as the
  * binary ops (float dtypes), p beta (smooth_l1) or delta (huber):
@@ -358,11 +370,19 @@ cg_tensor *cg_k_log_softmax_backward(const cg_tensor *y, const cg_tensor *g, int
  * false) or of the target, given g of the broadcast shape: PyTorch's
  * expressions, its values at the kinks and at NaN included (l1's gradient
  * is sgn(d) g, 0 at d = 0 and at NaN; smooth_l1's with beta 0 is -g at
- * d = 0, PyTorch's; kl_div's of the target NaN at y = 0, as there). */
+ * d = 0, PyTorch's; kl_div's of the target NaN at y = 0, as there), and
+ *   MSE         d^2                                       F.mse_loss
+ *   BCE_LOGITS  max(x, 0) - x y + log(1 + e^-|x|)         F.binary_cross_entropy_with_logits
+ * (BCE_LOGITS computed in double and rounded once; at an infinite x its
+ * limit, (1 - y) x or -y x, 0 where the factor is 0, where PyTorch 1.13
+ * gives NaN at x = -inf and at x = +inf, y = 1; its gradients (sigmoid(x)
+ * - y) g and -x g). */
 typedef enum {
     CG_K_LOSS_L1,
     CG_K_LOSS_SMOOTH_L1,
     CG_K_LOSS_HUBER,
+    CG_K_LOSS_MSE,
+    CG_K_LOSS_BCE_LOGITS,
     CG_K_LOSS_KL_DIV,
     CG_K_LOSS_KL_DIV_LOG
 } cg_k_loss_kind;
@@ -370,17 +390,20 @@ cg_tensor *cg_k_loss(cg_k_loss_kind kind, const cg_tensor *x, const cg_tensor *y
 cg_tensor *cg_k_loss_backward(cg_k_loss_kind kind, const cg_tensor *x, const cg_tensor *y,
                               const cg_tensor *g, float p, bool target);
 
-/* Cross-entropy with PyTorch semantics (reduction mean): logits [N, C]
- * (float32), targets an int64 tensor [N] of class ids (another dtype or
- * shape is refused naming both), ignore_index (e.g. -100 or pad),
- * label_smoothing in [0,1]. Per kept row:
- *   (1-ls) * -log p[y] + ls * mean_j(-log p[j]); the mean over kept rows
- *   (0/0 gives NaN, as PyTorch). A target outside [0,C) that is not
- *   ignore_index is an error. Returns a scalar; optionally *lse (if not NULL)
- *   gets the per-row log-sum-exp [N] for the backward, and *grad (if not
- *   NULL) the gradient for an upstream gradient of 1 ([N, C], the bits of
- *   cg_k_cross_entropy_backward(..., g = 1)), computed while each row is in
- *   cache so that the backward need not read the logits again.
+/* Cross-entropy with PyTorch semantics: logits [N, C] (float32), targets
+ * an int64 tensor [N] of class ids (another dtype or shape is refused
+ * naming both), ignore_index (e.g. -100 or pad), label_smoothing in [0,1],
+ * reduction r (mean, sum or none). Per kept row:
+ *   (1-ls) * -log p[y] + ls * mean_j(-log p[j]);
+ *   mean: their mean over the kept rows (0/0 gives NaN, as PyTorch), a
+ *   scalar; sum: their sum (in double, row order), a scalar; none: [N],
+ *   each row's loss, 0 at an ignored row.
+ * A target outside [0,C) that is not ignore_index is an error. Optionally
+ *   *lse (if not NULL) gets the per-row log-sum-exp [N] for the backward,
+ *   and *grad (if not NULL; mean and sum only) the gradient for an upstream
+ *   gradient of 1 ([N, C], the bits of cg_k_cross_entropy_backward(...,
+ *   g = 1)), computed while each row is in cache so that the backward need
+ *   not read the logits again.
  * Precision (the calling thread's policy, core/gemm.h): in fp32 a row sums
  * in double lanes, with one exponential for the log-sum-exp and another
  * for the gradient (bits pinned); under bf16 autocast, as PyTorch's
@@ -390,8 +413,8 @@ cg_tensor *cg_k_loss_backward(cg_k_loss_kind kind, const cg_tensor *x, const cg_
  * rounding: about 1e-6 of the loss). The backward under bf16 reads no lse
  * and computes its rows again as the forward did. */
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *targets,
-                              int64_t ignore_index, float label_smoothing, cg_tensor **lse,
-                              cg_tensor **grad);
+                              int64_t ignore_index, float label_smoothing, cg_reduction r,
+                              cg_tensor **lse, cg_tensor **grad);
 /* cg_k_cross_entropy's rows without their mean: each kept row's loss
  * (the same bits) added to *total in row order, and the kept rows counted
  * into *kept. Calls over consecutive row blocks of one [N, C] give, as
@@ -429,22 +452,21 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
  * process (every thread; calls refused by its checks are not counted): for
  * tests that a step computes the fused head once. */
 uint64_t cg_k_linear_cross_entropy_runs(void);
-/* torch.nn.functional.nll_loss (reduction mean): logp [N, C] (log
- * probabilities), targets int64 [N] checked as for cross-entropy; mean over
- * kept rows of -logp[r, y_r] (0/0 = NaN). The backward: -g/K at each kept
- * (r, y_r), zero elsewhere. */
-cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index);
+/* torch.nn.functional.nll_loss: logp [N, C] (log probabilities), targets
+ * int64 [N] checked as for cross-entropy, reduction r: -logp[r, y_r] per
+ * kept row, their mean (0/0 = NaN) or sum, or [N] (0 at an ignored row).
+ * The backward: -g/K (mean), -g (sum) or -g[r] (none) at each kept
+ * (r, y_r), zero elsewhere; g as for cg_k_cross_entropy_backward. */
+cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index,
+                         cg_reduction r);
 cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *targets,
-                                  int64_t ignore_index, float g);
-/* binary_cross_entropy_with_logits (reduction mean) of x against targets y
- * of the same shape, both float32: mean of max(x,0) - x*y + log(1 +
- * exp(-|x|)); at an infinite x its limit, (1 - y) x or -y x (0 when the
- * factor is 0; PyTorch 1.13 gives NaN at x = -inf and at x = +inf, y = 1). */
-cg_tensor *cg_k_bce_with_logits(const cg_tensor *x, const cg_tensor *y);
-/* d(mean loss)/d logits times the scalar upstream gradient g. */
+                                  int64_t ignore_index, cg_reduction r, const cg_tensor *g);
+/* The gradient of cg_k_cross_entropy(..., r) for the upstream gradient g,
+ * a float32 tensor of the loss's shape (0-d for mean and sum, [N] for
+ * none). */
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor *targets,
-                                       int64_t ignore_index, float label_smoothing,
-                                       const cg_tensor *lse, float g);
+                                       int64_t ignore_index, float label_smoothing, cg_reduction r,
+                                       const cg_tensor *lse, const cg_tensor *g);
 
 /* Layer norm over the last dim: y = (x - mean) * rstd * w + b, biased var,
  * w/b may be NULL ([D] otherwise). *mean and *rstd ([rows]) are for backward. */

@@ -127,7 +127,7 @@ void cg_set_node_release_hook(cg_node_release_fn fn);
  *
  *     for (step ...) {
  *         cg_scope *s = cg_scope_begin();
- *         cg_tensor *loss = cg_cross_entropy(model_forward(m, x), y, -100, 0);
+ *         cg_tensor *loss = cg_cross_entropy(model_forward(m, x), y, -100, 0, CG_REDUCTION_MEAN);
  *         cg_backward(loss, NULL, false);
  *         cg_optim_step(opt);
  *         cg_scope_end(s);          // every tensor of the step dies here

@@ -62,7 +62,7 @@ int main(void)
     for (int epoch = 0; epoch < EPOCHS; epoch++)
         while (cg_loader_next(train)) /* each batch in its own scope */
             cg_train_step(opt, cg_cross_entropy(classifier_forward(m, train->x, train->mask),
-                                                train->y, -100, 0));
+                                                train->y, -100, 0, CG_REDUCTION_MEAN));
     cg_no_grad_begin(); /* the test set: one batch, in order */
     bool ok = cg_loader_next(test);
     double acc = ok ? cg_accuracy(classifier_forward(m, test->x, test->mask), test->y) : 0;

@@ -26,8 +26,8 @@ static void train(cg_module *model, cg_optim *opt, cg_loader *data)
 {
     for (int epoch = 0; epoch < 100; epoch++)
         while (cg_loader_next(data)) /* each batch in its own scope */
-            cg_train_step(opt,
-                          cg_cross_entropy(cg_module_forward(model, data->x), data->y, -100, 0));
+            cg_train_step(opt, cg_cross_entropy(cg_module_forward(model, data->x), data->y, -100, 0,
+                                                CG_REDUCTION_MEAN));
     cg_optim_free(opt);
 }
 

@@ -111,7 +111,8 @@ int main(int argc, char **argv)
         if (reducer && !cg_dist_reducer_prepare(reducer, (double)(hi - lo)))
             return fail("prepare");
         cg_tensor *h = cg_gelu(cg_norm_forward(ln, cg_linear_forward(fc1, x)));
-        cg_tensor *loss = cg_cross_entropy(cg_linear_forward(fc2, h), y, -100, 0.0f);
+        cg_tensor *loss =
+            cg_cross_entropy(cg_linear_forward(fc2, h), y, -100, 0.0f, CG_REDUCTION_MEAN);
         if (!loss || !cg_backward(loss, NULL, false))
             return fail("forward and backward");
         bool averaged = reducer ? cg_dist_reducer_finish(reducer)

@@ -58,7 +58,7 @@ static float train(lm *m, const char *text, cg_optim *opt, cg_rng *rng)
     for (int step = 0; step < STEPS; step++) {
         cg_scope *s = cg_scope_begin();
         cg_random_batch(data, B, T, rng, &x, &y);
-        cg_tensor *l = cg_cross_entropy(lm_forward(m, x), y, -100, 0);
+        cg_tensor *l = cg_cross_entropy(lm_forward(m, x), y, -100, 0, CG_REDUCTION_MEAN);
         loss = cg_item(l);
         cg_train_step(opt, l);
         cg_scope_end(s);

@@ -72,7 +72,7 @@ int main(void)
         cg_optim_set_lr(opt, cg_lr_warmup_cosine(step, STEPS, WARMUP, 3e-3, 3e-4));
         cg_scope *s = cg_scope_begin();
         for (int a = 0; a < ACCUM && cg_random_batch(data, B, T, &rng, &x, &y); a++) {
-            cg_tensor *l = cg_cross_entropy(gpt_forward(m, x, NULL), y, -100, 0);
+            cg_tensor *l = cg_cross_entropy(gpt_forward(m, x, NULL), y, -100, 0, CG_REDUCTION_MEAN);
             if (!cg_backward(cg_muls(l, 1.0f / ACCUM), NULL, false))
                 return fprintf(stderr, "error: %s\n", cg_last_error()), 1;
             loss = cg_item(l);

@@ -101,7 +101,8 @@ int main(int argc, char **argv)
             xs[i] = cg_narrow(data, 0, at, T), ys[i] = cg_narrow(data, 0, at + 1, T);
         }
         cg_tensor *logits = gru_lm_forward(m, cg_stack(xs, B, 0), &h);
-        cg_tensor *l = cg_cross_entropy(logits, cg_stack(ys, B, 0), -100, 0); /* class dim last */
+        cg_tensor *l = cg_cross_entropy(logits, cg_stack(ys, B, 0), -100, 0,
+                                        CG_REDUCTION_MEAN); /* class dim last */
         if (!cg_backward(l, NULL, false) || cg_optim_clip_grad_norm(opt, 1.0) < 0 ||
             !cg_optim_step(opt))
             return fprintf(stderr, "error: %s\n", cg_last_error()), 1;

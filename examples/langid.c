@@ -245,7 +245,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < B; i++)
             rows[i] = c.train + (step * B + i) * STRIDE % c.n_train;
         cg_tensor *lengths, *labels, *ids = batch(rows, B, &lengths, &labels);
-        cg_tensor *l = cg_cross_entropy(langid_forward(m, ids, lengths), labels, -100, 0);
+        cg_tensor *l =
+            cg_cross_entropy(langid_forward(m, ids, lengths), labels, -100, 0, CG_REDUCTION_MEAN);
         ok = cg_backward(l, NULL, false) && cg_optim_clip_grad_norm(opt, 1.0) >= 0 &&
              cg_optim_step(opt);
         cg_optim_zero_grad(opt);

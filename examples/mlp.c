@@ -124,8 +124,9 @@ int main(int argc, char **argv)
     for (long step = 0; step < steps && !rc; step++) {
         cg_scope *scope = cg_scope_begin(); /* every tensor made below dies at its end */
         cg_optim_set_lr(opt, cg_lr_warmup_cosine(step, steps, 20, 1e-2, 1e-4));
-        cg_tensor *loss = cg_cross_entropy(mlp_forward(&m, x),
-                                           cg_from_i64(CG_SHAPE(N_POINTS), label), -100, 0.0f);
+        cg_tensor *loss =
+            cg_cross_entropy(mlp_forward(&m, x), cg_from_i64(CG_SHAPE(N_POINTS), label), -100, 0.0f,
+                             CG_REDUCTION_MEAN);
         if (!loss || !cg_backward(loss, NULL, false) || !cg_optim_step(opt)) {
             fprintf(stderr, "example_mlp: error at step %ld: %s\n", step, cg_last_error());
             rc = 1;

@@ -72,7 +72,7 @@ int main(void)
     for (int step = 0; step < STEPS; step++) {
         cg_scope *s = cg_scope_begin();
         cg_tensor *aux, *f, *y = moe_forward(model, x, &aux, &f);
-        cg_tensor *l = cg_add(cg_mse_loss(y, target), cg_muls(aux, 0.01f));
+        cg_tensor *l = cg_add(cg_mse_loss(y, target, CG_REDUCTION_MEAN), cg_muls(aux, 0.01f));
         if (!cg_train_step(opt, l)) {
             fprintf(stderr, "error: %s\n", cg_last_error());
             return 1;

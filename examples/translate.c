@@ -87,8 +87,9 @@ int main(void)
         return fprintf(stderr, "translate: %s\n", cg_last_error()), 1;
     for (int epoch = 1; epoch <= EPOCHS; epoch++) {
         cg_scope *scope = cg_scope_begin();
-        cg_tensor *loss = cg_cross_entropy(forward(&m, src, tgt_in, N, T),
-                                           cg_from_i64(CG_SHAPE(N, T), tgt_out), PAD, 0);
+        cg_tensor *loss =
+            cg_cross_entropy(forward(&m, src, tgt_in, N, T), cg_from_i64(CG_SHAPE(N, T), tgt_out),
+                             PAD, 0, CG_REDUCTION_MEAN);
         if (!loss || !cg_backward(loss, NULL, false) || !cg_optim_step(opt)) {
             fprintf(stderr, "translate: epoch %d: %s\n", epoch, cg_last_error());
             return 1;

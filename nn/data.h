@@ -58,7 +58,8 @@ cg_tensor *cg_pad_sequence(int64_t n, cg_tensor *const *seqs, double pad, cg_ten
  * of each epoch), the last batch smaller when B does not divide N.
  *     for (int epoch = 0; epoch < E; epoch++)
  *         while (cg_loader_next(ld))
- *             cg_train_step(opt, cg_cross_entropy(model_fwd(ld->x), ld->y, -100, 0));
+ *             cg_train_step(opt, cg_cross_entropy(model_fwd(ld->x), ld->y, -100, 0,
+ *                                                 CG_REDUCTION_MEAN));
  * Each batch runs in its own scope (core/tensor.h): cg_loader_next ends
  * the previous batch's scope, so ld->x, ld->y, ld->mask and every tensor
  * made for that batch die at the next call (cg_keep one to pass it on),

@@ -1844,7 +1844,8 @@ START_TEST(test_mlp_loader_train_step_accuracy)
     float first = 0, last = 0;
     for (int i = 0; i < 30; i++) {
         cg_scope *s = cg_scope_begin();
-        cg_tensor *loss = cg_cross_entropy(cg_module_forward(mlp, x), cg_test_ids(10, y), -100, 0);
+        cg_tensor *loss = cg_cross_entropy(cg_module_forward(mlp, x), cg_test_ids(10, y), -100, 0,
+                                           CG_REDUCTION_MEAN);
         last = cg_item(loss);
         if (i == 0)
             first = last;

@@ -330,7 +330,8 @@ START_TEST(test_module_save_load)
     cg_optim *opt = cg_adam_from_module(CG_MODULE(m), 1e-2);
     for (int step = 0; step < 5; step++) {
         cg_scope *s = cg_scope_begin();
-        OK_OR_FAIL(cg_train_step(opt, cg_mse_loss(gated_center_forward(m, x), target)));
+        OK_OR_FAIL(
+            cg_train_step(opt, cg_mse_loss(gated_center_forward(m, x), target, CG_REDUCTION_MEAN)));
         cg_scope_end(s);
     }
     const char *path = tmp_path("module");
@@ -434,7 +435,8 @@ static bool train_step(gated_center *m, my_sgd *o, cg_tensor *x, cg_tensor *t, i
     for (int half = 0; ok && half < 2; half++) {
         cg_scope *s = cg_scope_begin();
         cg_tensor *xs = cg_narrow(x, 0, 3 * half, 3), *ts = cg_narrow(t, 0, 3 * half, 3);
-        cg_tensor *l = cg_muls(cg_mse_loss(gated_center_forward(m, xs), ts), 0.5f);
+        cg_tensor *l =
+            cg_muls(cg_mse_loss(gated_center_forward(m, xs), ts, CG_REDUCTION_MEAN), 0.5f);
         ok = l && cg_backward(l, NULL, false);
         cg_scope_end(s);
     }
@@ -465,7 +467,7 @@ START_TEST(test_own_optimizer_and_schedule)
         if (step == 0 || step == 11) { /* in eval mode: the buffers stay */
             cg_module_train(CG_MODULE(straight), false);
             cg_scope *s = cg_scope_begin();
-            float l = cg_item(cg_mse_loss(gated_center_forward(straight, x), t));
+            float l = cg_item(cg_mse_loss(gated_center_forward(straight, x), t, CG_REDUCTION_MEAN));
             *(step ? &last : &first) = l;
             cg_scope_end(s);
             cg_module_train(CG_MODULE(straight), true);

@@ -277,6 +277,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_L1_LOSS] = {.by = "test_losses"},
     [CG_OP_SMOOTH_L1_LOSS] = {.by = "test_losses"},
     [CG_OP_HUBER_LOSS] = {.by = "test_losses"},
+    [CG_OP_MSE_LOSS] = {.by = "test_ops_misc.c: test_gradchecks"},
     [CG_OP_KL_DIV] = {.by = "test_losses"},
     [CG_OP_ADD_LAYER_NORM] = {.by = "test_add_norms"},
     [CG_OP_ADD_RMS_NORM] = {.by = "test_add_norms"},
@@ -667,6 +668,7 @@ typedef struct {
     const int64_t *targets;
     int64_t ignore;
     float ls;
+    cg_reduction r;
 } ce_case;
 
 static cg_tensor *ce_fn(void *ctx, cg_tensor *const *in)
@@ -674,7 +676,7 @@ static cg_tensor *ce_fn(void *ctx, cg_tensor *const *in)
     ce_case *c = ctx;
     /* targets of the logits' shape without the class dim: [6] or [2, 3] */
     cg_tensor *t = cg_test_ids_nd(in[0]->ndim - 1, in[0]->shape, c->targets);
-    return cg_cross_entropy(in[0], t, c->ignore, c->ls);
+    return cg_cross_entropy(in[0], t, c->ignore, c->ls, c->r);
 }
 
 /* The fused linear + cross-entropy: in[0] h, in[1] w, in[2] b (when given).
@@ -799,8 +801,9 @@ static void lce_exact_run(int mode, int64_t N, const lce_variant *v, const float
     cg_tensor *loss =
         mode ? cg_linear_cross_entropy(x, w, b, t, LCE_IGNORE, v->ls, CG_LCE_EXACT,
                                        mode == 2 ? v->g : 1.0f)
-        : b  ? cg_cross_entropy(cg_affine(x, w, b), t, LCE_IGNORE, v->ls)
-             : cg_cross_entropy(cg_matmul(x, cg_transpose(w, 0, 1)), t, LCE_IGNORE, v->ls);
+        : b  ? cg_cross_entropy(cg_affine(x, w, b), t, LCE_IGNORE, v->ls, CG_REDUCTION_MEAN)
+             : cg_cross_entropy(cg_matmul(x, cg_transpose(w, 0, 1)), t, LCE_IGNORE, v->ls,
+                                CG_REDUCTION_MEAN);
     ck_assert_msg(loss, "%s", cg_last_error());
     cg_tensor *top = v->g == 1.0f ? loss : cg_muls(loss, v->g);
     ck_assert_msg(cg_backward(top, NULL, false), "%s", cg_last_error());
@@ -879,9 +882,14 @@ START_TEST(test_cross_entropy)
     cg_set_matmul_precision(_i ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
     cg_rng r = cg_rng_new(11);
     int64_t targets[6] = {0, 3, 2, 0, 4, 1};
+    /* the reductions: mean, then sum and none (whose backward scales each
+     * row by its own upstream gradient) */
     ce_case cases[] = {
-        {targets, -100, 0.0f}, {targets, 0, 0.0f}, {targets, 0, 0.1f}, {targets, -100, 0.3f}};
-    for (size_t k = 0; k < 4; k++) {
+        {targets, -100, 0.0f, CG_REDUCTION_MEAN}, {targets, 0, 0.0f, CG_REDUCTION_MEAN},
+        {targets, 0, 0.1f, CG_REDUCTION_MEAN},    {targets, -100, 0.3f, CG_REDUCTION_MEAN},
+        {targets, 0, 0.1f, CG_REDUCTION_SUM},     {targets, -100, 0.0f, CG_REDUCTION_NONE},
+        {targets, 0, 0.3f, CG_REDUCTION_NONE}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         for (int layout = 0; layout < 3; layout++) {
             cg_tensor *x = input(&r, CG_SHAPE(6, 5), layout, DOM_ANY);
             check(ce_fn, &cases[k], 1, &x, "cross_entropy [6,5]", 0, 0);
@@ -900,7 +908,8 @@ START_TEST(test_cross_entropy)
         cg_tensor *t = cg_test_ids(6, cases[k].targets);
         const float gs[] = {1.0f, 0.25f, 1.0f};
         for (int j = 0; j < 3; j++) {
-            cg_tensor *loss = cg_cross_entropy(x, t, cases[k].ignore, cases[k].ls);
+            cg_tensor *loss =
+                cg_cross_entropy(x, t, cases[k].ignore, cases[k].ls, CG_REDUCTION_MEAN);
             cg_tensor *root = j == 1 ? cg_muls(loss, gs[j]) : loss;
             ck_assert(cg_backward(root, NULL, j == 2));
             if (j == 2) /* the forward's gradient taken over by the first backward: gone */
@@ -913,9 +922,11 @@ START_TEST(test_cross_entropy)
                 cg_release_all(2, first, twice);
             } else {
                 cg_tensor *lse = NULL;
-                cg_tensor *l = cg_k_cross_entropy(x, t, cases[k].ignore, cases[k].ls, &lse, NULL);
+                cg_tensor *l = cg_k_cross_entropy(x, t, cases[k].ignore, cases[k].ls,
+                                                  CG_REDUCTION_MEAN, &lse, NULL);
                 cg_tensor *want =
-                    cg_k_cross_entropy_backward(x, t, cases[k].ignore, cases[k].ls, lse, gs[j]);
+                    cg_k_cross_entropy_backward(x, t, cases[k].ignore, cases[k].ls,
+                                                CG_REDUCTION_MEAN, lse, cg_test_scalar(gs[j]));
                 ck_assert(memcmp(cg_data(want), cg_data(x->grad), 6 * 37 * sizeof(float)) == 0);
                 cg_release_all(3, l, lse, want);
             }
@@ -931,37 +942,39 @@ START_TEST(test_cross_entropy)
     cg_tensor *lg = cg_requires_grad(cg_zeros(CG_SHAPE(1, 4, 3)), true);
     int64_t *three = malloc(3 * sizeof *three);
     three[0] = 0, three[1] = 1, three[2] = 2;
-    CG_ASSERT_FAILS(cg_cross_entropy(lg, cg_test_ids(3, three), -100, 0.0f),
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, cg_test_ids(3, three), -100, 0.0f, CG_REDUCTION_MEAN),
                     "argument 'targets' has shape [3], expected the input's [1, 4, 3] without its "
                     "class dim");
     /* targets with the logits' first dims but fewer or as many dims: refused
      * by the same message, not a reshape's */
-    CG_ASSERT_FAILS(cg_cross_entropy(lg, cg_test_ids(1, (const int64_t[]){0}), -100, 0.0f),
-                    "argument 'targets' has shape [1], expected the input's [1, 4, 3]");
+    CG_ASSERT_FAILS(
+        cg_cross_entropy(lg, cg_test_ids(1, (const int64_t[]){0}), -100, 0.0f, CG_REDUCTION_MEAN),
+        "argument 'targets' has shape [1], expected the input's [1, 4, 3]");
     cg_tensor *same = cg_zeros_dtype(CG_I64, CG_SHAPE(1, 4, 3));
-    CG_ASSERT_FAILS(cg_cross_entropy(lg, same, -100, 0.0f),
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, same, -100, 0.0f, CG_REDUCTION_MEAN),
                     "argument 'targets' has shape [1, 4, 3], expected the input's [1, 4, 3]");
     cg_release(same);
     /* PyTorch's layout, the class dim at 1 ([B, C, T] against targets
      * [B, T]): the message names the shape wanted and says where the
      * class dim goes; targets that fit neither layout get no such hint */
     cg_tensor *bt = cg_zeros_dtype(CG_I64, CG_SHAPE(1, 3));
-    CG_ASSERT_FAILS(cg_cross_entropy(lg, bt, -100, 0.0f),
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, bt, -100, 0.0f, CG_REDUCTION_MEAN),
                     "has shape [1, 3], expected the input's [1, 4, 3] without its class dim (the "
                     "last): [1, 4]; the targets fit a class dim at 1, PyTorch's layout");
-    CG_ASSERT_FAILS(cg_nll_loss(lg, bt, -100), "cg_transpose(x, 1, 2) for 3 dims");
+    CG_ASSERT_FAILS(cg_nll_loss(lg, bt, -100, CG_REDUCTION_MEAN),
+                    "cg_transpose(x, 1, 2) for 3 dims");
     cg_tensor *b5 = cg_zeros_dtype(CG_I64, CG_SHAPE(1, 5));
-    CG_ASSERT_FAILS(cg_cross_entropy(lg, b5, -100, 0.0f),
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, b5, -100, 0.0f, CG_REDUCTION_MEAN),
                     "expected the input's [1, 4, 3] without its class dim (the last): [1, 4]");
     ck_assert_ptr_null(strstr(cg_last_error(), "PyTorch"));
     cg_release_all(2, bt, b5);
     cg_tensor *scalar = cg_scalar(1.0f);
-    CG_ASSERT_FAILS(cg_cross_entropy(scalar, cg_test_ids(0, NULL), -100, 0.0f),
+    CG_ASSERT_FAILS(cg_cross_entropy(scalar, cg_test_ids(0, NULL), -100, 0.0f, CG_REDUCTION_MEAN),
                     "cross_entropy: need inputs [..., C] with a class dim (got a scalar)");
     cg_release(scalar);
     /* targets of another dtype: refused by name (PyTorch: expected scalar type Long) */
     cg_tensor *ft = cg_zeros(CG_SHAPE(4));
-    CG_ASSERT_FAILS(cg_cross_entropy(lg, ft, -100, 0.0f),
+    CG_ASSERT_FAILS(cg_cross_entropy(lg, ft, -100, 0.0f, CG_REDUCTION_MEAN),
                     "cross_entropy: argument 'targets' is float32, expected int64");
     cg_release(ft);
     free(three);
@@ -981,7 +994,7 @@ START_TEST(test_cross_entropy_no_grad_no_gradient)
     cg_alloc_stats s0 = cg_alloc_get_stats();
     const size_t bytes = 64 * 4096 * sizeof(float);
     cg_no_grad_begin();
-    cg_tensor *loss = cg_cross_entropy(x, t, -100, 0.1f);
+    cg_tensor *loss = cg_cross_entropy(x, t, -100, 0.1f, CG_REDUCTION_MEAN);
     cg_no_grad_end();
     ck_assert(loss && !loss->requires_grad);
     cg_alloc_stats s1 = cg_alloc_get_stats();
@@ -1983,7 +1996,7 @@ START_TEST(test_bf16_grads_near_fp32)
     static const uint8_t pad[2 * 5] = {0, 0, 0, 1, 1, 0, 0, 0, 0, 1};
     fused_attn_ctx ac = {true, cg_test_mask(CG_SHAPE(2, 5), pad)};
     const residual_case rc = {.bias = true, .res = true, .p = 0.3f, .training = true};
-    ce_case cc = {tg, -100, 0.1f};
+    ce_case cc = {tg, -100, 0.1f, CG_REDUCTION_MEAN};
     lce_case lc = {tg, -100, 0.1f, 4, true, 1.0f}, lx = {tg, -100, 0.0f, CG_LCE_EXACT, true, 1.0f};
     int one = 1;
     const struct {

@@ -187,7 +187,8 @@ START_TEST(test_null_input_message)
     NULL_CASE(cg_reshape(n, CG_SHAPE(6)));
     NULL_CASE(cg_softmax(n, -1));
     NULL_CASE(cg_layer_norm(n, NULL, NULL, 1e-5f));
-    NULL_CASE(cg_cross_entropy(n, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0));
+    NULL_CASE(
+        cg_cross_entropy(n, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0, CG_REDUCTION_MEAN));
     NULL_CASE(cg_clone(n));
     NULL_CASE(cg_contiguous(n));
     NULL_CASE(cg_k_clone(n));
@@ -216,7 +217,7 @@ START_TEST(test_null_input_message)
     cg_tensor *mask = cg_test_mask(CG_SHAPE(2, 3), NULL);
     ck_assert_ptr_null(cg_embedding(x, bad));
     ck_assert_str_eq(cg_last_error(), first);
-    ck_assert_ptr_null(cg_cross_entropy(x, bad, -100, 0));
+    ck_assert_ptr_null(cg_cross_entropy(x, bad, -100, 0, CG_REDUCTION_MEAN));
     ck_assert_str_eq(cg_last_error(), first);
     ck_assert_ptr_null(cg_index_select(x, 0, bad));
     ck_assert_str_eq(cg_last_error(), first);
@@ -294,7 +295,7 @@ START_TEST(test_new_user_refusals)
                       "[2, 3] and [3, 2])");
     CG_ASSERT_REFUSED(!cg_stack((cg_tensor *[]){x, x}, 2, 3), "stack: dim 3");
     cg_release(xt);
-    CG_ASSERT_REFUSED(!cg_cross_entropy(x, NULL, -100, 0), "'targets' is NULL");
+    CG_ASSERT_REFUSED(!cg_cross_entropy(x, NULL, -100, 0, CG_REDUCTION_MEAN), "'targets' is NULL");
     CG_ASSERT_REFUSED(!cg_embedding(x, NULL), "'ids' is NULL");
     /* said "for a tensor with 3 dims" of a 2-D tensor */
     CG_ASSERT_REFUSED(!cg_unsqueeze(x, 3), "range [-3, 2] for a tensor with 2 dims");

@@ -2469,8 +2469,8 @@ START_TEST(test_multitask_two_backwards)
         cg_module_zero_grad(CG_MODULE(h2));
         cg_scope *s = cg_scope_begin();
         cg_tensor *f = cg_relu(cg_linear_forward(trunk, x));
-        cg_tensor *l1 = cg_mse_loss(cg_linear_forward(h1, f), t1);
-        cg_tensor *l2 = cg_mse_loss(cg_linear_forward(h2, f), t2);
+        cg_tensor *l1 = cg_mse_loss(cg_linear_forward(h1, f), t1, CG_REDUCTION_MEAN);
+        cg_tensor *l2 = cg_mse_loss(cg_linear_forward(h2, f), t2, CG_REDUCTION_MEAN);
         if (mode < 2) {
             ck_assert(cg_backward(l1, NULL, mode == 1));
             cg_copy_to(cg_grad(trunk->weight), g[mode]);

@@ -470,7 +470,8 @@ static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const f
     for (int k = 0; k < 2; k++) {
         const cg_tensor *in = k ? xv : x;
         cg_tensor *lse = NULL;
-        cg_tensor *l = cg_k_cross_entropy(in, cg_test_ids(5, t), ii, ls, &lse, NULL);
+        cg_tensor *l =
+            cg_k_cross_entropy(in, cg_test_ids(5, t), ii, ls, CG_REDUCTION_MEAN, &lse, NULL);
         ck_assert_ptr_nonnull(l);
         ck_assert_int_eq(l->ndim, 0);
         ck_assert_ptr_nonnull(lse);
@@ -481,9 +482,11 @@ static void ce_case(const int64_t *t, int64_t ii, float ls, double loss, const f
         else
             ck_assert_msg(fabs(got - loss) <= 1e-6 * fabs(loss) + 1e-6, "loss %.9g vs %.9g", got,
                           loss);
-        cg_tensor *dx = cg_k_cross_entropy_backward(in, cg_test_ids(5, t), ii, ls, lse, 1.0f);
+        cg_tensor *dx = cg_k_cross_entropy_backward(in, cg_test_ids(5, t), ii, ls,
+                                                    CG_REDUCTION_MEAN, lse, cg_test_scalar(1.0f));
         CG_ASSERT_TENSOR(dx, grad, 1e-6, 1e-5);
-        cg_tensor *dx2 = cg_k_cross_entropy_backward(in, cg_test_ids(5, t), ii, ls, NULL, 2.0f);
+        cg_tensor *dx2 = cg_k_cross_entropy_backward(in, cg_test_ids(5, t), ii, ls,
+                                                     CG_REDUCTION_MEAN, NULL, cg_test_scalar(2.0f));
         float g2[20];
         for (int i = 0; i < 20; i++)
             g2[i] = 2 * grad[i];
@@ -610,7 +613,7 @@ START_TEST(test_nll_strided)
                 s -= lv[i * C + t[i]];
                 kept++;
             }
-        cg_tensor *l = cg_k_nll_loss(views[k], cg_test_ids(N, t), -100);
+        cg_tensor *l = cg_k_nll_loss(views[k], cg_test_ids(N, t), -100, CG_REDUCTION_MEAN);
         ck_assert_ptr_nonnull(l);
         ck_assert_msg(fabs(cg_item(l) - s / kept) <= 1e-6 * fabs(s / kept) + 1e-7,
                       "view %d: nll %.9g vs %.9g", k, (double)cg_item(l), s / kept);
@@ -629,9 +632,11 @@ START_TEST(test_ce_extreme)
         cg_from_data(CG_SHAPE(2, 3), (float[]){1e4f, -1e4f, 0.5e4f, 3.0f, -2.0f, -INFINITY});
     const int64_t t[] = {2, 1};
     cg_tensor *lse = NULL;
-    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(2, t), -100, 0.0f, &lse, NULL);
+    cg_tensor *l =
+        cg_k_cross_entropy(x, cg_test_ids(2, t), -100, 0.0f, CG_REDUCTION_MEAN, &lse, NULL);
     ck_assert_float_eq_tol(cg_item(l), 2502.50341796875f, 1e-3f);
-    cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(2, t), -100, 0.0f, lse, 1.0f);
+    cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(2, t), -100, 0.0f, CG_REDUCTION_MEAN,
+                                                lse, cg_test_scalar(1.0f));
     CG_ASSERT_TENSOR(
         dx, ((const float[]){0.5f, 0.0f, -0.5f, 0.49665358662605286f, -0.49665358662605286f, 0.0f}),
         1e-6, 1e-5);
@@ -678,10 +683,11 @@ START_TEST(test_ce_vs_double)
             for (int64_t j = 0; j < C; j++)
                 grad[i * C + j] = (exp(xr[j] - lse) - ls / C - (j == t[i] ? 1 - ls : 0)) / kept;
         }
-        cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -1, (float)ls, NULL, NULL);
+        cg_tensor *l =
+            cg_k_cross_entropy(x, cg_test_ids(N, t), -1, (float)ls, CG_REDUCTION_MEAN, NULL, NULL);
         ck_assert_float_eq_tol(cg_item(l), tot / kept, 1e-5);
-        cg_tensor *dx =
-            cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -1, (float)ls, NULL, 1.0f);
+        cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -1, (float)ls,
+                                                    CG_REDUCTION_MEAN, NULL, cg_test_scalar(1.0f));
         assert_close_d(dx, grad, 1e-9, 1e-5);
         free(xv);
         free(t);
@@ -703,8 +709,9 @@ START_TEST(test_ce_threads)
     cg_tensor *l[2], *dx[2];
     for (int k = 0; k < 2; k++) {
         cg_set_num_threads(k + 1);
-        l[k] = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.1f, NULL, NULL);
-        dx[k] = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, 0.1f, NULL, 1.0f);
+        l[k] = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.1f, CG_REDUCTION_MEAN, NULL, NULL);
+        dx[k] = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, 0.1f, CG_REDUCTION_MEAN,
+                                            NULL, cg_test_scalar(1.0f));
     }
     cg_set_num_threads(0);
     ck_assert(bit_equal(l[0], l[1]));
@@ -737,8 +744,10 @@ START_TEST(test_ce_exp_range)
     for (int th = 1; th <= 2; th++) {
         cg_set_num_threads(th);
         cg_tensor *lse = NULL, *g = NULL;
-        cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.1f, &lse, &g);
-        cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, 0.1f, lse, 1.0f);
+        cg_tensor *l =
+            cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.1f, CG_REDUCTION_MEAN, &lse, &g);
+        cg_tensor *dx = cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, 0.1f,
+                                                    CG_REDUCTION_MEAN, lse, cg_test_scalar(1.0f));
         ck_assert(bit_equal(g, dx));
         ck_assert(isnan(cg_item(l)));
         for (int64_t r = 0; r < N; r++) {
@@ -775,9 +784,11 @@ START_TEST(test_ce_grad_in_forward)
                 for (int th = 1; th <= 2; th++) {
                     cg_set_num_threads(th);
                     cg_tensor *lse = NULL, *g = NULL;
-                    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, lss[k], &lse, &g);
+                    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, lss[k],
+                                                      CG_REDUCTION_MEAN, &lse, &g);
                     cg_tensor *dx =
-                        cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, lss[k], lse, 1.0f);
+                        cg_k_cross_entropy_backward(x, cg_test_ids(N, t), -100, lss[k],
+                                                    CG_REDUCTION_MEAN, lse, cg_test_scalar(1.0f));
                     ck_assert_ptr_nonnull(l);
                     ck_assert_ptr_nonnull(g);
                     ck_assert_msg(bit_equal(g, dx), "shape [%lld, %lld] ls %g ignored %d",
@@ -878,7 +889,7 @@ START_TEST(test_ce_past_2_31)
         }
     for (int64_t i = P; i < N; i++)
         memcpy(lp + i * V, lp + (i % P) * V, (size_t)V * sizeof(float));
-    cg_tensor *plain = cg_k_cross_entropy(logits, t, -100, 0.0f, NULL, NULL);
+    cg_tensor *plain = cg_k_cross_entropy(logits, t, -100, 0.0f, CG_REDUCTION_MEAN, NULL, NULL);
     ck_assert_msg(plain, "%s", cg_last_error());
     ck_assert_msg(fabs(cg_item(plain) - want) < 1e-5 * fabs(want), "plain %.9g, want %.9g",
                   cg_item(plain), want);
@@ -905,7 +916,7 @@ START_TEST(test_ce_sum_accumulates)
     ck_assert(cg_k_cross_entropy_sum(x, t, -100, 0.1f, &total, &kept));
     ck_assert_int_eq(kept, 4);
     ck_assert(total == 2.0 * one);
-    cg_tensor *l = cg_k_cross_entropy(x, t, -100, 0.1f, NULL, NULL);
+    cg_tensor *l = cg_k_cross_entropy(x, t, -100, 0.1f, CG_REDUCTION_MEAN, NULL, NULL);
     ck_assert_float_eq(cg_item(l), (float)(one / 2.0));
     cg_release_all(2, x, l);
 }
@@ -928,8 +939,8 @@ START_TEST(test_ce_nan_payload)
     v[3] = q;
     v[C + 18] = q;
     cg_tensor *x = cg_from_data(CG_SHAPE(2, C), v), *lse = NULL;
-    cg_tensor *l =
-        cg_k_cross_entropy(x, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, &lse, NULL);
+    cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f,
+                                      CG_REDUCTION_MEAN, &lse, NULL);
     ck_assert_msg(l && lse, "%s", cg_last_error());
     ck_assert_msg(isnan(cg_data(lse)[0]) && isnan(cg_data(lse)[1]), "lse %g %g", cg_data(lse)[0],
                   cg_data(lse)[1]);
@@ -953,7 +964,8 @@ START_TEST(test_ce_autocast_lanes)
         int64_t t[32];
         for (int64_t r = 0; r < N; r++)
             t[r] = (r * 5) % C;
-        cg_tensor *l = cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.0f, &lse, NULL);
+        cg_tensor *l =
+            cg_k_cross_entropy(x, cg_test_ids(N, t), -100, 0.0f, CG_REDUCTION_MEAN, &lse, NULL);
         ck_assert_msg(l && lse, "%s", cg_last_error());
         for (int64_t r = 0; r < N; r++) {
             const float *xr = cg_data(x) + r * C;
@@ -979,46 +991,49 @@ START_TEST(test_ce_errors)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(3, 4));
     cg_tensor *lse = (cg_tensor *)1; /* must be reset to NULL on failure */
-    CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 7, 1}), -100, 0.0f, &lse, NULL),
-        "target 7 at row 1");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 7, 1}), -100, 0.0f,
+                                       CG_REDUCTION_MEAN, &lse, NULL),
+                    "target 7 at row 1");
     ck_assert_ptr_null(lse);
-    CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, -5}), -100, 0.0f, NULL, NULL),
-        "row 2");
-    CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 4}), -100, 0.0f, NULL, NULL),
-        "target 4");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, -5}), -100, 0.0f,
+                                       CG_REDUCTION_MEAN, NULL, NULL),
+                    "row 2");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 4}), -100, 0.0f,
+                                       CG_REDUCTION_MEAN, NULL, NULL),
+                    "target 4");
     CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(3, (const int64_t[]){0, 9, 1}), -100,
-                                                0.0f, NULL, 1.0f),
+                                                0.0f, CG_REDUCTION_MEAN, NULL,
+                                                cg_test_scalar(1.0f)),
                     "target 9");
-    CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 1.5f, NULL, NULL),
-        "label_smoothing");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 1.5f,
+                                       CG_REDUCTION_MEAN, NULL, NULL),
+                    "label_smoothing");
     /* NaN is not in [0, 1] */
-    CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, NAN, NULL, NULL),
-        "cross_entropy: label_smoothing must be in [0, 1] (got nan)");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, NAN,
+                                       CG_REDUCTION_MEAN, NULL, NULL),
+                    "cross_entropy: label_smoothing must be in [0, 1] (got nan)");
     /* [N, 1] targets are not [N] */
     CG_ASSERT_FAILS(cg_k_cross_entropy(x,
                                        cg_test_ids_nd(CG_SHAPE(3, 1), (const int64_t[]){0, 1, 2}),
-                                       -100, 0.0f, NULL, NULL),
+                                       -100, 0.0f, CG_REDUCTION_MEAN, NULL, NULL),
                     "argument 'targets' has shape [3, 1], expected [N] = [3]");
     cg_tensor *x3 = cg_zeros(CG_SHAPE(2, 3, 4));
-    CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x3, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL, NULL),
-        "[2, 3, 4]");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x3, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f,
+                                       CG_REDUCTION_MEAN, NULL, NULL),
+                    "[2, 3, 4]");
     /* the count must match the rows: one short or one long is an error */
-    CG_ASSERT_FAILS(
-        cg_k_cross_entropy(x, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f, NULL, NULL),
-        "argument 'targets' has shape [2], expected [N] = [3]");
+    CG_ASSERT_FAILS(cg_k_cross_entropy(x, cg_test_ids(2, (const int64_t[]){0, 1}), -100, 0.0f,
+                                       CG_REDUCTION_MEAN, NULL, NULL),
+                    "argument 'targets' has shape [2], expected [N] = [3]");
     CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(4, (const int64_t[]){0, 1, 2, 3}),
-                                                -100, 0.0f, NULL, 1.0f),
+                                                -100, 0.0f, CG_REDUCTION_MEAN, NULL,
+                                                cg_test_scalar(1.0f)),
                     "argument 'targets' has shape [4], expected [N] = [3]");
     /* the backward's lse: one a row */
     cg_tensor *lse2 = cg_zeros(CG_SHAPE(2));
     CG_ASSERT_FAILS(cg_k_cross_entropy_backward(x, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100,
-                                                0.0f, lse2, 1.0f),
+                                                0.0f, CG_REDUCTION_MEAN, lse2,
+                                                cg_test_scalar(1.0f)),
                     "cross_entropy_backward: lse must have N elements (shapes [3, 4] and [2])");
     cg_release(lse2);
     cg_release_all(2, x, x3);

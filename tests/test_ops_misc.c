@@ -79,22 +79,24 @@ START_TEST(test_forward_vs_torch)
     cg_release(ids);
     cg_tensor *y = cg_from_data(CG_SHAPE(3, 4),
                                 (const float[]){0.5f, 1, -1, 2, 0, 2.5f, -1, 1, 1, 0, 1.5f, -2});
-    expect(cg_mse_loss(x, y), (const float[]){1.3072916269302368f}, "mse_loss");
+    expect(cg_mse_loss(x, y, CG_REDUCTION_MEAN), (const float[]){1.3072916269302368f}, "mse_loss");
     cg_tensor *t =
         cg_from_data(CG_SHAPE(3, 4), (const float[]){0, 1, 1, 0, 1, 1, 0, 0.5f, 0, 0, 1, 1});
-    expect(cg_binary_cross_entropy_with_logits(x, t), (const float[]){0.72256303f}, "bce");
+    expect(cg_binary_cross_entropy_with_logits(x, t, CG_REDUCTION_MEAN),
+           (const float[]){0.72256303f}, "bce");
     cg_tensor *lp = cg_log_softmax(x, 1);
-    expect(cg_nll_loss(lp, cg_test_ids(3, (const int64_t[]){3, 1, -100}), -100),
+    expect(cg_nll_loss(lp, cg_test_ids(3, (const int64_t[]){3, 1, -100}), -100, CG_REDUCTION_MEAN),
            (const float[]){0.5409115f}, "nll");
-    expect(cg_nll_loss(x, cg_test_ids(3, (const int64_t[]){3, 1, 0}), -100),
+    expect(cg_nll_loss(x, cg_test_ids(3, (const int64_t[]){3, 1, 0}), -100, CG_REDUCTION_MEAN),
            (const float[]){-1.25f}, "nll raw");
     /* errors: counts are checked, names in messages */
     CG_ASSERT_FAILS(cg_topk(x, 5, 1, true, NULL), "k=5 is out of range");
     CG_ASSERT_FAILS(cg_argmax(x, 2, false), "dim 2");
-    CG_ASSERT_FAILS(cg_nll_loss(lp, cg_test_ids(2, (const int64_t[]){3, 1}), -100),
-                    "argument 'targets' has shape [2], expected the input's [3, 4]");
+    CG_ASSERT_FAILS(
+        cg_nll_loss(lp, cg_test_ids(2, (const int64_t[]){3, 1}), -100, CG_REDUCTION_MEAN),
+        "argument 'targets' has shape [2], expected the input's [3, 4]");
     cg_tensor *yt = cg_view_transpose(y, 0, 1), *row = cg_view_select(x, 0, 0);
-    CG_ASSERT_FAILS(cg_mse_loss(x, yt), "differ in shape");
+    CG_ASSERT_FAILS(cg_mse_loss(x, yt, CG_REDUCTION_MEAN), "differ in shape");
     CG_ASSERT_FAILS(cg_tril(row, 0), "tril: needs at least 2 dims");
     cg_release_all(6, x, y, t, lp, yt, row);
 }
@@ -106,6 +108,7 @@ typedef struct {
     int which;
     int64_t k;
     int dim;
+    cg_reduction r;
 } gc_case;
 
 static const int64_t TGT[6] = {1, 0, 3, -100, 2, 4};
@@ -115,11 +118,11 @@ static cg_tensor *gc_fn(void *ctx, cg_tensor *const *in)
     const gc_case *c = ctx;
     switch (c->which) {
     case GC_TOPK: return cg_topk(in[0], c->k, c->dim, true, NULL);
-    case GC_MSE: return cg_mse_loss(in[0], in[1]);
-    case GC_BCE: return cg_binary_cross_entropy_with_logits(in[0], in[1]);
+    case GC_MSE: return cg_mse_loss(in[0], in[1], c->r);
+    case GC_BCE: return cg_binary_cross_entropy_with_logits(in[0], in[1], c->r);
     case GC_NLL: {
         cg_tensor *lp = cg_log_softmax(in[0], -1);
-        cg_tensor *l = cg_nll_loss(lp, cg_test_ids(6, TGT), -100);
+        cg_tensor *l = cg_nll_loss(lp, cg_test_ids(6, TGT), -100, c->r);
         cg_release(lp);
         return l;
     }
@@ -171,30 +174,35 @@ START_TEST(test_losses_refuse_other_dtypes)
     cg_tensor *x = xin(), *y = cg_k_sigmoid(x);
     cg_tensor *yi = cg_k_to(y, CG_I64), *yb = cg_k_to(y, CG_BOOL), *yh = cg_k_to(y, CG_F16);
     cg_tensor *xb = cg_k_to(x, CG_BF16);
-    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yi) == NULL,
-                      "binary_cross_entropy_with_logits: argument 2 is int64, expected float32");
-    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yb) == NULL,
-                      "binary_cross_entropy_with_logits: argument 2 is bool, expected float32");
-    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(xb, y) == NULL,
-                      "binary_cross_entropy_with_logits: argument 1 is bfloat16, expected float32 "
-                      "(convert with cg_to)");
-    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yh) == NULL,
-                      "binary_cross_entropy_with_logits: argument 2 is float16, expected float32");
-    CG_ASSERT_REFUSED(cg_k_bce_with_logits(yi, x) == NULL,
-                      "binary_cross_entropy_with_logits: argument 1 is int64, expected float32");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yi, CG_REDUCTION_MEAN) == NULL,
+                      "binary_cross_entropy_with_logits: argument 2 is int64, expected a float");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(x, yb, CG_REDUCTION_SUM) == NULL,
+                      "binary_cross_entropy_with_logits: argument 2 is bool, expected a float");
+    CG_ASSERT_REFUSED(cg_binary_cross_entropy_with_logits(yi, x, CG_REDUCTION_NONE) == NULL,
+                      "binary_cross_entropy_with_logits: argument 1 is int64, expected a float");
+    /* bf16 logits: a pointwise loss as the others, in float32, rounded once */
+    cg_tensor *xf = cg_k_to(xb, CG_F32), *yb16 = cg_k_to(y, CG_BF16), *yf = cg_k_to(yb16, CG_F32);
+    cg_tensor *lb = cg_binary_cross_entropy_with_logits(xb, yb16, CG_REDUCTION_NONE);
+    cg_tensor *lf = cg_binary_cross_entropy_with_logits(xf, yf, CG_REDUCTION_NONE);
+    ck_assert_msg(lb && lf && lb->dtype == CG_BF16, "%s", cg_last_error());
+    cg_tensor *lfb = cg_k_to(lf, CG_BF16);
+    ck_assert(memcmp(cg_data_bf16(lb), cg_data_bf16(lfb), 12 * sizeof(uint16_t)) == 0);
     /* the siblings: the class losses and the kernels behind them */
     cg_tensor *tg = cg_test_ids(3, (const int64_t[]){0, 1, 2});
-    CG_ASSERT_REFUSED(cg_cross_entropy(xb, tg, -100, 0.0f) == NULL,
+    CG_ASSERT_REFUSED(cg_cross_entropy(xb, tg, -100, 0.0f, CG_REDUCTION_MEAN) == NULL,
                       "cross_entropy: argument 1 is bfloat16, expected float32");
-    CG_ASSERT_REFUSED(cg_nll_loss(yi, tg, -100) == NULL,
+    CG_ASSERT_REFUSED(cg_nll_loss(yi, tg, -100, CG_REDUCTION_MEAN) == NULL,
                       "nll_loss: argument 1 is int64, expected float32");
-    CG_ASSERT_REFUSED(cg_k_nll_loss_backward(yh, tg, -100, 1.0f) == NULL,
-                      "nll_loss_backward: argument 1 is float16, expected float32");
+    CG_ASSERT_REFUSED(
+        cg_k_nll_loss_backward(yh, tg, -100, CG_REDUCTION_MEAN, cg_test_scalar(1.0f)) == NULL,
+        "nll_loss_backward: argument 1 is float16, expected float32");
     cg_tensor *lse = cg_zeros_dtype(CG_BF16, CG_SHAPE(3));
-    CG_ASSERT_REFUSED(cg_k_cross_entropy_backward(x, tg, -100, 0.0f, lse, 1.0f) == NULL,
+    CG_ASSERT_REFUSED(cg_k_cross_entropy_backward(x, tg, -100, 0.0f, CG_REDUCTION_MEAN, lse,
+                                                  cg_test_scalar(1.0f)) == NULL,
                       "cross_entropy_backward: argument 'lse' is bfloat16, expected float32");
-    CG_ASSERT_REFUSED(cg_mse_loss(x, yi) == NULL, "mse_loss: sub: argument 2 is int64");
-    cg_release_all(7, x, y, yi, yb, yh, xb, lse);
+    CG_ASSERT_REFUSED(cg_mse_loss(x, yi, CG_REDUCTION_MEAN) == NULL,
+                      "mse_loss: argument 2 is int64, expected a float");
+    cg_release_all(13, x, y, yi, yb, yh, xb, lse, xf, yb16, yf, lb, lf, lfb);
 }
 END_TEST
 
@@ -427,7 +435,7 @@ START_TEST(test_bce_infinite_logits)
     const float want[6] = {inf, inf, 0, 0, inf, inf};
     for (int i = 0; i < 6; i++) {
         cg_tensor *x = cg_from_data(CG_SHAPE(1), &xs[i]), *y = cg_from_data(CG_SHAPE(1), &ys[i]);
-        cg_tensor *l = cg_binary_cross_entropy_with_logits(x, y);
+        cg_tensor *l = cg_binary_cross_entropy_with_logits(x, y, CG_REDUCTION_MEAN);
         ck_assert_msg(l && cg_item(l) == want[i], "x %g y %g: got %g, want %g", xs[i], ys[i],
                       l ? cg_item(l) : -1.0, want[i]);
         cg_release_all(3, x, y, l);
@@ -470,11 +478,117 @@ START_TEST(test_tril_cumsum_dtypes)
 }
 END_TEST
 
+/* The class losses' reductions: none gives each target's loss (the bits
+ * of that row alone under mean, 0 where ignored) in the targets' shape,
+ * sum their sum and mean their mean over the kept ones; none's backward
+ * scales each row by its own upstream gradient (a row alone, scaled);
+ * nll_loss none is -logp at each target. 1 and 2 threads give the same
+ * bits (rows past the kernel's parallel threshold). */
+START_TEST(test_class_loss_reductions)
+{
+    enum { B = 4, T = 3, V = 7, N = B * T };
+    cg_rng r = cg_rng_new(5);
+    int64_t tg[N];
+    for (int i = 0; i < N; i++)
+        tg[i] = i % 5 == 2 ? -100 : (i * 3) % V;
+    cg_tensor *t = cg_test_ids_nd(CG_SHAPE(B, T), tg);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(B, T, V)), true);
+    cg_tensor *w = cg_randn(&r, CG_SHAPE(B, T));
+    cg_tensor *none = cg_cross_entropy(x, t, -100, 0.1f, CG_REDUCTION_NONE);
+    cg_tensor *sum = cg_cross_entropy(x, t, -100, 0.1f, CG_REDUCTION_SUM);
+    cg_tensor *mean = cg_cross_entropy(x, t, -100, 0.1f, CG_REDUCTION_MEAN);
+    ck_assert_msg(none && sum && mean, "%s", cg_last_error());
+    ck_assert(none->ndim == 2 && none->shape[0] == B && none->shape[1] == T);
+    ck_assert(sum->ndim == 0 && mean->ndim == 0);
+    cg_tensor *nw = cg_mul(none, w), *weighted = cg_sum_all(nw);
+    ck_assert(cg_backward(weighted, NULL, false));
+    double total = 0.0;
+    int kept = 0;
+    for (int i = 0; i < N; i++) {
+        cg_tensor *xr = cg_requires_grad(cg_from_data(CG_SHAPE(1, V), cg_data(x) + i * V), true);
+        cg_tensor *ti = cg_test_ids(1, &tg[i]);
+        cg_tensor *one = cg_cross_entropy(xr, ti, -100, 0.1f, CG_REDUCTION_MEAN);
+        float got = cg_data(none)[i], wi = cg_data(w)[i];
+        if (tg[i] == -100) {
+            ck_assert_msg(got == 0.0f, "row %d is ignored: loss %g, want 0", i, got);
+        } else {
+            ck_assert_msg(got == cg_item(one), "row %d: %.9g alone %.9g", i, got, cg_item(one));
+            total += got;
+            kept++;
+        }
+        cg_tensor *scaled = cg_muls(one, wi);
+        ck_assert(cg_backward(scaled, NULL, false) || tg[i] == -100);
+        for (int j = 0; j < V; j++) {
+            float want = tg[i] == -100 ? 0.0f : cg_data(xr->grad)[j];
+            ck_assert_msg(fabsf(cg_data(x->grad)[i * V + j] - want) <= 1e-6f * (1 + fabsf(want)),
+                          "row %d class %d: grad %g, the row alone %g", i, j,
+                          cg_data(x->grad)[i * V + j], want);
+        }
+        cg_release_all(3, xr, one, scaled);
+    }
+    ck_assert_msg(fabs(cg_item(sum) - total) <= 1e-6 * fabs(total), "sum %g vs %g", cg_item(sum),
+                  total);
+    ck_assert(fabs(cg_item(mean) - total / kept) <= 1e-6 * fabs(total / kept));
+    cg_release_all(5, none, sum, mean, nw, weighted);
+
+    /* nll_loss none: -logp at the target, 0 where ignored */
+    cg_tensor *lp = cg_log_softmax(x, -1), *nl = cg_nll_loss(lp, t, -100, CG_REDUCTION_NONE);
+    ck_assert_msg(nl && nl->ndim == 2, "%s", cg_last_error());
+    for (int i = 0; i < N; i++)
+        ck_assert(cg_data(nl)[i] == (tg[i] == -100 ? 0.0f : -cg_data(lp)[i * V + tg[i]]));
+    cg_release_all(2, lp, nl);
+
+    /* thread bits: [512, 100] rows, none's forward and backward */
+    cg_tensor *xb = cg_randn(&r, CG_SHAPE(512, 100)), *wb = cg_randn(&r, CG_SHAPE(512));
+    int64_t *tb = malloc(512 * sizeof *tb);
+    for (int i = 0; i < 512; i++)
+        tb[i] = i % 9 == 0 ? -100 : (i * 7) % 100;
+    cg_tensor *tt = cg_test_ids(512, tb);
+    float *bits[2][2];
+    for (int nt = 1; nt <= 2; nt++) {
+        cg_set_num_threads(nt);
+        cg_tensor *xg = cg_requires_grad(cg_k_clone(xb), true);
+        cg_tensor *l = cg_cross_entropy(xg, tt, -100, 0.2f, CG_REDUCTION_NONE);
+        cg_tensor *lw = cg_mul(l, wb), *s = cg_sum_all(lw);
+        ck_assert(s && cg_backward(s, NULL, false));
+        bits[nt - 1][0] = cg_test_values(l);
+        bits[nt - 1][1] = cg_test_values(xg->grad);
+        cg_release_all(4, xg, l, lw, s);
+    }
+    cg_set_num_threads(0);
+    ck_assert(memcmp(bits[0][0], bits[1][0], 512 * sizeof(float)) == 0);
+    ck_assert(memcmp(bits[0][1], bits[1][1], 512 * 100 * sizeof(float)) == 0);
+    for (int k = 0; k < 4; k++)
+        free(bits[k / 2][k % 2]);
+    free(tb);
+    cg_release_all(4, x, w, xb, wb);
+}
+END_TEST
+
 START_TEST(test_gradchecks)
 {
     cg_rng r = cg_rng_new(21);
-    const char *names[] = {"topk", "mse_loss", "bce_with_logits", "nll_loss"};
-    gc_case cases[] = {{GC_TOPK, 3, -1}, {GC_MSE, 0, 0}, {GC_BCE, 0, 0}, {GC_NLL, 0, 0}};
+    /* the losses at each reduction: mean, sum, none */
+    const char *names[] = {"topk",
+                           "mse_loss",
+                           "mse_loss sum",
+                           "mse_loss none",
+                           "bce_with_logits",
+                           "bce_with_logits sum",
+                           "bce_with_logits none",
+                           "nll_loss",
+                           "nll_loss sum",
+                           "nll_loss none"};
+    gc_case cases[] = {{GC_TOPK, 3, -1, 0},
+                       {GC_MSE, 0, 0, CG_REDUCTION_MEAN},
+                       {GC_MSE, 0, 0, CG_REDUCTION_SUM},
+                       {GC_MSE, 0, 0, CG_REDUCTION_NONE},
+                       {GC_BCE, 0, 0, CG_REDUCTION_MEAN},
+                       {GC_BCE, 0, 0, CG_REDUCTION_SUM},
+                       {GC_BCE, 0, 0, CG_REDUCTION_NONE},
+                       {GC_NLL, 0, 0, CG_REDUCTION_MEAN},
+                       {GC_NLL, 0, 0, CG_REDUCTION_SUM},
+                       {GC_NLL, 0, 0, CG_REDUCTION_NONE}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int layout = 0; layout < 2; layout++) { /* contiguous, transposed */
             cg_tensor *in[2] = {cg_test_randn_layout(&r, CG_SHAPE(2, 6, 5), layout),
@@ -520,6 +634,7 @@ static Suite *misc_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_forward_vs_torch);
     tcase_add_test(tc, test_gradchecks);
+    tcase_add_test(tc, test_class_loss_reductions);
     tcase_add_test(tc, test_copy_refuses_grad_source);
     tcase_add_test(tc, test_losses_refuse_other_dtypes);
     tcase_add_test(tc, test_topk_dtypes);

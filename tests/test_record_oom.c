@@ -104,7 +104,8 @@ START_TEST(test_record_failure_is_an_error)
     ASSERT_OOM(cg_gelu_erf(a));
     ASSERT_OOM(cg_tril(a, 0));
     ASSERT_OOM(cg_cumsum(a, 1));
-    ASSERT_OOM(cg_binary_cross_entropy_with_logits(a, b));
+    ASSERT_OOM(cg_binary_cross_entropy_with_logits(a, b, CG_REDUCTION_MEAN));
+    ASSERT_OOM(cg_mse_loss(a, b, CG_REDUCTION_NONE));
     /* and the same ops work again once memory is back */
     cg_tensor *s = cg_add(a, b);
     ck_assert_ptr_nonnull(s);
@@ -136,7 +137,9 @@ START_TEST(test_record_failure_nn_ops)
               *tg = cg_test_ids_nd(CG_SHAPE(2, 3), gi);
     ASSERT_OOM(cg_softmax(a, 1));
     ASSERT_OOM(cg_log_softmax(a, 1));
-    ASSERT_OOM(cg_cross_entropy(a, tt, -1, 0.0f));
+    ASSERT_OOM(cg_cross_entropy(a, tt, -1, 0.0f, CG_REDUCTION_MEAN));
+    ASSERT_OOM(cg_cross_entropy(a, tt, -1, 0.1f, CG_REDUCTION_NONE));
+    ASSERT_OOM(cg_nll_loss(a, tt, -1, CG_REDUCTION_SUM));
     ASSERT_OOM(cg_layer_norm(a, w, NULL, 1e-5f));
     ASSERT_OOM(cg_rms_norm(a, w, 1e-5f));
     ASSERT_OOM(cg_add_layer_norm(a, b, w, NULL, 1e-5f));
@@ -425,6 +428,40 @@ static bool padded_run(cg_rnn *m, cg_tensor *x, const cg_tensor *len)
     return ok;
 }
 
+/* Run run(ctx) with its k-th malloc, then its k-th calloc, failing, for
+ * k = 1, 2, ... until one runs without a failure (which must succeed):
+ * each leaves the live tensors as they were. The failed runs counted. */
+static int fail_each_alloc(bool (*run)(void *), void *ctx)
+{
+    const int64_t live = cg_live_tensors();
+    int failed = 0;
+    for (int which = 0; which < 2; which++)
+        for (long k = 1;; k++) {
+            cg_clear_error();
+            malloc_failed = calloc_failed = false;
+            *(which ? &fail_calloc_at : &fail_malloc_at) = k;
+            const bool ok = run(ctx);
+            fail_malloc_at = fail_calloc_at = 0;
+            ck_assert_int_eq(cg_live_tensors(), live);
+            if (!(which ? calloc_failed : malloc_failed)) {
+                ck_assert_msg(ok, "no allocation failed, and yet: %s", cg_last_error());
+                break;
+            }
+            failed += !ok;
+        }
+    return failed;
+}
+
+typedef struct {
+    cg_rnn *m;
+    cg_tensor *x, *len;
+} rnn_run_ctx;
+static bool rnn_run(void *ctx)
+{
+    rnn_run_ctx *c = ctx;
+    return padded_run(c->m, c->x, c->len);
+}
+
 START_TEST(test_rnn_lengths_oom)
 {
     cg_rnn_config cfg = CG_RNN_CONFIG(3, 4);
@@ -436,27 +473,63 @@ START_TEST(test_rnn_lengths_oom)
     cg_tensor *len = cg_from_i64(CG_SHAPE(3), (const int64_t[]){2, 5, 1});
     for (int lstm = 0; lstm < 2; lstm++) {
         cg_rnn *m = lstm ? cg_lstm_new(&cfg, &r) : cg_gru_new(&cfg, &r);
-        const int64_t live = cg_live_tensors();
-        int failed = 0;
-        for (int which = 0; which < 2; which++)
-            for (long k = 1;; k++) {
-                cg_clear_error();
-                malloc_failed = calloc_failed = false;
-                *(which ? &fail_calloc_at : &fail_malloc_at) = k;
-                const bool ok = padded_run(m, x, len);
-                fail_malloc_at = fail_calloc_at = 0;
-                ck_assert_int_eq(cg_live_tensors(), live);
-                if (!(which ? calloc_failed : malloc_failed)) {
-                    ck_assert_msg(ok, "no allocation failed, and yet: %s", cg_last_error());
-                    break;
-                }
-                failed += !ok;
-            }
+        int failed = fail_each_alloc(rnn_run, &(rnn_run_ctx){m, x, len});
         ck_assert_msg(failed > 10, "%s: only %d runs failed", lstm ? "LSTM" : "GRU", failed);
         ck_assert(padded_run(m, x, len)); /* and it runs once memory is back */
         cg_module_free(CG_MODULE(m));
     }
     cg_release_all(2, x, len);
+}
+END_TEST
+
+/* A loss at reduction r, forward and backward (none's losses weighted by
+ * w and summed): every malloc and calloc of it failing in turn gives an
+ * error or a success, and leaves no tensor behind. */
+typedef struct {
+    int which;
+    cg_reduction r;
+    cg_tensor *x, *y, *t, *w;
+} loss_ctx;
+static bool loss_run(void *ctx)
+{
+    const loss_ctx *c = ctx;
+    const int which = c->which;
+    const cg_reduction r = c->r;
+    cg_tensor *x = c->x, *y = c->y, *t = c->t, *w = c->w;
+    cg_tensor *l = which == 0   ? cg_cross_entropy(x, t, 1, 0.1f, r)
+                   : which == 1 ? cg_nll_loss(x, t, 1, r)
+                   : which == 2 ? cg_mse_loss(x, y, r)
+                                : cg_binary_cross_entropy_with_logits(x, y, r);
+    cg_tensor *lw = l && r == CG_REDUCTION_NONE ? cg_mul(l, which < 2 ? w : y) : NULL;
+    cg_tensor *s = lw ? cg_sum_all(lw) : NULL;
+    cg_tensor *root = r == CG_REDUCTION_NONE ? s : l;
+    const bool ok = root && cg_backward(root, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    cg_release_all(3, l, lw, s);
+    cg_zero_grad(x);
+    cg_zero_grad(y);
+    return ok;
+}
+
+START_TEST(test_loss_reductions_oom)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4, 5)), true);
+    cg_tensor *y = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4, 5)), true);
+    cg_tensor *w = cg_randn(&r, CG_SHAPE(3, 4));
+    int64_t tv[12];
+    for (int i = 0; i < 12; i++)
+        tv[i] = i % 5;
+    cg_tensor *t = cg_test_ids_nd(CG_SHAPE(3, 4), tv);
+    for (int which = 0; which < 4; which++)
+        for (int red = CG_REDUCTION_MEAN; red <= CG_REDUCTION_NONE; red++) {
+            loss_ctx c = {which, (cg_reduction)red, x, y, t, w};
+            int failed = fail_each_alloc(loss_run, &c);
+            ck_assert_msg(failed > 3, "loss %d reduction %d: only %d runs failed", which, red,
+                          failed);
+            ck_assert(loss_run(&c));
+        }
+    cg_release_all(3, x, y, w);
 }
 END_TEST
 
@@ -475,6 +548,7 @@ int main(void)
     tcase_add_test(tc, test_packed_f32_oom_reads_w);
     tcase_add_test(tc, test_scope_full_oom_is_an_error);
     tcase_add_test(tc, test_rnn_lengths_oom);
+    tcase_add_test(tc, test_loss_reductions_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }

@@ -316,8 +316,9 @@ START_TEST(test_scope_training_flat)
     for (int step = 0; step < STEPS; step++) {
         cg_scope *s = cg_scope_begin();
         cg_tensor *h = cg_gelu(cg_norm_forward(ln, cg_linear_forward(fc1, x)));
-        cg_tensor *loss = cg_cross_entropy(cg_linear_forward(fc2, h),
-                                           cg_from_i64(1, &(int64_t){N}, label), -100, 0.0f);
+        cg_tensor *loss =
+            cg_cross_entropy(cg_linear_forward(fc2, h), cg_from_i64(1, &(int64_t){N}, label), -100,
+                             0.0f, CG_REDUCTION_MEAN);
         ck_assert_msg(loss && cg_backward(loss, NULL, false) && cg_optim_step(opt), "step %d: %s",
                       step, cg_last_error());
         cg_optim_zero_grad(opt);

@@ -80,7 +80,8 @@ static void step(run *r)
     }
     cg_tensor *h = cg_gelu(cg_norm_forward(r->ln, cg_linear_forward(r->fc1, x)));
     h = cg_dropout(h, 0.2f, &r->drop, true);
-    cg_tensor *loss = cg_cross_entropy(cg_linear_forward(r->fc2, h), y, -100, 0.0f);
+    cg_tensor *loss =
+        cg_cross_entropy(cg_linear_forward(r->fc2, h), y, -100, 0.0f, CG_REDUCTION_MEAN);
     ck_assert_ptr_nonnull(loss);
     double l = cg_item(loss);
     cg_optim_set_lr(r->opt, cg_lr_warmup_cosine(r->step, STEPS, 3, 1e-2, 1e-3));

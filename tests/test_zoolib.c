@@ -137,7 +137,7 @@ static double window_loss(cg_zoo_model *m, const int64_t *ids, int64_t n)
     cg_tensor *x = cg_from_i64(CG_SHAPE(1, n - 1), ids);
     cg_tensor *y = cg_from_i64(CG_SHAPE(1, n - 1), ids + 1);
     cg_tensor *l = cg_zoo_forward(m, x, NULL);
-    cg_tensor *ce = cg_cross_entropy(l, y, -100, 0.0f);
+    cg_tensor *ce = cg_cross_entropy(l, y, -100, 0.0f, CG_REDUCTION_MEAN);
     double v = cg_item(ce);
     cg_release_all(4, x, y, l, ce);
     return v;

@@ -42,17 +42,24 @@ cg_tensor *cg_test_ids_nd(int ndim, const int64_t *shape, const int64_t *ids)
 
 cg_tensor *cg_test_ids(int64_t n, const int64_t *ids) { return cg_test_ids_nd(1, &n, ids); }
 
-cg_tensor *cg_test_mask(int ndim, const int64_t *shape, const uint8_t *bytes)
+/* t held in a slot of the runner's list (t NULL: the test fails) */
+static cg_tensor *held_by_runner(cg_tensor *t)
 {
-    cg_tensor *ids = cg_test_ids_nd(ndim, shape, NULL); /* held: gives the slot */
-    cg_tensor *t =
-        bytes ? cg_from_array(CG_BOOL, ndim, shape, bytes) : cg_zeros_dtype(CG_BOOL, ndim, shape);
     ck_assert_msg(t != NULL, "%s", cg_last_error());
+    cg_tensor *ids = cg_test_ids_nd(0, NULL, NULL); /* held: gives the slot */
     cg_unhold(ids);
     cg_release(ids);
     g_ids[g_nids - 1] = cg_hold(t);
     return t;
 }
+
+cg_tensor *cg_test_mask(int ndim, const int64_t *shape, const uint8_t *bytes)
+{
+    return held_by_runner(bytes ? cg_from_array(CG_BOOL, ndim, shape, bytes)
+                                : cg_zeros_dtype(CG_BOOL, ndim, shape));
+}
+
+cg_tensor *cg_test_scalar(float v) { return held_by_runner(cg_scalar(v)); }
 
 /* ------------------------------------------------ the scratch directory */
 

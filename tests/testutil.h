@@ -127,6 +127,8 @@ cg_tensor *cg_test_ids_nd(int ndim, const int64_t *shape, const int64_t *ids);
 /* A bool mask of the given shape from bytes (nonzero = true; NULL: all
  * false), held the same way. */
 cg_tensor *cg_test_mask(int ndim, const int64_t *shape, const uint8_t *bytes);
+/* A float32 0-d tensor of v, held the same way. */
+cg_tensor *cg_test_scalar(float v);
 /* A contiguous copy of t's values (malloc'd; caller frees). */
 float *cg_test_values(const cg_tensor *t);
 /* Non-contiguous test input: a tensor of the given shape whose storage is

@@ -215,7 +215,7 @@ cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, i
     cg_tensor *loss = !t      ? NULL
                       : fused ? cg_linear_cross_entropy(x, m->tok_emb->weight, NULL, t, -100, ls,
                                                         m->cfg.loss_chunk, grad_scale)
-                              : cg_cross_entropy(x, t, -100, ls);
+                              : cg_cross_entropy(x, t, -100, ls, CG_REDUCTION_MEAN);
     cg_release_all(2, x, t);
     return loss;
 }

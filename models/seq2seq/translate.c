@@ -325,7 +325,7 @@ bool cg_seq2seq_valid_loss(cg_seq2seq *m, const cg_pairs *p, const cg_batches *b
         cg_tensor *logits = cg_seq2seq_forward(m, bt.src, bt.B, bt.S, bt.tgt_in, bt.T);
         cg_tensor *l1 = cg_seq2seq_loss(m, logits, bt.tgt_out);
         cg_tensor *yt = cg_from_i64(CG_SHAPE(bt.B, bt.T), bt.tgt_out);
-        cg_tensor *l2 = yt ? cg_cross_entropy(logits, yt, CG_PAD, 0.0f) : NULL;
+        cg_tensor *l2 = yt ? cg_cross_entropy(logits, yt, CG_PAD, 0.0f, CG_REDUCTION_MEAN) : NULL;
         cg_release(yt);
         if (!l1 || !l2) {
             cg_seq2seq_prefix_error("validation");

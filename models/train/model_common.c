@@ -69,7 +69,7 @@ cg_tensor *cg_model_logits_loss(const char *model, bool have_model, int64_t voca
     }
     /* the zoo's batches are [B, T, V] logits over [B, T] targets */
     cg_tensor *t = cg_from_i64(logits->ndim - 1, logits->shape, targets);
-    cg_tensor *loss = t ? cg_cross_entropy(logits, t, ignore_index, ls) : NULL;
+    cg_tensor *loss = t ? cg_cross_entropy(logits, t, ignore_index, ls, CG_REDUCTION_MEAN) : NULL;
     cg_release(t);
     return loss;
 }

@@ -267,7 +267,7 @@ static double seq2seq_score(cg_seq2seq *s, const int64_t *x, int64_t S, const in
         cg_no_grad_begin();
         cg_tensor *logits = cg_seq2seq_forward(s, src, 1, S + 1, tin, T + 1);
         cg_tensor *t = logits ? cg_from_i64(CG_SHAPE(1, T + 1), tout) : NULL;
-        cg_tensor *l = t ? cg_cross_entropy(logits, t, CG_PAD, 0.0f) : NULL;
+        cg_tensor *l = t ? cg_cross_entropy(logits, t, CG_PAD, 0.0f, CG_REDUCTION_MEAN) : NULL;
         if (l)
             loss = cg_item(l);
         cg_release_all(3, logits, t, l);

@@ -94,7 +94,8 @@ static void run_unfused(const cg_st_file *f, const char *c)
     cg_tensor *fused =
         cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0], 7, 1.0f);
     cg_tensor *logits = cg_affine(h, w, b);
-    cg_tensor *plain = cg_cross_entropy(logits, t, cg_data_i64(ig)[0], cg_data(ls)[0]);
+    cg_tensor *plain =
+        cg_cross_entropy(logits, t, cg_data_i64(ig)[0], cg_data(ls)[0], CG_REDUCTION_MEAN);
     char what[96];
     snprintf(what, sizeof what, "%s fp32 loss vs unfused", c);
     compare(what, fused, plain, false, 1e-6);
@@ -108,7 +109,8 @@ static void run_loss(const cg_st_file *f, const char *c, const char *tag)
     cg_tensor *x = cg_requires_grad(get(f, c, "x"), true);
     cg_tensor *t = get(f, c, "t"), *ls = get(f, c, "ls"), *ig = get(f, c, "ignore");
     cg_tensor *t1 = cg_reshape(t, 1, (int64_t[]){cg_numel(t)});
-    cg_tensor *loss = cg_cross_entropy(x, t1, cg_data_i64(ig)[0], cg_data(ls)[0]);
+    cg_tensor *loss =
+        cg_cross_entropy(x, t1, cg_data_i64(ig)[0], cg_data(ls)[0], CG_REDUCTION_MEAN);
     if (!loss || !cg_backward(loss, NULL, false)) {
         printf("%s: %s\n", c, cg_last_error());
         g_fail = 1;

@@ -172,9 +172,9 @@ static cg_tensor *binary(const char *op, cg_tensor *x, cg_tensor *y, const cJSON
     if (!strcmp(op, "masked_fill"))
         return cg_masked_fill(x, y, (float)v);
     if (!strcmp(op, "mse_loss"))
-        return cg_mse_loss(x, y);
+        return cg_mse_loss(x, y, (cg_reduction)ai(a, "red"));
     if (!strcmp(op, "bce_with_logits"))
-        return cg_binary_cross_entropy_with_logits(x, y);
+        return cg_binary_cross_entropy_with_logits(x, y, (cg_reduction)ai(a, "red"));
     if (!strcmp(op, "embedding"))
         return cg_embedding(x, y);
     return NULL;
@@ -286,9 +286,10 @@ static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tenso
     float eps = (float)ad(a, "eps");
     bool w = ai(a, "w"), b = ai(a, "b");
     if (!strcmp(op, "cross_entropy"))
-        *out = cg_cross_entropy(x[0], x[1], ai64(a, "ignore"), (float)ad(a, "ls"));
+        *out = cg_cross_entropy(x[0], x[1], ai64(a, "ignore"), (float)ad(a, "ls"),
+                                (cg_reduction)ai(a, "red"));
     else if (!strcmp(op, "nll_loss"))
-        *out = cg_nll_loss(x[0], x[1], ai64(a, "ignore"));
+        *out = cg_nll_loss(x[0], x[1], ai64(a, "ignore"), (cg_reduction)ai(a, "red"));
     else if (!strcmp(op, "layer_norm"))
         *out = cg_layer_norm(x[0], w ? x[1] : NULL, b ? x[1 + w] : NULL, eps);
     else if (!strcmp(op, "rms_norm"))

@@ -761,15 +761,23 @@ def nn_doc(dts):
     return "" if all(d == "float32" for d in dts) else FUSED
 
 
+def class_red(a):
+    """The class losses' reduction (cg_reduction's order; mean when absent)."""
+    return ("mean", "sum", "none")[a.get("red", 0)]
+
+
 def ce_torch(x, a):
     c = x[0].shape[-1]
-    return F.cross_entropy(x[0].reshape(-1, c), x[1].reshape(-1), ignore_index=a["ignore"],
-                           label_smoothing=a["ls"])
+    out = F.cross_entropy(x[0].reshape(-1, c), x[1].reshape(-1), ignore_index=a["ignore"],
+                          label_smoothing=a["ls"], reduction=class_red(a))
+    return out.reshape(x[1].shape) if out.dim() else out
 
 
 def nll_torch(x, a):
     c = x[0].shape[-1]
-    return F.nll_loss(x[0].reshape(-1, c), x[1].reshape(-1), ignore_index=a["ignore"])
+    out = F.nll_loss(x[0].reshape(-1, c), x[1].reshape(-1), ignore_index=a["ignore"],
+                     reduction=class_red(a))
+    return out.reshape(x[1].shape) if out.dim() else out
 
 
 def rms_torch(x, a):
@@ -1197,6 +1205,44 @@ def gen_losses_more(rng):
             add_case(name, [x, y], args, f, doc=doc, tol=(8.0, 32.0))
 
 
+def gen_loss_reductions(rng):
+    """reduction= of the class losses (cross_entropy, nll_loss: sum and
+    none, ignored targets 0 in none's) and of mse_loss and
+    binary_cross_entropy_with_logits (mean, sum, none; bf16 too)."""
+    for _ in range(40):
+        lead = rshape(rng, 1, 2, 0.05)
+        c = rng.choice([1, 2, 5])
+        ignore = rng.choice([-100, 0, 1])
+        ls = rng.choice([0.0, 0.1, 0.5])
+        red = rng.randrange(3)
+        t = ids(rng, lead, c, 0.05)
+        if rng.random() < 0.4 and t.numel():
+            t.view(-1)[rng.randrange(t.numel())] = ignore
+        if rng.random() < 0.1:
+            t.fill_(ignore)
+        add_case("cross_entropy", [inp(rng, lead + [c], "float32"), (t, [], False)],
+                 {"ignore": ignore, "ls": ls, "red": red}, ce_torch, tol=(8.0, 32.0))
+        lp = inp(rng, lead + [c], "float32")
+        lp = (torch.log_softmax(lp[0].float(), -1), lp[1], lp[2])
+        add_case("nll_loss", [lp, (t, [], False)], {"ignore": ignore, "red": red}, nll_torch,
+                 tol=(8.0, 32.0))
+    for name, fn in (("mse_loss", F.mse_loss), ("bce_with_logits",
+                                                F.binary_cross_entropy_with_logits)):
+        for _ in range(30):
+            s = rshape(rng, 0, 3)
+            dt = rng.choice(["float32", "float32", "float32", "bfloat16"])
+            red = rng.randrange(3)
+            x = inp(rng, s, dt, "normal", 0.05 if name == "mse_loss" else 0.0)
+            y = inp(rng, s, dt, "unit" if name == "bce_with_logits" else "normal")
+            # PyTorch 1.13 has no bf16 mse_loss on the CPU (later versions
+            # have): there it is computed in float32 and rounded once, as cgrad does
+            add_case(name, [x, y], {"red": red},
+                     lambda x, a, fn=fn, name=name: fn(x[0].float(), x[1].float(),
+                                            reduction=REDUCTIONS[a["red"]]).to(x[0].dtype)
+                     if name == "mse_loss" else fn(x[0], x[1], reduction=REDUCTIONS[a["red"]]),
+                     tol=(8.0, 32.0))
+
+
 def gen_row_norms(rng):
     """F.normalize (p 2, 1, 3, 0.5, inf with ties; eps small and large: rows
     clamped, zero rows) and F.cosine_similarity (broadcast, zero rows, eps
@@ -1229,7 +1275,7 @@ def gen_row_norms(rng):
 
 
 MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more,
-        gen_row_norms)
+        gen_row_norms, gen_loss_reductions)
 
 
 def main(out):
