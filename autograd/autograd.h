@@ -144,7 +144,16 @@ extern "C" {
     X(LINEAR_PAIR, "linear_pair", 5, CG_IN(0) | CG_IN(1) | CG_IN(2), 0) /* x, w1, w2, b1?, b2? */ \
     X(GRU_CELL, "gru_cell", 3, CG_IN(0) | CG_IN(1) | CG_IN(2), 0) /* gi, gh, h */    \
     X(LSTM_CELL, "lstm_cell", 2, CG_IN(0) | CG_IN(1), 0) /* gates, c */      \
-    X(MSE_LOSS, "mse_loss", 2, CG_IN(0) | CG_IN(1), 0) /* pointwise: ops_loss.c */
+    X(MSE_LOSS, "mse_loss", 2, CG_IN(0) | CG_IN(1), 0) /* pointwise: ops_loss.c */ \
+    X(MAX_POOL1D, "max_pool1d", 1, 0, 0) /* the indices saved */              \
+    X(MAX_POOL2D, "max_pool2d", 1, 0, 0)                                      \
+    X(AVG_POOL1D, "avg_pool1d", 1, 0, 0) /* the options in ctx */             \
+    X(AVG_POOL2D, "avg_pool2d", 1, 0, 0)                                      \
+    X(ADAPTIVE_AVG_POOL1D, "adaptive_avg_pool1d", 1, 0, 0)                    \
+    X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 0, 0)                    \
+    X(ADAPTIVE_MAX_POOL1D, "adaptive_max_pool1d", 1, 0, 0)                    \
+    X(ADAPTIVE_MAX_POOL2D, "adaptive_max_pool2d", 1, 0, 0)                    \
+    X(BATCH_NORM, "batch_norm", 3, CG_IN(0) | CG_IN(1), 0) /* x, w?, b?; mean, invstd saved */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

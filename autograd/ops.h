@@ -320,6 +320,35 @@ cg_tensor *cg_normalize(cg_tensor *a, float p, int dim, float eps);
  * shape removed; PyTorch 1.13's formula and gradient (F's defaults dim 1,
  * eps 1e-8). One op. */
 cg_tensor *cg_cosine_similarity(cg_tensor *x1, cg_tensor *x2, int dim, float eps);
+/* Pooling as PyTorch's F.* (autograd/ops_pool.c; core/ops.h's cg_pool holds
+ * the options: kernel_size, stride 0 the kernel's, padding, dilation 0 =
+ * 1, ceil_mode, exclude_pad = !count_include_pad, divisor_override 0 =
+ * none). x [N, C, L] or [C, L] (1d), [N, C, H, W] or [C, H, W] (2d), any
+ * strides, float32 or bfloat16/float16 (computed in float32, the values
+ * rounded back). One node each; max's gradient goes to the maximum
+ * PyTorch picks (the first; a NaN takes the place). *indices (int64, the
+ * output's shape, the flat index within each plane as return_indices=True;
+ * NULL: not wanted) is a new reference. */
+cg_tensor *cg_max_pool1d(cg_tensor *x, cg_pool o);
+cg_tensor *cg_max_pool2d(cg_tensor *x, cg_pool o);
+cg_tensor *cg_max_pool1d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indices);
+cg_tensor *cg_max_pool2d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indices);
+cg_tensor *cg_avg_pool1d(cg_tensor *x, cg_pool o); /* no divisor_override, as PyTorch's */
+cg_tensor *cg_avg_pool2d(cg_tensor *x, cg_pool o);
+cg_tensor *cg_adaptive_avg_pool1d(cg_tensor *x, int64_t out_size);
+cg_tensor *cg_adaptive_avg_pool2d(cg_tensor *x, int64_t oh, int64_t ow);
+cg_tensor *cg_adaptive_max_pool1d(cg_tensor *x, int64_t out_size, cg_tensor **indices);
+cg_tensor *cg_adaptive_max_pool2d(cg_tensor *x, int64_t oh, int64_t ow, cg_tensor **indices);
+/* F.batch_norm(x, running_mean, running_var, weight, bias, training,
+ * momentum, eps), one node: x [N, C, ...] float32 (bfloat16 refused:
+ * convert with cg_to), statistics over every dim but 1. training: the
+ * batch mean and biased variance normalise, and running_mean /
+ * running_var (float32 [C] or NULL) move in place, outside the graph, by
+ * momentum toward the mean and the unbiased variance; eval: the running
+ * statistics normalise. weight, bias: [C] or NULL. */
+cg_tensor *cg_batch_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
+                         cg_tensor *weight, cg_tensor *bias, bool training, float momentum,
+                         float eps);
 /* F.binary_cross_entropy_with_logits(x, y, reduction=): the binary
  * cross-entropy of logits x against targets y (same shape, values in
  * [0, 1]), computed stably, max(x,0) - x*y + log(1+exp(-|x|)) (at an

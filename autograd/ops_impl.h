@@ -35,4 +35,18 @@ static inline cg_tensor *cg_grad_acc_f32(const cg_node *n, int i)
     return n->inputs[i]->dtype == CG_F32 ? cg_node_grad_acc(n, i) : NULL;
 }
 
+/* out recorded as op over in (released, NULL returned, when it should
+ * have been recorded and was not: out of memory); the node, or NULL when
+ * nothing was recorded, into *node */
+static inline cg_tensor *cg_recorded(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in,
+                                     cg_backward_fn bw, cg_node **node)
+{
+    *node = out ? cg_record(out, op, nin, in, bw) : NULL;
+    if (out && cg_record_failed(*node, nin, in)) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
+
 #endif

@@ -6,6 +6,7 @@
  * divided by the batch); and F.normalize and F.cosine_similarity, an op
  * each. Forward and backward side by side, as in ops.c. */
 #include "autograd/ops.h"
+#include "autograd/ops_impl.h"
 #include "core/ops.h"
 
 /* The pointwise losses as ops: p.i[1] the kind, p.f[0] beta or delta */
@@ -21,19 +22,6 @@ static const struct {
     [CG_K_LOSS_KL_DIV] = {CG_OP_KL_DIV, "kl_div"},
     [CG_K_LOSS_KL_DIV_LOG] = {CG_OP_KL_DIV, "kl_div"},
 };
-
-/* Record a node of nin inputs on out (released when it should have been
- * recorded and was not); the node or NULL into *node */
-static cg_tensor *recorded(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in,
-                           cg_backward_fn bw, cg_node **node)
-{
-    *node = out ? cg_record(out, op, nin, in, bw) : NULL;
-    if (out && cg_record_failed(*node, nin, in)) {
-        cg_release(out);
-        return NULL;
-    }
-    return out;
-}
 
 static bool loss_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
@@ -83,7 +71,7 @@ static cg_tensor *loss(cg_k_loss_kind kind, cg_tensor *x, cg_tensor *y, cg_reduc
     }
     cg_tensor *in[2] = {x, y};
     cg_node *n;
-    cg_tensor *l = recorded(cg_k_loss(kind, x, y, p), LOSS_OPS[kind].op, 2, in, loss_bw, &n);
+    cg_tensor *l = cg_recorded(cg_k_loss(kind, x, y, p), LOSS_OPS[kind].op, 2, in, loss_bw, &n);
     if (!l)
         return NULL;
     if (n) {
@@ -143,7 +131,7 @@ cg_tensor *cg_normalize(cg_tensor *a, float p, int dim, float eps)
 {
     cg_node *n;
     cg_tensor *out =
-        recorded(cg_k_normalize(a, p, dim, eps), CG_OP_NORMALIZE, 1, &a, normalize_bw, &n);
+        cg_recorded(cg_k_normalize(a, p, dim, eps), CG_OP_NORMALIZE, 1, &a, normalize_bw, &n);
     if (n) { /* f[0], f[1] share i[0]'s bytes */
         n->p.f[0] = p;
         n->p.f[1] = eps;
@@ -170,8 +158,8 @@ cg_tensor *cg_cosine_similarity(cg_tensor *x1, cg_tensor *x2, int dim, float eps
 {
     cg_node *n;
     cg_tensor *in[2] = {x1, x2};
-    cg_tensor *out = recorded(cg_k_cosine_similarity(x1, x2, dim, eps), CG_OP_COSINE_SIMILARITY, 2,
-                              in, cosine_bw, &n);
+    cg_tensor *out = cg_recorded(cg_k_cosine_similarity(x1, x2, dim, eps), CG_OP_COSINE_SIMILARITY,
+                                 2, in, cosine_bw, &n);
     if (n) {
         n->p.f[0] = eps;
         n->p.i[1] = dim;

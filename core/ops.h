@@ -806,6 +806,66 @@ cg_tensor *cg_k_index_add(const cg_tensor *a, int dim, const cg_tensor *index,
 cg_tensor *cg_k_scatter_add(const cg_tensor *a, int dim, const cg_tensor *index,
                             const cg_tensor *src);
 
+/* ----------------------------------------------------------- pooling */
+/* A pool's options over its spatial dims (index 0 the first; a 1d pool
+ * reads index 0 only), PyTorch's F.max_pool*d / avg_pool*d arguments:
+ * kernel_size > 0; stride 0 means the kernel's (PyTorch's None);
+ * padding >= 0 and at most half the kernel; dilation 0 means 1 (max
+ * pools only); ceil_mode as PyTorch's (the last window starts inside the
+ * input or its left padding); avg pools: exclude_pad is PyTorch's
+ * count_include_pad=False (zero, C's default, is PyTorch's True), and
+ * divisor_override (0: none). Zero-initialise and set what you need:
+ * (cg_pool){.kernel_size = {2, 2}} is F.max_pool2d(x, 2). */
+typedef struct {
+    int64_t kernel_size[2], stride[2], padding[2], dilation[2];
+    bool ceil_mode, exclude_pad;
+    int64_t divisor_override;
+} cg_pool;
+/* core/pool.c: x [N, C, L] or [C, L] (nd 1), [N, C, H, W] or [C, H, W]
+ * (nd 2), any strides, a float dtype (bfloat16 and float16 computed in
+ * float32, the values rounded back). Max pools give the values (x's
+ * dtype) and *indices (int64, the output's shape: the flat index of each
+ * maximum within its plane, L or H * W, as return_indices=True; the first
+ * maximum, a NaN taking the place as PyTorch's CPU kernel). Averages are
+ * summed in double. Refused in one line: another rank, kernel or stride
+ * <= 0, padding above half the kernel, an output size below 1. */
+cg_tensor *cg_k_max_pool(const cg_tensor *x, int nd, const cg_pool *o, cg_tensor **indices);
+cg_tensor *cg_k_avg_pool(const cg_tensor *x, int nd, const cg_pool *o);
+/* F.adaptive_{max,avg}_pool{1,2}d(x, (oh, ow)) (nd 1: oh alone, ow
+ * ignored): PyTorch's windows, floor(i * in / out) to ceil((i + 1) * in
+ * / out); max: *indices as above. */
+cg_tensor *cg_k_adaptive_pool(const cg_tensor *x, int nd, bool max, int64_t oh, int64_t ow,
+                              cg_tensor **indices);
+/* The backwards (float32, x's shape; x is read for its shape only): a max
+ * pool's (adaptive or not) scatters g to its indices, an average's spreads
+ * g over each window; a plane's outputs in order, so the bits do not
+ * depend on the thread count. */
+cg_tensor *cg_k_max_pool_backward(const cg_tensor *g, const cg_tensor *indices, const cg_tensor *x,
+                                  int nd);
+cg_tensor *cg_k_avg_pool_backward(const cg_tensor *g, const cg_tensor *x, int nd, const cg_pool *o);
+cg_tensor *cg_k_adaptive_avg_pool_backward(const cg_tensor *g, const cg_tensor *x, int nd);
+
+/* ------------------------------------------------ batch normalisation */
+/* F.batch_norm over x [N, C, ...] (float32, any strides; core/
+ * batchnorm.c): statistics over every dim but 1, each channel's summed in
+ * double in order. training: the batch mean and biased variance
+ * normalise, and running_mean / running_var (float32 [C], or NULL) move
+ * by momentum toward the mean and the UNBIASED variance (written in
+ * place, cg_tensor_modified); eval: the running statistics normalise.
+ * weight, bias: [C] or NULL. *mean and *invstd (float32 [C], new) are what
+ * normalised, for the backward. Refused: a single value per channel in
+ * training, a [C] argument of another length, eval without running
+ * statistics, another dtype. */
+cg_tensor *cg_k_batch_norm(const cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
+                           const cg_tensor *weight, const cg_tensor *bias, bool training,
+                           float momentum, float eps, cg_tensor **mean, cg_tensor **invstd);
+/* Its backward from g (x's shape): *dx (training: through the batch
+ * statistics; eval: g w invstd), *dw = sum(g xhat), *db = sum(g), each
+ * channel's summed in double in order; dx, dw or db NULL: not computed. */
+bool cg_k_batch_norm_backward(const cg_tensor *x, const cg_tensor *g, const cg_tensor *weight,
+                              const cg_tensor *mean, const cg_tensor *invstd, bool training,
+                              cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+
 /* ------------------------------------------------ norms along a dim */
 /* F.normalize(a, p, dim, eps): a / max(||a||_p, eps) along dim (core/
  * rownorm.c: p > 0, inf the largest |a|; eps >= 0), each row's norm summed

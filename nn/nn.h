@@ -18,6 +18,7 @@
 #include "../autograd/autograd.h"
 #include "../autograd/ops.h"
 #include "../nn/attention.h"
+#include "../nn/batchnorm.h"
 #include "../nn/init.h"
 #include "../nn/kv_cache.h"
 #include "../nn/layers.h"

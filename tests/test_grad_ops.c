@@ -290,6 +290,15 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_LINEAR_CROSS_ENTROPY] = {.by = "test_linear_cross_entropy"},
     [CG_OP_LINEAR_RESIDUAL] = {.by = "test_affine_residual"},
     [CG_OP_LINEAR_PAIR] = {.by = "test_affine_pair"},
+    [CG_OP_MAX_POOL1D] = {.by = "test_pool.c: test_pool_gradcheck"},
+    [CG_OP_MAX_POOL2D] = {.by = "test_pool.c: test_pool_gradcheck"},
+    [CG_OP_AVG_POOL1D] = {.by = "test_pool.c: test_pool_gradcheck"},
+    [CG_OP_AVG_POOL2D] = {.by = "test_pool.c: test_pool_gradcheck"},
+    [CG_OP_ADAPTIVE_AVG_POOL1D] = {.by = "test_pool.c: test_pool_gradcheck"},
+    [CG_OP_ADAPTIVE_AVG_POOL2D] = {.by = "test_pool.c: test_pool_gradcheck"},
+    [CG_OP_ADAPTIVE_MAX_POOL1D] = {.by = "test_pool.c: test_pool_gradcheck"},
+    [CG_OP_ADAPTIVE_MAX_POOL2D] = {.by = "test_pool.c: test_pool_gradcheck"},
+    [CG_OP_BATCH_NORM] = {.by = "test_pool.c: test_batch_norm_gradcheck"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */

@@ -1,0 +1,173 @@
+/* cgrad autograd: pooling and batch normalisation, one node each
+ * (core/pool.c and core/batchnorm.c compute): F.max_pool1d/2d (with
+ * their indices), avg_pool1d/2d, adaptive_avg_pool1d/2d,
+ * adaptive_max_pool1d/2d and F.batch_norm. Forward and backward side by
+ * side, as in ops.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "autograd/ops_impl.h"
+#include "core/ops.h"
+
+/* ------------------------------------------------------ max pools */
+/* p.i[0]: the spatial dims; saved[0]: the indices */
+static bool max_pool_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    gin[0] = cg_k_max_pool_backward(g, n->saved[0], n->inputs[0], (int)n->p.i[0]);
+    return gin[0] != NULL;
+}
+
+/* values of a max pool (kernel's result out, its indices idx) recorded */
+static cg_tensor *max_recorded(cg_tensor *x, cg_tensor *out, cg_tensor *idx, cg_op op, int nd,
+                               cg_tensor **indices)
+{
+    cg_node *n;
+    out = cg_recorded(out, op, 1, &x, max_pool_bw, &n);
+    if (n) {
+        n->p.i[0] = nd;
+        if (cg_node_save(n, idx) < 0) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    if (out && indices)
+        *indices = idx;
+    else
+        cg_release(idx);
+    return out;
+}
+
+static cg_tensor *max_pool(cg_tensor *x, int nd, cg_pool o, cg_tensor **indices)
+{
+    cg_tensor *idx = NULL, *out = cg_k_max_pool(x, nd, &o, &idx);
+    if (indices)
+        *indices = NULL;
+    return max_recorded(x, out, idx, nd == 1 ? CG_OP_MAX_POOL1D : CG_OP_MAX_POOL2D, nd, indices);
+}
+cg_tensor *cg_max_pool1d(cg_tensor *x, cg_pool o) { return max_pool(x, 1, o, NULL); }
+cg_tensor *cg_max_pool2d(cg_tensor *x, cg_pool o) { return max_pool(x, 2, o, NULL); }
+cg_tensor *cg_max_pool1d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indices)
+{
+    return max_pool(x, 1, o, indices);
+}
+cg_tensor *cg_max_pool2d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indices)
+{
+    return max_pool(x, 2, o, indices);
+}
+
+static cg_tensor *adaptive_max(cg_tensor *x, int nd, int64_t oh, int64_t ow, cg_tensor **indices)
+{
+    cg_tensor *idx = NULL, *out = cg_k_adaptive_pool(x, nd, true, oh, ow, &idx);
+    if (indices)
+        *indices = NULL;
+    return max_recorded(
+        x, out, idx, nd == 1 ? CG_OP_ADAPTIVE_MAX_POOL1D : CG_OP_ADAPTIVE_MAX_POOL2D, nd, indices);
+}
+cg_tensor *cg_adaptive_max_pool1d(cg_tensor *x, int64_t out_size, cg_tensor **indices)
+{
+    return adaptive_max(x, 1, out_size, 0, indices);
+}
+cg_tensor *cg_adaptive_max_pool2d(cg_tensor *x, int64_t oh, int64_t ow, cg_tensor **indices)
+{
+    return adaptive_max(x, 2, oh, ow, indices);
+}
+
+/* ------------------------------------------------------ average pools */
+/* p.i[0]: the spatial dims; ctx: the options (a cg_pool), NULL when adaptive */
+static bool avg_pool_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const int nd = (int)n->p.i[0];
+    gin[0] = n->ctx ? cg_k_avg_pool_backward(g, n->inputs[0], nd, n->ctx)
+                    : cg_k_adaptive_avg_pool_backward(g, n->inputs[0], nd);
+    return gin[0] != NULL;
+}
+
+static cg_tensor *avg_recorded(cg_tensor *x, cg_tensor *out, cg_op op, int nd, const cg_pool *o)
+{
+    cg_node *n;
+    out = cg_recorded(out, op, 1, &x, avg_pool_bw, &n);
+    if (n) {
+        n->p.i[0] = nd;
+        if (o && !(n->ctx = malloc(sizeof *o))) {
+            cg_set_error("%s: out of memory", cg_op_name(op));
+            cg_release(out);
+            return NULL;
+        }
+        if (o) {
+            memcpy(n->ctx, o, sizeof *o);
+            n->ctx_free = free;
+        }
+    }
+    return out;
+}
+
+cg_tensor *cg_avg_pool1d(cg_tensor *x, cg_pool o)
+{
+    return avg_recorded(x, cg_k_avg_pool(x, 1, &o), CG_OP_AVG_POOL1D, 1, &o);
+}
+cg_tensor *cg_avg_pool2d(cg_tensor *x, cg_pool o)
+{
+    return avg_recorded(x, cg_k_avg_pool(x, 2, &o), CG_OP_AVG_POOL2D, 2, &o);
+}
+cg_tensor *cg_adaptive_avg_pool1d(cg_tensor *x, int64_t out_size)
+{
+    return avg_recorded(x, cg_k_adaptive_pool(x, 1, false, out_size, 0, NULL),
+                        CG_OP_ADAPTIVE_AVG_POOL1D, 1, NULL);
+}
+cg_tensor *cg_adaptive_avg_pool2d(cg_tensor *x, int64_t oh, int64_t ow)
+{
+    return avg_recorded(x, cg_k_adaptive_pool(x, 2, false, oh, ow, NULL), CG_OP_ADAPTIVE_AVG_POOL2D,
+                        2, NULL);
+}
+
+/* ------------------------------------------------------ batch norm */
+/* inputs x, weight?, bias? (p.i[0]: has weight, p.i[1]: has bias,
+ * p.i[2]: training); saved[0] mean, saved[1] invstd */
+static bool batch_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const bool has_w = n->p.i[0], has_b = n->p.i[1];
+    const int iw = has_w ? 1 : -1, ib = has_b ? 1 + has_w : -1;
+    cg_tensor *dw = NULL, *db = NULL;
+    const bool need_w = iw > 0 && cg_node_needs_grad(n, iw);
+    const bool need_b = ib > 0 && cg_node_needs_grad(n, ib);
+    if (!cg_k_batch_norm_backward(n->inputs[0], g, has_w ? n->inputs[1] : NULL, n->saved[0],
+                                  n->saved[1], n->p.i[2], cg_node_needs_grad(n, 0) ? &gin[0] : NULL,
+                                  need_w ? &dw : NULL, need_b ? &db : NULL))
+        return false;
+    if (need_w)
+        gin[iw] = dw;
+    if (need_b)
+        gin[ib] = db;
+    return true;
+}
+
+cg_tensor *cg_batch_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
+                         cg_tensor *weight, cg_tensor *bias, bool training, float momentum,
+                         float eps)
+{
+    cg_tensor *mean = NULL, *invstd = NULL;
+    cg_tensor *out = cg_k_batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
+                                     eps, &mean, &invstd);
+    cg_tensor *in[3] = {x, NULL, NULL};
+    int nin = 1;
+    if (weight)
+        in[nin++] = weight;
+    if (bias)
+        in[nin++] = bias;
+    cg_node *n;
+    out = cg_recorded(out, CG_OP_BATCH_NORM, nin, in, batch_norm_bw, &n);
+    if (n) {
+        n->p.i[0] = weight != NULL;
+        n->p.i[1] = bias != NULL;
+        n->p.i[2] = training;
+        if (bias && !weight) /* the backward reads x and the weight */
+            cg_node_set_reads(n, 1, false);
+        if (cg_node_save(n, mean) < 0 || cg_node_save(n, invstd) < 0) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    cg_release_all(2, mean, invstd);
+    return out;
+}
