@@ -120,11 +120,11 @@ static bool plan_pool(plan_t *pl, win_kind kind, int nd, const cg_tensor *x, con
         const int64_t k = o->kernel_size[i], s = o->stride[i] ? o->stride[i] : k;
         const int64_t d = kind == WIN_AVG ? 1 : o->dilation[i] ? o->dilation[i] : 1;
         if (k <= 0 || s <= 0 || d <= 0 || o->padding[i] < 0 ||
-            (kind == WIN_AVG && o->dilation[i])) {
+            (kind == WIN_AVG && o->dilation[i] > 1)) {
             cg_set_error("%s: kernel_size %lld, stride %lld, padding %lld, dilation %lld: expected "
                          "kernel_size, stride (0: the kernel's) and dilation > 0, padding >= 0%s",
                          op, (long long)k, (long long)o->stride[i], (long long)o->padding[i],
-                         (long long)o->dilation[i], kind == WIN_AVG ? ", no dilation" : "");
+                         (long long)o->dilation[i], kind == WIN_AVG ? ", dilation 0 or 1" : "");
             return false;
         }
         if (o->padding[i] > k / 2) {

@@ -15,6 +15,7 @@
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
 #include "core/ops.h"
+#include "nn/batchnorm.h"
 #include "nn/data.h"
 #include "nn/lora.h"
 #include "nn/rnn.h"
@@ -428,10 +429,10 @@ static bool padded_run(cg_rnn *m, cg_tensor *x, const cg_tensor *len)
     return ok;
 }
 
-/* Run run(ctx) with its k-th malloc, then its k-th calloc, failing, for
- * k = 1, 2, ... until one runs without a failure (which must succeed):
- * each leaves the live tensors as they were. The failed runs counted. */
-static int fail_each_alloc(bool (*run)(void *), void *ctx)
+/* run(ctx) with the k-th malloc, then the k-th calloc, failing, for k =
+ * 1, 2, ... until none fails: each run fails or succeeds, with no tensor
+ * left alive; how many failed */
+static int every_allocation_fails(bool (*run)(void *ctx), void *ctx)
 {
     const int64_t live = cg_live_tensors();
     int failed = 0;
@@ -455,11 +456,12 @@ static int fail_each_alloc(bool (*run)(void *), void *ctx)
 typedef struct {
     cg_rnn *m;
     cg_tensor *x, *len;
-} rnn_run_ctx;
-static bool rnn_run(void *ctx)
+} rnn_run;
+
+static bool rnn_padded(void *ctx)
 {
-    rnn_run_ctx *c = ctx;
-    return padded_run(c->m, c->x, c->len);
+    const rnn_run *r = ctx;
+    return padded_run(r->m, r->x, r->len);
 }
 
 START_TEST(test_rnn_lengths_oom)
@@ -473,7 +475,8 @@ START_TEST(test_rnn_lengths_oom)
     cg_tensor *len = cg_from_i64(CG_SHAPE(3), (const int64_t[]){2, 5, 1});
     for (int lstm = 0; lstm < 2; lstm++) {
         cg_rnn *m = lstm ? cg_lstm_new(&cfg, &r) : cg_gru_new(&cfg, &r);
-        int failed = fail_each_alloc(rnn_run, &(rnn_run_ctx){m, x, len});
+        rnn_run run = {m, x, len};
+        const int failed = every_allocation_fails(rnn_padded, &run);
         ck_assert_msg(failed > 10, "%s: only %d runs failed", lstm ? "LSTM" : "GRU", failed);
         ck_assert(padded_run(m, x, len)); /* and it runs once memory is back */
         cg_module_free(CG_MODULE(m));
@@ -524,12 +527,54 @@ START_TEST(test_loss_reductions_oom)
     for (int which = 0; which < 4; which++)
         for (int red = CG_REDUCTION_MEAN; red <= CG_REDUCTION_NONE; red++) {
             loss_ctx c = {which, (cg_reduction)red, x, y, t, w};
-            int failed = fail_each_alloc(loss_run, &c);
+            const int failed = every_allocation_fails(loss_run, &c);
             ck_assert_msg(failed > 3, "loss %d reduction %d: only %d runs failed", which, red,
                           failed);
             ck_assert(loss_run(&c));
         }
     cg_release_all(3, x, y, w);
+}
+END_TEST
+
+/* BatchNorm2d, then every pool, forward and backward */
+static bool pools_run(void *ctx)
+{
+    cg_batchnorm *bn = ((void **)ctx)[0];
+    cg_tensor *x = ((void **)ctx)[1], *idx = NULL;
+    cg_tensor *h = cg_batchnorm_forward(bn, x);
+    const cg_pool o = {.kernel_size = {2, 2}, .padding = {1, 1}, .ceil_mode = true};
+    cg_tensor *t[4] = {cg_max_pool2d_with_indices(h, o, &idx), cg_avg_pool2d(h, o),
+                       cg_adaptive_max_pool2d(h, 2, 3, NULL), cg_adaptive_avg_pool2d(h, 3, 2)};
+    cg_tensor *s[4] = {NULL}, *sum = NULL;
+    bool ok = h && idx;
+    for (int i = 0; i < 4; i++) {
+        s[i] = t[i] ? cg_sum_all(t[i]) : NULL;
+        cg_tensor *next = sum && s[i] ? cg_add(sum, s[i]) : s[i] ? cg_retain(s[i]) : NULL;
+        ok = ok && next;
+        cg_release(sum);
+        sum = next;
+    }
+    ok = ok && cg_backward(sum, NULL, false);
+    for (int i = 0; i < 4; i++)
+        cg_release_all(2, t[i], s[i]);
+    cg_release_all(3, h, idx, sum);
+    cg_zero_grad(x);
+    cg_zero_grad(bn->weight);
+    cg_zero_grad(bn->bias);
+    return ok;
+}
+
+START_TEST(test_pool_oom)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 4, 5)), true);
+    cg_batchnorm *bn = cg_batchnorm2d_new(3, NULL);
+    void *ctx[2] = {bn, x};
+    const int failed = every_allocation_fails(pools_run, ctx);
+    ck_assert_msg(failed > 10, "only %d runs failed", failed);
+    ck_assert(pools_run(ctx)); /* and it runs once memory is back */
+    cg_module_free(CG_MODULE(bn));
+    cg_release(x);
 }
 END_TEST
 
@@ -549,6 +594,7 @@ int main(void)
     tcase_add_test(tc, test_scope_full_oom_is_an_error);
     tcase_add_test(tc, test_rnn_lengths_oom);
     tcase_add_test(tc, test_loss_reductions_oom);
+    tcase_add_test(tc, test_pool_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
