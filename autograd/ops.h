@@ -176,6 +176,15 @@ cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids);
 /* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
  * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
+/* F.conv1d / F.conv2d (zero padding) as one op: x [N, C, L] or [C, L] /
+ * [N, C, H, W] or [C, H, W] (float32, or bfloat16: the result float32,
+ * x's gradient bfloat16), w [O, C / groups, K] / [O, C / groups, KH, KW],
+ * b [O] or NULL; cfg NULL for the defaults (stride 1, no padding,
+ * dilation 1, groups 1), else core/ops.h's cg_conv_cfg (padding numbers,
+ * CG_CONV_SAME or CG_CONV_VALID). Gradients for x, w and b as PyTorch's;
+ * products in the thread's matrix precision, as a Linear layer's. */
+cg_tensor *cg_conv1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
+cg_tensor *cg_conv2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 /* cg_affine for an output that bf16 products read (attention's q, k and v,
  * each a view of it): in bf16 precision the product keeps the output's
  * bf16 rounding as it writes the output (core's cg_k_linear_keep_bf16), so

@@ -923,6 +923,43 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
  * a: any float dtype (an integer or bool a: NULL + error naming topk). */
 cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest);
 
+/* Convolution (core/conv.c), PyTorch's F.conv1d / F.conv2d with zero
+ * padding. nd spatial dims (1 or 2); x [N, C, L] or unbatched [C, L]
+ * (nd 1), [N, C, H, W] or [C, H, W] (nd 2), float32 or bfloat16 (widened:
+ * the result is float32), any strides; w [O, C / groups, K] or [O, C /
+ * groups, KH, KW] and b [O] (or NULL), float32. cfg (NULL: the defaults,
+ * CG_CONV_DEFAULT) per spatial dim, entry 0 the first (nd 1 reads entry 0
+ * only): stride >= 1, padding >= 0 on both sides, dilation >= 1, groups
+ * >= 1 dividing C and O. pad CG_CONV_SAME pads dilation (K - 1) in all,
+ * the odd one on the right (PyTorch's padding='same', stride 1 only);
+ * CG_CONV_VALID pads nothing (padding='valid'). Output length (L + 2 pad -
+ * dilation (K - 1) - 1) / stride + 1 >= 1. Each group is an unfold of x
+ * (im2col: rows the output positions, columns C / groups times the
+ * kernel's taps) times its weight rows by cg_k_linear, so the thread's
+ * matrix precision (bf16 or fp32) applies as for a Linear layer. The
+ * result is contiguous, x's batchedness. NULL + one-line error on a bad
+ * shape, dtype or configuration. */
+typedef enum { CG_CONV_PAD_NUMBERS = 0, CG_CONV_SAME, CG_CONV_VALID } cg_conv_pad;
+typedef struct {
+    int64_t stride[2], padding[2], dilation[2];
+    int64_t groups;
+    cg_conv_pad pad; /* CG_CONV_PAD_NUMBERS: padding[] is read */
+} cg_conv_cfg;
+#define CG_CONV_DEFAULT ((cg_conv_cfg){{1, 1}, {0, 0}, {1, 1}, 1, CG_CONV_PAD_NUMBERS})
+/* cfg's numbers valid for nd spatial dims (what cg_k_conv checks first):
+ * false + one-line error naming op ("conv2d: stride must be positive (got
+ * 0 in spatial dim 1)"). */
+bool cg_conv_cfg_check(const char *op, int nd, const cg_conv_cfg *cfg);
+cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
+                     const cg_conv_cfg *cfg);
+/* Its gradients given g (the output's shape, any strides): dx (x's shape,
+ * float32), dw (w's shape), db [O] (each may be NULL to skip). dx is
+ * folded back from the unfolded gradient (col2im) one input plane a task,
+ * the taps in a fixed order; db is cg_k_linear_backward's column sums:
+ * the same bits for any thread count. False + error on failure. */
+bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg_conv_cfg *cfg,
+                        const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+
 #ifdef __cplusplus
 }
 #endif

@@ -264,13 +264,14 @@ static cg_module *child(const cg_module *m, const char *name)
 static bool reset_tree(cg_module *m, const init_src *src);
 
 /* nn.Linear.reset_parameters: kaiming_uniform_(weight, a=sqrt(5)), then the
- * bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+ * bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)); nn.Conv1d's and nn.Conv2d's the
+ * same, fan_in in / groups times the kernel's taps. */
 static bool reset_linear(cg_module *m, const init_src *src)
 {
     cg_tensor *w = param(m, "weight"), *b = param(m, "bias");
-    if (!w || w->ndim != 2)
+    if (!w || w->ndim < 2 || w->shape[0] < 1)
         return true;
-    double fan_in = (double)w->shape[1];
+    double fan_in = (double)(cg_numel(w) / w->shape[0]);
     return init_uniform(w, src, kaiming_bound(fan_in, sqrt(5.0))) &&
            (!b || init_uniform(b, src, 1.0 / sqrt(fan_in)));
 }
@@ -355,7 +356,7 @@ static bool reset_tree(cg_module *m, const init_src *src)
     if (!strcmp(t, "TransformerEncoder") || !strcmp(t, "TransformerDecoder"))
         return reset_stack(m, src);
     bool ok = true;
-    if (!strcmp(t, "Linear"))
+    if (!strcmp(t, "Linear") || !strcmp(t, "Conv1d") || !strcmp(t, "Conv2d"))
         ok = reset_linear(m, src);
     else if (is_recurrent(t))
         ok = reset_rnn(m, src);

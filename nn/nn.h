@@ -2,6 +2,7 @@
  *   nn/module.h       module base, parameter registry, save/load
  *   nn/layers.h       Linear, Embedding, LayerNorm/RMSNorm, Dropout,
  *                     sinusoidal positions, FeedForward
+ *   nn/conv.h         Conv1d, Conv2d (torch.nn's)
  *   nn/rnn.h          recurrent modules: RNN, GRU, LSTM and their cells (torch.nn's)
  *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
@@ -19,6 +20,7 @@
 #include "../autograd/ops.h"
 #include "../nn/attention.h"
 #include "../nn/batchnorm.h"
+#include "../nn/conv.h"
 #include "../nn/init.h"
 #include "../nn/kv_cache.h"
 #include "../nn/layers.h"

@@ -1,0 +1,51 @@
+/* cgrad nn: convolution modules, torch.nn.Conv1d and torch.nn.Conv2d
+ * (zero padding).
+ *
+ * Parameters under PyTorch's names and shapes, so a PyTorch state dict
+ * loads as it is (cg_module_load_file): weight [out, in / groups, K] or
+ * [out, in / groups, KH, KW], bias [out] (when bias). Initialised as
+ * PyTorch's reset_parameters: weight kaiming_uniform_(a = sqrt(5)), i.e.
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in / groups times the
+ * kernel's taps, then the bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (also
+ * what cg_module_reset_parameters draws for them). The forward is one
+ * graph node, autograd's cg_conv1d / cg_conv2d.
+ *
+ * Free with cg_module_free(CG_MODULE(m)). */
+#ifndef CG_NN_CONV_H
+#define CG_NN_CONV_H
+
+#include "../nn/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    cg_module base; /* type "Conv1d" or "Conv2d" */
+    int nd;         /* spatial dims: 1 or 2 */
+    int64_t in_channels, out_channels;
+    int64_t kernel_size[2]; /* nd 1: kernel_size[0] */
+    cg_conv_cfg cfg;        /* stride, padding (or 'same'/'valid'), dilation, groups */
+    cg_tensor *weight;
+    cg_tensor *bias; /* NULL without bias */
+} cg_conv;
+
+/* nn.Conv1d(in, out, kernel, stride, padding, dilation, groups, bias):
+ * cfg NULL for stride 1, padding 0, dilation 1, groups 1 (core/ops.h's
+ * cg_conv_cfg, entry 0 read). Channels and kernel positive, groups
+ * dividing both channel counts, and cfg's numbers valid, else NULL + one
+ * line. rng NULL: a generator seeded 0. */
+cg_conv *cg_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                       const cg_conv_cfg *cfg, bool bias, cg_rng *rng);
+/* nn.Conv2d(in, out, (kh, kw), ...): as above, cfg's entries per dim. */
+cg_conv *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h,
+                       int64_t kernel_w, const cg_conv_cfg *cfg, bool bias, cg_rng *rng);
+/* x [N, in, L] or [in, L] (Conv1d), [N, in, H, W] or [in, H, W] (Conv2d)
+ * -> [N, out, ...]; a wrong rank or channel count, or a kernel larger than
+ * the padded input: NULL + one line. Runs the module's forward hooks. */
+cg_tensor *cg_conv_forward(cg_conv *m, cg_tensor *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
