@@ -16,6 +16,7 @@
 #include "core/gemm_internal.h"
 #include "core/ops.h"
 #include "nn/batchnorm.h"
+#include "nn/conv.h"
 #include "nn/data.h"
 #include "nn/lora.h"
 #include "nn/rnn.h"
@@ -578,6 +579,53 @@ START_TEST(test_pool_oom)
 }
 END_TEST
 
+/* A convolution's forward and backward (an nn.Conv2d of 2 groups, then
+ * F.conv1d with a padded stride) through every_allocation_fails. */
+static bool conv_run(cg_conv *m, cg_tensor *x, cg_tensor *x1, cg_tensor *w1)
+{
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.stride[0] = 2, c.padding[0] = 1;
+    cg_tensor *y = cg_conv_forward(m, x), *y1 = cg_conv1d(x1, w1, NULL, &c);
+    cg_tensor *s = y ? cg_sum_all(y) : NULL, *s1 = y1 ? cg_sum_all(y1) : NULL;
+    cg_tensor *l = s && s1 ? cg_add(s, s1) : NULL;
+    const bool ok = l && cg_backward(l, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    cg_release_all(5, y, y1, s, s1, l);
+    cg_zero_grad(x);
+    cg_zero_grad(w1);
+    for (int i = 0; i < m->base.n_params; i++)
+        cg_zero_grad(m->base.params[i].tensor);
+    return ok;
+}
+
+typedef struct {
+    cg_conv *m;
+    cg_tensor *x, *x1, *w1;
+} conv_args;
+static bool conv_call(void *ctx)
+{
+    const conv_args *a = ctx;
+    return conv_run(a->m, a->x, a->x1, a->w1);
+}
+
+START_TEST(test_conv_oom)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.groups = 2, c.padding[0] = c.padding[1] = 1;
+    cg_conv *m = cg_conv2d_new(4, 6, 3, 3, &c, true, &r);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, 5, 6)), true);
+    cg_tensor *x1 = cg_randn(&r, CG_SHAPE(3, 7));
+    cg_tensor *w1 = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 3)), true);
+    conv_args a = {m, x, x1, w1};
+    const int failed = every_allocation_fails(conv_call, &a);
+    ck_assert_msg(failed > 10, "only %d runs failed", failed);
+    ck_assert(conv_call(&a)); /* and it runs once memory is back */
+    cg_module_free(CG_MODULE(m));
+    cg_release_all(3, x, x1, w1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -595,6 +643,7 @@ int main(void)
     tcase_add_test(tc, test_rnn_lengths_oom);
     tcase_add_test(tc, test_loss_reductions_oom);
     tcase_add_test(tc, test_pool_oom);
+    tcase_add_test(tc, test_conv_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }

@@ -1,0 +1,133 @@
+/* cgrad's convolution (autograd's cg_conv1d / cg_conv2d, nn/conv.h's
+ * modules) against PyTorch's F.conv1d / F.conv2d and nn.Conv1d / nn.Conv2d
+ * (tests/interop/conv.py writes the cases):
+ *     check_conv DIR     exit 0: every case within tolerance; 1: not
+ * Each case's config is read from its file ("cfg"), the output and the
+ * gradients of x, w and b of the loss sum(y * r) matched within 2e-6
+ * (relative to the largest value; PyTorch ran in float64 on float32
+ * values). The modules: PyTorch's state dict loaded by its names
+ * (cg_module_load_file, strict), the output and the gradients of x and of
+ * both parameters matched likewise. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cgrad.h"
+#include "rel_diff.h"
+
+#define TOL 2e-6
+
+/* |got - the file's name| within TOL; prints it, *worst the largest */
+static bool near(const char *what, const cg_tensor *got, cg_st_file *f, const char *name,
+                 double *worst)
+{
+    cg_tensor *want = cg_st_get_f32(f, name);
+    const double e = rel_diff(got, want);
+    cg_release(want);
+    printf(" %s %.1e", what, e);
+    *worst = e > *worst ? e : *worst;
+    return e <= TOL;
+}
+
+/* sum(y * the file's r) and its backward; false + message */
+static bool loss_backward(cg_tensor *y, cg_st_file *f)
+{
+    cg_tensor *r = cg_st_get_f32(f, "r"), *p = cg_mul(y, r), *s = cg_sum_all(p);
+    const bool ok = s && cg_backward(s, NULL, false);
+    cg_release_all(3, r, p, s);
+    return ok;
+}
+
+static bool run_case(const char *dir, const char *name, double *worst)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+    cg_st_file *f = cg_st_open(path);
+    cg_tensor *cfg = f ? cg_st_get(f, "cfg") : NULL;
+    if (!cfg || cfg->dtype != CG_I64 || cg_numel(cfg) != 9) {
+        fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
+        cg_release(cfg);
+        cg_st_close(f);
+        return false;
+    }
+    const int64_t *q = cg_data_i64(cfg);
+    const cg_conv_cfg c = {{q[1], q[2]}, {q[3], q[4]}, {q[5], q[6]}, q[7], (cg_conv_pad)q[8]};
+    cg_tensor *x = cg_requires_grad(cg_st_get_f32(f, "x"), true);
+    cg_tensor *w = cg_requires_grad(cg_st_get_f32(f, "w"), true);
+    cg_tensor *b = cg_st_has(f, "b") ? cg_requires_grad(cg_st_get_f32(f, "b"), true) : NULL;
+    cg_tensor *y = q[0] == 1 ? cg_conv1d(x, w, b, &c) : cg_conv2d(x, w, b, &c);
+    bool ok = y && loss_backward(y, f);
+    if (!ok)
+        fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
+    printf("%s:", name);
+    ok = ok && near("y", y, f, "y", worst) & near("dx", cg_grad(x), f, "grad.x", worst) &
+                   near("dw", cg_grad(w), f, "grad.w", worst) &
+                   (!b || near("db", cg_grad(b), f, "grad.b", worst));
+    printf(" %s\n", ok ? "ok" : "FAIL");
+    cg_release_all(5, cfg, x, w, b, y);
+    cg_st_close(f);
+    return ok;
+}
+
+/* nn.Conv1d(4, 6, 3, stride 2, padding 1, groups 2) and nn.Conv2d(4, 6,
+ * (3, 2), stride (2, 1), padding (1, 0), dilation (1, 2), groups 2), as
+ * conv.py builds them */
+static bool run_module(const char *dir, int nd, double *worst)
+{
+    char path[4096], io_path[4096];
+    snprintf(path, sizeof path, "%s/module%dd.safetensors", dir, nd);
+    snprintf(io_path, sizeof io_path, "%s/module%dd.io.safetensors", dir, nd);
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.groups = 2;
+    c.stride[0] = 2;
+    c.padding[0] = 1;
+    if (nd == 2)
+        c.dilation[1] = 2;
+    cg_conv *m = nd == 1 ? cg_conv1d_new(4, 6, 3, &c, true, NULL)
+                         : cg_conv2d_new(4, 6, 3, 2, &c, true, NULL);
+    cg_st_file *io = cg_st_open(io_path);
+    bool ok = m && io && cg_module_load_file(CG_MODULE(m), path);
+    cg_tensor *x = ok ? cg_requires_grad(cg_st_get_f32(io, "x"), true) : NULL;
+    cg_tensor *y = ok ? cg_conv_forward(m, x) : NULL;
+    ok = y && loss_backward(y, io);
+    if (!ok)
+        fprintf(stderr, "check_conv: module%dd: %s\n", nd, cg_last_error());
+    printf("module%dd (state dict loaded):", nd);
+    ok = ok && near("y", y, io, "y", worst) & near("dx", cg_grad(x), io, "grad.x", worst) &
+                   near("dweight", cg_grad(m->weight), io, "grad.weight", worst) &
+                   near("dbias", cg_grad(m->bias), io, "grad.bias", worst);
+    printf(" %s\n", ok ? "ok" : "FAIL");
+    cg_release_all(2, x, y);
+    cg_module_free(CG_MODULE(m));
+    cg_st_close(io);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = argc == 2 ? argv[1] : NULL;
+    char path[4096], line[256];
+    if (!dir)
+        return fprintf(stderr, "usage: check_conv DIR\n"), 2;
+    snprintf(path, sizeof path, "%s/cases.txt", dir);
+    FILE *list = fopen(path, "r");
+    if (!list) {
+        fprintf(stderr, "check_conv: cannot open %s\n", path);
+        return 1;
+    }
+    int n = 0, bad = 0;
+    double worst = 0;
+    while (fgets(line, sizeof line, list)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!*line)
+            continue;
+        n++;
+        bad += !run_case(dir, line, &worst);
+    }
+    fclose(list);
+    for (int nd = 1; nd <= 2; nd++)
+        bad += !run_module(dir, nd, &worst);
+    printf("check_conv: %d cases and 2 modules, %d failed; worst %.1e (tolerance %.0e)\n", n, bad,
+           worst, TOL);
+    return bad || n == 0 ? 1 : 0;
+}

@@ -1,0 +1,123 @@
+"""F.conv1d, F.conv2d and nn.Conv1d / nn.Conv2d: cases for
+tests/interop/check_conv.c (run by tests/interop/run_swiglu.sh):
+
+    /usr/bin/python3 conv.py DIR    (exit 77: no torch)
+
+Each case DIR/NAME.safetensors holds x, w (and b), the config as int64
+"cfg" = [nd, stride0, stride1, pad0, pad1, dilation0, dilation1, groups,
+mode] (mode 0 numbers, 1 'same', 2 'valid'; a 1-d case's second entries
+unused), the output y of F.convNd in float64 (inputs drawn in float32),
+the weights r of the loss sum(y * r) and its gradients "grad.x",
+"grad.w", "grad.b". DIR/cases.txt lists the names. And the modules: DIR/
+module1d.safetensors and module2d.safetensors, the state dicts of an
+nn.Conv1d and an nn.Conv2d (torch.manual_seed(5), PyTorch's default
+initialisation), with DIR/module*.io.safetensors: x, r, y, "grad.x" and
+"grad.weight", "grad.bias".
+"""
+import sys
+
+try:
+    import numpy  # noqa: F401
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError as e:
+    print(f"conv: {e.name} not available, skipped")
+    sys.exit(77)
+from make_dtype_files import save  # noqa: E402
+
+MODES = {"same": 1, "valid": 2}
+
+# name, nd, N (0: unbatched), C, O, input sizes, kernel, stride, padding
+# (numbers or 'same'/'valid'), dilation, groups, bias
+CASES = [
+    ("c1_plain", 1, 2, 3, 4, (11,), (3,), (1,), (0,), (1,), 1, True),
+    ("c1_stride2_pad1", 1, 3, 4, 5, (12,), (3,), (2,), (1,), (1,), 1, True),
+    ("c1_dil2_pad3", 1, 2, 3, 2, (13,), (4,), (1,), (3,), (2,), 1, True),
+    ("c1_groups2", 1, 2, 4, 6, (9,), (3,), (1,), (1,), (1,), 2, True),
+    ("c1_depthwise", 1, 2, 6, 6, (10,), (5,), (1,), (2,), (1,), 6, False),
+    ("c1_same_even", 1, 2, 3, 4, (9,), (4,), (1,), "same", (1,), 1, True),
+    ("c1_same_dil3", 1, 1, 2, 3, (10,), (3,), (1,), "same", (3,), 1, True),
+    ("c1_valid", 1, 2, 3, 3, (8,), (3,), (1,), "valid", (1,), 1, True),
+    ("c1_1x1_nobias", 1, 2, 5, 3, (7,), (1,), (1,), (0,), (1,), 1, False),
+    ("c1_unbatched", 1, 0, 3, 4, (10,), (3,), (3,), (2,), (1,), 1, True),
+    ("c1_all", 1, 3, 6, 4, (17,), (3,), (2,), (2,), (2,), 2, True),
+    ("c2_plain", 2, 2, 3, 4, (7, 6), (3, 3), (1, 1), (0, 0), (1, 1), 1, True),
+    ("c2_stride2_pad1", 2, 2, 3, 5, (9, 8), (3, 3), (2, 2), (1, 1), (1, 1), 1, True),
+    ("c2_rect", 2, 2, 2, 3, (8, 7), (2, 4), (2, 1), (0, 2), (1, 1), 1, True),
+    ("c2_dil2", 2, 1, 3, 2, (9, 9), (3, 3), (1, 1), (2, 2), (2, 2), 1, True),
+    ("c2_dil_rect", 2, 2, 2, 2, (10, 8), (3, 2), (1, 2), (1, 0), (3, 1), 1, False),
+    ("c2_groups2", 2, 2, 4, 6, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1), 2, True),
+    ("c2_groups3_stride", 2, 2, 6, 3, (7, 8), (3, 2), (2, 3), (1, 1), (1, 1), 3, True),
+    ("c2_depthwise", 2, 2, 4, 8, (6, 7), (3, 3), (1, 1), (1, 1), (1, 1), 4, True),
+    ("c2_1x1", 2, 2, 5, 3, (4, 6), (1, 1), (1, 1), (0, 0), (1, 1), 1, True),
+    ("c2_same", 2, 2, 3, 2, (7, 6), (4, 3), (1, 1), "same", (1, 2), 1, True),
+    ("c2_valid", 2, 1, 3, 2, (6, 7), (3, 2), (1, 1), "valid", (1, 1), 1, True),
+    ("c2_unbatched", 2, 0, 3, 4, (6, 5), (3, 3), (2, 1), (1, 1), (1, 1), 1, True),
+    ("c2_kernel_eq_input", 2, 2, 2, 3, (3, 4), (3, 4), (1, 1), (0, 0), (1, 1), 1, True),
+]
+
+
+def f32(*shape):
+    return torch.randn(*shape).float().double()
+
+
+def write_case(d, c):
+    name, nd, n, cin, cout, size, k, stride, pad, dil, groups, bias = c
+    x = f32(*(((n,) if n else ()) + (cin,) + size)).requires_grad_()
+    w = f32(cout, cin // groups, *k).requires_grad_()
+    b = f32(cout).requires_grad_() if bias else None
+    conv = F.conv1d if nd == 1 else F.conv2d
+    y = conv(x, w, b, stride, pad, dil, groups)
+    r = f32(*y.shape)
+    (y * r).sum().backward()
+    two = lambda t: list(t) + [0] * (2 - len(t))  # noqa: E731
+    mode = MODES.get(pad, 0) if isinstance(pad, str) else 0
+    pads = [0, 0] if isinstance(pad, str) else two(pad)
+    cfg = torch.tensor([nd] + two(stride) + pads + two(dil) + [groups, mode], dtype=torch.int64)
+    t = {"x": x.detach().float(), "w": w.detach().float(), "cfg": cfg, "r": r.float(),
+         "y": y.detach().float(), "grad.x": x.grad.float(), "grad.w": w.grad.float()}
+    if bias:
+        t["b"] = b.detach().float()
+        t["grad.b"] = b.grad.float()
+    save(f"{d}/{name}.safetensors", t)
+
+
+def write_module(d, nd):
+    torch.manual_seed(5)
+    if nd == 1:
+        m = nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=1, groups=2).double()
+        x = f32(2, 4, 15)
+    else:
+        m = nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
+        m = m.double()
+        x = f32(2, 4, 9, 8)
+    # the parameters as float32 values: what the file holds
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(p.float().double())
+    x.requires_grad_()
+    y = m(x)
+    r = f32(*y.shape)
+    (y * r).sum().backward()
+    save(f"{d}/module{nd}d.safetensors", {k: v.float() for k, v in m.state_dict().items()})
+    save(f"{d}/module{nd}d.io.safetensors",
+         {"x": x.detach().float(), "r": r.float(), "y": y.detach().float(),
+          "grad.x": x.grad.float(), "grad.weight": m.weight.grad.float(),
+          "grad.bias": m.bias.grad.float()})
+
+
+def main():
+    d = sys.argv[1]
+    torch.manual_seed(0)
+    for c in CASES:
+        write_case(d, c)
+    with open(f"{d}/cases.txt", "w") as f:
+        f.write("\n".join(c[0] for c in CASES) + "\n")
+    write_module(d, 1)
+    write_module(d, 2)
+    print(f"conv: {len(CASES)} cases and 2 modules written to {d}")
+
+
+if __name__ == "__main__":
+    main()
