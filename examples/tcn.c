@@ -110,8 +110,10 @@ int main(int argc, char **argv)
     cg_mt19937_seed(&g, 1); /* torch.manual_seed(1) */
     char_tcn *m = char_tcn_new(V, &g);
     cg_optim *opt = m ? cg_adamw_from_module(CG_MODULE(m), 3e-3) : NULL; /* weight decay 0.01 */
+    if (!opt)
+        return fprintf(stderr, "error: %s\n", cg_last_error()), 1;
     float loss = 0, first = 0;
-    for (long step = 0; step < steps && opt; step++) {
+    for (long step = 0; step < steps; step++) {
         cg_scope *s = cg_scope_begin();
         /* A fixed walk through the text (tcn.py takes the same windows):
          * row i of step k starts at (k B + i) * 97 mod (n - T). */
@@ -140,7 +142,7 @@ int main(int argc, char **argv)
     cg_rng rng = cg_rng_new(1);
     cg_sample_config sc = {.temperature = 0.8, .top_p = 1}; /* top_k 0: off */
     char out[128] = "Call me";
-    bool ok = opt != NULL;
+    bool ok = true;
     for (int len = 7; ok && len < 87; len++) {
         cg_scope *s = cg_scope_begin();
         int64_t t = len < T ? len : T, w[T];
