@@ -249,6 +249,8 @@ START_TEST(test_conv_gradcheck)
         cg_gradcheck_report rep;
         ck_assert_msg(cg_gradcheck(conv_fn, (void *)c, c->bias ? 3 : 2, in, NULL, &rep), "%s: %s",
                       c->name, rep.message);
+        /* the inputs CONV's row says its backward reads (autograd/autograd.h) */
+        cg_test_check_unread(conv_fn, (void *)c, 3, in, c->name); /* in[2] NULL: no bias */
         /* only the weight, then only x, needs a gradient */
         in[0]->requires_grad = false;
         ck_assert_msg(cg_gradcheck(conv_fn, (void *)c, 2, in, NULL, &rep), "%s (w): %s", c->name,

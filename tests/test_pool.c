@@ -105,6 +105,7 @@ START_TEST(test_pool_gradcheck)
                 const bool ok = cg_gradcheck(pool_fn, (void *)c, 1, &x, NULL, &rep);
                 ck_assert_msg(ok, "%s batched %d layout %d: %s", c->name, batched, layout,
                               rep.message);
+                cg_test_check_unread(pool_fn, (void *)c, 1, &x, c->name); /* the reads masks */
                 cg_release(x);
             }
     }
@@ -247,6 +248,7 @@ START_TEST(test_batch_norm_gradcheck)
             cg_gradcheck_report rep;
             ck_assert_msg(cg_gradcheck(bn_fn, &c, 3, in, NULL, &rep), "shape %d mode %d: %s", s,
                           mode, rep.message);
+            cg_test_check_unread(bn_fn, &c, 3, in, "batch_norm"); /* BATCH_NORM's reads mask */
             cg_release_all(5, in[0], in[1], in[2], rm, rv);
         }
 }
