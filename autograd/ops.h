@@ -358,6 +358,23 @@ cg_tensor *cg_adaptive_max_pool2d(cg_tensor *x, int64_t oh, int64_t ow, cg_tenso
 cg_tensor *cg_batch_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
                          cg_tensor *weight, cg_tensor *bias, bool training, float momentum,
                          float eps);
+/* F.group_norm(x, num_groups, weight, bias, eps), one node: x [N, C, ...]
+ * float32 (bfloat16 refused: convert with cg_to), each sample's groups of
+ * C / num_groups channels normalised by their mean and biased variance
+ * over the group's channels and positions; weight, bias [C] or NULL.
+ * F's default eps 1e-5. */
+cg_tensor *cg_group_norm(cg_tensor *x, int64_t num_groups, cg_tensor *weight, cg_tensor *bias,
+                         float eps);
+/* F.instance_norm(x, running_mean, running_var, weight, bias,
+ * use_input_stats, momentum, eps), one node: x [N, C, ...] float32, each
+ * (sample, channel) normalised by its own statistics when use_input_stats
+ * (then running_mean / running_var, [C] or NULL, move in place by momentum
+ * toward the batch's average instance mean and unbiased variance, as
+ * PyTorch's), else by the running statistics. F's defaults:
+ * use_input_stats true, momentum 0.1, eps 1e-5. */
+cg_tensor *cg_instance_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
+                            cg_tensor *weight, cg_tensor *bias, bool use_input_stats,
+                            float momentum, float eps);
 /* F.binary_cross_entropy_with_logits(x, y, reduction=): the binary
  * cross-entropy of logits x against targets y (same shape, values in
  * [0, 1]), computed stably, max(x,0) - x*y + log(1+exp(-|x|)) (at an

@@ -1,7 +1,8 @@
 /* cgrad autograd: pooling and batch normalisation, one node each
  * (core/pool.c and core/batchnorm.c compute): F.max_pool1d/2d (with
  * their indices), avg_pool1d/2d, adaptive_avg_pool1d/2d,
- * adaptive_max_pool1d/2d and F.batch_norm. Forward and backward side by
+ * adaptive_max_pool1d/2d, F.batch_norm, F.group_norm and F.instance_norm.
+ * Forward and backward side by
  * side, as in ops.c. */
 #include <stdlib.h>
 #include <string.h>
@@ -121,19 +122,29 @@ cg_tensor *cg_adaptive_avg_pool2d(cg_tensor *x, int64_t oh, int64_t ow)
                         2, NULL);
 }
 
-/* ------------------------------------------------------ batch norm */
-/* inputs x, weight?, bias? (p.i[0]: has weight, p.i[1]: has bias,
- * p.i[2]: training); saved[0] mean, saved[1] invstd */
-static bool batch_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+/* ------------------------------------------------------ norms */
+/* Batch, group and instance norm: inputs x, weight?, bias? (p.i[0]: has
+ * weight, p.i[1]: has bias, p.i[2]: training, num_groups or
+ * use_input_stats); saved[0] mean, saved[1] invstd */
+static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const bool has_w = n->p.i[0], has_b = n->p.i[1];
     const int iw = has_w ? 1 : -1, ib = has_b ? 1 + has_w : -1;
     cg_tensor *dw = NULL, *db = NULL;
     const bool need_w = iw > 0 && cg_node_needs_grad(n, iw);
     const bool need_b = ib > 0 && cg_node_needs_grad(n, ib);
-    if (!cg_k_batch_norm_backward(n->inputs[0], g, has_w ? n->inputs[1] : NULL, n->saved[0],
-                                  n->saved[1], n->p.i[2], cg_node_needs_grad(n, 0) ? &gin[0] : NULL,
-                                  need_w ? &dw : NULL, need_b ? &db : NULL))
+    const cg_tensor *x = n->inputs[0], *w = has_w ? n->inputs[1] : NULL;
+    cg_tensor **dx = cg_node_needs_grad(n, 0) ? &gin[0] : NULL;
+    cg_tensor **pdw = need_w ? &dw : NULL, **pdb = need_b ? &db : NULL;
+    const cg_tensor *m = n->saved[0], *is = n->saved[1];
+    bool ok;
+    if (n->op == CG_OP_GROUP_NORM)
+        ok = cg_k_group_norm_backward(x, g, w, m, is, n->p.i[2], dx, pdw, pdb);
+    else if (n->op == CG_OP_INSTANCE_NORM)
+        ok = cg_k_instance_norm_backward(x, g, w, m, is, n->p.i[2], dx, pdw, pdb);
+    else
+        ok = cg_k_batch_norm_backward(x, g, w, m, is, n->p.i[2], dx, pdw, pdb);
+    if (!ok)
         return false;
     if (need_w)
         gin[iw] = dw;
@@ -142,13 +153,11 @@ static bool batch_norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     return true;
 }
 
-cg_tensor *cg_batch_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
-                         cg_tensor *weight, cg_tensor *bias, bool training, float momentum,
-                         float eps)
+/* a norm's output (the kernel's, its statistics mean and invstd released
+ * here) recorded over x, weight?, bias? with p.i[2] = arg */
+static cg_tensor *norm_recorded(cg_tensor *out, cg_op op, cg_tensor *x, cg_tensor *weight,
+                                cg_tensor *bias, int64_t arg, cg_tensor *mean, cg_tensor *invstd)
 {
-    cg_tensor *mean = NULL, *invstd = NULL;
-    cg_tensor *out = cg_k_batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
-                                     eps, &mean, &invstd);
     cg_tensor *in[3] = {x, NULL, NULL};
     int nin = 1;
     if (weight)
@@ -156,11 +165,11 @@ cg_tensor *cg_batch_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *runni
     if (bias)
         in[nin++] = bias;
     cg_node *n;
-    out = cg_recorded(out, CG_OP_BATCH_NORM, nin, in, batch_norm_bw, &n);
+    out = cg_recorded(out, op, nin, in, norm_bw, &n);
     if (n) {
         n->p.i[0] = weight != NULL;
         n->p.i[1] = bias != NULL;
-        n->p.i[2] = training;
+        n->p.i[2] = arg;
         if (bias && !weight) /* the backward reads x and the weight */
             cg_node_set_reads(n, 1, false);
         if (cg_node_save(n, mean) < 0 || cg_node_save(n, invstd) < 0) {
@@ -170,4 +179,32 @@ cg_tensor *cg_batch_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *runni
     }
     cg_release_all(2, mean, invstd);
     return out;
+}
+
+cg_tensor *cg_batch_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
+                         cg_tensor *weight, cg_tensor *bias, bool training, float momentum,
+                         float eps)
+{
+    cg_tensor *mean = NULL, *invstd = NULL;
+    cg_tensor *out = cg_k_batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
+                                     eps, &mean, &invstd);
+    return norm_recorded(out, CG_OP_BATCH_NORM, x, weight, bias, training, mean, invstd);
+}
+
+cg_tensor *cg_group_norm(cg_tensor *x, int64_t num_groups, cg_tensor *weight, cg_tensor *bias,
+                         float eps)
+{
+    cg_tensor *mean = NULL, *invstd = NULL;
+    cg_tensor *out = cg_k_group_norm(x, num_groups, weight, bias, eps, &mean, &invstd);
+    return norm_recorded(out, CG_OP_GROUP_NORM, x, weight, bias, num_groups, mean, invstd);
+}
+
+cg_tensor *cg_instance_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
+                            cg_tensor *weight, cg_tensor *bias, bool use_input_stats,
+                            float momentum, float eps)
+{
+    cg_tensor *mean = NULL, *invstd = NULL;
+    cg_tensor *out = cg_k_instance_norm(x, running_mean, running_var, weight, bias, use_input_stats,
+                                        momentum, eps, &mean, &invstd);
+    return norm_recorded(out, CG_OP_INSTANCE_NORM, x, weight, bias, use_input_stats, mean, invstd);
 }

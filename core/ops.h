@@ -866,6 +866,38 @@ bool cg_k_batch_norm_backward(const cg_tensor *x, const cg_tensor *g, const cg_t
                               const cg_tensor *mean, const cg_tensor *invstd, bool training,
                               cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 
+/* ------------------------------------ group and instance normalisation */
+/* F.group_norm over x [N, C, ...] (float32, any strides; core/
+ * groupnorm.c): each sample's num_groups groups of C / num_groups
+ * channels normalised by their mean and biased variance over the group's
+ * channels and every spatial position (summed in double in order), then
+ * weight[c] and bias[c] ([C] or NULL). *mean and *invstd (float32 [N,
+ * num_groups], new) are what normalised, for the backward. Refused: a
+ * num_groups that does not divide C, a [C] argument of another length,
+ * eps < 0, another dtype (bfloat16: convert with cg_to). */
+cg_tensor *cg_k_group_norm(const cg_tensor *x, int64_t num_groups, const cg_tensor *weight,
+                           const cg_tensor *bias, float eps, cg_tensor **mean, cg_tensor **invstd);
+/* Its backward from g (x's shape): *dx through the group statistics,
+ * *dw = sum(g xhat), *db = sum(g) per channel (samples in order); dx, dw
+ * or db NULL: not computed. */
+bool cg_k_group_norm_backward(const cg_tensor *x, const cg_tensor *g, const cg_tensor *weight,
+                              const cg_tensor *mean, const cg_tensor *invstd, int64_t num_groups,
+                              cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+/* F.instance_norm(x, running_mean, running_var, weight, bias,
+ * use_input_stats, momentum, eps) over x [N, C, ...]: use_input_stats,
+ * group norm with a group a channel (more than one spatial element
+ * needed), and running_mean / running_var ([C] or NULL) moved in place
+ * by momentum toward the samples' mean of the instance means and of the
+ * UNBIASED variances (PyTorch's); else batch norm's eval on the running
+ * statistics (*mean, *invstd [C]). */
+cg_tensor *cg_k_instance_norm(const cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
+                              const cg_tensor *weight, const cg_tensor *bias, bool use_input_stats,
+                              float momentum, float eps, cg_tensor **mean, cg_tensor **invstd);
+bool cg_k_instance_norm_backward(const cg_tensor *x, const cg_tensor *g, const cg_tensor *weight,
+                                 const cg_tensor *mean, const cg_tensor *invstd,
+                                 bool use_input_stats, cg_tensor **dx, cg_tensor **dw,
+                                 cg_tensor **db);
+
 /* ------------------------------------------------ norms along a dim */
 /* F.normalize(a, p, dim, eps): a / max(||a||_p, eps) along dim (core/
  * rownorm.c: p > 0, inf the largest |a|; eps >= 0), each row's norm summed

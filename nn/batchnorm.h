@@ -1,5 +1,6 @@
-/* cgrad nn: batch normalisation modules, PyTorch's nn.BatchNorm1d and
- * nn.BatchNorm2d (nn/batchnorm.c, over autograd's cg_batch_norm).
+/* cgrad nn: batch, instance and group normalisation modules, PyTorch's
+ * nn.BatchNorm1d/2d, nn.InstanceNorm1d/2d and nn.GroupNorm (nn/batchnorm.c,
+ * over autograd's cg_batch_norm, cg_instance_norm and cg_group_norm).
  *
  * Parameters weight (ones) and bias (zeros) when affine; persistent
  * buffers running_mean (zeros), running_var (ones) and num_batches_tracked
@@ -45,6 +46,37 @@ cg_batchnorm *cg_batchnorm2d_new(int64_t num_features, const cg_batchnorm_opts *
  * tensor of x's shape. Refused in one line: another rank or channel
  * count, a single value per channel in train mode. */
 cg_tensor *cg_batchnorm_forward(cg_batchnorm *bn, cg_tensor *x);
+
+/* nn.InstanceNorm1d / nn.InstanceNorm2d(num_features, eps, momentum,
+ * affine, track_running_stats): a cg_batchnorm of type InstanceNorm1d/2d,
+ * the same parameters and buffers (num_batches_tracked is registered and
+ * stays 0, as PyTorch's). Each (sample, channel) normalised by its own
+ * statistics in train mode or without running statistics (which then
+ * move as F.instance_norm moves them), by the running ones in eval mode.
+ * momentum None (cumulative_average) is refused. */
+typedef cg_batchnorm cg_instancenorm;
+/* PyTorch's defaults: eps 1e-5, momentum 0.1, affine and
+ * track_running_stats false. */
+cg_batchnorm_opts cg_instancenorm_opts_default(void);
+cg_instancenorm *cg_instancenorm1d_new(int64_t num_features, const cg_batchnorm_opts *opts);
+cg_instancenorm *cg_instancenorm2d_new(int64_t num_features, const cg_batchnorm_opts *opts);
+/* x [N, C, L] or [C, L] (1d), [N, C, H, W] or [C, H, W] (2d). */
+cg_tensor *cg_instancenorm_forward(cg_instancenorm *in, cg_tensor *x);
+
+/* nn.GroupNorm(num_groups, num_channels, eps, affine): parameters weight
+ * (ones) and bias (zeros) [num_channels] when affine. */
+typedef struct {
+    cg_module base;
+    int64_t num_groups, num_channels;
+    float eps;
+    bool affine;
+    cg_tensor *weight, *bias; /* parameters, or NULL */
+} cg_groupnorm;
+/* num_groups > 0 dividing num_channels, eps >= 0 (PyTorch's default
+ * 1e-5, affine true). */
+cg_groupnorm *cg_groupnorm_new(int64_t num_groups, int64_t num_channels, float eps, bool affine);
+/* x [N, C, ...] (C = num_channels when affine); x's shape. */
+cg_tensor *cg_groupnorm_forward(cg_groupnorm *gn, cg_tensor *x);
 
 #ifdef __cplusplus
 }

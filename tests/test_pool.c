@@ -427,16 +427,8 @@ static void run_at(int nt, float *got[3])
 
 START_TEST(test_threads_identical)
 {
-    float *one[3], *two[3];
-    run_at(1, one);
-    run_at(2, two);
     const int64_t n[3] = {1, 8 * 64 * 40 * 36, 64};
-    for (int k = 0; k < 3; k++) {
-        ck_assert_msg(!memcmp(one[k], two[k], (size_t)n[k] * sizeof(float)),
-                      "result %d differs between 1 and 2 threads", k);
-        free(one[k]);
-        free(two[k]);
-    }
+    cg_test_same_bits_1_2_threads(run_at, 3, n);
 }
 END_TEST
 

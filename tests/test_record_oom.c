@@ -579,6 +579,43 @@ START_TEST(test_pool_oom)
 }
 END_TEST
 
+/* GroupNorm, then an InstanceNorm2d with running statistics and affine,
+ * forward and backward */
+static bool norms_run(void *ctx)
+{
+    cg_groupnorm *gn = ((void **)ctx)[0];
+    cg_instancenorm *in = ((void **)ctx)[1];
+    cg_tensor *x = ((void **)ctx)[2];
+    cg_tensor *h = cg_groupnorm_forward(gn, x), *y = h ? cg_instancenorm_forward(in, h) : NULL;
+    cg_tensor *sq = y ? cg_mul(y, h) : NULL, *l = sq ? cg_sum_all(sq) : NULL;
+    const bool ok = l && cg_backward(l, NULL, false);
+    cg_release_all(4, h, y, sq, l);
+    cg_zero_grad(x);
+    cg_zero_grad(gn->weight);
+    cg_zero_grad(gn->bias);
+    cg_zero_grad(in->weight);
+    cg_zero_grad(in->bias);
+    return ok;
+}
+
+START_TEST(test_norm_oom)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, 3, 5)), true);
+    cg_batchnorm_opts o = cg_instancenorm_opts_default();
+    o.affine = o.track_running_stats = true;
+    cg_groupnorm *gn = cg_groupnorm_new(2, 4, 1e-5f, true);
+    cg_instancenorm *in = cg_instancenorm2d_new(4, &o);
+    void *ctx[3] = {gn, in, x};
+    const int failed = every_allocation_fails(norms_run, ctx);
+    ck_assert_msg(failed > 10, "only %d runs failed", failed);
+    ck_assert(norms_run(ctx)); /* and it runs once memory is back */
+    cg_module_free(CG_MODULE(gn));
+    cg_module_free(CG_MODULE(in));
+    cg_release(x);
+}
+END_TEST
+
 /* A convolution's forward and backward (an nn.Conv2d of 2 groups, then
  * F.conv1d with a padded stride) through every_allocation_fails. */
 static bool conv_run(cg_conv *m, cg_tensor *x, cg_tensor *x1, cg_tensor *w1)
@@ -643,6 +680,7 @@ int main(void)
     tcase_add_test(tc, test_rnn_lengths_oom);
     tcase_add_test(tc, test_loss_reductions_oom);
     tcase_add_test(tc, test_pool_oom);
+    tcase_add_test(tc, test_norm_oom);
     tcase_add_test(tc, test_conv_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);

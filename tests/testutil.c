@@ -402,6 +402,20 @@ float *cg_test_values(const cg_tensor *t)
     return v;
 }
 
+void cg_test_same_bits_1_2_threads(void (*run)(int nt, float **got), int k, const int64_t *n)
+{
+    float *one[8], *two[8];
+    ck_assert(k <= 8);
+    run(1, one);
+    run(2, two);
+    for (int j = 0; j < k; j++) {
+        ck_assert_msg(!memcmp(one[j], two[j], (size_t)n[j] * sizeof(float)),
+                      "result %d differs between 1 and 2 threads", j);
+        free(one[j]);
+        free(two[j]);
+    }
+}
+
 void cg_assert_tensor_impl(const cg_tensor *t, const float *expect, double atol, double rtol,
                            const char *file, int line)
 {

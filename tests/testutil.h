@@ -131,6 +131,10 @@ cg_tensor *cg_test_mask(int ndim, const int64_t *shape, const uint8_t *bytes);
 cg_tensor *cg_test_scalar(float v);
 /* A contiguous copy of t's values (malloc'd; caller frees). */
 float *cg_test_values(const cg_tensor *t);
+/* run(nt, got) fills got[0..k) with malloc'd values (n[j] floats each)
+ * computed at nt threads; run at 1 and 2 threads, each result must have
+ * the same bits (freed here). */
+void cg_test_same_bits_1_2_threads(void (*run)(int nt, float **got), int k, const int64_t *n);
 /* Non-contiguous test input: a tensor of the given shape whose storage is
  * laid out transposed (last two dims swapped) or with a step-2 slice;
  * values from rng ~ N(0,1). kind: 0 contiguous, 1 transposed, 2 strided
