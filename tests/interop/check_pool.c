@@ -12,45 +12,14 @@
 #include <string.h>
 
 #include "cgrad.h"
-#include "tests/interop/rel_diff.h"
+#include "tests/interop/twin.h"
 
 #define TOL 2e-6
 
-static double worst_seen;
-
-static bool within(const char *what, const cg_tensor *got, const cg_tensor *want, double tol)
-{
-    const double e = rel_diff(got, want);
-    worst_seen = e > worst_seen ? e : worst_seen;
-    if (!(e <= tol))
-        printf("  %s: error %.2e over %.0e (%s)\n", what, e, tol, cg_last_error());
-    return e <= tol;
-}
-
-static bool same_i64(const cg_tensor *a, const cg_tensor *b)
-{
-    if (!a || !b || cg_numel(a) != cg_numel(b))
-        return false;
-    cg_tensor *ac = cg_k_contiguous(a), *bc = cg_k_contiguous(b);
-    const bool ok = !memcmp(cg_data_i64(ac), cg_data_i64(bc), (size_t)cg_numel(a) * 8);
-    cg_release_all(2, ac, bc);
-    return ok;
-}
-
+/* case i's tensor what, or NULL */
 static cg_tensor *get(cg_st_file *f, int i, const char *what)
 {
-    char name[64];
-    snprintf(name, sizeof name, "%d.%s", i, what);
-    return cg_st_has(f, name) ? cg_st_get(f, name) : NULL;
-}
-
-/* x with the same values, its last two dims' storage transposed */
-static cg_tensor *transposed_copy(cg_tensor *x)
-{
-    cg_tensor *t = cg_view_transpose(x, -1, -2), *c = cg_k_contiguous(t);
-    cg_tensor *v = cg_view_transpose(c, -1, -2);
-    cg_release_all(2, t, c);
-    return v;
+    return twin_get(f, "%d.%s", i, what);
 }
 
 static cg_tensor *pool(const int64_t *c, cg_tensor *x, cg_tensor **idx)
@@ -80,15 +49,15 @@ static bool pool_case(cg_st_file *f, int i, int *counts)
 {
     cg_tensor *cfg = get(f, i, "cfg"), *x0 = get(f, i, "x"), *r = get(f, i, "r");
     cg_tensor *want_y = get(f, i, "y"), *want_g = get(f, i, "gx"), *want_i = get(f, i, "idx");
-    cg_tensor *x = i % 2 && x0 && x0->ndim >= 2 ? transposed_copy(x0) : cg_retain(x0);
+    cg_tensor *x = i % 2 && x0 && x0->ndim >= 2 ? twin_transposed(x0) : cg_retain(x0);
     cg_requires_grad(x, true);
     const int64_t *c = cfg ? cg_data_i64(cfg) : NULL;
     cg_tensor *idx = NULL, *y = c ? pool(c, x, &idx) : NULL;
     cg_tensor *p = y ? cg_mul(y, r) : NULL, *l = p ? cg_sum_all(p) : NULL;
     bool ok = l && cg_backward(l, NULL, false);
-    ok = within("value", y, want_y, TOL) && ok;
-    ok = within("gradient", ok ? cg_grad(x) : NULL, want_g, TOL) && ok;
-    if (want_i && !same_i64(idx, want_i)) {
+    ok = twin_within("value", y, want_y, TOL) && ok;
+    ok = twin_within("gradient", ok ? cg_grad(x) : NULL, want_g, TOL) && ok;
+    if (want_i && !twin_same_i64(idx, want_i)) {
         printf("  indices differ from PyTorch's\n");
         ok = false;
     }
@@ -102,33 +71,6 @@ static bool pool_case(cg_st_file *f, int i, int *counts)
 }
 
 /* ------------------------------------------------------- batch norm */
-static cg_tensor *io_get(cg_st_file *io, const char *name, int step)
-{
-    char n[64];
-    snprintf(n, sizeof n, step >= 0 ? "%s%d" : "%s", name, step);
-    return cg_st_has(io, n) ? cg_st_get(io, n) : NULL;
-}
-
-static bool bn_step(cg_batchnorm *bn, cg_st_file *io, int step)
-{
-    cg_tensor *x = cg_requires_grad(io_get(io, "x", step), true), *r = io_get(io, "r", step);
-    cg_tensor *y = cg_batchnorm_forward(bn, x), *p = y ? cg_mul(y, r) : NULL;
-    cg_tensor *l = p ? cg_sum_all(p) : NULL, *wy = io_get(io, "y", step);
-    cg_tensor *wg = io_get(io, "gx", step), *ww = io_get(io, "gw", step),
-              *wb = io_get(io, "gb", step);
-    bool ok = l && cg_backward(l, NULL, false);
-    ok = within("y", y, wy, 1e-5) && ok;
-    ok = within("grad x", ok ? cg_grad(x) : NULL, wg, 1e-5) && ok;
-    if (bn->weight) {
-        ok = within("grad weight", cg_grad(bn->weight), ww, 1e-5) && ok;
-        ok = within("grad bias", cg_grad(bn->bias), wb, 1e-5) && ok;
-        cg_zero_grad(bn->weight);
-        cg_zero_grad(bn->bias);
-    }
-    cg_release_all(9, x, r, y, p, l, wy, wg, ww, wb);
-    return ok;
-}
-
 static bool bn_case(const char *dir, const char *name)
 {
     char path[4096], io_path[4096];
@@ -148,22 +90,8 @@ static bool bn_case(const char *dir, const char *name)
     }
     bool ok = bn && cg_module_load_file(CG_MODULE(bn), path);
     for (int step = 0; ok && step < 3; step++)
-        ok = bn_step(bn, io, step);
-    if (ok) {
-        cg_module_train(CG_MODULE(bn), false);
-        cg_tensor *xe = io_get(io, "xe", -1), *ye = io_get(io, "ye", -1);
-        cg_tensor *y = cg_batchnorm_forward(bn, xe);
-        ok = within("eval y", y, ye, 1e-5);
-        cg_release_all(3, xe, ye, y);
-    }
-    if (ok && bn->running_mean) {
-        cg_tensor *m = cg_st_get(io, "final.running_mean"), *v = cg_st_get(io, "final.running_var");
-        cg_tensor *n = cg_st_get(io, "final.num_batches_tracked");
-        ok = within("running_mean", bn->running_mean, m, 1e-6) &&
-             within("running_var", bn->running_var, v, 1e-6) &&
-             same_i64(bn->num_batches_tracked, n);
-        cg_release_all(3, m, v, n);
-    }
+        ok = twin_module_step(CG_MODULE(bn), bn->weight, bn->bias, io, step, 1e-5);
+    ok = ok && twin_module_eval(CG_MODULE(bn), io, 1e-5);
     printf("batch norm %s: %s %s\n", name, ok ? "ok" : "FAIL", ok ? "" : cg_last_error());
     cg_release(cfg);
     cg_st_close(io);
@@ -190,11 +118,11 @@ int main(int argc, char **argv)
     cg_st_close(f);
     printf("pooling: %d cases (max %d, avg %d, adaptive max %d, adaptive avg %d), %d failed, "
            "worst relative error %.2e (tolerance %.0e)\n",
-           n, counts[0], counts[1], counts[2], counts[3], failed, worst_seen, TOL);
-    worst_seen = 0;
+           n, counts[0], counts[1], counts[2], counts[3], failed, twin_worst, TOL);
+    twin_worst = 0;
     const char *bns[] = {"bn1d", "bn1d_2d", "bn2d", "bn2d_plain", "bn1d_notrack"};
     for (int i = 0; i < 5; i++)
         failed += !bn_case(argv[1], bns[i]);
-    printf("batch norm: worst relative error %.2e (tolerance 1e-05)\n", worst_seen);
+    printf("batch norm: worst relative error %.2e (tolerance 1e-05)\n", twin_worst);
     return failed || n < 100 ? 1 : 0;
 }

@@ -91,6 +91,27 @@ def pools(out):
     print(f"pool: {n} pooling cases")
 
 
+def module_steps(m, shape, affine, io):
+    """Three training steps of m on random x of shape, each's x, r (the
+    loss sum(y * r)), y and gradients into io, then eval's xe and ye and
+    the state dict after it all as "final.NAME" (the norm twins' modules)."""
+    for step in range(3):
+        x = f32(*shape).requires_grad_(True)
+        y = m(x)
+        r = f32(*shape)
+        (y * r).sum().backward()
+        io.update({f"x{step}": x.detach().float(), f"r{step}": r.float(), f"y{step}": y.detach().float(),
+                   f"gx{step}": x.grad.float()})
+        if affine:
+            io[f"gw{step}"], io[f"gb{step}"] = m.weight.grad.float(), m.bias.grad.float()
+            m.weight.grad, m.bias.grad = None, None
+    m.eval()
+    xe = f32(*shape)
+    io["xe"], io["ye"] = xe.float(), m(xe).detach().float()
+    for k, v in m.state_dict().items():
+        io[f"final.{k}"] = v.float() if v.is_floating_point() else v
+
+
 BN = [  # name, spatial, C, shape, affine, track, momentum (None: cumulative)
     ("bn1d", 1, 4, (5, 4, 3), True, True, 0.1),
     ("bn1d_2d", 1, 3, (6, 3), True, True, None),
@@ -113,21 +134,7 @@ def batchnorms(out):
         sd = {k: (v.float() if v.is_floating_point() else v) for k, v in m.state_dict().items()}
         save(f"{out}/bn_{name}.safetensors", sd)
         io = {"cfg": torch.tensor([sp, C, int(affine), int(track), -1 if mom is None else round(mom * 1000)])}
-        for step in range(3):
-            x = f32(*shape).requires_grad_(True)
-            y = m(x)
-            r = f32(*shape)
-            (y * r).sum().backward()
-            io.update({f"x{step}": x.detach().float(), f"r{step}": r.float(), f"y{step}": y.detach().float(),
-                       f"gx{step}": x.grad.float()})
-            if affine:
-                io[f"gw{step}"], io[f"gb{step}"] = m.weight.grad.float(), m.bias.grad.float()
-                m.weight.grad, m.bias.grad = None, None
-        m.eval()
-        xe = f32(*shape)
-        io["xe"], io["ye"] = xe.float(), m(xe).detach().float()
-        for k, v in m.state_dict().items():
-            io[f"final.{k}"] = v.float() if v.is_floating_point() else v
+        module_steps(m, shape, affine, io)
         save(f"{out}/bn_{name}.io.safetensors", io)
     print(f"pool: {len(BN)} batch norm cases")
 
