@@ -1,19 +1,22 @@
 /* cgrad core: convolution, PyTorch's F.conv1d / F.conv2d with zero padding
  * (declared in core/ops.h, "Convolution"), and its backward.
  *
- * A 1-d convolution is a 2-d one of height 1. Each group is a product:
- * x unfolded (im2col) into cols [N P, Cg KH KW] (a row an output
- * position, its columns the group's channels times the kernel's taps,
- * zero where a tap falls in the padding) times the group's weight rows
- * [Og, Cg KH KW] by cg_k_linear, with the bias; the rows [N P, Og] are
- * written out into the output's [N, O, P]. The backward gathers g's group
- * into [N P, Og], takes cg_k_linear_backward's dcols, dW and db, and folds
- * dcols back into dx (col2im): one input plane (n, c) a task, summed over
- * the output positions then the taps in index order, so the bits do not
- * depend on the thread count. */
+ * A 1-d convolution is a 2-d one of height 1. Each sample's group is a
+ * product on the GEMM (core/gemm.h, in the thread's matrix precision):
+ * the group's weight rows W [Og, CK] (CK = Cg KH KW) times the sample's
+ * cols [CK, P] (im2col: a row a channel's tap, a column an output
+ * position, zero where the tap falls in the padding; each row copied as
+ * runs between bounds found once a tap), written straight into the
+ * output's [Og, P] set to the bias. A 1x1 kernel at stride 1 without
+ * padding reads x itself as its cols. The backward, a sample at a time:
+ * dW += g [Og, P] cols^T (the samples in order), dcols = W^T g folded
+ * back into dx (col2im: an input plane a task, the taps in index order),
+ * db the sums of g's rows in double; so the bits do not depend on the
+ * thread count. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "core/shares.h"
 
@@ -200,15 +203,35 @@ static cg_tensor *x_f32(const cg_tensor *x, const geom *g, int64_t xs[4])
     return xf;
 }
 
-/* What a chunk of the loops below reads: the geometry, the group's first
- * channel (of x for im2col and col2im, of the output for the moves), and
- * src/dst: x (strides xs) into cols, dcols into dx, or the [N P, Og] rows
- * to (to_nop) or from the output's [N, O, P] */
+/* Whether a sample's group of x is its own cols [Cg, P]: a 1x1 kernel at
+ * stride 1 without padding, over positions one run of unit stride, the
+ * channels apart by at least a plane */
+static bool direct(const geom *g, const int64_t xs[4])
+{
+    return g->Kp == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && xs[3] == 1 &&
+           (g->H == 1 || xs[2] == g->W) && xs[1] >= g->P;
+}
+
+/* the output positions o < out (stride s) whose input position o s + off
+ * falls in [0, n): [*lo, *hi) */
+static void in_range(int64_t off, int64_t s, int64_t n, int64_t out, int64_t *lo, int64_t *hi)
+{
+    const int64_t a = -off, b = n - off; /* o s >= a, o s < b */
+    *lo = a <= 0 ? 0 : (a + s - 1) / s;
+    *hi = b <= 0 ? 0 : (b + s - 1) / s;
+    *lo = *lo < out ? *lo : out;
+    *hi = *hi < out ? *hi : out;
+    *hi = *hi > *lo ? *hi : *lo;
+}
+
+/* What a chunk of the loops below reads: the geometry, x's sample and
+ * group (strides xs, c h w in 1..3) or dx's (contiguous planes), and the
+ * cols [CK, P]: a row a tap (c, kh, kw), a column an output position */
 typedef struct {
     const geom *g;
-    float *src, *dst;
-    int64_t xs[4], first;
-    bool to_nop;
+    const float *x;
+    float *dx, *cols;
+    int64_t xs[4];
 } job;
 
 /* fn over n items in chunks of grain, threaded past PAR_THRESHOLD work */
@@ -218,99 +241,78 @@ static void run(int64_t n, int64_t grain, int64_t work, cg_chunk_fn fn, const jo
 }
 
 /* ------------------------------------------------------------- im2col */
+/* rows r0..r1 of the cols: each output row's run inside the input copied,
+ * zeros around it (the run's bounds found once a tap) */
 static void unfold_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     const job *j = ctx;
     const geom *g = j->g;
+    const int64_t sx = j->xs[3] * g->sw;
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t n = r / g->P, p = r % g->P, oh = p / g->OW, ow = p % g->OW;
-        float *row = j->dst + r * g->CK;
-        for (int64_t c = 0; c < g->Cg; c++) {
-            const float *xc = j->src + n * j->xs[0] + (j->first + c) * j->xs[1];
-            for (int64_t kh = 0; kh < g->KH; kh++, row += g->KW) {
-                const int64_t ih = oh * g->sh - g->ph + kh * g->dh;
-                if (ih < 0 || ih >= g->H) {
-                    memset(row, 0, sizeof(float) * (size_t)g->KW);
-                    continue;
-                }
-                for (int64_t kw = 0; kw < g->KW; kw++) {
-                    const int64_t iw = ow * g->sw - g->pw + kw * g->dw;
-                    row[kw] = iw < 0 || iw >= g->W ? 0.0f : xc[ih * j->xs[2] + iw * j->xs[3]];
-                }
-            }
+        const int64_t c = r / g->Kp, kh = r % g->Kp / g->KW, kw = r % g->KW;
+        const int64_t offh = kh * g->dh - g->ph, offw = kw * g->dw - g->pw;
+        int64_t h0, h1, w0, w1;
+        in_range(offh, g->sh, g->H, g->OH, &h0, &h1);
+        in_range(offw, g->sw, g->W, g->OW, &w0, &w1);
+        float *row = j->cols + r * g->P;
+        memset(row, 0, sizeof(float) * (size_t)(h0 * g->OW));
+        for (int64_t oh = h0; oh < h1; oh++) {
+            float *o = row + oh * g->OW;
+            const float *src = j->x + c * j->xs[1] + (oh * g->sh + offh) * j->xs[2] +
+                               (w0 * g->sw + offw) * j->xs[3];
+            memset(o, 0, sizeof(float) * (size_t)w0);
+            if (sx == 1)
+                memcpy(o + w0, src, sizeof(float) * (size_t)(w1 - w0));
+            else
+                for (int64_t i = 0; i < w1 - w0; i++)
+                    o[w0 + i] = src[i * sx];
+            memset(o + w1, 0, sizeof(float) * (size_t)(g->OW - w1));
         }
+        memset(row + h1 * g->OW, 0, sizeof(float) * (size_t)((g->OH - h1) * g->OW));
     }
 }
 
-/* group gi's cols [N P, CK] of x (float32 xf with strides xs) */
-static cg_tensor *unfold(const geom *g, const cg_tensor *xf, const int64_t xs[4], int64_t gi)
+static void unfold(const job *j)
 {
-    cg_tensor *cols = cg_empty(CG_SHAPE(g->N * g->P, g->CK));
-    if (!cols)
-        return NULL;
-    const job j = {g, cg_data(xf), cg_data(cols), {xs[0], xs[1], xs[2], xs[3]}, gi * g->Cg, false};
-    const int64_t rows = g->N * g->P;
-    run(rows, cg_shares_rows(g->CK), rows * g->CK, unfold_rows, &j);
-    return cols;
+    const geom *g = j->g;
+    run(g->CK, cg_shares_rows(g->P), g->CK * g->P, unfold_rows, j);
 }
 
 /* ------------------------------------------------------------- col2im */
-/* planes (n, c) of the group: each zeroed, then every output position's
- * taps added in index order */
-static void fold_planes(int64_t q0, int64_t q1, int thread, const void *ctx)
+/* planes c0..c1 of the sample's group: each zeroed, then its taps' rows
+ * added in index order (each over the output positions inside the plane) */
+static void fold_planes(int64_t c0, int64_t c1, int thread, const void *ctx)
 {
     const job *j = ctx;
     const geom *g = j->g;
-    for (int64_t q = q0; q < q1; q++) {
-        const int64_t n = q / g->Cg, c = q % g->Cg, HW = g->H * g->W;
-        float *plane = j->dst + (n * g->C + j->first + c) * HW;
-        memset(plane, 0, sizeof(float) * (size_t)HW);
-        for (int64_t p = 0; p < g->P; p++) {
-            const int64_t oh = p / g->OW, ow = p % g->OW;
-            const float *taps = j->src + (n * g->P + p) * g->CK + c * g->Kp;
-            for (int64_t kh = 0; kh < g->KH; kh++) {
-                const int64_t ih = oh * g->sh - g->ph + kh * g->dh;
-                if (ih < 0 || ih >= g->H)
-                    continue;
-                for (int64_t kw = 0; kw < g->KW; kw++) {
-                    const int64_t iw = ow * g->sw - g->pw + kw * g->dw;
-                    if (iw >= 0 && iw < g->W)
-                        plane[ih * g->W + iw] += taps[kh * g->KW + kw];
-                }
+    for (int64_t c = c0; c < c1; c++) {
+        float *plane = j->dx + c * g->H * g->W;
+        memset(plane, 0, sizeof(float) * (size_t)(g->H * g->W));
+        for (int64_t t = 0; t < g->Kp; t++) {
+            const int64_t kh = t / g->KW, kw = t % g->KW;
+            const int64_t offh = kh * g->dh - g->ph, offw = kw * g->dw - g->pw;
+            int64_t h0, h1, w0, w1;
+            in_range(offh, g->sh, g->H, g->OH, &h0, &h1);
+            in_range(offw, g->sw, g->W, g->OW, &w0, &w1);
+            const float *row = j->cols + (c * g->Kp + t) * g->P;
+            for (int64_t oh = h0; oh < h1; oh++) {
+                float *d = plane + (oh * g->sh + offh) * g->W + w0 * g->sw + offw;
+                const float *s = row + oh * g->OW + w0;
+                if (g->sw == 1)
+                    for (int64_t i = 0; i < w1 - w0; i++)
+                        d[i] += s[i];
+                else
+                    for (int64_t i = 0; i < w1 - w0; i++)
+                        d[i * g->sw] += s[i];
             }
         }
     }
 }
 
-static void fold(const geom *g, const cg_tensor *dcols, float *dx, int64_t gi)
+static void fold(const job *j)
 {
-    const job j = {g, cg_data(dcols), dx, {0}, gi * g->Cg, false};
-    run(g->N * g->Cg, 1, g->N * g->Cg * g->P * g->Kp, fold_planes, &j);
-}
-
-/* ------------------------------------------- [N P, Og] <-> [N, O, P] */
-static void move_lines(int64_t l0, int64_t l1, int thread, const void *ctx)
-{
-    const job *j = ctx;
     const geom *g = j->g;
-    for (int64_t l = l0; l < l1; l++) {
-        const int64_t n = l / g->Og, o = l % g->Og;
-        float *line = j->dst + (n * g->O + j->first + o) * g->P;
-        float *col = j->src + n * g->P * g->Og + o;
-        if (j->to_nop)
-            for (int64_t p = 0; p < g->P; p++)
-                line[p] = col[p * g->Og];
-        else
-            for (int64_t p = 0; p < g->P; p++)
-                col[p * g->Og] = line[p];
-    }
-}
-
-/* group gi's rows [N P, Og] to (to_nop) or from the [N, O, P] nop */
-static void move(const geom *g, float *rows, float *nop, int64_t gi, bool to_nop)
-{
-    const job j = {g, rows, nop, {0}, gi * g->Og, to_nop};
-    run(g->N * g->Og, cg_shares_rows(g->P), g->N * g->Og * g->P, move_lines, &j);
+    run(g->Cg, 1, g->Cg * g->Kp * g->P, fold_planes, j);
 }
 
 /* ---------------------------------------------------------- forward */
@@ -327,28 +329,34 @@ static int out_shape(int nd, const geom *g, int64_t *shape)
     return k;
 }
 
-/* group gi's weight rows [Og, CK] of the contiguous wc, and bias [Og] */
-static cg_tensor *w_rows(const geom *g, const cg_tensor *wc, int64_t gi)
+/* The forward, a sample and group at a time: out [Og, P] = W [Og, CK]
+ * cols [CK, P] (+ the bias, set first), written where the output has it */
+static bool forward_all(const geom *g, const cg_tensor *xf, const int64_t xs[4], const float *w,
+                        const cg_tensor *b, float *out)
 {
-    return cg_view_as_strided(wc, 2, (const int64_t[]){g->Og, g->CK}, (const int64_t[]){g->CK, 1},
-                              wc->offset + gi * g->Og * g->CK);
-}
-static cg_tensor *b_rows(const geom *g, const cg_tensor *b, int64_t gi)
-{
-    return cg_view_as_strided(b, 1, &g->Og, &b->strides[0], b->offset + gi * g->Og * b->strides[0]);
-}
-
-/* group gi of the forward into out's data */
-static bool forward_group(const geom *g, const cg_tensor *xf, const int64_t xs[4],
-                          const cg_tensor *wc, const cg_tensor *b, int64_t gi, float *out)
-{
-    cg_tensor *cols = unfold(g, xf, xs, gi), *wg = cols ? w_rows(g, wc, gi) : NULL;
-    cg_tensor *bg = wg && b ? b_rows(g, b, gi) : NULL;
-    cg_tensor *y = wg && (bg || !b) ? cg_k_linear(cols, wg, bg) : NULL;
-    if (y)
-        move(g, cg_data(y), out, gi, true);
-    cg_release_all(4, cols, wg, bg, y);
-    return y != NULL;
+    const bool dir = direct(g, xs);
+    cg_tensor *cols = dir ? NULL : cg_empty(CG_SHAPE(g->CK, g->P));
+    if (!dir && !cols)
+        return false;
+    job j = {g, NULL, NULL, cols ? cg_data(cols) : NULL, {xs[0], xs[1], xs[2], xs[3]}};
+    bool ok = true;
+    for (int64_t n = 0; ok && n < g->N; n++)
+        for (int64_t gi = 0; ok && gi < g->G; gi++) {
+            j.x = cg_data(xf) + n * xs[0] + gi * g->Cg * xs[1];
+            float *y = out + (n * g->O + gi * g->Og) * g->P;
+            for (int64_t o = 0; b && o < g->Og; o++) {
+                const float v = cg_data(b)[(gi * g->Og + o) * b->strides[0]];
+                for (int64_t p = 0; p < g->P; p++)
+                    y[o * g->P + p] = v;
+            }
+            if (!dir)
+                unfold(&j);
+            ok = cg_sgemm_path(CG_GEMM_AUTO, 0, g->Og, g->P, g->CK, 1.0f, w + gi * g->Og * g->CK,
+                               g->CK, 1, dir ? j.x : j.cols, dir ? xs[1] : g->P, 1, b ? 1.0f : 0.0f,
+                               y, g->P, 1);
+        }
+    cg_release(cols);
+    return ok;
 }
 
 cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
@@ -364,9 +372,7 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
     if (!out || g.N == 0)
         return out;
     cg_tensor *xf = x_f32(x, &g, xs), *wc = xf ? cg_k_contiguous(w) : NULL;
-    bool ok = wc != NULL;
-    for (int64_t gi = 0; ok && gi < g.G; gi++)
-        ok = forward_group(&g, xf, xs, wc, b, gi, cg_data(out));
+    const bool ok = wc && forward_all(&g, xf, xs, cg_data(wc), b, cg_data(out));
     cg_release_all(2, xf, wc);
     if (!ok) {
         cg_release(out);
@@ -378,36 +384,75 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
 /* ---------------------------------------------------------- backward */
 typedef struct {
     const geom *g;
-    const cg_tensor *xf, *wc;
+    const cg_tensor *xf;
+    const float *w;
     int64_t xs[4];
-    float *gc;               /* g contiguous [N, O, P] */
+    const float *gc;         /* g contiguous [N, O, P] */
     cg_tensor *dx, *dw, *db; /* made by the caller where asked for */
 } back_job;
 
-/* group gi's gradients into the job's dx, dw and db */
-static bool backward_group(const back_job *j, int64_t gi)
+/* db[o] = the sum of g[n, o, :] over n then the positions, in double */
+static void db_rows(int64_t o0, int64_t o1, int thread, const void *ctx)
 {
+    const back_job *j = ctx;
     const geom *g = j->g;
-    const int64_t rows = g->N * g->P;
-    cg_tensor *gg = cg_empty(CG_SHAPE(rows, g->Og)), *wg = gg ? w_rows(g, j->wc, gi) : NULL;
-    cg_tensor *cols = NULL, *dcols = NULL, *dwg = NULL, *dbg = NULL;
-    if (wg) {
-        move(g, cg_data(gg), j->gc, gi, false);
-        /* only dW reads the cols: otherwise a zero-stride stand-in of their shape */
-        cols = j->dw ? unfold(g, j->xf, j->xs, gi)
-                     : cg_view_as_strided(gg, 2, (const int64_t[]){rows, g->CK},
-                                          (const int64_t[]){0, 0}, gg->offset);
+    for (int64_t o = o0; o < o1; o++) {
+        double s = 0;
+        for (int64_t n = 0; n < g->N; n++) {
+            const float *r = j->gc + (n * g->O + o) * g->P;
+            for (int64_t p = 0; p < g->P; p++)
+                s += (double)r[p];
+        }
+        cg_data(j->db)[o] = (float)s;
     }
-    bool ok = cols && cg_k_linear_backward(cols, wg, gg, NULL, j->dx ? &dcols : NULL,
-                                           j->dw ? &dwg : NULL, j->db ? &dbg : NULL);
-    if (ok && j->dx)
-        fold(g, dcols, cg_data(j->dx), gi);
-    if (ok && j->dw)
-        memcpy(cg_data(j->dw) + gi * g->Og * g->CK, cg_data(dwg),
-               sizeof(float) * (size_t)(g->Og * g->CK));
-    if (ok && j->db)
-        memcpy(cg_data(j->db) + gi * g->Og, cg_data(dbg), sizeof(float) * (size_t)g->Og);
-    cg_release_all(6, gg, wg, cols, dcols, dwg, dbg);
+}
+
+/* sample n's group gi: dW [Og, CK] += g [Og, P] cols^T, dcols [CK, P] =
+ * W^T g folded into dx (a 1x1 direct kernel: written into dx itself) */
+static bool backward_one(const back_job *bj, job *j, float *dcols, int64_t n, int64_t gi)
+{
+    const geom *g = bj->g;
+    const bool dir = direct(g, bj->xs);
+    const float *gy = bj->gc + (n * g->O + gi * g->Og) * g->P, *wg = bj->w + gi * g->Og * g->CK;
+    j->x = cg_data(bj->xf) + n * bj->xs[0] + gi * g->Cg * bj->xs[1];
+    j->dx = bj->dx ? cg_data(bj->dx) + (n * g->C + gi * g->Cg) * g->H * g->W : NULL;
+    bool ok = true;
+    if (bj->dw) {
+        if (!dir)
+            unfold(j);
+        ok = cg_sgemm_path(CG_GEMM_AUTO, 0, g->Og, g->CK, g->P, 1.0f, gy, g->P, 1,
+                           dir ? j->x : j->cols, 1, dir ? bj->xs[1] : g->P, n ? 1.0f : 0.0f,
+                           cg_data(bj->dw) + gi * g->Og * g->CK, g->CK, 1);
+    }
+    if (ok && bj->dx) {
+        ok = cg_sgemm_path(CG_GEMM_AUTO, 0, g->CK, g->P, g->Og, 1.0f, wg, 1, g->CK, gy, g->P, 1,
+                           0.0f, dir ? j->dx : dcols, g->P, 1);
+        if (ok && !dir) {
+            job f = *j;
+            f.cols = dcols;
+            fold(&f);
+        }
+    }
+    return ok;
+}
+
+/* every sample and group's gradients into the job's dx, dw and db */
+static bool backward_all(back_job *bj)
+{
+    const geom *g = bj->g;
+    const bool dir = direct(g, bj->xs);
+    cg_tensor *cols = !dir && bj->dw ? cg_empty(CG_SHAPE(g->CK, g->P)) : NULL;
+    cg_tensor *dcols = !dir && bj->dx ? cg_empty(CG_SHAPE(g->CK, g->P)) : NULL;
+    bool ok = (dir || !bj->dw || cols) && (dir || !bj->dx || dcols);
+    job j = {g, NULL, NULL, cols ? cg_data(cols) : NULL, {0}};
+    memcpy(j.xs, bj->xs, sizeof j.xs);
+    for (int64_t n = 0; ok && n < g->N; n++)
+        for (int64_t gi = 0; ok && gi < g->G; gi++)
+            ok = backward_one(bj, &j, dcols ? cg_data(dcols) : NULL, n, gi);
+    if (ok && bj->db)
+        cg_shares_run(g->O, cg_shares_rows(g->N * g->P),
+                      cg_shares_team(g->O * g->N * g->P > PAR_THRESHOLD), db_rows, bj);
+    cg_release_all(2, cols, dcols);
     return ok;
 }
 
@@ -444,18 +489,20 @@ bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg
     j.dw = dw ? cg_zeros(w->ndim, w->shape) : NULL;
     j.db = db ? cg_zeros(1, w->shape) : NULL;
     bool ok = (!dx || j.dx) && (!dw || j.dw) && (!db || j.db);
-    cg_tensor *gc = NULL;
+    cg_tensor *gc = NULL, *wc = NULL;
     if (ok && ge.N > 0) {
         j.xf = x_f32(x, &ge, j.xs);
-        j.wc = j.xf ? cg_k_contiguous(w) : NULL;
-        gc = j.wc ? cg_k_contiguous(g) : NULL;
-        j.gc = gc ? cg_data(gc) : NULL;
+        wc = j.xf ? cg_k_contiguous(w) : NULL;
+        gc = wc ? cg_k_contiguous(g) : NULL;
         ok = gc != NULL;
-        for (int64_t gi = 0; ok && gi < ge.G; gi++)
-            ok = backward_group(&j, gi);
-        cg_release_all(2, (cg_tensor *)j.xf, (cg_tensor *)j.wc);
+        if (ok) {
+            j.w = cg_data(wc);
+            j.gc = cg_data(gc);
+            ok = backward_all(&j);
+        }
+        cg_release((cg_tensor *)j.xf);
     }
-    cg_release(gc);
+    cg_release_all(2, gc, wc);
     if (!ok) {
         cg_release_all(3, j.dx, j.dw, j.db);
         return false;

@@ -965,11 +965,12 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
  * >= 1 dividing C and O. pad CG_CONV_SAME pads dilation (K - 1) in all,
  * the odd one on the right (PyTorch's padding='same', stride 1 only);
  * CG_CONV_VALID pads nothing (padding='valid'). Output length (L + 2 pad -
- * dilation (K - 1) - 1) / stride + 1 >= 1. Each group is an unfold of x
- * (im2col: rows the output positions, columns C / groups times the
- * kernel's taps) times its weight rows by cg_k_linear, so the thread's
- * matrix precision (bf16 or fp32) applies as for a Linear layer. The
- * result is contiguous, x's batchedness. NULL + one-line error on a bad
+ * dilation (K - 1) - 1) / stride + 1 >= 1. Each sample's group is its
+ * weight rows [O / groups, C / groups K] times x's unfold (im2col: a row
+ * a channel's tap, a column an output position; x itself for a 1x1
+ * kernel at stride 1 without padding) on the GEMM, written where the
+ * output has it, so the thread's matrix precision (bf16 or fp32) applies
+ * as for a Linear layer. The result is contiguous, x's batchedness. NULL + one-line error on a bad
  * shape, dtype or configuration. */
 typedef enum { CG_CONV_PAD_NUMBERS = 0, CG_CONV_SAME, CG_CONV_VALID } cg_conv_pad;
 typedef struct {
@@ -986,9 +987,9 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
                      const cg_conv_cfg *cfg);
 /* Its gradients given g (the output's shape, any strides): dx (x's shape,
  * float32), dw (w's shape), db [O] (each may be NULL to skip). dx is
- * folded back from the unfolded gradient (col2im) one input plane a task,
- * the taps in a fixed order; db is cg_k_linear_backward's column sums:
- * the same bits for any thread count. False + error on failure. */
+ * folded back from W^T g (col2im) one input plane a task, the taps in
+ * a fixed order; dw sums the samples' g x^T in sample order; db sums
+ * g's rows in double: the same bits for any thread count. False + error on failure. */
 bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg_conv_cfg *cfg,
                         const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 
