@@ -8,11 +8,14 @@
  * position, zero where the tap falls in the padding; each row copied as
  * runs between bounds found once a tap), written straight into the
  * output's [Og, P] set to the bias. A 1x1 kernel at stride 1 without
- * padding reads x itself as its cols. The backward, a sample at a time:
- * dW += g [Og, P] cols^T (the samples in order), dcols = W^T g folded
- * back into dx (col2im: an input plane a task, the taps in index order),
- * db the sums of g's rows in double; so the bits do not depend on the
- * thread count. */
+ * padding reads x itself as its cols. The backward: dW = the sum of g
+ * [Og, P] cols^T over the samples, dcols = W^T g folded back into dx
+ * (col2im: an input plane at a time, the taps in index order), db the sums
+ * of g's rows in double. Threads take whole samples (each its products on
+ * one thread, its cols its own); dW is summed in chunks of samples, at
+ * most DW_PARTS, each in sample order, then the chunks' sums in order,
+ * the chunks set by the batch: the bits do not depend on the thread
+ * count. A batch of one threads the loops and the products inside. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,34 +332,119 @@ static int out_shape(int nd, const geom *g, int64_t *shape)
     return k;
 }
 
-/* The forward, a sample and group at a time: out [Og, P] = W [Og, CK]
- * cols [CK, P] (+ the bias, set first), written where the output has it */
-static bool forward_all(const geom *g, const cg_tensor *xf, const int64_t xs[4], const float *w,
-                        const cg_tensor *b, float *out)
+/* What the loops over the samples read: the geometry, x (strides xs), W
+ * and g contiguous, the bias; what they write (out, or dx and dW: dW's
+ * partial sums, a chunk of samples each, where there are several);
+ * scratch, each thread's cols (and dcols); the product's path (the
+ * calling thread's precision), and a flag a failed product sets */
+typedef struct {
+    const geom *g;
+    const float *x, *w, *gc;
+    const cg_tensor *b;
+    int64_t xs[4], grain;
+    float *out, *dx, *dw, *scratch;
+    cg_gemm_path path;
+    bool dir;
+    _Atomic bool *failed;
+} pass;
+
+/* sample n's group gi as a job of the row loops (cols: the thread's) */
+static job sample_job(const pass *s, int64_t n, int64_t gi, float *cols)
 {
-    const bool dir = direct(g, xs);
-    cg_tensor *cols = dir ? NULL : cg_empty(CG_SHAPE(g->CK, g->P));
-    if (!dir && !cols)
-        return false;
-    job j = {g, NULL, NULL, cols ? cg_data(cols) : NULL, {xs[0], xs[1], xs[2], xs[3]}};
-    bool ok = true;
-    for (int64_t n = 0; ok && n < g->N; n++)
-        for (int64_t gi = 0; ok && gi < g->G; gi++) {
-            j.x = cg_data(xf) + n * xs[0] + gi * g->Cg * xs[1];
-            float *y = out + (n * g->O + gi * g->Og) * g->P;
-            for (int64_t o = 0; b && o < g->Og; o++) {
-                const float v = cg_data(b)[(gi * g->Og + o) * b->strides[0]];
+    const geom *g = s->g;
+    job j = {g,
+             s->x + n * s->xs[0] + gi * g->Cg * s->xs[1],
+             NULL,
+             cols,
+             {s->xs[0], s->xs[1], s->xs[2], s->xs[3]}};
+    if (s->dx)
+        j.dx = s->dx + (n * g->C + gi * g->Cg) * g->H * g->W;
+    return j;
+}
+
+static void gemm(const pass *s, int64_t m, int64_t n, int64_t k, const float *a, int64_t rsa,
+                 int64_t csa, const float *b, int64_t rsb, int64_t csb, float beta, float *c)
+{
+    if (!cg_sgemm_path(s->path, 0, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, beta, c, n, 1))
+        atomic_store(s->failed, true);
+}
+
+/* samples n0..n1 of the forward: out [Og, P] = W [Og, CK] cols [CK, P]
+ * (+ the bias, set first), written where the output has it */
+static void forward_samples(int64_t n0, int64_t n1, int thread, const void *ctx)
+{
+    const pass *s = ctx;
+    const geom *g = s->g;
+    float *cols = s->scratch ? s->scratch + thread * g->CK * g->P : NULL;
+    for (int64_t n = n0; n < n1; n++)
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            const job j = sample_job(s, n, gi, cols);
+            float *y = s->out + (n * g->O + gi * g->Og) * g->P;
+            for (int64_t o = 0; s->b && o < g->Og; o++) {
+                const float v = cg_data(s->b)[(gi * g->Og + o) * s->b->strides[0]];
                 for (int64_t p = 0; p < g->P; p++)
                     y[o * g->P + p] = v;
             }
-            if (!dir)
+            if (!s->dir)
                 unfold(&j);
-            ok = cg_sgemm_path(CG_GEMM_AUTO, 0, g->Og, g->P, g->CK, 1.0f, w + gi * g->Og * g->CK,
-                               g->CK, 1, dir ? j.x : j.cols, dir ? xs[1] : g->P, 1, b ? 1.0f : 0.0f,
-                               y, g->P, 1);
+            gemm(s, g->Og, g->P, g->CK, s->w + gi * g->Og * g->CK, g->CK, 1, s->dir ? j.x : j.cols,
+                 s->dir ? s->xs[1] : g->P, 1, s->b ? 1.0f : 0.0f, y);
         }
-    cg_release(cols);
-    return ok;
+}
+
+/* The team for a loop over the samples (several: each thread runs whole
+ * samples, its products on one thread; one: the loops inside threaded)
+ * and its scratch, per cols [CK, P] of a thread; false + error */
+static bool samples_team(pass *s, int per, int *nt, cg_tensor **scratch)
+{
+    const geom *g = s->g;
+    *nt = cg_shares_team(g->N > 1 && g->N * g->G * g->Og * g->P * g->CK > PAR_THRESHOLD);
+    *scratch = NULL;
+    s->scratch = NULL;
+    if (s->dir || !per)
+        return true;
+    if (!(*scratch = cg_empty(CG_SHAPE((int64_t)*nt * per, g->CK * g->P))))
+        return false;
+    s->scratch = cg_data(*scratch);
+    return true;
+}
+
+/* Whether no product failed; a failure on another thread (its error
+ * there) recorded on this one */
+static bool products_ok(const geom *g, bool failed, int nt)
+{
+    if (failed && nt > 1)
+        cg_set_error("%s: a product failed on a worker thread (out of memory)",
+                     g->H == 1 && g->KH == 1 ? "conv1d" : "conv2d");
+    return !failed;
+}
+
+/* The forward, the samples among the threads */
+static bool forward_all(const geom *g, const cg_tensor *xf, const int64_t xs[4], const float *w,
+                        const cg_tensor *b, float *out)
+{
+    _Atomic bool failed = false;
+    pass s = {g,
+              cg_data(xf),
+              w,
+              NULL,
+              b,
+              {xs[0], xs[1], xs[2], xs[3]},
+              1,
+              out,
+              NULL,
+              NULL,
+              NULL,
+              cg_precision_path(cg_get_matmul_precision()),
+              direct(g, xs),
+              &failed};
+    int nt;
+    cg_tensor *scratch;
+    if (!samples_team(&s, 1, &nt, &scratch))
+        return false;
+    cg_shares_run(g->N, 1, nt, forward_samples, &s);
+    cg_release(scratch);
+    return products_ok(g, failed, nt);
 }
 
 cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
@@ -382,19 +470,47 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
 }
 
 /* ---------------------------------------------------------- backward */
+/* samples n0..n1 (one chunk) of the backward: its dW [Og, CK] (the
+ * chunk's partial sum) = the sum over its samples in order of g [Og, P]
+ * cols^T; dcols [CK, P] = W^T g folded into dx (a direct 1x1 kernel:
+ * written into dx itself) */
+static void backward_samples(int64_t n0, int64_t n1, int thread, const void *ctx)
+{
+    const pass *s = ctx;
+    const geom *g = s->g;
+    const int64_t CKP = g->CK * g->P, wn = g->G * g->Og * g->CK;
+    float *cols = s->scratch ? s->scratch + 2 * thread * CKP : NULL;
+    float *dcols = cols ? cols + CKP : NULL, *dw = s->dw ? s->dw + n0 / s->grain * wn : NULL;
+    for (int64_t n = n0; n < n1; n++)
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            job j = sample_job(s, n, gi, cols);
+            const float *gy = s->gc + (n * g->O + gi * g->Og) * g->P;
+            if (dw && !s->dir)
+                unfold(&j);
+            if (dw)
+                gemm(s, g->Og, g->CK, g->P, gy, g->P, 1, s->dir ? j.x : j.cols, 1,
+                     s->dir ? s->xs[1] : g->P, n > n0 ? 1.0f : 0.0f, dw + gi * g->Og * g->CK);
+            if (!s->dx)
+                continue;
+            gemm(s, g->CK, g->P, g->Og, s->w + gi * g->Og * g->CK, 1, g->CK, gy, g->P, 1, 0.0f,
+                 s->dir ? j.dx : dcols);
+            j.cols = dcols;
+            if (!s->dir)
+                fold(&j);
+        }
+}
+
 typedef struct {
     const geom *g;
-    const cg_tensor *xf;
-    const float *w;
-    int64_t xs[4];
-    const float *gc;         /* g contiguous [N, O, P] */
-    cg_tensor *dx, *dw, *db; /* made by the caller where asked for */
-} back_job;
+    const float *gc, *part; /* g; dW's partial sums */
+    int64_t nparts, wn;
+    float *db, *dw;
+} sums_job;
 
 /* db[o] = the sum of g[n, o, :] over n then the positions, in double */
 static void db_rows(int64_t o0, int64_t o1, int thread, const void *ctx)
 {
-    const back_job *j = ctx;
+    const sums_job *j = ctx;
     const geom *g = j->g;
     for (int64_t o = o0; o < o1; o++) {
         double s = 0;
@@ -403,57 +519,51 @@ static void db_rows(int64_t o0, int64_t o1, int thread, const void *ctx)
             for (int64_t p = 0; p < g->P; p++)
                 s += (double)r[p];
         }
-        cg_data(j->db)[o] = (float)s;
+        j->db[o] = (float)s;
     }
 }
 
-/* sample n's group gi: dW [Og, CK] += g [Og, P] cols^T, dcols [CK, P] =
- * W^T g folded into dx (a 1x1 direct kernel: written into dx itself) */
-static bool backward_one(const back_job *bj, job *j, float *dcols, int64_t n, int64_t gi)
+/* dW = its partial sums added in order */
+static void dw_sum(int64_t i0, int64_t i1, int thread, const void *ctx)
 {
-    const geom *g = bj->g;
-    const bool dir = direct(g, bj->xs);
-    const float *gy = bj->gc + (n * g->O + gi * g->Og) * g->P, *wg = bj->w + gi * g->Og * g->CK;
-    j->x = cg_data(bj->xf) + n * bj->xs[0] + gi * g->Cg * bj->xs[1];
-    j->dx = bj->dx ? cg_data(bj->dx) + (n * g->C + gi * g->Cg) * g->H * g->W : NULL;
-    bool ok = true;
-    if (bj->dw) {
-        if (!dir)
-            unfold(j);
-        ok = cg_sgemm_path(CG_GEMM_AUTO, 0, g->Og, g->CK, g->P, 1.0f, gy, g->P, 1,
-                           dir ? j->x : j->cols, 1, dir ? bj->xs[1] : g->P, n ? 1.0f : 0.0f,
-                           cg_data(bj->dw) + gi * g->Og * g->CK, g->CK, 1);
+    const sums_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        float s = j->part[i];
+        for (int64_t c = 1; c < j->nparts; c++)
+            s += j->part[c * j->wn + i];
+        j->dw[i] = s;
     }
-    if (ok && bj->dx) {
-        ok = cg_sgemm_path(CG_GEMM_AUTO, 0, g->CK, g->P, g->Og, 1.0f, wg, 1, g->CK, gy, g->P, 1,
-                           0.0f, dir ? j->dx : dcols, g->P, 1);
-        if (ok && !dir) {
-            job f = *j;
-            f.cols = dcols;
-            fold(&f);
-        }
-    }
-    return ok;
 }
 
-/* every sample and group's gradients into the job's dx, dw and db */
-static bool backward_all(back_job *bj)
+/* The backward, chunks of samples among the threads: at most DW_PARTS,
+ * their number the batch's (the same sums for any team); dw, db NULL:
+ * not asked for */
+enum { DW_PARTS = 8 };
+static bool backward_all(pass *s, float *dw, float *db)
 {
-    const geom *g = bj->g;
-    const bool dir = direct(g, bj->xs);
-    cg_tensor *cols = !dir && bj->dw ? cg_empty(CG_SHAPE(g->CK, g->P)) : NULL;
-    cg_tensor *dcols = !dir && bj->dx ? cg_empty(CG_SHAPE(g->CK, g->P)) : NULL;
-    bool ok = (dir || !bj->dw || cols) && (dir || !bj->dx || dcols);
-    job j = {g, NULL, NULL, cols ? cg_data(cols) : NULL, {0}};
-    memcpy(j.xs, bj->xs, sizeof j.xs);
-    for (int64_t n = 0; ok && n < g->N; n++)
-        for (int64_t gi = 0; ok && gi < g->G; gi++)
-            ok = backward_one(bj, &j, dcols ? cg_data(dcols) : NULL, n, gi);
-    if (ok && bj->db)
+    const geom *g = s->g;
+    const int64_t parts = g->N < DW_PARTS ? g->N : DW_PARTS, wn = g->G * g->Og * g->CK;
+    s->grain = (g->N + parts - 1) / parts;
+    const int64_t nparts = (g->N + s->grain - 1) / s->grain;
+    cg_tensor *part = dw && nparts > 1 ? cg_empty(CG_SHAPE(nparts, wn)) : NULL;
+    s->dw = part ? cg_data(part) : dw;
+    int nt;
+    cg_tensor *scratch;
+    _Atomic bool failed = false;
+    s->failed = &failed;
+    if ((dw && nparts > 1 && !part) || !samples_team(s, 2, &nt, &scratch)) {
+        cg_release(part);
+        return false;
+    }
+    cg_shares_run(g->N, s->grain, nt, backward_samples, s);
+    const sums_job j = {g, s->gc, s->dw, nparts, wn, db, dw};
+    if (part)
+        cg_shares_run(wn, 4096, cg_shares_team(wn * nparts > PAR_THRESHOLD), dw_sum, &j);
+    if (db)
         cg_shares_run(g->O, cg_shares_rows(g->N * g->P),
-                      cg_shares_team(g->O * g->N * g->P > PAR_THRESHOLD), db_rows, bj);
-    cg_release_all(2, cols, dcols);
-    return ok;
+                      cg_shares_team(g->O * g->N * g->P > PAR_THRESHOLD), db_rows, &j);
+    cg_release_all(2, part, scratch);
+    return products_ok(g, failed, nt);
 }
 
 static bool check_grad(int nd, const geom *g, const cg_tensor *grad)
@@ -484,34 +594,43 @@ bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg
     geom ge;
     if (!geometry(nd, x, w, NULL, cfg, &ge) || !check_grad(nd, &ge, g))
         return false;
-    back_job j = {.g = &ge};
-    j.dx = dx ? cg_empty(x->ndim, x->shape) : NULL;
-    j.dw = dw ? cg_zeros(w->ndim, w->shape) : NULL;
-    j.db = db ? cg_zeros(1, w->shape) : NULL;
-    bool ok = (!dx || j.dx) && (!dw || j.dw) && (!db || j.db);
-    cg_tensor *gc = NULL, *wc = NULL;
+    cg_tensor *tdx = dx ? cg_empty(x->ndim, x->shape) : NULL;
+    cg_tensor *tdw = dw ? cg_zeros(w->ndim, w->shape) : NULL;
+    cg_tensor *tdb = db ? cg_zeros(1, w->shape) : NULL;
+    bool ok = (!dx || tdx) && (!dw || tdw) && (!db || tdb);
+    cg_tensor *xf = NULL, *gc = NULL, *wc = NULL;
+    int64_t xs[4] = {0};
     if (ok && ge.N > 0) {
-        j.xf = x_f32(x, &ge, j.xs);
-        wc = j.xf ? cg_k_contiguous(w) : NULL;
+        xf = x_f32(x, &ge, xs);
+        wc = xf ? cg_k_contiguous(w) : NULL;
         gc = wc ? cg_k_contiguous(g) : NULL;
-        ok = gc != NULL;
-        if (ok) {
-            j.w = cg_data(wc);
-            j.gc = cg_data(gc);
-            ok = backward_all(&j);
-        }
-        cg_release((cg_tensor *)j.xf);
+        pass s = {&ge,
+                  xf ? cg_data(xf) : NULL,
+                  wc ? cg_data(wc) : NULL,
+                  gc ? cg_data(gc) : NULL,
+                  NULL,
+                  {xs[0], xs[1], xs[2], xs[3]},
+                  1,
+                  NULL,
+                  tdx ? cg_data(tdx) : NULL,
+                  NULL,
+                  NULL,
+                  cg_precision_path(cg_get_matmul_precision()),
+                  false,
+                  NULL};
+        s.dir = xf && direct(&ge, xs);
+        ok = gc && backward_all(&s, tdw ? cg_data(tdw) : NULL, tdb ? cg_data(tdb) : NULL);
     }
-    cg_release_all(2, gc, wc);
+    cg_release_all(3, xf, gc, wc);
     if (!ok) {
-        cg_release_all(3, j.dx, j.dw, j.db);
+        cg_release_all(3, tdx, tdw, tdb);
         return false;
     }
     if (dx)
-        *dx = j.dx;
+        *dx = tdx;
     if (dw)
-        *dw = j.dw;
+        *dw = tdw;
     if (db)
-        *db = j.db;
+        *db = tdb;
     return true;
 }

@@ -988,8 +988,9 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
 /* Its gradients given g (the output's shape, any strides): dx (x's shape,
  * float32), dw (w's shape), db [O] (each may be NULL to skip). dx is
  * folded back from W^T g (col2im) one input plane a task, the taps in
- * a fixed order; dw sums the samples' g x^T in sample order; db sums
- * g's rows in double: the same bits for any thread count. False + error on failure. */
+ * a fixed order; dw sums the samples' g x^T in chunks of samples set by
+ * the batch, each in order; db sums g's rows in double: the same bits for
+ * any thread count. False + error on failure. */
 bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg_conv_cfg *cfg,
                         const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 
