@@ -9,7 +9,7 @@
  * start from the same weights: the C side draws them from PyTorch's
  * generator (cg_mt19937) in the order torch.manual_seed(1); nn.Embedding;
  * nn.Conv1d ... draws them, so the two print the same losses (the meson
- * test example_tcn_torch compares the first 20 steps).
+ * test example_tcn_torch compares the first 15 steps).
  *
  *   build/examples/example_tcn [--steps N]      (default 300) */
 #include <stdio.h>
