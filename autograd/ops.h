@@ -274,11 +274,15 @@ cg_tensor *cg_tril(cg_tensor *a, int64_t diagonal);
 cg_tensor *cg_triu(cg_tensor *a, int64_t diagonal);
 /* torch.cumsum along dim. */
 cg_tensor *cg_cumsum(cg_tensor *a, int dim);
-/* F.pad(a, pad, mode='constant', value): n_pad sizes, pairs (left, right)
- * for the last dim first, then the dim before it (n_pad / 2 <= ndim); a
- * negative size crops. Any dtype; differentiable (the gradient is the
- * padded part's, cropped back; 0 for what a crop removed). */
-cg_tensor *cg_pad(cg_tensor *a, int n_pad, const int64_t *pad, float value);
+/* F.pad(a, pad, mode, value): n_pad sizes, pairs (left, right) for the
+ * last dim first, then the dim before it (n_pad / 2 <= ndim); a negative
+ * size crops. mode CG_PAD_CONSTANT (value around), CG_PAD_REFLECT,
+ * CG_PAD_REPLICATE or CG_PAD_CIRCULAR (value 0; core/ops.h cg_k_pad says
+ * what each reads and the sizes it takes), any dims padded. Any dtype;
+ * differentiable (constant: the kept part's gradient, 0 for what a crop
+ * removed; the others: each element's sum over the positions that read
+ * it). */
+cg_tensor *cg_pad(cg_tensor *a, int n_pad, const int64_t *pad, cg_pad_mode mode, float value);
 /* torch.flip(a, dims): reversed along each of ndims dims (a copy). */
 cg_tensor *cg_flip(cg_tensor *a, int ndims, const int *dims);
 /* torch.roll(a, shifts, dims): shifts[i] along dims[i], n of each; dims

@@ -247,18 +247,19 @@ cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim)
 }
 
 /* -------------------------------------- pad, flip, roll, repeat */
-/* What the backwards of pad and roll undo: count sizes or shifts, negated,
- * then roll's dims (w, or none), kept in the node's ctx (p.i[0]: count);
- * false + error when out of memory */
+/* What the backwards of pad and roll read: count sizes or shifts (roll's
+ * negated: its backward rolls back), then roll's dims (w, or none), kept
+ * in the node's ctx (p.i[0]: count); false + error when out of memory */
 static bool keep_list(cg_node *n, int count, const int64_t *v, const int *w)
 {
+    const bool negate = n->op == CG_OP_ROLL;
     int64_t *l = malloc((size_t)count * (sizeof *l + sizeof *w) + 1);
     if (!l) {
         cg_set_error("%s: out of memory", cg_node_name(n));
         return false;
     }
     for (int i = 0; i < count; i++)
-        l[i] = -v[i];
+        l[i] = negate ? -v[i] : v[i];
     if (w)
         memcpy(l + count, w, (size_t)count * sizeof *w);
     n->ctx = l;
@@ -275,13 +276,17 @@ static cg_tensor *kept_or_null(cg_tensor *out, bool ok)
 
 static bool pad_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
-    return (gin[0] = cg_k_pad(g, (int)n->p.i[0], n->ctx, 0.0f)) != NULL;
+    return (gin[0] = cg_k_pad_backward(g, IN(0)->ndim, IN(0)->shape, (int)n->p.i[0], n->ctx,
+                                       (cg_pad_mode)n->p.i[1])) != NULL;
 }
-cg_tensor *cg_pad(cg_tensor *a, int n_pad, const int64_t *pad, float value)
+cg_tensor *cg_pad(cg_tensor *a, int n_pad, const int64_t *pad, cg_pad_mode mode, float value)
 {
     cg_node *n;
-    cg_tensor *out = record(cg_k_pad(a, n_pad, pad, value), CG_OP_PAD, 1, &a, pad_bw, &n);
-    return n ? kept_or_null(out, keep_list(n, n_pad, pad, NULL)) : out;
+    cg_tensor *out = record(cg_k_pad(a, n_pad, pad, mode, value), CG_OP_PAD, 1, &a, pad_bw, &n);
+    if (!n)
+        return out;
+    n->p.i[1] = mode;
+    return kept_or_null(out, keep_list(n, n_pad, pad, NULL));
 }
 
 static bool flip_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)

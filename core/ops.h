@@ -919,13 +919,33 @@ bool cg_k_cosine_similarity_backward(const cg_tensor *a, const cg_tensor *b, con
 /* ------------------------------------------------------- rearranging */
 /* Copies of a's elements in new places (core/rearrange.c), every dtype,
  * a fresh contiguous result (never a view), the same bits for any thread
- * count; each backward is its forward again or repeat's sum.
- * cg_k_pad: F.pad(a, pad, mode='constant', value): n_pad sizes, pairs
- * (left, right) for the last dim first, then the one before it, ...
- * (n_pad / 2 <= ndim); a negative size crops (not more than the dim
- * holds); value converted to a's dtype as cg_full_dtype converts it. The
- * backward is the pad with the sizes negated and 0. */
-cg_tensor *cg_k_pad(const cg_tensor *a, int n_pad, const int64_t *pad, float value);
+ * count; each backward is its forward again or a sum in a fixed order.
+ * cg_k_pad: F.pad(a, pad, mode, value): n_pad sizes, pairs (left, right)
+ * for the last dim first, then the one before it, ... (n_pad / 2 <=
+ * ndim); a negative size crops.
+ * - CG_PAD_CONSTANT: value (converted to a's dtype as cg_full_dtype
+ *   converts it) around the kept part; a crop not more than the dim holds.
+ * - CG_PAD_REFLECT: a position p before the dim's start reads -p, one past
+ *   its end n - 1 reads 2 (n - 1) - p (the edge not repeated); each size
+ *   less than the dim's, as PyTorch's reflection_pad.
+ * - CG_PAD_REPLICATE: the nearest edge element; a padded dim not empty.
+ * - CG_PAD_CIRCULAR: the dim cropped first, then wrapped around (the
+ *   left pad reads the kept part's end), each size at most the kept part's
+ *   length, as PyTorch's circular pad.
+ * The non-constant modes take value 0 (PyTorch's "doesn't take in value
+ * argument") and pad any dims of any rank (PyTorch's kernels: the last 1
+ * to 3 under a batch dim or two; circular under two). */
+typedef enum { CG_PAD_CONSTANT = 0, CG_PAD_REFLECT, CG_PAD_REPLICATE, CG_PAD_CIRCULAR } cg_pad_mode;
+cg_tensor *cg_k_pad(const cg_tensor *a, int n_pad, const int64_t *pad, cg_pad_mode mode,
+                    float value);
+/* The gradient of cg_k_pad's input (ndim dims of shape, the padded
+ * tensor's) from g (float32 or bfloat16, the pad's output shape): what a
+ * constant pad kept, cropped back; for the other modes each input
+ * element's sum of the gradients of the positions that read it, the last
+ * dim folded first, in increasing position, in float32 (a bfloat16 g's
+ * result rounded once at the end). */
+cg_tensor *cg_k_pad_backward(const cg_tensor *g, int ndim, const int64_t *shape, int n_pad,
+                             const int64_t *pad, cg_pad_mode mode);
 /* torch.flip(a, dims): reversed along each of the ndims dims (each named
  * once; none: a copy). */
 cg_tensor *cg_k_flip(const cg_tensor *a, int ndims, const int *dims);

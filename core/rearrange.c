@@ -1,11 +1,15 @@
 /* cgrad core: copies that put a tensor's elements in new places, every
- * dtype (declared in core/ops.h, "rearranging"): F.pad in constant mode,
- * torch.flip, torch.roll, Tensor.repeat, and repeat's backward (a sum).
+ * dtype (declared in core/ops.h, "rearranging"): F.pad in its four modes
+ * and its backward, torch.flip, torch.roll, Tensor.repeat, and repeat's
+ * backward (a sum).
  *
  * Each is a view (negative strides, narrowed pieces, an expand) copied by
  * cg_k_copy_ or cg_k_clone, whose loops (core/iter.h) give each output
  * element to one thread: the same bits for any thread count, any layout.
- * repeat's backward sums with cg_k_sum, whose order is fixed (reduce.c). */
+ * The non-constant pads gather each padded dim with cg_k_index_select and
+ * fold its gradient back with cg_k_index_add_ (shape_ops.c: a row's
+ * sources added in increasing order); repeat's backward sums with
+ * cg_k_sum, whose order is fixed (reduce.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,45 +39,205 @@ static bool copy_box(cg_tensor *dst, const int64_t *dlo, const cg_tensor *src, c
 }
 
 /* ---------------------------------------------------------------- pad */
-cg_tensor *cg_k_pad(const cg_tensor *a, int n_pad, const int64_t *pad, float value)
+static const char *const pad_modes[] = {"constant", "reflect", "replicate", "circular"};
+
+/* The sizes (l, r) dim d of an ndim-dim tensor is padded by */
+static void pad_of(int ndim, int d, int n_pad, const int64_t *pad, int64_t *l, int64_t *r)
 {
-    if (!a) {
-        cg_error_null_input("cg_k_pad");
-        return NULL;
-    }
+    const int k = ndim - 1 - d; /* pad[2k], pad[2k + 1] pad dim d */
+    *l = k < n_pad / 2 ? pad[2 * k] : 0;
+    *r = k < n_pad / 2 ? pad[2 * k + 1] : 0;
+}
+
+/* The part of a dim of size n padded (l, r) kept in place: [*slo, *slo +
+ * *len) of the input at *dlo of the output */
+static void pad_kept(int64_t n, int64_t l, int64_t r, int64_t *slo, int64_t *len, int64_t *dlo)
+{
+    *slo = l < 0 ? -l : 0;
+    *len = n - *slo - (r < 0 ? -r : 0);
+    *dlo = l > 0 ? l : 0;
+}
+
+/* The pad's arguments for a tensor of ndim dims of shape: pairs, a mode,
+ * no value but constant's, sizes the mode can pad by; the padded shape
+ * into out (may be NULL). False + one line naming the dim otherwise. */
+static bool pad_check(int ndim, const int64_t *shape, int n_pad, const int64_t *pad,
+                      cg_pad_mode mode, float value, int64_t *out)
+{
     char b[96];
+    if ((unsigned)mode > CG_PAD_CIRCULAR) {
+        cg_set_error("pad: mode %d, expected constant, reflect, replicate or circular (0 to 3)",
+                     (int)mode);
+        return false;
+    }
+    if (mode != CG_PAD_CONSTANT && value != 0.0f) {
+        cg_set_error("pad: mode %s takes no value (got %g): only constant pads with one",
+                     pad_modes[mode], (double)value);
+        return false;
+    }
     if (n_pad < 0 || n_pad % 2 || (n_pad && !pad)) {
         cg_set_error("pad: %d padding sizes%s, expected pairs (left, right), the last dim's first",
                      n_pad, n_pad && !pad ? " and no array" : "");
-        return NULL;
+        return false;
     }
-    if (n_pad / 2 > a->ndim) {
-        cg_set_error("pad: %d pairs of padding for a tensor of %d dims (shape %s)", n_pad / 2,
-                     a->ndim, cg_shape_str(a, b, sizeof b));
-        return NULL;
+    if (n_pad / 2 > ndim) {
+        cg_set_error("pad: %d pairs of padding for a tensor of %d dims (shape %s)", n_pad / 2, ndim,
+                     cg_shape_str_n(ndim, shape, b, sizeof b));
+        return false;
     }
-    /* the kept part of a [slo, slo + len) lands at dlo of the result */
-    int64_t shape[CG_MAX_DIMS], slo[CG_MAX_DIMS] = {0}, dlo[CG_MAX_DIMS] = {0}, len[CG_MAX_DIMS];
-    for (int d = 0; d < a->ndim; d++) {
-        const int k = a->ndim - 1 - d; /* pad[2k], pad[2k + 1] pad dim d */
-        const int64_t l = k < n_pad / 2 ? pad[2 * k] : 0, r = k < n_pad / 2 ? pad[2 * k + 1] : 0;
-        const int64_t n = a->shape[d];
-        slo[d] = l < 0 ? -l : 0;
-        len[d] = n - slo[d] - (r < 0 ? -r : 0);
-        if (len[d] < 0) {
-            cg_set_error("pad: dim %d of size %lld cropped by (%lld, %lld), more than it holds "
-                         "(shape %s)",
-                         d, (long long)n, (long long)l, (long long)r, cg_shape_str(a, b, sizeof b));
-            return NULL;
+    for (int d = 0; d < ndim; d++) {
+        int64_t l, r, slo, len, dlo;
+        pad_of(ndim, d, n_pad, pad, &l, &r);
+        pad_kept(shape[d], l, r, &slo, &len, &dlo);
+        const int64_t n = shape[d], m = n + l + r;
+        const char *why = NULL;
+        if (mode == CG_PAD_REFLECT && (l >= n || r >= n) && (l > 0 || r > 0))
+            why = "more than reflect takes (each size less than the dim's)";
+        else if (mode == CG_PAD_REPLICATE && n == 0 && m > 0)
+            why = "but replicate has no edge to repeat in an empty dim";
+        else if (mode == CG_PAD_CIRCULAR && len >= 0 && (l > len || r > len))
+            why = "more than circular takes (it wraps around once: each size at most the kept "
+                  "length)";
+        else if (mode == CG_PAD_CONSTANT || mode == CG_PAD_CIRCULAR ? len < 0 : m < 0)
+            why = "more than it holds";
+        if (why) {
+            cg_set_error("pad: dim %d of size %lld %s by (%lld, %lld), %s (shape %s)", d,
+                         (long long)n, len < 0 ? "cropped" : "padded", (long long)l, (long long)r,
+                         why, cg_shape_str_n(ndim, shape, b, sizeof b));
+            return false;
         }
-        dlo[d] = l > 0 ? l : 0;
-        shape[d] = len[d] + dlo[d] + (r > 0 ? r : 0);
+        if (out)
+            out[d] = m;
+    }
+    return true;
+}
+
+/* Where each of the n + l + r positions of a dim of size n padded (l, r)
+ * in a mode other than constant reads from (pad_check passed) */
+static cg_tensor *pad_sources(cg_pad_mode mode, int64_t n, int64_t l, int64_t r)
+{
+    const int64_t m = n + l + r;
+    int64_t slo, len, dlo;
+    pad_kept(n, l, r, &slo, &len, &dlo);
+    cg_tensor *idx = cg_empty_dtype(CG_I64, 1, (int64_t[]){m});
+    int64_t *src = idx ? cg_data_i64(idx) : NULL;
+    for (int64_t o = 0; src && o < m; o++) {
+        int64_t p = o - l;
+        if (mode == CG_PAD_CIRCULAR)
+            p = slo + ((o - dlo) % len + len) % len;
+        else if (mode == CG_PAD_REPLICATE)
+            p = p < 0 ? 0 : p >= n ? n - 1 : p;
+        else
+            p = p < 0 ? -p : p >= n ? 2 * (n - 1) - p : p;
+        src[o] = p;
+    }
+    return idx;
+}
+
+/* The constant pad: value around the kept boxes */
+static cg_tensor *pad_constant(const cg_tensor *a, int n_pad, const int64_t *pad, float value,
+                               const int64_t *shape)
+{
+    int64_t slo[CG_MAX_DIMS] = {0}, dlo[CG_MAX_DIMS] = {0}, len[CG_MAX_DIMS];
+    for (int d = 0; d < a->ndim; d++) {
+        int64_t l, r;
+        pad_of(a->ndim, d, n_pad, pad, &l, &r);
+        pad_kept(a->shape[d], l, r, &slo[d], &len[d], &dlo[d]);
     }
     cg_tensor *out = cg_full_dtype(a->dtype, a->ndim, shape, value);
     if (out && !copy_box(out, dlo, a, slo, len)) {
         cg_release(out);
         return NULL;
     }
+    return out;
+}
+
+cg_tensor *cg_k_pad(const cg_tensor *a, int n_pad, const int64_t *pad, cg_pad_mode mode,
+                    float value)
+{
+    if (!a) {
+        cg_error_null_input("cg_k_pad");
+        return NULL;
+    }
+    int64_t shape[CG_MAX_DIMS];
+    if (!pad_check(a->ndim, a->shape, n_pad, pad, mode, value, shape))
+        return NULL;
+    if (mode == CG_PAD_CONSTANT)
+        return pad_constant(a, n_pad, pad, value, shape);
+    /* one gather a padded dim, the last first: each element read once */
+    cg_tensor *x = NULL;
+    for (int d = a->ndim - 1; d >= 0; d--) {
+        int64_t l, r;
+        pad_of(a->ndim, d, n_pad, pad, &l, &r);
+        if (!l && !r)
+            continue;
+        cg_tensor *idx = pad_sources(mode, a->shape[d], l, r);
+        cg_tensor *y = idx ? cg_k_index_select(x ? x : a, d, idx) : NULL;
+        cg_release_all(2, idx, x);
+        if (!(x = y))
+            return NULL;
+    }
+    return x ? x : cg_k_clone(a); /* nothing padded: a copy */
+}
+
+cg_tensor *cg_k_pad_backward(const cg_tensor *g, int ndim, const int64_t *shape, int n_pad,
+                             const int64_t *pad, cg_pad_mode mode)
+{
+    if (!g || !shape) {
+        cg_error_null_input("cg_k_pad_backward");
+        return NULL;
+    }
+    int64_t padded[CG_MAX_DIMS];
+    if (ndim < 0 || ndim > CG_MAX_DIMS) {
+        cg_set_error("pad backward: %d dims", ndim);
+        return NULL;
+    }
+    if (!pad_check(ndim, shape, n_pad, pad, mode, 0.0f, padded))
+        return NULL;
+    bool same = g->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = g->shape[d] == padded[d];
+    if (!same) {
+        char b1[96], b2[96];
+        cg_set_error("pad backward: gradient of shape %s, expected the padded shape %s",
+                     cg_shape_str(g, b1, sizeof b1), cg_shape_str_n(ndim, padded, b2, sizeof b2));
+        return NULL;
+    }
+    if (mode == CG_PAD_CONSTANT) { /* the kept part, cropped back */
+        int64_t neg[2 * CG_MAX_DIMS];
+        for (int i = 0; i < n_pad; i++)
+            neg[i] = -pad[i];
+        return cg_k_pad(g, n_pad, neg, CG_PAD_CONSTANT, 0.0f);
+    }
+    if (g->dtype != CG_F32 && g->dtype != CG_BF16) {
+        cg_set_error("pad backward: gradient of dtype %s, expected float32 or bfloat16",
+                     cg_dtype_name(g->dtype));
+        return NULL;
+    }
+    /* each padded dim folded onto its sources, the last first, in float32 */
+    cg_tensor *x = g->dtype == CG_F32 ? cg_view_alias(g) : cg_k_to(g, CG_F32);
+    bool folded = false;
+    int64_t cur[CG_MAX_DIMS];
+    memcpy(cur, padded, sizeof *cur * (size_t)ndim);
+    for (int d = ndim - 1; x && d >= 0; d--) {
+        int64_t l, r;
+        pad_of(ndim, d, n_pad, pad, &l, &r);
+        if (!l && !r)
+            continue;
+        cur[d] = shape[d];
+        cg_tensor *idx = pad_sources(mode, shape[d], l, r);
+        cg_tensor *y = idx ? cg_zeros_dtype(CG_F32, ndim, cur) : NULL;
+        if (y && !cg_k_index_add_(y, d, idx, x)) {
+            cg_release(y);
+            y = NULL;
+        }
+        cg_release_all(2, idx, x);
+        x = y;
+        folded = true;
+    }
+    /* a fresh tensor of g's dtype, never g's storage */
+    cg_tensor *out = !x ? NULL : folded ? cg_k_to(x, g->dtype) : cg_k_clone(g);
+    cg_release(x);
     return out;
 }
 

@@ -83,7 +83,7 @@ static cg_tensor *char_tcn_forward(char_tcn *m, cg_tensor *ids)
     for (int b = 0; b < NBLOCKS; b++) {
         /* causal: (K - 1) dilation zeros on the left of the time dim */
         const int64_t pad[2] = {(int64_t)(K - 1) << b, 0};
-        cg_tensor *c = cg_conv_forward(m->conv[b], cg_pad(h, 2, pad, 0.0f));
+        cg_tensor *c = cg_conv_forward(m->conv[b], cg_pad(h, 2, pad, CG_PAD_CONSTANT, 0.0f));
         h = cg_add(h, cg_relu(cg_batchnorm_forward(m->bn[b], c)));
     }
     return cg_transpose(cg_conv_forward(m->head, h), 1, 2);

@@ -130,10 +130,27 @@ static cg_tensor *triu_1(cg_tensor *a) { return cg_triu(a, -1); }
 static cg_tensor *cumsum1(cg_tensor *a) { return cg_cumsum(a, 1); }
 /* [3, 5, 4]: the last dim padded (1, 2), dim 1 cropped 1 at its start and
  * padded 1 at its end; then every dim, dim 0 cropped at its end */
-static cg_tensor *pad_(cg_tensor *a) { return cg_pad(a, 4, (int64_t[]){1, 2, -1, 1}, 0.5f); }
+static cg_tensor *pad_(cg_tensor *a)
+{
+    return cg_pad(a, 4, (int64_t[]){1, 2, -1, 1}, CG_PAD_CONSTANT, 0.5f);
+}
 static cg_tensor *pad3(cg_tensor *a)
 {
-    return cg_pad(a, 6, (int64_t[]){0, -3, 2, 0, 1, -1}, -2.0f);
+    return cg_pad(a, 6, (int64_t[]){0, -3, 2, 0, 1, -1}, CG_PAD_CONSTANT, -2.0f);
+}
+/* the other modes, two or three dims each, a crop among them: elements
+ * read two and three times (corners) */
+static cg_tensor *pad_reflect(cg_tensor *a)
+{
+    return cg_pad(a, 4, (int64_t[]){3, 1, -1, 4}, CG_PAD_REFLECT, 0.0f);
+}
+static cg_tensor *pad_replicate(cg_tensor *a)
+{
+    return cg_pad(a, 6, (int64_t[]){2, 0, 0, 3, 1, 1}, CG_PAD_REPLICATE, 0.0f);
+}
+static cg_tensor *pad_circular(cg_tensor *a)
+{
+    return cg_pad(a, 4, (int64_t[]){3, -1, 2, 3}, CG_PAD_CIRCULAR, 0.0f);
 }
 static cg_tensor *flip_(cg_tensor *a) { return cg_flip(a, 2, (int[]){0, -1}); }
 static cg_tensor *flip1(cg_tensor *a) { return cg_flip(a, 1, (int[]){1}); }
@@ -176,7 +193,7 @@ static cg_tensor *where_ab(cg_tensor *a, cg_tensor *b)
  * an entry with none of them: an op added to the table without its
  * gradcheck fails here. And main fails when an entry of this file ran no
  * gradcheck through its op's backward. */
-enum { MAX_UNARY = 3 };
+enum { MAX_UNARY = 5 };
 typedef struct {
     unary_case unary[MAX_UNARY];
     binary_case binary;
@@ -263,7 +280,10 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_TRIU] = {.unary = {{"triu(-1)", triu_1, DOM_ANY}}},
     [CG_OP_CUMSUM] = {.unary = {{"cumsum(1)", cumsum1, DOM_ANY}}},
     [CG_OP_PAD] = {.unary = {{"pad(1,2,-1,1)", pad_, DOM_ANY},
-                             {"pad(0,-3,2,0,1,-1)", pad3, DOM_ANY}}},
+                             {"pad(0,-3,2,0,1,-1)", pad3, DOM_ANY},
+                             {"pad(3,1,-1,4) reflect", pad_reflect, DOM_ANY},
+                             {"pad(2,0,0,3,1,1) replicate", pad_replicate, DOM_ANY},
+                             {"pad(3,-1,2,3) circular", pad_circular, DOM_ANY}}},
     [CG_OP_FLIP] = {.unary = {{"flip(0,-1)", flip_, DOM_ANY}, {"flip(1)", flip1, DOM_ANY}}},
     [CG_OP_ROLL] = {.unary = {{"roll(2,-1,6 along 1,2,-2)", roll_, DOM_ANY},
                               {"roll(7) flattened", rollflat, DOM_ANY}}},

@@ -329,7 +329,7 @@ static float *grad_weighted(cg_tensor *y, cg_tensor *x)
 START_TEST(test_rearrange)
 {
     cg_tensor *x = cg_requires_grad(mat(NULL), true);
-    cg_tensor *p = cg_pad(x, 4, (int64_t[]){1, 1, -1, 0}, 9.0f);
+    cg_tensor *p = cg_pad(x, 4, (int64_t[]){1, 1, -1, 0}, CG_PAD_CONSTANT, 9.0f);
     ck_assert_msg(p && p->ndim == 2 && p->shape[0] == 2 && p->shape[1] == 6, "%s", cg_last_error());
     CG_ASSERT_TENSOR(p, ((float[]){9, -0.75f, 1.5f, -2.5f, 1, 9, 9, 3, -0.5f, 0.25f, -1, 9}), 0, 0);
     float *g = grad_weighted(p, x);
@@ -363,7 +363,7 @@ START_TEST(test_rearrange)
     /* any dtype: an int64 pad truncates its value (PyTorch's -2), bool
      * flips, rolls and repeats, bf16 keeps its dtype and its gradient's */
     cg_tensor *i = cg_from_i64(CG_SHAPE(2, 3), (int64_t[]){0, 1, 2, 3, 4, 5});
-    cg_tensor *ip = cg_pad(i, 2, (int64_t[]){1, 0}, -2.9f);
+    cg_tensor *ip = cg_pad(i, 2, (int64_t[]){1, 0}, CG_PAD_CONSTANT, -2.9f);
     ck_assert_msg(ip && ip->dtype == CG_I64, "%s", cg_last_error());
     expect_i64(ip, (int64_t[]){-2, 0, 1, 2, -2, 3, 4, 5}, 8, "pad int64");
     cg_tensor *bo = cg_k_to(i, CG_BOOL), *bf = cg_flip(bo, 1, (int[]){-1});
@@ -382,7 +382,8 @@ START_TEST(test_rearrange)
     /* size 0 and 0-d: a [0, 3] pads to [2, 5]; a 0-d flips, rolls
      * flattened, and repeats into [2, 2]; repeat 0 times: [0, ...], its
      * gradient zeros */
-    cg_tensor *e = cg_zeros(CG_SHAPE(0, 3)), *ep = cg_pad(e, 4, (int64_t[]){1, 1, 1, 1}, 1.0f);
+    cg_tensor *e = cg_zeros(CG_SHAPE(0, 3)),
+              *ep = cg_pad(e, 4, (int64_t[]){1, 1, 1, 1}, CG_PAD_CONSTANT, 1.0f);
     ck_assert(ep && ep->shape[0] == 2 && ep->shape[1] == 5 && cg_data(ep)[0] == 1.0f);
     cg_tensor *s = cg_requires_grad(cg_scalar(3.0f), true);
     cg_tensor *sf = cg_flip(s, 1, (int[]){0}), *sr = cg_roll(s, 1, (int64_t[]){4}, NULL);
@@ -395,13 +396,14 @@ START_TEST(test_rearrange)
     cg_release_all(10, e, ep, s, sf, sr, sp, z, zs, ss, t);
     /* refusals */
     cg_tensor *a = mat(NULL);
-    CG_ASSERT_REFUSED(cg_pad(a, 3, (int64_t[]){1, 1, 1}, 0) == NULL,
+    CG_ASSERT_REFUSED(cg_pad(a, 3, (int64_t[]){1, 1, 1}, CG_PAD_CONSTANT, 0) == NULL,
                       "pad: 3 padding sizes, expected pairs (left, right), the last dim's first");
-    CG_ASSERT_REFUSED(cg_pad(a, 6, (int64_t[]){1, 1, 1, 1, 1, 1}, 0) == NULL,
+    CG_ASSERT_REFUSED(cg_pad(a, 6, (int64_t[]){1, 1, 1, 1, 1, 1}, CG_PAD_CONSTANT, 0) == NULL,
                       "pad: 3 pairs of padding for a tensor of 2 dims (shape [3, 4])");
-    CG_ASSERT_REFUSED(cg_pad(a, 2, (int64_t[]){-5, 2}, 0) == NULL,
+    CG_ASSERT_REFUSED(cg_pad(a, 2, (int64_t[]){-5, 2}, CG_PAD_CONSTANT, 0) == NULL,
                       "pad: dim 1 of size 4 cropped by (-5, 2), more than it holds");
-    CG_ASSERT_REFUSED(cg_pad(a, 2, (int64_t[]){-3, -2}, 0) == NULL, "more than it holds");
+    CG_ASSERT_REFUSED(cg_pad(a, 2, (int64_t[]){-3, -2}, CG_PAD_CONSTANT, 0) == NULL,
+                      "more than it holds");
     CG_ASSERT_REFUSED(cg_flip(a, 2, (int[]){0, -2}) == NULL,
                       "flip: dim -2 appears more than once in the dims list (shape [3, 4])");
     CG_ASSERT_REFUSED(
@@ -449,6 +451,95 @@ static void check_loss(int which, const float *none, float mean, float sum, cons
 /* l1_loss, smooth_l1_loss and huber_loss; kl_div (a target 0 somewhere:
  * its point 0, its gradient NaN there, as PyTorch's), log_target,
  * batchmean; bfloat16; empty inputs; refusals */
+/* F.pad's other modes: PyTorch's values and gradient (1.13), a crop
+ * among the sizes; any dtype (bf16 keeps its dtype and its gradient's);
+ * what each mode refuses, in one line; the backward's own checks */
+START_TEST(test_pad_modes)
+{
+    cg_tensor *x = cg_arange_dtype(CG_F32, 0, 5, 1), *r = cg_k_reshape(x, CG_SHAPE(1, 5));
+    const struct {
+        cg_pad_mode mode;
+        int64_t l, r;
+        int n;
+        float want[10];
+    } c[] = {
+        {CG_PAD_REFLECT, -1, 2, 6, {1, 2, 3, 4, 3, 2}},
+        {CG_PAD_REFLECT, 4, 0, 9, {4, 3, 2, 1, 0, 1, 2, 3, 4}},
+        {CG_PAD_REFLECT, -5, 1, 1, {3}},
+        {CG_PAD_REFLECT, 2, -4, 3, {2, 1, 0}},
+        {CG_PAD_REPLICATE, -1, 2, 6, {1, 2, 3, 4, 4, 4}},
+        {CG_PAD_REPLICATE, 6, -4, 7, {0, 0, 0, 0, 0, 0, 0}},
+        {CG_PAD_CIRCULAR, 2, -1, 6, {2, 3, 0, 1, 2, 3}},
+        {CG_PAD_CIRCULAR, -1, 4, 8, {1, 2, 3, 4, 1, 2, 3, 4}},
+        {CG_PAD_CIRCULAR, 5, 0, 10, {0, 1, 2, 3, 4, 0, 1, 2, 3, 4}},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        cg_tensor *p = cg_pad(r, 2, (int64_t[]){c[i].l, c[i].r}, c[i].mode, 0.0f);
+        ck_assert_msg(p && p->shape[1] == c[i].n, "case %zu: %s", i, cg_last_error());
+        CG_ASSERT_TENSOR(p, c[i].want, 0, 0);
+        cg_release(p);
+    }
+    /* reflect (4, 3) of x with the upstream gradient 0, 1, ..., 11 */
+    cg_tensor *xg = cg_requires_grad(cg_k_clone(r), true);
+    cg_tensor *p = cg_pad(xg, 2, (int64_t[]){4, 3}, CG_PAD_REFLECT, 0.0f);
+    float *g = grad_weighted(p, xg);
+    CG_ASSERT_CLOSE(g, ((float[]){4, 19, 18, 17, 8}), 5, 0, 0);
+    free(g);
+    cg_release_all(2, p, xg);
+    /* two dims: [1, 3, 5] reflect (1, 1, 1, 1), PyTorch's first row; the
+     * corner of replicate (2, 0, 2, 0) reads element 0 five times over */
+    cg_tensor *m = cg_arange_dtype(CG_F32, 0, 15, 1), *m3 = cg_k_reshape(m, CG_SHAPE(1, 3, 5));
+    cg_tensor *mr = cg_pad(m3, 4, (int64_t[]){1, 1, 1, 1}, CG_PAD_REFLECT, 0.0f);
+    ck_assert_msg(mr && mr->shape[1] == 5 && mr->shape[2] == 7, "%s", cg_last_error());
+    ck_assert(!memcmp(cg_data(mr), ((float[]){6, 5, 6, 7, 8, 9, 8}), 7 * sizeof(float)));
+    cg_tensor *mg = cg_requires_grad(cg_k_clone(m3), true);
+    cg_tensor *pr = cg_pad(mg, 4, (int64_t[]){2, 0, 2, 0}, CG_PAD_REPLICATE, 0.0f);
+    cg_tensor *ps = cg_sum_all(pr);
+    ck_assert_msg(ps && cg_backward(ps, NULL, false), "%s", cg_last_error());
+    ck_assert(cg_data(cg_grad(mg))[0] == 9.0f && cg_data(cg_grad(mg))[1] == 3.0f &&
+              cg_data(cg_grad(mg))[5] == 3.0f && cg_data(cg_grad(mg))[6] == 1.0f);
+    cg_release_all(6, m, m3, mr, mg, pr, ps);
+    /* any dtype: int64 and bool copied; bfloat16 keeps its dtype and its
+     * gradient's (reflect (1, 1): the second element read twice) */
+    cg_tensor *i = cg_k_to(r, CG_I64), *ip = cg_pad(i, 2, (int64_t[]){0, 2}, CG_PAD_CIRCULAR, 0);
+    expect_i64(ip, (int64_t[]){0, 1, 2, 3, 4, 0, 1}, 7, "circular int64");
+    cg_tensor *h = cg_requires_grad(cg_k_to(r, CG_BF16), true);
+    cg_tensor *hp = cg_pad(h, 2, (int64_t[]){1, 1}, CG_PAD_REFLECT, 0.0f), *hs = cg_sum_all(hp);
+    ck_assert_msg(hs && hp->dtype == CG_BF16 && cg_backward(hs, NULL, false), "%s",
+                  cg_last_error());
+    ck_assert(cg_grad(h)->dtype == CG_BF16 && cg_get(cg_grad(h), (int64_t[]){0, 1}) == 2.0f &&
+              cg_get(cg_grad(h), (int64_t[]){0, 2}) == 1.0f);
+    cg_release_all(5, i, ip, h, hp, hs);
+    /* refusals */
+    CG_ASSERT_REFUSED(cg_pad(r, 2, (int64_t[]){1, 1}, CG_PAD_REFLECT, 1.0f) == NULL,
+                      "pad: mode reflect takes no value (got 1): only constant pads with one");
+    CG_ASSERT_REFUSED(cg_pad(r, 2, (int64_t[]){1, 1}, (cg_pad_mode)7, 0.0f) == NULL,
+                      "pad: mode 7, expected constant, reflect, replicate or circular (0 to 3)");
+    CG_ASSERT_REFUSED(cg_pad(r, 2, (int64_t[]){5, 0}, CG_PAD_REFLECT, 0.0f) == NULL,
+                      "pad: dim 1 of size 5 padded by (5, 0), more than reflect takes (each "
+                      "size less than the dim's) (shape [1, 5])");
+    CG_ASSERT_REFUSED(cg_pad(r, 2, (int64_t[]){-3, 3}, CG_PAD_CIRCULAR, 0.0f) == NULL,
+                      "pad: dim 1 of size 5 padded by (-3, 3), more than circular takes (it "
+                      "wraps around once: each size at most the kept length) (shape [1, 5])");
+    CG_ASSERT_REFUSED(cg_pad(r, 2, (int64_t[]){-3, -3}, CG_PAD_REPLICATE, 0.0f) == NULL,
+                      "pad: dim 1 of size 5 cropped by (-3, -3), more than it holds");
+    cg_tensor *e = cg_zeros(CG_SHAPE(2, 0));
+    CG_ASSERT_REFUSED(cg_pad(e, 2, (int64_t[]){0, 1}, CG_PAD_REPLICATE, 0.0f) == NULL,
+                      "pad: dim 1 of size 0 padded by (0, 1), but replicate has no edge to "
+                      "repeat in an empty dim (shape [2, 0])");
+    cg_tensor *ez = cg_pad(e, 2, (int64_t[]){0, 0}, CG_PAD_REFLECT, 0.0f); /* nothing to pad */
+    ck_assert_msg(ez && ez->shape[1] == 0, "%s", cg_last_error());
+    cg_tensor *g7 = cg_zeros(CG_SHAPE(1, 7)), *gi = cg_k_to(g7, CG_I64);
+    CG_ASSERT_REFUSED(cg_k_pad_backward(g7, CG_SHAPE(1, 5), 2, (int64_t[]){1, 2}, CG_PAD_REFLECT) ==
+                          NULL,
+                      "pad backward: gradient of shape [1, 7], expected the padded shape [1, 8]");
+    CG_ASSERT_REFUSED(cg_k_pad_backward(gi, CG_SHAPE(1, 5), 2, (int64_t[]){1, 1}, CG_PAD_REFLECT) ==
+                          NULL,
+                      "pad backward: gradient of dtype int64, expected float32 or bfloat16");
+    cg_release_all(6, x, r, e, ez, g7, gi);
+}
+END_TEST
+
 START_TEST(test_losses)
 {
     /* PyTorch's: the losses, their mean and sum, the input's gradient */
@@ -640,7 +731,7 @@ END_TEST
  * 2 threads. */
 static cg_tensor *every_op(cg_tensor *x, cg_tensor *y)
 {
-    cg_tensor *t[18] = {
+    cg_tensor *t[21] = {
         cg_min(x, 0, false, NULL),
         cg_maximum(x, y),
         cg_minimum(y, x),
@@ -648,7 +739,7 @@ static cg_tensor *every_op(cg_tensor *x, cg_tensor *y)
         cg_leaky_relu(x, 0.1f),
         cg_elu(y, 0.7f),
         cg_softplus(x, 2.0f, 3.0f),
-        cg_pad(x, 4, (int64_t[]){3, -2, 1, 5}, 0.5f),
+        cg_pad(x, 4, (int64_t[]){3, -2, 1, 5}, CG_PAD_CONSTANT, 0.5f),
         cg_flip(y, 2, (int[]){0, 1}),
         cg_roll(x, 2, (int64_t[]){7, -100}, (int[]){0, 1}),
         cg_repeat(y, 3, (int64_t[]){2, 1, 3}),
@@ -659,9 +750,12 @@ static cg_tensor *every_op(cg_tensor *x, cg_tensor *y)
         cg_kl_div(x, y, CG_REDUCTION_BATCHMEAN, true),
         cg_normalize(x, 3.0f, 0, 1e-12f),
         cg_cosine_similarity(x, y, 1, 1e-8f),
+        cg_pad(x, 4, (int64_t[]){250, -3, 299, 1}, CG_PAD_REFLECT, 0.0f),
+        cg_pad(y, 4, (int64_t[]){9, 300, -1, 200}, CG_PAD_REPLICATE, 0.0f),
+        cg_pad(x, 4, (int64_t[]){-7, 250, 200, 100}, CG_PAD_CIRCULAR, 0.0f),
     };
     cg_tensor *sum = NULL;
-    for (int i = 0; i < 18; i++) { /* sum(t_i * (i + 1)) */
+    for (int i = 0; i < 21; i++) { /* sum(t_i * (i + 1)) */
         cg_tensor *w = cg_muls(t[i], (float)(i + 1)), *s = cg_sum_all(w);
         cg_tensor *acc = sum ? cg_add(sum, s) : cg_retain(s);
         cg_release_all(4, w, s, sum, t[i]);
@@ -706,6 +800,7 @@ static Suite *more_suite(void)
     tcase_add_test(tc, test_logsumexp);
     tcase_add_test(tc, test_unary_params);
     tcase_add_test(tc, test_rearrange);
+    tcase_add_test(tc, test_pad_modes);
     tcase_add_test(tc, test_losses);
     tcase_add_test(tc, test_normalize_cosine);
     tcase_add_test(tc, test_threads_identical);

@@ -537,6 +537,37 @@ START_TEST(test_loss_reductions_oom)
 }
 END_TEST
 
+/* The pad's three other modes over two dims, forward and backward (each
+ * padded dim's gather and its gradient's fold) */
+static bool pads_run(void *ctx)
+{
+    cg_tensor *x = ctx, *sum = NULL;
+    bool ok = true;
+    for (int m = CG_PAD_REFLECT; m <= CG_PAD_CIRCULAR; m++) {
+        cg_tensor *p = cg_pad(x, 4, (int64_t[]){2, -1, 1, 3}, (cg_pad_mode)m, 0.0f);
+        cg_tensor *s = p ? cg_sum_all(p) : NULL;
+        cg_tensor *next = sum && s ? cg_add(sum, s) : s ? cg_retain(s) : NULL;
+        ok = ok && next;
+        cg_release_all(3, p, s, sum);
+        sum = next;
+    }
+    ok = ok && cg_backward(sum, NULL, false);
+    cg_release(sum);
+    cg_zero_grad(x);
+    return ok;
+}
+
+START_TEST(test_pad_modes_oom)
+{
+    cg_rng r = cg_rng_new(6);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, 5)), true);
+    const int failed = every_allocation_fails(pads_run, x);
+    ck_assert_msg(failed > 10, "only %d runs failed", failed);
+    ck_assert(pads_run(x)); /* and it runs once memory is back */
+    cg_release(x);
+}
+END_TEST
+
 /* BatchNorm2d, then every pool, forward and backward */
 static bool pools_run(void *ctx)
 {
@@ -679,6 +710,7 @@ int main(void)
     tcase_add_test(tc, test_scope_full_oom_is_an_error);
     tcase_add_test(tc, test_rnn_lengths_oom);
     tcase_add_test(tc, test_loss_reductions_oom);
+    tcase_add_test(tc, test_pad_modes_oom);
     tcase_add_test(tc, test_pool_oom);
     tcase_add_test(tc, test_norm_oom);
     tcase_add_test(tc, test_conv_oom);

@@ -353,7 +353,7 @@ static cg_tensor *rearrange_op(const char *op, cg_tensor *x, const cJSON *a)
     for (int i = 0; i < nd; i++)
         dims[i] = (int)d64[i];
     if (!strcmp(op, "pad"))
-        return cg_pad(x, nv, v, (float)ad(a, "value"));
+        return cg_pad(x, nv, v, (cg_pad_mode)ai(a, "mode"), (float)ad(a, "value"));
     if (!strcmp(op, "flip"))
         return cg_flip(x, nd, dims);
     if (!strcmp(op, "roll"))

@@ -1132,6 +1132,30 @@ def gen_rearrange(rng):
         value = rng.choice([0.0, 1.5, -2.0, 7.0])
         add_case("pad", [inp(rng, shape, dt, special=0.05)], {"v": v, "value": value},
                  lambda x, a: F.pad(x[0], a["v"], value=a["value"]), exact=True)
+    # the other modes, where PyTorch 1.13 has kernels: float32, k padded
+    # dims under one or two (circular: two) leading dims; sizes inside the
+    # mode's limits but for a few (refused by both), negative ones among them
+    for _ in range(60):
+        mode = rng.choice([1, 2, 3])
+        k = rng.randint(1, 3)
+        lead = 2 if mode == 3 else rng.randint(1, 2)
+        shape = [rng.randint(1, 3) for _ in range(lead)] + [rng.randint(1, 5) for _ in range(k)]
+        v = []
+        for n in reversed(shape[lead:]):
+            for _ in range(2):
+                hi = n - 1 if mode == 1 else n if mode == 3 else 4
+                v.append(rng.randint(-1 if n > 2 else 0, max(hi, 0)))
+        if mode == 3 and any(s < 0 for s in v):
+            v = [max(s, 0) for s in v]  # PyTorch's circular crop then wrap can read past the data
+        if rng.random() < 0.08:
+            v[0] = shape[-1] + (0 if mode == 1 else 1)  # too far: refused by both
+            if mode == 2:
+                v[0] = v[1] = -shape[-1]  # a negative length
+        name = ["constant", "reflect", "replicate", "circular"][mode]
+        add_case("pad", [inp(rng, shape, "float32", special=0.05)], {"v": v, "mode": mode},
+                 lambda x, a: F.pad(x[0], a["v"], mode=["constant", "reflect", "replicate",
+                                                        "circular"][a["mode"]]),
+                 exact=True)
     for _ in range(30):
         shape = rshape(rng, 0, 4)
         nd = len(shape)
