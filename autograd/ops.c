@@ -728,7 +728,6 @@ cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape)
 {
     return finish1(cg_view_reshape(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
 }
-
 static bool identity_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     (void)n;

@@ -111,6 +111,10 @@ cg_tensor *cg_expand(cg_tensor *a, int ndim, const int64_t *shape);
 cg_tensor *cg_reshape(cg_tensor *a, int ndim, const int64_t *shape);
 /* Strictly a view (error if the strides make that impossible). */
 cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape);
+/* torch.flatten(a, start_dim, end_dim): dims start_dim..end_dim (negative
+ * from the end) made one, by cg_reshape; a 0-d tensor becomes [1]. A start
+ * after the end is refused. */
+cg_tensor *cg_flatten(cg_tensor *a, int start_dim, int end_dim);
 /* torch.Tensor.contiguous: a itself (a new reference) if contiguous, else a
  * contiguous copy that passes gradients to a. Either way the gradient flows:
  * it never depends on memory layout. */

@@ -246,6 +246,41 @@ cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim)
     return cg_k_argmin(a, dim, keepdim);
 }
 
+/* ------------------------------------------------------------ flatten */
+cg_tensor *cg_flatten(cg_tensor *a, int start_dim, int end_dim)
+{
+    if (!a) {
+        cg_error_null_input("cg_flatten");
+        return NULL;
+    }
+    if (a->ndim == 0) { /* as torch.flatten: a 0-d tensor's dims are 0 and -1 */
+        if ((start_dim != 0 && start_dim != -1) || (end_dim != 0 && end_dim != -1)) {
+            cg_set_error("flatten: dims (%d, %d) of a 0-d tensor, expected 0 or -1", start_dim,
+                         end_dim);
+            return NULL;
+        }
+        return cg_reshape(a, CG_SHAPE(1));
+    }
+    const int s = cg_norm_dim("flatten", start_dim, a->ndim),
+              e = s < 0 ? -1 : cg_norm_dim("flatten", end_dim, a->ndim);
+    if (e < 0)
+        return NULL;
+    if (s > e) {
+        cg_set_error("flatten: start_dim %d comes after end_dim %d (shape of %d dims)", start_dim,
+                     end_dim, a->ndim);
+        return NULL;
+    }
+    int64_t shape[CG_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        if (d > s && d <= e)
+            shape[n - 1] *= a->shape[d];
+        else
+            shape[n++] = a->shape[d];
+    }
+    return cg_reshape(a, n, shape);
+}
+
 /* -------------------------------------- pad, flip, roll, repeat */
 /* What the backwards of pad and roll read: count sizes or shifts (roll's
  * negated: its backward rolls back), then roll's dims (w, or none), kept

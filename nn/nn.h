@@ -3,6 +3,7 @@
  *   nn/layers.h       Linear, Embedding, LayerNorm/RMSNorm, Dropout,
  *                     sinusoidal positions, FeedForward
  *   nn/conv.h         Conv1d, Conv2d (torch.nn's)
+ *   nn/spatial.h      pools, padding and Flatten as modules (MaxPool2d, ReflectionPad2d, ...)
  *   nn/rnn.h          recurrent modules: RNN, GRU, LSTM and their cells (torch.nn's)
  *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
@@ -28,6 +29,7 @@
 #include "../nn/rnn.h"
 #include "../nn/data.h"
 #include "../nn/sample.h"
+#include "../nn/spatial.h"
 #include "../nn/module.h"
 #include "../nn/safetensors.h"
 #include "../nn/torch_names.h"

@@ -1,0 +1,133 @@
+/* Pools, padding and Flatten as modules (nn/spatial.h): each holds its
+ * options and calls the functional op, which checks them against the
+ * input. */
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "nn/spatial.h"
+
+typedef enum { MAX_POOL, AVG_POOL, ADAPTIVE_MAX, ADAPTIVE_AVG, PADDING, FLATTEN } spatial_kind;
+
+typedef struct {
+    cg_module base;
+    spatial_kind kind;
+    int nd;
+    cg_pool pool;        /* MAX_POOL, AVG_POOL */
+    int64_t out_size[2]; /* the adaptive pools' */
+    int64_t pad[6];      /* PADDING: 2 nd sizes */
+    cg_pad_mode mode;
+    float value;
+    int start_dim, end_dim; /* FLATTEN */
+} spatial;
+
+static cg_tensor *spatial_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    const spatial *s = (const spatial *)m;
+    cg_tensor *x = in[0];
+    const bool one = s->nd == 1;
+    switch (s->kind) {
+    case MAX_POOL: return one ? cg_max_pool1d(x, s->pool) : cg_max_pool2d(x, s->pool);
+    case AVG_POOL: return one ? cg_avg_pool1d(x, s->pool) : cg_avg_pool2d(x, s->pool);
+    case ADAPTIVE_MAX:
+        return one ? cg_adaptive_max_pool1d(x, s->out_size[0], NULL)
+                   : cg_adaptive_max_pool2d(x, s->out_size[0], s->out_size[1], NULL);
+    case ADAPTIVE_AVG:
+        return one ? cg_adaptive_avg_pool1d(x, s->out_size[0])
+                   : cg_adaptive_avg_pool2d(x, s->out_size[0], s->out_size[1]);
+    case PADDING: return cg_pad(x, 2 * s->nd, s->pad, s->mode, s->value);
+    case FLATTEN: return cg_flatten(x, s->start_dim, s->end_dim);
+    }
+    return NULL;
+}
+
+/* A module of type (static) and kind, its nd checked against 1..max_nd */
+static spatial *spatial_new(const char *fn, const char *type, spatial_kind kind, int nd, int max_nd)
+{
+    if (nd < 1 || nd > max_nd) {
+        if (kind == PADDING)
+            cg_set_error("%s: %s padding sizes, expected 2, 4 or 6 (pairs, the last dim's first)",
+                         fn,
+                         nd < 0 ? "an odd or negative number of"
+                         : nd   ? "more than 6"
+                                : "no");
+        else
+            cg_set_error("%s: nd %d, expected 1%s%d (the spatial dims)", fn, nd,
+                         max_nd == 2 ? " or " : " to ", max_nd);
+        return NULL;
+    }
+    spatial *s = (spatial *)cg_module_alloc(sizeof *s, type, NULL);
+    if (!s)
+        return NULL;
+    s->kind = kind;
+    s->nd = nd;
+    s->base.forward = spatial_impl;
+    return s;
+}
+
+/* A pool of options o: max or average */
+static cg_module *pool_new(const char *fn, spatial_kind kind, int nd, cg_pool o)
+{
+    static const char *const types[2][2] = {{"MaxPool1d", "MaxPool2d"}, {"AvgPool1d", "AvgPool2d"}};
+    spatial *s = spatial_new(fn, types[kind == AVG_POOL][nd == 2], kind, nd, 2);
+    if (s)
+        s->pool = o;
+    return s ? &s->base : NULL;
+}
+
+cg_module *cg_maxpool_new(int nd, cg_pool o) { return pool_new("cg_maxpool_new", MAX_POOL, nd, o); }
+cg_module *cg_avgpool_new(int nd, cg_pool o) { return pool_new("cg_avgpool_new", AVG_POOL, nd, o); }
+
+cg_module *cg_adaptive_pool_new(int nd, bool max, int64_t oh, int64_t ow)
+{
+    static const char *const types[2][2] = {{"AdaptiveAvgPool1d", "AdaptiveAvgPool2d"},
+                                            {"AdaptiveMaxPool1d", "AdaptiveMaxPool2d"}};
+    spatial *s = spatial_new("cg_adaptive_pool_new", types[max][nd == 2],
+                             max ? ADAPTIVE_MAX : ADAPTIVE_AVG, nd, 2);
+    if (s) {
+        s->out_size[0] = oh;
+        s->out_size[1] = ow;
+    }
+    return s ? &s->base : NULL;
+}
+
+cg_module *cg_padding_new(int n_pad, const int64_t *pad, cg_pad_mode mode, float value)
+{
+    const int nd = n_pad % 2 ? -1 : n_pad / 2; /* odd: refused as nd -1 */
+    static const char *const types[4][3] = {
+        {"ConstantPad1d", "ConstantPad2d", "ConstantPad3d"},
+        {"ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d"},
+        {"ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d"},
+        {"CircularPad1d", "CircularPad2d", "CircularPad3d"},
+    };
+    if (!pad) {
+        cg_error_null_input("cg_padding_new");
+        return NULL;
+    }
+    if ((unsigned)mode > CG_PAD_CIRCULAR) {
+        cg_set_error("cg_padding_new: mode %d, expected constant, reflect, replicate or circular "
+                     "(0 to 3)",
+                     (int)mode);
+        return NULL;
+    }
+    const bool zero = mode == CG_PAD_CONSTANT && nd == 2 && value == 0.0f;
+    spatial *s = spatial_new("cg_padding_new",
+                             zero ? "ZeroPad2d" : types[mode][nd >= 1 && nd <= 3 ? nd - 1 : 0],
+                             PADDING, nd, 3);
+    if (!s)
+        return NULL;
+    memcpy(s->pad, pad, sizeof *pad * (size_t)(2 * nd));
+    s->mode = mode;
+    s->value = value;
+    return &s->base;
+}
+
+cg_module *cg_flatten_new(int start_dim, int end_dim)
+{
+    spatial *s = spatial_new("cg_flatten_new", "Flatten", FLATTEN, 1, 1);
+    if (s) {
+        s->start_dim = start_dim;
+        s->end_dim = end_dim;
+    }
+    return s ? &s->base : NULL;
+}

@@ -1,0 +1,41 @@
+/* cgrad nn: modules without parameters over [N, C, ...] inputs, for
+ * cg_sequential as PyTorch's nn.Sequential takes them: pools
+ * (nn.MaxPool1d/2d, AvgPool1d/2d, AdaptiveMaxPool1d/2d,
+ * AdaptiveAvgPool1d/2d), padding (nn.ConstantPad1d/2d/3d, ZeroPad2d,
+ * ReflectionPad1d/2d/3d, ReplicationPad1d/2d/3d, CircularPad1d/2d/3d) and
+ * nn.Flatten. Each holds its options and runs one functional op
+ * (autograd/ops.h: cg_max_pool2d, cg_pad, cg_flatten, ...), which checks
+ * them against the input; its forward hooks run (cg_module_forward).
+ *
+ * Each returns a new module (free with cg_module_free, or give it to a
+ * container), or NULL + one line for an nd or mode out of range. */
+#ifndef CG_NN_SPATIAL_H
+#define CG_NN_SPATIAL_H
+
+#include "../nn/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* nn.MaxPool1d (nd 1) / nn.MaxPool2d (nd 2) with core/ops.h's cg_pool
+ * options (stride 0: the kernel's, as PyTorch's stride=None), and
+ * nn.AvgPool1d / AvgPool2d (o.exclude_pad: count_include_pad=False). */
+cg_module *cg_maxpool_new(int nd, cg_pool o);
+cg_module *cg_avgpool_new(int nd, cg_pool o);
+/* nn.AdaptiveMaxPool1d(oh) / 2d((oh, ow)), nn.AdaptiveAvgPool1d /
+ * 2d (max false); nd 1 reads oh alone. */
+cg_module *cg_adaptive_pool_new(int nd, bool max, int64_t oh, int64_t ow);
+/* Padding of the last nd = n_pad / 2 dims (1 to 3) by the n_pad sizes of
+ * pad (pairs, the last dim's first, as F.pad's), mode as cg_pad's (value
+ * read by CG_PAD_CONSTANT only): nn.ConstantPad{nd}d(pad, value)
+ * (ZeroPad2d for nd 2 and value 0), nn.ReflectionPad{nd}d,
+ * ReplicationPad{nd}d, CircularPad{nd}d. */
+cg_module *cg_padding_new(int n_pad, const int64_t *pad, cg_pad_mode mode, float value);
+/* nn.Flatten(start_dim, end_dim): PyTorch's defaults are 1 and -1. */
+cg_module *cg_flatten_new(int start_dim, int end_dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

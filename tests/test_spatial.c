@@ -1,0 +1,233 @@
+/* The modules without parameters of nn/spatial.h (pools, padding,
+ * Flatten) and torch.flatten (cg_flatten): a small CNN made as
+ * nn.Sequential makes it, whose parameters carry PyTorch's names and whose
+ * output and gradients are the bits of the same ops called one by one;
+ * each module's type; flatten's shapes and gradient; refusals in one
+ * line. The ops themselves are checked against PyTorch by torch_pool and
+ * torch_ops. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/ops.h"
+#include "nn/conv.h"
+#include "nn/layers.h"
+#include "nn/spatial.h"
+#include "tests/testutil.h"
+
+/* nn.Sequential(Conv2d(1, 4, 3, padding=1), ReLU(), MaxPool2d(2),
+ * ReflectionPad2d(1), Conv2d(4, 6, 3), AvgPool2d(2), ReplicationPad2d((1,
+ * 0, 0, 1)), AdaptiveMaxPool2d(2), AdaptiveAvgPool2d(1), Flatten(),
+ * Linear(6, 3)) */
+static cg_module *small_cnn(cg_rng *r)
+{
+    cg_conv_cfg c1 = CG_CONV_DEFAULT;
+    c1.padding[0] = c1.padding[1] = 1;
+    return cg_sequential(11, cg_conv2d_new(1, 4, 3, 3, &c1, true, r),
+                         cg_activation_new(CG_ACT_RELU),
+                         cg_maxpool_new(2, (cg_pool){.kernel_size = {2, 2}}),
+                         cg_padding_new(4, (int64_t[]){1, 1, 1, 1}, CG_PAD_REFLECT, 0.0f),
+                         cg_conv2d_new(4, 6, 3, 3, NULL, true, r),
+                         cg_avgpool_new(2, (cg_pool){.kernel_size = {2, 2}}),
+                         cg_padding_new(4, (int64_t[]){1, 0, 0, 1}, CG_PAD_REPLICATE, 0.0f),
+                         cg_adaptive_pool_new(2, true, 2, 2), cg_adaptive_pool_new(2, false, 1, 1),
+                         cg_flatten_new(1, -1), cg_linear_new(6, 3, true, r));
+}
+
+/* the same network, its ops called one by one on the modules' parameters */
+static cg_tensor *by_hand(cg_module *s, cg_tensor *x)
+{
+    cg_conv *c0 = (cg_conv *)s->children[0].module, *c4 = (cg_conv *)s->children[4].module;
+    cg_linear *l = (cg_linear *)s->children[10].module;
+    cg_tensor *t[10];
+    t[0] = cg_conv2d(x, c0->weight, c0->bias, &c0->cfg);
+    t[1] = cg_relu(t[0]);
+    t[2] = cg_max_pool2d(t[1], (cg_pool){.kernel_size = {2, 2}});
+    t[3] = cg_pad(t[2], 4, (int64_t[]){1, 1, 1, 1}, CG_PAD_REFLECT, 0.0f);
+    t[4] = cg_conv2d(t[3], c4->weight, c4->bias, NULL);
+    t[5] = cg_avg_pool2d(t[4], (cg_pool){.kernel_size = {2, 2}});
+    t[6] = cg_pad(t[5], 4, (int64_t[]){1, 0, 0, 1}, CG_PAD_REPLICATE, 0.0f);
+    t[7] = cg_adaptive_max_pool2d(t[6], 2, 2, NULL);
+    t[8] = cg_adaptive_avg_pool2d(t[7], 1, 1);
+    t[9] = cg_reshape(t[8], CG_SHAPE(t[8]->shape[0], -1));
+    cg_tensor *y = cg_linear_forward(l, t[9]);
+    for (int i = 0; i < 10; i++)
+        cg_release(t[i]);
+    return y;
+}
+
+/* every parameter's gradient, in order, copied; then zeroed */
+static float *grads(cg_module *s, int64_t *n)
+{
+    cg_param_list p = {0};
+    ck_assert(cg_module_params(s, &p));
+    *n = 0;
+    for (int i = 0; i < p.n; i++)
+        *n += cg_numel(p.items[i].tensor);
+    float *g = malloc((size_t)*n * sizeof *g), *at = g;
+    for (int i = 0; i < p.n; i++) {
+        float *v = cg_test_values(cg_grad(p.items[i].tensor));
+        memcpy(at, v, (size_t)cg_numel(p.items[i].tensor) * sizeof *v);
+        at += cg_numel(p.items[i].tensor);
+        free(v);
+        cg_zero_grad(p.items[i].tensor);
+    }
+    cg_param_list_free(&p);
+    return g;
+}
+
+START_TEST(test_sequential_cnn)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_module *s = small_cnn(&r);
+    ck_assert_msg(s != NULL, "%s", cg_last_error());
+    /* PyTorch's state_dict names: the parameters of children 0, 4 and 10 */
+    cg_param_list p = {0};
+    ck_assert(cg_module_state_dict(s, &p) && p.n == 6);
+    const char *names[6] = {"0.weight", "0.bias", "4.weight", "4.bias", "10.weight", "10.bias"};
+    for (int i = 0; i < 6; i++)
+        ck_assert_str_eq(p.items[i].name, names[i]);
+    cg_param_list_free(&p);
+    const char *types[11] = {"Conv2d",
+                             "ReLU",
+                             "MaxPool2d",
+                             "ReflectionPad2d",
+                             "Conv2d",
+                             "AvgPool2d",
+                             "ReplicationPad2d",
+                             "AdaptiveMaxPool2d",
+                             "AdaptiveAvgPool2d",
+                             "Flatten",
+                             "Linear"};
+    for (int i = 0; i < 11; i++)
+        ck_assert_str_eq(s->children[i].module->type, types[i]);
+    /* the module's output and gradients are the hand-made network's bits */
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 1, 10, 10));
+    float *v[2], *g[2];
+    int64_t ng[2];
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *y = k ? by_hand(s, x) : cg_module_forward(s, x);
+        ck_assert_msg(y && y->ndim == 2 && y->shape[0] == 2 && y->shape[1] == 3, "%s",
+                      cg_last_error());
+        cg_tensor *sq = cg_mul(y, y), *l = cg_sum_all(sq);
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        v[k] = cg_test_values(y);
+        g[k] = grads(s, &ng[k]);
+        cg_release_all(3, y, sq, l);
+    }
+    ck_assert(!memcmp(v[0], v[1], 6 * sizeof(float)));
+    ck_assert(ng[0] == ng[1] && !memcmp(g[0], g[1], (size_t)ng[0] * sizeof(float)));
+    for (int k = 0; k < 2; k++)
+        free(v[k]), free(g[k]);
+    cg_release(x);
+    cg_module_free(s);
+}
+END_TEST
+
+/* torch.flatten's shapes (negative dims, 0-d), its gradient, refusals;
+ * nn.Flatten's defaults keep the batch dim */
+START_TEST(test_flatten)
+{
+    cg_rng r = cg_rng_new(1);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 4, 5)), true);
+    const struct {
+        int s, e, nd;
+        int64_t shape[4];
+    } c[] = {{1, -1, 2, {2, 60}}, {0, 1, 3, {6, 4, 5}},    {-2, -1, 3, {2, 3, 20}},
+             {0, -1, 1, {120}},   {2, 2, 4, {2, 3, 4, 5}}, {-4, -3, 3, {6, 4, 5}}};
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        cg_tensor *f = cg_flatten(x, c[i].s, c[i].e);
+        ck_assert_msg(f && f->ndim == c[i].nd, "case %zu: %s", i, cg_last_error());
+        ck_assert(!memcmp(f->shape, c[i].shape, (size_t)c[i].nd * sizeof(int64_t)));
+        cg_release(f);
+    }
+    cg_module *m = cg_flatten_new(1, -1);
+    cg_tensor *y = cg_module_forward(m, x), *w = cg_arange_dtype(CG_F32, 0, 120, 1);
+    cg_tensor *w2 = cg_reshape(w, CG_SHAPE(2, 60)), *yw = cg_mul(y, w2), *l = cg_sum_all(yw);
+    ck_assert_msg(l && y->shape[1] == 60 && cg_backward(l, NULL, false), "%s", cg_last_error());
+    /* the gradient is the weight laid back in x's shape: element i gets i */
+    float *g = cg_test_values(cg_grad(x));
+    for (int i = 0; i < 120; i++)
+        ck_assert(g[i] == (float)i);
+    free(g);
+    cg_tensor *s = cg_scalar(2.0f), *s1 = cg_flatten(s, 0, -1);
+    ck_assert(s1 && s1->ndim == 1 && s1->shape[0] == 1 && cg_item(s1) == 2.0f);
+    CG_ASSERT_REFUSED(cg_flatten(x, 2, 1) == NULL,
+                      "flatten: start_dim 2 comes after end_dim 1 (shape of 4 dims)");
+    CG_ASSERT_REFUSED(cg_flatten(x, 1, 4) == NULL, "flatten: dim 4 out of range");
+    CG_ASSERT_REFUSED(cg_flatten(s, 1, 1) == NULL,
+                      "flatten: dims (1, 1) of a 0-d tensor, expected 0 or -1");
+    cg_release_all(8, x, y, w, w2, yw, l, s, s1);
+    cg_module_free(m);
+}
+END_TEST
+
+/* the padding modules' PyTorch types, a 3-d one at work on [N, C, D, H,
+ * W], a 1-d pool's forward; refusals in one line, at construction for
+ * what the module owns and at forward for what the op checks */
+START_TEST(test_types_and_refusals)
+{
+    const struct {
+        int nd;
+        cg_pad_mode mode;
+        float value;
+        const char *type;
+    } c[] = {{2, CG_PAD_CONSTANT, 0.0f, "ZeroPad2d"},
+             {2, CG_PAD_CONSTANT, 1.5f, "ConstantPad2d"},
+             {1, CG_PAD_CONSTANT, 0.0f, "ConstantPad1d"},
+             {3, CG_PAD_REFLECT, 0.0f, "ReflectionPad3d"},
+             {1, CG_PAD_REPLICATE, 0.0f, "ReplicationPad1d"},
+             {3, CG_PAD_CIRCULAR, 0.0f, "CircularPad3d"}};
+    cg_rng r = cg_rng_new(2);
+    cg_tensor *x5 = cg_randn(&r, CG_SHAPE(1, 2, 3, 3, 3));
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        cg_module *m =
+            cg_padding_new(2 * c[i].nd, (int64_t[]){1, 1, 2, 0, 0, 1}, c[i].mode, c[i].value);
+        ck_assert_msg(m && !strcmp(m->type, c[i].type), "case %zu: %s", i, m ? m->type : "NULL");
+        cg_tensor *y = cg_module_forward(m, x5);
+        const int64_t want = 3 + (c[i].nd == 3); /* dim 2 padded (0, 1) by a 3-d pad */
+        ck_assert_msg(y && y->shape[4] == 5 && y->shape[2] == want, "case %zu: %s", i,
+                      cg_last_error());
+        cg_release(y);
+        cg_module_free(m);
+    }
+    cg_module *mp = cg_maxpool_new(1, (cg_pool){.kernel_size = {2}});
+    cg_tensor *x3 = cg_from_data(CG_SHAPE(1, 1, 4), (float[]){1, 5, -2, 3});
+    cg_tensor *y3 = cg_module_forward(mp, x3);
+    ck_assert_msg(y3 && !strcmp(mp->type, "MaxPool1d"), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(y3, ((float[]){5, 3}), 0, 0);
+    cg_release(y3);
+    /* what the op checks, at forward: a 2-d pool of a 3-d input */
+    cg_module *m2 = cg_avgpool_new(2, (cg_pool){.kernel_size = {2, 2}});
+    CG_ASSERT_REFUSED(cg_module_forward(m2, x3) == NULL, "avg_pool2d");
+    CG_ASSERT_REFUSED(cg_maxpool_new(3, (cg_pool){0}) == NULL,
+                      "cg_maxpool_new: nd 3, expected 1 or 2 (the spatial dims)");
+    CG_ASSERT_REFUSED(cg_adaptive_pool_new(0, true, 1, 1) == NULL,
+                      "cg_adaptive_pool_new: nd 0, expected 1 or 2 (the spatial dims)");
+    CG_ASSERT_REFUSED(cg_padding_new(8, (int64_t[8]){0}, CG_PAD_REFLECT, 0.0f) == NULL,
+                      "cg_padding_new: more than 6 padding sizes, expected 2, 4 or 6 (pairs, the "
+                      "last dim's first)");
+    CG_ASSERT_REFUSED(cg_padding_new(3, (int64_t[3]){0}, CG_PAD_REFLECT, 0.0f) == NULL,
+                      "cg_padding_new: an odd or negative number of padding sizes");
+    CG_ASSERT_REFUSED(cg_padding_new(0, (int64_t[1]){0}, CG_PAD_REFLECT, 0.0f) == NULL,
+                      "cg_padding_new: no padding sizes");
+    CG_ASSERT_REFUSED(cg_padding_new(4, (int64_t[4]){0}, (cg_pad_mode)5, 0.0f) == NULL,
+                      "cg_padding_new: mode 5, expected constant, reflect, replicate or circular");
+    CG_ASSERT_REFUSED(cg_padding_new(4, NULL, CG_PAD_REFLECT, 0.0f) == NULL, "cg_padding_new");
+    cg_module_free(mp);
+    cg_module_free(m2);
+    cg_release_all(2, x3, x5);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("spatial");
+    TCase *tc = tcase_create("spatial");
+    tcase_add_test(tc, test_sequential_cnn);
+    tcase_add_test(tc, test_flatten);
+    tcase_add_test(tc, test_types_and_refusals);
+    suite_add_tcase(s, tc);
+    Suite *all[] = {s};
+    return cg_test_run(all, 1);
+}
