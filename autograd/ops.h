@@ -157,6 +157,17 @@ cg_tensor *cg_log_softmax(cg_tensor *a, int dim);
  * (core/ops.h cg_k_cross_entropy: the bits differ from fp32's). */
 cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
                             float label_smoothing, cg_reduction r);
+/* F.cross_entropy(..., weight=): cg_cross_entropy with class weights, a
+ * float32 [C] tensor or NULL (NULL: cg_cross_entropy, its bits). Not
+ * differentiated (as PyTorch's); any values taken. A kept row with target
+ * t loses (1-ls) w_t (lse - x_t) + ls/C sum_j w_j (lse - x_j) (PyTorch's
+ * formula with label smoothing); mean divides the sum by the kept rows'
+ * sum of w_t (no kept row: NaN), none gives each row's weighted loss.
+ * Weighted rows are computed in double lanes in both precision policies
+ * (core/ops.h cg_k_cross_entropy_weighted). */
+cg_tensor *cg_cross_entropy_weighted(cg_tensor *logits, const cg_tensor *targets,
+                                     const cg_tensor *weight, int64_t ignore_index,
+                                     float label_smoothing, cg_reduction r);
 /* Over the last dim; w and b may be NULL. */
 cg_tensor *cg_layer_norm(cg_tensor *x, cg_tensor *w, cg_tensor *b, float eps);
 cg_tensor *cg_rms_norm(cg_tensor *x, cg_tensor *w, float eps);
@@ -389,6 +400,19 @@ cg_tensor *cg_instance_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *ru
  * infinite x, its limit: core/ops.h CG_K_LOSS_BCE_LOGITS), reduced. Float
  * dtypes: labels held as int64 or bool are refused (cg_to them). */
 cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y, cg_reduction r);
+/* F.binary_cross_entropy_with_logits(x, y, weight=, pos_weight=,
+ * reduction=): weight (a rescaling of each element) and pos_weight (the
+ * positive examples' weight, e.g. [C] along the last, class dim) each
+ * NULL or a float tensor that broadcasts to x's shape (else refused);
+ * neither is differentiated, as PyTorch's. The loss before its reduction:
+ *   w [(1 + (p - 1) y) softplus(-x) + (1 - y) x]
+ * = -w [p y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))], computed
+ * stably (the unweighted loss plus (p - 1) y softplus(-x), then times w);
+ * mean is over the elements (not the weights), as PyTorch's. Both NULL:
+ * cg_binary_cross_entropy_with_logits, its bits. */
+cg_tensor *cg_binary_cross_entropy_with_logits_ex(cg_tensor *x, cg_tensor *y,
+                                                  const cg_tensor *weight,
+                                                  const cg_tensor *pos_weight, cg_reduction r);
 /* F.cross_entropy(h @ w.T + b, targets, ignore_index=, label_smoothing=)
  * with the output projection fused in (core/ops.h
  * cg_k_linear_cross_entropy): h [..., d], w [V, d], b [V] or NULL, targets
@@ -417,6 +441,13 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
  * equals cg_cross_entropy(x, ...). */
 cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index,
                        cg_reduction r);
+/* F.nll_loss(..., weight=): class weights float32 [C] or NULL (NULL:
+ * cg_nll_loss). -w[y] logp[y] a kept row; mean over the kept rows' sum
+ * of w[y] (as PyTorch; no kept row: NaN). The weights are not
+ * differentiated. cg_nll_loss_weighted(cg_log_softmax(x, -1), t, w, ...)
+ * equals cg_cross_entropy_weighted(x, t, w, ..., 0, ...). */
+cg_tensor *cg_nll_loss_weighted(cg_tensor *logp, const cg_tensor *targets, const cg_tensor *weight,
+                                int64_t ignore_index, cg_reduction r);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,8 @@
  * backward) and its reduction's (cg_mean_all, cg_sum_all; batchmean a sum
  * divided by the batch); and F.normalize and F.cosine_similarity, an op
  * each. Forward and backward side by side, as in ops.c. */
+#include <string.h>
+
 #include "autograd/ops.h"
 #include "autograd/ops_impl.h"
 #include "core/ops.h"
@@ -50,6 +52,18 @@ static cg_tensor *reduce_loss(cg_tensor *l, cg_reduction r)
     return out;
 }
 
+/* r is one of the loss's reductions (batchmean: kl_div's only) */
+static bool reduction_ok(cg_k_loss_kind kind, cg_reduction r)
+{
+    const bool kl = kind >= CG_K_LOSS_KL_DIV;
+    if ((unsigned)r > CG_REDUCTION_BATCHMEAN || (r == CG_REDUCTION_BATCHMEAN && !kl)) {
+        cg_set_error("%s: reduction %d is not one of CG_REDUCTION_MEAN, _SUM, _NONE%s",
+                     LOSS_OPS[kind].name, (int)r, kl ? ", _BATCHMEAN" : " (batchmean is kl_div's)");
+        return false;
+    }
+    return true;
+}
+
 static cg_tensor *loss(cg_k_loss_kind kind, cg_tensor *x, cg_tensor *y, cg_reduction r, float p)
 {
     const char *op = LOSS_OPS[kind].name;
@@ -57,12 +71,8 @@ static cg_tensor *loss(cg_k_loss_kind kind, cg_tensor *x, cg_tensor *y, cg_reduc
         cg_error_null_input(op);
         return NULL;
     }
-    const bool kl = kind >= CG_K_LOSS_KL_DIV;
-    if ((unsigned)r > CG_REDUCTION_BATCHMEAN || (r == CG_REDUCTION_BATCHMEAN && !kl)) {
-        cg_set_error("%s: reduction %d is not one of CG_REDUCTION_MEAN, _SUM, _NONE%s", op, (int)r,
-                     kl ? ", _BATCHMEAN" : " (batchmean is kl_div's)");
+    if (!reduction_ok(kind, r))
         return NULL;
-    }
     if (!cg_same_shape(x, y)) {
         char a[96], b[96];
         cg_set_error("%s: input %s and target %s differ in shape", op, cg_shape_str(x, a, sizeof a),
@@ -113,7 +123,63 @@ cg_tensor *cg_mse_loss(cg_tensor *x, cg_tensor *y, cg_reduction r)
 
 cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y, cg_reduction r)
 {
-    return loss(CG_K_LOSS_BCE_LOGITS, x, y, r, 0.0f);
+    return cg_binary_cross_entropy_with_logits_ex(x, y, NULL, NULL, r);
+}
+
+/* weight or pos_weight (arg names it): NULL, or a float tensor that
+ * broadcasts to x's shape (the loss keeps x's shape) */
+static bool bce_weight_arg(const char *arg, const cg_tensor *w, const cg_tensor *x)
+{
+    const char *op = "binary_cross_entropy_with_logits";
+    if (!w)
+        return true;
+    if (!cg_dtype_is_float(w->dtype)) {
+        cg_set_error("%s: argument '%s' has dtype %s, expected a float dtype", op, arg,
+                     cg_dtype_name(w->dtype));
+        return false;
+    }
+    int64_t out[CG_MAX_DIMS];
+    int nd = cg_broadcast_shapes(op, x->ndim, x->shape, w->ndim, w->shape, out);
+    if (nd < 0 || nd != x->ndim || memcmp(out, x->shape, (size_t)nd * sizeof *out) != 0) {
+        char a[96], b[96];
+        cg_set_error("%s: argument '%s' of shape %s does not broadcast to the input's %s", op, arg,
+                     cg_shape_str(w, a, sizeof a), cg_shape_str(x, b, sizeof b));
+        return false;
+    }
+    return true;
+}
+
+/* l + (p - 1) y softplus(-x): the pos_weight term (p detached), as
+ * PyTorch's (1 + (p-1) y) (log(1 + e^-|x|) + max(-x, 0)) + (1 - y) x */
+static cg_tensor *pos_weighted(cg_tensor *l, cg_tensor *x, cg_tensor *y, const cg_tensor *p)
+{
+    cg_tensor *pd = cg_detach(p), *p1 = pd ? cg_adds(pd, -1.0f) : NULL;
+    cg_tensor *nx = p1 ? cg_neg(x) : NULL, *sp = nx ? cg_softplus(nx, 1.0f, 20.0f) : NULL;
+    cg_tensor *py = sp ? cg_mul(p1, y) : NULL, *t = py ? cg_mul(py, sp) : NULL;
+    cg_tensor *out = t ? cg_add(l, t) : NULL;
+    cg_release_all(6, pd, p1, nx, sp, py, t);
+    return out;
+}
+
+cg_tensor *cg_binary_cross_entropy_with_logits_ex(cg_tensor *x, cg_tensor *y,
+                                                  const cg_tensor *weight,
+                                                  const cg_tensor *pos_weight, cg_reduction r)
+{
+    if (!weight && !pos_weight)
+        return loss(CG_K_LOSS_BCE_LOGITS, x, y, r, 0.0f);
+    if (!reduction_ok(CG_K_LOSS_BCE_LOGITS, r) ||
+        (x && y &&
+         (!bce_weight_arg("weight", weight, x) || !bce_weight_arg("pos_weight", pos_weight, x))))
+        return NULL;
+    cg_tensor *l = loss(CG_K_LOSS_BCE_LOGITS, x, y, CG_REDUCTION_NONE, 0.0f);
+    cg_tensor *lp = l && pos_weight ? pos_weighted(l, x, y, pos_weight) : cg_retain(l);
+    cg_tensor *wd = lp && weight ? cg_detach(weight) : NULL;
+    cg_tensor *lw = lp && weight ? (wd ? cg_mul(lp, wd) : NULL) : cg_retain(lp);
+    /* in x's dtype, as PyTorch's in-place products keep it */
+    cg_tensor *lx = lw && lw->dtype != l->dtype ? cg_to(lw, l->dtype) : cg_retain(lw);
+    cg_tensor *out = lx ? reduce_loss(lx, r) : NULL;
+    cg_release_all(5, l, lp, wd, lw, lx);
+    return out;
 }
 
 cg_tensor *cg_kl_div(cg_tensor *input, cg_tensor *target, cg_reduction r, bool log_target)

@@ -121,13 +121,29 @@ static cg_tensor *rows_shaped(cg_tensor *out, const cg_tensor *targets)
     return v;
 }
 
+/* The class weights a class loss saved (p.i[slot]: their saved slot, -1
+ * without), or NULL */
+static const cg_tensor *saved_weight(const cg_node *n, int slot)
+{
+    return n->p.i[slot] >= 0 ? n->saved[n->p.i[slot]] : NULL;
+}
+
+/* Save the class weights w (NULL: none) into p.i[slot]; false when saving
+ * failed */
+static bool save_weight(cg_node *n, const cg_tensor *w, int slot)
+{
+    n->p.i[slot] = w ? cg_node_save(n, (cg_tensor *)w) : -1;
+    return !w || n->p.i[slot] >= 0;
+}
+
 /* saved[0]: the targets [N] (the backward is refused if they were written
  * in place since, as PyTorch refuses it); saved[1]: each row's lse;
  * saved[2]: the gradient for g = 1 (mean and sum), computed by the forward
  * while each row was in cache. The first backward with g = 1 (the loss as
  * the graph's end) takes it over, so that it dies once used; any other g,
  * or a second backward through a retained graph, computes the rows again
- * (the same bits: one expression, core/loss.c). p.i[2]: the reduction. */
+ * (the same bits: one expression, core/loss.c). p.i[2]: the reduction;
+ * p.i[3]: the saved slot of the class weights (-1: none). */
 static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *logits = IN(0);
@@ -141,9 +157,10 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
         int64_t C = logits->shape[logits->ndim - 1];
         int64_t N = C ? cg_numel(logits) / C : 0;
         cg_tensor *l2 = cg_k_reshape(logits, 2, (int64_t[]){N, C}), *g1 = class_grad(g, r);
-        d = l2 && g1 ? cg_k_cross_entropy_backward(l2, n->saved[0], n->p.i[0], n->p.f[2], r,
-                                                   n->saved[1], g1)
-                     : NULL;
+        d = l2 && g1
+                ? cg_k_cross_entropy_backward_weighted(l2, n->saved[0], saved_weight(n, 3),
+                                                       n->p.i[0], n->p.f[2], r, n->saved[1], g1)
+                : NULL;
         cg_release_all(2, l2, g1);
     }
     if (!d)
@@ -156,20 +173,28 @@ static bool ce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_cross_entropy(cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
                             float label_smoothing, cg_reduction r)
 {
+    return cg_cross_entropy_weighted(logits, targets, NULL, ignore_index, label_smoothing, r);
+}
+
+cg_tensor *cg_cross_entropy_weighted(cg_tensor *logits, const cg_tensor *targets,
+                                     const cg_tensor *weight, int64_t ignore_index,
+                                     float label_smoothing, cg_reduction r)
+{
     cg_tensor *l2, *t1;
     if (!class_loss_args("cross_entropy", logits, targets, &l2, &t1))
         return NULL;
     cg_tensor *lse = NULL, *d = NULL;
     /* none: the gradient waits for its upstream rows */
     bool grad = cg_grad_enabled() && logits->requires_grad && r != CG_REDUCTION_NONE;
-    cg_tensor *out = rows_shaped(
-        cg_k_cross_entropy(l2, t1, ignore_index, label_smoothing, r, &lse, grad ? &d : NULL),
-        targets);
+    cg_tensor *out =
+        rows_shaped(cg_k_cross_entropy_weighted(l2, t1, weight, ignore_index, label_smoothing, r,
+                                                &lse, grad ? &d : NULL),
+                    targets);
     cg_release(l2);
     cg_node *n = out ? cg_record(out, CG_OP_CROSS_ENTROPY, 1, &logits, ce_bw) : NULL;
     if (out && (cg_record_failed(n, 1, &logits) ||
                 (n && (cg_node_save(n, t1) < 0 || cg_node_save(n, lse) < 0 ||
-                       (d && cg_node_save(n, d) < 0))))) {
+                       (d && cg_node_save(n, d) < 0) || !save_weight(n, weight, 3))))) {
         cg_release(out);
         out = NULL;
     }
@@ -283,13 +308,16 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
     return out;
 }
 
-/* saved[0]: the log-probabilities as [N, C]; saved[1]: the targets [N]. */
+/* saved[0]: the log-probabilities as [N, C]; saved[1]: the targets [N];
+ * p.i[2]: the saved slot of the class weights (-1: none). */
 static bool nll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     cg_tensor *lp = IN(0);
     const cg_reduction r = (cg_reduction)n->p.i[1];
     cg_tensor *g1 = class_grad(g, r);
-    cg_tensor *d = g1 ? cg_k_nll_loss_backward(n->saved[0], n->saved[1], n->p.i[0], r, g1) : NULL;
+    cg_tensor *d = g1 ? cg_k_nll_loss_backward_weighted(n->saved[0], n->saved[1],
+                                                        saved_weight(n, 2), n->p.i[0], r, g1)
+                      : NULL;
     gin[0] = d ? cg_k_reshape(d, lp->ndim, lp->shape) : NULL;
     cg_release_all(2, g1, d);
     return gin[0] != NULL;
@@ -298,13 +326,20 @@ static bool nll_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore_index,
                        cg_reduction r)
 {
+    return cg_nll_loss_weighted(logp, targets, NULL, ignore_index, r);
+}
+
+cg_tensor *cg_nll_loss_weighted(cg_tensor *logp, const cg_tensor *targets, const cg_tensor *weight,
+                                int64_t ignore_index, cg_reduction r)
+{
     cg_tensor *l2, *t1;
     if (!class_loss_args("nll_loss", logp, targets, &l2, &t1))
         return NULL;
-    cg_tensor *out = rows_shaped(cg_k_nll_loss(l2, t1, ignore_index, r), targets);
+    cg_tensor *out = rows_shaped(cg_k_nll_loss_weighted(l2, t1, weight, ignore_index, r), targets);
     cg_node *n = out ? cg_record(out, CG_OP_NLL_LOSS, 1, &logp, nll_bw) : NULL;
     if (out && (cg_record_failed(n, 1, &logp) ||
-                (n && (cg_node_save(n, l2) < 0 || cg_node_save(n, t1) < 0)))) {
+                (n && (cg_node_save(n, l2) < 0 || cg_node_save(n, t1) < 0 ||
+                       !save_weight(n, weight, 2))))) {
         cg_release(out);
         out = NULL;
     }

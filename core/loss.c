@@ -84,13 +84,47 @@ static bool class_reduction(const char *op, cg_reduction r)
     return false;
 }
 
-/* Check the logits shape, the reduction and the targets (ce_targets). */
+/* The class weights of C classes: NULL (none), or float32 [C]; *held a
+ * contiguous reference (release it) or NULL. */
+static bool class_weight(const char *op, const cg_tensor *weight, int64_t C, cg_tensor **held)
+{
+    *held = NULL;
+    if (!weight)
+        return true;
+    if (!cg_check_f32(op, "weight", weight))
+        return false;
+    if (weight->ndim != 1 || weight->shape[0] != C) {
+        char b[96];
+        cg_set_error("%s: argument 'weight' has shape %s, expected [C] = [%lld], one a class", op,
+                     cg_shape_str(weight, b, sizeof b), (long long)C);
+        return false;
+    }
+    *held = cg_k_contiguous(weight);
+    return *held != NULL;
+}
+
+/* The mean's divisor: the kept rows' count, or with class weights w the
+ * sum of their targets' weights (PyTorch's total_weight), in row order. */
+static double kept_total(const cg_tensor *w, const int64_t *t, int64_t N, int64_t ignore_index,
+                         int64_t kept)
+{
+    if (!w)
+        return (double)kept;
+    double s = 0.0;
+    for (int64_t r = 0; r < N; r++)
+        if (t[r] != ignore_index)
+            s += (double)cg_data(w)[t[r]];
+    return s;
+}
+
+/* Check the logits shape, the reduction, the targets (ce_targets) and the
+ * class weights (class_weight: *wc, NULL without them). */
 static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *target_t,
-                     int64_t ignore_index, float ls, cg_reduction r, int64_t *kept,
-                     cg_tensor **held)
+                     const cg_tensor *weight, int64_t ignore_index, float ls, cg_reduction r,
+                     int64_t *kept, cg_tensor **held, cg_tensor **wc)
 {
     char b[96];
-    *held = NULL;
+    *held = *wc = NULL;
     if (!class_reduction(op, r) || !cg_f32_args(op, 1, &logits))
         return false;
     if (!cg_check_dtype(op, "targets", target_t, CG_I64))
@@ -100,10 +134,30 @@ static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *t
                      cg_shape_str(logits, b, sizeof b));
         return false;
     }
-    if (!cg_ce_ls_check(op, ls))
+    if (!cg_ce_ls_check(op, ls) || !class_weight(op, weight, logits->shape[1], wc))
         return false;
-    return cg_ce_targets(op, logits->shape[0], logits->shape[1], cg_shape_str(logits, b, sizeof b),
-                         target_t, ignore_index, kept, held);
+    if (cg_ce_targets(op, logits->shape[0], logits->shape[1], cg_shape_str(logits, b, sizeof b),
+                      target_t, ignore_index, kept, held))
+        return true;
+    cg_release(*wc);
+    *wc = NULL;
+    return false;
+}
+
+/* The rows of a class loss of class weights wc (NULL: none) over N rows
+ * of targets t: cg_ce_rows_for's with the mean over the kept weights. */
+static cg_ce_rows ce_rows_weighted(int64_t N, int64_t C, const int64_t *t, const cg_tensor *wc,
+                                   int64_t ignore_index, int64_t kept, float ls, float g, bool mean)
+{
+    cg_ce_rows c = cg_ce_rows_for(C, ignore_index, kept, ls, g, mean);
+    if (!wc)
+        return c;
+    c.weight = cg_data(wc);
+    for (int64_t j = 0; j < C; j++)
+        c.wsum += (double)c.weight[j];
+    if (kept > 0 && mean)
+        c.scale = (double)g / kept_total(wc, t, N, ignore_index, kept);
+    return c;
 }
 
 /* ---------------------------------------------------------- row kernels */
@@ -337,6 +391,40 @@ static void ce_row_grad(const cg_ce_rows *c, const float *xr, int64_t t, const f
     row_grad(xr, c->C, l, mn, t, c->scale, c->ls / (double)c->C, 1.0 - c->ls, dr);
 }
 
+/* A kept row of the class weights w (c->weight, PyTorch's formula with
+ * label smoothing): (1-ls) w_t (lse - x_t) + ls/C sum_j w_j (lse - x_j),
+ * from its lse l in double (lse_in: the forward's rounded to float, else
+ * computed here, rounded into *lse when not NULL); dr (when not NULL, may
+ * be xr) its gradient, scale [(1-ls) w_t (e_j - [j = t]) + ls/C (W e_j -
+ * w_j)] with e_j = exp(x_j - lse) and W = sum_j w_j. Double lanes in
+ * element order, one precision in both policies. */
+static double ce_row_weighted(const cg_ce_rows *c, const float *xr, int64_t t, const float *lse_in,
+                              float *lse, float *dr)
+{
+    const int64_t C = c->C;
+    const float *w = c->weight;
+    float mn;
+    double l = lse_in ? (double)*lse_in : row_lse(xr, C, NULL, &mn);
+    float lf = (float)l;
+    if (lse)
+        *lse = lf;
+    double wt = (double)w[t], v = (1.0 - c->ls) * wt * (l - (double)xr[t]);
+    if (c->ls != 0.0) {
+        double sw = 0.0;
+        for (int64_t j = 0; j < C; j++)
+            sw += (double)w[j] * (l - (double)xr[j]);
+        v += c->ls / (double)C * sw;
+    }
+    if (dr) { /* after the loss: dr may be xr */
+        double hit = (1.0 - c->ls) * wt, sm = c->ls / (double)C;
+        for (int64_t j = 0; j < C; j++) {
+            double e = (double)ew_expf(xr[j] - lf);
+            dr[j] = (float)(c->scale * (hit * (e - (double)(j == t)) + sm * (c->wsum * e - w[j])));
+        }
+    }
+    return v;
+}
+
 /* Row xr's gradient for the upstream gradient g of c->scale into dr (may
  * be xr), zero when ignored, from its lse rounded to float (lse NULL:
  * computed again). bf16 autocast reads no lse: it computes the row again
@@ -347,6 +435,8 @@ static void ce_row_backward(const cg_ce_rows *c, const float *xr, int64_t t, con
     int64_t C = c->C;
     if (t == c->ignore_index)
         memset(dr, 0, (size_t)C * sizeof *dr);
+    else if (c->weight)
+        ce_row_weighted(c, xr, t, lse, NULL, dr);
     else if (c->autocast)
         ce_row_autocast(c, xr, t, NULL, dr);
     else
@@ -365,6 +455,8 @@ double cg_ce_row(const cg_ce_rows *c, const float *xr, int64_t t, float *lse, fl
             memset(dr, 0, (size_t)c->C * sizeof *dr);
         return 0.0;
     }
+    if (c->weight && !ignored)
+        return ce_row_weighted(c, xr, t, NULL, lse, dr);
     if (c->autocast)
         return ce_row_autocast(c, xr, t, lse, dr);
     float mn;
@@ -421,7 +513,7 @@ static void ce_backward_chunk(int64_t r0, int64_t r1, int thread, const void *ct
 
 /* The loss of rows row[N] (0 at an ignored row) reduced by r: the mean
  * over the kept ones or the sum, summed in row order in double, or each */
-static cg_tensor *reduced_rows(const double *row, int64_t N, int64_t kept, cg_reduction r)
+static cg_tensor *reduced_rows(const double *row, int64_t N, double kept, cg_reduction r)
 {
     cg_tensor *out = r == CG_REDUCTION_NONE ? cg_empty(1, &N) : cg_empty(0, NULL);
     if (!out)
@@ -435,7 +527,7 @@ static cg_tensor *reduced_rows(const double *row, int64_t N, int64_t kept, cg_re
     double total = 0.0;
     for (int64_t i = 0; i < N; i++)
         total += row[i];
-    o[0] = (float)(r == CG_REDUCTION_MEAN ? total / (double)kept : total); /* 0/0 = NaN */
+    o[0] = (float)(r == CG_REDUCTION_MEAN ? total / kept : total); /* 0/0 = NaN */
     return out;
 }
 
@@ -467,6 +559,15 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
                               int64_t ignore_index, float label_smoothing, cg_reduction r,
                               cg_tensor **lse, cg_tensor **grad)
 {
+    return cg_k_cross_entropy_weighted(logits, target_t, NULL, ignore_index, label_smoothing, r,
+                                       lse, grad);
+}
+
+cg_tensor *cg_k_cross_entropy_weighted(const cg_tensor *logits, const cg_tensor *target_t,
+                                       const cg_tensor *weight, int64_t ignore_index,
+                                       float label_smoothing, cg_reduction r, cg_tensor **lse,
+                                       cg_tensor **grad)
+{
     if (lse)
         *lse = NULL;
     if (grad)
@@ -476,13 +577,14 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
         return NULL;
     }
     int64_t kept;
-    cg_tensor *tc;
-    if (!ce_check("cross_entropy", logits, target_t, ignore_index, label_smoothing, r, &kept, &tc))
+    cg_tensor *tc, *wc;
+    if (!ce_check("cross_entropy", logits, target_t, weight, ignore_index, label_smoothing, r,
+                  &kept, &tc, &wc))
         return NULL;
     if (grad && r == CG_REDUCTION_NONE) {
         cg_set_error("cross_entropy: the forward's gradient is for a scalar loss (reduction "
                      "none: none)");
-        cg_release(tc);
+        cg_release_all(2, tc, wc);
         return NULL;
     }
     const int64_t *targets = cg_data_i64(tc);
@@ -494,19 +596,19 @@ cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *target_t
     if (!row) {
         if (lt && (dx || !grad))
             cg_set_error("cross_entropy: out of memory");
-        cg_release_all(4, x, lt, dx, tc);
+        cg_release_all(5, x, lt, dx, tc, wc);
         return NULL;
     }
     const float *xp = cg_data(x);
     float *lp = cg_data(lt);
     float *dp = dx ? cg_data(dx) : NULL;
-    cg_ce_rows c =
-        cg_ce_rows_for(C, ignore_index, kept, label_smoothing, 1.0f, r == CG_REDUCTION_MEAN);
+    cg_ce_rows c = ce_rows_weighted(N, C, targets, wc, ignore_index, kept, label_smoothing, 1.0f,
+                                    r == CG_REDUCTION_MEAN);
     /* the gradient while the row is in cache: the backward's for g = 1 */
     cg_ce_rows_run(&c, N, xp, targets, lp, dp, row);
-    cg_tensor *out = reduced_rows(row, N, kept, r);
+    cg_tensor *out = reduced_rows(row, N, kept_total(wc, targets, N, ignore_index, kept), r);
     free(row);
-    cg_release_all(2, x, tc);
+    cg_release_all(3, x, tc, wc);
     if (!out) {
         cg_release_all(2, lt, dx);
         return NULL;
@@ -529,9 +631,9 @@ bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *target_t,
         return false;
     }
     int64_t k;
-    cg_tensor *tc;
-    if (!ce_check("cross_entropy", logits, target_t, ignore_index, label_smoothing,
-                  CG_REDUCTION_SUM, &k, &tc))
+    cg_tensor *tc, *wc;
+    if (!ce_check("cross_entropy", logits, target_t, NULL, ignore_index, label_smoothing,
+                  CG_REDUCTION_SUM, &k, &tc, &wc))
         return false;
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *x = cg_k_contiguous(logits);
@@ -556,35 +658,44 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
                                        int64_t ignore_index, float label_smoothing, cg_reduction r,
                                        const cg_tensor *lse, const cg_tensor *g)
 {
+    return cg_k_cross_entropy_backward_weighted(logits, target_t, NULL, ignore_index,
+                                                label_smoothing, r, lse, g);
+}
+
+cg_tensor *cg_k_cross_entropy_backward_weighted(const cg_tensor *logits, const cg_tensor *target_t,
+                                                const cg_tensor *weight, int64_t ignore_index,
+                                                float label_smoothing, cg_reduction r,
+                                                const cg_tensor *lse, const cg_tensor *g)
+{
     if (!logits) {
         cg_error_null_input("cg_k_cross_entropy_backward");
         return NULL;
     }
     int64_t kept;
-    cg_tensor *tc;
-    if (!ce_check("cross_entropy_backward", logits, target_t, ignore_index, label_smoothing, r,
-                  &kept, &tc))
+    cg_tensor *tc, *wc;
+    if (!ce_check("cross_entropy_backward", logits, target_t, weight, ignore_index, label_smoothing,
+                  r, &kept, &tc, &wc))
         return NULL;
     const int64_t *targets = cg_data_i64(tc);
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *gc;
     if (!upstream_grad("cross_entropy_backward", g, r, N, &gc) ||
         (lse && !cg_check_f32("cross_entropy_backward", "lse", lse))) {
-        cg_release_all(2, gc, tc);
+        cg_release_all(3, gc, tc, wc);
         return NULL;
     }
     if (lse && cg_numel(lse) != N) {
         char b1[96], b2[96];
         cg_set_error("cross_entropy_backward: lse must have N elements (shapes %s and %s)",
                      cg_shape_str(logits, b1, sizeof b1), cg_shape_str(lse, b2, sizeof b2));
-        cg_release_all(2, gc, tc);
+        cg_release_all(3, gc, tc, wc);
         return NULL;
     }
     cg_tensor *x = cg_k_contiguous(logits);
     cg_tensor *lc = (x && lse) ? cg_k_contiguous(lse) : NULL;
     cg_tensor *dx = (x && (lc || !lse)) ? cg_empty(2, logits->shape) : NULL;
     if (!dx) {
-        cg_release_all(4, x, lc, gc, tc);
+        cg_release_all(5, x, lc, gc, tc, wc);
         return NULL;
     }
     const float *xp = cg_data(x);
@@ -592,8 +703,8 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
     float *dp = cg_data(dx);
     const bool rows = r == CG_REDUCTION_NONE;
     /* With no kept row PyTorch's gradient is zero (ignored rows get none). */
-    cg_ce_rows c = cg_ce_rows_for(C, ignore_index, kept, label_smoothing,
-                                  rows ? 1.0f : cg_data(gc)[0], r == CG_REDUCTION_MEAN);
+    cg_ce_rows c = ce_rows_weighted(N, C, targets, wc, ignore_index, kept, label_smoothing,
+                                    rows ? 1.0f : cg_data(gc)[0], r == CG_REDUCTION_MEAN);
     const ce_job j = {.c = &c,
                       .x = xp,
                       .lse_in = lp,
@@ -602,7 +713,7 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
                       .dx = dp};
     cg_shares_run(N, cg_shares_rows(C), cg_shares_team(N * C > CG_CE_PAR_THRESHOLD),
                   ce_backward_chunk, &j);
-    cg_release_all(4, x, lc, gc, tc);
+    cg_release_all(5, x, lc, gc, tc, wc);
     return dx;
 }
 
@@ -610,43 +721,64 @@ cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor 
 cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *target_t, int64_t ignore_index,
                          cg_reduction r)
 {
+    return cg_k_nll_loss_weighted(logp, target_t, NULL, ignore_index, r);
+}
+
+/* Target row i's weight: weight[t] or 1 */
+static double row_weight(const cg_tensor *wc, int64_t t)
+{
+    return wc ? (double)cg_data(wc)[t] : 1.0;
+}
+
+cg_tensor *cg_k_nll_loss_weighted(const cg_tensor *logp, const cg_tensor *target_t,
+                                  const cg_tensor *weight, int64_t ignore_index, cg_reduction r)
+{
     if (!logp) {
         cg_error_null_input("cg_k_nll_loss");
         return NULL;
     }
     int64_t kept;
-    cg_tensor *tc;
-    if (!ce_check("nll_loss", logp, target_t, ignore_index, 0.0f, r, &kept, &tc))
+    cg_tensor *tc, *wc;
+    if (!ce_check("nll_loss", logp, target_t, weight, ignore_index, 0.0f, r, &kept, &tc, &wc))
         return NULL;
     const int64_t *targets = cg_data_i64(tc);
     int64_t N = logp->shape[0];
     double *row = malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
     if (!row) {
         cg_set_error("nll_loss: out of memory");
-        cg_release(tc);
+        cg_release_all(2, tc, wc);
         return NULL;
     }
     const float *p = cg_data(logp); /* targets were checked: read them directly */
     for (int64_t i = 0; i < N; i++)
         row[i] = targets[i] == ignore_index
                      ? 0.0
-                     : -(double)p[i * logp->strides[0] + targets[i] * logp->strides[1]];
-    cg_tensor *out = reduced_rows(row, N, kept, r);
+                     : -row_weight(wc, targets[i]) *
+                           (double)p[i * logp->strides[0] + targets[i] * logp->strides[1]];
+    cg_tensor *out = reduced_rows(row, N, kept_total(wc, targets, N, ignore_index, kept), r);
     free(row);
-    cg_release(tc);
+    cg_release_all(2, tc, wc);
     return out;
 }
 
 cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *target_t,
                                   int64_t ignore_index, cg_reduction r, const cg_tensor *g)
 {
+    return cg_k_nll_loss_backward_weighted(logp, target_t, NULL, ignore_index, r, g);
+}
+
+cg_tensor *cg_k_nll_loss_backward_weighted(const cg_tensor *logp, const cg_tensor *target_t,
+                                           const cg_tensor *weight, int64_t ignore_index,
+                                           cg_reduction r, const cg_tensor *g)
+{
     if (!logp) {
         cg_error_null_input("cg_k_nll_loss_backward");
         return NULL;
     }
     int64_t kept;
-    cg_tensor *tc, *gc = NULL;
-    if (!ce_check("nll_loss_backward", logp, target_t, ignore_index, 0.0f, r, &kept, &tc))
+    cg_tensor *tc, *wc, *gc = NULL;
+    if (!ce_check("nll_loss_backward", logp, target_t, weight, ignore_index, 0.0f, r, &kept, &tc,
+                  &wc))
         return NULL;
     int64_t N = logp->shape[0], C = logp->shape[1];
     cg_tensor *d =
@@ -655,11 +787,14 @@ cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *target
         const int64_t *targets = cg_data_i64(tc);
         const float *gp = cg_data(gc);
         const bool rows = r == CG_REDUCTION_NONE;
-        double s = r == CG_REDUCTION_MEAN ? (double)gp[0] / (double)kept : (double)gp[0];
-        for (int64_t i = 0; i < N; i++)
+        double s = r == CG_REDUCTION_MEAN
+                       ? (double)gp[0] / kept_total(wc, targets, N, ignore_index, kept)
+                       : (double)gp[0];
+        for (int64_t i = 0; i < N; i++) /* times 1 without weights: the same bits */
             if (targets[i] != ignore_index)
-                cg_data(d)[i * C + targets[i]] = rows ? -gp[i] : (float)-s;
+                cg_data(d)[i * C + targets[i]] =
+                    (float)(-(rows ? (double)gp[i] : s) * row_weight(wc, targets[i]));
     }
-    cg_release_all(2, gc, tc);
+    cg_release_all(3, gc, tc, wc);
     return d;
 }

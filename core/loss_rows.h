@@ -19,6 +19,10 @@ typedef struct {
     int64_t C, ignore_index, kept;
     double ls, scale; /* scale: g / kept (mean) or g (sum), 0 when no row is kept */
     bool autocast;
+    /* the class weights [C] (F.cross_entropy's weight=) or NULL; wsum:
+     * their total, sum_j weight[j] (the smoothing term's) */
+    const float *weight;
+    double wsum;
 } cg_ce_rows;
 
 /* The rows of one call: C classes, the loss's g / kept (mean) or g (sum)

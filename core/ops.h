@@ -415,6 +415,18 @@ cg_tensor *cg_k_loss_backward(cg_k_loss_kind kind, const cg_tensor *x, const cg_
 cg_tensor *cg_k_cross_entropy(const cg_tensor *logits, const cg_tensor *targets,
                               int64_t ignore_index, float label_smoothing, cg_reduction r,
                               cg_tensor **lse, cg_tensor **grad);
+/* cg_k_cross_entropy with F.cross_entropy's class weights weight=:
+ * float32 [C] or NULL (cg_k_cross_entropy: the same bits). A kept row
+ * with target t loses, as PyTorch's formula,
+ *   (1-ls) w_t (lse - x_t) + ls/C sum_j w_j (lse - x_j),
+ * and the mean divides the sum by the kept rows' sum of w_t (PyTorch's
+ * total weight; no kept row: NaN). Any weight values (negative, 0) are
+ * taken, as PyTorch takes them. Weighted rows take double lanes in both
+ * precision policies (their bits are not autocast's). */
+cg_tensor *cg_k_cross_entropy_weighted(const cg_tensor *logits, const cg_tensor *targets,
+                                       const cg_tensor *weight, int64_t ignore_index,
+                                       float label_smoothing, cg_reduction r, cg_tensor **lse,
+                                       cg_tensor **grad);
 /* cg_k_cross_entropy's rows without their mean: each kept row's loss
  * (the same bits) added to *total in row order, and the kept rows counted
  * into *kept. Calls over consecutive row blocks of one [N, C] give, as
@@ -461,12 +473,26 @@ cg_tensor *cg_k_nll_loss(const cg_tensor *logp, const cg_tensor *targets, int64_
                          cg_reduction r);
 cg_tensor *cg_k_nll_loss_backward(const cg_tensor *logp, const cg_tensor *targets,
                                   int64_t ignore_index, cg_reduction r, const cg_tensor *g);
+/* The same with F.nll_loss's class weights (float32 [C] or NULL: the
+ * functions above): -w[y_r] logp[r, y_r] a kept row, the mean over the
+ * kept rows' sum of w[y_r]; the backward -w[y_r] g / that sum (mean),
+ * -w[y_r] g (sum), -w[y_r] g[r] (none). */
+cg_tensor *cg_k_nll_loss_weighted(const cg_tensor *logp, const cg_tensor *targets,
+                                  const cg_tensor *weight, int64_t ignore_index, cg_reduction r);
+cg_tensor *cg_k_nll_loss_backward_weighted(const cg_tensor *logp, const cg_tensor *targets,
+                                           const cg_tensor *weight, int64_t ignore_index,
+                                           cg_reduction r, const cg_tensor *g);
 /* The gradient of cg_k_cross_entropy(..., r) for the upstream gradient g,
  * a float32 tensor of the loss's shape (0-d for mean and sum, [N] for
  * none). */
 cg_tensor *cg_k_cross_entropy_backward(const cg_tensor *logits, const cg_tensor *targets,
                                        int64_t ignore_index, float label_smoothing, cg_reduction r,
                                        const cg_tensor *lse, const cg_tensor *g);
+/* The same with class weights (cg_k_cross_entropy_weighted's). */
+cg_tensor *cg_k_cross_entropy_backward_weighted(const cg_tensor *logits, const cg_tensor *targets,
+                                                const cg_tensor *weight, int64_t ignore_index,
+                                                float label_smoothing, cg_reduction r,
+                                                const cg_tensor *lse, const cg_tensor *g);
 
 /* Layer norm over the last dim: y = (x - mean) * rstd * w + b, biased var,
  * w/b may be NULL ([D] otherwise). *mean and *rstd ([rows]) are for backward. */
