@@ -488,23 +488,28 @@ END_TEST
 
 /* A loss at reduction r, forward and backward (none's losses weighted by
  * w and summed): every malloc and calloc of it failing in turn gives an
- * error or a success, and leaves no tensor behind. */
+ * error or a success, and leaves no tensor behind. which 4 to 6: the
+ * class losses with class weights cw, bce with weight and pos_weight cw. */
 typedef struct {
     int which;
     cg_reduction r;
-    cg_tensor *x, *y, *t, *w;
+    cg_tensor *x, *y, *t, *w, *cw;
 } loss_ctx;
 static bool loss_run(void *ctx)
 {
     const loss_ctx *c = ctx;
     const int which = c->which;
     const cg_reduction r = c->r;
-    cg_tensor *x = c->x, *y = c->y, *t = c->t, *w = c->w;
+    cg_tensor *x = c->x, *y = c->y, *t = c->t, *w = c->w, *cw = c->cw;
     cg_tensor *l = which == 0   ? cg_cross_entropy(x, t, 1, 0.1f, r)
                    : which == 1 ? cg_nll_loss(x, t, 1, r)
                    : which == 2 ? cg_mse_loss(x, y, r)
-                                : cg_binary_cross_entropy_with_logits(x, y, r);
-    cg_tensor *lw = l && r == CG_REDUCTION_NONE ? cg_mul(l, which < 2 ? w : y) : NULL;
+                   : which == 3 ? cg_binary_cross_entropy_with_logits(x, y, r)
+                   : which == 4 ? cg_cross_entropy_weighted(x, t, cw, 1, 0.1f, r)
+                   : which == 5 ? cg_nll_loss_weighted(x, t, cw, 1, r)
+                                : cg_binary_cross_entropy_with_logits_ex(x, y, cw, cw, r);
+    const bool rows = which < 2 || which == 4 || which == 5;
+    cg_tensor *lw = l && r == CG_REDUCTION_NONE ? cg_mul(l, rows ? w : y) : NULL;
     cg_tensor *s = lw ? cg_sum_all(lw) : NULL;
     cg_tensor *root = r == CG_REDUCTION_NONE ? s : l;
     const bool ok = root && cg_backward(root, NULL, false);
@@ -525,15 +530,16 @@ START_TEST(test_loss_reductions_oom)
     for (int i = 0; i < 12; i++)
         tv[i] = i % 5;
     cg_tensor *t = cg_test_ids_nd(CG_SHAPE(3, 4), tv);
-    for (int which = 0; which < 4; which++)
+    cg_tensor *cw = cg_from_data(CG_SHAPE(5), (const float[]){0.5f, 2, 1.5f, 0.25f, 3});
+    for (int which = 0; which < 7; which++)
         for (int red = CG_REDUCTION_MEAN; red <= CG_REDUCTION_NONE; red++) {
-            loss_ctx c = {which, (cg_reduction)red, x, y, t, w};
+            loss_ctx c = {which, (cg_reduction)red, x, y, t, w, cw};
             const int failed = every_allocation_fails(loss_run, &c);
             ck_assert_msg(failed > 3, "loss %d reduction %d: only %d runs failed", which, red,
                           failed);
             ck_assert(loss_run(&c));
         }
-    cg_release_all(3, x, y, w);
+    cg_release_all(4, x, y, w, cw);
 }
 END_TEST
 

@@ -290,6 +290,16 @@ static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tenso
                                 (cg_reduction)ai(a, "red"));
     else if (!strcmp(op, "nll_loss"))
         *out = cg_nll_loss(x[0], x[1], ai64(a, "ignore"), (cg_reduction)ai(a, "red"));
+    else if (!strcmp(op, "cross_entropy_w"))
+        *out = cg_cross_entropy_weighted(x[0], x[1], x[2], ai64(a, "ignore"), (float)ad(a, "ls"),
+                                         (cg_reduction)ai(a, "red"));
+    else if (!strcmp(op, "nll_loss_w"))
+        *out =
+            cg_nll_loss_weighted(x[0], x[1], x[2], ai64(a, "ignore"), (cg_reduction)ai(a, "red"));
+    else if (!strcmp(op, "bce_with_logits_ex"))
+        *out = cg_binary_cross_entropy_with_logits_ex(x[0], x[1], ai(a, "w") ? x[2] : NULL,
+                                                      ai(a, "pw") ? x[2 + ai(a, "w")] : NULL,
+                                                      (cg_reduction)ai(a, "red"));
     else if (!strcmp(op, "layer_norm"))
         *out = cg_layer_norm(x[0], w ? x[1] : NULL, b ? x[1 + w] : NULL, eps);
     else if (!strcmp(op, "rms_norm"))

@@ -766,17 +766,18 @@ def class_red(a):
     return ("mean", "sum", "none")[a.get("red", 0)]
 
 
-def ce_torch(x, a):
+def ce_torch(x, a, weight=None):
     c = x[0].shape[-1]
-    out = F.cross_entropy(x[0].reshape(-1, c), x[1].reshape(-1), ignore_index=a["ignore"],
-                          label_smoothing=a["ls"], reduction=class_red(a))
+    out = F.cross_entropy(x[0].reshape(-1, c), x[1].reshape(-1), weight=weight,
+                          ignore_index=a["ignore"], label_smoothing=a["ls"],
+                          reduction=class_red(a))
     return out.reshape(x[1].shape) if out.dim() else out
 
 
-def nll_torch(x, a):
+def nll_torch(x, a, weight=None):
     c = x[0].shape[-1]
-    out = F.nll_loss(x[0].reshape(-1, c), x[1].reshape(-1), ignore_index=a["ignore"],
-                     reduction=class_red(a))
+    out = F.nll_loss(x[0].reshape(-1, c), x[1].reshape(-1), weight=weight,
+                     ignore_index=a["ignore"], reduction=class_red(a))
     return out.reshape(x[1].shape) if out.dim() else out
 
 
@@ -1229,21 +1230,28 @@ def gen_losses_more(rng):
             add_case(name, [x, y], args, f, doc=doc, tol=(8.0, 32.0))
 
 
+def class_case(rng, classes):
+    """A class loss's case: leading shape, classes, ignore_index, label
+    smoothing, reduction and targets (some ignored, sometimes all)."""
+    lead = rshape(rng, 1, 2, 0.05)
+    c = rng.choice(classes)
+    ignore = rng.choice([-100, 0, 1])
+    ls = rng.choice([0.0, 0.1, 0.5])
+    red = rng.randrange(3)
+    t = ids(rng, lead, c, 0.05)
+    if rng.random() < 0.4 and t.numel():
+        t.view(-1)[rng.randrange(t.numel())] = ignore
+    if rng.random() < 0.1:
+        t.fill_(ignore)
+    return lead, c, ignore, ls, red, t
+
+
 def gen_loss_reductions(rng):
     """reduction= of the class losses (cross_entropy, nll_loss: sum and
     none, ignored targets 0 in none's) and of mse_loss and
     binary_cross_entropy_with_logits (mean, sum, none; bf16 too)."""
     for _ in range(40):
-        lead = rshape(rng, 1, 2, 0.05)
-        c = rng.choice([1, 2, 5])
-        ignore = rng.choice([-100, 0, 1])
-        ls = rng.choice([0.0, 0.1, 0.5])
-        red = rng.randrange(3)
-        t = ids(rng, lead, c, 0.05)
-        if rng.random() < 0.4 and t.numel():
-            t.view(-1)[rng.randrange(t.numel())] = ignore
-        if rng.random() < 0.1:
-            t.fill_(ignore)
+        lead, c, ignore, ls, red, t = class_case(rng, [1, 2, 5])
         add_case("cross_entropy", [inp(rng, lead + [c], "float32"), (t, [], False)],
                  {"ignore": ignore, "ls": ls, "red": red}, ce_torch, tol=(8.0, 32.0))
         lp = inp(rng, lead + [c], "float32")
@@ -1298,8 +1306,52 @@ def gen_row_norms(rng):
                  lambda x, a: F.cosine_similarity(x[0], x[1], a["dim"], a["eps"]), tol=(8.0, 32.0))
 
 
+def gen_loss_weights(rng):
+    """weight= of the class losses (cross_entropy with ignore_index and
+    label_smoothing, nll_loss; every reduction, all-ignored rows, negative
+    and zero weights) and weight= / pos_weight= of
+    binary_cross_entropy_with_logits (broadcast: [C], [1], the full shape)."""
+    for _ in range(60):
+        lead, c, ignore, ls, red, t = class_case(rng, [1, 2, 5, 7])
+        w = torch.rand(c) * 2.0 + 0.1
+        if rng.random() < 0.2:  # any values: negative and zero weights too
+            w = torch.randn(c)
+            w[0] = 0.0
+        wi = (w, [], False)
+        add_case("cross_entropy_w", [inp(rng, lead + [c], "float32"), (t, [], False), wi],
+                 {"ignore": ignore, "ls": ls, "red": red},
+                 lambda x, a: ce_torch(x[:2], a, weight=x[2]), tol=(8.0, 32.0))
+        lp = inp(rng, lead + [c], "float32")
+        lp = (torch.log_softmax(lp[0].float(), -1), lp[1], lp[2])
+        add_case("nll_loss_w", [lp, (t, [], False), wi], {"ignore": ignore, "red": red},
+                 lambda x, a: nll_torch(x[:2], a, weight=x[2]), tol=(8.0, 32.0))
+    for _ in range(50):
+        s = rshape(rng, 1, 3)
+        dt = rng.choice(["float32", "float32", "float32", "bfloat16"])
+        red = rng.randrange(3)
+        x = inp(rng, s, dt, "normal")
+        y = inp(rng, s, dt, "unit")
+        ins, args = [x, y], {"red": red, "w": 0, "pw": 0}
+        for k in ("w", "pw"):
+            if rng.random() < 0.6:
+                ws = rng.choice([s, s[-1:], [1]])
+                v = torch.rand(ws) * 3.0 if k == "pw" else torch.randn(ws)
+                ins.append((v, [], False))
+                args[k] = 1
+        if not args["w"] and not args["pw"]:
+            ins.append((torch.rand(s[-1:]) * 3.0, [], False))
+            args["pw"] = 1
+
+        def bce(x, a):
+            w = x[2] if a["w"] else None
+            pw = x[2 + a["w"]] if a["pw"] else None
+            return F.binary_cross_entropy_with_logits(x[0], x[1], weight=w, pos_weight=pw,
+                                                      reduction=REDUCTIONS[a["red"]])
+        add_case("bce_with_logits_ex", ins, args, bce, tol=(8.0, 32.0))
+
+
 MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more,
-        gen_row_norms, gen_loss_reductions)
+        gen_row_norms, gen_loss_reductions, gen_loss_weights)
 
 
 def main(out):
