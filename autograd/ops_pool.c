@@ -1,7 +1,8 @@
 /* cgrad autograd: pooling and batch normalisation, one node each
- * (core/pool.c and core/batchnorm.c compute): F.max_pool1d/2d (with
+ * (core/pool.c, interp.c, batchnorm.c compute): F.max_pool1d/2d (with
  * their indices), avg_pool1d/2d, adaptive_avg_pool1d/2d,
- * adaptive_max_pool1d/2d, F.batch_norm, F.group_norm and F.instance_norm.
+ * adaptive_max_pool1d/2d, F.interpolate, F.batch_norm, F.group_norm and
+ * F.instance_norm.
  * Forward and backward side by
  * side, as in ops.c. */
 #include <stdlib.h>
@@ -84,23 +85,31 @@ static bool avg_pool_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     return gin[0] != NULL;
 }
 
-static cg_tensor *avg_recorded(cg_tensor *x, cg_tensor *out, cg_op op, int nd, const cg_pool *o)
+/* out recorded over x by bw, p.i[0] = nd and a copy of the options o
+ * (size bytes; NULL: none) in ctx */
+static cg_tensor *opts_recorded(cg_tensor *x, cg_tensor *out, cg_op op, cg_backward_fn bw, int nd,
+                                const void *o, size_t size)
 {
     cg_node *n;
-    out = cg_recorded(out, op, 1, &x, avg_pool_bw, &n);
+    out = cg_recorded(out, op, 1, &x, bw, &n);
     if (n) {
         n->p.i[0] = nd;
-        if (o && !(n->ctx = malloc(sizeof *o))) {
+        if (o && !(n->ctx = malloc(size))) {
             cg_set_error("%s: out of memory", cg_op_name(op));
             cg_release(out);
             return NULL;
         }
         if (o) {
-            memcpy(n->ctx, o, sizeof *o);
+            memcpy(n->ctx, o, size);
             n->ctx_free = free;
         }
     }
     return out;
+}
+
+static cg_tensor *avg_recorded(cg_tensor *x, cg_tensor *out, cg_op op, int nd, const cg_pool *o)
+{
+    return opts_recorded(x, out, op, avg_pool_bw, nd, o, sizeof *o);
 }
 
 cg_tensor *cg_avg_pool1d(cg_tensor *x, cg_pool o)
@@ -120,6 +129,19 @@ cg_tensor *cg_adaptive_avg_pool2d(cg_tensor *x, int64_t oh, int64_t ow)
 {
     return avg_recorded(x, cg_k_adaptive_pool(x, 2, false, oh, ow, NULL), CG_OP_ADAPTIVE_AVG_POOL2D,
                         2, NULL);
+}
+
+/* ------------------------------------------------------ interpolation */
+/* ctx: the options (a cg_interp) */
+static bool interp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    gin[0] = cg_k_interpolate_backward(g, n->inputs[0], n->ctx);
+    return gin[0] != NULL;
+}
+
+cg_tensor *cg_interpolate(cg_tensor *x, cg_interp o)
+{
+    return opts_recorded(x, cg_k_interpolate(x, &o), CG_OP_INTERPOLATE, interp_bw, 0, &o, sizeof o);
 }
 
 /* ------------------------------------------------------ norms */

@@ -871,6 +871,51 @@ cg_tensor *cg_k_max_pool_backward(const cg_tensor *g, const cg_tensor *indices, 
 cg_tensor *cg_k_avg_pool_backward(const cg_tensor *g, const cg_tensor *x, int nd, const cg_pool *o);
 cg_tensor *cg_k_adaptive_avg_pool_backward(const cg_tensor *g, const cg_tensor *x, int nd);
 
+/* ------------------------------------------------------ interpolation */
+/* F.interpolate's modes (PyTorch 1.13): 'nearest' (the legacy rule, source
+ * floor(dst * scale)), 'nearest-exact' (floor((dst + 0.5) * scale)),
+ * 'linear' (3-d input) and 'bilinear' (4-d). */
+typedef enum {
+    CG_INTERP_NEAREST,
+    CG_INTERP_NEAREST_EXACT,
+    CG_INTERP_LINEAR,
+    CG_INTERP_BILINEAR
+} cg_interp_mode;
+/* F.interpolate's arguments over the spatial dims (index 0 the first; a
+ * 3-d input reads index 0 only): exactly one of size (the output sizes,
+ * > 0) and scale_factor (finite, > 0; the output size floor(in *
+ * scale)) given, 0 meaning not given; for a 4-d input index 0 alone given
+ * is one number for both dims (PyTorch's size=int, scale_factor=float).
+ * align_corners: the linear modes only (PyTorch refuses it with nearest).
+ * recompute_scale_factor: with scale_factor only; false (PyTorch's None
+ * and False) passes the scale to the kernel, whose source index then uses
+ * 1 / scale, true the ratio in / out of the sizes. Zero-initialise and set
+ * what you need: (cg_interp){.mode = CG_INTERP_BILINEAR, .scale_factor =
+ * {2}} is F.interpolate(x, scale_factor=2, mode='bilinear'). */
+typedef struct {
+    cg_interp_mode mode;
+    int64_t size[2];
+    double scale_factor[2];
+    bool align_corners, recompute_scale_factor;
+} cg_interp;
+/* core/interp.c: x [N, C, L] (nearest, nearest-exact, linear) or [N, C,
+ * H, W] (nearest, nearest-exact, bilinear), any strides, a float dtype
+ * (bfloat16 and float16 computed in float32, the values rounded back).
+ * PyTorch's CPU index and weight rules in float32 (the linear source
+ * index in double, as its CPU kernel; an output size equal to the input's
+ * copies). Refused in one line: a rank the mode does not take, both or
+ * neither of size and scale_factor, a size or scale <= 0, an output size
+ * 0, align_corners with nearest, recompute_scale_factor with size. */
+cg_tensor *cg_k_interpolate(const cg_tensor *x, const cg_interp *o);
+/* o's own checks (those that need no input), false + error naming who:
+ * what nn/upsample.h's constructors check once. */
+bool cg_k_interp_options_ok(const cg_interp *o, const char *who);
+/* The backward (float32, x's shape; x is read for its shape only): g
+ * scattered with the forward's indices and weights (nearest: summed into
+ * each source), each (N, C) plane's outputs in order, so the bits do not
+ * depend on the thread count. */
+cg_tensor *cg_k_interpolate_backward(const cg_tensor *g, const cg_tensor *x, const cg_interp *o);
+
 /* ------------------------------------------------ batch normalisation */
 /* F.batch_norm over x [N, C, ...] (float32, any strides; core/
  * batchnorm.c): statistics over every dim but 1, each channel's summed in

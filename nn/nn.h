@@ -4,6 +4,7 @@
  *                     sinusoidal positions, FeedForward
  *   nn/conv.h         Conv1d, Conv2d (torch.nn's)
  *   nn/spatial.h      pools, padding and Flatten as modules (MaxPool2d, ReflectionPad2d, ...)
+ *   nn/upsample.h     Upsample, UpsamplingNearest2d/Bilinear2d (torch.nn's)
  *   nn/rnn.h          recurrent modules: RNN, GRU, LSTM and their cells (torch.nn's)
  *   nn/attention.h    MultiHeadAttention, masks, scaled dot-product attention
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
@@ -22,6 +23,7 @@
 #include "../nn/attention.h"
 #include "../nn/batchnorm.h"
 #include "../nn/conv.h"
+#include "../nn/upsample.h"
 #include "../nn/init.h"
 #include "../nn/kv_cache.h"
 #include "../nn/layers.h"

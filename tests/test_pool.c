@@ -174,15 +174,8 @@ START_TEST(test_pool_bf16)
     for (int i = 0; i < NCASES; i++) {
         cg_tensor *in = CASES[i].nd == 1 ? xb1 : xb, *xr = cg_k_to(in, CG_F32);
         cg_tensor *yb = pool_of(&CASES[i], in), *yf = pool_of(&CASES[i], xr);
-        ck_assert_msg(yb && yb->dtype == CG_BF16, "%s: %s", CASES[i].name, cg_last_error());
-        /* the float32 result rounded once */
-        cg_tensor *yr = cg_k_to(yb, CG_F32), *want = cg_k_to(yf, CG_BF16),
-                  *wr = cg_k_to(want, CG_F32);
-        float *a = cg_test_values(yr), *b = cg_test_values(wr);
-        ck_assert_msg(!memcmp(a, b, (size_t)cg_numel(yr) * sizeof(float)), "%s", CASES[i].name);
-        free(a);
-        free(b);
-        cg_release_all(6, yb, yf, yr, want, wr, xr);
+        cg_test_assert_bf16_rounded(yb, yf, CASES[i].name); /* the float32 result rounded once */
+        cg_release_all(3, yb, yf, xr);
     }
     cg_release_all(2, xf1, xb1);
     cg_requires_grad(xb, true);
@@ -399,14 +392,7 @@ static cg_tensor *every_op(cg_tensor *x, cg_tensor *w)
     cg_tensor *rm = cg_zeros(CG_SHAPE(64)), *rv = cg_ones(CG_SHAPE(64));
     t[NCASES] = cg_batch_norm(x, rm, rv, w, NULL, true, 0.1f, 1e-5f);
     cg_release_all(2, rm, rv);
-    cg_tensor *sum = NULL;
-    for (int i = 0; i <= NCASES; i++) {
-        cg_tensor *m = cg_muls(t[i], (float)(i + 1)), *sq = cg_mul(m, t[i]), *s = cg_sum_all(sq);
-        cg_tensor *acc = sum ? cg_add(sum, s) : cg_retain(s);
-        cg_release_all(5, m, sq, s, sum, t[i]);
-        sum = acc;
-    }
-    return sum;
+    return cg_test_weighted_squares(NCASES + 1, t);
 }
 
 /* every_op at nt threads: the loss, x's and w's gradients (malloc'd) */
@@ -417,12 +403,8 @@ static void run_at(int nt, float *got[3])
     cg_tensor *x = cg_requires_grad(cg_test_randn_layout(&r, CG_SHAPE(8, 64, 40, 36), 1), true);
     cg_tensor *w = cg_requires_grad(cg_randn(&r, CG_SHAPE(64)), true);
     cg_tensor *l = every_op(x, w);
-    ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
-    const cg_tensor *t[3] = {l, cg_grad(x), cg_grad(w)};
-    for (int k = 0; k < 3; k++)
-        got[k] = cg_test_values(t[k]);
+    cg_test_backward_values(l, 2, (cg_tensor *[]){x, w}, got);
     cg_release_all(3, x, w, l);
-    cg_set_num_threads(0);
 }
 
 START_TEST(test_threads_identical)

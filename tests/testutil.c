@@ -416,6 +416,38 @@ void cg_test_same_bits_1_2_threads(void (*run)(int nt, float **got), int k, cons
     }
 }
 
+cg_tensor *cg_test_weighted_squares(int n, cg_tensor **t)
+{
+    cg_tensor *sum = NULL;
+    for (int i = 0; i < n; i++) {
+        cg_tensor *m = cg_muls(t[i], (float)(i + 1)), *sq = cg_mul(m, t[i]), *s = cg_sum_all(sq);
+        cg_tensor *acc = sum ? cg_add(sum, s) : cg_retain(s);
+        cg_release_all(5, m, sq, s, sum, t[i]);
+        sum = acc;
+    }
+    return sum;
+}
+
+void cg_test_backward_values(cg_tensor *loss, int n, cg_tensor *const *in, float **got)
+{
+    ck_assert_msg(loss && cg_backward(loss, NULL, false), "%s", cg_last_error());
+    got[0] = cg_test_values(loss);
+    for (int j = 0; j < n; j++)
+        got[1 + j] = cg_test_values(cg_grad(in[j]));
+    cg_set_num_threads(0);
+}
+
+void cg_test_assert_bf16_rounded(const cg_tensor *yb, const cg_tensor *yf, const char *what)
+{
+    ck_assert_msg(yb && yb->dtype == CG_BF16 && yf, "%s: %s", what, cg_last_error());
+    cg_tensor *yr = cg_k_to(yb, CG_F32), *want = cg_k_to(yf, CG_BF16), *wr = cg_k_to(want, CG_F32);
+    float *a = cg_test_values(yr), *b = cg_test_values(wr);
+    ck_assert_msg(!memcmp(a, b, (size_t)cg_numel(yr) * sizeof(float)), "%s", what);
+    free(a);
+    free(b);
+    cg_release_all(3, yr, want, wr);
+}
+
 void cg_assert_tensor_impl(const cg_tensor *t, const float *expect, double atol, double rtol,
                            const char *file, int line)
 {

@@ -135,6 +135,16 @@ float *cg_test_values(const cg_tensor *t);
  * computed at nt threads; run at 1 and 2 threads, each result must have
  * the same bits (freed here). */
 void cg_test_same_bits_1_2_threads(void (*run)(int nt, float **got), int k, const int64_t *n);
+/* The loss of a thread test over n outputs: the sum over i of (i + 1)
+ * sum(t[i]^2); the t[i] released. */
+cg_tensor *cg_test_weighted_squares(int n, cg_tensor **t);
+/* A thread test's results: the loss's backward run, got[0] its value and
+ * got[1 + j] the gradient of in[j] for j < n (malloc'd); the threads back
+ * to the default. */
+void cg_test_backward_values(cg_tensor *loss, int n, cg_tensor *const *in, float **got);
+/* yb (bfloat16) is yf (float32) rounded once, bit for bit (what: the
+ * case, for messages). */
+void cg_test_assert_bf16_rounded(const cg_tensor *yb, const cg_tensor *yf, const char *what);
 /* Non-contiguous test input: a tensor of the given shape whose storage is
  * laid out transposed (last two dims swapped) or with a step-2 slice;
  * values from rng ~ N(0,1). kind: 0 contiguous, 1 transposed, 2 strided
