@@ -21,6 +21,7 @@
 #include "nn/lora.h"
 #include "nn/rnn.h"
 #include "nn/transformer.h"
+#include "nn/upsample.h"
 #include "nn/safetensors.h"
 #include "tests/testutil.h"
 
@@ -616,6 +617,54 @@ START_TEST(test_pool_oom)
 }
 END_TEST
 
+/* An Upsample (bilinear) and every other mode of cg_interpolate (a
+ * bfloat16 copy through nearest), forward and backward */
+static bool interp_run(void *ctx)
+{
+    cg_upsample *u = ((void **)ctx)[0];
+    cg_tensor *x = ((void **)ctx)[1], *x3 = ((void **)ctx)[2];
+    cg_tensor *xb = cg_to(x, CG_BF16);
+    cg_tensor *t[4] = {
+        cg_upsample_forward(u, x),
+        cg_interpolate(xb, (cg_interp){.mode = CG_INTERP_NEAREST, .scale_factor = {1.7}}),
+        cg_interpolate(x, (cg_interp){.mode = CG_INTERP_NEAREST_EXACT, .size = {3, 7}}),
+        cg_interpolate(
+            x3,
+            (cg_interp){.mode = CG_INTERP_LINEAR, .scale_factor = {0.6}, .align_corners = true})};
+    cg_tensor *s[4] = {NULL}, *sum = NULL;
+    bool ok = true;
+    for (int i = 0; i < 4; i++) {
+        cg_tensor *f = t[i] ? cg_to(t[i], CG_F32) : NULL;
+        s[i] = f ? cg_sum_all(f) : NULL;
+        cg_tensor *next = sum && s[i] ? cg_add(sum, s[i]) : s[i] ? cg_retain(s[i]) : NULL;
+        ok = ok && next;
+        cg_release_all(2, sum, f);
+        sum = next;
+    }
+    ok = ok && cg_backward(sum, NULL, false);
+    for (int i = 0; i < 4; i++)
+        cg_release_all(2, t[i], s[i]);
+    cg_release_all(2, xb, sum);
+    cg_zero_grad(x);
+    cg_zero_grad(x3);
+    return ok;
+}
+
+START_TEST(test_interp_oom)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 4, 5)), true);
+    cg_tensor *x3 = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 6)), true);
+    cg_upsample *u = cg_upsample_new(&(cg_interp){.mode = CG_INTERP_BILINEAR, .scale_factor = {2}});
+    void *ctx[3] = {u, x, x3};
+    const int failed = every_allocation_fails(interp_run, ctx);
+    ck_assert_msg(failed > 10, "only %d runs failed", failed);
+    ck_assert(interp_run(ctx)); /* and it runs once memory is back */
+    cg_module_free(CG_MODULE(u));
+    cg_release_all(2, x, x3);
+}
+END_TEST
+
 /* GroupNorm, then an InstanceNorm2d with running statistics and affine,
  * forward and backward */
 static bool norms_run(void *ctx)
@@ -718,6 +767,7 @@ int main(void)
     tcase_add_test(tc, test_loss_reductions_oom);
     tcase_add_test(tc, test_pad_modes_oom);
     tcase_add_test(tc, test_pool_oom);
+    tcase_add_test(tc, test_interp_oom);
     tcase_add_test(tc, test_norm_oom);
     tcase_add_test(tc, test_conv_oom);
     suite_add_tcase(s, tc);
