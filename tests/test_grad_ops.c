@@ -322,6 +322,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_BATCH_NORM] = {.by = "test_pool.c: test_batch_norm_gradcheck"},
     [CG_OP_GROUP_NORM] = {.by = "test_norm.c: test_group_norm_gradcheck"},
     [CG_OP_INSTANCE_NORM] = {.by = "test_norm.c: test_instance_norm_gradcheck"},
+    [CG_OP_INTERPOLATE] = {.by = "test_interp.c: test_interp_gradcheck"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */
