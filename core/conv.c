@@ -19,19 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/conv_impl.h"
 #include "core/gemm.h"
 #include "core/ops.h"
 #include "core/shares.h"
 
 #define PAR_THRESHOLD 32768
 
-typedef struct {
-    bool batched;
-    int64_t N, C, O, G, Cg, Og;
-    int64_t H, W, OH, OW, KH, KW;
-    int64_t sh, sw, dh, dw, ph, pw; /* stride, dilation, padding before */
-    int64_t P, Kp, CK;              /* output positions, taps, cols' width */
-} geom;
+typedef cg_conv_geom geom;
 
 static const char *op_name(int nd) { return nd == 1 ? "conv1d" : "conv2d"; }
 
@@ -46,7 +41,7 @@ static void pads(const cg_conv_cfg *c, int i, int64_t k, int64_t d, int64_t *lo,
     }
 }
 
-bool cg_conv_cfg_check(const char *op, int nd, const cg_conv_cfg *c)
+bool cg_conv_cfg_common(const char *op, int nd, const cg_conv_cfg *c)
 {
     if (!c)
         return cg_error_null_arg(op, "cfg");
@@ -84,9 +79,48 @@ bool cg_conv_cfg_check(const char *op, int nd, const cg_conv_cfg *c)
     return true;
 }
 
-/* dtypes and ranks of x, w, b; false + error */
-static bool check_args(const char *op, int nd, const cg_tensor *x, const cg_tensor *w,
-                       const cg_tensor *b)
+bool cg_conv_cfg_check(const char *op, int nd, const cg_conv_cfg *c)
+{
+    if (!cg_conv_cfg_common(op, nd, c))
+        return false;
+    for (int i = 0; i < nd; i++)
+        if (c->output_padding[i]) {
+            cg_set_error("%s: output_padding is the transposed convolution's (got %lld in "
+                         "spatial dim %d)",
+                         op, (long long)c->output_padding[i], i);
+            return false;
+        }
+    return true;
+}
+
+bool cg_conv_transpose_cfg_check(const char *op, int nd, const cg_conv_cfg *c)
+{
+    if (!cg_conv_cfg_common(op, nd, c))
+        return false;
+    if (c->pad != CG_CONV_PAD_NUMBERS) {
+        cg_set_error("%s: padding must be numbers ('same' and 'valid' are the convolution's)", op);
+        return false;
+    }
+    for (int i = 0; i < nd; i++) {
+        const int64_t p = c->output_padding[i];
+        if (p < 0) {
+            cg_set_error("%s: negative output_padding is not supported (got %lld in spatial dim "
+                         "%d)",
+                         op, (long long)p, i);
+            return false;
+        }
+        if (p >= c->stride[i] && p >= c->dilation[i]) {
+            cg_set_error("%s: output padding must be smaller than either stride or dilation, but "
+                         "got output_padding %lld, stride %lld, dilation %lld in spatial dim %d",
+                         op, (long long)p, (long long)c->stride[i], (long long)c->dilation[i], i);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool cg_conv_check_args(const char *op, int nd, const cg_tensor *x, const cg_tensor *w,
+                        const cg_tensor *b, const char *wdims, int64_t out)
 {
     char s1[96], s2[96];
     if (x->dtype != CG_F32 && x->dtype != CG_BF16) {
@@ -107,14 +141,14 @@ static bool check_args(const char *op, int nd, const cg_tensor *x, const cg_tens
         return false;
     }
     if (w->ndim != nd + 2 || cg_numel(w) == 0) {
-        cg_set_error("%s: weight %s must be [out, in / groups, %s] with no empty dim", op,
-                     cg_shape_str(w, s1, sizeof s1), nd == 1 ? "K" : "KH, KW");
+        cg_set_error("%s: weight %s must be [%s, %s] with no empty dim", op,
+                     cg_shape_str(w, s1, sizeof s1), wdims, nd == 1 ? "K" : "KH, KW");
         return false;
     }
-    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) {
+    if (b && (b->ndim != 1 || b->shape[0] != out)) {
         cg_set_error("%s: bias %s, weight %s: the bias must be [%lld]", op,
                      cg_shape_str(b, s1, sizeof s1), cg_shape_str(w, s2, sizeof s2),
-                     (long long)w->shape[0]);
+                     (long long)out);
         return false;
     }
     return true;
@@ -160,9 +194,10 @@ static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
 {
     const char *op = nd == 1 || nd == 2 ? op_name(nd) : "conv";
     const cg_conv_cfg c = cfg ? *cfg : CG_CONV_DEFAULT;
-    if (!cg_conv_cfg_check(op, nd, &c) || !check_args(op, nd, x, w, b))
+    if (!cg_conv_cfg_check(op, nd, &c) ||
+        !cg_conv_check_args(op, nd, x, w, b, "out, in / groups", w->shape[0]))
         return false;
-    *g = (geom){.batched = x->ndim == nd + 2, .G = c.groups, .O = w->shape[0]};
+    *g = (geom){.op = op, .batched = x->ndim == nd + 2, .G = c.groups, .O = w->shape[0]};
     const int s0 = g->batched ? 1 : 0; /* x's channel dim */
     g->N = g->batched ? x->shape[0] : 1;
     g->C = x->shape[s0];
@@ -192,8 +227,7 @@ static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
     return true;
 }
 
-/* x as float32 with its strides (n, c, h, w) in elements, a new reference */
-static cg_tensor *x_f32(const cg_tensor *x, const geom *g, int64_t xs[4])
+cg_tensor *cg_conv_x_f32(const cg_tensor *x, const geom *g, int64_t xs[4])
 {
     cg_tensor *xf = x->dtype == CG_F32 ? cg_retain((cg_tensor *)x) : cg_k_to(x, CG_F32);
     if (!xf)
@@ -353,7 +387,7 @@ static job sample_job(const pass *s, int64_t n, int64_t gi, float *cols)
 {
     const geom *g = s->g;
     job j = {g,
-             s->x + n * s->xs[0] + gi * g->Cg * s->xs[1],
+             s->x ? s->x + n * s->xs[0] + gi * g->Cg * s->xs[1] : NULL,
              NULL,
              cols,
              {s->xs[0], s->xs[1], s->xs[2], s->xs[3]}};
@@ -414,18 +448,17 @@ static bool samples_team(pass *s, int per, int *nt, cg_tensor **scratch)
 static bool products_ok(const geom *g, bool failed, int nt)
 {
     if (failed && nt > 1)
-        cg_set_error("%s: a product failed on a worker thread (out of memory)",
-                     g->H == 1 && g->KH == 1 ? "conv1d" : "conv2d");
+        cg_set_error("%s: a product failed on a worker thread (out of memory)", g->op);
     return !failed;
 }
 
 /* The forward, the samples among the threads */
-static bool forward_all(const geom *g, const cg_tensor *xf, const int64_t xs[4], const float *w,
-                        const cg_tensor *b, float *out)
+bool cg_conv_pass_forward(const geom *g, const float *x, const int64_t xs[4], const float *w,
+                          const cg_tensor *b, float *out)
 {
     _Atomic bool failed = false;
     pass s = {g,
-              cg_data(xf),
+              x,
               w,
               NULL,
               b,
@@ -459,8 +492,8 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
     cg_tensor *out = cg_empty(out_shape(nd, &g, shape), shape);
     if (!out || g.N == 0)
         return out;
-    cg_tensor *xf = x_f32(x, &g, xs), *wc = xf ? cg_k_contiguous(w) : NULL;
-    const bool ok = wc && forward_all(&g, xf, xs, cg_data(wc), b, cg_data(out));
+    cg_tensor *xf = cg_conv_x_f32(x, &g, xs), *wc = xf ? cg_k_contiguous(w) : NULL;
+    const bool ok = wc && cg_conv_pass_forward(&g, cg_data(xf), xs, cg_data(wc), b, cg_data(out));
     cg_release_all(2, xf, wc);
     if (!ok) {
         cg_release(out);
@@ -560,10 +593,26 @@ static bool backward_all(pass *s, float *dw, float *db)
     if (part)
         cg_shares_run(wn, 4096, cg_shares_team(wn * nparts > PAR_THRESHOLD), dw_sum, &j);
     if (db)
-        cg_shares_run(g->O, cg_shares_rows(g->N * g->P),
-                      cg_shares_team(g->O * g->N * g->P > PAR_THRESHOLD), db_rows, &j);
+        cg_conv_pass_db(g, s->gc, db);
     cg_release_all(2, part, scratch);
     return products_ok(g, failed, nt);
+}
+
+bool cg_conv_pass_backward(const geom *g, const float *x, const int64_t xs[4], const float *w,
+                           const float *gc, float *dx, float *dw, float *db)
+{
+    pass s = {g,     x,    w,  gc,   NULL, {xs[0], xs[1], xs[2], xs[3]},
+              1,     NULL, dx, NULL, NULL, cg_precision_path(cg_get_matmul_precision()),
+              false, NULL};
+    s.dir = direct(g, xs);
+    return backward_all(&s, dw, db);
+}
+
+void cg_conv_pass_db(const geom *g, const float *gc, float *db)
+{
+    const sums_job j = {g, gc, NULL, 0, 0, db, NULL};
+    cg_shares_run(g->O, cg_shares_rows(g->N * g->P),
+                  cg_shares_team(g->O * g->N * g->P > PAR_THRESHOLD), db_rows, &j);
 }
 
 static bool check_grad(int nd, const geom *g, const cg_tensor *grad)
@@ -601,25 +650,12 @@ bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg
     cg_tensor *xf = NULL, *gc = NULL, *wc = NULL;
     int64_t xs[4] = {0};
     if (ok && ge.N > 0) {
-        xf = x_f32(x, &ge, xs);
+        xf = cg_conv_x_f32(x, &ge, xs);
         wc = xf ? cg_k_contiguous(w) : NULL;
         gc = wc ? cg_k_contiguous(g) : NULL;
-        pass s = {&ge,
-                  xf ? cg_data(xf) : NULL,
-                  wc ? cg_data(wc) : NULL,
-                  gc ? cg_data(gc) : NULL,
-                  NULL,
-                  {xs[0], xs[1], xs[2], xs[3]},
-                  1,
-                  NULL,
-                  tdx ? cg_data(tdx) : NULL,
-                  NULL,
-                  NULL,
-                  cg_precision_path(cg_get_matmul_precision()),
-                  false,
-                  NULL};
-        s.dir = xf && direct(&ge, xs);
-        ok = gc && backward_all(&s, tdw ? cg_data(tdw) : NULL, tdb ? cg_data(tdb) : NULL);
+        ok = gc && cg_conv_pass_backward(&ge, cg_data(xf), xs, cg_data(wc), cg_data(gc),
+                                         tdx ? cg_data(tdx) : NULL, tdw ? cg_data(tdw) : NULL,
+                                         tdb ? cg_data(tdb) : NULL);
     }
     cg_release_all(3, xf, gc, wc);
     if (!ok) {

@@ -1068,12 +1068,19 @@ typedef struct {
     int64_t stride[2], padding[2], dilation[2];
     int64_t groups;
     cg_conv_pad pad; /* CG_CONV_PAD_NUMBERS: padding[] is read */
+    /* the transposed convolution's only (0 for a convolution): the size
+     * added to one side of the output, < stride or < dilation */
+    int64_t output_padding[2];
 } cg_conv_cfg;
-#define CG_CONV_DEFAULT ((cg_conv_cfg){{1, 1}, {0, 0}, {1, 1}, 1, CG_CONV_PAD_NUMBERS})
+#define CG_CONV_DEFAULT ((cg_conv_cfg){{1, 1}, {0, 0}, {1, 1}, 1, CG_CONV_PAD_NUMBERS, {0, 0}})
 /* cfg's numbers valid for nd spatial dims (what cg_k_conv checks first):
  * false + one-line error naming op ("conv2d: stride must be positive (got
- * 0 in spatial dim 1)"). */
+ * 0 in spatial dim 1)"); output_padding must be 0. */
 bool cg_conv_cfg_check(const char *op, int nd, const cg_conv_cfg *cfg);
+/* The same for a transposed convolution (what cg_k_conv_transpose checks
+ * first): padding numbers only, output_padding >= 0 and smaller than the
+ * stride or the dilation (PyTorch's rule). */
+bool cg_conv_transpose_cfg_check(const char *op, int nd, const cg_conv_cfg *cfg);
 cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
                      const cg_conv_cfg *cfg);
 /* Its gradients given g (the output's shape, any strides): dx (x's shape,
@@ -1084,6 +1091,31 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
  * any thread count. False + error on failure. */
 bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg_conv_cfg *cfg,
                         const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
+
+/* Transposed convolution (core/conv_transpose.c), PyTorch's
+ * F.conv_transpose1d / F.conv_transpose2d: the data gradient of the
+ * convolution whose output x would be. x [N, C, L] or unbatched [C, L]
+ * (nd 1), [N, C, H, W] or [C, H, W] (nd 2), float32 or bfloat16 (widened:
+ * the result is float32), any strides; w [C, O / groups, K] or [C, O /
+ * groups, KH, KW] and b [O] (or NULL), float32. cfg (NULL: CG_CONV_DEFAULT)
+ * as cg_conv_transpose_cfg_check accepts it, groups dividing C. Output
+ * length (L - 1) stride - 2 padding + dilation (K - 1) + output_padding + 1
+ * >= 1. Made of the convolution's passes: each sample's group is W^T x
+ * [O / groups K, L] on the GEMM (the thread's matrix precision) folded
+ * back (col2im, a plane a task, the taps in index order), then the bias
+ * added. The result is contiguous, x's batchedness. NULL + one-line error
+ * on a bad shape, dtype or configuration. */
+cg_tensor *cg_k_conv_transpose(int nd, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
+                               const cg_conv_cfg *cfg);
+/* Its gradients given g (the output's shape, any strides): dx (x's shape,
+ * float32) the convolution of g with w, dw (w's shape) the convolution's
+ * weight gradient with g as its input and x as its output's gradient
+ * (summed in chunks of samples set by the batch), db [O] g's rows summed
+ * in double (each may be NULL to skip): the same bits for any thread
+ * count. False + error on failure. */
+bool cg_k_conv_transpose_backward(int nd, const cg_tensor *x, const cg_tensor *w,
+                                  const cg_conv_cfg *cfg, const cg_tensor *g, cg_tensor **dx,
+                                  cg_tensor **dw, cg_tensor **db);
 
 #ifdef __cplusplus
 }

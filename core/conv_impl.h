@@ -1,0 +1,57 @@
+/* cgrad core, INTERNAL: what core/conv.c (the convolution) and
+ * core/conv_transpose.c (the transposed one, made of the convolution's
+ * passes) share. */
+#ifndef CG_CONV_IMPL_H
+#define CG_CONV_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ops.h"
+
+/* A convolution's geometry: x [N, C, H, W] (a 1-d one of height 1) into
+ * the output [N, O, OH, OW], the weight [O, Cg, KH, KW]. A transposed
+ * convolution is described by the convolution whose data gradient it is:
+ * its input is this output, its output this x. op names the op errors
+ * report. */
+typedef struct {
+    const char *op;
+    bool batched;
+    int64_t N, C, O, G, Cg, Og;
+    int64_t H, W, OH, OW, KH, KW;
+    int64_t sh, sw, dh, dw, ph, pw; /* stride, dilation, padding before */
+    int64_t P, Kp, CK;              /* output positions, taps, cols' width */
+} cg_conv_geom;
+
+/* The checks shared by cg_conv_cfg_check and cg_conv_transpose_cfg_check
+ * (groups, stride, dilation, padding numbers); false + error naming op */
+bool cg_conv_cfg_common(const char *op, int nd, const cg_conv_cfg *c);
+
+/* x's dtype (float32 or bfloat16) and rank (nd + 1 or nd + 2), w's and
+ * b's (float32; w nd + 2 dims described as [wdims, K], none empty; b
+ * [out]); false + error naming op */
+bool cg_conv_check_args(const char *op, int nd, const cg_tensor *x, const cg_tensor *w,
+                        const cg_tensor *b, const char *wdims, int64_t out);
+
+/* x as float32 (a new reference) and its strides (n, c, h, w) in
+ * elements, x's channel dim after the batch's when g->batched */
+cg_tensor *cg_conv_x_f32(const cg_tensor *x, const cg_conv_geom *g, int64_t xs[4]);
+
+/* The forward's pass: out [N, O, P] (contiguous) = the convolution of x
+ * (float32, strides xs) with w (contiguous) plus b (or NULL); false +
+ * error. */
+bool cg_conv_pass_forward(const cg_conv_geom *g, const float *x, const int64_t xs[4],
+                          const float *w, const cg_tensor *b, float *out);
+
+/* The backward's pass given gc [N, O, P] (contiguous): dx (contiguous, or
+ * NULL) = W^T g folded back, dw (or NULL) = the samples' g cols(x)^T
+ * summed in chunks of samples set by the batch, db (or NULL) g's rows
+ * summed in double. x (strides xs) is read only for dw (NULL without it;
+ * xs then dx's strides). False + error. */
+bool cg_conv_pass_backward(const cg_conv_geom *g, const float *x, const int64_t xs[4],
+                           const float *w, const float *gc, float *dx, float *dw, float *db);
+/* db[o] = the sum over the samples then the positions of gc [N, O, P]'s
+ * row o, in double (the backward's db) */
+void cg_conv_pass_db(const cg_conv_geom *g, const float *gc, float *db);
+
+#endif
