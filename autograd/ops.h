@@ -200,6 +200,15 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
  * products in the thread's matrix precision, as a Linear layer's. */
 cg_tensor *cg_conv1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 cg_tensor *cg_conv2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
+/* F.conv_transpose1d / F.conv_transpose2d as one op: x [N, C, L] or [C,
+ * L] / [N, C, H, W] or [C, H, W] (float32, or bfloat16: the result
+ * float32, x's gradient bfloat16), w [C, O / groups, K] / [C, O / groups,
+ * KH, KW], b [O] or NULL; cfg NULL for the defaults, else a cg_conv_cfg
+ * with padding numbers and output_padding (< stride or < dilation), as
+ * core's cg_k_conv_transpose. Gradients for x, w and b as PyTorch's;
+ * products in the thread's matrix precision. */
+cg_tensor *cg_conv_transpose1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
+cg_tensor *cg_conv_transpose2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 /* cg_affine for an output that bf16 products read (attention's q, k and v,
  * each a view of it): in bf16 precision the product keeps the output's
  * bf16 rounding as it writes the output (core's cg_k_linear_keep_bf16), so

@@ -432,23 +432,29 @@ cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tenso
 }
 
 /* ------------------------------------------------------- convolution */
-/* One node a convolution: x, w (both read: the backward unfolds x again
- * for dW and reads w for dx) and b; the spatial rank in p.i[0], the
- * configuration in p.i[1..8] (stride, padding, dilation per dim, groups,
- * padding mode). */
+/* One node a convolution or a transposed one: x, w (both read: the
+ * backward unfolds x again for dW and reads w for dx) and b; the spatial
+ * rank in p.i[0], the configuration in p.i[1..9] (stride, padding,
+ * dilation per dim, groups, then the padding mode of a convolution or
+ * the output padding per dim of a transposed one). */
 static cg_conv_cfg conv_cfg_of(const cg_node *n)
 {
     const int64_t *q = n->p.i + 1;
-    return (cg_conv_cfg){{q[0], q[1]}, {q[2], q[3]}, {q[4], q[5]}, q[6], (cg_conv_pad)q[7]};
+    cg_conv_cfg c = {{q[0], q[1]}, {q[2], q[3]}, {q[4], q[5]}, q[6], CG_CONV_PAD_NUMBERS, {0, 0}};
+    if (n->op == CG_OP_CONV)
+        c.pad = (cg_conv_pad)q[7];
+    else
+        c.output_padding[0] = q[7], c.output_padding[1] = q[8];
+    return c;
 }
 static bool conv_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const cg_conv_cfg c = conv_cfg_of(n);
-    return cg_k_conv_backward((int)n->p.i[0], IN(0), IN(1), &c, g, NEEDS(0) ? &gin[0] : NULL,
-                              NEEDS(1) ? &gin[1] : NULL,
-                              n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
+    return (n->op == CG_OP_CONV ? cg_k_conv_backward : cg_k_conv_transpose_backward)(
+        (int)n->p.i[0], IN(0), IN(1), &c, g, NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
+        n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
-static cg_tensor *conv(const char *name, int nd, cg_tensor *x, cg_tensor *w, cg_tensor *b,
+static cg_tensor *conv(const char *name, int nd, cg_op op, cg_tensor *x, cg_tensor *w, cg_tensor *b,
                        const cg_conv_cfg *cfg)
 {
     if (!x || !w) {
@@ -456,28 +462,46 @@ static cg_tensor *conv(const char *name, int nd, cg_tensor *x, cg_tensor *w, cg_
         return NULL;
     }
     const cg_conv_cfg c = cfg ? *cfg : CG_CONV_DEFAULT;
-    cg_tensor *out = cg_k_conv(nd, x, w, b, &c); /* checks every argument */
+    /* checks every argument */
+    cg_tensor *out =
+        op == CG_OP_CONV ? cg_k_conv(nd, x, w, b, &c) : cg_k_conv_transpose(nd, x, w, b, &c);
     if (!out)
         return NULL;
     cg_tensor *in[3] = {x, w, b};
-    cg_node *n = cg_record(out, CG_OP_CONV, b ? 3 : 2, in, conv_bw);
+    cg_node *n = cg_record(out, op, b ? 3 : 2, in, conv_bw);
     if (cg_record_failed(n, b ? 3 : 2, in)) {
         cg_release(out);
         return NULL;
     }
     if (n) {
-        const int64_t q[9] = {nd,           c.stride[0],   c.stride[1],   c.padding[0],
-                              c.padding[1], c.dilation[0], c.dilation[1], c.groups,
-                              c.pad};
+        const bool t = op != CG_OP_CONV;
+        const int64_t q[10] = {nd,
+                               c.stride[0],
+                               c.stride[1],
+                               c.padding[0],
+                               c.padding[1],
+                               c.dilation[0],
+                               c.dilation[1],
+                               c.groups,
+                               t ? c.output_padding[0] : (int64_t)c.pad,
+                               t ? c.output_padding[1] : 0};
         memcpy(n->p.i, q, sizeof q);
     }
     return out;
 }
 cg_tensor *cg_conv1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg)
 {
-    return conv("cg_conv1d", 1, x, w, b, cfg);
+    return conv("cg_conv1d", 1, CG_OP_CONV, x, w, b, cfg);
 }
 cg_tensor *cg_conv2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg)
 {
-    return conv("cg_conv2d", 2, x, w, b, cfg);
+    return conv("cg_conv2d", 2, CG_OP_CONV, x, w, b, cfg);
+}
+cg_tensor *cg_conv_transpose1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg)
+{
+    return conv("cg_conv_transpose1d", 1, CG_OP_CONV_TRANSPOSE, x, w, b, cfg);
+}
+cg_tensor *cg_conv_transpose2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg)
+{
+    return conv("cg_conv_transpose2d", 2, CG_OP_CONV_TRANSPOSE, x, w, b, cfg);
 }

@@ -1,4 +1,6 @@
-/* nn.Conv1d and nn.Conv2d (nn/conv.h) on autograd's cg_conv1d / cg_conv2d. */
+/* nn.Conv1d, nn.Conv2d, nn.ConvTranspose1d and nn.ConvTranspose2d
+ * (nn/conv.h) on autograd's cg_conv1d / cg_conv2d and
+ * cg_conv_transpose1d / cg_conv_transpose2d. */
 #include <math.h>
 
 #include "autograd/ops.h"
@@ -10,6 +12,9 @@ static cg_tensor *conv_impl(cg_module *m, cg_tensor *const *in, void *args)
     (void)args;
     cg_conv *c = (cg_conv *)m;
     /* the input's rank, channels and length are checked once, by core */
+    if (c->transposed)
+        return c->nd == 1 ? cg_conv_transpose1d(in[0], c->weight, c->bias, &c->cfg)
+                          : cg_conv_transpose2d(in[0], c->weight, c->bias, &c->cfg);
     return c->nd == 1 ? cg_conv1d(in[0], c->weight, c->bias, &c->cfg)
                       : cg_conv2d(in[0], c->weight, c->bias, &c->cfg);
 }
@@ -33,8 +38,8 @@ static cg_tensor *param(cg_module *m, const char *name, cg_tensor **field, int n
     return r;
 }
 
-static bool check_sizes(const char *type, int nd, int64_t in, int64_t out, const int64_t *k,
-                        const cg_conv_cfg *cfg)
+static bool check_sizes(const char *type, int nd, bool transposed, int64_t in, int64_t out,
+                        const int64_t *k, const cg_conv_cfg *cfg)
 {
     if (in < 1 || out < 1 || k[0] < 1 || (nd == 2 && k[1] < 1)) {
         cg_set_error("%s: channels and kernel size must be positive (in %lld, out %lld, kernel "
@@ -43,7 +48,7 @@ static bool check_sizes(const char *type, int nd, int64_t in, int64_t out, const
                      nd == 2 ? (long long)k[1] : 0LL);
         return false;
     }
-    if (!cg_conv_cfg_check(type, nd, cfg))
+    if (!(transposed ? cg_conv_transpose_cfg_check : cg_conv_cfg_check)(type, nd, cfg))
         return false;
     if (in % cfg->groups || out % cfg->groups) {
         cg_set_error("%s: in_channels %lld and out_channels %lld must be divisible by groups %lld",
@@ -53,26 +58,32 @@ static bool check_sizes(const char *type, int nd, int64_t in, int64_t out, const
     return true;
 }
 
-static cg_conv *conv_new(int nd, int64_t in, int64_t out, const int64_t *k, const cg_conv_cfg *cfg,
-                         bool bias, cg_rng *rng)
+/* a transposed one's weight is [in, out / groups, ...] and its fan_in
+ * out / groups times the taps, as PyTorch's (its reset_parameters reads
+ * the weight's dim 1) */
+static cg_conv *conv_new(int nd, bool transposed, int64_t in, int64_t out, const int64_t *k,
+                         const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
 {
-    const char *type = nd == 1 ? "Conv1d" : "Conv2d";
+    static const char *types[2][2] = {{"Conv1d", "Conv2d"}, {"ConvTranspose1d", "ConvTranspose2d"}};
+    const char *type = types[transposed][nd == 2];
     const cg_conv_cfg c = cfg ? *cfg : CG_CONV_DEFAULT;
-    if (!check_sizes(type, nd, in, out, k, &c))
+    if (!check_sizes(type, nd, transposed, in, out, k, &c))
         return NULL;
     cg_conv *m = (cg_conv *)cg_module_alloc(sizeof *m, type, NULL);
     if (!m)
         return NULL;
-    *m = (cg_conv){m->base, nd, in, out, {k[0], nd == 2 ? k[1] : 1}, c, NULL, NULL};
+    *m = (cg_conv){m->base, nd, in, out, {k[0], nd == 2 ? k[1] : 1}, c, NULL, NULL, transposed};
     cg_rng local = cg_rng_new(0); /* rng NULL: seeded 0 */
     rng = rng ? rng : &local;
-    const int64_t shape[4] = {out, in / c.groups, k[0], k[1]};
-    const double fan_in = (double)(in / c.groups) * (double)m->kernel_size[0] * m->kernel_size[1];
+    const int64_t shape[4] = {transposed ? in : out, (transposed ? out : in) / c.groups, k[0],
+                              k[1]};
+    const double fan_in = (double)shape[1] * (double)m->kernel_size[0] * m->kernel_size[1];
+    const int64_t bshape[1] = {out};
     bool ok = param(&m->base, "weight", &m->weight, nd + 2, shape) &&
               cg_init_kaiming_uniform_(m->weight, rng, sqrt(5.0));
     if (ok && bias) {
         const float bound = (float)(1.0 / sqrt(fan_in));
-        ok = param(&m->base, "bias", &m->bias, 1, shape) &&
+        ok = param(&m->base, "bias", &m->bias, 1, bshape) &&
              cg_init_uniform_(m->bias, rng, -bound, bound);
     }
     if (!ok) {
@@ -87,12 +98,26 @@ cg_conv *cg_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel
                        const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
 {
     const int64_t k[2] = {kernel_size, 1};
-    return conv_new(1, in_channels, out_channels, k, cfg, bias, rng);
+    return conv_new(1, false, in_channels, out_channels, k, cfg, bias, rng);
 }
 
 cg_conv *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h,
                        int64_t kernel_w, const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
 {
     const int64_t k[2] = {kernel_h, kernel_w};
-    return conv_new(2, in_channels, out_channels, k, cfg, bias, rng);
+    return conv_new(2, false, in_channels, out_channels, k, cfg, bias, rng);
+}
+
+cg_conv *cg_conv_transpose1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                                 const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
+{
+    const int64_t k[2] = {kernel_size, 1};
+    return conv_new(1, true, in_channels, out_channels, k, cfg, bias, rng);
+}
+
+cg_conv *cg_conv_transpose2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h,
+                                 int64_t kernel_w, const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
+{
+    const int64_t k[2] = {kernel_h, kernel_w};
+    return conv_new(2, true, in_channels, out_channels, k, cfg, bias, rng);
 }

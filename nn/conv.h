@@ -1,5 +1,5 @@
 /* cgrad nn: convolution modules, torch.nn.Conv1d and torch.nn.Conv2d
- * (zero padding).
+ * (zero padding), torch.nn.ConvTranspose1d and torch.nn.ConvTranspose2d.
  *
  * Parameters under PyTorch's names and shapes, so a PyTorch state dict
  * loads as it is (cg_module_load_file): weight [out, in / groups, K] or
@@ -9,6 +9,11 @@
  * kernel's taps, then the bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (also
  * what cg_module_reset_parameters draws for them). The forward is one
  * graph node, autograd's cg_conv1d / cg_conv2d.
+ *
+ * A transposed one's weight is [in, out / groups, K] or [in, out / groups,
+ * KH, KW] and its fan_in out / groups times the taps (PyTorch's
+ * reset_parameters reads the weight's dim 1); its forward is autograd's
+ * cg_conv_transpose1d / cg_conv_transpose2d.
  *
  * Free with cg_module_free(CG_MODULE(m)). */
 #ifndef CG_NN_CONV_H
@@ -28,6 +33,7 @@ typedef struct {
     cg_conv_cfg cfg;        /* stride, padding (or 'same'/'valid'), dilation, groups */
     cg_tensor *weight;
     cg_tensor *bias; /* NULL without bias */
+    bool transposed; /* ConvTranspose1d / ConvTranspose2d */
 } cg_conv;
 
 /* nn.Conv1d(in, out, kernel, stride, padding, dilation, groups, bias):
@@ -40,6 +46,16 @@ cg_conv *cg_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel
 /* nn.Conv2d(in, out, (kh, kw), ...): as above, cfg's entries per dim. */
 cg_conv *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h,
                        int64_t kernel_w, const cg_conv_cfg *cfg, bool bias, cg_rng *rng);
+/* nn.ConvTranspose1d(in, out, kernel, stride, padding, output_padding,
+ * groups, bias, dilation): cfg as cg_conv_transpose_cfg_check accepts it
+ * (padding numbers, output_padding < stride or < dilation), else as
+ * cg_conv1d_new. The forward's output_size argument is not offered: give
+ * output_padding. */
+cg_conv *cg_conv_transpose1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                                 const cg_conv_cfg *cfg, bool bias, cg_rng *rng);
+/* nn.ConvTranspose2d(in, out, (kh, kw), ...): as above, per dim. */
+cg_conv *cg_conv_transpose2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h,
+                                 int64_t kernel_w, const cg_conv_cfg *cfg, bool bias, cg_rng *rng);
 /* x [N, in, L] or [in, L] (Conv1d), [N, in, H, W] or [in, H, W] (Conv2d)
  * -> [N, out, ...]; a wrong rank or channel count, or a kernel larger than
  * the padded input: NULL + one line. Runs the module's forward hooks. */
