@@ -28,38 +28,147 @@ typedef struct {
     cg_conv_cfg cfg;
     bool bias;
     int layout;
+    bool transposed; /* conv_transpose1d / conv_transpose2d: w [C, O / groups, ...] */
 } conv_case;
 
-#define CFG(s0, s1, p0, p1, d0, d1, g, mode) ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, mode})
+#define CFG(s0, s1, p0, p1, d0, d1, g, mode) \
+    ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, mode, {0, 0}})
+/* a transposed convolution's, output padding (q0, q1) */
+#define TCFG(s0, s1, p0, p1, d0, d1, g, q0, q1) \
+    ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, CG_CONV_PAD_NUMBERS, {q0, q1}})
 #define PLAIN CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_PAD_NUMBERS)
 
 static const conv_case cases[] = {
-    {"1d plain", 1, 2, 3, 4, {9}, {3}, PLAIN, true, 0},
-    {"1d stride 2 pad 1", 1, 2, 3, 4, {9}, {3}, CFG(2, 1, 1, 0, 1, 1, 1, 0), true, 0},
-    {"1d dilation 2 pad 2", 1, 2, 3, 2, {10}, {3}, CFG(1, 1, 2, 0, 2, 1, 1, 0), true, 0},
-    {"1d groups 2", 1, 2, 4, 6, {8}, {3}, CFG(1, 1, 1, 0, 1, 1, 2, 0), true, 0},
-    {"1d depthwise", 1, 2, 4, 8, {7}, {3}, CFG(1, 1, 1, 0, 1, 1, 4, 0), true, 0},
-    {"1d no bias", 1, 2, 3, 4, {8}, {2}, PLAIN, false, 0},
-    {"1d 1x1", 1, 2, 5, 3, {6}, {1}, PLAIN, true, 0},
-    {"1d unbatched", 1, 0, 3, 4, {9}, {3}, CFG(2, 1, 1, 0, 1, 1, 1, 0), true, 0},
-    {"1d same even kernel", 1, 2, 3, 2, {7}, {4}, CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_SAME), true, 0},
-    {"1d same dilated", 1, 1, 2, 3, {8}, {3}, CFG(1, 1, 0, 0, 2, 1, 1, CG_CONV_SAME), true, 0},
-    {"1d valid", 1, 2, 3, 2, {6}, {3}, CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_VALID), true, 0},
-    {"1d transposed x", 1, 3, 4, 2, {5}, {3}, CFG(1, 1, 1, 0, 1, 1, 1, 0), true, 1},
-    {"1d strided x", 1, 2, 3, 2, {7}, {2}, CFG(3, 1, 2, 0, 1, 1, 1, 0), true, 2},
-    {"1d broadcast x", 1, 2, 3, 2, {6}, {3}, PLAIN, true, 3},
-    {"2d plain", 2, 2, 3, 4, {6, 5}, {3, 2}, PLAIN, true, 0},
-    {"2d stride 2 pad 1", 2, 2, 3, 2, {7, 6}, {3, 3}, CFG(2, 2, 1, 1, 1, 1, 1, 0), true, 0},
-    {"2d stride (2,1) pad (0,2)", 2, 1, 2, 3, {6, 5}, {2, 3}, CFG(2, 1, 0, 2, 1, 1, 1, 0), true, 0},
-    {"2d dilation 2", 2, 2, 2, 3, {7, 7}, {3, 3}, CFG(1, 1, 1, 1, 2, 2, 1, 0), true, 0},
-    {"2d groups 2", 2, 2, 4, 4, {5, 5}, {3, 3}, CFG(1, 1, 1, 1, 1, 1, 2, 0), false, 0},
-    {"2d depthwise", 2, 2, 3, 6, {5, 6}, {3, 3}, CFG(1, 1, 1, 1, 1, 1, 3, 0), true, 0},
-    {"2d 1x1", 2, 2, 4, 3, {4, 5}, {1, 1}, PLAIN, true, 0},
-    {"2d unbatched", 2, 0, 2, 3, {5, 4}, {2, 2}, CFG(1, 1, 1, 0, 1, 1, 1, 0), true, 0},
-    {"2d same", 2, 1, 2, 2, {5, 6}, {2, 3}, CFG(1, 1, 0, 0, 1, 2, 1, CG_CONV_SAME), true, 0},
-    {"2d valid", 2, 1, 2, 2, {5, 4}, {3, 2}, CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_VALID), true, 0},
-    {"2d transposed x", 2, 2, 3, 2, {5, 5}, {3, 3}, CFG(1, 1, 1, 1, 1, 1, 1, 0), true, 1},
-    {"2d strided x", 2, 2, 2, 2, {6, 4}, {2, 2}, CFG(2, 1, 0, 1, 1, 1, 1, 0), true, 2},
+    {"1d plain", 1, 2, 3, 4, {9}, {3}, PLAIN, true, 0, false},
+    {"1d stride 2 pad 1", 1, 2, 3, 4, {9}, {3}, CFG(2, 1, 1, 0, 1, 1, 1, 0), true, 0, false},
+    {"1d dilation 2 pad 2", 1, 2, 3, 2, {10}, {3}, CFG(1, 1, 2, 0, 2, 1, 1, 0), true, 0, false},
+    {"1d groups 2", 1, 2, 4, 6, {8}, {3}, CFG(1, 1, 1, 0, 1, 1, 2, 0), true, 0, false},
+    {"1d depthwise", 1, 2, 4, 8, {7}, {3}, CFG(1, 1, 1, 0, 1, 1, 4, 0), true, 0, false},
+    {"1d no bias", 1, 2, 3, 4, {8}, {2}, PLAIN, false, 0, false},
+    {"1d 1x1", 1, 2, 5, 3, {6}, {1}, PLAIN, true, 0, false},
+    {"1d unbatched", 1, 0, 3, 4, {9}, {3}, CFG(2, 1, 1, 0, 1, 1, 1, 0), true, 0, false},
+    {"1d same even kernel",
+     1,
+     2,
+     3,
+     2,
+     {7},
+     {4},
+     CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_SAME),
+     true,
+     0,
+     false},
+    {"1d same dilated",
+     1,
+     1,
+     2,
+     3,
+     {8},
+     {3},
+     CFG(1, 1, 0, 0, 2, 1, 1, CG_CONV_SAME),
+     true,
+     0,
+     false},
+    {"1d valid", 1, 2, 3, 2, {6}, {3}, CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_VALID), true, 0, false},
+    {"1d transposed x", 1, 3, 4, 2, {5}, {3}, CFG(1, 1, 1, 0, 1, 1, 1, 0), true, 1, false},
+    {"1d strided x", 1, 2, 3, 2, {7}, {2}, CFG(3, 1, 2, 0, 1, 1, 1, 0), true, 2, false},
+    {"1d broadcast x", 1, 2, 3, 2, {6}, {3}, PLAIN, true, 3, false},
+    {"2d plain", 2, 2, 3, 4, {6, 5}, {3, 2}, PLAIN, true, 0, false},
+    {"2d stride 2 pad 1", 2, 2, 3, 2, {7, 6}, {3, 3}, CFG(2, 2, 1, 1, 1, 1, 1, 0), true, 0, false},
+    {"2d stride (2,1) pad (0,2)",
+     2,
+     1,
+     2,
+     3,
+     {6, 5},
+     {2, 3},
+     CFG(2, 1, 0, 2, 1, 1, 1, 0),
+     true,
+     0,
+     false},
+    {"2d dilation 2", 2, 2, 2, 3, {7, 7}, {3, 3}, CFG(1, 1, 1, 1, 2, 2, 1, 0), true, 0, false},
+    {"2d groups 2", 2, 2, 4, 4, {5, 5}, {3, 3}, CFG(1, 1, 1, 1, 1, 1, 2, 0), false, 0, false},
+    {"2d depthwise", 2, 2, 3, 6, {5, 6}, {3, 3}, CFG(1, 1, 1, 1, 1, 1, 3, 0), true, 0, false},
+    {"2d 1x1", 2, 2, 4, 3, {4, 5}, {1, 1}, PLAIN, true, 0, false},
+    {"2d unbatched", 2, 0, 2, 3, {5, 4}, {2, 2}, CFG(1, 1, 1, 0, 1, 1, 1, 0), true, 0, false},
+    {"2d same", 2, 1, 2, 2, {5, 6}, {2, 3}, CFG(1, 1, 0, 0, 1, 2, 1, CG_CONV_SAME), true, 0, false},
+    {"2d valid",
+     2,
+     1,
+     2,
+     2,
+     {5, 4},
+     {3, 2},
+     CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_VALID),
+     true,
+     0,
+     false},
+    {"2d transposed x", 2, 2, 3, 2, {5, 5}, {3, 3}, CFG(1, 1, 1, 1, 1, 1, 1, 0), true, 1, false},
+    {"2d strided x", 2, 2, 2, 2, {6, 4}, {2, 2}, CFG(2, 1, 0, 1, 1, 1, 1, 0), true, 2, false},
+    {"t1d plain", 1, 2, 3, 4, {5}, {3}, PLAIN, true, 0, true},
+    {"t1d stride 2 pad 1 outpad 1",
+     1,
+     2,
+     3,
+     2,
+     {5},
+     {4},
+     TCFG(2, 1, 1, 0, 1, 1, 1, 1, 0),
+     true,
+     0,
+     true},
+    {"t1d stride 3 dilation 2",
+     1,
+     2,
+     2,
+     3,
+     {4},
+     {3},
+     TCFG(3, 1, 2, 0, 2, 1, 1, 2, 0),
+     true,
+     0,
+     true},
+    {"t1d groups 2", 1, 2, 4, 6, {5}, {3}, TCFG(2, 1, 1, 0, 1, 1, 2, 0, 0), false, 0, true},
+    {"t1d unbatched", 1, 0, 3, 2, {6}, {2}, TCFG(2, 1, 0, 0, 1, 1, 1, 1, 0), true, 0, true},
+    {"t1d strided x", 1, 2, 3, 2, {4}, {3}, TCFG(2, 1, 1, 0, 1, 1, 1, 0, 0), true, 2, true},
+    {"t1d 1x1", 1, 2, 5, 3, {6}, {1}, PLAIN, true, 0, true},
+    {"t2d plain", 2, 2, 3, 2, {4, 3}, {3, 2}, PLAIN, true, 0, true},
+    {"t2d k4 s2 p1", 2, 2, 3, 4, {4, 4}, {4, 4}, TCFG(2, 2, 1, 1, 1, 1, 1, 0, 0), true, 0, true},
+    {"t2d stride (2,3) outpad (1,2)",
+     2,
+     1,
+     2,
+     3,
+     {3, 4},
+     {3, 2},
+     TCFG(2, 3, 1, 0, 1, 1, 1, 1, 2),
+     true,
+     0,
+     true},
+    {"t2d dilation 2 outpad by dilation",
+     2,
+     2,
+     2,
+     2,
+     {4, 4},
+     {3, 3},
+     TCFG(1, 1, 2, 1, 2, 2, 1, 1, 1),
+     true,
+     0,
+     true},
+    {"t2d depthwise", 2, 2, 3, 6, {4, 5}, {3, 3}, TCFG(2, 2, 1, 1, 1, 1, 3, 1, 1), false, 0, true},
+    {"t2d unbatched", 2, 0, 2, 3, {3, 4}, {2, 2}, TCFG(2, 1, 0, 1, 1, 1, 1, 0, 0), true, 0, true},
+    {"t2d transposed x",
+     2,
+     2,
+     3,
+     2,
+     {4, 4},
+     {3, 3},
+     TCFG(2, 2, 1, 1, 1, 1, 1, 1, 0),
+     true,
+     1,
+     true},
 };
 enum { N_CASES = sizeof cases / sizeof *cases };
 
@@ -75,8 +184,8 @@ static int x_shape(const conv_case *c, int64_t *s)
 }
 static int w_shape(const conv_case *c, int64_t *s)
 {
-    s[0] = c->O;
-    s[1] = c->C / c->cfg.groups;
+    s[0] = c->transposed ? c->C : c->O;
+    s[1] = (c->transposed ? c->O : c->C) / c->cfg.groups;
     for (int i = 0; i < c->nd; i++)
         s[2 + i] = c->k[i];
     return c->nd + 2;
@@ -95,6 +204,9 @@ static void make_inputs(const conv_case *c, cg_rng *r, cg_tensor **in)
 static cg_tensor *conv_fn(void *ctx, cg_tensor *const *in)
 {
     const conv_case *c = ctx;
+    if (c->transposed)
+        return c->nd == 1 ? cg_conv_transpose1d(in[0], in[1], in[2], &c->cfg)
+                          : cg_conv_transpose2d(in[0], in[1], in[2], &c->cfg);
     return c->nd == 1 ? cg_conv1d(in[0], in[1], in[2], &c->cfg)
                       : cg_conv2d(in[0], in[1], in[2], &c->cfg);
 }
@@ -102,7 +214,8 @@ static cg_tensor *conv_fn(void *ctx, cg_tensor *const *in)
 /* ---------------------------------------------- the reference in double */
 /* PyTorch's definition, term by term: out[n, o, oh, ow] = b[o] + sum over
  * c in o's group and the taps of x[n, c, oh s - pl + kh d, ...] w[o, c', kh,
- * kw], and its gradients g-weighted. Every array contiguous in double; abs
+ * kw], and its gradients g-weighted. Transposed: x[n, c, ih, ...] w[c, o',
+ * kh, kw] over the taps with ih s - pl + kh d = oh. Every array contiguous in double; abs
  * (if not NULL) gets sum |x| |w| per output (the bf16 bound). */
 typedef struct {
     double *y, *dx, *dw, *db, *abs;
@@ -116,6 +229,9 @@ static int64_t pad_lo(const conv_case *c, int i)
 }
 static int64_t out_len(const conv_case *c, int i)
 {
+    if (c->transposed)
+        return (c->in[i] - 1) * c->cfg.stride[i] - 2 * c->cfg.padding[i] +
+               c->cfg.dilation[i] * (c->k[i] - 1) + c->cfg.output_padding[i] + 1;
     const int64_t span = c->cfg.dilation[i] * (c->k[i] - 1) + 1;
     const int64_t tot = c->cfg.pad == CG_CONV_SAME    ? span - 1
                         : c->cfg.pad == CG_CONV_VALID ? 0
@@ -144,13 +260,19 @@ static void reference(const conv_case *c, const double *x, const double *w, cons
                     for (int64_t ci = 0; ci < Cg; ci++)
                         for (int64_t kh = 0; kh < KH; kh++)
                             for (int64_t kw = 0; kw < KW; kw++) {
-                                const int64_t ih = oh * sh - ph + kh * dh;
-                                const int64_t iw = ow * sw - pw + kw * dw;
+                                const int64_t ch = (o / Og) * Cg + ci;
+                                int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+                                int64_t wi = ((o * Cg + ci) * KH + kh) * KW + kw;
+                                if (c->transposed) {
+                                    const int64_t th = oh + ph - kh * dh, tw = ow + pw - kw * dw;
+                                    if (th < 0 || tw < 0 || th % sh || tw % sw)
+                                        continue;
+                                    ih = th / sh, iw = tw / sw;
+                                    wi = ((ch * Og + o % Og) * KH + kh) * KW + kw;
+                                }
                                 if (ih < 0 || ih >= H || iw < 0 || iw >= W)
                                     continue;
-                                const int64_t ch = (o / Og) * Cg + ci;
                                 const int64_t xi = ((n * c->C + ch) * H + ih) * W + iw;
-                                const int64_t wi = ((o * Cg + ci) * KH + kh) * KW + kw;
                                 acc += x[xi] * w[wi];
                                 a += fabs(x[xi] * w[wi]);
                                 if (g && r->dx)
@@ -268,10 +390,33 @@ END_TEST
 START_TEST(test_conv_threads)
 {
     static const conv_case big[] = {
-        {"1d", 1, 4, 32, 24, {200}, {5}, CFG(1, 1, 2, 0, 1, 1, 1, 0), true, 1},
-        {"2d groups", 2, 3, 16, 16, {24, 20}, {3, 3}, CFG(1, 1, 1, 1, 2, 1, 2, 0), true, 0},
+        {"1d", 1, 4, 32, 24, {200}, {5}, CFG(1, 1, 2, 0, 1, 1, 1, 0), true, 1, false},
+        {"2d groups", 2, 3, 16, 16, {24, 20}, {3, 3}, CFG(1, 1, 1, 1, 2, 1, 2, 0), true, 0, false},
+        {"t1d", 1, 4, 32, 24, {100}, {4}, TCFG(2, 1, 1, 0, 1, 1, 1, 1, 0), true, 1, true},
+        {"t2d groups",
+         2,
+         3,
+         16,
+         16,
+         {12, 10},
+         {4, 4},
+         TCFG(2, 2, 1, 1, 1, 1, 2, 0, 1),
+         true,
+         0,
+         true},
+        {"t2d batch of one",
+         2,
+         1,
+         16,
+         16,
+         {12, 10},
+         {3, 3},
+         TCFG(2, 2, 1, 1, 1, 1, 1, 1, 1),
+         true,
+         0,
+         true},
     };
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 5; k++) {
         float *got[2][4];
         int64_t n[4];
         for (int nt = 1; nt <= 2; nt++) {
@@ -313,7 +458,7 @@ END_TEST
  * its gradient bfloat16, the float32 gradient rounded */
 START_TEST(test_conv_bf16_input)
 {
-    const conv_case *c = &cases[15]; /* 2d stride 2 pad 1 */
+    const conv_case *c = &cases[_i ? N_CASES - 6 : 15]; /* 2d stride 2 pad 1; t2d k4 s2 p1 */
     cg_rng r = cg_rng_new(11);
     cg_tensor *in[3];
     make_inputs(c, &r, in);
@@ -400,36 +545,101 @@ START_TEST(test_conv_refusals)
 }
 END_TEST
 
+/* the transposed convolution's refusals: its weight [in, out / groups,
+ * ...], its output padding, its output length */
+START_TEST(test_conv_transpose_refusals)
+{
+    cg_rng r = cg_rng_new(4);
+    cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 4, 6)), *w = cg_randn(&r, CG_SHAPE(4, 3, 3));
+    cg_tensor *b = cg_randn(&r, CG_SHAPE(3)), *w3 = cg_randn(&r, CG_SHAPE(3, 4, 3));
+    cg_tensor *b4 = cg_randn(&r, CG_SHAPE(4)), *g = cg_randn(&r, CG_SHAPE(2, 3, 7));
+    cg_tensor *wb = cg_k_to(w, CG_BF16), *x1 = cg_randn(&r, CG_SHAPE(1, 4, 1));
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    REFUSED(cg_conv_transpose1d(NULL, w, b, NULL), "input is NULL");
+    REFUSED(cg_conv_transpose1d(x, wb, b, NULL),
+            "conv_transpose1d: weight is bfloat16, expected float32");
+    REFUSED(cg_conv_transpose1d(x, w3, NULL, NULL),
+            "conv_transpose1d: input [2, 4, 6] has 4 channels, weight [3, 4, 3] with groups 1: "
+            "the weight must be [4, out / groups, ...]");
+    REFUSED(cg_conv_transpose1d(x, w, b4, NULL),
+            "conv_transpose1d: bias [4], weight [4, 3, 3]: the bias must be [3]");
+    REFUSED(cg_conv_transpose2d(x, w, b, NULL), "conv_transpose2d: weight [4, 3, 3] must be [in, "
+                                                "out / groups, KH, KW]");
+    c.output_padding[0] = 1;
+    REFUSED(cg_conv_transpose1d(x, w, b, &c),
+            "conv_transpose1d: output padding must be smaller than either stride or dilation, "
+            "but got output_padding 1, stride 1, dilation 1 in spatial dim 0");
+    REFUSED(cg_conv1d(x, w3, b, &c), "conv1d: output_padding is the transposed convolution's "
+                                     "(got 1 in spatial dim 0)");
+    c.stride[0] = 2, c.output_padding[0] = -1;
+    REFUSED(cg_conv_transpose1d(x, w, b, &c), "conv_transpose1d: negative output_padding");
+    c = CG_CONV_DEFAULT, c.pad = CG_CONV_SAME;
+    REFUSED(cg_conv_transpose1d(x, w, b, &c), "conv_transpose1d: padding must be numbers");
+    c = CG_CONV_DEFAULT, c.groups = 3;
+    REFUSED(cg_conv_transpose1d(x, w, NULL, &c),
+            "conv_transpose1d: input [2, 4, 6] has 4 channels");
+    c = CG_CONV_DEFAULT, c.padding[0] = 2;
+    REFUSED(cg_conv_transpose1d(x1, w, b, &c), "conv_transpose1d: input length 1 in spatial dim "
+                                               "0 gives the output length -1, too small");
+    c = CG_CONV_DEFAULT, c.stride[0] = 0;
+    REFUSED(cg_conv_transpose1d(x, w, b, &c), "conv_transpose1d: stride must be positive");
+    REFUSED(cg_k_conv_transpose(3, x, w, b, NULL), "conv_transpose: 3 spatial dims");
+    cg_tensor *dx = NULL;
+    CG_ASSERT_REFUSED(!cg_k_conv_transpose_backward(1, x, w, NULL, x, &dx, NULL, NULL),
+                      "conv_transpose1d backward: gradient float32 [2, 4, 6], expected float32 "
+                      "[2, 3, 8]");
+    ck_assert(!dx);
+    /* the modules */
+    c = CG_CONV_DEFAULT, c.output_padding[1] = 2, c.stride[1] = 2;
+    REFUSED(cg_conv_transpose2d_new(4, 6, 3, 3, &c, true, &r),
+            "ConvTranspose2d: output padding must be smaller than either stride or dilation");
+    c = CG_CONV_DEFAULT, c.groups = 4;
+    REFUSED(cg_conv_transpose1d_new(4, 6, 3, &c, true, &r),
+            "ConvTranspose1d: in_channels 4 and out_channels 6 must be divisible by groups 4");
+    cg_conv *m = cg_conv_transpose1d_new(3, 2, 3, NULL, true, &r);
+    REFUSED(cg_conv_forward(m, x), "conv_transpose1d: input [2, 4, 6] has 4 channels");
+    cg_module_free(CG_MODULE(m));
+    cg_release_all(8, x, w, b, w3, b4, g, wb, x1);
+}
+END_TEST
+
 /* the modules: PyTorch's names, shapes and init bounds; the forward is the
- * functional op's; reset_parameters draws within the same bounds */
+ * functional op's; reset_parameters draws within the same bounds. _i 1:
+ * ConvTranspose1d / 2d, weight [in, out / groups, ...], fan_in out /
+ * groups times the taps (PyTorch's) */
 START_TEST(test_conv_modules)
 {
+    const bool t = _i;
     cg_rng r = cg_rng_new(21);
     cg_conv_cfg c = CG_CONV_DEFAULT;
     c.groups = 2, c.padding[0] = 1, c.padding[1] = 2;
-    cg_conv *m2 = cg_conv2d_new(4, 6, 3, 5, &c, true, &r);
-    cg_conv *m1 = cg_conv1d_new(3, 5, 4, NULL, false, &r);
-    ck_assert(m1 && m2);
-    ck_assert_str_eq(m2->base.type, "Conv2d");
-    ck_assert_str_eq(m1->base.type, "Conv1d");
+    if (t)
+        c.stride[0] = c.stride[1] = 2, c.output_padding[1] = 1;
+    cg_conv *m2 = (t ? cg_conv_transpose2d_new : cg_conv2d_new)(4, 6, 3, 5, &c, true, &r);
+    cg_conv *m1 = (t ? cg_conv_transpose1d_new : cg_conv1d_new)(3, 5, 4, NULL, false, &r);
+    ck_assert_msg(m1 && m2, "%s", cg_last_error());
+    ck_assert_str_eq(m2->base.type, t ? "ConvTranspose2d" : "Conv2d");
+    ck_assert_str_eq(m1->base.type, t ? "ConvTranspose1d" : "Conv1d");
     cg_param_list l = {0};
     ck_assert(cg_module_params(CG_MODULE(m2), &l));
     ck_assert_int_eq(l.n, 2);
     ck_assert_str_eq(l.items[0].name, "weight");
     ck_assert_str_eq(l.items[1].name, "bias");
     ck_assert_int_eq(l.items[0].tensor->ndim, 4);
-    const int64_t ws[4] = {6, 2, 3, 5};
-    ck_assert(!memcmp(l.items[0].tensor->shape, ws, sizeof ws));
+    const int64_t ws[2][4] = {{6, 2, 3, 5}, {4, 3, 3, 5}};
+    ck_assert(!memcmp(l.items[0].tensor->shape, ws[t], sizeof ws[t]));
+    ck_assert_int_eq(l.items[1].tensor->shape[0], 6);
     cg_param_list_free(&l);
     ck_assert(m1->bias == NULL && m1->weight->ndim == 3);
+    ck_assert_int_eq(m1->weight->shape[0], t ? 3 : 5);
     for (int pass = 0; pass < 2; pass++) {
-        const double bound2 = 1 / sqrt(2.0 * 15), bound1 = 1 / sqrt(3.0 * 4);
-        const cg_tensor *t[3] = {m2->weight, m2->bias, m1->weight};
+        const double bound2 = 1 / sqrt((t ? 3.0 : 2.0) * 15), bound1 = 1 / sqrt((t ? 5 : 3) * 4.0);
+        const cg_tensor *p[3] = {m2->weight, m2->bias, m1->weight};
         const double bd[3] = {bound2, bound2, bound1};
         for (int k = 0; k < 3; k++) {
-            float *v = cg_test_values(t[k]);
+            float *v = cg_test_values(p[k]);
             double mx = 0;
-            for (int64_t i = 0; i < cg_numel(t[k]); i++)
+            for (int64_t i = 0; i < cg_numel(p[k]); i++)
                 mx = fmax(mx, fabs(v[i]));
             ck_assert_msg(mx <= bd[k] && (k == 1 || mx > 0.5 * bd[k]), "param %d: max %g, bound %g",
                           k, mx, bd[k]);
@@ -439,16 +649,18 @@ START_TEST(test_conv_modules)
                   cg_module_reset_parameters(CG_MODULE(m1), &r));
     }
     cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 4, 6, 7));
-    cg_tensor *y = cg_conv_forward(m2, x), *z = cg_conv2d(x, m2->weight, m2->bias, &c);
+    cg_tensor *y = cg_conv_forward(m2, x);
+    cg_tensor *z = (t ? cg_conv_transpose2d : cg_conv2d)(x, m2->weight, m2->bias, &c);
     ck_assert_msg(y && z, "%s", cg_last_error());
-    const int64_t ys[4] = {2, 6, 6, 7};
-    ck_assert(y->ndim == 4 && !memcmp(y->shape, ys, sizeof ys));
+    /* transposed: 5 2 - 2 + 2 + 1, 6 2 - 4 + 4 + 1 + 1 */
+    const int64_t ys[2][4] = {{2, 6, 6, 7}, {2, 6, 11, 14}};
+    ck_assert(y->ndim == 4 && !memcmp(y->shape, ys[t], sizeof ys[t]));
     float *vy = cg_test_values(y), *vz = cg_test_values(z);
     ck_assert(!memcmp(vy, vz, sizeof(float) * (size_t)cg_numel(y)));
     free(vy);
     free(vz);
     cg_tensor *x1 = cg_randn(&r, CG_SHAPE(3, 9)), *y1 = cg_conv_forward(m1, x1);
-    ck_assert(y1 && y1->ndim == 2 && y1->shape[0] == 5 && y1->shape[1] == 6);
+    ck_assert(y1 && y1->ndim == 2 && y1->shape[0] == 5 && y1->shape[1] == (t ? 12 : 6));
     cg_release_all(5, x, y, z, x1, y1);
     cg_module_free(CG_MODULE(m1));
     cg_module_free(CG_MODULE(m2));
@@ -483,9 +695,10 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv_gradcheck);
     tcase_add_test(tc, test_conv_threads);
     tcase_add_test(tc, test_conv_bf16_precision);
-    tcase_add_test(tc, test_conv_bf16_input);
+    tcase_add_loop_test(tc, test_conv_bf16_input, 0, 2);
     tcase_add_test(tc, test_conv_refusals);
-    tcase_add_test(tc, test_conv_modules);
+    tcase_add_test(tc, test_conv_transpose_refusals);
+    tcase_add_loop_test(tc, test_conv_modules, 0, 2);
     tcase_add_test(tc, test_conv_empty_batch);
     suite_add_tcase(s, tc);
     return s;
