@@ -1,6 +1,8 @@
-/* cgrad's convolution (autograd's cg_conv1d / cg_conv2d, nn/conv.h's
- * modules) against PyTorch's F.conv1d / F.conv2d and nn.Conv1d / nn.Conv2d
- * (tests/interop/conv.py writes the cases):
+/* cgrad's convolution and transposed convolution (autograd's cg_conv1d /
+ * cg_conv2d / cg_conv_transpose1d / cg_conv_transpose2d, nn/conv.h's
+ * modules) against PyTorch's F.conv1d / F.conv2d / F.conv_transpose1d /
+ * F.conv_transpose2d and nn.Conv1d / nn.Conv2d / nn.ConvTranspose1d /
+ * nn.ConvTranspose2d (tests/interop/conv.py writes the cases):
  *     check_conv DIR     exit 0: every case within tolerance; 1: not
  * Each case's config is read from its file ("cfg"), the output and the
  * gradients of x, w and b of the loss sum(y * r) matched within 2e-6
@@ -44,18 +46,21 @@ static bool run_case(const char *dir, const char *name, double *worst)
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
     cg_st_file *f = cg_st_open(path);
     cg_tensor *cfg = f ? cg_st_get(f, "cfg") : NULL;
-    if (!cfg || cfg->dtype != CG_I64 || cg_numel(cfg) != 9) {
+    if (!cfg || cfg->dtype != CG_I64 || (cg_numel(cfg) != 9 && cg_numel(cfg) != 12)) {
         fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
         cg_release(cfg);
         cg_st_close(f);
         return false;
     }
     const int64_t *q = cg_data_i64(cfg);
-    const cg_conv_cfg c = {{q[1], q[2]}, {q[3], q[4]}, {q[5], q[6]}, q[7], (cg_conv_pad)q[8]};
+    const bool t = cg_numel(cfg) == 12 && q[9]; /* transposed */
+    const cg_conv_cfg c = {{q[1], q[2]}, {q[3], q[4]},      {q[5], q[6]},
+                           q[7],         (cg_conv_pad)q[8], {t ? q[10] : 0, t ? q[11] : 0}};
     cg_tensor *x = cg_requires_grad(cg_st_get_f32(f, "x"), true);
     cg_tensor *w = cg_requires_grad(cg_st_get_f32(f, "w"), true);
     cg_tensor *b = cg_st_has(f, "b") ? cg_requires_grad(cg_st_get_f32(f, "b"), true) : NULL;
-    cg_tensor *y = q[0] == 1 ? cg_conv1d(x, w, b, &c) : cg_conv2d(x, w, b, &c);
+    cg_tensor *y = t ? (q[0] == 1 ? cg_conv_transpose1d : cg_conv_transpose2d)(x, w, b, &c)
+                     : (q[0] == 1 ? cg_conv1d : cg_conv2d)(x, w, b, &c);
     bool ok = y && loss_backward(y, f);
     if (!ok)
         fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
@@ -71,28 +76,32 @@ static bool run_case(const char *dir, const char *name, double *worst)
 
 /* nn.Conv1d(4, 6, 3, stride 2, padding 1, groups 2) and nn.Conv2d(4, 6,
  * (3, 2), stride (2, 1), padding (1, 0), dilation (1, 2), groups 2), as
- * conv.py builds them */
-static bool run_module(const char *dir, int nd, double *worst)
+ * conv.py builds them; t: nn.ConvTranspose1d / 2d with those and
+ * output_padding 1 in the first spatial dim */
+static bool run_module(const char *dir, int nd, bool t, double *worst)
 {
     char path[4096], io_path[4096];
-    snprintf(path, sizeof path, "%s/module%dd.safetensors", dir, nd);
-    snprintf(io_path, sizeof io_path, "%s/module%dd.io.safetensors", dir, nd);
+    const char *pre = t ? "tmodule" : "module";
+    snprintf(path, sizeof path, "%s/%s%dd.safetensors", dir, pre, nd);
+    snprintf(io_path, sizeof io_path, "%s/%s%dd.io.safetensors", dir, pre, nd);
     cg_conv_cfg c = CG_CONV_DEFAULT;
     c.groups = 2;
     c.stride[0] = 2;
     c.padding[0] = 1;
+    c.output_padding[0] = t;
     if (nd == 2)
         c.dilation[1] = 2;
-    cg_conv *m = nd == 1 ? cg_conv1d_new(4, 6, 3, &c, true, NULL)
-                         : cg_conv2d_new(4, 6, 3, 2, &c, true, NULL);
+    cg_conv *m = nd == 1
+                     ? (t ? cg_conv_transpose1d_new : cg_conv1d_new)(4, 6, 3, &c, true, NULL)
+                     : (t ? cg_conv_transpose2d_new : cg_conv2d_new)(4, 6, 3, 2, &c, true, NULL);
     cg_st_file *io = cg_st_open(io_path);
     bool ok = m && io && cg_module_load_file(CG_MODULE(m), path);
     cg_tensor *x = ok ? cg_requires_grad(cg_st_get_f32(io, "x"), true) : NULL;
     cg_tensor *y = ok ? cg_conv_forward(m, x) : NULL;
     ok = y && loss_backward(y, io);
     if (!ok)
-        fprintf(stderr, "check_conv: module%dd: %s\n", nd, cg_last_error());
-    printf("module%dd (state dict loaded):", nd);
+        fprintf(stderr, "check_conv: %s%dd: %s\n", pre, nd, cg_last_error());
+    printf("%s%dd (state dict loaded):", pre, nd);
     ok = ok && near("y", y, io, "y", worst) & near("dx", cg_grad(x), io, "grad.x", worst) &
                    near("dweight", cg_grad(m->weight), io, "grad.weight", worst) &
                    near("dbias", cg_grad(m->bias), io, "grad.bias", worst);
@@ -125,9 +134,9 @@ int main(int argc, char **argv)
         bad += !run_case(dir, line, &worst);
     }
     fclose(list);
-    for (int nd = 1; nd <= 2; nd++)
-        bad += !run_module(dir, nd, &worst);
-    printf("check_conv: %d cases and 2 modules, %d failed; worst %.1e (tolerance %.0e)\n", n, bad,
+    for (int k = 0; k < 4; k++)
+        bad += !run_module(dir, k % 2 + 1, k >= 2, &worst);
+    printf("check_conv: %d cases and 4 modules, %d failed; worst %.1e (tolerance %.0e)\n", n, bad,
            worst, TOL);
     return bad || n == 0 ? 1 : 0;
 }

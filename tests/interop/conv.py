@@ -1,4 +1,5 @@
-"""F.conv1d, F.conv2d and nn.Conv1d / nn.Conv2d: cases for
+"""F.conv1d, F.conv2d, F.conv_transpose1d, F.conv_transpose2d and
+nn.Conv1d / nn.Conv2d / nn.ConvTranspose1d / nn.ConvTranspose2d: cases for
 tests/interop/check_conv.c (run by tests/interop/run_swiglu.sh):
 
     /usr/bin/python3 conv.py DIR    (exit 77: no torch)
@@ -6,13 +7,15 @@ tests/interop/check_conv.c (run by tests/interop/run_swiglu.sh):
 Each case DIR/NAME.safetensors holds x, w (and b), the config as int64
 "cfg" = [nd, stride0, stride1, pad0, pad1, dilation0, dilation1, groups,
 mode] (mode 0 numbers, 1 'same', 2 'valid'; a 1-d case's second entries
-unused), the output y of F.convNd in float64 (inputs drawn in float32),
+unused), a transposed case's with 1 and output_padding0, output_padding1
+after them (its w [C, O / groups, ...]), the output y of F.convNd in float64 (inputs drawn in float32),
 the weights r of the loss sum(y * r) and its gradients "grad.x",
 "grad.w", "grad.b". DIR/cases.txt lists the names. And the modules: DIR/
 module1d.safetensors and module2d.safetensors, the state dicts of an
 nn.Conv1d and an nn.Conv2d (torch.manual_seed(5), PyTorch's default
 initialisation), with DIR/module*.io.safetensors: x, r, y, "grad.x" and
-"grad.weight", "grad.bias".
+"grad.weight", "grad.bias"; DIR/tmodule1d.* and tmodule2d.* the same for
+an nn.ConvTranspose1d and an nn.ConvTranspose2d.
 """
 import sys
 
@@ -57,24 +60,48 @@ CASES = [
     ("c2_kernel_eq_input", 2, 2, 2, 3, (3, 4), (3, 4), (1, 1), (0, 0), (1, 1), 1, True),
 ]
 
+# transposed: the same fields, then output_padding
+TCASES = [
+    ("t1_plain", 1, 2, 3, 4, (6,), (3,), (1,), (0,), (1,), 1, True, (0,)),
+    ("t1_stride2_pad1_out1", 1, 3, 4, 5, (7,), (4,), (2,), (1,), (1,), 1, True, (1,)),
+    ("t1_stride3_dil2", 1, 2, 3, 2, (5,), (3,), (3,), (2,), (2,), 1, True, (2,)),
+    ("t1_groups2_nobias", 1, 2, 4, 6, (6,), (3,), (2,), (1,), (1,), 2, False, (0,)),
+    ("t1_depthwise", 1, 2, 6, 6, (5,), (5,), (1,), (2,), (1,), 6, True, (0,)),
+    ("t1_unbatched", 1, 0, 3, 4, (5,), (3,), (2,), (0,), (1,), 1, True, (1,)),
+    ("t2_plain", 2, 2, 3, 4, (4, 5), (3, 3), (1, 1), (0, 0), (1, 1), 1, True, (0, 0)),
+    ("t2_k4_s2_p1", 2, 2, 4, 3, (5, 4), (4, 4), (2, 2), (1, 1), (1, 1), 1, True, (0, 0)),
+    ("t2_rect_out", 2, 2, 2, 3, (4, 3), (2, 3), (2, 3), (0, 1), (1, 1), 1, True, (1, 2)),
+    ("t2_dil2_out_by_dil", 2, 1, 3, 2, (4, 4), (3, 3), (1, 1), (2, 1), (2, 2), 1, True, (1, 1)),
+    ("t2_groups3", 2, 2, 6, 3, (4, 5), (3, 2), (2, 1), (1, 0), (1, 2), 3, True, (1, 0)),
+    ("t2_depthwise", 2, 2, 4, 8, (4, 4), (3, 3), (2, 2), (1, 1), (1, 1), 4, False, (1, 1)),
+    ("t2_1x1", 2, 2, 5, 3, (4, 3), (1, 1), (1, 1), (0, 0), (1, 1), 1, True, (0, 0)),
+    ("t2_unbatched", 2, 0, 3, 4, (3, 4), (3, 3), (2, 1), (1, 1), (1, 1), 1, True, (0, 0)),
+]
+
 
 def f32(*shape):
     return torch.randn(*shape).float().double()
 
 
 def write_case(d, c):
-    name, nd, n, cin, cout, size, k, stride, pad, dil, groups, bias = c
+    name, nd, n, cin, cout, size, k, stride, pad, dil, groups, bias = c[:12]
+    t = len(c) > 12
     x = f32(*(((n,) if n else ()) + (cin,) + size)).requires_grad_()
-    w = f32(cout, cin // groups, *k).requires_grad_()
+    w = (f32(cin, cout // groups, *k) if t else f32(cout, cin // groups, *k)).requires_grad_()
     b = f32(cout).requires_grad_() if bias else None
-    conv = F.conv1d if nd == 1 else F.conv2d
-    y = conv(x, w, b, stride, pad, dil, groups)
+    if t:
+        convt = F.conv_transpose1d if nd == 1 else F.conv_transpose2d
+        y = convt(x, w, b, stride, pad, c[12], groups, dil)
+    else:
+        conv = F.conv1d if nd == 1 else F.conv2d
+        y = conv(x, w, b, stride, pad, dil, groups)
     r = f32(*y.shape)
     (y * r).sum().backward()
     two = lambda t: list(t) + [0] * (2 - len(t))  # noqa: E731
     mode = MODES.get(pad, 0) if isinstance(pad, str) else 0
     pads = [0, 0] if isinstance(pad, str) else two(pad)
-    cfg = torch.tensor([nd] + two(stride) + pads + two(dil) + [groups, mode], dtype=torch.int64)
+    q = [nd] + two(stride) + pads + two(dil) + [groups, mode] + ([1] + two(c[12]) if t else [])
+    cfg = torch.tensor(q, dtype=torch.int64)
     t = {"x": x.detach().float(), "w": w.detach().float(), "cfg": cfg, "r": r.float(),
          "y": y.detach().float(), "grad.x": x.grad.float(), "grad.w": w.grad.float()}
     if bias:
@@ -83,9 +110,17 @@ def write_case(d, c):
     save(f"{d}/{name}.safetensors", t)
 
 
-def write_module(d, nd):
+def write_module(d, nd, t=False):
     torch.manual_seed(5)
-    if nd == 1:
+    if t and nd == 1:
+        m = nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2).double()
+        x = f32(2, 4, 7)
+    elif t:
+        m = nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), output_padding=(1, 0),
+                               dilation=(1, 2), groups=2)
+        m = m.double()
+        x = f32(2, 4, 5, 4)
+    elif nd == 1:
         m = nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=1, groups=2).double()
         x = f32(2, 4, 15)
     else:
@@ -100,8 +135,9 @@ def write_module(d, nd):
     y = m(x)
     r = f32(*y.shape)
     (y * r).sum().backward()
-    save(f"{d}/module{nd}d.safetensors", {k: v.float() for k, v in m.state_dict().items()})
-    save(f"{d}/module{nd}d.io.safetensors",
+    pre = "tmodule" if t else "module"
+    save(f"{d}/{pre}{nd}d.safetensors", {k: v.float() for k, v in m.state_dict().items()})
+    save(f"{d}/{pre}{nd}d.io.safetensors",
          {"x": x.detach().float(), "r": r.float(), "y": y.detach().float(),
           "grad.x": x.grad.float(), "grad.weight": m.weight.grad.float(),
           "grad.bias": m.bias.grad.float()})
@@ -112,11 +148,14 @@ def main():
     torch.manual_seed(0)
     for c in CASES:
         write_case(d, c)
+    for c in TCASES:
+        write_case(d, c)
     with open(f"{d}/cases.txt", "w") as f:
-        f.write("\n".join(c[0] for c in CASES) + "\n")
-    write_module(d, 1)
-    write_module(d, 2)
-    print(f"conv: {len(CASES)} cases and 2 modules written to {d}")
+        f.write("\n".join(c[0] for c in CASES + TCASES) + "\n")
+    for t in (False, True):
+        write_module(d, 1, t)
+        write_module(d, 2, t)
+    print(f"conv: {len(CASES) + len(TCASES)} cases and 4 modules written to {d}")
 
 
 if __name__ == "__main__":
