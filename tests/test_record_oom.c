@@ -703,12 +703,15 @@ START_TEST(test_norm_oom)
 END_TEST
 
 /* A convolution's forward and backward (an nn.Conv2d of 2 groups, then
- * F.conv1d with a padded stride) through every_allocation_fails. */
-static bool conv_run(cg_conv *m, cg_tensor *x, cg_tensor *x1, cg_tensor *w1)
+ * F.conv1d with a padded stride) through every_allocation_fails; t: the
+ * transposed ones (nn.ConvTranspose2d with output padding, then
+ * F.conv_transpose1d) */
+static bool conv_run(cg_conv *m, cg_tensor *x, cg_tensor *x1, cg_tensor *w1, bool t)
 {
     cg_conv_cfg c = CG_CONV_DEFAULT;
-    c.stride[0] = 2, c.padding[0] = 1;
-    cg_tensor *y = cg_conv_forward(m, x), *y1 = cg_conv1d(x1, w1, NULL, &c);
+    c.stride[0] = 2, c.padding[0] = 1, c.output_padding[0] = t;
+    cg_tensor *y = cg_conv_forward(m, x);
+    cg_tensor *y1 = (t ? cg_conv_transpose1d : cg_conv1d)(x1, w1, NULL, &c);
     cg_tensor *s = y ? cg_sum_all(y) : NULL, *s1 = y1 ? cg_sum_all(y1) : NULL;
     cg_tensor *l = s && s1 ? cg_add(s, s1) : NULL;
     const bool ok = l && cg_backward(l, NULL, false);
@@ -724,23 +727,27 @@ static bool conv_run(cg_conv *m, cg_tensor *x, cg_tensor *x1, cg_tensor *w1)
 typedef struct {
     cg_conv *m;
     cg_tensor *x, *x1, *w1;
+    bool t;
 } conv_args;
 static bool conv_call(void *ctx)
 {
     const conv_args *a = ctx;
-    return conv_run(a->m, a->x, a->x1, a->w1);
+    return conv_run(a->m, a->x, a->x1, a->w1, a->t);
 }
 
+/* _i 1: the transposed convolutions */
 START_TEST(test_conv_oom)
 {
     cg_rng r = cg_rng_new(4);
     cg_conv_cfg c = CG_CONV_DEFAULT;
     c.groups = 2, c.padding[0] = c.padding[1] = 1;
-    cg_conv *m = cg_conv2d_new(4, 6, 3, 3, &c, true, &r);
+    if (_i)
+        c.stride[0] = c.stride[1] = 2, c.output_padding[1] = 1;
+    cg_conv *m = (_i ? cg_conv_transpose2d_new : cg_conv2d_new)(4, 6, 3, 3, &c, true, &r);
     cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, 5, 6)), true);
     cg_tensor *x1 = cg_randn(&r, CG_SHAPE(3, 7));
-    cg_tensor *w1 = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 3)), true);
-    conv_args a = {m, x, x1, w1};
+    cg_tensor *w1 = cg_requires_grad(cg_randn(&r, CG_SHAPE(_i ? 3 : 2, _i ? 2 : 3, 3)), true);
+    conv_args a = {m, x, x1, w1, _i};
     const int failed = every_allocation_fails(conv_call, &a);
     ck_assert_msg(failed > 10, "only %d runs failed", failed);
     ck_assert(conv_call(&a)); /* and it runs once memory is back */
@@ -769,7 +776,7 @@ int main(void)
     tcase_add_test(tc, test_pool_oom);
     tcase_add_test(tc, test_interp_oom);
     tcase_add_test(tc, test_norm_oom);
-    tcase_add_test(tc, test_conv_oom);
+    tcase_add_loop_test(tc, test_conv_oom, 0, 2);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
