@@ -1,5 +1,5 @@
-/* A convolution's training step: one F.conv1d / F.conv2d forward (x, w
- * and b requiring grad), the loss sum(output), the backward, the
+/* A convolution's training step: one F.conv1d / F.conv2d /
+ * F.conv_transpose2d forward (x, w and b requiring grad), the loss sum(output), the backward, the
  * gradients dropped. tools/conv_peer.py is the same step in PyTorch.
  *
  *   conv_bench [CASE [STEPS [N C O S K]]]
@@ -7,7 +7,9 @@
  * CASE: conv1d (default N 32, C 256 -> O 256, L 128, K 3), conv2d (N 16,
  * C 64 -> 64, 32x32, 3x3), depthwise (conv2d, groups C: N 16, C 128 ->
  * 128, 32x32, 3x3) or 1x1 (conv2d, N 16, C 128 -> 128, 32x32); padding
- * K / 2, stride 1. S is L (conv1d) or H = W, K the kernel's size per dim.
+ * K / 2, stride 1; or convt2d (conv_transpose2d, an upsampling layer: N
+ * 16, C 64 -> 64, 16x16 -> 32x32, 4x4, stride 2, padding (K - 2) / 2, at
+ * least 0). S is L (conv1d) or H = W, K the kernel's size per dim.
  * Prints one JSON line: the median and best step in ms over STEPS timed
  * steps (default 20), after 2 untimed. */
 #include <stdio.h>
@@ -19,28 +21,32 @@
 #include "models/train/prog.h"
 #include "models/util/cli.h"
 
-#define USAGE \
-    "usage: conv_bench [CASE [STEPS [N C O S K]]]   (CASE conv1d, conv2d, depthwise or 1x1)\n"
+#define USAGE                                                                                 \
+    "usage: conv_bench [CASE [STEPS [N C O S K]]]   (CASE conv1d, conv2d, depthwise, 1x1 or " \
+    "convt2d)\n"
 static const char HELP[] =
     USAGE "Default conv1d 20; STEPS in [1, 1000], N, C, O, S, K in [1, 4096].\n"
           "A convolution's training step (forward, sum, backward; x, w and b requiring grad):\n"
           "conv1d N 32, C 256 -> 256, L 128, K 3; conv2d N 16, C 64 -> 64, 32x32, 3x3;\n"
           "depthwise (groups C) N 16, C 128 -> 128, 32x32, 3x3; 1x1 N 16, C 128 -> 128, 32x32;\n"
-          "padding K / 2, stride 1 (S: the length, or the height and width). One JSON line of\n"
+          "padding K / 2, stride 1 (S: the length, or the height and width); convt2d\n"
+          "(conv_transpose2d) N 16, C 64 -> 64, 16x16 -> 32x32, 4x4, stride 2, padding\n"
+          "(K - 2) / 2 (at least 0). One JSON line of\n"
           "the median and best step in ms. Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 typedef struct {
     const char *name;
     int nd;
-    bool depthwise;
+    bool depthwise, transposed;
     int64_t N, C, O, S, K;
 } bench_case;
 
 static const bench_case CASES[] = {
-    {"conv1d", 1, false, 32, 256, 256, 128, 3},
-    {"conv2d", 2, false, 16, 64, 64, 32, 3},
-    {"depthwise", 2, true, 16, 128, 128, 32, 3},
-    {"1x1", 2, false, 16, 128, 128, 32, 1},
+    {"conv1d", 1, false, false, 32, 256, 256, 128, 3},
+    {"conv2d", 2, false, false, 16, 64, 64, 32, 3},
+    {"depthwise", 2, true, false, 16, 128, 128, 32, 3},
+    {"1x1", 2, false, false, 16, 128, 128, 32, 1},
+    {"convt2d", 2, false, true, 16, 64, 64, 16, 4},
 };
 
 /* t[0..n) sorted in place (insertion: a few steps) */
@@ -68,7 +74,8 @@ static int parse_args(int argc, char **argv, bench_case *c, int64_t *steps)
         while (i < sizeof CASES / sizeof *CASES && strcmp(argv[1], CASES[i].name))
             i++;
         if (i == sizeof CASES / sizeof *CASES)
-            return cg_prog_fail("CASE '%s' is not conv1d, conv2d, depthwise or 1x1", argv[1]),
+            return cg_prog_fail("CASE '%s' is not conv1d, conv2d, depthwise, 1x1 or convt2d",
+                                argv[1]),
                    CG_EXIT_USAGE;
         *c = CASES[i];
     }
@@ -90,8 +97,9 @@ static int parse_args(int argc, char **argv, bench_case *c, int64_t *steps)
 static double step(const bench_case *c, const cg_conv_cfg *cfg, cg_tensor *const in[3])
 {
     const double t0 = cg_now();
-    cg_tensor *y =
-        c->nd == 1 ? cg_conv1d(in[0], in[1], in[2], cfg) : cg_conv2d(in[0], in[1], in[2], cfg);
+    cg_tensor *y = c->transposed ? cg_conv_transpose2d(in[0], in[1], in[2], cfg)
+                   : c->nd == 1  ? cg_conv1d(in[0], in[1], in[2], cfg)
+                                 : cg_conv2d(in[0], in[1], in[2], cfg);
     cg_tensor *l = y ? cg_sum_all(y) : NULL;
     const bool ok = l && cg_backward(l, NULL, false);
     cg_release_all(2, y, l);
@@ -112,8 +120,9 @@ int main(int argc, char **argv)
         fputs(USAGE, stderr);
     if (rc >= 0)
         return rc;
-    const int64_t G = c.depthwise ? c.C : 1, p = c.K / 2;
-    const cg_conv_cfg cfg = {{1, 1}, {p, p}, {1, 1}, G, CG_CONV_PAD_NUMBERS};
+    const int64_t G = c.depthwise ? c.C : 1, s = c.transposed ? 2 : 1;
+    const int64_t p = !c.transposed ? c.K / 2 : c.K > 2 ? (c.K - 2) / 2 : 0;
+    const cg_conv_cfg cfg = {{s, s}, {p, p}, {1, 1}, G, CG_CONV_PAD_NUMBERS, {0, 0}};
     cg_rng r = cg_rng_new(1);
     cg_tensor *in[3];
     if (c.nd == 1) {
@@ -121,7 +130,8 @@ int main(int argc, char **argv)
         in[1] = cg_randn(&r, CG_SHAPE(c.O, c.C / G, c.K));
     } else {
         in[0] = cg_randn(&r, CG_SHAPE(c.N, c.C, c.S, c.S));
-        in[1] = cg_randn(&r, CG_SHAPE(c.O, c.C / G, c.K, c.K));
+        in[1] = c.transposed ? cg_randn(&r, CG_SHAPE(c.C, c.O / G, c.K, c.K))
+                             : cg_randn(&r, CG_SHAPE(c.O, c.C / G, c.K, c.K));
     }
     in[2] = cg_randn(&r, CG_SHAPE(c.O));
     for (int i = 0; i < 3; i++)
