@@ -661,6 +661,17 @@ START_TEST(test_conv_modules)
     free(vz);
     cg_tensor *x1 = cg_randn(&r, CG_SHAPE(3, 9)), *y1 = cg_conv_forward(m1, x1);
     ck_assert(y1 && y1->ndim == 2 && y1->shape[0] == 5 && y1->shape[1] == (t ? 12 : 6));
+    /* 2 -> 64 channels, kernel 3: the bias's bound 1 / sqrt(2 3), transposed
+     * 1 / sqrt(64 3) (the weight's dim 1, not its dim 0) */
+    cg_conv *mb = (t ? cg_conv_transpose1d_new : cg_conv1d_new)(2, 64, 3, NULL, true, &r);
+    float *vb = cg_test_values(mb->bias);
+    const double bb = 1 / sqrt(t ? 64.0 * 3 : 2.0 * 3);
+    double mb_max = 0;
+    for (int64_t i = 0; i < 64; i++)
+        mb_max = fmax(mb_max, fabs(vb[i]));
+    ck_assert_msg(mb_max <= bb && mb_max > 0.5 * bb, "bias max %g, bound %g", mb_max, bb);
+    free(vb);
+    cg_module_free(CG_MODULE(mb));
     cg_release_all(5, x, y, z, x1, y1);
     cg_module_free(CG_MODULE(m1));
     cg_module_free(CG_MODULE(m2));
