@@ -191,13 +191,15 @@ cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids);
 /* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
  * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
-/* F.conv1d / F.conv2d (zero padding) as one op: x [N, C, L] or [C, L] /
- * [N, C, H, W] or [C, H, W] (float32, or bfloat16: the result float32,
- * x's gradient bfloat16), w [O, C / groups, K] / [O, C / groups, KH, KW],
- * b [O] or NULL; cfg NULL for the defaults (stride 1, no padding,
- * dilation 1, groups 1), else core/ops.h's cg_conv_cfg (padding numbers,
- * CG_CONV_SAME or CG_CONV_VALID). Gradients for x, w and b as PyTorch's;
- * products in the thread's matrix precision, as a Linear layer's. */
+/* F.conv1d / F.conv2d as one op: x [N, C, L] or [C, L] / [N, C, H, W] or
+ * [C, H, W] (float32, or bfloat16: the result float32, x's gradient
+ * bfloat16), w [O, C / groups, K] / [O, C / groups, KH, KW], b [O] or
+ * NULL; cfg NULL for the defaults (stride 1, no padding, dilation 1,
+ * groups 1), else core/ops.h's cg_conv_cfg (padding numbers, CG_CONV_SAME
+ * or CG_CONV_VALID). Zero padding, or cfg's padding_mode as nn.Conv's:
+ * x padded by cg_pad in that mode first (a pad node), then convolved
+ * without padding. Gradients for x, w and b as PyTorch's; products in the
+ * thread's matrix precision, as a Linear layer's. */
 cg_tensor *cg_conv1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 cg_tensor *cg_conv2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 /* F.conv_transpose1d / F.conv_transpose2d as one op: x [N, C, L] or [C,

@@ -440,7 +440,8 @@ cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tenso
 static cg_conv_cfg conv_cfg_of(const cg_node *n)
 {
     const int64_t *q = n->p.i + 1;
-    cg_conv_cfg c = {{q[0], q[1]}, {q[2], q[3]}, {q[4], q[5]}, q[6], CG_CONV_PAD_NUMBERS, {0, 0}};
+    cg_conv_cfg c = {{q[0], q[1]},        {q[2], q[3]}, {q[4], q[5]},   q[6],
+                     CG_CONV_PAD_NUMBERS, {0, 0},       CG_PAD_CONSTANT};
     if (n->op == CG_OP_CONV)
         c.pad = (cg_conv_pad)q[7];
     else
@@ -455,6 +456,34 @@ static bool conv_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
         n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
 static cg_tensor *conv(const char *name, int nd, cg_op op, cg_tensor *x, cg_tensor *w, cg_tensor *b,
+                       const cg_conv_cfg *cfg);
+/* nn.Conv's padding_mode other than zeros, as PyTorch's module runs it:
+ * x padded in that mode (a pad node), then convolved without padding */
+static cg_tensor *conv_padded(const char *name, int nd, cg_tensor *x, cg_tensor *w, cg_tensor *b,
+                              const cg_conv_cfg *c)
+{
+    if (!cg_conv_cfg_check(name, nd, c))
+        return NULL;
+    if (w->ndim != nd + 2) { /* the kernel's taps are read below; conv() names the rest */
+        cg_conv_cfg z = *c;
+        z.padding_mode = CG_PAD_CONSTANT;
+        return conv(name, nd, CG_OP_CONV, x, w, b, &z);
+    }
+    int64_t pad[4];
+    for (int i = 0; i < nd; i++) { /* F.pad's order: the last dim's pair first */
+        const int j = nd - 1 - i;
+        cg_conv_padding(c, i, w->shape[2 + i], &pad[2 * j], &pad[2 * j + 1]);
+    }
+    cg_conv_cfg z = *c;
+    z.padding_mode = CG_PAD_CONSTANT;
+    z.pad = CG_CONV_PAD_NUMBERS;
+    z.padding[0] = z.padding[1] = 0;
+    cg_tensor *xp = cg_pad(x, 2 * nd, pad, c->padding_mode, 0.0f);
+    cg_tensor *out = xp ? conv(name, nd, CG_OP_CONV, xp, w, b, &z) : NULL;
+    cg_release(xp);
+    return out;
+}
+static cg_tensor *conv(const char *name, int nd, cg_op op, cg_tensor *x, cg_tensor *w, cg_tensor *b,
                        const cg_conv_cfg *cfg)
 {
     if (!x || !w) {
@@ -462,6 +491,8 @@ static cg_tensor *conv(const char *name, int nd, cg_op op, cg_tensor *x, cg_tens
         return NULL;
     }
     const cg_conv_cfg c = cfg ? *cfg : CG_CONV_DEFAULT;
+    if (op == CG_OP_CONV && c.padding_mode != CG_PAD_CONSTANT)
+        return conv_padded(name, nd, x, w, b, &c);
     /* checks every argument */
     cg_tensor *out =
         op == CG_OP_CONV ? cg_k_conv(nd, x, w, b, &c) : cg_k_conv_transpose(nd, x, w, b, &c);

@@ -30,9 +30,9 @@ typedef cg_conv_geom geom;
 
 static const char *op_name(int nd) { return nd == 1 ? "conv1d" : "conv2d"; }
 
-/* the padding before and after of a spatial dim (kernel k, dilation d) */
-static void pads(const cg_conv_cfg *c, int i, int64_t k, int64_t d, int64_t *lo, int64_t *hi)
+void cg_conv_padding(const cg_conv_cfg *c, int i, int64_t k, int64_t *lo, int64_t *hi)
 {
+    const int64_t d = c->dilation[i];
     if (c->pad == CG_CONV_SAME) {
         *lo = d * (k - 1) / 2;
         *hi = d * (k - 1) - *lo;
@@ -55,6 +55,12 @@ bool cg_conv_cfg_common(const char *op, int nd, const cg_conv_cfg *c)
     }
     if (c->pad != CG_CONV_PAD_NUMBERS && c->pad != CG_CONV_SAME && c->pad != CG_CONV_VALID) {
         cg_set_error("%s: padding mode %d is not one of numbers, 'same', 'valid'", op, (int)c->pad);
+        return false;
+    }
+    if ((unsigned)c->padding_mode > CG_PAD_CIRCULAR) {
+        cg_set_error(
+            "%s: padding_mode %d is not one of zeros, reflect, replicate, circular (0 to 3)", op,
+            (int)c->padding_mode);
         return false;
     }
     for (int i = 0; i < nd; i++) {
@@ -99,6 +105,13 @@ bool cg_conv_transpose_cfg_check(const char *op, int nd, const cg_conv_cfg *c)
         return false;
     if (c->pad != CG_CONV_PAD_NUMBERS) {
         cg_set_error("%s: padding must be numbers ('same' and 'valid' are the convolution's)", op);
+        return false;
+    }
+    if (c->padding_mode != CG_PAD_CONSTANT) {
+        cg_set_error(
+            "%s: only the zeros padding mode is supported, as PyTorch's ConvTranspose (got "
+            "padding_mode %d)",
+            op, (int)c->padding_mode);
         return false;
     }
     for (int i = 0; i < nd; i++) {
@@ -197,6 +210,12 @@ static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
     if (!cg_conv_cfg_check(op, nd, &c) ||
         !cg_conv_check_args(op, nd, x, w, b, "out, in / groups", w->shape[0]))
         return false;
+    if (c.padding_mode != CG_PAD_CONSTANT) {
+        cg_set_error("%s: the kernel pads with zeros; padding_mode %d is cg_conv%dd's (autograd), "
+                     "which pads x first",
+                     op, (int)c.padding_mode, nd);
+        return false;
+    }
     *g = (geom){.op = op, .batched = x->ndim == nd + 2, .G = c.groups, .O = w->shape[0]};
     const int s0 = g->batched ? 1 : 0; /* x's channel dim */
     g->N = g->batched ? x->shape[0] : 1;
@@ -213,7 +232,7 @@ static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
         k[j] = w->shape[2 + i];
         s[j] = c.stride[i];
         d[j] = c.dilation[i];
-        pads(&c, i, k[j], d[j], &lo[j], &hi);
+        cg_conv_padding(&c, i, k[j], &lo[j], &hi);
         if (!(o[j] = out_len(op, i, in[j], k[j], s[j], d[j], lo[j], hi)))
             return false;
     }

@@ -1071,16 +1071,28 @@ typedef struct {
     /* the transposed convolution's only (0 for a convolution): the size
      * added to one side of the output, < stride or < dilation */
     int64_t output_padding[2];
+    /* nn.Conv's padding_mode: CG_PAD_CONSTANT is 'zeros', what these
+     * kernels do; 'reflect', 'replicate' and 'circular' are autograd's
+     * cg_conv1d / cg_conv2d's, which pad x by the padding (numbers or
+     * 'same') in that mode with cg_pad and convolve without padding, as
+     * PyTorch's module does. The kernels refuse them; a transposed
+     * convolution takes 'zeros' only, as PyTorch's. */
+    cg_pad_mode padding_mode;
 } cg_conv_cfg;
-#define CG_CONV_DEFAULT ((cg_conv_cfg){{1, 1}, {0, 0}, {1, 1}, 1, CG_CONV_PAD_NUMBERS, {0, 0}})
-/* cfg's numbers valid for nd spatial dims (what cg_k_conv checks first):
+#define CG_CONV_DEFAULT \
+    ((cg_conv_cfg){{1, 1}, {0, 0}, {1, 1}, 1, CG_CONV_PAD_NUMBERS, {0, 0}, CG_PAD_CONSTANT})
+/* cfg's numbers valid for nd spatial dims (cg_k_conv checks them first):
  * false + one-line error naming op ("conv2d: stride must be positive (got
  * 0 in spatial dim 1)"); output_padding must be 0. */
 bool cg_conv_cfg_check(const char *op, int nd, const cg_conv_cfg *cfg);
 /* The same for a transposed convolution (what cg_k_conv_transpose checks
  * first): padding numbers only, output_padding >= 0 and smaller than the
- * stride or the dilation (PyTorch's rule). */
+ * stride or the dilation (PyTorch's rule), padding_mode zeros. */
 bool cg_conv_transpose_cfg_check(const char *op, int nd, const cg_conv_cfg *cfg);
+/* The padding before (*lo) and after (*hi) spatial dim i of a kernel of k
+ * taps under cfg: 'same' dilation (k - 1) in all, the odd one after;
+ * 'valid' none; else padding[i] on both sides. */
+void cg_conv_padding(const cg_conv_cfg *cfg, int i, int64_t k, int64_t *lo, int64_t *hi);
 cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
                      const cg_conv_cfg *cfg);
 /* Its gradients given g (the output's shape, any strides): dx (x's shape,

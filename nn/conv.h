@@ -1,5 +1,7 @@
 /* cgrad nn: convolution modules, torch.nn.Conv1d and torch.nn.Conv2d
- * (zero padding), torch.nn.ConvTranspose1d and torch.nn.ConvTranspose2d.
+ * (padding_mode zeros, reflect, replicate or circular: cfg's
+ * padding_mode), torch.nn.ConvTranspose1d and torch.nn.ConvTranspose2d
+ * (zeros only, as PyTorch's).
  *
  * Parameters under PyTorch's names and shapes, so a PyTorch state dict
  * loads as it is (cg_module_load_file): weight [out, in / groups, K] or

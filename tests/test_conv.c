@@ -32,10 +32,10 @@ typedef struct {
 } conv_case;
 
 #define CFG(s0, s1, p0, p1, d0, d1, g, mode) \
-    ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, mode, {0, 0}})
+    ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, mode, {0, 0}, CG_PAD_CONSTANT})
 /* a transposed convolution's, output padding (q0, q1) */
 #define TCFG(s0, s1, p0, p1, d0, d1, g, q0, q1) \
-    ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, CG_CONV_PAD_NUMBERS, {q0, q1}})
+    ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, CG_CONV_PAD_NUMBERS, {q0, q1}, CG_PAD_CONSTANT})
 #define PLAIN CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_PAD_NUMBERS)
 
 static const conv_case cases[] = {

@@ -1,5 +1,6 @@
 /* The modules without parameters of nn/spatial.h (pools, padding,
- * Flatten) and torch.flatten (cg_flatten): a small CNN made as
+ * Flatten), torch.flatten (cg_flatten) and nn.Conv's padding_mode: a small
+ * CNN made as
  * nn.Sequential makes it, whose parameters carry PyTorch's names and whose
  * output and gradients are the bits of the same ops called one by one;
  * each module's type; flatten's shapes and gradient; refusals in one
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "core/ops.h"
 #include "nn/conv.h"
 #include "nn/layers.h"
 #include "nn/spatial.h"
@@ -220,6 +222,51 @@ START_TEST(test_types_and_refusals)
 }
 END_TEST
 
+/* nn.Conv's padding_mode: a Conv2d with reflect padding 'same' (an even
+ * kernel: one more after) is the reflect pad then the convolution without
+ * padding, bits and gradients; a transposed one takes zeros only (as
+ * PyTorch's); core's kernel refuses the modes it does not run. PyTorch's
+ * values: torch_conv's p cases. */
+START_TEST(test_conv_padding_mode)
+{
+    cg_rng r = cg_rng_new(7);
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.pad = CG_CONV_SAME;
+    c.padding_mode = CG_PAD_REFLECT;
+    cg_conv *m = cg_conv2d_new(2, 3, 4, 3, &c, true, &r);
+    ck_assert_msg(m != NULL, "%s", cg_last_error());
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 2, 6, 5)), true);
+    float *v[2], *g[2];
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *xp = k ? cg_pad(x, 4, (int64_t[]){1, 1, 1, 2}, CG_PAD_REFLECT, 0.0f) : NULL;
+        cg_tensor *y = k ? cg_conv2d(xp, m->weight, m->bias, NULL) : cg_conv_forward(m, x);
+        ck_assert_msg(y && y->shape[2] == 6 && y->shape[3] == 5, "%s", cg_last_error());
+        cg_tensor *sq = cg_mul(y, y), *l = cg_sum_all(sq);
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        v[k] = cg_test_values(y);
+        g[k] = cg_test_values(cg_grad(x));
+        cg_zero_grad(x);
+        cg_release_all(4, xp, y, sq, l);
+    }
+    ck_assert(!memcmp(v[0], v[1], 2 * 3 * 6 * 5 * sizeof(float)));
+    ck_assert(!memcmp(g[0], g[1], 2 * 2 * 6 * 5 * sizeof(float)));
+    for (int k = 0; k < 2; k++)
+        free(v[k]), free(g[k]);
+    /* refusals: a transposed module, a mode out of range, the kernel */
+    c.pad = CG_CONV_PAD_NUMBERS;
+    CG_ASSERT_REFUSED(cg_conv_transpose1d_new(2, 3, 3, &c, true, NULL) == NULL,
+                      "only the zeros padding mode is supported, as PyTorch's ConvTranspose");
+    c.padding_mode = (cg_pad_mode)9;
+    CG_ASSERT_REFUSED(cg_conv2d_new(2, 3, 3, 3, &c, true, NULL) == NULL,
+                      "Conv2d: padding_mode 9 is not one of zeros, reflect, replicate, circular");
+    c.padding_mode = CG_PAD_CIRCULAR;
+    CG_ASSERT_REFUSED(cg_k_conv(2, x, m->weight, m->bias, &c) == NULL,
+                      "conv2d: the kernel pads with zeros; padding_mode 3 is cg_conv2d's");
+    cg_release(x);
+    cg_module_free(CG_MODULE(m));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spatial");
@@ -227,6 +274,7 @@ int main(void)
     tcase_add_test(tc, test_sequential_cnn);
     tcase_add_test(tc, test_flatten);
     tcase_add_test(tc, test_types_and_refusals);
+    tcase_add_test(tc, test_conv_padding_mode);
     suite_add_tcase(s, tc);
     Suite *all[] = {s};
     return cg_test_run(all, 1);

@@ -46,16 +46,22 @@ static bool run_case(const char *dir, const char *name, double *worst)
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
     cg_st_file *f = cg_st_open(path);
     cg_tensor *cfg = f ? cg_st_get(f, "cfg") : NULL;
-    if (!cfg || cfg->dtype != CG_I64 || (cg_numel(cfg) != 9 && cg_numel(cfg) != 12)) {
+    if (!cfg || cfg->dtype != CG_I64 ||
+        (cg_numel(cfg) != 9 && cg_numel(cfg) != 12 && cg_numel(cfg) != 13)) {
         fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
         cg_release(cfg);
         cg_st_close(f);
         return false;
     }
     const int64_t *q = cg_data_i64(cfg);
-    const bool t = cg_numel(cfg) == 12 && q[9]; /* transposed */
-    const cg_conv_cfg c = {{q[1], q[2]}, {q[3], q[4]},      {q[5], q[6]},
-                           q[7],         (cg_conv_pad)q[8], {t ? q[10] : 0, t ? q[11] : 0}};
+    const bool t = cg_numel(cfg) >= 12 && q[9]; /* transposed */
+    const cg_conv_cfg c = {{q[1], q[2]},
+                           {q[3], q[4]},
+                           {q[5], q[6]},
+                           q[7],
+                           (cg_conv_pad)q[8],
+                           {t ? q[10] : 0, t ? q[11] : 0},
+                           cg_numel(cfg) == 13 ? (cg_pad_mode)q[12] : CG_PAD_CONSTANT};
     cg_tensor *x = cg_requires_grad(cg_st_get_f32(f, "x"), true);
     cg_tensor *w = cg_requires_grad(cg_st_get_f32(f, "w"), true);
     cg_tensor *b = cg_st_has(f, "b") ? cg_requires_grad(cg_st_get_f32(f, "b"), true) : NULL;

@@ -8,7 +8,9 @@ Each case DIR/NAME.safetensors holds x, w (and b), the config as int64
 "cfg" = [nd, stride0, stride1, pad0, pad1, dilation0, dilation1, groups,
 mode] (mode 0 numbers, 1 'same', 2 'valid'; a 1-d case's second entries
 unused), a transposed case's with 1 and output_padding0, output_padding1
-after them (its w [C, O / groups, ...]), the output y of F.convNd in float64 (inputs drawn in float32),
+after them (its w [C, O / groups, ...]), a padding_mode case's with 0, 0,
+0 and the mode (1 reflect, 2 replicate, 3 circular: F.pad in that mode,
+then the convolution without padding, as nn.Conv's forward), the output y of F.convNd in float64 (inputs drawn in float32),
 the weights r of the loss sum(y * r) and its gradients "grad.x",
 "grad.w", "grad.b". DIR/cases.txt lists the names. And the modules: DIR/
 module1d.safetensors and module2d.safetensors, the state dicts of an
@@ -79,19 +81,43 @@ TCASES = [
 ]
 
 
+# nn.Conv's padding_mode (PyTorch pads x in that mode, then convolves
+# without padding): the same fields, then the mode
+PM = {"reflect": 1, "replicate": 2, "circular": 3}
+PCASES = [
+    ("p1_reflect", 1, 2, 3, 4, (9,), (3,), (1,), (2,), (1,), 1, True, "reflect"),
+    ("p1_circular_same_even", 1, 2, 3, 4, (9,), (4,), (1,), "same", (1,), 1, True, "circular"),
+    ("p1_replicate_dil2_stride2", 1, 3, 2, 2, (11,), (3,), (2,), (3,), (2,), 1, True, "replicate"),
+    ("p2_replicate_stride", 2, 2, 3, 4, (7, 6), (3, 3), (2, 1), (1, 2), (1, 1), 1, True,
+     "replicate"),
+    ("p2_reflect_same_dil", 2, 1, 2, 3, (8, 7), (3, 2), (1, 1), "same", (2, 1), 1, True, "reflect"),
+    ("p2_circular_groups", 2, 2, 4, 6, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1), 2, False,
+     "circular"),
+    ("p2_reflect_unbatched", 2, 0, 3, 2, (5, 6), (3, 3), (1, 1), (2, 1), (1, 1), 1, True, "reflect"),
+]
+
+
 def f32(*shape):
     return torch.randn(*shape).float().double()
 
 
 def write_case(d, c):
     name, nd, n, cin, cout, size, k, stride, pad, dil, groups, bias = c[:12]
-    t = len(c) > 12
+    pm = c[12] if len(c) > 12 and isinstance(c[12], str) else None
+    t = len(c) > 12 and not pm
     x = f32(*(((n,) if n else ()) + (cin,) + size)).requires_grad_()
     w = (f32(cin, cout // groups, *k) if t else f32(cout, cin // groups, *k)).requires_grad_()
     b = f32(cout).requires_grad_() if bias else None
     if t:
         convt = F.conv_transpose1d if nd == 1 else F.conv_transpose2d
         y = convt(x, w, b, stride, pad, c[12], groups, dil)
+    elif pm:  # as nn.Conv's forward: _reversed_padding_repeated_twice
+        rev = []
+        for i in reversed(range(nd)):
+            tot = dil[i] * (k[i] - 1)
+            rev += [tot // 2, tot - tot // 2] if pad == "same" else [pad[i], pad[i]]
+        conv = F.conv1d if nd == 1 else F.conv2d
+        y = conv(F.pad(x, rev, mode=pm), w, b, stride, 0, dil, groups)
     else:
         conv = F.conv1d if nd == 1 else F.conv2d
         y = conv(x, w, b, stride, pad, dil, groups)
@@ -101,6 +127,7 @@ def write_case(d, c):
     mode = MODES.get(pad, 0) if isinstance(pad, str) else 0
     pads = [0, 0] if isinstance(pad, str) else two(pad)
     q = [nd] + two(stride) + pads + two(dil) + [groups, mode] + ([1] + two(c[12]) if t else [])
+    q += [0, 0, 0, PM[pm]] if pm else []
     cfg = torch.tensor(q, dtype=torch.int64)
     t = {"x": x.detach().float(), "w": w.detach().float(), "cfg": cfg, "r": r.float(),
          "y": y.detach().float(), "grad.x": x.grad.float(), "grad.w": w.grad.float()}
@@ -148,14 +175,14 @@ def main():
     torch.manual_seed(0)
     for c in CASES:
         write_case(d, c)
-    for c in TCASES:
+    for c in TCASES + PCASES:
         write_case(d, c)
     with open(f"{d}/cases.txt", "w") as f:
-        f.write("\n".join(c[0] for c in CASES + TCASES) + "\n")
+        f.write("\n".join(c[0] for c in CASES + TCASES + PCASES) + "\n")
     for t in (False, True):
         write_module(d, 1, t)
         write_module(d, 2, t)
-    print(f"conv: {len(CASES) + len(TCASES)} cases and 4 modules written to {d}")
+    print(f"conv: {len(CASES) + len(TCASES) + len(PCASES)} cases and 4 modules written to {d}")
 
 
 if __name__ == "__main__":
