@@ -382,9 +382,9 @@ cg_tensor *cg_adaptive_max_pool2d(cg_tensor *x, int64_t oh, int64_t ow, cg_tenso
  * recompute_scale_factor) as PyTorch 1.13's (autograd/ops_pool.c;
  * core/ops.h's cg_interp holds the options: the mode, size or
  * scale_factor, 0 not given). x [N, C, L] (nearest, nearest-exact,
- * linear) or [N, C, H, W] (nearest, nearest-exact, bilinear), any strides,
- * float32 or bfloat16/float16 (computed in float32, the values rounded
- * back). One node; the gradient goes back with the forward's weights
+ * linear) or [N, C, H, W] (nearest, nearest-exact, bilinear, bicubic), any
+ * strides, float32 or bfloat16/float16 (computed in float32, the values
+ * rounded back). One node; the gradient goes back with the forward's weights
  * (nearest: summed into each source). */
 cg_tensor *cg_interpolate(cg_tensor *x, cg_interp o);
 /* F.batch_norm(x, running_mean, running_var, weight, bias, training,

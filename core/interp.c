@@ -1,14 +1,16 @@
 /* cgrad core: interpolation over the last one or two dims (declared in
  * core/ops.h, "interpolation"): F.interpolate's nearest, nearest-exact,
- * linear and bilinear modes and their backward, PyTorch 1.13's CPU rules.
+ * linear, bilinear and bicubic modes and their backward, PyTorch 1.13's CPU
+ * rules.
  *
- * Each spatial dim has a table: for every output position its two source
- * positions i0, i1 and their weights l0, l1 (nearest: one source, weights
- * 1 and 0). The input is copied into contiguous float32 planes [P, H, W]
- * (P = N * C); an output is t0 * l0 + t1 * l1 of its two rows' values,
- * each x[i0] * l0 + x[i1] * l1 along W (PyTorch's order). The backward
- * scatters each plane's output gradient with the same tables in output
- * order, a plane a task, so the bits do not depend on the thread count.
+ * Each spatial dim has a table: for every output position its taps (one
+ * for nearest, two for the linear modes, four for bicubic) of source
+ * positions i[k] and weights l[k]. The input is copied into contiguous
+ * float32 planes [P, H, W] (P = N * C); an output is sum_k t_k * l_k of
+ * its rows' values, each sum_k x[i[k]] * l[k] along W, summed in tap
+ * order (PyTorch's). The backward scatters each plane's output gradient
+ * with the same tables in output order, a plane a task, so the bits do
+ * not depend on the thread count.
  * bfloat16 and float16 inputs are computed in float32 and the values
  * rounded back (core/upcast.h), as the pools do. */
 #include <math.h>
@@ -21,12 +23,14 @@
 
 #define PAR_THRESHOLD 32768
 
-static const char *const MODE_NAME[4] = {"nearest", "nearest-exact", "linear", "bilinear"};
+static const char *const MODE_NAME[5] = {"nearest", "nearest-exact", "linear", "bilinear",
+                                         "bicubic"};
+#define TAPS 4 /* the most taps a mode has (bicubic) */
 
-/* One spatial dim's table: out entries each */
+/* One spatial dim's table: out entries each, taps of them used */
 typedef struct {
-    int64_t *i0, *i1;
-    float *l0, *l1;
+    int64_t *i[TAPS];
+    float *l[TAPS];
 } axis_t;
 
 /* An interpolation's geometry: planes [P, H, W] to [P, OH, OW] (a 3-d
@@ -34,7 +38,7 @@ typedef struct {
  * dim (0: none, the sizes' ratio) */
 typedef struct {
     const cg_interp *o;
-    int nd;
+    int nd, taps;
     int64_t P, in[2], out[2];
     double scale[2];
     int64_t shape[4], out_shape[4];
@@ -42,15 +46,16 @@ typedef struct {
     void *mem; /* the tables */
 } plan_t;
 
-static bool is_linear(cg_interp_mode m) { return m == CG_INTERP_LINEAR || m == CG_INTERP_BILINEAR; }
+/* the modes that interpolate (take align_corners), not nearest's */
+static bool interpolates(cg_interp_mode m) { return m >= CG_INTERP_LINEAR; }
 
 bool cg_k_interp_options_ok(const cg_interp *o, const char *who)
 {
     if (!o)
         return cg_error_null_arg(who, "options");
-    if ((unsigned)o->mode > CG_INTERP_BILINEAR) {
-        cg_set_error("%s: mode %d, expected nearest, nearest-exact, linear or bilinear", who,
-                     (int)o->mode);
+    if ((unsigned)o->mode > CG_INTERP_BICUBIC) {
+        cg_set_error("%s: mode %d, expected nearest, nearest-exact, linear, bilinear or bicubic",
+                     who, (int)o->mode);
         return false;
     }
     const bool has_size = o->size[0] || o->size[1];
@@ -76,9 +81,9 @@ bool cg_k_interp_options_ok(const cg_interp *o, const char *who)
             return false;
         }
     }
-    if (o->align_corners && !is_linear(o->mode)) {
-        cg_set_error("%s: align_corners can only be set with the interpolating modes linear and "
-                     "bilinear, not %s",
+    if (o->align_corners && !interpolates(o->mode)) {
+        cg_set_error("%s: align_corners can only be set with the interpolating modes linear, "
+                     "bilinear and bicubic, not %s",
                      who, MODE_NAME[o->mode]);
         return false;
     }
@@ -97,16 +102,16 @@ static bool plan_shape(plan_t *pl, const cg_tensor *x, const cg_interp *o)
     if (!cg_k_interp_options_ok(o, "interpolate"))
         return false;
     const int nd = x->ndim - 2;
-    const bool rank_ok = o->mode == CG_INTERP_LINEAR     ? nd == 1
-                         : o->mode == CG_INTERP_BILINEAR ? nd == 2
-                                                         : nd == 1 || nd == 2;
+    const bool rank_ok = o->mode == CG_INTERP_LINEAR ? nd == 1
+                         : interpolates(o->mode)     ? nd == 2
+                                                     : nd == 1 || nd == 2;
     if (!rank_ok) {
         char b[96];
         cg_set_error("interpolate: input %s has %d dims, %s expects %s",
                      cg_shape_str(x, b, sizeof b), x->ndim, MODE_NAME[o->mode],
-                     o->mode == CG_INTERP_LINEAR     ? "3 ([N, C, L])"
-                     : o->mode == CG_INTERP_BILINEAR ? "4 ([N, C, H, W])"
-                                                     : "3 ([N, C, L]) or 4 ([N, C, H, W])");
+                     o->mode == CG_INTERP_LINEAR ? "3 ([N, C, L])"
+                     : interpolates(o->mode)     ? "4 ([N, C, H, W])"
+                                                 : "3 ([N, C, L]) or 4 ([N, C, H, W])");
         return false;
     }
     if (!cg_dtype_is_float(x->dtype)) {
@@ -123,6 +128,7 @@ static bool plan_shape(plan_t *pl, const cg_tensor *x, const cg_interp *o)
     }
     pl->o = o;
     pl->nd = nd;
+    pl->taps = o->mode == CG_INTERP_BICUBIC ? 4 : interpolates(o->mode) ? 2 : 1;
     pl->mem = NULL;
     pl->P = x->shape[0] * x->shape[1];
     for (int i = 0; i < x->ndim; i++)
@@ -157,6 +163,27 @@ static bool plan_shape(plan_t *pl, const cg_tensor *x, const cg_interp *o)
     return true;
 }
 
+/* PyTorch's cubic convolution (UpSample.h, A = -0.75) in float32: x the
+ * distance, <= 1 (conv1) or in (1, 2) (conv2) */
+static float cubic_conv1(float x, float A) { return ((A + 2) * x - (A + 3)) * x * x + 1; }
+static float cubic_conv2(float x, float A) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }
+
+/* bicubic's four taps of output i: PyTorch's source index (float32, not
+ * clamped), its floor k - 1 ... k + 2 clamped to [0, in - 1] */
+static void cubic_taps(const axis_t *a, int64_t in, float s, bool ac, int64_t i)
+{
+    const float real = ac ? s * (float)i : (float)((double)s * ((double)i + 0.5) - 0.5);
+    const int64_t k = (int64_t)floorf(real);
+    const float t = real - (float)k, A = -0.75f;
+    const float l[TAPS] = {cubic_conv2(t + 1.0f, A), cubic_conv1(t, A), cubic_conv1(1.0f - t, A),
+                           cubic_conv2((1.0f - t) + 1.0f, A)};
+    for (int q = 0; q < TAPS; q++) {
+        const int64_t at = k - 1 + q;
+        a->i[q][i] = at < 0 ? 0 : at > in - 1 ? in - 1 : at;
+        a->l[q][i] = l[q];
+    }
+}
+
 /* plan dim j's table (PyTorch's UpSample.h: the scale in float32, the
  * linear source index in double) */
 static void axis_fill(const plan_t *pl, int j)
@@ -166,10 +193,14 @@ static void axis_fill(const plan_t *pl, int j)
     const double sc = pl->scale[j];
     const bool ac = pl->o->align_corners;
     float s = sc > 0.0 ? (float)(1.0 / sc) : (float)in / (float)out;
-    if (ac) /* linear modes only */
+    if (ac) /* interpolating modes only */
         s = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
     for (int64_t i = 0; i < out; i++) {
         int64_t i0, i1;
+        if (pl->o->mode == CG_INTERP_BICUBIC) { /* PyTorch's forward has no same-size copy */
+            cubic_taps(a, in, s, ac, i);
+            continue;
+        }
         float l1 = 0.0f;
         if (pl->o->mode == CG_INTERP_NEAREST) {
             i0 = (int64_t)floorf((float)i * s);
@@ -188,10 +219,12 @@ static void axis_fill(const plan_t *pl, int j)
             i1 = i0 + (i0 < in - 1);
             l1 = (float)(real - (double)i0);
         }
-        a->i0[i] = i0;
-        a->i1[i] = i1;
-        a->l1[i] = l1;
-        a->l0[i] = 1.0f - l1;
+        a->i[0][i] = i0;
+        a->l[0][i] = 1.0f - l1;
+        if (pl->taps > 1) {
+            a->i[1][i] = i1;
+            a->l[1][i] = l1;
+        }
     }
 }
 
@@ -199,25 +232,31 @@ static void axis_fill(const plan_t *pl, int j)
 static bool plan_tables(plan_t *pl)
 {
     const int64_t n = pl->out[0] + pl->out[1];
-    pl->mem = malloc((size_t)n * (2 * sizeof(int64_t) + 2 * sizeof(float)));
+    pl->mem = malloc((size_t)(n * pl->taps) * (sizeof(int64_t) + sizeof(float)));
     if (!pl->mem) {
         cg_set_error("interpolate: out of memory");
         return false;
     }
     int64_t *ip = pl->mem;
-    float *fp = (float *)(ip + 2 * n);
+    float *fp = (float *)(ip + pl->taps * n);
     for (int64_t j = 0, off = 0; j < 2; off += pl->out[j], j++) {
-        pl->ax[j] = (axis_t){ip + off, ip + n + off, fp + off, fp + n + off};
+        for (int q = 0; q < TAPS; q++) {
+            pl->ax[j].i[q] = q < pl->taps ? ip + q * n + off : NULL;
+            pl->ax[j].l[q] = q < pl->taps ? fp + q * n + off : NULL;
+        }
         axis_fill(pl, j);
     }
     return true;
 }
 
 /* ---------------------------------------------------- the planes' loops */
-/* x[i0] * l0 + x[i1] * l1 along W at output ow of row x */
-static inline float along_w(const axis_t *w, const float *x, int64_t ow)
+/* sum_k x[i[k]] * l[k] over the taps along W at output ow of row x */
+static inline float along_w(const axis_t *w, int taps, const float *x, int64_t ow)
 {
-    return x[w->i0[ow]] * w->l0[ow] + x[w->i1[ow]] * w->l1[ow];
+    float s = x[w->i[0][ow]] * w->l[0][ow];
+    for (int q = 1; q < taps; q++)
+        s += x[w->i[q][ow]] * w->l[q][ow];
+    return s;
 }
 
 /* One plane's output y [OH, OW] from its input x [H, W] */
@@ -225,19 +264,22 @@ static void gather_plane(const plan_t *pl, const float *x, float *y)
 {
     const int64_t W = pl->in[1], OH = pl->out[0], OW = pl->out[1];
     const axis_t *ah = &pl->ax[0], *aw = &pl->ax[1];
-    const bool linear = is_linear(pl->o->mode);
+    const int taps = pl->taps;
     for (int64_t oh = 0; oh < OH; oh++, y += OW) {
-        const float *r0 = x + ah->i0[oh] * W, *r1 = x + ah->i1[oh] * W;
-        if (!linear) {
+        const float *r0 = x + ah->i[0][oh] * W;
+        if (taps == 1) {
             for (int64_t ow = 0; ow < OW; ow++)
-                y[ow] = r0[aw->i0[ow]];
+                y[ow] = r0[aw->i[0][ow]];
         } else if (pl->nd == 1) {
             for (int64_t ow = 0; ow < OW; ow++)
-                y[ow] = along_w(aw, r0, ow);
+                y[ow] = along_w(aw, taps, r0, ow);
         } else {
-            const float a0 = ah->l0[oh], a1 = ah->l1[oh];
-            for (int64_t ow = 0; ow < OW; ow++)
-                y[ow] = along_w(aw, r0, ow) * a0 + along_w(aw, r1, ow) * a1;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                float s = along_w(aw, taps, r0, ow) * ah->l[0][oh];
+                for (int q = 1; q < taps; q++)
+                    s += along_w(aw, taps, x + ah->i[q][oh] * W, ow) * ah->l[q][oh];
+                y[ow] = s;
+            }
         }
     }
 }
@@ -248,24 +290,21 @@ static void scatter_plane(const plan_t *pl, const float *g, float *dx)
 {
     const int64_t W = pl->in[1], OH = pl->out[0], OW = pl->out[1];
     const axis_t *ah = &pl->ax[0], *aw = &pl->ax[1];
-    const bool linear = is_linear(pl->o->mode);
+    const int taps = pl->taps;
     memset(dx, 0, (size_t)(pl->in[0] * W) * sizeof *dx);
     for (int64_t oh = 0; oh < OH; oh++, g += OW) {
-        float *r0 = dx + ah->i0[oh] * W, *r1 = dx + ah->i1[oh] * W;
-        const float a0 = ah->l0[oh], a1 = ah->l1[oh];
         for (int64_t ow = 0; ow < OW; ow++) {
-            const int64_t w0 = aw->i0[ow], w1 = aw->i1[ow];
-            const float b0 = aw->l0[ow], b1 = aw->l1[ow];
-            if (!linear) {
-                r0[w0] += g[ow];
+            if (taps == 1) {
+                dx[ah->i[0][oh] * W + aw->i[0][ow]] += g[ow];
             } else if (pl->nd == 1) {
-                r0[w0] += b0 * g[ow];
-                r0[w1] += b1 * g[ow];
-            } else { /* PyTorch's order and products */
-                r0[w0] += a0 * b0 * g[ow];
-                r0[w1] += a0 * b1 * g[ow];
-                r1[w0] += a1 * b0 * g[ow];
-                r1[w1] += a1 * b1 * g[ow];
+                for (int q = 0; q < taps; q++)
+                    dx[aw->i[q][ow]] += aw->l[q][ow] * g[ow];
+            } else { /* PyTorch's bilinear order and products, row by row */
+                for (int p = 0; p < taps; p++) {
+                    float *r = dx + ah->i[p][oh] * W;
+                    for (int q = 0; q < taps; q++)
+                        r[aw->i[q][ow]] += ah->l[p][oh] * aw->l[q][ow] * g[ow];
+                }
             }
         }
     }
@@ -298,7 +337,8 @@ static bool run_planes(plan_t *pl, const float *src, float *dst, bool backward)
     if (!plan_tables(pl))
         return false;
     const job_t job = {pl, src, dst, backward};
-    const int64_t per = 4 * pl->out[0] * pl->out[1] + (backward ? pl->in[0] * pl->in[1] : 0);
+    const int64_t per = 4 * (pl->taps == TAPS ? TAPS : 1) * pl->out[0] * pl->out[1] +
+                        (backward ? pl->in[0] * pl->in[1] : 0);
     cg_shares_run(pl->P, cg_shares_rows(per), cg_shares_team(pl->P * per > PAR_THRESHOLD), planes,
                   &job);
     return true;

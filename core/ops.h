@@ -874,19 +874,23 @@ cg_tensor *cg_k_adaptive_avg_pool_backward(const cg_tensor *g, const cg_tensor *
 /* ------------------------------------------------------ interpolation */
 /* F.interpolate's modes (PyTorch 1.13): 'nearest' (the legacy rule, source
  * floor(dst * scale)), 'nearest-exact' (floor((dst + 0.5) * scale)),
- * 'linear' (3-d input) and 'bilinear' (4-d). */
+ * 'linear' (3-d input), 'bilinear' and 'bicubic' (4-d; cubic convolution
+ * with A = -0.75 over 4 x 4 sources, those past a border clamped to it, as
+ * upsample_bicubic2d). */
 typedef enum {
     CG_INTERP_NEAREST,
     CG_INTERP_NEAREST_EXACT,
     CG_INTERP_LINEAR,
-    CG_INTERP_BILINEAR
+    CG_INTERP_BILINEAR,
+    CG_INTERP_BICUBIC
 } cg_interp_mode;
 /* F.interpolate's arguments over the spatial dims (index 0 the first; a
  * 3-d input reads index 0 only): exactly one of size (the output sizes,
  * > 0) and scale_factor (finite, > 0; the output size floor(in *
  * scale)) given, 0 meaning not given; for a 4-d input index 0 alone given
  * is one number for both dims (PyTorch's size=int, scale_factor=float).
- * align_corners: the linear modes only (PyTorch refuses it with nearest).
+ * align_corners: the interpolating modes only (linear, bilinear, bicubic;
+ * PyTorch refuses it with nearest).
  * recompute_scale_factor: with scale_factor only; false (PyTorch's None
  * and False) passes the scale to the kernel, whose source index then uses
  * 1 / scale, true the ratio in / out of the sizes. Zero-initialise and set
@@ -899,11 +903,12 @@ typedef struct {
     bool align_corners, recompute_scale_factor;
 } cg_interp;
 /* core/interp.c: x [N, C, L] (nearest, nearest-exact, linear) or [N, C,
- * H, W] (nearest, nearest-exact, bilinear), any strides, a float dtype
- * (bfloat16 and float16 computed in float32, the values rounded back).
- * PyTorch's CPU index and weight rules in float32 (the linear source
- * index in double, as its CPU kernel; an output size equal to the input's
- * copies). Refused in one line: a rank the mode does not take, both or
+ * H, W] (nearest, nearest-exact, bilinear, bicubic), any strides, a float
+ * dtype (bfloat16 and float16 computed in float32, the values rounded
+ * back). PyTorch's CPU index and weight rules in float32 (the linear
+ * source index in double, as its CPU kernel; an output size equal to the
+ * input's copies, except bicubic's, whose forward PyTorch never copies:
+ * the same size with a scale passed is not the identity). Refused in one line: a rank the mode does not take, both or
  * neither of size and scale_factor, a size or scale <= 0, an output size
  * 0, align_corners with nearest, recompute_scale_factor with size. */
 cg_tensor *cg_k_interpolate(const cg_tensor *x, const cg_interp *o);
@@ -913,7 +918,9 @@ bool cg_k_interp_options_ok(const cg_interp *o, const char *who);
 /* The backward (float32, x's shape; x is read for its shape only): g
  * scattered with the forward's indices and weights (nearest: summed into
  * each source), each (N, C) plane's outputs in order, so the bits do not
- * depend on the thread count. */
+ * depend on the thread count. bicubic's is the forward's adjoint even
+ * where PyTorch's backward copies (both sizes the input's, a scale other
+ * than 1 passed). */
 cg_tensor *cg_k_interpolate_backward(const cg_tensor *g, const cg_tensor *x, const cg_interp *o);
 
 /* ------------------------------------------------ batch normalisation */

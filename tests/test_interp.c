@@ -29,6 +29,7 @@ typedef struct {
 #define EXACT CG_INTERP_NEAREST_EXACT
 #define LIN CG_INTERP_LINEAR
 #define BIL CG_INTERP_BILINEAR
+#define CUB CG_INTERP_BICUBIC
 static const icase CASES[] = {
     {"nearest1d size 11", 1, I(.mode = NEAR, .size = {11})},
     {"nearest1d size 3", 1, I(.mode = NEAR, .size = {3})},
@@ -63,6 +64,16 @@ static const icase CASES[] = {
      I(.mode = BIL, .scale_factor = {1.7, 0.6}, .recompute_scale_factor = true)},
     {"bilinear scale 0.6 align", 2, I(.mode = BIL, .scale_factor = {0.6}, .align_corners = true)},
     {"bilinear scale 2.5", 2, I(.mode = BIL, .scale_factor = {2.5})},
+    {"bicubic size 9x4", 2, I(.mode = CUB, .size = {9, 4})},
+    {"bicubic size 9x4 align", 2, I(.mode = CUB, .size = {9, 4}, .align_corners = true)},
+    {"bicubic size 1x3 align", 2, I(.mode = CUB, .size = {1, 3}, .align_corners = true)},
+    {"bicubic scale 1.7x0.6", 2, I(.mode = CUB, .scale_factor = {1.7, 0.6})},
+    {"bicubic scale 1.7x0.6 recompute", 2,
+     I(.mode = CUB, .scale_factor = {1.7, 0.6}, .recompute_scale_factor = true)},
+    {"bicubic scale 0.6 align", 2, I(.mode = CUB, .scale_factor = {0.6}, .align_corners = true)},
+    {"bicubic scale 2.5", 2, I(.mode = CUB, .scale_factor = {2.5})},
+    {"bicubic scale 1.1 (same size)", 2, I(.mode = CUB, .scale_factor = {1.1})},
+    {"bicubic size 5x7 (identity)", 2, I(.mode = CUB, .size = {5, 7})},
 };
 #define NCASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -72,14 +83,35 @@ static cg_tensor *interp_fn(void *ctx, cg_tensor *const *in)
 }
 
 /* ------------------------------------------------------- reference */
-/* Output o's sources along one dim in double: PyTorch's rules with the
- * scale sc passed to the kernel (0: none, the sizes' ratio) */
-static void ref_src(const cg_interp *c, int64_t in, int64_t out, double sc, int64_t o, int64_t i[2],
-                    double l[2])
+/* bicubic's weights at distance t in double (A = -0.75) */
+static void ref_cubic(double t, double l[4])
+{
+    const double A = -0.75, d[4] = {t + 1, t, 1 - t, 2 - t};
+    for (int k = 0; k < 4; k++)
+        l[k] = d[k] <= 1 ? ((A + 2) * d[k] - (A + 3)) * d[k] * d[k] + 1
+                         : A * d[k] * d[k] * d[k] - 5 * A * d[k] * d[k] + 8 * A * d[k] - 4 * A;
+}
+
+/* Output o's sources along one dim in double (four; unused ones weigh
+ * 0): PyTorch's rules with the scale sc passed to the kernel (0: none,
+ * the sizes' ratio) */
+static void ref_src(const cg_interp *c, int64_t in, int64_t out, double sc, int64_t o, int64_t i[4],
+                    double l[4])
 {
     double s = sc > 0 ? 1.0 / sc : (double)in / (double)out;
     l[0] = 1.0;
-    l[1] = 0.0;
+    l[1] = l[2] = l[3] = 0.0;
+    i[2] = i[3] = 0;
+    if (c->mode == CUB) { /* not clamped, the sources clamped; no same-size copy */
+        if (c->align_corners)
+            s = out > 1 ? (double)(in - 1) / (double)(out - 1) : 0.0;
+        const double r = c->align_corners ? s * (double)o : s * ((double)o + 0.5) - 0.5;
+        const int64_t k = (int64_t)floor(r);
+        ref_cubic(r - (double)k, l);
+        for (int q = 0; q < 4; q++)
+            i[q] = k - 1 + q < 0 ? 0 : k - 1 + q > in - 1 ? in - 1 : k - 1 + q;
+        return;
+    }
     if (c->mode == NEAR || c->mode == EXACT) {
         const int64_t k = (int64_t)floor(c->mode == NEAR ? (double)o * s : ((double)o + 0.5) * s);
         i[0] = i[1] = k < in - 1 ? k : in - 1;
@@ -114,13 +146,13 @@ static void reference(const icase *c, const cg_tensor *x, const cg_tensor *y, co
     for (int64_t p = 0; p < P; p++)
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t ih[2], iw[2];
-                double lh[2], lw[2], s = 0;
+                int64_t ih[4], iw[4];
+                double lh[4], lw[4], s = 0;
                 ref_src(&c->o, H, OH, sc[0], oh, ih, lh);
                 ref_src(&c->o, W, OW, sc[1], ow, iw, lw);
                 const int64_t o = (p * OH + oh) * OW + ow;
-                for (int a = 0; a < 2; a++)
-                    for (int b = 0; b < 2; b++) {
+                for (int a = 0; a < 4; a++)
+                    for (int b = 0; b < 4; b++) {
                         const int64_t k = (p * H + ih[a]) * W + iw[b];
                         s += lh[a] * lw[b] * xv[k];
                         dx[k] += lh[a] * lw[b] * gv[o];
@@ -162,8 +194,11 @@ START_TEST(test_interp_reference)
         double *yv = malloc((size_t)cg_numel(y) * sizeof *yv),
                *dx = malloc((size_t)cg_numel(x) * sizeof *dx);
         reference(c, x, y, xv, cg_data(g), yv, dx);
-        assert_near(y, yv, 1e-6, c->name);
-        assert_near(cg_grad(x), dx, 1e-6, c->name);
+        /* bicubic's float32 weights (PyTorch's, Horner's rule with
+         * cancellation) are a few 1e-7 off the double ones, 16 of them */
+        const double tol = c->o.mode == CUB ? 5e-6 : 1e-6;
+        assert_near(y, yv, tol, c->name);
+        assert_near(cg_grad(x), dx, tol, c->name);
         free(xv);
         free(yv);
         free(dx);
@@ -207,7 +242,12 @@ START_TEST(test_interp_values)
     cg_tensor *x2 = cg_from_data(CG_SHAPE(1, 1, 2, 2), ((float[]){0, 4, 8, 12}));
     cg_tensor *y = cg_interpolate(x2, I(.mode = BIL, .size = {3}, .align_corners = true));
     CG_ASSERT_TENSOR(y, ((float[]){0, 2, 4, 4, 6, 8, 8, 10, 12}), 0, 0);
-    cg_release_all(3, y, x2, x);
+    /* bicubic of the row 1 2 3 4 to 7, align_corners: halfway sources 2
+     * and 3 of a straight line (2.5), next to a border a clamped one */
+    cg_tensor *x4 = cg_from_data(CG_SHAPE(1, 1, 1, 4), ((float[]){1, 2, 3, 4}));
+    cg_tensor *yc = cg_interpolate(x4, I(.mode = CUB, .size = {1, 7}, .align_corners = true));
+    CG_ASSERT_TENSOR(yc, ((float[]){1, 1.40625f, 2, 2.5f, 3, 3.59375f, 4}), 1e-6, 1e-6);
+    cg_release_all(5, yc, x4, y, x2, x);
 }
 END_TEST
 
@@ -260,6 +300,10 @@ START_TEST(test_interp_refusals)
                       "interpolate: input [2, 3, 5, 6] has 4 dims, linear expects 3 ([N, C, L])");
     CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = BIL, .size = {4})),
                       "bilinear expects 4 ([N, C, H, W])");
+    CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = CUB, .size = {4})),
+                      "interpolate: input [2, 3, 5] has 3 dims, bicubic expects 4 ([N, C, H, W])");
+    CG_ASSERT_REFUSED(!cg_interpolate(x5, I(.mode = CUB, .size = {4})),
+                      "has 5 dims, bicubic expects 4");
     CG_ASSERT_REFUSED(!cg_interpolate(x5, I(.mode = NEAR, .size = {4})),
                       "nearest expects 3 ([N, C, L]) or 4");
     CG_ASSERT_REFUSED(!cg_interpolate(x2, I(.mode = EXACT, .size = {4})), "has 2 dims");
@@ -268,8 +312,8 @@ START_TEST(test_interp_refusals)
     CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = NEAR)),
                       "interpolate: either size or scale_factor should be defined");
     CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = NEAR, .size = {4}, .align_corners = true)),
-                      "align_corners can only be set with the interpolating modes linear and "
-                      "bilinear, not nearest");
+                      "align_corners can only be set with the interpolating modes linear, "
+                      "bilinear and bicubic, not nearest");
     CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = EXACT, .size = {4}, .align_corners = true)),
                       "not nearest-exact");
     CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = LIN, .size = {-1})),
@@ -294,7 +338,10 @@ START_TEST(test_interp_refusals)
     CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = NEAR, .size = {4, 4})),
                       "a 3-d input takes one size or scale_factor (index 0), got index 1 size");
     CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = (cg_interp_mode)7, .size = {4})),
-                      "interpolate: mode 7, expected nearest");
+                      "interpolate: mode 7, expected nearest, nearest-exact, linear, bilinear or "
+                      "bicubic");
+    CG_ASSERT_REFUSED(!cg_interpolate(x4, I(.mode = (cg_interp_mode)5, .size = {4})),
+                      "interpolate: mode 5");
     CG_ASSERT_REFUSED(!cg_interpolate(xi, I(.mode = NEAR, .size = {4})),
                       "interpolate: argument 1 is int64");
     CG_ASSERT_REFUSED(!cg_interpolate(x3, I(.mode = NEAR, .scale_factor = {1e300})),

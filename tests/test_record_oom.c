@@ -624,16 +624,17 @@ static bool interp_run(void *ctx)
     cg_upsample *u = ((void **)ctx)[0];
     cg_tensor *x = ((void **)ctx)[1], *x3 = ((void **)ctx)[2];
     cg_tensor *xb = cg_to(x, CG_BF16);
-    cg_tensor *t[4] = {
+    cg_tensor *t[5] = {
         cg_upsample_forward(u, x),
         cg_interpolate(xb, (cg_interp){.mode = CG_INTERP_NEAREST, .scale_factor = {1.7}}),
         cg_interpolate(x, (cg_interp){.mode = CG_INTERP_NEAREST_EXACT, .size = {3, 7}}),
         cg_interpolate(
             x3,
-            (cg_interp){.mode = CG_INTERP_LINEAR, .scale_factor = {0.6}, .align_corners = true})};
-    cg_tensor *s[4] = {NULL}, *sum = NULL;
+            (cg_interp){.mode = CG_INTERP_LINEAR, .scale_factor = {0.6}, .align_corners = true}),
+        cg_interpolate(x, (cg_interp){.mode = CG_INTERP_BICUBIC, .size = {7, 3}})};
+    cg_tensor *s[5] = {NULL}, *sum = NULL;
     bool ok = true;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         cg_tensor *f = t[i] ? cg_to(t[i], CG_F32) : NULL;
         s[i] = f ? cg_sum_all(f) : NULL;
         cg_tensor *next = sum && s[i] ? cg_add(sum, s[i]) : s[i] ? cg_retain(s[i]) : NULL;
@@ -642,7 +643,7 @@ static bool interp_run(void *ctx)
         sum = next;
     }
     ok = ok && cg_backward(sum, NULL, false);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         cg_release_all(2, t[i], s[i]);
     cg_release_all(2, xb, sum);
     cg_zero_grad(x);
