@@ -4,7 +4,8 @@
  * input as PyTorch had it and (every second case) from a view of it with
  * transposed storage; every third case through an Upsample module
  * (nn/upsample.h) rather than cg_interpolate. Cases without PyTorch's
- * gradient (its nearest backward's same-size copy, interp.py) are counted.
+ * gradient (its nearest and bicubic backwards' same-size copies,
+ * interp.py) are counted.
  * Prints the worst relative error (rel_diff.h) against the tolerance.
  *   check_interp DIR */
 #include <stdio.h>
@@ -56,7 +57,7 @@ static bool one_case(cg_st_file *f, int i, int *counts, int *no_grad)
         ok = twin_within("gradient", ok ? cg_grad(x) : NULL, want_g, TOL) && ok;
     else
         ++*no_grad;
-    if (c)
+    if (c && c[0] >= 0 && c[0] < 5)
         counts[c[0]]++;
     if (!ok)
         printf("interp case %d (mode %lld, %lldd): FAIL %s\n", i, c ? (long long)c[0] : -1LL,
@@ -78,12 +79,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "check_interp: %s\n", cg_last_error());
         return 1;
     }
-    int counts[4] = {0}, n = 0, failed = 0, no_grad = 0;
+    int counts[5] = {0}, n = 0, failed = 0, no_grad = 0;
     for (; cg_st_has(f, (snprintf(path, sizeof path, "%d.cfg", n), path)); n++)
         failed += !one_case(f, n, counts, &no_grad);
     cg_st_close(f);
-    printf("interpolate: %d cases (nearest %d, nearest-exact %d, linear %d, bilinear %d; %d "
-           "without PyTorch's gradient), %d failed, worst relative error %.2e (tolerance %.0e)\n",
-           n, counts[0], counts[1], counts[2], counts[3], no_grad, failed, twin_worst, TOL);
+    printf("interpolate: %d cases (nearest %d, nearest-exact %d, linear %d, bilinear %d, bicubic "
+           "%d; %d without PyTorch's gradient), %d failed, worst relative error %.2e (tolerance "
+           "%.0e)\n",
+           n, counts[0], counts[1], counts[2], counts[3], counts[4], no_grad, failed, twin_worst,
+           TOL);
     return failed || n < 40 ? 1 : 0;
 }
