@@ -335,7 +335,7 @@ static void check_case(const conv_case *c, uint64_t seed, bool bf16)
      * relative each) over sum |x||w|, and the gradients' sums likewise */
     double *tol = NULL;
     if (bf16) {
-        tol = malloc(sizeof(double) * (size_t)ny);
+        tol = calloc((size_t)ny, sizeof(double));
         for (int64_t i = 0; i < ny; i++)
             tol[i] = 1e-6 + ref.abs[i] * (2.0 / 256);
     }

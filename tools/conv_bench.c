@@ -122,7 +122,8 @@ int main(int argc, char **argv)
         return rc;
     const int64_t G = c.depthwise ? c.C : 1, s = c.transposed ? 2 : 1;
     const int64_t p = !c.transposed ? c.K / 2 : c.K > 2 ? (c.K - 2) / 2 : 0;
-    const cg_conv_cfg cfg = {{s, s}, {p, p}, {1, 1}, G, CG_CONV_PAD_NUMBERS, {0, 0}};
+    const cg_conv_cfg cfg = {{s, s}, {p, p},         {1, 1}, G, CG_CONV_PAD_NUMBERS,
+                             {0, 0}, CG_PAD_CONSTANT};
     cg_rng r = cg_rng_new(1);
     cg_tensor *in[3];
     if (c.nd == 1) {
