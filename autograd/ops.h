@@ -41,7 +41,7 @@ CG_UNARY_OPS(CG_UNARY_DECLARE_, ~)
  * cg_leaky_relu(a, negative_slope [0.01]) (F.leaky_relu), cg_elu(a, alpha
  * [1]) (F.elu), cg_softplus(a, beta [1], threshold [20]) (F.softplus;
  * cg_softplus(a) before 2026-12 is cg_softplus(a, 1, 20), the same bits). */
-#define CG_UNARY_PARAM_DECLARE_(A, E, name, fwd, bwd, ...) \
+#define CG_UNARY_PARAM_DECLARE_(A, E, name, fwd, bwd, rule, ...) \
     cg_tensor *cg_##name(cg_tensor *a, CG_PARAMS_DECL(__VA_ARGS__));
 CG_UNARY_PARAM_OPS(CG_UNARY_PARAM_DECLARE_, ~)
 cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi);

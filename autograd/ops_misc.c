@@ -75,7 +75,7 @@ CG_UNARY_OPS(UNARY_OP_, ~)
 
 /* ---------------------------------- the rows of CG_UNARY_PARAM_OPS */
 /* As above, the node keeping the parameters (p.f[0], p.f[1]) */
-#define UNARY_PARAM_OP_(A, E, name, fwd, bwd, ...)                                               \
+#define UNARY_PARAM_OP_(A, E, name, fwd, bwd, rule, ...)                                         \
     static bool name##_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)                       \
     {                                                                                            \
         gin[0] = cg_k_##name##_backward(IN(0), g, CG_PARAMS_AT(n->p.f, __VA_ARGS__));            \

@@ -395,18 +395,42 @@ CG_UNARY_OPS(EW_UNARY_OP_, ~)
 #undef EW_UNARY_OP_
 
 /* ------------------------------------ the rows of CG_UNARY_PARAM_OPS */
+/* A row's parameters outside its rule: "celu: alpha cannot be 0 (got alpha
+ * 0)"; names is the row's parameter list as written ("min_val, max_val"). */
+static void params_refused(const char *op, const char *text, const char *names, const float *v)
+{
+    const char *comma = strchr(names, ',');
+    if (comma)
+        cg_set_error("%s: %s (got %.*s %g,%s %g)", op, text, (int)(comma - names), names,
+                     (double)v[0], comma + 1, (double)v[1]);
+    else
+        cg_set_error("%s: %s (got %s %g)", op, text, names, (double)v[0]);
+}
+
 /* As CG_UNARY_OPS's, the parameters carried in ew_params (a, b) and read
  * back under their names */
-#define EW_PARAM_OP_(A, E, name, fwd, bwd, ...)                                                \
+#define EW_PARAM_OP_(A, E, name, fwd, bwd, rule, ...)                                          \
     EW_UNARY_WITH(seg_##name, CG_PARAMS_LOCALS(P->a, P->b, __VA_ARGS__), fwd)                  \
     EW_BINARY_WITH(seg_##name##_bwd, CG_PARAMS_LOCALS(P->a, P->b, __VA_ARGS__), bwd)           \
+    static bool name##_params_ok(CG_PARAMS_DECL(__VA_ARGS__))                                  \
+    {                                                                                          \
+        if (CG_PARAM_RULE_COND_ rule)                                                          \
+            return true;                                                                       \
+        params_refused(#name, CG_PARAM_RULE_TEXT_ rule, #__VA_ARGS__,                          \
+                       (const float[]){CG_PARAMS_PAIR(__VA_ARGS__)});                          \
+        return false;                                                                          \
+    }                                                                                          \
     cg_tensor *cg_k_##name(const cg_tensor *a, CG_PARAMS_DECL(__VA_ARGS__))                    \
     {                                                                                          \
+        if (!name##_params_ok(__VA_ARGS__))                                                    \
+            return NULL;                                                                       \
         return unary(#name, a, seg_##name, CG_PARAMS_PAIR(__VA_ARGS__));                       \
     }                                                                                          \
     cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g,                  \
                                       CG_PARAMS_DECL(__VA_ARGS__))                             \
     {                                                                                          \
+        if (!name##_params_ok(__VA_ARGS__))                                                    \
+            return NULL;                                                                       \
         return binary(#name "_backward", x, g, seg_##name##_bwd, CG_PARAMS_PAIR(__VA_ARGS__)); \
     }
 CG_UNARY_PARAM_OPS(EW_PARAM_OP_, ~)

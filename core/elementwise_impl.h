@@ -130,6 +130,34 @@ EW_INLINE float f_gelu_erf_grad(float x)
     return cdf + x * pdf;
 }
 
+/* F.mish's gradient, PyTorch's expression: with s = sigmoid(x) and t =
+ * tanh(softplus(x)), t + x s (1 - t^2) */
+EW_INLINE float f_mish_grad(float x)
+{
+    float s = 1.0f / (1.0f + expf(-x));
+    float t = tanhf(log1pf(expf(x)));
+    return t + x * s * (1.0f - t * t);
+}
+
+/* F.softsign's gradient for the upstream g as PyTorch's autograd makes it
+ * from x / b, b = 1 + |x|: g / b from the numerator, -g (x / b) / b sgn(x)
+ * through b */
+EW_INLINE float f_softsign_grad(float x, float g)
+{
+    float b = 1.0f + fabsf(x);
+    float sgn = x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+    return g / b + (-g * (x / b) / b) * sgn;
+}
+
+/* F.logsigmoid's gradient, PyTorch's expression: with z = e^-|x|,
+ * 1 - z / (1 + z) for x < 0, z / (1 + z) otherwise (NaN included) */
+EW_INLINE float f_logsigmoid_grad(float x)
+{
+    float z = expf(-fabsf(x));
+    float q = z / (1.0f + z);
+    return x < 0.0f ? 1.0f - q : q;
+}
+
 EW_INLINE float f_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
 
 EW_INLINE float f_clamp(float x, float lo, float hi)

@@ -63,7 +63,37 @@ extern "C" {
     OP(A, SILU, silu, X * f_sigmoid(X),                                          \
        Y * f_sigmoid(X) * (1.0f + X * (1.0f - f_sigmoid(X))))                    \
     OP(A, SIN, sin, sinf(X), Y * cosf(X))                                        \
-    OP(A, COS, cos, cosf(X), -(Y * sinf(X)))
+    OP(A, COS, cos, cosf(X), -(Y * sinf(X)))                                     \
+    /* Since 2026-12-07, the rest of torch.nn's activations without              \
+     * parameters, each PyTorch 1.13's expressions (forward and backward)        \
+     * and so its values at kinks and NaN. F.mish: x tanh(softplus(x)) */        \
+    OP(A, MISH, mish, X * tanhf(log1pf(expf(X))), Y * f_mish_grad(X))            \
+    /* F.hardswish: x relu6(x + 3) / 6; the gradient 0 below -3, x/3 + 1/2       \
+     * up to 3 (both ends included), 1 above (and at NaN) */                     \
+    OP(A, HARDSWISH, hardswish, X * f_clamp(X + 3.0f, 0.0f, 6.0f) / 6.0f,        \
+       X < -3.0f ? 0.0f : (X <= 3.0f ? Y * (X / 3.0f + 0.5f) : Y))               \
+    /* F.hardsigmoid: relu6(x + 3) / 6; the gradient 1/6 strictly inside         \
+     * (-3, 3), 0 elsewhere */                                                   \
+    OP(A, HARDSIGMOID, hardsigmoid, f_clamp(X + 3.0f, 0.0f, 6.0f) / 6.0f,        \
+       X > -3.0f && X < 3.0f ? Y * (1.0f / 6.0f) : 0.0f)                         \
+    /* F.relu6: hardtanh(x, 0, 6); the gradient 0 at 0 and 6 */                  \
+    OP(A, RELU6, relu6, f_clamp(X, 0.0f, 6.0f),                                  \
+       X <= 0.0f || X >= 6.0f ? 0.0f : Y)                                        \
+    /* F.selu: scale (x > 0 ? x : alpha (e^x - 1)), alpha and scale the          \
+     * self-normalising constants (CG_SELU_*) */                                 \
+    OP(A, SELU, selu, X <= 0.0f ? expm1f(X) * CG_SELU_NEG : X * CG_SELU_SCALE,   \
+       X <= 0.0f ? Y * CG_SELU_NEG * expf(X) : Y * CG_SELU_SCALE)                \
+    /* F.softsign: x / (1 + |x|); the gradient as PyTorch's autograd sums        \
+     * it (NaN at +-inf, where the output is NaN too) */                         \
+    OP(A, SOFTSIGN, softsign, X / (1.0f + fabsf(X)), f_softsign_grad(X, Y))      \
+    /* F.logsigmoid: log(sigmoid(x)) = min(x, 0) - log1p(e^-|x|), stable */      \
+    OP(A, LOGSIGMOID, logsigmoid,                                                \
+       (X < 0.0f ? X : 0.0f) - log1pf(expf(-fabsf(X))),                          \
+       Y * f_logsigmoid_grad(X))                                                 \
+    /* F.tanhshrink: x - tanh(x); the gradient as PyTorch's autograd sums it,    \
+     * g - g (1 - tanh^2) */                                                     \
+    OP(A, TANHSHRINK, tanhshrink, X - tanhf(X),                                  \
+       Y - Y * (1.0f - tanhf(X) * tanhf(X)))
 /* clang-format on */
 #define CG_UNARY_DECLARE_K_(A, E, name, fwd, bwd) \
     cg_tensor *cg_k_##name(const cg_tensor *a);   \
@@ -72,33 +102,68 @@ extern "C" {
 /* ----------------------------- unary ops with parameters, one row each */
 /* The elementwise unary ops with one or two float parameters, one row each
  * as CG_UNARY_OPS's, the parameters' names last:
- *   OP(A, ENUM, name, forward, backward, p0[, p1])
+ *   OP(A, ENUM, name, forward, backward, rule, p0[, p1])
  * gives cg_k_<name>(x, p0[, p1]) and cg_k_<name>_backward(x, g, p0[, p1])
  * (core/elementwise.c), cg_<name>(x, p0[, p1]) and the op CG_OP_<ENUM>
  * (autograd/ops_misc.c: the node keeps the parameters, its backward reads
  * x). The expressions read the parameters by their names (float locals of
  * the segment kernels: any names but theirs, X, Y, P, ctx, p, s, n, o, x,
- * y, i, os, xs, ys). A new row
+ * y, i, os, xs, ys). rule is CG_PARAM_ANY or CG_PARAM_RULE(condition,
+ * "what it asks"), a condition on the parameters under which the kernels
+ * run: otherwise they refuse in one line, "celu: alpha cannot be 0 (got
+ * alpha 0)", as PyTorch refuses those values. A new row
  * needs its value test (tests/test_elementwise.c, PROW_REF) and its
  * gradcheck (op_checks), as CG_UNARY_OPS's. PyTorch's defaults are in the
  * comments (C has none: pass them). */
+#define CG_PARAM_RULE(cond, text) (cond, text)
+#define CG_PARAM_ANY (true, "")
+#define CG_PARAM_RULE_COND_(cond, text) (cond)
+#define CG_PARAM_RULE_TEXT_(cond, text) text
+/* F.selu's constants (PyTorch's, rounded to float): alpha scale and scale */
+#define CG_SELU_NEG (1.6732632423543772848170429916717f * 1.0507009873554804934193349852946f)
+#define CG_SELU_SCALE 1.0507009873554804934193349852946f
 /* clang-format off */
 #define CG_UNARY_PARAM_OPS(OP, A)                                                \
-    /* F.leaky_relu(x, negative_slope=0.01): x > 0 ? x : slope x; the         \
-     * gradient at 0 (and at NaN) is the slope, as PyTorch's */               \
+    /* F.leaky_relu(x, negative_slope=0.01): x > 0 ? x : slope x; the            \
+     * gradient at 0 (and at NaN) is the slope, as PyTorch's */                  \
     OP(A, LEAKY_RELU, leaky_relu, X > 0.0f ? X : X * negative_slope,             \
-       X > 0.0f ? Y : Y * negative_slope, negative_slope)                        \
-    /* F.elu(x, alpha=1.0): x <= 0 ? alpha (e^x - 1) : x; the gradient at 0   \
-     * is alpha, at NaN 1, as PyTorch's (its not-in-place ELU) */             \
+       X > 0.0f ? Y : Y * negative_slope, CG_PARAM_ANY, negative_slope)          \
+    /* F.elu(x, alpha=1.0): x <= 0 ? alpha (e^x - 1) : x; the gradient at 0      \
+     * is alpha, at NaN 1, as PyTorch's (its not-in-place ELU) */                \
     OP(A, ELU, elu, X <= 0.0f ? alpha * expm1f(X) : X,                           \
-       X <= 0.0f ? Y * alpha * expf(X) : Y, alpha)                               \
-    /* F.softplus(x, beta=1, threshold=20): log(1 + e^(beta x)) / beta, x     \
-     * itself where beta x > threshold; the gradient PyTorch's expression    \
-     * (NaN where beta x is between 88.7 and a larger threshold, as there)   \
-     * and beta 1, threshold 20 the bits of the row it was until 2026-12 */  \
+       X <= 0.0f ? Y * alpha * expf(X) : Y, CG_PARAM_ANY, alpha)                 \
+    /* F.softplus(x, beta=1, threshold=20): log(1 + e^(beta x)) / beta, x        \
+     * itself where beta x > threshold; the gradient PyTorch's expression        \
+     * (NaN where beta x is between 88.7 and a larger threshold, as there)       \
+     * and beta 1, threshold 20 the bits of the row it was until 2026-12 */      \
     OP(A, SOFTPLUS, softplus, X * beta > threshold ? X : log1pf(expf(X * beta)) / beta, \
-       X * beta > threshold ? Y : Y * expf(X * beta) / (expf(X * beta) + 1.0f),         \
-       beta, threshold)
+       X * beta > threshold ? Y : Y * expf(X * beta) / (expf(X * beta) + 1.0f),  \
+       CG_PARAM_ANY, beta, threshold)                                            \
+    /* F.hardtanh(x, min_val=-1.0, max_val=1.0): x clamped; the gradient 0       \
+     * at and beyond the bounds, g at NaN */                                     \
+    OP(A, HARDTANH, hardtanh, f_clamp(X, min_val, max_val),                      \
+       X <= min_val || X >= max_val ? 0.0f : Y,                                  \
+       CG_PARAM_RULE(min_val <= max_val, "min_val must be at most max_val"),     \
+       min_val, max_val)                                                         \
+    /* F.celu(x, alpha=1.0): x <= 0 ? alpha (e^(x/alpha) - 1) : x, the           \
+     * quotient as PyTorch's, x (1/alpha) */                                     \
+    OP(A, CELU, celu, X <= 0.0f ? expm1f(X * (1.0f / alpha)) * alpha : X,        \
+       X <= 0.0f ? Y * (1.0f / alpha) * alpha * expf(X * (1.0f / alpha)) : Y,    \
+       CG_PARAM_RULE(alpha != 0.0f, "alpha cannot be 0"), alpha)                 \
+    /* F.softshrink(x, lambd=0.5): x - lambd above lambd, x + lambd below        \
+     * -lambd, 0 between (and at NaN, as PyTorch's); the gradient 0 on           \
+     * [-lambd, lambd] */                                                        \
+    OP(A, SOFTSHRINK, softshrink,                                                \
+       X > lambd ? X - lambd : (X < -lambd ? X + lambd : 0.0f),                  \
+       X >= -lambd && X <= lambd ? 0.0f : Y,                                     \
+       CG_PARAM_RULE(lambd >= 0.0f, "lambd must be at least 0"), lambd)          \
+    /* F.hardshrink(x, lambd=0.5): 0 on [-lambd, lambd], x elsewhere */          \
+    OP(A, HARDSHRINK, hardshrink, X >= -lambd && X <= lambd ? 0.0f : X,          \
+       X >= -lambd && X <= lambd ? 0.0f : Y, CG_PARAM_ANY, lambd)                \
+    /* F.threshold(x, threshold, value): value where x <= threshold, x           \
+     * elsewhere; the gradient 0 where x <= threshold */                         \
+    OP(A, THRESHOLD, threshold, X <= threshold ? value : X,                      \
+       X <= threshold ? 0.0f : Y, CG_PARAM_ANY, threshold, value)
 /* clang-format on */
 /* A row's parameters (one or two names) as a declaration, float p0[,
  * float p1]; as the two floats the kernels carry, p0, p1 (p0, 0 for one);
@@ -125,7 +190,7 @@ extern "C" {
     (void)a, (void)b
 #define CG_PARAMS_LOCALS(v0, v1, ...) \
     CG_PARAMS_SEL_(CG_PARAMS_LOCALS_, __VA_ARGS__)(v0, v1, __VA_ARGS__)
-#define CG_UNARY_PARAM_DECLARE_K_(A, E, name, fwd, bwd, ...)                  \
+#define CG_UNARY_PARAM_DECLARE_K_(A, E, name, fwd, bwd, rule, ...)            \
     cg_tensor *cg_k_##name(const cg_tensor *a, CG_PARAMS_DECL(__VA_ARGS__));  \
     cg_tensor *cg_k_##name##_backward(const cg_tensor *x, const cg_tensor *g, \
                                       CG_PARAMS_DECL(__VA_ARGS__));

@@ -189,6 +189,29 @@ static double r_silu(double x) { return x * r_sigmoid(x); }
 static double d_silu(double x) { return r_sigmoid(x) * (1.0 + x * (1.0 - r_sigmoid(x))); }
 static double d_sin(double x) { return cos(x); }
 static double d_cos(double x) { return -sin(x); }
+static double r_mish(double x) { return x * tanh(log1p(exp(x))); }
+static double d_mish(double x)
+{
+    double t = tanh(log1p(exp(x)));
+    return t + x * r_sigmoid(x) * (1 - t * t);
+}
+static double clamp_d(double x, double lo, double hi) { return x < lo ? lo : (x > hi ? hi : x); }
+static double r_hardswish(double x) { return x * clamp_d(x + 3, 0, 6) / 6; }
+static double d_hardswish(double x) { return x < -3 ? 0 : (x <= 3 ? x / 3 + 0.5 : 1); }
+static double r_hardsigmoid(double x) { return clamp_d(x + 3, 0, 6) / 6; }
+static double d_hardsigmoid(double x) { return x > -3 && x < 3 ? 1.0 / 6 : 0; }
+static double r_relu6(double x) { return clamp_d(x, 0, 6); }
+static double d_relu6(double x) { return x <= 0 || x >= 6 ? 0 : 1; }
+#define SELU_A 1.6732632423543772848170429916717
+#define SELU_S 1.0507009873554804934193349852946
+static double r_selu(double x) { return SELU_S * (x > 0 ? x : SELU_A * expm1(x)); }
+static double d_selu(double x) { return SELU_S * (x > 0 ? 1 : SELU_A * exp(x)); }
+static double r_softsign(double x) { return x / (1 + fabs(x)); }
+static double d_softsign(double x) { return 1 / ((1 + fabs(x)) * (1 + fabs(x))); }
+static double r_logsigmoid(double x) { return x < 0 ? x - log1p(exp(x)) : -log1p(exp(-x)); }
+static double d_logsigmoid(double x) { return r_sigmoid(-x); }
+static double r_tanhshrink(double x) { return x - tanh(x); }
+static double d_tanhshrink(double x) { return tanh(x) * tanh(x); }
 
 #define ROW_ENUM_(A, E, name, fwd, bwd) ROW_##E,
 enum { CG_UNARY_OPS(ROW_ENUM_, ~) N_ROWS };
@@ -209,6 +232,14 @@ static const struct {
     [ROW_SILU] = {r_silu, d_silu},
     [ROW_SIN] = {sin, d_sin},
     [ROW_COS] = {cos, d_cos},
+    [ROW_MISH] = {r_mish, d_mish},
+    [ROW_HARDSWISH] = {r_hardswish, d_hardswish},
+    [ROW_HARDSIGMOID] = {r_hardsigmoid, d_hardsigmoid},
+    [ROW_RELU6] = {r_relu6, d_relu6},
+    [ROW_SELU] = {r_selu, d_selu},
+    [ROW_SOFTSIGN] = {r_softsign, d_softsign},
+    [ROW_LOGSIGMOID] = {r_logsigmoid, d_logsigmoid},
+    [ROW_TANHSHRINK] = {r_tanhshrink, d_tanhshrink},
 };
 
 static void assert_row_ref(int j)
@@ -257,11 +288,24 @@ static double d_softplus(double x, const double *p)
     return x * p[0] > p[1] ? 1 : 1.0 / (1.0 + exp(-x * p[0]));
 }
 
-#define PROW_ENUM_(A, E, name, fwd, bwd, ...) PROW_##E,
+static double r_hardtanh(double x, const double *p) { return clamp_d(x, p[0], p[1]); }
+static double d_hardtanh(double x, const double *p) { return x <= p[0] || x >= p[1] ? 0 : 1; }
+static double r_celu(double x, const double *p) { return x <= 0 ? p[0] * expm1(x / p[0]) : x; }
+static double d_celu(double x, const double *p) { return x <= 0 ? exp(x / p[0]) : 1; }
+static double r_softshrink(double x, const double *p)
+{
+    return x > p[0] ? x - p[0] : (x < -p[0] ? x + p[0] : 0);
+}
+static double d_shrink(double x, const double *p) { return x >= -p[0] && x <= p[0] ? 0 : 1; }
+static double r_hardshrink(double x, const double *p) { return x >= -p[0] && x <= p[0] ? 0 : x; }
+static double r_threshold(double x, const double *p) { return x <= p[0] ? p[1] : x; }
+static double d_threshold(double x, const double *p) { return x <= p[0] ? 0 : 1; }
+
+#define PROW_ENUM_(A, E, name, fwd, bwd, rule, ...) PROW_##E,
 enum { CG_UNARY_PARAM_OPS(PROW_ENUM_, ~) N_PROWS };
 typedef cg_tensor *(*pk1_fn)(const cg_tensor *, const float *);
 typedef cg_tensor *(*pk2_fn)(const cg_tensor *, const cg_tensor *, const float *);
-#define PROW_KERNELS_(A, E, name, fwd, bwd, ...)                                        \
+#define PROW_KERNELS_(A, E, name, fwd, bwd, rule, ...)                                  \
     static cg_tensor *pk_##name(const cg_tensor *a, const float *p)                     \
     {                                                                                   \
         return cg_k_##name(a, CG_PARAMS_AT(p, __VA_ARGS__));                            \
@@ -271,7 +315,7 @@ typedef cg_tensor *(*pk2_fn)(const cg_tensor *, const cg_tensor *, const float *
         return cg_k_##name##_backward(x, g, CG_PARAMS_AT(p, __VA_ARGS__));              \
     }
 CG_UNARY_PARAM_OPS(PROW_KERNELS_, ~)
-#define PROW_K_(A, E, name, fwd, bwd, ...) {#name, pk_##name, pb_##name},
+#define PROW_K_(A, E, name, fwd, bwd, rule, ...) {#name, pk_##name, pb_##name},
 static const struct {
     const char *name;
     pk1_fn k;
@@ -284,6 +328,11 @@ static const struct {
     [PROW_LEAKY_RELU] = {r_leaky_relu, d_leaky_relu, {{0.01f}, {0.2f}, {-1.5f}}},
     [PROW_ELU] = {r_elu, d_elu, {{1.0f}, {0.5f}, {2.0f}}},
     [PROW_SOFTPLUS] = {r_softplus, d_softplus, {{1, 20}, {2, 3}, {0.5f, 1}}},
+    [PROW_HARDTANH] = {r_hardtanh, d_hardtanh, {{-1, 1}, {-0.5f, 2}, {0, 6}}},
+    [PROW_CELU] = {r_celu, d_celu, {{1}, {0.5f}, {-2}}},
+    [PROW_SOFTSHRINK] = {r_softshrink, d_shrink, {{0.5f}, {0}, {1.5f}}},
+    [PROW_HARDSHRINK] = {r_hardshrink, d_shrink, {{0.5f}, {0}, {-1}}},
+    [PROW_THRESHOLD] = {r_threshold, d_threshold, {{0, 0}, {0.1f, 20}, {-0.5f, -2}}},
 };
 
 #define ATOL 1e-6

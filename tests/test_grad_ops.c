@@ -88,6 +88,25 @@ static cg_tensor *elu1(cg_tensor *a) { return cg_elu(a, 1.0f); }
 static cg_tensor *elu05(cg_tensor *a) { return cg_elu(a, 0.5f); }
 static cg_tensor *softplus1(cg_tensor *a) { return cg_softplus(a, 1.0f, 20.0f); }
 static cg_tensor *softplus2(cg_tensor *a) { return cg_softplus(a, 2.0f, 10.0f); }
+/* the kinked activations on inputs spread across their kinks (x 2.5: past
+ * hardswish's and hardsigmoid's +-3; x 4: past relu6's 6) */
+static cg_tensor *scaled_by(cg_tensor *a, float s, cg_tensor *(*f)(cg_tensor *))
+{
+    cg_tensor *t = cg_muls(a, s);
+    cg_tensor *y = f(t);
+    cg_release(t);
+    return y;
+}
+static cg_tensor *hardswish_wide(cg_tensor *a) { return scaled_by(a, 2.5f, cg_hardswish); }
+static cg_tensor *hardsigmoid_wide(cg_tensor *a) { return scaled_by(a, 2.5f, cg_hardsigmoid); }
+static cg_tensor *relu6_wide(cg_tensor *a) { return scaled_by(a, 4.0f, cg_relu6); }
+static cg_tensor *hardtanh_(cg_tensor *a) { return cg_hardtanh(a, -0.5f, 0.7f); }
+static cg_tensor *celu1(cg_tensor *a) { return cg_celu(a, 1.0f); }
+static cg_tensor *celu05(cg_tensor *a) { return cg_celu(a, 0.5f); }
+static cg_tensor *softshrink01(cg_tensor *a) { return cg_softshrink(a, 0.1f); }
+static cg_tensor *hardshrink01(cg_tensor *a) { return cg_hardshrink(a, 0.1f); }
+static cg_tensor *threshold01(cg_tensor *a) { return cg_threshold(a, 0.1f, 20.0f); }
+static cg_tensor *threshold_m01(cg_tensor *a) { return cg_threshold(a, -0.1f, -2.0f); }
 static cg_tensor *adds_(cg_tensor *a) { return cg_adds(a, 1.5f); }
 static cg_tensor *muls_(cg_tensor *a) { return cg_muls(a, -2.5f); }
 static cg_tensor *softmax1(cg_tensor *a) { return cg_softmax(a, 1); }
@@ -223,12 +242,27 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_SILU] = {.unary = {{NULL, cg_silu, DOM_ANY}}},
     [CG_OP_SIN] = {.unary = {{NULL, cg_sin, DOM_ANY}}},
     [CG_OP_COS] = {.unary = {{NULL, cg_cos, DOM_ANY}}},
+    [CG_OP_MISH] = {.unary = {{NULL, cg_mish, DOM_ANY}}},
+    [CG_OP_HARDSWISH] = {.unary = {{NULL, cg_hardswish, DOM_ANY},
+                                   {"hardswish(2.5x)", hardswish_wide, DOM_ANY}}},
+    [CG_OP_HARDSIGMOID] = {.unary = {{"hardsigmoid(2.5x)", hardsigmoid_wide, DOM_ANY}}},
+    [CG_OP_RELU6] = {.unary = {{"relu6(4x)", relu6_wide, DOM_AWAY0}}},
+    [CG_OP_SELU] = {.unary = {{NULL, cg_selu, DOM_AWAY0}}},
+    [CG_OP_SOFTSIGN] = {.unary = {{NULL, cg_softsign, DOM_ANY}}},
+    [CG_OP_LOGSIGMOID] = {.unary = {{NULL, cg_logsigmoid, DOM_ANY}}},
+    [CG_OP_TANHSHRINK] = {.unary = {{NULL, cg_tanhshrink, DOM_ANY}}},
     /* the rows of CG_UNARY_PARAM_OPS */
     [CG_OP_LEAKY_RELU] = {.unary = {{"leaky_relu(0.01)", leaky001, DOM_AWAY0},
                                     {"leaky_relu(-1.5)", leakym15, DOM_AWAY0}}},
     [CG_OP_ELU] = {.unary = {{"elu(1)", elu1, DOM_ANY}, {"elu(0.5)", elu05, DOM_AWAY0}}},
     [CG_OP_SOFTPLUS] = {.unary = {{"softplus(1,20)", softplus1, DOM_ANY},
                                   {"softplus(2,10)", softplus2, DOM_ANY}}},
+    [CG_OP_HARDTANH] = {.unary = {{"hardtanh(-0.5,0.7)", hardtanh_, DOM_ANY}}},
+    [CG_OP_CELU] = {.unary = {{"celu(1)", celu1, DOM_ANY}, {"celu(0.5)", celu05, DOM_ANY}}},
+    [CG_OP_SOFTSHRINK] = {.unary = {{"softshrink(0.1)", softshrink01, DOM_AWAY0}}},
+    [CG_OP_HARDSHRINK] = {.unary = {{"hardshrink(0.1)", hardshrink01, DOM_AWAY0}}},
+    [CG_OP_THRESHOLD] = {.unary = {{"threshold(0.1,20)", threshold01, DOM_AWAY0},
+                                   {"threshold(-0.1,-2)", threshold_m01, DOM_AWAY0}}},
     [CG_OP_CLAMP] = {.unary = {{"clamp", clamp_, DOM_ANY}}},
     [CG_OP_WHERE] = {.binary = {"where", where_ab, DOM_ANY}},
     [CG_OP_GATED] = {.by = "test_gated.c: test_gated_gradcheck"},
@@ -358,6 +392,23 @@ static void away_from(cg_tensor *t, float k)
             p[i] = k + 0.1f;
 }
 
+/* A case's input kept off the points where its op has no derivative */
+static void off_kinks(const unary_case *c, cg_tensor *x)
+{
+    if (c->fn == clamp_ || c->fn == hardtanh_) { /* both bounds -0.5 and 0.7 */
+        away_from(x, -0.5f);
+        away_from(x, 0.7f);
+    }
+    if (c->fn == max1 || c->fn == maxk || c->fn == min1 || c->fn == mink) {
+        /* distinct values 0.05 apart, in an order of their own, so that
+         * the max is unique even when broadcast and whatever the seed */
+        float *p = (float *)x->storage->data;
+        int64_t n = (int64_t)(x->storage->nbytes / sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            p[i] = 0.05f * (float)((i * 37) % n) - 1.5f;
+    }
+}
+
 START_TEST(test_unary_ops)
 {
     /* _i is the loop index: one case of one op per iteration, all four layouts */
@@ -368,16 +419,7 @@ START_TEST(test_unary_ops)
     cg_rng r = cg_rng_new(100 + (uint64_t)_i);
     for (int layout = 0; layout < N_LAYOUTS; layout++) {
         cg_tensor *x = input(&r, CG_SHAPE(3, 5, 4), layout, c->dom);
-        if (c->fn == clamp_) {
-            away_from(x, -0.5f);
-            away_from(x, 0.7f);
-        }
-        if (c->fn == max1 || c->fn == maxk || c->fn == min1 || c->fn == mink) {
-            /* distinct values so the max is unique even when broadcast */
-            float *p = (float *)x->storage->data;
-            for (int64_t i = 0; i < (int64_t)(x->storage->nbytes / sizeof(float)); i++)
-                p[i] += 0.01f * (float)i;
-        }
+        off_kinks(c, x);
         char what[128];
         snprintf(what, sizeof what, "%s on %s input", name, layout_name[layout]);
         check(call_unary, (void *)c, 1, &x, what, 0, 0);
@@ -1839,10 +1881,7 @@ START_TEST(test_upstream_layouts)
             if (!c->fn)
                 continue;
             cg_tensor *x = input(&r, CG_SHAPE(3, 5, 4), LAYOUT_TRANSPOSED, c->dom);
-            if (c->fn == clamp_) {
-                away_from(x, -0.5f);
-                away_from(x, 0.7f);
-            }
+            off_kinks(c, x);
             post_case pc = {call_unary, (void *)c, post};
             snprintf(what, sizeof what, "%s, upstream gradient %s",
                      c->name ? c->name : cg_op_name((cg_op)op), post ? "stride 0" : "transposed");

@@ -91,11 +91,28 @@ static cg_tensor *unary(const char *op, cg_tensor *x, const cJSON *a)
     static const struct {
         const char *name;
         cg_tensor *(*fn)(cg_tensor *);
-    } t[] = {
-        {"neg", cg_neg},         {"abs", cg_abs},   {"relu", cg_relu},         {"exp", cg_exp},
-        {"log", cg_log},         {"sqrt", cg_sqrt}, {"rsqrt", cg_rsqrt},       {"tanh", cg_tanh},
-        {"sigmoid", cg_sigmoid}, {"gelu", cg_gelu}, {"gelu_erf", cg_gelu_erf}, {"silu", cg_silu},
-        {"sin", cg_sin},         {"cos", cg_cos}};
+    } t[] = {{"neg", cg_neg},
+             {"abs", cg_abs},
+             {"relu", cg_relu},
+             {"exp", cg_exp},
+             {"log", cg_log},
+             {"sqrt", cg_sqrt},
+             {"rsqrt", cg_rsqrt},
+             {"tanh", cg_tanh},
+             {"sigmoid", cg_sigmoid},
+             {"gelu", cg_gelu},
+             {"gelu_erf", cg_gelu_erf},
+             {"silu", cg_silu},
+             {"sin", cg_sin},
+             {"cos", cg_cos},
+             {"mish", cg_mish},
+             {"hardswish", cg_hardswish},
+             {"hardsigmoid", cg_hardsigmoid},
+             {"relu6", cg_relu6},
+             {"selu", cg_selu},
+             {"softsign", cg_softsign},
+             {"logsigmoid", cg_logsigmoid},
+             {"tanhshrink", cg_tanhshrink}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(op, t[i].name))
             return t[i].fn(x);
@@ -105,6 +122,16 @@ static cg_tensor *unary(const char *op, cg_tensor *x, const cJSON *a)
         return cg_leaky_relu(x, (float)ad(a, "slope"));
     if (!strcmp(op, "elu"))
         return cg_elu(x, (float)ad(a, "alpha"));
+    if (!strcmp(op, "hardtanh"))
+        return cg_hardtanh(x, (float)ad(a, "lo"), (float)ad(a, "hi"));
+    if (!strcmp(op, "celu"))
+        return cg_celu(x, (float)ad(a, "alpha"));
+    if (!strcmp(op, "softshrink"))
+        return cg_softshrink(x, (float)ad(a, "l"));
+    if (!strcmp(op, "hardshrink"))
+        return cg_hardshrink(x, (float)ad(a, "l"));
+    if (!strcmp(op, "threshold"))
+        return cg_threshold(x, (float)ad(a, "th"), (float)ad(a, "v"));
     if (!strcmp(op, "normalize"))
         return cg_normalize(x, (float)ad(a, "p"), ai(a, "dim"), (float)ad(a, "eps"));
     if (!strcmp(op, "pow"))
@@ -121,9 +148,12 @@ static cg_tensor *unary(const char *op, cg_tensor *x, const cJSON *a)
 static bool is_unary(const char *op)
 {
     static const char *const names[] = {
-        "neg",     "abs",  "relu",     "exp",        "log", "sqrt",     "rsqrt",    "tanh",
-        "sigmoid", "gelu", "gelu_erf", "silu",       "sin", "cos",      "softplus", "pow",
-        "clamp",   "adds", "muls",     "leaky_relu", "elu", "normalize"};
+        "neg",         "abs",        "relu",       "exp",        "log",        "sqrt",
+        "rsqrt",       "tanh",       "sigmoid",    "gelu",       "gelu_erf",   "silu",
+        "sin",         "cos",        "softplus",   "pow",        "clamp",      "adds",
+        "muls",        "leaky_relu", "elu",        "normalize",  "mish",       "hardswish",
+        "hardsigmoid", "relu6",      "selu",       "softsign",   "logsigmoid", "tanhshrink",
+        "hardtanh",    "celu",       "softshrink", "hardshrink", "threshold"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(op, names[i]))
             return true;

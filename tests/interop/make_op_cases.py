@@ -69,6 +69,10 @@ KNOWN = {
                     "all); the backward's NaN reaches that query's dq and the dk and dv of keys "
                     "it masks, where PyTorch's masked_fill zeroes the masked scores' gradient "
                     "(dq 0 for a query with every key masked, dk 0 at masked keys)",
+    "nan_grad_paths": "the gradient at a NaN input of hardswish, relu6, hardtanh, selu, celu, "
+                      "softshrink and hardshrink: PyTorch 1.13's scalar loop (short tensors, a "
+                      "tensor's last elements) gives g (or g times the scale) and its vectorised "
+                      "loop NaN or 0; cgrad gives the scalar loop's everywhere, as its elu",
     "attn_masked_v_nonfinite": "fused attention, NaN or inf in v at a masked key: the output NaN "
                                "in both (0 * NaN in P v); the fused backward's dk is NaN at the "
                                "masked keys too, where PyTorch's masked_fill gives 0",
@@ -1350,8 +1354,59 @@ def gen_loss_weights(rng):
         add_case("bce_with_logits_ex", ins, args, bce, tol=(8.0, 32.0))
 
 
+def gen_activations(rng):
+    """The rest of torch.nn's activations (2026-12-07): without parameters,
+    and with them at random values, every dtype, special values, and inputs
+    exactly at their kinks (each op's own points)."""
+    def via_f32(f, t, *a):  # 1.13 lacks these bfloat16 kernels: float32, rounded
+        return f(t.float(), *a).to(t.dtype) if t.dtype == torch.bfloat16 else f(t, *a)
+
+    ops = {"mish": (lambda x, a: via_f32(F.mish, x[0]), [0.0]),
+           "hardswish": (lambda x, a: F.hardswish(x[0]), [-3.0, 3.0, 0.0]),
+           "hardsigmoid": (lambda x, a: F.hardsigmoid(x[0]), [-3.0, 3.0]),
+           "relu6": (lambda x, a: via_f32(F.relu6, x[0]), [0.0, 6.0, -0.0]),
+           "selu": (lambda x, a: F.selu(x[0]), [0.0, -0.0]),
+           "softsign": (lambda x, a: F.softsign(x[0]), [0.0]),
+           "logsigmoid": (lambda x, a: F.logsigmoid(x[0]), [0.0]),
+           "tanhshrink": (lambda x, a: F.tanhshrink(x[0]), [0.0]),
+           "hardtanh": (lambda x, a: via_f32(F.hardtanh, x[0], a["lo"], a["hi"]), None),
+           "celu": (lambda x, a: F.celu(x[0], a["alpha"]), [0.0]),
+           "softshrink": (lambda x, a: F.softshrink(x[0], a["l"]), None),
+           "hardshrink": (lambda x, a: F.hardshrink(x[0], a["l"]), None),
+           "threshold": (lambda x, a: F.threshold(x[0], a["th"], a["v"]), None)}
+    for name, (fn, kinks) in ops.items():
+        for _ in range(20):
+            dt = rng.choice(FLOATS + FLOATS + ("int64", "bool"))
+            special = 0.15 if rng.random() < 0.3 else 0.0
+            args = {}
+            if name == "hardtanh":
+                lo = rng.choice([-1.0, -0.5, 0.0, 0.25])
+                args = {"lo": lo, "hi": lo + rng.choice([0.0, 0.5, 2.0])}
+                kinks = [args["lo"], args["hi"]]
+            if name == "celu":
+                args = {"alpha": rng.choice([1.0, 0.5, 2.0, -1.0])}
+            if name in ("softshrink", "hardshrink"):
+                args = {"l": rng.choice([0.5, 0.0, 1.5] + ([-0.5] if name == "hardshrink" else []))}
+                kinks = [args["l"], -args["l"]]
+            if name == "threshold":
+                args = {"th": rng.choice([0.0, 0.1, -0.5, 1.0]), "v": rng.choice([0.0, 20.0, -2.0])}
+                kinks = [args["th"]]
+            x = inp(rng, rshape(rng, 0, 4), dt, "normal", special)
+            if x[0].is_floating_point() and x[0].numel() and rng.random() < 0.4:
+                b = x[0].clone().view(-1)
+                for i in range(b.numel()):
+                    if rng.random() < 0.4:
+                        b[i] = rng.choice(kinks)
+                x = (b.view(x[0].shape), x[1], x[2])
+            known = ""
+            if name in NAN_PATHS and x[0].is_floating_point() and x[0].isnan().any():
+                known = KNOWN["nan_grad_paths"]
+            add_case(name, [x], args, fn, doc=float_doc([dt]), known=known)
+
+
+NAN_PATHS = ("hardswish", "relu6", "hardtanh", "selu", "celu", "softshrink", "hardshrink")
 MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more,
-        gen_row_norms, gen_loss_reductions, gen_loss_weights)
+        gen_row_norms, gen_loss_reductions, gen_loss_weights, gen_activations)
 
 
 def main(out):
