@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "autograd/ops.h"
 #include "nn/layers.h"
 
 cg_tensor *cg_module_forward(cg_module *m, cg_tensor *x)
@@ -96,6 +97,59 @@ cg_module *cg_activation_new(cg_act act)
     a->act = act;
     a->base.forward = act_impl;
     return &a->base;
+}
+
+/* An activation with one or two parameters: its function and them */
+typedef struct {
+    cg_module base;
+    cg_tensor *(*one)(cg_tensor *x, float a);
+    cg_tensor *(*two)(cg_tensor *x, float a, float b);
+    float a, b;
+} param_act;
+
+static cg_tensor *param_act_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    const param_act *p = (const param_act *)m;
+    return p->one ? p->one(in[0], p->a) : p->two(in[0], p->a, p->b);
+}
+
+static cg_module *param_act_new(const char *type, cg_tensor *(*one)(cg_tensor *, float),
+                                cg_tensor *(*two)(cg_tensor *, float, float), float a, float b)
+{
+    param_act *p = (param_act *)cg_module_alloc(sizeof *p, type, NULL);
+    if (!p)
+        return NULL;
+    *p = (param_act){p->base, one, two, a, b};
+    p->base.forward = param_act_impl;
+    return &p->base;
+}
+
+cg_module *cg_leaky_relu_new(float negative_slope)
+{
+    return param_act_new("LeakyReLU", cg_leaky_relu, NULL, negative_slope, 0);
+}
+cg_module *cg_elu_new(float alpha) { return param_act_new("ELU", cg_elu, NULL, alpha, 0); }
+cg_module *cg_celu_new(float alpha) { return param_act_new("CELU", cg_celu, NULL, alpha, 0); }
+cg_module *cg_softplus_new(float beta, float threshold)
+{
+    return param_act_new("Softplus", NULL, cg_softplus, beta, threshold);
+}
+cg_module *cg_hardtanh_new(float min_val, float max_val)
+{
+    return param_act_new("Hardtanh", NULL, cg_hardtanh, min_val, max_val);
+}
+cg_module *cg_softshrink_new(float lambd)
+{
+    return param_act_new("Softshrink", cg_softshrink, NULL, lambd, 0);
+}
+cg_module *cg_hardshrink_new(float lambd)
+{
+    return param_act_new("Hardshrink", cg_hardshrink, NULL, lambd, 0);
+}
+cg_module *cg_threshold_new(float threshold, float value)
+{
+    return param_act_new("Threshold", NULL, cg_threshold, threshold, value);
 }
 
 cg_module *cg_mlp(int n, const int64_t *sizes, cg_act act, cg_rng *rng)

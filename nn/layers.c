@@ -44,6 +44,16 @@ static const cg_act_info ACTS[] = {
     [CG_ACT_SILU] = {"silu", cg_silu, "SiLU", NULL, NULL, NULL},
     [CG_ACT_SWIGLU] = {"swiglu", cg_swiglu_halves, "SwiGLU", NULL, NULL, cg_swiglu},
     [CG_ACT_GEGLU] = {"geglu", cg_geglu_halves, "GEGLU", "tanh", NULL, cg_geglu},
+    [CG_ACT_TANH] = {"tanh", cg_tanh, "Tanh", NULL, NULL, NULL},
+    [CG_ACT_SIGMOID] = {"sigmoid", cg_sigmoid, "Sigmoid", NULL, NULL, NULL},
+    [CG_ACT_MISH] = {"mish", cg_mish, "Mish", NULL, NULL, NULL},
+    [CG_ACT_HARDSWISH] = {"hardswish", cg_hardswish, "Hardswish", NULL, NULL, NULL},
+    [CG_ACT_HARDSIGMOID] = {"hardsigmoid", cg_hardsigmoid, "Hardsigmoid", NULL, NULL, NULL},
+    [CG_ACT_RELU6] = {"relu6", cg_relu6, "ReLU6", NULL, NULL, NULL},
+    [CG_ACT_SELU] = {"selu", cg_selu, "SELU", NULL, NULL, NULL},
+    [CG_ACT_SOFTSIGN] = {"softsign", cg_softsign, "Softsign", NULL, NULL, NULL},
+    [CG_ACT_LOGSIGMOID] = {"logsigmoid", cg_logsigmoid, "LogSigmoid", NULL, NULL, NULL},
+    [CG_ACT_TANHSHRINK] = {"tanhshrink", cg_tanhshrink, "Tanhshrink", NULL, NULL, NULL},
 };
 static const cg_norm_info NORMS[] = {
     [CG_NORM_LAYERNORM] = {"layernorm", "LayerNorm", true, cg_layer_norm, cg_add_layer_norm},

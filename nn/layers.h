@@ -37,8 +37,14 @@ extern "C" {
  * with one is fc2(act(fc1 x) * fc3 x), act SiLU or GELU (tanh form), the
  * LLaMA / PaLM feed-forward (cg_ff below); as a function of one tensor
  * (cg_activation, cg_activation_new) they take the last dim's two halves,
- * act(x[..., :h]) * x[..., h:], as PyTorch's F.glu does. New rows go at the
- * end: the values are in no file, but keep them stable anyway. */
+ * act(x[..., :h]) * x[..., h:], as PyTorch's F.glu does. Since 2026-12-07
+ * the rest of torch.nn's activations without parameters are rows too
+ * (nn.Tanh, nn.Sigmoid, nn.Mish, nn.Hardswish, nn.Hardsigmoid, nn.ReLU6,
+ * nn.SELU, nn.Softsign, nn.LogSigmoid, nn.Tanhshrink: autograd/ops.h's
+ * functions), so a FeedForward, the zoo's --act and cg_mlp take them; those
+ * with parameters are modules of their own (cg_leaky_relu_new, ...,
+ * below). New rows go at the end: the values are in no file, but keep them
+ * stable anyway. */
 typedef enum {
     CG_ACT_RELU = 0,
     CG_ACT_GELU,
@@ -46,6 +52,16 @@ typedef enum {
     CG_ACT_SILU,
     CG_ACT_SWIGLU,
     CG_ACT_GEGLU,
+    CG_ACT_TANH,
+    CG_ACT_SIGMOID,
+    CG_ACT_MISH,
+    CG_ACT_HARDSWISH,
+    CG_ACT_HARDSIGMOID,
+    CG_ACT_RELU6,
+    CG_ACT_SELU,
+    CG_ACT_SOFTSIGN,
+    CG_ACT_LOGSIGMOID,
+    CG_ACT_TANHSHRINK,
     CG_N_ACTS
 } cg_act;
 typedef enum { CG_NORM_LAYERNORM = 0, CG_NORM_RMSNORM, CG_N_NORMS } cg_norm_kind;
@@ -97,6 +113,27 @@ cg_tensor *cg_activation(cg_tensor *x, cg_act act);
  * "GELU"), for cg_sequential: nn.ReLU(), nn.GELU(approximate="tanh"),
  * nn.GELU() for gelu_erf. */
 cg_module *cg_activation_new(cg_act act);
+/* The activations with parameters as modules, PyTorch's classes and
+ * defaults (C has none: pass them), each calling its function of
+ * autograd/ops.h, which checks the parameters at the forward as PyTorch's
+ * do (cg_celu_new(0)'s forward: "celu: alpha cannot be 0 (got alpha 0)"):
+ *   cg_leaky_relu_new(0.01f)      nn.LeakyReLU()       "LeakyReLU"
+ *   cg_elu_new(1.0f)              nn.ELU()             "ELU"
+ *   cg_celu_new(1.0f)             nn.CELU()            "CELU"
+ *   cg_softplus_new(1.0f, 20.0f)  nn.Softplus()        "Softplus"
+ *   cg_hardtanh_new(-1.0f, 1.0f)  nn.Hardtanh()        "Hardtanh"
+ *   cg_softshrink_new(0.5f)       nn.Softshrink()      "Softshrink"
+ *   cg_hardshrink_new(0.5f)       nn.Hardshrink()      "Hardshrink"
+ *   cg_threshold_new(t, v)        nn.Threshold(t, v)   "Threshold"
+ * No parameters to train; NULL + error when out of memory. */
+cg_module *cg_leaky_relu_new(float negative_slope);
+cg_module *cg_elu_new(float alpha);
+cg_module *cg_celu_new(float alpha);
+cg_module *cg_softplus_new(float beta, float threshold);
+cg_module *cg_hardtanh_new(float min_val, float max_val);
+cg_module *cg_softshrink_new(float lambd);
+cg_module *cg_hardshrink_new(float lambd);
+cg_module *cg_threshold_new(float threshold, float value);
 /* A multilayer perceptron: cg_sequential of Linear(sizes[0], sizes[1]),
  * act, Linear(sizes[1], sizes[2]), act, ..., Linear(sizes[n-2], sizes[n-1])
  * (no activation after the last), with biases, drawn from rng in that

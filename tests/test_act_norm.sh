@@ -132,16 +132,19 @@ echo "== 2. unknown names, and --help, list the tables"
 for p in "$charlm" "$seq2seq"; do
   n=$(basename "$p")
   expect "$n --act swish" 2 \
-    "--act: unknown activation 'swish' (choices: relu, gelu, gelu_erf, silu, swiglu, geglu)$" \
+    "--act: unknown activation 'swish' (choices: relu, gelu, gelu_erf, silu, swiglu, geglu, tanh, sigmoid, mish, hardswish, hardsigmoid, relu6, selu, softsign, logsigmoid, tanhshrink)$" \
     "$p" train --act swish --steps 1
   [ "$(wc -l <err.txt)" -eq 1 ] || fail "$n --act swish: more than one line"
   expect "$n --norm batchnorm" 2 "--norm: unknown norm 'batchnorm' (choices: layernorm, rmsnorm)$" \
     "$p" train --norm batchnorm --steps 1
   "$p" train --help >help.txt 2>&1 || fail "$n train --help"
-  if grep -q -- "--norm layernorm|rmsnorm  --act relu|gelu|gelu_erf|silu|swiglu|geglu" help.txt; then
+  # the activations' list wraps: its lines joined, after the --act line
+  acts=$(sed -n '/^  --act NAME/,/^  --bias/p' help.txt | sed '1d;$d' | tr -d ' \n')
+  if grep -q -- "--norm layernorm|rmsnorm  --norm-first true|false" help.txt &&
+    [ "$acts" = "relu|gelu|gelu_erf|silu|swiglu|geglu|tanh|sigmoid|mish|hardswish|hardsigmoid|relu6|selu|softsign|logsigmoid|tanhshrink" ]; then
     echo "ok: $n train --help lists the norms and activations"
   else
-    fail "$n train --help: $(grep -- --act help.txt)"
+    fail "$n train --help: $(grep -- --norm help.txt) / $acts"
   fi
 done
 

@@ -366,7 +366,8 @@ START_TEST(test_gated_table)
     }
     CG_ASSERT_REFUSED(
         !cg_act_parse("reglu", &a),
-        "unknown activation 'reglu' (choices: relu, gelu, gelu_erf, silu, swiglu, geglu)");
+        "unknown activation 'reglu' (choices: relu, gelu, gelu_erf, silu, swiglu, geglu, tanh, "
+        "sigmoid, mish, hardswish, hardsigmoid, relu6, selu, softsign, logsigmoid, tanhshrink)");
     CG_ASSERT_REFUSED(cg_mlp(3, (int64_t[]){2, 4, 2}, CG_ACT_SWIGLU, NULL) == NULL, "gated");
     cg_module *m = cg_activation_new(CG_ACT_SILU);
     ck_assert_str_eq(m->type, "SiLU");

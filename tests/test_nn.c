@@ -688,8 +688,10 @@ START_TEST(test_act_norm_tables)
         ck_assert(r->bias == (n->bias != NULL));
         cg_module_free(CG_MODULE(n));
     }
-    char buf[64];
-    ck_assert_str_eq(cg_act_names(buf, sizeof buf, "|"), "relu|gelu|gelu_erf|silu|swiglu|geglu");
+    char buf[160];
+    ck_assert_str_eq(cg_act_names(buf, sizeof buf, "|"),
+                     "relu|gelu|gelu_erf|silu|swiglu|geglu|tanh|sigmoid|mish|hardswish|"
+                     "hardsigmoid|relu6|selu|softsign|logsigmoid|tanhshrink");
     ck_assert_str_eq(cg_norm_names(buf, sizeof buf, ", "), "layernorm, rmsnorm");
     ck_assert_str_eq(cg_act_names(buf, 7, "|"), "relu|g"); /* truncated to fit */
     cg_act a;
@@ -697,13 +699,14 @@ START_TEST(test_act_norm_tables)
     ck_assert(!cg_act_parse("swish", &a));
     ck_assert_str_eq(cg_last_error(),
                      "unknown activation 'swish' (choices: relu, gelu, gelu_erf, silu, "
-                     "swiglu, geglu)");
+                     "swiglu, geglu, tanh, sigmoid, mish, hardswish, hardsigmoid, relu6, "
+                     "selu, softsign, logsigmoid, tanhshrink)");
     ck_assert(!cg_norm_kind_parse("batchnorm", &nk));
     ck_assert(lists_every(cg_last_error(), norms, CG_N_NORMS));
     /* an unknown value, in every place that takes one */
-    CG_ASSERT_FAILS(cg_ff_new(4, 8, CG_N_ACTS, NULL), "FeedForward: unknown activation 6");
+    CG_ASSERT_FAILS(cg_ff_new(4, 8, CG_N_ACTS, NULL), "FeedForward: unknown activation 16");
     ck_assert(lists_every(cg_last_error(), acts, CG_N_ACTS));
-    CG_ASSERT_FAILS(cg_activation_new(CG_N_ACTS), "activation: unknown activation 6");
+    CG_ASSERT_FAILS(cg_activation_new(CG_N_ACTS), "activation: unknown activation 16");
     ck_assert(lists_every(cg_last_error(), acts, CG_N_ACTS));
     CG_ASSERT_FAILS(cg_activation(x, (cg_act)-1), "unknown activation -1");
     CG_ASSERT_FAILS(cg_norm_new(CG_N_NORMS, 4), "norm: unknown norm 2");

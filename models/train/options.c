@@ -50,11 +50,32 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
     o->seed = 1;
 }
 
+/* names ("a|b|c") as help text: lines of at most 80 columns, each after
+ * the 23 columns of a flag's description, a line break after a '|' */
+static void wrap_names(const char *names, char *out, size_t cap)
+{
+    size_t n = 0, col = 23;
+    for (const char *p = names; *p && n + 26 < cap;) {
+        size_t w = strcspn(p, "|") + (p[strcspn(p, "|")] == '|');
+        if (col + w > 80) {
+            n += (size_t)snprintf(out + n, cap - n, "\n%23s", "");
+            col = 23;
+        }
+        memcpy(out + n, p, w);
+        n += w, col += w, p += w;
+    }
+    out[n] = '\0';
+}
+
 const char *cg_train_arch_help(cg_train_recipe *r)
 {
-    char norms[64], acts[64];
+    char norms[64], acts[256], wrapped[320];
+    cg_act_names(acts, sizeof acts, "|");
+    wrap_names(acts, wrapped, sizeof wrapped);
     snprintf(r->arch_help, sizeof r->arch_help,
-             "  --norm %s  --act %s  --norm-first true|false\n"
+             "  --norm %s  --norm-first true|false\n"
+             "  --act NAME           the feed-forward's activation, one of\n"
+             "                       %s\n"
              "  --bias true|false    biases in every Linear and LayerNorm (default true; false:\n"
              "                       nanoGPT's bias = False, PyTorch's bias=False)\n"
              "  --pos-enc sinusoidal|rope|learned  positions: sinusoidal tables added to\n"
@@ -64,7 +85,7 @@ const char *cg_train_arch_help(cg_train_recipe *r)
              "  --rope-theta N       rope's base (default 10000; LLaMA 3: 500000)\n"
              "  --emb-scale sqrt_d|none  the token embeddings times sqrt(d) (the default, the\n"
              "                       paper's) or as they are (GPT-2's, nanoGPT's)\n",
-             cg_norm_names(norms, sizeof norms, "|"), cg_act_names(acts, sizeof acts, "|"));
+             cg_norm_names(norms, sizeof norms, "|"), wrapped);
     return r->arch_help;
 }
 

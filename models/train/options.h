@@ -113,7 +113,7 @@ typedef struct {
      * given from the preset */
     cg_train_preset shape;
     const char *norm, *act; /* as given (NULL: the model's default) */
-    char arch_help[1024];   /* their --help lines (cg_train_arch_help) */
+    char arch_help[1536];   /* their --help lines (cg_train_arch_help) */
     /* --pos-enc as given (NULL: sinusoidal), parsed into pos by
      * cg_train_shape; --rope-theta (10000) */
     const char *pos_enc;
