@@ -61,6 +61,21 @@ double cg_lr_warmup_linear(int64_t step, int64_t steps, int64_t warmup, double h
     return lo + (hi - lo) * (f > 0.0 ? f : 0.0);
 }
 
+/* lr times gamma k times, as StepLR's and ExponentialLR's schedulers
+ * multiply it step by step, up to 65,536 products (a far step of a gamma
+ * near 1 would take billions): the rest as one power */
+static double decay_products(int64_t k, double gamma, double lr)
+{
+    const int64_t all = k;
+    for (; k > 0 && k > all - 65536; k--) {
+        double next = lr * gamma;
+        if (next == lr) /* a fixed point: 0, inf, or lr for gamma 1 */
+            return lr;
+        lr = next;
+    }
+    return k > 0 ? lr * pow(gamma, (double)k) : lr;
+}
+
 double cg_lr_step_decay(int64_t step, int64_t step_size, double gamma, double lr)
 {
     if (step < 0 || step_size < 1 || !(gamma > 0.0) || !isfinite(gamma)) {
@@ -69,16 +84,176 @@ double cg_lr_step_decay(int64_t step, int64_t step_size, double gamma, double lr
                      (long long)step, (long long)step_size, gamma);
         return NAN;
     }
-    /* StepLR's products, one at a time, up to 65,536 of them (a far step
-     * of a gamma near 1 would take billions): the rest as one power */
-    int64_t k = step / step_size;
-    for (; k > 0 && k > (step / step_size) - 65536; k--) {
-        double next = lr * gamma;
-        if (next == lr) /* a fixed point: 0, inf, or lr for gamma 1 */
-            return lr;
-        lr = next;
+    return decay_products(step / step_size, gamma, lr);
+}
+
+/* step >= 0 and a finite gamma > 0 (StepLR's rule), or false + an error
+ * naming the schedule */
+static bool gamma_ok(const char *name, int64_t step, double gamma)
+{
+    if (step < 0 || !(gamma > 0.0) || !isfinite(gamma)) {
+        cg_set_error("%s: need step >= 0 and a finite gamma > 0 (got %lld and %g)", name,
+                     (long long)step, gamma);
+        return false;
     }
-    return k > 0 ? lr * pow(gamma, (double)k) : lr;
+    return true;
+}
+
+/* step >= 0 and total >= 1 (what, PyTorch's argument name), or false + an
+ * error naming the schedule */
+static bool span_ok(const char *name, int64_t step, const char *what, int64_t total)
+{
+    if (step < 0 || total < 1) {
+        cg_set_error("%s: need step >= 0 and %s >= 1 (got %lld and %lld)", name, what,
+                     (long long)step, (long long)total);
+        return false;
+    }
+    return true;
+}
+
+double cg_lr_exponential(int64_t step, double gamma, double lr)
+{
+    return gamma_ok("lr_exponential", step, gamma) ? decay_products(step, gamma, lr) : NAN;
+}
+
+double cg_lr_multistep(int64_t step, const int64_t *milestones, int n, double gamma, double lr)
+{
+    if (!gamma_ok("lr_multistep", step, gamma))
+        return NAN;
+    if (!milestones || n < 1 || n > CG_SCHED_MAX_MILESTONES) {
+        cg_set_error("lr_multistep: need 1 to %d milestones (got %d%s)", CG_SCHED_MAX_MILESTONES, n,
+                     milestones ? "" : ", NULL");
+        return NAN;
+    }
+    for (int i = 0; i < n; i++)
+        if (milestones[i] < (i ? milestones[i - 1] : 0)) {
+            cg_set_error("lr_multistep: need milestones >= 0 in increasing order (milestone %d "
+                         "is %lld)",
+                         i, (long long)milestones[i]);
+            return NAN;
+        }
+    /* MultiStepLR's lr * gamma ** count at each milestone reached */
+    for (int i = 0, c; i < n && milestones[i] <= step; i += c) {
+        for (c = 1; i + c < n && milestones[i + c] == milestones[i]; c++)
+            ;
+        lr = lr * pow(gamma, (double)c);
+    }
+    return lr;
+}
+
+double cg_lr_polynomial(int64_t step, int64_t total_iters, double power, double lr)
+{
+    if (!span_ok("lr_polynomial", step, "total_iters", total_iters))
+        return NAN;
+    if (!(power >= 0.0) || !isfinite(power)) {
+        cg_set_error("lr_polynomial: need a finite power >= 0 (got %g)", power);
+        return NAN;
+    }
+    int64_t t = step < total_iters ? step : total_iters;
+    return lr * pow(1.0 - (double)t / (double)total_iters, power);
+}
+
+double cg_lr_cosine_restarts(int64_t step, int64_t t_0, int64_t t_mult, double lr, double eta_min)
+{
+    if (!span_ok("lr_cosine_restarts", step, "T_0", t_0))
+        return NAN;
+    if (t_mult < 1) {
+        cg_set_error("lr_cosine_restarts: need T_mult >= 1 (got %lld)", (long long)t_mult);
+        return NAN;
+    }
+    /* its T_cur and T_i: cycles of t_0, t_0 t_mult, ... (one past the far
+     * end of int64 is the last: the step is inside it) */
+    int64_t cur = step, len = t_0;
+    double t_i = (double)t_0;
+    if (t_mult == 1)
+        cur = step % t_0;
+    while (t_mult > 1 && cur >= len) {
+        cur -= len;
+        t_i = (double)len * (double)t_mult;
+        if (len > INT64_MAX / t_mult)
+            break;
+        len *= t_mult;
+        t_i = (double)len;
+    }
+    return eta_min + (lr - eta_min) * (1 + cos(M_PI * (double)cur / t_i)) / 2;
+}
+
+double cg_lr_onecycle(int64_t step, int64_t total_steps, double max_lr, double pct_start,
+                      cg_anneal anneal, double div_factor, double final_div_factor,
+                      bool three_phase)
+{
+    if (step < 0 || total_steps < 1 || step > total_steps) {
+        cg_set_error("lr_onecycle: need total_steps >= 1 and a step in [0, total_steps] (got "
+                     "%lld and %lld)",
+                     (long long)total_steps, (long long)step);
+        return NAN;
+    }
+    if (!(pct_start >= 0.0 && pct_start <= 1.0) ||
+        (anneal != CG_ANNEAL_COS && anneal != CG_ANNEAL_LINEAR)) {
+        cg_set_error("lr_onecycle: need pct_start in [0, 1] and anneal cos or linear (got %g "
+                     "and %d)",
+                     pct_start, (int)anneal);
+        return NAN;
+    }
+    if (!(div_factor > 0.0) || !isfinite(div_factor) || !(final_div_factor > 0.0) ||
+        !isfinite(final_div_factor)) {
+        cg_set_error("lr_onecycle: need finite div_factor and final_div_factor > 0 (got %g and "
+                     "%g)",
+                     div_factor, final_div_factor);
+        return NAN;
+    }
+    double initial = max_lr / div_factor, min_lr = initial / final_div_factor;
+    /* OneCycleLR's phases: their last steps and the rates they go between */
+    double end[3] = {pct_start * (double)total_steps - 1, (double)(total_steps - 1), 0};
+    double from[3] = {initial, max_lr, initial}, to[3] = {max_lr, min_lr, min_lr};
+    int phases = 2;
+    if (three_phase) {
+        end[1] = 2 * pct_start * (double)total_steps - 2;
+        end[2] = (double)(total_steps - 1);
+        to[1] = initial;
+        phases = 3;
+    }
+    double start = 0, s = (double)step;
+    int i = 0;
+    for (; i < phases - 1 && s > end[i]; i++)
+        start = end[i];
+    if (end[i] == start) {
+        cg_set_error("lr_onecycle: step %lld is in a phase of length 0 (pct_start %g of %lld "
+                     "steps; PyTorch divides by zero)",
+                     (long long)step, pct_start, (long long)total_steps);
+        return NAN;
+    }
+    double pct = (s - start) / (end[i] - start);
+    if (anneal == CG_ANNEAL_LINEAR)
+        return (to[i] - from[i]) * pct + from[i];
+    return to[i] + (from[i] - to[i]) / 2.0 * (cos(M_PI * pct) + 1);
+}
+
+double cg_lr_linear_lr(int64_t step, double start_factor, double end_factor, int64_t total_iters,
+                       double lr)
+{
+    if (!span_ok("lr_linear_lr", step, "total_iters", total_iters))
+        return NAN;
+    if (!(start_factor > 0.0 && start_factor <= 1.0) || !(end_factor >= 0.0 && end_factor <= 1.0)) {
+        cg_set_error("lr_linear_lr: need start_factor in (0, 1] and end_factor in [0, 1] (got "
+                     "%g and %g)",
+                     start_factor, end_factor);
+        return NAN;
+    }
+    int64_t t = step < total_iters ? step : total_iters;
+    return lr * (start_factor + (end_factor - start_factor) * (double)t / (double)total_iters);
+}
+
+double cg_lr_constant_lr(int64_t step, double factor, int64_t total_iters, double lr)
+{
+    if (!span_ok("lr_constant_lr", step, "total_iters", total_iters))
+        return NAN;
+    if (!(factor > 0.0 && factor <= 1.0)) {
+        cg_set_error("lr_constant_lr: need factor in (0, 1] (got %g)", factor);
+        return NAN;
+    }
+    double lo = lr * factor; /* ConstantLR's products: lr * factor, then * (1 / factor) */
+    return step < total_iters ? lo : lo * (1.0 / factor);
 }
 
 cg_schedule cg_schedule_constant(double lr)
@@ -138,6 +313,65 @@ cg_schedule cg_schedule_step(int64_t step_size, double gamma, double lr)
     return (cg_schedule){.kind = CG_SCHED_STEP, .lr = lr, .step_size = step_size, .gamma = gamma};
 }
 
+cg_schedule cg_schedule_exponential(double gamma, double lr)
+{
+    return (cg_schedule){.kind = CG_SCHED_EXPONENTIAL, .lr = lr, .gamma = gamma};
+}
+
+cg_schedule cg_schedule_multistep(const int64_t *milestones, int n, double gamma, double lr)
+{
+    cg_schedule s = {.kind = CG_SCHED_MULTISTEP, .lr = lr, .gamma = gamma};
+    s.n_milestones = milestones ? n : 0;
+    for (int i = 0; milestones && i < n && i < CG_SCHED_MAX_MILESTONES; i++)
+        s.milestones[i] = milestones[i];
+    return s;
+}
+
+cg_schedule cg_schedule_polynomial(int64_t total_iters, double power, double lr)
+{
+    return (cg_schedule){
+        .kind = CG_SCHED_POLYNOMIAL, .lr = lr, .steps = total_iters, .power = power};
+}
+
+cg_schedule cg_schedule_cosine_restarts(int64_t t_0, int64_t t_mult, double lr, double eta_min)
+{
+    return (cg_schedule){.kind = CG_SCHED_COSINE_RESTARTS,
+                         .lr = lr,
+                         .lr_min = eta_min,
+                         .steps = t_0,
+                         .t_mult = t_mult};
+}
+
+cg_schedule cg_schedule_onecycle(int64_t total_steps, double max_lr, double pct_start,
+                                 cg_anneal anneal, double div_factor, double final_div_factor,
+                                 bool three_phase)
+{
+    return (cg_schedule){.kind = CG_SCHED_ONECYCLE,
+                         .lr = max_lr,
+                         .steps = total_steps,
+                         .pct_start = pct_start,
+                         .anneal = anneal,
+                         .div_factor = div_factor,
+                         .final_div_factor = final_div_factor,
+                         .three_phase = three_phase};
+}
+
+cg_schedule cg_schedule_linear_lr(double start_factor, double end_factor, int64_t total_iters,
+                                  double lr)
+{
+    return (cg_schedule){.kind = CG_SCHED_LINEAR_LR,
+                         .lr = lr,
+                         .factor = start_factor,
+                         .end_factor = end_factor,
+                         .steps = total_iters};
+}
+
+cg_schedule cg_schedule_constant_lr(double factor, int64_t total_iters, double lr)
+{
+    return (cg_schedule){
+        .kind = CG_SCHED_CONSTANT_LR, .lr = lr, .factor = factor, .steps = total_iters};
+}
+
 double cg_schedule_lr(const cg_schedule *s, int64_t step)
 {
     if (!s) {
@@ -151,6 +385,18 @@ double cg_schedule_lr(const cg_schedule *s, int64_t step)
     case CG_SCHED_LINEAR: return cg_lr_warmup_linear(step, s->steps, s->warmup, s->lr, s->lr_min);
     case CG_SCHED_STEP: return cg_lr_step_decay(step, s->step_size, s->gamma, s->lr);
     case CG_SCHED_WSD: return cg_lr_wsd(step, s->steps, s->warmup, s->cooldown, s->lr, s->lr_min);
+    case CG_SCHED_EXPONENTIAL: return cg_lr_exponential(step, s->gamma, s->lr);
+    case CG_SCHED_MULTISTEP:
+        return cg_lr_multistep(step, s->milestones, s->n_milestones, s->gamma, s->lr);
+    case CG_SCHED_POLYNOMIAL: return cg_lr_polynomial(step, s->steps, s->power, s->lr);
+    case CG_SCHED_COSINE_RESTARTS:
+        return cg_lr_cosine_restarts(step, s->steps, s->t_mult, s->lr, s->lr_min);
+    case CG_SCHED_ONECYCLE:
+        return cg_lr_onecycle(step, s->steps, s->lr, s->pct_start, s->anneal, s->div_factor,
+                              s->final_div_factor, s->three_phase);
+    case CG_SCHED_LINEAR_LR:
+        return cg_lr_linear_lr(step, s->factor, s->end_factor, s->steps, s->lr);
+    case CG_SCHED_CONSTANT_LR: return cg_lr_constant_lr(step, s->factor, s->steps, s->lr);
     }
     cg_set_error("schedule_lr: unknown schedule kind %d", (int)s->kind);
     return NAN;
@@ -158,18 +404,23 @@ double cg_schedule_lr(const cg_schedule *s, int64_t step)
 
 const char *cg_schedule_name(cg_schedule_kind k)
 {
-    static const char *const names[] = {"constant", "cosine", "noam", "linear", "step", "wsd"};
-    return ((int)k >= 0 && (int)k < 6) ? names[k] : "?";
+    static const char *const names[] = {
+        "constant", "cosine",      "noam",       "linear",     "step",
+        "wsd",      "exponential", "multistep",  "polynomial", "cosine_restarts",
+        "onecycle", "linear_lr",   "constant_lr"};
+    return ((int)k >= 0 && (int)k <= (int)CG_SCHED_CONSTANT_LR) ? names[k] : "?";
 }
 
 bool cg_schedule_parse(const char *name, cg_schedule_kind *out)
 {
-    for (int k = 0; name && k <= (int)CG_SCHED_WSD; k++)
+    for (int k = 0; name && k <= (int)CG_SCHED_CONSTANT_LR; k++)
         if (!strcmp(name, cg_schedule_name((cg_schedule_kind)k))) {
             *out = (cg_schedule_kind)k;
             return true;
         }
-    cg_set_error("unknown schedule '%.60s' (constant, cosine, noam, linear, step, wsd)",
+    cg_set_error("unknown schedule '%.60s' (constant, cosine, noam, linear, step, wsd, "
+                 "exponential, multistep, polynomial, cosine_restarts, onecycle, linear_lr, "
+                 "constant_lr)",
                  name ? name : "(null)");
     return false;
 }
