@@ -19,6 +19,7 @@
 #include "nn/nn.h"
 #include "optim/ema.h"
 #include "optim/optim.h"
+#include "optim/plateau.h"
 #include "optim/schedule.h"
 #include "optim/train_state.h"
 

@@ -23,6 +23,7 @@
 #include "nn/transformer.h"
 #include "nn/upsample.h"
 #include "nn/safetensors.h"
+#include "optim/plateau.h"
 #include "tests/testutil.h"
 
 void *__real_calloc(size_t n, size_t size);
@@ -757,6 +758,29 @@ START_TEST(test_conv_oom)
 }
 END_TEST
 
+/* A ReduceLROnPlateau made and stepped: its one allocation failing is its
+ * own error, nothing leaked */
+static bool plateau_run(void *ctx)
+{
+    (void)ctx;
+    cg_plateau *p = cg_plateau_new(CG_PLATEAU_MIN, 0.5, 0, 0.0, CG_PLATEAU_REL, 0, 0.0, 0.0);
+    if (!p) {
+        ck_assert_str_eq(cg_last_error(), "plateau_new: out of memory");
+        return false;
+    }
+    double lr = cg_plateau_step(p, 1.0, 0.1);
+    lr = cg_plateau_step(p, 1.0, lr); /* not better: cut */
+    cg_plateau_free(p);
+    return lr == 0.05;
+}
+
+START_TEST(test_plateau_oom)
+{
+    ck_assert_int_eq(every_allocation_fails(plateau_run, NULL), 1);
+    ck_assert(plateau_run(NULL));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -777,6 +801,7 @@ int main(void)
     tcase_add_test(tc, test_pool_oom);
     tcase_add_test(tc, test_interp_oom);
     tcase_add_test(tc, test_norm_oom);
+    tcase_add_test(tc, test_plateau_oom);
     tcase_add_loop_test(tc, test_conv_oom, 0, 2);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
