@@ -287,17 +287,6 @@ static void reference(const conv_case *c, const double *x, const double *w, cons
                 }
 }
 
-static double *doubles(const cg_tensor *t)
-{
-    const int64_t n = cg_numel(t);
-    float *f = cg_test_values(t);
-    double *d = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++)
-        d[i] = f[i];
-    free(f);
-    return d;
-}
-
 /* |got - want| <= tol[i] (tol NULL: atol + rtol |want|) over n */
 static double worst_ratio(const cg_tensor *got, const double *want, const double *tol, double atol,
                           double rtol)
@@ -324,8 +313,9 @@ static void check_case(const conv_case *c, uint64_t seed, bool bf16)
     ck_assert_msg(y, "%s: %s", c->name, cg_last_error());
     cg_tensor *g = cg_randn(&r, y->ndim, y->shape);
     ck_assert_msg(cg_backward(y, g, false), "%s: %s", c->name, cg_last_error());
-    double *x = doubles(in[0]), *w = doubles(in[1]), *b = in[2] ? doubles(in[2]) : NULL;
-    double *gd = doubles(g);
+    double *x = cg_test_doubles(in[0]), *w = cg_test_doubles(in[1]),
+           *b = in[2] ? cg_test_doubles(in[2]) : NULL;
+    double *gd = cg_test_doubles(g);
     const int64_t ny = cg_numel(y), nx = cg_numel(in[0]), nw = cg_numel(in[1]);
     ref_out ref = {calloc((size_t)ny, sizeof(double)), calloc((size_t)nx, sizeof(double)),
                    calloc((size_t)nw, sizeof(double)), calloc((size_t)c->O, sizeof(double)),
@@ -466,30 +456,13 @@ START_TEST(test_conv_bf16_input)
     cg_tensor *xf = cg_requires_grad(cg_k_to(xb, CG_F32), true);
     cg_tensor *a[3] = {xb, in[1], in[2]}, *f[3] = {xf, in[1], in[2]};
     cg_tensor *yb = conv_fn((void *)c, a), *yf = conv_fn((void *)c, f);
-    ck_assert_msg(yb && yb->dtype == CG_F32, "%s", cg_last_error());
-    float *vb = cg_test_values(yb), *vf = cg_test_values(yf);
-    ck_assert(!memcmp(vb, vf, sizeof(float) * (size_t)cg_numel(yb)));
-    cg_tensor *sb = cg_sum_all(yb), *sf = cg_sum_all(yf);
-    ck_assert(cg_backward(sb, NULL, false) && cg_backward(sf, NULL, false));
-    ck_assert_int_eq(cg_grad(xb)->dtype, CG_BF16);
-    cg_tensor *want = cg_k_to(cg_grad(xf), CG_BF16);
-    ck_assert(!memcmp(cg_data_bf16(want), cg_data_bf16(cg_grad(xb)), 2 * (size_t)cg_numel(want)));
-    free(vb);
-    free(vf);
-    cg_release_all(10, in[0], in[1], in[2], xb, xf, yb, yf, sb, sf, want);
+    cg_test_bf16_input_same(yb, yf, xb, xf, NULL);
+    cg_release_all(7, in[0], in[1], in[2], xb, xf, yb, yf);
 }
 END_TEST
 
 /* every refusal one line, NULL returned */
-static void one_line(void)
-{
-    ck_assert_msg(!strchr(cg_last_error(), '\n'), "two lines: %s", cg_last_error());
-}
-#define REFUSED(expr, needle)                      \
-    do {                                           \
-        CG_ASSERT_REFUSED((expr) == NULL, needle); \
-        one_line();                                \
-    } while (0)
+#define REFUSED CG_ASSERT_REFUSED_LINE
 
 START_TEST(test_conv_refusals)
 {

@@ -402,6 +402,33 @@ float *cg_test_values(const cg_tensor *t)
     return v;
 }
 
+double *cg_test_doubles(const cg_tensor *t)
+{
+    const int64_t n = cg_numel(t);
+    float *f = cg_test_values(t);
+    double *d = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++)
+        d[i] = f[i];
+    free(f);
+    return d;
+}
+
+void cg_test_bf16_input_same(cg_tensor *yb, cg_tensor *yf, const cg_tensor *xb, const cg_tensor *xf,
+                             const cg_tensor *g)
+{
+    ck_assert_msg(yb && yf && yb->dtype == CG_F32, "%s", cg_last_error());
+    float *vb = cg_test_values(yb), *vf = cg_test_values(yf);
+    ck_assert(!memcmp(vb, vf, sizeof(float) * (size_t)cg_numel(yb)));
+    free(vb);
+    free(vf);
+    cg_tensor *sb = g ? cg_retain(yb) : cg_sum_all(yb), *sf = g ? cg_retain(yf) : cg_sum_all(yf);
+    ck_assert(cg_backward(sb, g, false) && cg_backward(sf, g, false));
+    ck_assert_int_eq(cg_grad(xb)->dtype, CG_BF16);
+    cg_tensor *want = cg_k_to(cg_grad(xf), CG_BF16);
+    ck_assert(!memcmp(cg_data_bf16(want), cg_data_bf16(cg_grad(xb)), 2 * (size_t)cg_numel(want)));
+    cg_release_all(3, sb, sf, want);
+}
+
 void cg_test_same_bits_1_2_threads(void (*run)(int nt, float **got), int k, const int64_t *n)
 {
     float *one[8], *two[8];

@@ -6,6 +6,7 @@
 #include <limits.h> /* PATH_MAX, for cg_test_path and cg_test_mkdtemp */
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h> /* strchr, for CG_ASSERT_REFUSED_LINE */
 
 #include "core/tensor.h"
 #include "nn/module.h"
@@ -114,6 +115,13 @@ void cg_assert_tensor_impl(const cg_tensor *t, const float *expect, double atol,
     } while (0)
 void cg_assert_refused_impl(bool failed, const char *needle, const char *expr, const char *file,
                             int line);
+/* CG_ASSERT_REFUSED for a call that returns NULL when it refuses, its
+ * message one line */
+#define CG_ASSERT_REFUSED_LINE(expr, needle)                                             \
+    do {                                                                                 \
+        CG_ASSERT_REFUSED((expr) == NULL, needle);                                       \
+        ck_assert_msg(!strchr(cg_last_error(), '\n'), "two lines: %s", cg_last_error()); \
+    } while (0)
 /* Assert that the last op failed (got NULL) with a message containing needle. */
 #define CG_ASSERT_FAILS(expr, needle) \
     cg_assert_fails_impl((void *)(expr), (needle), #expr, __FILE__, __LINE__)
@@ -131,6 +139,14 @@ cg_tensor *cg_test_mask(int ndim, const int64_t *shape, const uint8_t *bytes);
 cg_tensor *cg_test_scalar(float v);
 /* A contiguous copy of t's values (malloc'd; caller frees). */
 float *cg_test_values(const cg_tensor *t);
+/* The same as doubles (malloc'd; caller frees). */
+double *cg_test_doubles(const cg_tensor *t);
+/* An op's bfloat16 input handled as the convolution's: yb (of the leaf
+ * xb, bfloat16) is float32 with the bits of yf (of xf, xb's float32
+ * value, a leaf); after the backwards of both (g the upstream gradient,
+ * NULL: of their sums), xb's gradient is bfloat16, xf's rounded. */
+void cg_test_bf16_input_same(cg_tensor *yb, cg_tensor *yf, const cg_tensor *xb, const cg_tensor *xf,
+                             const cg_tensor *g);
 /* run(nt, got) fills got[0..k) with malloc'd values (n[j] floats each)
  * computed at nt threads; run at 1 and 2 threads, each result must have
  * the same bits (freed here). */
