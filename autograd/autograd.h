@@ -158,7 +158,9 @@ extern "C" {
     X(GROUP_NORM, "group_norm", 3, CG_IN(0) | CG_IN(1), 0) /* x, w?, b?; mean, invstd saved */ \
     X(INSTANCE_NORM, "instance_norm", 3, CG_IN(0) | CG_IN(1), 0) /* as group_norm's */ \
     X(INTERPOLATE, "interpolate", 1, 0, 0) /* the options in ctx */ \
-    X(CONV_TRANSPOSE, "conv_transpose", 3, CG_IN(0) | CG_IN(1), 0) /* as conv's */
+    X(CONV_TRANSPOSE, "conv_transpose", 3, CG_IN(0) | CG_IN(1), 0) /* as conv's */ \
+    X(UNFOLD, "unfold", 1, 0, 0) /* the options in p.i; x's shape read */ \
+    X(FOLD, "fold", 1, 0, 0) /* the options in p.i */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

@@ -211,6 +211,17 @@ cg_tensor *cg_conv2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg
  * products in the thread's matrix precision. */
 cg_tensor *cg_conv_transpose1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 cg_tensor *cg_conv_transpose2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
+/* F.unfold(x, kernel_size, dilation, padding, stride) as one op: x [N, C,
+ * H, W] or [C, H, W] (float32, or bfloat16: the result float32, x's
+ * gradient bfloat16) -> [N, C KH KW, L] (or [C KH KW, L]), cfg core/ops.h's
+ * cg_fold_cfg (CG_FOLD_CFG(kh, kw) for the defaults), as core's
+ * cg_k_unfold. Its gradient is F.fold of g back to [H, W]. */
+cg_tensor *cg_unfold(cg_tensor *x, const cg_fold_cfg *cfg);
+/* F.fold(x, (oh, ow), kernel_size, dilation, padding, stride) as one op: x
+ * [N, C KH KW, L] or [C KH KW, L] (float32 or bfloat16, as cg_unfold's)
+ * -> [N, C, oh, ow] (or [C, oh, ow]), the overlaps summed, as core's
+ * cg_k_fold. Its gradient is F.unfold of g. */
+cg_tensor *cg_fold(cg_tensor *x, int64_t oh, int64_t ow, const cg_fold_cfg *cfg);
 /* cg_affine for an output that bf16 products read (attention's q, k and v,
  * each a view of it): in bf16 precision the product keeps the output's
  * bf16 rounding as it writes the output (core's cg_k_linear_keep_bf16), so

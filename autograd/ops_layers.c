@@ -536,3 +536,51 @@ cg_tensor *cg_conv_transpose2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const c
 {
     return conv("cg_conv_transpose2d", 2, CG_OP_CONV_TRANSPOSE, x, w, b, cfg);
 }
+
+/* ------------------------------------------------------ unfold, fold */
+/* One node each, the other's kernel its backward (neither reads x's
+ * values; unfold's reads x's height and width); the options in p.i[0..7]
+ * (kernel_size, dilation, padding, stride per dim) */
+static cg_fold_cfg fold_cfg_of(const cg_node *n)
+{
+    const int64_t *q = n->p.i;
+    return (cg_fold_cfg){{q[0], q[1]}, {q[2], q[3]}, {q[4], q[5]}, {q[6], q[7]}};
+}
+static bool unfold_fold_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const cg_fold_cfg c = fold_cfg_of(n);
+    const cg_tensor *x = IN(0);
+    gin[0] = n->op == CG_OP_UNFOLD ? cg_k_fold(g, x->shape[x->ndim - 2], x->shape[x->ndim - 1], &c)
+                                   : cg_k_unfold(g, &c);
+    return gin[0] != NULL;
+}
+/* out (the kernel's, which checked every argument) recorded over x */
+static cg_tensor *fold_recorded(cg_tensor *x, cg_tensor *out, cg_op op, const cg_fold_cfg *c)
+{
+    cg_node *n;
+    out = cg_recorded(out, op, 1, &x, unfold_fold_bw, &n);
+    if (n) {
+        const int64_t q[8] = {c->kernel_size[0], c->kernel_size[1], c->dilation[0], c->dilation[1],
+                              c->padding[0],     c->padding[1],     c->stride[0],   c->stride[1]};
+        memcpy(n->p.i, q, sizeof q);
+    }
+    return out;
+}
+cg_tensor *cg_unfold(cg_tensor *x, const cg_fold_cfg *cfg)
+{
+    if (!x) {
+        cg_error_null_input("cg_unfold");
+        return NULL;
+    }
+    cg_tensor *out = cg_k_unfold(x, cfg);
+    return out ? fold_recorded(x, out, CG_OP_UNFOLD, cfg) : NULL;
+}
+cg_tensor *cg_fold(cg_tensor *x, int64_t oh, int64_t ow, const cg_fold_cfg *cfg)
+{
+    if (!x) {
+        cg_error_null_input("cg_fold");
+        return NULL;
+    }
+    cg_tensor *out = cg_k_fold(x, oh, ow, cfg);
+    return out ? fold_recorded(x, out, CG_OP_FOLD, cfg) : NULL;
+}

@@ -334,6 +334,28 @@ static void unfold(const job *j)
     run(g->CK, cg_shares_rows(g->P), g->CK * g->P, unfold_rows, j);
 }
 
+/* rows r0..r1 of the samples' cols [N, CK, P] (a batch's unfold): each
+ * sample's rows as unfold_rows copies them (j: sample 0's x and cols) */
+static void unfold_batch_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
+{
+    const job *j = ctx;
+    const geom *g = j->g;
+    for (int64_t r = r0; r < r1;) {
+        const int64_t n = r / g->CK, end = (n + 1) * g->CK < r1 ? (n + 1) * g->CK : r1;
+        job s = *j;
+        s.x += n * j->xs[0];
+        s.cols += n * g->CK * g->P;
+        unfold_rows(r - n * g->CK, end - n * g->CK, thread, &s);
+        r = end;
+    }
+}
+
+void cg_conv_im2col(const geom *g, const float *x, const int64_t xs[4], float *cols)
+{
+    const job j = {g, x, NULL, cols, {xs[0], xs[1], xs[2], xs[3]}};
+    run(g->N * g->CK, cg_shares_rows(g->P), g->N * g->CK * g->P, unfold_batch_rows, &j);
+}
+
 /* ------------------------------------------------------------- col2im */
 /* planes c0..c1 of the sample's group: each zeroed, then its taps' rows
  * added in index order (each over the output positions inside the plane) */
@@ -369,6 +391,13 @@ static void fold(const job *j)
 {
     const geom *g = j->g;
     run(g->Cg, 1, g->Cg * g->Kp * g->P, fold_planes, j);
+}
+
+void cg_conv_col2im(const geom *g, const float *cols, float *dx)
+{
+    /* the samples' planes follow each other in dx and their rows in cols */
+    const job j = {g, NULL, dx, (float *)cols, {0, 0, 0, 0}};
+    run(g->N * g->Cg, 1, g->N * g->Cg * g->Kp * g->P, fold_planes, &j);
 }
 
 /* ---------------------------------------------------------- forward */
@@ -422,6 +451,15 @@ static void gemm(const pass *s, int64_t m, int64_t n, int64_t k, const float *a,
         atomic_store(s->failed, true);
 }
 
+/* sample n's group gi of the forward: out [Og, P] = W [Og, CK] times its
+ * cols (x itself when direct), beta 1 over the bias */
+static void forward_product(const pass *s, const job *j, int64_t n, int64_t gi, float beta)
+{
+    const geom *g = s->g;
+    gemm(s, g->Og, g->P, g->CK, s->w + gi * g->Og * g->CK, g->CK, 1, s->dir ? j->x : j->cols,
+         s->dir ? s->xs[1] : g->P, 1, beta, s->out + (n * g->O + gi * g->Og) * g->P);
+}
+
 /* samples n0..n1 of the forward: out [Og, P] = W [Og, CK] cols [CK, P]
  * (+ the bias, set first), written where the output has it */
 static void forward_samples(int64_t n0, int64_t n1, int thread, const void *ctx)
@@ -440,8 +478,7 @@ static void forward_samples(int64_t n0, int64_t n1, int thread, const void *ctx)
             }
             if (!s->dir)
                 unfold(&j);
-            gemm(s, g->Og, g->P, g->CK, s->w + gi * g->Og * g->CK, g->CK, 1, s->dir ? j.x : j.cols,
-                 s->dir ? s->xs[1] : g->P, 1, s->b ? 1.0f : 0.0f, y);
+            forward_product(s, &j, n, gi, s->b ? 1.0f : 0.0f);
         }
 }
 
@@ -525,7 +562,8 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
 /* samples n0..n1 (one chunk) of the backward: its dW [Og, CK] (the
  * chunk's partial sum) = the sum over its samples in order of g [Og, P]
  * cols^T; dcols [CK, P] = W^T g folded into dx (a direct 1x1 kernel:
- * written into dx itself) */
+ * written into dx itself); out (when asked) the forward's W cols from
+ * the cols unfolded once for dW */
 static void backward_samples(int64_t n0, int64_t n1, int thread, const void *ctx)
 {
     const pass *s = ctx;
@@ -537,8 +575,10 @@ static void backward_samples(int64_t n0, int64_t n1, int thread, const void *ctx
         for (int64_t gi = 0; gi < g->G; gi++) {
             job j = sample_job(s, n, gi, cols);
             const float *gy = s->gc + (n * g->O + gi * g->Og) * g->P;
-            if (dw && !s->dir)
+            if ((dw || s->out) && !s->dir)
                 unfold(&j);
+            if (s->out) /* the forward's product from the same cols */
+                forward_product(s, &j, n, gi, 0.0f);
             if (dw)
                 gemm(s, g->Og, g->CK, g->P, gy, g->P, 1, s->dir ? j.x : j.cols, 1,
                      s->dir ? s->xs[1] : g->P, n > n0 ? 1.0f : 0.0f, dw + gi * g->Og * g->CK);
@@ -617,14 +657,27 @@ static bool backward_all(pass *s, float *dw, float *db)
     return products_ok(g, failed, nt);
 }
 
-bool cg_conv_pass_backward(const geom *g, const float *x, const int64_t xs[4], const float *w,
-                           const float *gc, float *dx, float *dw, float *db)
+/* the backward's pass, out the forward's (or NULL) */
+static bool backward_pass(const geom *g, const float *x, const int64_t xs[4], const float *w,
+                          const float *gc, float *out, float *dx, float *dw, float *db)
 {
-    pass s = {g,     x,    w,  gc,   NULL, {xs[0], xs[1], xs[2], xs[3]},
-              1,     NULL, dx, NULL, NULL, cg_precision_path(cg_get_matmul_precision()),
+    pass s = {g,     x,   w,  gc,   NULL, {xs[0], xs[1], xs[2], xs[3]},
+              1,     out, dx, NULL, NULL, cg_precision_path(cg_get_matmul_precision()),
               false, NULL};
     s.dir = direct(g, xs);
     return backward_all(&s, dw, db);
+}
+
+bool cg_conv_pass_backward(const geom *g, const float *x, const int64_t xs[4], const float *w,
+                           const float *gc, float *dx, float *dw, float *db)
+{
+    return backward_pass(g, x, xs, w, gc, NULL, dx, dw, db);
+}
+
+bool cg_conv_pass_forward_dw(const geom *g, const float *x, const int64_t xs[4], const float *w,
+                             const float *gc, float *out, float *dw)
+{
+    return backward_pass(g, x, xs, w, gc, out, NULL, dw, NULL);
 }
 
 void cg_conv_pass_db(const geom *g, const float *gc, float *db)

@@ -50,6 +50,19 @@ bool cg_conv_pass_forward(const cg_conv_geom *g, const float *x, const int64_t x
  * xs then dx's strides). False + error. */
 bool cg_conv_pass_backward(const cg_conv_geom *g, const float *x, const int64_t xs[4],
                            const float *w, const float *gc, float *dx, float *dw, float *db);
+/* Both cg_conv_pass_forward's out (no bias) and cg_conv_pass_backward's
+ * dw given gc, each sample's cols unfolded once for both: the same bits
+ * as the two passes. False + error. */
+bool cg_conv_pass_forward_dw(const cg_conv_geom *g, const float *x, const int64_t xs[4],
+                             const float *w, const float *gc, float *out, float *dw);
+/* The samples' cols [N, CK, P] (contiguous) of x (float32, strides xs):
+ * im2col, as the passes unfold (a row a channel's tap, zero in the
+ * padding); groups 1. */
+void cg_conv_im2col(const cg_conv_geom *g, const float *x, const int64_t xs[4], float *cols);
+/* dx [N, C, H, W] (contiguous) = cols [N, CK, P] (contiguous) folded back:
+ * col2im, each plane zeroed then its taps' rows added in index order (the
+ * same bits for any thread count); groups 1. */
+void cg_conv_col2im(const cg_conv_geom *g, const float *cols, float *dx);
 /* db[o] = the sum over the samples then the positions of gc [N, O, P]'s
  * row o, in double (the backward's db) */
 void cg_conv_pass_db(const cg_conv_geom *g, const float *gc, float *db);

@@ -173,10 +173,14 @@ bool cg_k_conv_transpose_backward(int nd, const cg_tensor *x, const cg_tensor *w
         wc = gc ? cg_k_contiguous(w) : NULL;
         xf = wc && dw ? f32_contiguous(x) : NULL;
         ok = wc && (!dw || xf);
-        ok = ok &&
-             (!dx || cg_conv_pass_forward(&ge, cg_data(gc), gs, cg_data(wc), NULL, cg_data(t[0])));
-        ok = ok && (!dw || cg_conv_pass_backward(&ge, cg_data(gc), gs, cg_data(wc), cg_data(xf),
-                                                 NULL, cg_data(t[1]), NULL));
+        if (dx && dw) /* g unfolded once for both */
+            ok = ok && cg_conv_pass_forward_dw(&ge, cg_data(gc), gs, cg_data(wc), cg_data(xf),
+                                               cg_data(t[0]), cg_data(t[1]));
+        else if (dx)
+            ok = ok && cg_conv_pass_forward(&ge, cg_data(gc), gs, cg_data(wc), NULL, cg_data(t[0]));
+        else if (dw)
+            ok = ok && cg_conv_pass_backward(&ge, cg_data(gc), gs, cg_data(wc), cg_data(xf), NULL,
+                                             cg_data(t[1]), NULL);
         geom gb = ge; /* g's rows: its channels over its positions */
         gb.O = ge.C, gb.P = ge.H * ge.W;
         if (ok && db)
@@ -189,4 +193,45 @@ bool cg_k_conv_transpose_backward(int nd, const cg_tensor *x, const cg_tensor *w
     if (!ok)
         cg_release_all(3, t[0], t[1], t[2]);
     return ok;
+}
+
+bool cg_conv_transpose_output_padding(int nd, const cg_tensor *x, const cg_tensor *w, int n_size,
+                                      const int64_t *size, cg_conv_cfg *cfg)
+{
+    const char *op = nd == 1 || nd == 2 ? op_name(nd) : "conv_transpose";
+    if (!x || !w)
+        return cg_error_null_input("cg_conv_transpose_output_padding");
+    if (!size || !cfg)
+        return cg_error_null_arg(op, size ? "cfg" : "output_size");
+    cg_conv_cfg c = *cfg;
+    c.output_padding[0] = c.output_padding[1] = 0;
+    if (!cg_conv_transpose_cfg_check(op, nd, &c) ||
+        !cg_conv_check_args(op, nd, x, w, NULL, "in, out / groups", 0))
+        return false;
+    if (n_size != nd && n_size != x->ndim) {
+        cg_set_error("%s: for %d-d input, output_size must have %d or %d elements (got %d)", op,
+                     x->ndim, nd, x->ndim, n_size);
+        return false;
+    }
+    const int s = x->ndim - nd; /* x's first spatial dim */
+    int64_t lo[2], hi[2];
+    bool ok = true;
+    for (int i = 0; i < nd; i++) {
+        lo[i] = (x->shape[s + i] - 1) * c.stride[i] - 2 * c.padding[i] +
+                c.dilation[i] * (w->shape[2 + i] - 1) + 1;
+        hi[i] = lo[i] + c.stride[i] - 1;
+        ok &= size[n_size - nd + i] >= lo[i] && size[n_size - nd + i] <= hi[i];
+    }
+    if (!ok) {
+        char r[96], a[48], b[48], in[48];
+        cg_set_error("%s: requested an output size of %s, but valid sizes range from %s to %s "
+                     "for an input of %s",
+                     op, cg_shape_str_n(nd, size + n_size - nd, r, sizeof r),
+                     cg_shape_str_n(nd, lo, a, sizeof a), cg_shape_str_n(nd, hi, b, sizeof b),
+                     cg_shape_str_n(nd, x->shape + s, in, sizeof in));
+        return false;
+    }
+    for (int i = 0; i < nd; i++)
+        cfg->output_padding[i] = size[n_size - nd + i] - lo[i];
+    return true;
 }

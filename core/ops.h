@@ -1200,6 +1200,45 @@ cg_tensor *cg_k_conv_transpose(int nd, const cg_tensor *x, const cg_tensor *w, c
 bool cg_k_conv_transpose_backward(int nd, const cg_tensor *x, const cg_tensor *w,
                                   const cg_conv_cfg *cfg, const cg_tensor *g, cg_tensor **dx,
                                   cg_tensor **dw, cg_tensor **db);
+/* nn.ConvTranspose's forward(x, output_size): cfg->output_padding set
+ * for the requested output size (n_size numbers: nd, or x's dims, as
+ * PyTorch's, the last nd read) of a transposed convolution of x by w
+ * under cfg (its output_padding ignored, as PyTorch's): size minus the
+ * smallest output, (L - 1) stride - 2 padding + dilation (K - 1) + 1, in
+ * each dim. A size outside [smallest, smallest + stride - 1]: false + one
+ * line naming the valid range, as PyTorch's ValueError ("conv_transpose2d:
+ * requested an output size of [13, 12], but valid sizes range from [11,
+ * 11] to [12, 12] for an input of [5, 5]"); so are a wrong count and
+ * cfg, x or w that cg_k_conv_transpose would refuse by rank. */
+bool cg_conv_transpose_output_padding(int nd, const cg_tensor *x, const cg_tensor *w, int n_size,
+                                      const int64_t *size, cg_conv_cfg *cfg);
+
+/* F.unfold / F.fold (core/unfold.c), PyTorch's nn.Unfold / nn.Fold: the
+ * convolution's im2col and col2im. The options per spatial dim (entry 0
+ * the height): kernel_size >= 1, dilation >= 1, padding >= 0 (zeros on
+ * both sides), stride >= 1. */
+typedef struct {
+    int64_t kernel_size[2], dilation[2], padding[2], stride[2];
+} cg_fold_cfg;
+/* a kernel of kh x kw taps, dilation 1, padding 0, stride 1 */
+#define CG_FOLD_CFG(kh, kw) ((cg_fold_cfg){{(kh), (kw)}, {1, 1}, {0, 0}, {1, 1}})
+/* F.unfold(x, kernel_size, dilation, padding, stride): x [N, C, H, W] or
+ * unbatched [C, H, W] (float32 or bfloat16, widened: the result is
+ * float32; any strides; no empty dim but the batch) -> [N, C KH KW, L]
+ * (or [C KH KW, L]), contiguous: row c KH KW + kh KW + kw holds channel
+ * c's tap (kh, kw) at each of the L = LH LW sliding blocks (row-major),
+ * zero in the padding; LH = (H + 2 padding - dilation (KH - 1) - 1) /
+ * stride + 1 (and LW) must be >= 1. NULL + one-line error on a bad shape,
+ * dtype or option. */
+cg_tensor *cg_k_unfold(const cg_tensor *x, const cg_fold_cfg *cfg);
+/* F.fold(x, output_size (oh, ow), ...): the adjoint, x [N, C KH KW, L] or
+ * [C KH KW, L] (float32 or bfloat16, widened; any strides; no empty dim
+ * but the batch) -> [N, C, oh, ow] (or [C, oh, ow]), each block's taps
+ * added where unfold takes them from (the overlaps summed, a plane's taps
+ * in index order: the same bits for any thread count; the padding
+ * dropped). x's dim -2 must divide by KH KW and L be the sliding blocks
+ * of [oh, ow] as unfold counts them, else NULL + one-line error. */
+cg_tensor *cg_k_fold(const cg_tensor *x, int64_t oh, int64_t ow, const cg_fold_cfg *cfg);
 
 #ifdef __cplusplus
 }

@@ -9,12 +9,12 @@
 
 static cg_tensor *conv_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    (void)args;
     cg_conv *c = (cg_conv *)m;
+    const cg_conv_cfg *cfg = args ? args : &c->cfg; /* args: forward(x, output_size)'s */
     /* the input's rank, channels and length are checked once, by core */
     if (c->transposed)
-        return c->nd == 1 ? cg_conv_transpose1d(in[0], c->weight, c->bias, &c->cfg)
-                          : cg_conv_transpose2d(in[0], c->weight, c->bias, &c->cfg);
+        return c->nd == 1 ? cg_conv_transpose1d(in[0], c->weight, c->bias, cfg)
+                          : cg_conv_transpose2d(in[0], c->weight, c->bias, cfg);
     return c->nd == 1 ? cg_conv1d(in[0], c->weight, c->bias, &c->cfg)
                       : cg_conv2d(in[0], c->weight, c->bias, &c->cfg);
 }
@@ -26,6 +26,25 @@ cg_tensor *cg_conv_forward(cg_conv *m, cg_tensor *x)
         return NULL;
     }
     return cg_module_call(&m->base, conv_impl, 1, &x, NULL);
+}
+
+cg_tensor *cg_conv_transpose_forward(cg_conv *m, cg_tensor *x, int n_size,
+                                     const int64_t *output_size)
+{
+    if (!m || !x) {
+        cg_error_null_input("cg_conv_transpose_forward");
+        return NULL;
+    }
+    if (!m->transposed) {
+        cg_set_error("cg_conv_transpose_forward: the module is a %s, not a transposed "
+                     "convolution (output_size is ConvTranspose's)",
+                     m->base.type);
+        return NULL;
+    }
+    cg_conv_cfg c = m->cfg;
+    if (!cg_conv_transpose_output_padding(m->nd, x, m->weight, n_size, output_size, &c))
+        return NULL;
+    return cg_module_call(&m->base, conv_impl, 1, &x, &c);
 }
 
 /* a parameter of shape registered as name into *field, NULL + error */

@@ -51,8 +51,8 @@ cg_conv *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel
 /* nn.ConvTranspose1d(in, out, kernel, stride, padding, output_padding,
  * groups, bias, dilation): cfg as cg_conv_transpose_cfg_check accepts it
  * (padding numbers, output_padding < stride or < dilation), else as
- * cg_conv1d_new. The forward's output_size argument is not offered: give
- * output_padding. */
+ * cg_conv1d_new. The forward's output_size argument:
+ * cg_conv_transpose_forward. */
 cg_conv *cg_conv_transpose1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
                                  const cg_conv_cfg *cfg, bool bias, cg_rng *rng);
 /* nn.ConvTranspose2d(in, out, (kh, kw), ...): as above, per dim. */
@@ -62,6 +62,14 @@ cg_conv *cg_conv_transpose2d_new(int64_t in_channels, int64_t out_channels, int6
  * -> [N, out, ...]; a wrong rank or channel count, or a kernel larger than
  * the padded input: NULL + one line. Runs the module's forward hooks. */
 cg_tensor *cg_conv_forward(cg_conv *m, cg_tensor *x);
+/* A transposed module's forward(x, output_size): output_size n_size
+ * numbers (nd, or x's dims, the last nd read), each within the sizes the
+ * module's stride allows (core/ops.h cg_conv_transpose_output_padding
+ * sets the output padding from them; the module's own output_padding is
+ * not used, as PyTorch's); else, or for a module that is not transposed,
+ * NULL + one line. Runs the module's forward hooks. */
+cg_tensor *cg_conv_transpose_forward(cg_conv *m, cg_tensor *x, int n_size,
+                                     const int64_t *output_size);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* Pools, padding and Flatten as modules (nn/spatial.h): each holds its
+/* Pools, padding, Flatten, Unfold and Fold as modules (nn/spatial.h): each holds its
  * options and calls the functional op, which checks them against the
  * input. */
 #include <string.h>
@@ -6,18 +6,28 @@
 #include "autograd/ops.h"
 #include "nn/spatial.h"
 
-typedef enum { MAX_POOL, AVG_POOL, ADAPTIVE_MAX, ADAPTIVE_AVG, PADDING, FLATTEN } spatial_kind;
+typedef enum {
+    MAX_POOL,
+    AVG_POOL,
+    ADAPTIVE_MAX,
+    ADAPTIVE_AVG,
+    PADDING,
+    FLATTEN,
+    UNFOLD,
+    FOLD
+} spatial_kind;
 
 typedef struct {
     cg_module base;
     spatial_kind kind;
     int nd;
     cg_pool pool;        /* MAX_POOL, AVG_POOL */
-    int64_t out_size[2]; /* the adaptive pools' */
+    int64_t out_size[2]; /* the adaptive pools', FOLD's */
     int64_t pad[6];      /* PADDING: 2 nd sizes */
     cg_pad_mode mode;
     float value;
     int start_dim, end_dim; /* FLATTEN */
+    cg_fold_cfg fold;       /* UNFOLD, FOLD */
 } spatial;
 
 static cg_tensor *spatial_impl(cg_module *m, cg_tensor *const *in, void *args)
@@ -37,6 +47,8 @@ static cg_tensor *spatial_impl(cg_module *m, cg_tensor *const *in, void *args)
                    : cg_adaptive_avg_pool2d(x, s->out_size[0], s->out_size[1]);
     case PADDING: return cg_pad(x, 2 * s->nd, s->pad, s->mode, s->value);
     case FLATTEN: return cg_flatten(x, s->start_dim, s->end_dim);
+    case UNFOLD: return cg_unfold(x, &s->fold);
+    case FOLD: return cg_fold(x, s->out_size[0], s->out_size[1], &s->fold);
     }
     return NULL;
 }
@@ -130,4 +142,30 @@ cg_module *cg_flatten_new(int start_dim, int end_dim)
         s->end_dim = end_dim;
     }
     return s ? &s->base : NULL;
+}
+
+/* nn.Unfold / nn.Fold (fold: output_size oh, ow) of options cfg */
+static cg_module *fold_new(const char *fn, spatial_kind kind, int64_t oh, int64_t ow,
+                           const cg_fold_cfg *cfg)
+{
+    if (!cfg) {
+        cg_error_null_arg(fn, "cfg");
+        return NULL;
+    }
+    spatial *s = spatial_new(fn, kind == FOLD ? "Fold" : "Unfold", kind, 2, 2);
+    if (s) {
+        s->fold = *cfg;
+        s->out_size[0] = oh;
+        s->out_size[1] = ow;
+    }
+    return s ? &s->base : NULL;
+}
+
+cg_module *cg_unfold_new(const cg_fold_cfg *cfg)
+{
+    return fold_new("cg_unfold_new", UNFOLD, 0, 0, cfg);
+}
+cg_module *cg_fold_new(int64_t oh, int64_t ow, const cg_fold_cfg *cfg)
+{
+    return fold_new("cg_fold_new", FOLD, oh, ow, cfg);
 }

@@ -2,8 +2,8 @@
  * cg_sequential as PyTorch's nn.Sequential takes them: pools
  * (nn.MaxPool1d/2d, AvgPool1d/2d, AdaptiveMaxPool1d/2d,
  * AdaptiveAvgPool1d/2d), padding (nn.ConstantPad1d/2d/3d, ZeroPad2d,
- * ReflectionPad1d/2d/3d, ReplicationPad1d/2d/3d, CircularPad1d/2d/3d) and
- * nn.Flatten. Each holds its options and runs one functional op
+ * ReflectionPad1d/2d/3d, ReplicationPad1d/2d/3d, CircularPad1d/2d/3d),
+ * nn.Flatten, nn.Unfold and nn.Fold. Each holds its options and runs one functional op
  * (autograd/ops.h: cg_max_pool2d, cg_pad, cg_flatten, ...), which checks
  * them against the input; its forward hooks run (cg_module_forward).
  *
@@ -34,6 +34,12 @@ cg_module *cg_adaptive_pool_new(int nd, bool max, int64_t oh, int64_t ow);
 cg_module *cg_padding_new(int n_pad, const int64_t *pad, cg_pad_mode mode, float value);
 /* nn.Flatten(start_dim, end_dim): PyTorch's defaults are 1 and -1. */
 cg_module *cg_flatten_new(int start_dim, int end_dim);
+/* nn.Unfold(kernel_size, dilation, padding, stride) (cg_unfold) and
+ * nn.Fold(output_size (oh, ow), ...) (cg_fold), cfg core/ops.h's
+ * cg_fold_cfg (NULL: refused); the options are checked against the input
+ * by the op. */
+cg_module *cg_unfold_new(const cg_fold_cfg *cfg);
+cg_module *cg_fold_new(int64_t oh, int64_t ow, const cg_fold_cfg *cfg);
 
 #ifdef __cplusplus
 }

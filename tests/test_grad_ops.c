@@ -358,6 +358,8 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_INSTANCE_NORM] = {.by = "test_norm.c: test_instance_norm_gradcheck"},
     [CG_OP_INTERPOLATE] = {.by = "test_interp.c: test_interp_gradcheck"},
     [CG_OP_CONV_TRANSPOSE] = {.by = "test_conv.c: test_conv_gradcheck (the t cases)"},
+    [CG_OP_UNFOLD] = {.by = "test_unfold.c: test_unfold_gradcheck"},
+    [CG_OP_FOLD] = {.by = "test_unfold.c: test_unfold_gradcheck (_i 1)"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */

@@ -23,6 +23,7 @@
 #include "nn/transformer.h"
 #include "nn/upsample.h"
 #include "nn/safetensors.h"
+#include "nn/spatial.h"
 #include "optim/plateau.h"
 #include "tests/testutil.h"
 
@@ -781,6 +782,54 @@ START_TEST(test_plateau_oom)
 }
 END_TEST
 
+/* F.unfold (strided, padded, dilated, a bfloat16 input) and F.fold of
+ * its result through nn.Fold, forward and backward; then a transposed
+ * convolution's forward(x, output_size) */
+static bool unfold_run(void *ctx)
+{
+    cg_tensor *x = ((void **)ctx)[0], *xb = ((void **)ctx)[1];
+    cg_module *f = ((void **)ctx)[2];
+    cg_conv *m = ((void **)ctx)[3];
+    cg_fold_cfg c = {{3, 2}, {1, 2}, {1, 1}, {2, 1}};
+    cg_tensor *u = cg_unfold(x, &c), *ub = cg_unfold(xb, &c);
+    cg_tensor *y = u ? cg_module_forward(f, u) : NULL;
+    const int64_t size[2] = {12, 14};
+    cg_tensor *t = cg_conv_transpose_forward(m, x, 2, size);
+    cg_tensor *s[3] = {y ? cg_sum_all(y) : NULL, ub ? cg_sum_all(ub) : NULL,
+                       t ? cg_sum_all(t) : NULL};
+    cg_tensor *a = s[0] && s[1] ? cg_add(s[0], s[1]) : NULL;
+    cg_tensor *l = a && s[2] ? cg_add(a, s[2]) : NULL;
+    const bool ok = l && cg_backward(l, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    cg_release_all(9, u, ub, y, t, s[0], s[1], s[2], a, l);
+    cg_zero_grad(x);
+    cg_zero_grad(xb);
+    for (int i = 0; i < m->base.n_params; i++)
+        cg_zero_grad(m->base.params[i].tensor);
+    return ok;
+}
+
+START_TEST(test_unfold_oom)
+{
+    cg_rng r = cg_rng_new(8);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 5, 6)), true);
+    cg_tensor *xb = cg_requires_grad(cg_k_to(x, CG_BF16), true);
+    cg_fold_cfg c = {{3, 2}, {1, 2}, {1, 1}, {2, 1}};
+    cg_module *f = cg_fold_new(5, 6, &c);
+    cg_conv_cfg cc = CG_CONV_DEFAULT;
+    cc.stride[0] = cc.stride[1] = 2;
+    cg_conv *m = cg_conv_transpose2d_new(3, 2, 3, 3, &cc, true, &r);
+    ck_assert_msg(f && m, "%s", cg_last_error());
+    void *ctx[4] = {x, xb, f, m};
+    const int failed = every_allocation_fails(unfold_run, ctx);
+    ck_assert_msg(failed > 10, "only %d runs failed", failed);
+    ck_assert(unfold_run(ctx)); /* and it runs once memory is back */
+    cg_module_free(f);
+    cg_module_free(CG_MODULE(m));
+    cg_release_all(2, x, xb);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -803,6 +852,7 @@ int main(void)
     tcase_add_test(tc, test_norm_oom);
     tcase_add_test(tc, test_plateau_oom);
     tcase_add_loop_test(tc, test_conv_oom, 0, 2);
+    tcase_add_test(tc, test_unfold_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
