@@ -9,7 +9,9 @@
  * (relative to the largest value; PyTorch ran in float64 on float32
  * values). The modules: PyTorch's state dict loaded by its names
  * (cg_module_load_file, strict), the output and the gradients of x and of
- * both parameters matched likewise. */
+ * both parameters matched likewise; so are nn.ConvTranspose1d / 2d called
+ * with output_size (cg_conv_transpose_forward). F.unfold / F.fold
+ * (cg_unfold / cg_fold, DIR/folds.txt): the output and x's gradient. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,14 +82,43 @@ static bool run_case(const char *dir, const char *name, double *worst)
     return ok;
 }
 
+/* F.unfold / F.fold: the options from the file's "cfg" */
+static bool run_fold(const char *dir, const char *name, double *worst)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+    cg_st_file *f = cg_st_open(path);
+    cg_tensor *cfg = f ? cg_st_get(f, "cfg") : NULL;
+    if (!cfg || cfg->dtype != CG_I64 || cg_numel(cfg) != 11) {
+        fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
+        cg_release(cfg);
+        cg_st_close(f);
+        return false;
+    }
+    const int64_t *q = cg_data_i64(cfg);
+    const cg_fold_cfg c = {{q[1], q[2]}, {q[3], q[4]}, {q[5], q[6]}, {q[7], q[8]}};
+    cg_tensor *x = cg_requires_grad(cg_st_get_f32(f, "x"), true);
+    cg_tensor *y = q[0] ? cg_fold(x, q[9], q[10], &c) : cg_unfold(x, &c);
+    bool ok = y && loss_backward(y, f);
+    if (!ok)
+        fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
+    printf("%s:", name);
+    ok = ok && near("y", y, f, "y", worst) & near("dx", cg_grad(x), f, "grad.x", worst);
+    printf(" %s\n", ok ? "ok" : "FAIL");
+    cg_release_all(3, cfg, x, y);
+    cg_st_close(f);
+    return ok;
+}
+
 /* nn.Conv1d(4, 6, 3, stride 2, padding 1, groups 2) and nn.Conv2d(4, 6,
  * (3, 2), stride (2, 1), padding (1, 0), dilation (1, 2), groups 2), as
  * conv.py builds them; t: nn.ConvTranspose1d / 2d with those and
- * output_padding 1 in the first spatial dim */
-static bool run_module(const char *dir, int nd, bool t, double *worst)
+ * output_padding 1 in the first spatial dim; osize: conv.py's
+ * write_osize modules called with output_size */
+static bool run_module(const char *dir, int nd, bool t, bool osize, double *worst)
 {
     char path[4096], io_path[4096];
-    const char *pre = t ? "tmodule" : "module";
+    const char *pre = osize ? "osize" : t ? "tmodule" : "module";
     snprintf(path, sizeof path, "%s/%s%dd.safetensors", dir, pre, nd);
     snprintf(io_path, sizeof io_path, "%s/%s%dd.io.safetensors", dir, pre, nd);
     cg_conv_cfg c = CG_CONV_DEFAULT;
@@ -97,13 +128,21 @@ static bool run_module(const char *dir, int nd, bool t, double *worst)
     c.output_padding[0] = t;
     if (nd == 2)
         c.dilation[1] = 2;
+    if (osize) /* 3 -> 4 channels, stride (3, 2), padding (1, 0), dilation (1, 2) */
+        c = CG_CONV_DEFAULT, c.stride[0] = 3, c.stride[1] = 2, c.padding[0] = 1, c.dilation[1] = 2;
+    const int64_t in = osize ? 3 : 4, out = osize ? 4 : 6;
     cg_conv *m = nd == 1
-                     ? (t ? cg_conv_transpose1d_new : cg_conv1d_new)(4, 6, 3, &c, true, NULL)
-                     : (t ? cg_conv_transpose2d_new : cg_conv2d_new)(4, 6, 3, 2, &c, true, NULL);
+                     ? (t ? cg_conv_transpose1d_new : cg_conv1d_new)(in, out, 3, &c, true, NULL)
+                     : (t ? cg_conv_transpose2d_new : cg_conv2d_new)(in, out, 3, 2, &c, true, NULL);
     cg_st_file *io = cg_st_open(io_path);
     bool ok = m && io && cg_module_load_file(CG_MODULE(m), path);
     cg_tensor *x = ok ? cg_requires_grad(cg_st_get_f32(io, "x"), true) : NULL;
-    cg_tensor *y = ok ? cg_conv_forward(m, x) : NULL;
+    cg_tensor *size = ok && osize ? cg_st_get(io, "size") : NULL;
+    cg_tensor *y = !ok      ? NULL
+                   : !osize ? cg_conv_forward(m, x)
+                   : size && size->dtype == CG_I64
+                       ? cg_conv_transpose_forward(m, x, (int)cg_numel(size), cg_data_i64(size))
+                       : NULL;
     ok = y && loss_backward(y, io);
     if (!ok)
         fprintf(stderr, "check_conv: %s%dd: %s\n", pre, nd, cg_last_error());
@@ -112,7 +151,7 @@ static bool run_module(const char *dir, int nd, bool t, double *worst)
                    near("dweight", cg_grad(m->weight), io, "grad.weight", worst) &
                    near("dbias", cg_grad(m->bias), io, "grad.bias", worst);
     printf(" %s\n", ok ? "ok" : "FAIL");
-    cg_release_all(2, x, y);
+    cg_release_all(3, x, y, size);
     cg_module_free(CG_MODULE(m));
     cg_st_close(io);
     return ok;
@@ -140,9 +179,23 @@ int main(int argc, char **argv)
         bad += !run_case(dir, line, &worst);
     }
     fclose(list);
-    for (int k = 0; k < 4; k++)
-        bad += !run_module(dir, k % 2 + 1, k >= 2, &worst);
-    printf("check_conv: %d cases and 4 modules, %d failed; worst %.1e (tolerance %.0e)\n", n, bad,
-           worst, TOL);
-    return bad || n == 0 ? 1 : 0;
+    for (int k = 0; k < 6; k++)
+        bad += !run_module(dir, k % 2 + 1, k >= 2, k >= 4, &worst);
+    snprintf(path, sizeof path, "%s/folds.txt", dir);
+    list = fopen(path, "r");
+    if (!list) {
+        fprintf(stderr, "check_conv: cannot open %s\n", path);
+        return 1;
+    }
+    int nf = 0;
+    while (fgets(line, sizeof line, list)) {
+        line[strcspn(line, "\n")] = 0;
+        if (*line)
+            nf++, bad += !run_fold(dir, line, &worst);
+    }
+    fclose(list);
+    printf("check_conv: %d cases, 6 modules and %d unfold/fold cases, %d failed; worst %.1e "
+           "(tolerance %.0e)\n",
+           n, nf, bad, worst, TOL);
+    return bad || n == 0 || nf == 0 ? 1 : 0;
 }

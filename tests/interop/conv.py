@@ -17,7 +17,14 @@ module1d.safetensors and module2d.safetensors, the state dicts of an
 nn.Conv1d and an nn.Conv2d (torch.manual_seed(5), PyTorch's default
 initialisation), with DIR/module*.io.safetensors: x, r, y, "grad.x" and
 "grad.weight", "grad.bias"; DIR/tmodule1d.* and tmodule2d.* the same for
-an nn.ConvTranspose1d and an nn.ConvTranspose2d.
+an nn.ConvTranspose1d and an nn.ConvTranspose2d; DIR/osize1d.* and
+osize2d.* the same for such a module called as m(x, output_size=size),
+the size an int64 "size" in the io file.
+
+F.unfold and F.fold: DIR/folds.txt lists the cases, each DIR/NAME.
+safetensors with x, "cfg" = [op (0 unfold, 1 fold), kernel_size (2),
+dilation (2), padding (2), stride (2), output_size (2, fold's)], r, y and
+"grad.x" of the loss sum(y * r).
 """
 import sys
 
@@ -96,6 +103,21 @@ PCASES = [
     ("p2_reflect_unbatched", 2, 0, 3, 2, (5, 6), (3, 3), (1, 1), (2, 1), (1, 1), 1, True, "reflect"),
 ]
 
+# F.unfold / F.fold: name, op, input shape, kernel_size, dilation,
+# padding, stride, output_size (fold's)
+FCASES = [
+    ("u_plain", "unfold", (2, 3, 5, 6), (2, 2), (1, 1), (0, 0), (1, 1), None),
+    ("u_stride2_pad1", "unfold", (2, 2, 7, 6), (3, 3), (1, 1), (1, 1), (2, 2), None),
+    ("u_rect_dil", "unfold", (1, 2, 7, 8), (2, 3), (2, 1), (1, 2), (1, 1), None),
+    ("u_stride_dil_rect", "unfold", (2, 3, 6, 7), (3, 2), (1, 2), (0, 1), (2, 1), None),
+    ("u_unbatched", "unfold", (3, 5, 4), (2, 3), (1, 1), (1, 0), (1, 2), None),
+    ("f_plain", "fold", (2, 12, 20), (2, 2), (1, 1), (0, 0), (1, 1), (5, 6)),
+    ("f_stride2_pad1", "fold", (2, 18, 12), (3, 3), (1, 1), (1, 1), (2, 2), (7, 6)),
+    ("f_rect_dil", "fold", (1, 12, 70), (2, 3), (2, 1), (1, 2), (1, 1), (7, 8)),
+    ("f_stride_dil_rect", "fold", (2, 18, 14), (3, 2), (1, 2), (0, 1), (2, 1), (6, 7)),
+    ("f_unbatched", "fold", (18, 6), (2, 3), (1, 1), (1, 0), (1, 2), (5, 4)),
+]
+
 
 def f32(*shape):
     return torch.randn(*shape).float().double()
@@ -170,6 +192,47 @@ def write_module(d, nd, t=False):
           "grad.bias": m.bias.grad.float()})
 
 
+def write_fold(d, c):
+    name, op, shape, k, dil, pad, stride, size = c
+    x = f32(*shape).requires_grad_()
+    if op == "unfold":
+        y = F.unfold(x, k, dil, pad, stride)
+    else:
+        y = F.fold(x, size, k, dil, pad, stride)
+    r = f32(*y.shape)
+    (y * r).sum().backward()
+    q = [op == "fold"] + list(k) + list(dil) + list(pad) + list(stride) + list(size or (0, 0))
+    save(f"{d}/{name}.safetensors",
+         {"x": x.detach().float(), "cfg": torch.tensor(q, dtype=torch.int64), "r": r.float(),
+          "y": y.detach().float(), "grad.x": x.grad.float()})
+
+
+def write_osize(d, nd):
+    """nn.ConvTranspose1d(3, 4, 3, stride=3, padding=1) called with
+    output_size (2, 4, 11) of x [2, 3, 4]; nn.ConvTranspose2d(3, 4, (3, 2),
+    stride=(3, 2), padding=(1, 0), dilation=(1, 2)) with (12, 12) of x
+    [2, 3, 4, 5]"""
+    torch.manual_seed(6)
+    if nd == 1:
+        m, x, size = nn.ConvTranspose1d(3, 4, 3, stride=3, padding=1), f32(2, 3, 4), (2, 4, 11)
+    else:
+        m = nn.ConvTranspose2d(3, 4, (3, 2), stride=(3, 2), padding=(1, 0), dilation=(1, 2))
+        x, size = f32(2, 3, 4, 5), (12, 12)
+    m = m.double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(p.float().double())
+    x.requires_grad_()
+    y = m(x, output_size=size)
+    r = f32(*y.shape)
+    (y * r).sum().backward()
+    save(f"{d}/osize{nd}d.safetensors", {k: v.float() for k, v in m.state_dict().items()})
+    save(f"{d}/osize{nd}d.io.safetensors",
+         {"x": x.detach().float(), "r": r.float(), "y": y.detach().float(),
+          "grad.x": x.grad.float(), "grad.weight": m.weight.grad.float(),
+          "grad.bias": m.bias.grad.float(), "size": torch.tensor(size, dtype=torch.int64)})
+
+
 def main():
     d = sys.argv[1]
     torch.manual_seed(0)
@@ -182,7 +245,14 @@ def main():
     for t in (False, True):
         write_module(d, 1, t)
         write_module(d, 2, t)
-    print(f"conv: {len(CASES) + len(TCASES) + len(PCASES)} cases and 4 modules written to {d}")
+    for c in FCASES:
+        write_fold(d, c)
+    with open(f"{d}/folds.txt", "w") as f:
+        f.write("\n".join(c[0] for c in FCASES) + "\n")
+    write_osize(d, 1)
+    write_osize(d, 2)
+    print(f"conv: {len(CASES) + len(TCASES) + len(PCASES)} cases, 6 modules and {len(FCASES)} "
+          f"unfold/fold cases written to {d}")
 
 
 if __name__ == "__main__":
