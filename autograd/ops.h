@@ -444,28 +444,40 @@ cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y, cg_re
 cg_tensor *cg_binary_cross_entropy_with_logits_ex(cg_tensor *x, cg_tensor *y,
                                                   const cg_tensor *weight,
                                                   const cg_tensor *pos_weight, cg_reduction r);
-/* F.cross_entropy(h @ w.T + b, targets, ignore_index=, label_smoothing=)
- * with the output projection fused in (core/ops.h
+/* F.cross_entropy(h @ w.T + b, targets, ignore_index=, label_smoothing=,
+ * reduction=) with the output projection fused in (core/ops.h
  * cg_k_linear_cross_entropy): h [..., d], w [V, d], b [V] or NULL, targets
- * int64 of h's shape without its last dim. The logits are made a chunk of
- * rows at a time and never kept: the gradients are computed by the forward
- * (for the inputs that require grad) and used by the backward. chunk: rows
- * per chunk (the weight's gradient then depends on it; an upstream
- * gradient g != 1 scales the gradients), or CG_LCE_EXACT: chunks on the
- * weight gradient's k blocks, so that the loss and every gradient have the
- * bits of cross-entropy over cg_matmul(h, cg_transpose(w, 0, 1)) (+ b, as
- * cg_linear_fn adds it), g included.
- * grad_scale: the gradient g the backward will bring to the loss (1 when
- * the backward starts from it; s when it starts from cg_muls(loss, s), as
- * the trainer's gradient accumulation does). With CG_LCE_EXACT the forward
- * computes the gradients for that g, and a backward that brings it uses
- * them: the chunks are computed once. A backward that brings another g
- * computes them again for it (the same bits, twice the time), so any value
- * gives the right gradients; with fixed chunks it is not read. The loss
- * returned is never scaled. */
+ * int64 of h's shape without its last dim, reduction r as
+ * cg_cross_entropy's (mean over the kept targets or sum: a scalar; none:
+ * the targets' shape, 0 at an ignored target; another r refused). The
+ * logits are made a chunk of rows at a time and never kept. Mean and sum:
+ * the gradients are computed by the forward (for the inputs that require
+ * grad) and used by the backward. None: the upstream gradient is a tensor,
+ * one g a target, which the forward cannot know: its backward computes the
+ * chunks again with each row's logits' gradient scaled by its g (grad_scale
+ * is not read). chunk: rows per chunk (every reduction's loss and
+ * gradients are the unfused head's up to the products' rounding: the
+ * weight's gradient is summed chunk by chunk, its bits depend on the
+ * chunk; mean and sum: an upstream gradient g != 1 scales the gradients
+ * the forward computed for 1; none: each row's logits' gradient is scaled
+ * by its g before the products, as exact's), or CG_LCE_EXACT: chunks on the weight
+ * gradient's k blocks, so that the loss and every gradient have the bits
+ * of cg_cross_entropy(cg_matmul(h, cg_transpose(w, 0, 1)) (+ b, as
+ * cg_linear_fn adds it), ..., r), g included, for every reduction.
+ * grad_scale (mean and sum): the gradient g the backward will bring to the
+ * loss (1 when the backward starts from it; s when it starts from
+ * cg_muls(loss, s), as the trainer's gradient accumulation does). With
+ * CG_LCE_EXACT the forward computes the gradients for that g, and a
+ * backward that brings it uses them: the chunks are computed once. A
+ * backward that brings another g computes them again for it (the same
+ * bits, twice the time), so any value gives the right gradients; with
+ * fixed chunks it is not read. The loss returned is never scaled. The
+ * products and the loss's rows follow the matrix precision in every
+ * reduction (bf16: as the mean's). */
 cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
                                    const cg_tensor *targets, int64_t ignore_index,
-                                   float label_smoothing, int64_t chunk, float grad_scale);
+                                   float label_smoothing, cg_reduction r, int64_t chunk,
+                                   float grad_scale);
 /* torch.nn.functional.nll_loss: log-probabilities [..., C] against int64
  * targets (the shape without the class dim, checked), ignore_index,
  * reduction as cg_cross_entropy's. cg_nll_loss(cg_log_softmax(x, -1), ...)

@@ -211,7 +211,10 @@ cg_tensor *cg_cross_entropy_weighted(cg_tensor *logits, const cg_tensor *targets
 /* inputs: h [..., d], w [V, d], b [V] (may be absent); saved[0]: the
  * targets [N]; p: i[0] ignore_index, f[2] and f[3] (in i[1]) the label
  * smoothing and the g the forward computed the gradients for, i[2] the
- * chunk, i[3 + k] the saved slot of input k's gradient (-1: none). The
+ * chunk, i[3 + k] the saved slot of input k's gradient (-1: none), i[6]
+ * the reduction. Reduction none's upstream gradient is a tensor, one g a
+ * row: its forward computes no gradient, and its backward computes the
+ * chunks with each row's g (exact or not: nothing to scale after). The
  * first backward takes the forward's gradients over, so that they die
  * once used; a second backward through a retained graph computes them
  * again. With CG_LCE_EXACT the forward computed them for g = grad_scale,
@@ -222,7 +225,9 @@ cg_tensor *cg_cross_entropy_weighted(cg_tensor *logits, const cg_tensor *targets
 static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     int ni = n->n_inputs;
-    float gv = cg_item(g);
+    const cg_reduction r = (cg_reduction)n->p.i[6];
+    const bool none = r == CG_REDUCTION_NONE;
+    float gv = none ? 1.0f : cg_item(g);
     bool exact = n->p.i[2] == CG_LCE_EXACT;
     /* recompute with g unless g has the bits of the forward's (-0 is not 0) */
     bool again = exact && memcmp(&gv, &n->p.f[3], sizeof gv) != 0;
@@ -243,12 +248,15 @@ static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
         cg_tensor *h = IN(0);
         int64_t d = h->shape[h->ndim - 1], N = d ? cg_numel(h) / d : 0;
         cg_tensor *h2 = cg_k_reshape(h, 2, (int64_t[]){N, d});
-        cg_tensor *l = h2 ? cg_k_linear_cross_entropy(
-                                h2, IN(1), ni > 2 ? IN(2) : NULL, n->saved[0], n->p.i[0], n->p.f[2],
-                                n->p.i[2], exact ? gv : 1.0f, NEEDS(0) ? &gr[0] : NULL,
-                                NEEDS(1) ? &gr[1] : NULL, ni > 2 && NEEDS(2) ? &gr[2] : NULL)
-                          : NULL;
-        cg_release(h2);
+        cg_tensor *g1 = none ? class_grad(g, r) : NULL;
+        cg_tensor *l =
+            h2 && (g1 || !none)
+                ? cg_k_linear_cross_entropy(h2, IN(1), ni > 2 ? IN(2) : NULL, n->saved[0],
+                                            n->p.i[0], n->p.f[2], r, n->p.i[2], exact ? gv : 1.0f,
+                                            g1, NEEDS(0) ? &gr[0] : NULL, NEEDS(1) ? &gr[1] : NULL,
+                                            ni > 2 && NEEDS(2) ? &gr[2] : NULL)
+                : NULL;
+        cg_release_all(2, h2, g1);
         if (!l)
             return false;
         cg_release(l);
@@ -257,7 +265,7 @@ static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     for (int k = 0; k < ni; k++) {
         if (!gr[k])
             continue;
-        cg_tensor *t = exact || gv == 1.0f ? cg_retain(gr[k]) : cg_k_muls(gr[k], gv);
+        cg_tensor *t = exact || none || gv == 1.0f ? cg_retain(gr[k]) : cg_k_muls(gr[k], gv);
         gin[k] = t && k == 0 ? cg_k_reshape(t, IN(0)->ndim, IN(0)->shape) : t;
         if (k == 0)
             cg_release(t);
@@ -269,7 +277,8 @@ static bool lce_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 
 cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
                                    const cg_tensor *targets, int64_t ignore_index,
-                                   float label_smoothing, int64_t chunk, float grad_scale)
+                                   float label_smoothing, cg_reduction r, int64_t chunk,
+                                   float grad_scale)
 {
     if (!w) {
         cg_error_null_input("linear_cross_entropy");
@@ -278,13 +287,16 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
     cg_tensor *h2, *t1;
     if (!class_loss_args("linear_cross_entropy", h, targets, &h2, &t1))
         return NULL;
-    bool gm = cg_grad_enabled();
+    /* none: the gradients wait for their upstream rows */
+    bool gm = cg_grad_enabled() && r != CG_REDUCTION_NONE;
     float g = chunk == CG_LCE_EXACT ? grad_scale : 1.0f; /* what the gradients are for */
     cg_tensor *gr[3] = {NULL, NULL, NULL};
-    cg_tensor *out = cg_k_linear_cross_entropy(h2, w, b, t1, ignore_index, label_smoothing, chunk,
-                                               g, gm && h->requires_grad ? &gr[0] : NULL,
-                                               gm && w->requires_grad ? &gr[1] : NULL,
-                                               b && gm && b->requires_grad ? &gr[2] : NULL);
+    cg_tensor *out =
+        rows_shaped(cg_k_linear_cross_entropy(h2, w, b, t1, ignore_index, label_smoothing, r, chunk,
+                                              g, NULL, gm && h->requires_grad ? &gr[0] : NULL,
+                                              gm && w->requires_grad ? &gr[1] : NULL,
+                                              b && gm && b->requires_grad ? &gr[2] : NULL),
+                    targets);
     cg_release(h2);
     cg_tensor *in[3] = {h, w, b};
     int ni = b ? 3 : 2;
@@ -295,6 +307,7 @@ cg_tensor *cg_linear_cross_entropy(cg_tensor *h, cg_tensor *w, cg_tensor *b,
         n->p.f[2] = label_smoothing; /* p is a union: f[2] and f[3] lie in i[1] */
         n->p.f[3] = g;
         n->p.i[2] = chunk;
+        n->p.i[6] = r;
         for (int k = 0; k < 3; k++) {
             n->p.i[3 + k] = gr[k] ? cg_node_save(n, gr[k]) : -1;
             ok = ok && (!gr[k] || n->p.i[3 + k] >= 0);

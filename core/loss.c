@@ -74,8 +74,7 @@ bool cg_ce_ls_check(const char *op, float ls)
     return true;
 }
 
-/* A class loss's reduction: mean, sum or none */
-static bool class_reduction(const char *op, cg_reduction r)
+bool cg_ce_reduction(const char *op, cg_reduction r)
 {
     if ((unsigned)r <= CG_REDUCTION_NONE)
         return true;
@@ -125,7 +124,7 @@ static bool ce_check(const char *op, const cg_tensor *logits, const cg_tensor *t
 {
     char b[96];
     *held = *wc = NULL;
-    if (!class_reduction(op, r) || !cg_f32_args(op, 1, &logits))
+    if (!cg_ce_reduction(op, r) || !cg_f32_args(op, 1, &logits))
         return false;
     if (!cg_check_dtype(op, "targets", target_t, CG_I64))
         return false;
@@ -472,7 +471,8 @@ double cg_ce_row(const cg_ce_rows *c, const float *xr, int64_t t, float *lse, fl
 }
 
 /* Rows of a cross-entropy: cg_ce_rows_run's, or (loss NULL) the
- * backward's (g_rows: reduction none's upstream gradient, a row's scale) */
+ * backward's (g_rows: reduction none's upstream gradient, a row's scale;
+ * NULL: c's) */
 typedef struct {
     const cg_ce_rows *c;
     const float *x, *lse_in, *g_rows;
@@ -485,15 +485,19 @@ static void ce_rows_chunk(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     const ce_job *j = ctx;
     const int64_t C = j->c->C;
-    for (int64_t r = r0; r < r1; r++)
-        j->loss[r] = cg_ce_row(j->c, j->x + r * C, j->t[r], j->lse ? j->lse + r : NULL,
+    cg_ce_rows row = *j->c;
+    for (int64_t r = r0; r < r1; r++) {
+        if (j->g_rows) /* the backward's scale of row r (ce_backward_chunk's) */
+            row.scale = j->g_rows[r];
+        j->loss[r] = cg_ce_row(&row, j->x + r * C, j->t[r], j->lse ? j->lse + r : NULL,
                                j->dx ? j->dx + r * C : NULL);
+    }
 }
 
-void cg_ce_rows_run(const cg_ce_rows *c, int64_t N, const float *x, const int64_t *t, float *lse,
-                    float *dx, double *loss)
+void cg_ce_rows_run(const cg_ce_rows *c, int64_t N, const float *x, const int64_t *t,
+                    const float *g_rows, float *lse, float *dx, double *loss)
 {
-    const ce_job j = {.c = c, .x = x, .t = t, .lse = lse, .dx = dx, .loss = loss};
+    const ce_job j = {.c = c, .x = x, .g_rows = g_rows, .t = t, .lse = lse, .dx = dx, .loss = loss};
     cg_shares_run(N, cg_shares_rows(c->C), cg_shares_team(N * c->C > CG_CE_PAR_THRESHOLD),
                   ce_rows_chunk, &j);
 }
@@ -511,9 +515,7 @@ static void ce_backward_chunk(int64_t r0, int64_t r1, int thread, const void *ct
     }
 }
 
-/* The loss of rows row[N] (0 at an ignored row) reduced by r: the mean
- * over the kept ones or the sum, summed in row order in double, or each */
-static cg_tensor *reduced_rows(const double *row, int64_t N, double kept, cg_reduction r)
+cg_tensor *cg_ce_reduced_rows(const double *row, int64_t N, double kept, cg_reduction r)
 {
     cg_tensor *out = r == CG_REDUCTION_NONE ? cg_empty(1, &N) : cg_empty(0, NULL);
     if (!out)
@@ -531,11 +533,8 @@ static cg_tensor *reduced_rows(const double *row, int64_t N, double kept, cg_red
     return out;
 }
 
-/* The upstream gradient g of a class loss of N rows reduced by r: a
- * float32 0-d (mean, sum) or [N] (none). *held: a contiguous reference
- * (release it). */
-static bool upstream_grad(const char *op, const cg_tensor *g, cg_reduction r, int64_t N,
-                          cg_tensor **held)
+bool cg_ce_upstream_grad(const char *op, const cg_tensor *g, cg_reduction r, int64_t N,
+                         cg_tensor **held)
 {
     *held = NULL;
     if (!g) {
@@ -605,8 +604,8 @@ cg_tensor *cg_k_cross_entropy_weighted(const cg_tensor *logits, const cg_tensor 
     cg_ce_rows c = ce_rows_weighted(N, C, targets, wc, ignore_index, kept, label_smoothing, 1.0f,
                                     r == CG_REDUCTION_MEAN);
     /* the gradient while the row is in cache: the backward's for g = 1 */
-    cg_ce_rows_run(&c, N, xp, targets, lp, dp, row);
-    cg_tensor *out = reduced_rows(row, N, kept_total(wc, targets, N, ignore_index, kept), r);
+    cg_ce_rows_run(&c, N, xp, targets, NULL, lp, dp, row);
+    cg_tensor *out = cg_ce_reduced_rows(row, N, kept_total(wc, targets, N, ignore_index, kept), r);
     free(row);
     cg_release_all(3, x, tc, wc);
     if (!out) {
@@ -645,7 +644,7 @@ bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *target_t,
         return false;
     }
     cg_ce_rows c = cg_ce_rows_for(C, ignore_index, k, label_smoothing, 1.0f, false);
-    cg_ce_rows_run(&c, N, cg_data(x), cg_data_i64(tc), NULL, NULL, row);
+    cg_ce_rows_run(&c, N, cg_data(x), cg_data_i64(tc), NULL, NULL, NULL, row);
     for (int64_t r = 0; r < N; r++) /* in order: the bits of one call's sum */
         *total += row[r];
     *kept += k;
@@ -679,7 +678,7 @@ cg_tensor *cg_k_cross_entropy_backward_weighted(const cg_tensor *logits, const c
     const int64_t *targets = cg_data_i64(tc);
     int64_t N = logits->shape[0], C = logits->shape[1];
     cg_tensor *gc;
-    if (!upstream_grad("cross_entropy_backward", g, r, N, &gc) ||
+    if (!cg_ce_upstream_grad("cross_entropy_backward", g, r, N, &gc) ||
         (lse && !cg_check_f32("cross_entropy_backward", "lse", lse))) {
         cg_release_all(3, gc, tc, wc);
         return NULL;
@@ -755,7 +754,7 @@ cg_tensor *cg_k_nll_loss_weighted(const cg_tensor *logp, const cg_tensor *target
                      ? 0.0
                      : -row_weight(wc, targets[i]) *
                            (double)p[i * logp->strides[0] + targets[i] * logp->strides[1]];
-    cg_tensor *out = reduced_rows(row, N, kept_total(wc, targets, N, ignore_index, kept), r);
+    cg_tensor *out = cg_ce_reduced_rows(row, N, kept_total(wc, targets, N, ignore_index, kept), r);
     free(row);
     cg_release_all(2, tc, wc);
     return out;
@@ -782,7 +781,7 @@ cg_tensor *cg_k_nll_loss_backward_weighted(const cg_tensor *logp, const cg_tenso
         return NULL;
     int64_t N = logp->shape[0], C = logp->shape[1];
     cg_tensor *d =
-        upstream_grad("nll_loss_backward", g, r, N, &gc) ? cg_zeros(2, logp->shape) : NULL;
+        cg_ce_upstream_grad("nll_loss_backward", g, r, N, &gc) ? cg_zeros(2, logp->shape) : NULL;
     if (d && kept > 0) {
         const int64_t *targets = cg_data_i64(tc);
         const float *gp = cg_data(gc);

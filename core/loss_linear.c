@@ -42,13 +42,14 @@ typedef struct {
     const float *h, *w, *b; /* h [N, d], w [V, d], b [V] or NULL; contiguous */
     int64_t N, d, V;
     const int64_t *targets;
-    cg_ce_rows rows; /* V classes; scale g / kept */
-    bool exact;      /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
-    int64_t split;   /* exact: where dW's product splits its k (cg_gemm_k_split), or 0 */
-    float *dh, *dw;  /* NULL where not wanted */
-    float *dw1;      /* split and dw: the second half's dW [V, d] */
-    double *db;      /* the bias's gradient in double (NULL: not wanted) */
-    float *spare;    /* exact: [CG_GEMM_SKINNY + 1, V] */
+    cg_ce_rows rows;     /* V classes; scale g / kept (mean) or g (sum) */
+    const float *g_rows; /* reduction none's upstream gradient [N] (each row's scale), or NULL */
+    bool exact;          /* chunks on the k blocks (CG_LCE_EXACT on a path with them) */
+    int64_t split;       /* exact: where dW's product splits its k (cg_gemm_k_split), or 0 */
+    float *dh, *dw;      /* NULL where not wanted */
+    float *dw1;          /* split and dw: the second half's dW [V, d] */
+    double *db;          /* the bias's gradient in double (NULL: not wanted) */
+    float *spare;        /* exact: [CG_GEMM_SKINNY + 1, V] */
     /* bf16: W and W^T rounded and packed once (the weight cache, as linear
      * layers read them: the bits of cg_sgemm in bf16), else NULL */
     const cg_bf16_matrix *pw, *pwt;
@@ -89,7 +90,8 @@ static void lce_rows(lce_args *a, int64_t r0, int64_t m, float *L, double *row)
     int64_t V = a->V, d = a->d;
     lce_logits(a, r0, m, L);
     bool grads = a->dh || a->dw || a->db;
-    cg_ce_rows_run(&a->rows, m, L, a->targets + r0, NULL, grads ? L : NULL, row + r0);
+    cg_ce_rows_run(&a->rows, m, L, a->targets + r0, a->g_rows ? a->g_rows + r0 : NULL, NULL,
+                   grads ? L : NULL, row + r0);
     if (a->dh && a->pwt)
         a->failed |=
             !cg_bf16_matrix_mul(a->pwt, CG_GEMM_AUTO, 0, m, L, V, 1, NULL, 0, a->dh + r0 * d, d, 1);
@@ -150,12 +152,15 @@ static int64_t lce_chunk_at(int64_t chunk, bool exact, int64_t split, int64_t N,
     return cg_gemm_k_block(CG_GEMM_AUTO, split ? split : N, r0);
 }
 
-/* h, w, b: the shapes of a linear layer's input, weight and bias. */
-static bool lce_check(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b, int64_t chunk)
+/* h, w, b: the shapes of a linear layer's input, weight and bias; r a
+ * class loss's reduction. */
+static bool lce_check(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b, cg_reduction r,
+                      int64_t chunk)
 {
     char b1[96], b2[96], b3[96];
     const cg_tensor *in[3] = {h, w, b};
-    if (!cg_f32_args("linear_cross_entropy", b ? 3 : 2, in))
+    if (!cg_ce_reduction("linear_cross_entropy", r) ||
+        !cg_f32_args("linear_cross_entropy", b ? 3 : 2, in))
         return false;
     if (h->ndim != 2 || w->ndim != 2 || h->shape[1] != w->shape[1] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))) {
@@ -178,8 +183,8 @@ static atomic_uint_fast64_t g_lce_runs; /* cg_k_linear_cross_entropy_runs */
 
 uint64_t cg_k_linear_cross_entropy_runs(void) { return atomic_load(&g_lce_runs); }
 
-/* All chunks of a->N rows through L; the mean loss into *out. */
-static void lce_run(lce_args *a, int64_t chunk, float *L, double *row, float *out)
+/* All chunks of a->N rows through L; each row's loss into row[]. */
+static void lce_run(lce_args *a, int64_t chunk, float *L, double *row)
 {
     atomic_fetch_add(&g_lce_runs, 1);
     for (int64_t r0 = 0, m; r0 < a->N; r0 += m) {
@@ -189,16 +194,36 @@ static void lce_run(lce_args *a, int64_t chunk, float *L, double *row, float *ou
     if (a->dw1) /* the halves added as the product adds them */
         for (int64_t i = 0; i < a->V * a->d; i++)
             a->dw[i] += a->dw1[i];
-    double total = 0.0;
-    for (int64_t r = 0; r < a->N; r++)
-        total += row[r];
-    *out = (float)(total / (double)a->rows.kept); /* 0/0 = NaN, as PyTorch */
+}
+
+/* The upstream gradient of each row (g_rows) against the reduction r and
+ * the gradients asked for (grads): reduction none's, [N], needed by its
+ * gradients; the others' is g. *held: a contiguous reference or NULL. */
+static bool lce_rows_grad(const cg_tensor *g_rows, cg_reduction r, bool grads, int64_t N,
+                          cg_tensor **held)
+{
+    *held = NULL;
+    if (g_rows && r != CG_REDUCTION_NONE) {
+        cg_set_error("linear_cross_entropy: g_rows is reduction none's upstream gradient (the "
+                     "reduction is %s: pass g)",
+                     r == CG_REDUCTION_MEAN ? "mean" : "sum");
+        return false;
+    }
+    if (r != CG_REDUCTION_NONE || (!g_rows && !grads))
+        return true;
+    if (!g_rows) {
+        cg_set_error("linear_cross_entropy: reduction none's gradients need each row's upstream "
+                     "gradient (g_rows [N], NULL given)");
+        return false;
+    }
+    return cg_ce_upstream_grad("linear_cross_entropy", g_rows, r, N, held);
 }
 
 cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b,
                                      const cg_tensor *target_t, int64_t ignore_index,
-                                     float label_smoothing, int64_t chunk, float g, cg_tensor **dh,
-                                     cg_tensor **dw, cg_tensor **db)
+                                     float label_smoothing, cg_reduction r, int64_t chunk, float g,
+                                     const cg_tensor *g_rows, cg_tensor **dh, cg_tensor **dw,
+                                     cg_tensor **db)
 {
     cg_tensor **outs[3] = {dh, dw, db};
     for (int i = 0; i < 3; i++)
@@ -208,15 +233,19 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
         cg_error_null_input("cg_k_linear_cross_entropy");
         return NULL;
     }
-    if (!lce_check(h, w, b, chunk))
+    if (!lce_check(h, w, b, r, chunk))
         return NULL;
     int64_t N = h->shape[0], d = h->shape[1], V = w->shape[0], kept;
     char shape[96]; /* the targets are checked as for logits [N, V] */
     cg_shape_str_n(2, (int64_t[]){N, V}, shape, sizeof shape);
-    cg_tensor *tc = NULL;
+    cg_tensor *tc = NULL, *gc = NULL;
     if (!cg_ce_ls_check("linear_cross_entropy", label_smoothing) ||
-        !cg_ce_targets("linear_cross_entropy", N, V, shape, target_t, ignore_index, &kept, &tc))
+        !lce_rows_grad(g_rows, r, dh || dw || db, N, &gc))
         return NULL;
+    if (!cg_ce_targets("linear_cross_entropy", N, V, shape, target_t, ignore_index, &kept, &tc)) {
+        cg_release(gc);
+        return NULL;
+    }
     bool exact = chunk == CG_LCE_EXACT && N > 0 && cg_gemm_k_block(CG_GEMM_AUTO, N, 0) > 0;
     const int64_t split = exact ? cg_gemm_k_split(CG_GEMM_AUTO, V, d, N) : 0;
     int64_t m = 1; /* the largest chunk */
@@ -235,12 +264,11 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
     cg_tensor *dw1 = split && dw ? cg_empty(2, w->shape) : NULL;
     double *row = malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
     double *dbs = db ? calloc((size_t)(V > 0 ? V : 1), sizeof(double)) : NULL;
-    cg_tensor *out = cg_empty(0, NULL);
     /* bf16: W's packed copies (W^T only for dh), from the weight cache */
     bool bf16 = cg_get_matmul_precision() == CG_PRECISION_BF16 && N > 0 && d > 0 && V > 0;
     cg_packed_weight *pw = bf16 && wc ? cg_packed_weight_get(wc, CG_PACKED_BF16) : NULL;
     cg_packed_weight *pwt = bf16 && wc && dh ? cg_packed_weight_get(wc, CG_PACKED_BF16_T) : NULL;
-    bool ok = hc && wc && (bc || !b) && L && row && (dbs || !db) && out && (pw || !bf16) &&
+    bool ok = hc && wc && (bc || !b) && L && row && (dbs || !db) && (pw || !bf16) &&
               (pwt || !bf16 || !dh) && (dw1 || !split || !dw);
     for (int i = 0; i < 3; i++)
         ok = ok && (g3[i] || !outs[i]);
@@ -252,7 +280,9 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
                       .d = d,
                       .V = V,
                       .targets = cg_data_i64(tc),
-                      .rows = cg_ce_rows_for(V, ignore_index, kept, label_smoothing, g, true),
+                      .rows = cg_ce_rows_for(V, ignore_index, kept, label_smoothing, g,
+                                             r == CG_REDUCTION_MEAN),
+                      .g_rows = gc ? cg_data(gc) : NULL,
                       .exact = exact,
                       .split = split,
                       .dh = g3[0] ? cg_data(g3[0]) : NULL,
@@ -262,27 +292,25 @@ cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, con
                       .spare = cg_data(L) + m * V,
                       .pw = pw ? cg_packed_weight_bf16(pw) : NULL,
                       .pwt = pwt ? cg_packed_weight_bf16(pwt) : NULL};
-        lce_run(&a, chunk, cg_data(L), row, cg_data(out));
+        lce_run(&a, chunk, cg_data(L), row);
         ok = !a.failed;
         for (int64_t j = 0; dbs && j < V; j++) /* cg_k_linear_backward's rounding */
             cg_data(g3[2])[j] = (float)dbs[j];
     } else if (!row || (db && !dbs)) {
         cg_set_error("linear_cross_entropy: out of memory");
     }
+    cg_tensor *out = ok ? cg_ce_reduced_rows(row, N, (double)kept, r) : NULL; /* 0/0 = NaN */
+    ok = ok && out;
     free(row);
     free(dbs);
     cg_packed_weight_release(pw);
     cg_packed_weight_release(pwt);
-    cg_release_all(6, hc, wc, bc, L, tc, dw1);
+    cg_release_all(7, hc, wc, bc, L, tc, dw1, gc);
     for (int i = 0; i < 3; i++) {
         if (ok && outs[i])
             *outs[i] = g3[i];
         else
             cg_release(g3[i]);
     }
-    if (!ok) {
-        cg_release(out);
-        return NULL;
-    }
-    return out;
+    return ok ? out : NULL;
 }

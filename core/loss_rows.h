@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/ops.h"
 #include "core/tensor.h"
 
 /* A call runs its rows on one thread below this many elements. */
@@ -36,9 +37,25 @@ double cg_ce_row(const cg_ce_rows *c, const float *xr, int64_t t, float *lse, fl
 
 /* cg_ce_row on the rows of x [N, C] with their targets t: loss[r], lse[r]
  * (when lse is not NULL) and row r of dx (when not NULL; may be x), in
- * parallel when N C is large (core/shares.h). */
-void cg_ce_rows_run(const cg_ce_rows *c, int64_t N, const float *x, const int64_t *t, float *lse,
-                    float *dx, double *loss);
+ * parallel when N C is large (core/shares.h). g_rows (NULL: c's scale for
+ * every row): reduction none's upstream gradient [N], row r's gradient
+ * scaled by g_rows[r] (the bits of cg_k_cross_entropy_backward's rows). */
+void cg_ce_rows_run(const cg_ce_rows *c, int64_t N, const float *x, const int64_t *t,
+                    const float *g_rows, float *lse, float *dx, double *loss);
+
+/* A class loss's reduction: mean, sum or none, else an error naming op. */
+bool cg_ce_reduction(const char *op, cg_reduction r);
+
+/* The loss of rows row[N] (0 at an ignored row) reduced by r: the mean
+ * over the kept ones (kept: their count or total weight) or the sum,
+ * summed in row order in double, or each ([N]). */
+cg_tensor *cg_ce_reduced_rows(const double *row, int64_t N, double kept, cg_reduction r);
+
+/* The upstream gradient g of a class loss of N rows reduced by r: a
+ * float32 0-d (mean, sum) or [N] (none), else an error naming op. *held:
+ * a contiguous reference (release it). */
+bool cg_ce_upstream_grad(const char *op, const cg_tensor *g, cg_reduction r, int64_t N,
+                         cg_tensor **held);
 
 /* Check the targets (int64 [N], each in [0, C) or ignore_index) of logits
  * [N, C] (shape: their shape for messages) and count the kept rows; *held

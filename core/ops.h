@@ -502,12 +502,16 @@ cg_tensor *cg_k_cross_entropy_weighted(const cg_tensor *logits, const cg_tensor 
 bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *targets, int64_t ignore_index,
                             float label_smoothing, double *total, int64_t *kept);
 /* The output projection fused with cross-entropy (Liger-Kernel's fused
- * linear cross-entropy): the loss of cg_k_cross_entropy(h w^T + b, ...)
- * with h [N, d], w [V, d], b [V] (or NULL), computed in chunks of rows so
- * that the [N, V] logits never exist. *dh, *dw, *db (each may be NULL: not
- * computed) get the gradients ([N, d], [V, d], [V]) for an upstream
- * gradient g, by which the logits' gradient is scaled before the products
- * (as cg_k_cross_entropy_backward scales it). The products follow the
+ * linear cross-entropy): the loss of cg_k_cross_entropy(h w^T + b, ...,
+ * r) with h [N, d], w [V, d], b [V] (or NULL), computed in chunks of rows
+ * so that the [N, V] logits never exist: reduction r mean (over the kept
+ * rows) or sum gives a 0-d loss, none [N] (0 at an ignored row); another
+ * r is refused. *dh, *dw, *db (each may be NULL: not computed) get the
+ * gradients ([N, d], [V, d], [V]) for an upstream gradient g (mean, sum;
+ * g_rows NULL, else refused) or g_rows (none: float32 [N], each row's,
+ * needed when a gradient is asked; g not read), by which the logits'
+ * gradient is scaled row by row before the products (as
+ * cg_k_cross_entropy_backward scales it). The products follow the
  * matrix precision (core/gemm.h), and so do the loss's rows (the policy of
  * cg_k_cross_entropy); the bits do not depend on the thread count. chunk:
  *   N >= 1         chunks of N rows (at most [N, V] logits at a time); the
@@ -517,14 +521,17 @@ bool cg_k_cross_entropy_sum(const cg_tensor *logits, const cg_tensor *targets, i
  *                  (core/gemm.h cg_gemm_k_block; at most [384, V] or
  *                  [480, V] logits), so every result has the bits of the
  *                  unfused head: the products and cg_k_cross_entropy
- *                  (bias: cg_k_linear_backward's column sums), for d and V
+ *                  (none's gradients: cg_k_cross_entropy_backward's for
+ *                  g_rows; the bias: cg_k_linear_backward's column
+ *                  sums), every reduction, for d and V
  *                  above 1. (On BLIS's default path, which promises no k
  *                  blocks: one chunk of all N rows.) */
 #define CG_LCE_EXACT (-1)
 cg_tensor *cg_k_linear_cross_entropy(const cg_tensor *h, const cg_tensor *w, const cg_tensor *b,
                                      const cg_tensor *targets, int64_t ignore_index,
-                                     float label_smoothing, int64_t chunk, float g, cg_tensor **dh,
-                                     cg_tensor **dw, cg_tensor **db);
+                                     float label_smoothing, cg_reduction r, int64_t chunk, float g,
+                                     const cg_tensor *g_rows, cg_tensor **dh, cg_tensor **dw,
+                                     cg_tensor **db);
 /* How many times cg_k_linear_cross_entropy has run its chunks in this
  * process (every thread; calls refused by its checks are not counted): for
  * tests that a step computes the fused head once. */

@@ -767,13 +767,14 @@ typedef struct {
     int64_t chunk;
     bool bias;
     float grad_scale;
+    cg_reduction r;
 } lce_case;
 
 static cg_tensor *lce_fn(void *ctx, cg_tensor *const *in)
 {
     lce_case *c = ctx;
     cg_tensor *t = cg_test_ids_nd(in[0]->ndim - 1, in[0]->shape, c->targets);
-    return cg_linear_cross_entropy(in[0], in[1], c->bias ? in[2] : NULL, t, c->ignore, c->ls,
+    return cg_linear_cross_entropy(in[0], in[1], c->bias ? in[2] : NULL, t, c->ignore, c->ls, c->r,
                                    c->chunk, c->grad_scale);
 }
 
@@ -781,12 +782,21 @@ START_TEST(test_linear_cross_entropy)
 {
     cg_rng r = cg_rng_new(12);
     int64_t targets[6] = {0, 6, 2, 0, 4, 1};
-    lce_case cases[] = {{targets, -100, 0.0f, 6, true, 1.0f},
-                        {targets, 0, 0.0f, 2, true, 1.0f},
-                        {targets, 0, 0.1f, 4, false, 0.5f},
-                        {targets, -100, 0.3f, 1, true, 1.0f},
-                        {targets, -100, 0.1f, CG_LCE_EXACT, true, 1.0f},
-                        {targets, 0, 0.0f, CG_LCE_EXACT, false, 0.37f}};
+    /* the mean, then sum and none (none's backward computes the chunks
+     * with each row's upstream gradient: grad_scale not read) */
+    const cg_reduction M = CG_REDUCTION_MEAN, S = CG_REDUCTION_SUM, R = CG_REDUCTION_NONE;
+    lce_case cases[] = {{targets, -100, 0.0f, 6, true, 1.0f, M},
+                        {targets, 0, 0.0f, 2, true, 1.0f, M},
+                        {targets, 0, 0.1f, 4, false, 0.5f, M},
+                        {targets, -100, 0.3f, 1, true, 1.0f, M},
+                        {targets, -100, 0.1f, CG_LCE_EXACT, true, 1.0f, M},
+                        {targets, 0, 0.0f, CG_LCE_EXACT, false, 0.37f, M},
+                        {targets, 0, 0.1f, 4, true, 1.0f, S},
+                        {targets, -100, 0.0f, 1, false, 0.5f, S},
+                        {targets, 0, 0.2f, CG_LCE_EXACT, true, 0.37f, S},
+                        {targets, 0, 0.0f, 4, true, 1.0f, R},
+                        {targets, -100, 0.3f, 2, false, 0.5f, R},
+                        {targets, 0, 0.1f, CG_LCE_EXACT, true, 1.0f, R}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         for (int layout = 0; layout < 3; layout++) {
             cg_tensor *in[3] = {input(&r, CG_SHAPE(6, 5), layout, DOM_ANY),
@@ -805,7 +815,8 @@ START_TEST(test_linear_cross_entropy)
         cg_tensor *t = cg_test_ids_nd(2, in[0]->shape, targets);
         for (int i = 0; i < 3; i++)
             cg_zero_grad(in[i]);
-        cg_tensor *loss = cg_linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f, 4, 0.5f);
+        cg_tensor *loss =
+            cg_linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f, CG_REDUCTION_MEAN, 4, 0.5f);
         cg_tensor *half = cg_muls(loss, 0.5f);
         ck_assert(cg_backward(half, NULL, true));
         for (int k = 0; k < 3; k++) { /* the forward's gradients, used or not: gone */
@@ -824,8 +835,9 @@ START_TEST(test_linear_cross_entropy)
         cg_tensor *h = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4)), true);
         cg_tensor *w = cg_requires_grad(cg_randn(&r, CG_SHAPE(5, 4)), true);
         cg_tensor *b = cg_randn(&r, CG_SHAPE(5));
-        cg_tensor *loss = cg_linear_cross_entropy(
-            h, w, b, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 0.0f, 2, 1.0f);
+        cg_tensor *loss =
+            cg_linear_cross_entropy(h, w, b, cg_test_ids(3, (const int64_t[]){0, 1, 2}), -100, 0.0f,
+                                    CG_REDUCTION_MEAN, 2, 1.0f);
         ck_assert(loss && loss->node->p.i[3] >= 0 && loss->node->p.i[4] >= 0);
         ck_assert_int_eq(loss->node->p.i[5], -1);
         cg_release_all(4, loss, h, w, b);
@@ -833,17 +845,41 @@ START_TEST(test_linear_cross_entropy)
     /* refusals, each one line */
     cg_tensor *h = cg_zeros(CG_SHAPE(3, 4)), *w = cg_zeros(CG_SHAPE(5, 3));
     cg_tensor *t3 = cg_test_ids(3, (const int64_t[]){0, 1, 2});
-    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, 2, 1.0f),
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, CG_REDUCTION_MEAN, 2, 1.0f),
                     "need h [N, d], weight [V, d]");
     cg_release(w);
     w = cg_zeros(CG_SHAPE(5, 4));
-    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, 0, 1.0f),
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, CG_REDUCTION_MEAN, 0, 1.0f),
                     "chunk must be 1");
     CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, cg_test_ids(3, (const int64_t[]){0, 5, 1}),
-                                            -100, 0.0f, 2, 1.0f),
+                                            -100, 0.0f, CG_REDUCTION_MEAN, 2, 1.0f),
                     "target 5 at row 1 is out of range [0, 5) (logits shape [3, 5]");
-    CG_ASSERT_FAILS(cg_linear_cross_entropy(NULL, w, NULL, t3, -100, 0.0f, 2, 1.0f),
-                    "linear_cross_entropy");
+    CG_ASSERT_FAILS(
+        cg_linear_cross_entropy(NULL, w, NULL, t3, -100, 0.0f, CG_REDUCTION_MEAN, 2, 1.0f),
+        "linear_cross_entropy");
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, (cg_reduction)7, 2, 1.0f),
+                    "linear_cross_entropy: reduction 7 is not one of CG_REDUCTION_MEAN, _SUM, "
+                    "_NONE");
+    CG_ASSERT_FAILS(cg_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, CG_REDUCTION_BATCHMEAN,
+                                            CG_LCE_EXACT, 1.0f),
+                    "reduction 3 is not one of CG_REDUCTION_MEAN, _SUM, _NONE (batchmean is "
+                    "kl_div's)");
+    /* the kernel: none's gradients need g_rows, [N]; the others refuse it */
+    cg_tensor *dh = NULL, *g2 = cg_zeros(CG_SHAPE(2)), *g3 = cg_zeros(CG_SHAPE(3));
+    CG_ASSERT_FAILS(cg_k_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, CG_REDUCTION_NONE, 2,
+                                              1.0f, NULL, &dh, NULL, NULL),
+                    "linear_cross_entropy: reduction none's gradients need each row's upstream "
+                    "gradient (g_rows [N], NULL given)");
+    CG_ASSERT_FAILS(cg_k_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, CG_REDUCTION_NONE, 2,
+                                              1.0f, g2, &dh, NULL, NULL),
+                    "linear_cross_entropy: the upstream gradient has shape [2], expected [N], "
+                    "one a row");
+    CG_ASSERT_FAILS(cg_k_linear_cross_entropy(h, w, NULL, t3, -100, 0.0f, CG_REDUCTION_SUM, 2, 1.0f,
+                                              g3, &dh, NULL, NULL),
+                    "linear_cross_entropy: g_rows is reduction none's upstream gradient (the "
+                    "reduction is sum: pass g)");
+    ck_assert_ptr_null(dh);
+    cg_release_all(2, g2, g3);
     cg_release_all(2, h, w);
 }
 END_TEST
@@ -862,10 +898,15 @@ enum { LCE_D = 40, LCE_V = 131, LCE_IGNORE = -100 };
 typedef struct {
     bool bias, tie, ignore;
     float ls, g;
+    cg_reduction r; /* none: the loss times each row's g (lce_gw), summed */
 } lce_variant;
 
-/* The loss's bits and the gradients of h, w (and b), flattened into out.
- * mode 0: unfused; 1: fused, grad_scale 1; 2: fused, grad_scale v->g. */
+/* none's upstream gradient of row i: not one value for all rows */
+static float lce_gw(int64_t i) { return (float)(i % 5) * 0.375f - 0.5f; }
+
+/* The loss's bits (none: its N values) and the gradients of h, w (and
+ * b), flattened into out. mode 0: unfused; 1: fused, grad_scale 1; 2:
+ * fused, grad_scale v->g. */
 static void lce_exact_run(int mode, int64_t N, const lce_variant *v, const float *hv,
                           const float *wv, const int64_t *tg, const int64_t *ids, float *out)
 {
@@ -877,21 +918,28 @@ static void lce_exact_run(int mode, int64_t N, const lce_variant *v, const float
     cg_tensor *t = cg_test_ids(N, tg);
     cg_tensor *x = v->tie ? cg_add(h, cg_embedding(w, cg_test_ids(N, ids))) : h;
     cg_tensor *loss =
-        mode ? cg_linear_cross_entropy(x, w, b, t, LCE_IGNORE, v->ls, CG_LCE_EXACT,
+        mode ? cg_linear_cross_entropy(x, w, b, t, LCE_IGNORE, v->ls, v->r, CG_LCE_EXACT,
                                        mode == 2 ? v->g : 1.0f)
-        : b  ? cg_cross_entropy(cg_affine(x, w, b), t, LCE_IGNORE, v->ls, CG_REDUCTION_MEAN)
-             : cg_cross_entropy(cg_matmul(x, cg_transpose(w, 0, 1)), t, LCE_IGNORE, v->ls,
-                                CG_REDUCTION_MEAN);
+        : b  ? cg_cross_entropy(cg_affine(x, w, b), t, LCE_IGNORE, v->ls, v->r)
+             : cg_cross_entropy(cg_matmul(x, cg_transpose(w, 0, 1)), t, LCE_IGNORE, v->ls, v->r);
     ck_assert_msg(loss, "%s", cg_last_error());
-    cg_tensor *top = v->g == 1.0f ? loss : cg_muls(loss, v->g);
+    const bool none = v->r == CG_REDUCTION_NONE;
+    cg_tensor *gw = cg_empty(CG_SHAPE(N));
+    for (int64_t i = 0; i < N; i++)
+        cg_data(gw)[i] = lce_gw(i);
+    cg_tensor *top = none           ? cg_sum_all(cg_mul(loss, gw))
+                     : v->g == 1.0f ? loss
+                                    : cg_muls(loss, v->g);
     ck_assert_msg(cg_backward(top, NULL, false), "%s", cg_last_error());
-    out[0] = cg_item(loss);
-    cg_copy_to(cg_grad(h), out + 1);
-    cg_copy_to(cg_grad(w), out + 1 + N * LCE_D);
+    const int64_t nl = none ? N : 1;
+    cg_copy_to(loss, out);
+    cg_copy_to(cg_grad(h), out + nl);
+    cg_copy_to(cg_grad(w), out + nl + N * LCE_D);
     if (b)
-        cg_copy_to(cg_grad(b), out + 1 + N * LCE_D + LCE_V * LCE_D);
+        cg_copy_to(cg_grad(b), out + nl + N * LCE_D + LCE_V * LCE_D);
     cg_scope_end(sc);
-    const uint64_t want = mode == 0 ? 0 : mode == 2 || v->g == 1.0f ? 1 : 2;
+    /* none: the forward's run and the backward's */
+    const uint64_t want = mode == 0 ? 0 : none ? 2 : mode == 2 || v->g == 1.0f ? 1 : 2;
     ck_assert_uint_eq(cg_k_linear_cross_entropy_runs() - runs, want);
 }
 
@@ -899,14 +947,18 @@ START_TEST(test_linear_cross_entropy_exact)
 {
     const int64_t Ns[] = {1,   3,   4,   5,   6,   64,  69,  70,  383, 384,
                           385, 389, 479, 480, 481, 768, 769, 773, 865, 1157};
-    const lce_variant vs[] = {{false, false, false, 0.0f, 1.0f}, {false, false, true, 0.1f, 1.0f},
-                              {true, false, true, 0.0f, 1.0f},   {false, true, false, 0.1f, 1.0f},
-                              {false, false, true, 0.0f, 0.37f}, {false, true, true, 0.1f, 2.5f}};
+    const cg_reduction M = CG_REDUCTION_MEAN, S = CG_REDUCTION_SUM, R = CG_REDUCTION_NONE;
+    const lce_variant vs[] = {
+        {false, false, false, 0.0f, 1.0f, M}, {false, false, true, 0.1f, 1.0f, M},
+        {true, false, true, 0.0f, 1.0f, M},   {false, true, false, 0.1f, 1.0f, M},
+        {false, false, true, 0.0f, 0.37f, M}, {false, true, true, 0.1f, 2.5f, M},
+        {true, false, true, 0.1f, 0.37f, S},  {false, false, false, 0.0f, 1.0f, S},
+        {false, true, true, 0.0f, 1.0f, R},   {true, false, true, 0.1f, 1.0f, R}};
     const int64_t nmax = 1157;
     cg_rng r = cg_rng_new(37);
     float *hv = malloc(sizeof(float) * nmax * LCE_D), *wv = malloc(sizeof(float) * LCE_V * LCE_D);
     int64_t *tg = malloc(sizeof(int64_t) * nmax), *ids = malloc(sizeof(int64_t) * nmax);
-    const size_t nout = (size_t)(1 + nmax * LCE_D + LCE_V * LCE_D + LCE_V);
+    const size_t nout = (size_t)(nmax + nmax * LCE_D + LCE_V * LCE_D + LCE_V);
     float *ref = malloc(sizeof(float) * nout), *got = malloc(sizeof(float) * nout);
     for (int64_t i = 0; i < nmax * LCE_D; i++)
         hv[i] = 2.0f * cg_rng_normal(&r);
@@ -921,7 +973,8 @@ START_TEST(test_linear_cross_entropy_exact)
                                                             : (int64_t)cg_rng_below(&r, LCE_V);
                 ids[i] = (int64_t)cg_rng_below(&r, LCE_V);
             }
-            const size_t n = (size_t)(1 + N * LCE_D + LCE_V * LCE_D + (v->bias ? LCE_V : 0));
+            const size_t n =
+                (size_t)((v->r == R ? N : 1) + N * LCE_D + LCE_V * LCE_D + (v->bias ? LCE_V : 0));
             for (int prec = 0; prec < 2; prec++) {
                 cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
                 cg_set_num_threads(1);
@@ -950,6 +1003,97 @@ START_TEST(test_linear_cross_entropy_exact)
     free(ids);
     free(ref);
     free(got);
+}
+END_TEST
+
+/* Sum and none against a float64 reference computed here: h [2, 4, 6]
+ * (8 rows, 2 ignored), w [9, 6], b [9], label smoothing 0.1; the loss
+ * (sum: a scalar; none: [2, 4]) and the gradients of h, w, b for the
+ * upstream gradient 1.7 (sum, through cg_muls) or gw[r] = lce_gw(r) (none),
+ * in chunks of 3 rows and CG_LCE_EXACT, fp32 products: within 2e-6 of the
+ * largest value. The logits' gradient of a kept row r with target y is
+ * g_r (softmax(z)_j - (1 - ls) [j = y] - ls / C). */
+enum { LR_N = 8, LR_D = 6, LR_V = 9 };
+
+static double lr_max_err(const cg_tensor *got, const double *want, int64_t n)
+{
+    ck_assert_msg(got && cg_numel(got) == n, "%s", cg_last_error());
+    double err = 0.0, big = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        err = fmax(err, fabs((double)cg_data(got)[i] - want[i]));
+        big = fmax(big, fabs(want[i]));
+    }
+    return err / big;
+}
+
+START_TEST(test_linear_cross_entropy_reductions_f64)
+{
+    cg_rng r = cg_rng_new(41);
+    const int64_t tg[LR_N] = {3, 0, -100, 8, 5, -100, 1, 3};
+    const double ls = 0.1;
+    cg_tensor *h = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, LR_D)), true);
+    cg_tensor *w = cg_requires_grad(cg_randn(&r, CG_SHAPE(LR_V, LR_D)), true);
+    cg_tensor *b = cg_requires_grad(cg_randn(&r, CG_SHAPE(LR_V)), true);
+    cg_tensor *t = cg_test_ids_nd(CG_SHAPE(2, 4), tg);
+    cg_tensor *gw = cg_empty(CG_SHAPE(2, 4));
+    for (int64_t i = 0; i < LR_N; i++)
+        cg_data(gw)[i] = lce_gw(i);
+    const float *hp = cg_data(h), *wp = cg_data(w), *bp = cg_data(b);
+    for (int red = CG_REDUCTION_SUM; red <= CG_REDUCTION_NONE; red++) {
+        const bool none = red == CG_REDUCTION_NONE;
+        double loss[LR_N] = {0}, dh[LR_N * LR_D] = {0}, dw[LR_V * LR_D] = {0}, db[LR_V] = {0};
+        double sum = 0.0;
+        for (int64_t i = 0; i < LR_N; i++) {
+            if (tg[i] < 0)
+                continue;
+            double z[LR_V], mx = -INFINITY, se = 0.0, sz = 0.0;
+            for (int64_t j = 0; j < LR_V; j++) {
+                z[j] = bp[j];
+                for (int64_t k = 0; k < LR_D; k++)
+                    z[j] += (double)hp[i * LR_D + k] * wp[j * LR_D + k];
+                mx = fmax(mx, z[j]);
+                sz += z[j];
+            }
+            for (int64_t j = 0; j < LR_V; j++)
+                se += exp(z[j] - mx);
+            const double lse = mx + log(se), g = none ? (double)lce_gw(i) : 1.7;
+            loss[i] = (1.0 - ls) * (lse - z[tg[i]]) + ls * (lse - sz / LR_V);
+            sum += loss[i];
+            for (int64_t j = 0; j < LR_V; j++) {
+                const double dz = g * (exp(z[j] - lse) - (1.0 - ls) * (j == tg[i]) - ls / LR_V);
+                db[j] += dz;
+                for (int64_t k = 0; k < LR_D; k++) {
+                    dh[i * LR_D + k] += dz * wp[j * LR_D + k];
+                    dw[j * LR_D + k] += dz * hp[i * LR_D + k];
+                }
+            }
+        }
+        const int64_t chunks[2] = {3, CG_LCE_EXACT};
+        for (int c = 0; c < 2; c++) {
+            cg_scope *sc = cg_scope_begin();
+            cg_tensor *l = cg_linear_cross_entropy(h, w, b, t, -100, (float)ls, (cg_reduction)red,
+                                                   chunks[c], 1.0f);
+            ck_assert_msg(l, "%s", cg_last_error());
+            ck_assert_int_eq(l->ndim, none ? 2 : 0);
+            cg_tensor *top = none ? cg_sum_all(cg_mul(l, gw)) : cg_muls(l, 1.7f);
+            ck_assert_msg(cg_backward(top, NULL, false), "%s", cg_last_error());
+            const double e[4] = {none ? lr_max_err(l, loss, LR_N) : lr_max_err(l, &sum, 1),
+                                 lr_max_err(h->grad, dh, LR_N * LR_D),
+                                 lr_max_err(w->grad, dw, LR_V * LR_D),
+                                 lr_max_err(b->grad, db, LR_V)};
+            for (int k = 0; k < 4; k++)
+                ck_assert_msg(e[k] < 2e-6, "%s chunk %lld: %s off by %.3g of the largest",
+                              none ? "none" : "sum", (long long)chunks[c],
+                              (const char *[]){"loss", "dh", "dw", "db"}[k], e[k]);
+            for (int k = 0; k < LR_N; k++) /* an ignored target's loss: 0 */
+                ck_assert(!none || tg[k] >= 0 || cg_data(l)[k] == 0.0f);
+            cg_zero_grad(h);
+            cg_zero_grad(w);
+            cg_zero_grad(b);
+            cg_scope_end(sc);
+        }
+    }
+    cg_release_all(4, h, w, b, gw);
 }
 END_TEST
 
@@ -2072,7 +2216,8 @@ START_TEST(test_bf16_grads_near_fp32)
     fused_attn_ctx ac = {true, cg_test_mask(CG_SHAPE(2, 5), pad)};
     const residual_case rc = {.bias = true, .res = true, .p = 0.3f, .training = true};
     ce_case cc = {tg, -100, 0.1f, CG_REDUCTION_MEAN};
-    lce_case lc = {tg, -100, 0.1f, 4, true, 1.0f}, lx = {tg, -100, 0.0f, CG_LCE_EXACT, true, 1.0f};
+    lce_case lc = {tg, -100, 0.1f, 4, true, 1.0f, CG_REDUCTION_MEAN},
+             lx = {tg, -100, 0.0f, CG_LCE_EXACT, true, 1.0f, CG_REDUCTION_MEAN};
     int one = 1;
     const struct {
         const char *name;
@@ -2150,6 +2295,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_slices_add_into_gradient);
     tcase_add_test(tc, test_linear_cross_entropy);
     tcase_add_test(tc, test_linear_cross_entropy_exact);
+    tcase_add_test(tc, test_linear_cross_entropy_reductions_f64);
     tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_concat_split);
     tcase_add_test(tc, test_stack);

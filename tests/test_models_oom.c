@@ -742,8 +742,8 @@ START_TEST(test_linear_fp32_oom)
     ck_assert_ptr_nonnull(t);
     const cg_precision was = cg_autocast_begin(CG_PRECISION_FP32);
     atomic_store(&fail_next_buffer, true);
-    cg_tensor *ce =
-        cg_linear_cross_entropy(c.x, c.l->weight, c.l->bias, t, -100, 0.0f, CG_LCE_EXACT, 1.0f);
+    cg_tensor *ce = cg_linear_cross_entropy(c.x, c.l->weight, c.l->bias, t, -100, 0.0f,
+                                            CG_REDUCTION_MEAN, CG_LCE_EXACT, 1.0f);
     cg_autocast_end(was);
     ck_assert_msg(!atomic_load(&fail_next_buffer), "cross-entropy asked for no packing buffer");
     ck_assert_msg(!ce, "cross-entropy succeeded without its buffer: %g",

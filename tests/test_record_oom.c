@@ -492,11 +492,13 @@ END_TEST
 /* A loss at reduction r, forward and backward (none's losses weighted by
  * w and summed): every malloc and calloc of it failing in turn gives an
  * error or a success, and leaves no tensor behind. which 4 to 6: the
- * class losses with class weights cw, bce with weight and pos_weight cw. */
+ * class losses with class weights cw, bce with weight and pos_weight cw;
+ * 7 and 8: the fused head over x and the weight hw, in chunks of 5 rows
+ * and CG_LCE_EXACT (none: its backward computes the chunks). */
 typedef struct {
     int which;
     cg_reduction r;
-    cg_tensor *x, *y, *t, *w, *cw;
+    cg_tensor *x, *y, *t, *w, *cw, *hw;
 } loss_ctx;
 static bool loss_run(void *ctx)
 {
@@ -510,8 +512,10 @@ static bool loss_run(void *ctx)
                    : which == 3 ? cg_binary_cross_entropy_with_logits(x, y, r)
                    : which == 4 ? cg_cross_entropy_weighted(x, t, cw, 1, 0.1f, r)
                    : which == 5 ? cg_nll_loss_weighted(x, t, cw, 1, r)
-                                : cg_binary_cross_entropy_with_logits_ex(x, y, cw, cw, r);
-    const bool rows = which < 2 || which == 4 || which == 5;
+                   : which == 6 ? cg_binary_cross_entropy_with_logits_ex(x, y, cw, cw, r)
+                                : cg_linear_cross_entropy(x, c->hw, NULL, t, 1, 0.1f, r,
+                                                          which == 7 ? 5 : CG_LCE_EXACT, 1.0f);
+    const bool rows = which < 2 || which == 4 || which == 5 || which > 6;
     cg_tensor *lw = l && r == CG_REDUCTION_NONE ? cg_mul(l, rows ? w : y) : NULL;
     cg_tensor *s = lw ? cg_sum_all(lw) : NULL;
     cg_tensor *root = r == CG_REDUCTION_NONE ? s : l;
@@ -520,6 +524,7 @@ static bool loss_run(void *ctx)
     cg_release_all(3, l, lw, s);
     cg_zero_grad(x);
     cg_zero_grad(y);
+    cg_zero_grad(c->hw);
     return ok;
 }
 
@@ -534,15 +539,16 @@ START_TEST(test_loss_reductions_oom)
         tv[i] = i % 5;
     cg_tensor *t = cg_test_ids_nd(CG_SHAPE(3, 4), tv);
     cg_tensor *cw = cg_from_data(CG_SHAPE(5), (const float[]){0.5f, 2, 1.5f, 0.25f, 3});
-    for (int which = 0; which < 7; which++)
+    cg_tensor *hw = cg_requires_grad(cg_randn(&r, CG_SHAPE(6, 5)), true);
+    for (int which = 0; which < 9; which++)
         for (int red = CG_REDUCTION_MEAN; red <= CG_REDUCTION_NONE; red++) {
-            loss_ctx c = {which, (cg_reduction)red, x, y, t, w, cw};
+            loss_ctx c = {which, (cg_reduction)red, x, y, t, w, cw, hw};
             const int failed = every_allocation_fails(loss_run, &c);
             ck_assert_msg(failed > 3, "loss %d reduction %d: only %d runs failed", which, red,
                           failed);
             ck_assert(loss_run(&c));
         }
-    cg_release_all(4, x, y, w, cw);
+    cg_release_all(5, x, y, w, cw, hw);
 }
 END_TEST
 

@@ -212,10 +212,11 @@ cg_tensor *cg_charlm_forward_loss(cg_charlm *m, const int64_t *ids, int64_t B, i
     cg_tensor *x = fused ? charlm_hidden(m, ids, B, T) : cg_charlm_forward(m, ids, B, T);
     cg_tensor *t =
         x ? cg_from_i64(fused ? 1 : 2, (const int64_t[]){fused ? B * T : B, T}, targets) : NULL;
-    cg_tensor *loss = !t      ? NULL
-                      : fused ? cg_linear_cross_entropy(x, m->tok_emb->weight, NULL, t, -100, ls,
-                                                        m->cfg.loss_chunk, grad_scale)
-                              : cg_cross_entropy(x, t, -100, ls, CG_REDUCTION_MEAN);
+    cg_tensor *loss =
+        !t      ? NULL
+        : fused ? cg_linear_cross_entropy(x, m->tok_emb->weight, NULL, t, -100, ls,
+                                          CG_REDUCTION_MEAN, m->cfg.loss_chunk, grad_scale)
+                : cg_cross_entropy(x, t, -100, ls, CG_REDUCTION_MEAN);
     cg_release_all(2, x, t);
     return loss;
 }

@@ -401,7 +401,7 @@ cg_tensor *cg_seq2seq_forward_loss(cg_seq2seq *m, const int64_t *src, int64_t B,
     cg_tensor *t = h ? cg_from_i64(CG_SHAPE(B, T), tgt_out) : NULL; /* h [B, T, d] */
     cg_tensor *loss =
         t ? cg_linear_cross_entropy(h, m->emb->weight, NULL, t, CG_PAD, m->cfg.label_smoothing,
-                                    m->cfg.loss_chunk, grad_scale)
+                                    CG_REDUCTION_MEAN, m->cfg.loss_chunk, grad_scale)
           : NULL;
     cg_release_all(2, h, t);
     return loss;

@@ -1,6 +1,7 @@
 /* The fused output projection and cross-entropy (cg_linear_cross_entropy)
- * against PyTorch's F.cross_entropy(h @ w.T + b, ...) (written by
- * tests/interop/make_linear_ce.py):
+ * against PyTorch's F.cross_entropy(h @ w.T + b, ..., reduction=) (written
+ * by tests/interop/make_linear_ce.py; reduction none's backward from
+ * (loss * gw).sum(), one upstream gradient a target):
  *     check_linear_ce FILE     exit 0: every case within its bound; 1: not
  * Each case runs with chunks of 3 rows and of all rows: in fp32 the loss and
  * the gradients of h, w and b match PyTorch's float32 (|a - b| <= 1e-6 +
@@ -56,6 +57,26 @@ static cg_tensor *get(const cg_st_file *f, const char *c, const char *k)
     return cg_st_has(f, name) ? cg_st_get(f, name) : NULL;
 }
 
+/* The case's reduction (K.red) */
+static cg_reduction reduction_of(const cg_st_file *f, const char *c)
+{
+    cg_tensor *red = get(f, c, "red");
+    const cg_reduction r = (cg_reduction)cg_data_i64(red)[0];
+    cg_release(red);
+    return r;
+}
+
+/* The root the backward starts at: the loss, or reduction none's loss
+ * times the case's upstream gradient (K.gw), summed */
+static cg_tensor *root_of(const cg_st_file *f, const char *c, cg_tensor *loss)
+{
+    if (!loss || reduction_of(f, c) != CG_REDUCTION_NONE)
+        return cg_retain(loss);
+    cg_tensor *gw = get(f, c, "gw"), *lw = cg_mul(loss, gw), *s = lw ? cg_sum_all(lw) : NULL;
+    cg_release_all(2, gw, lw);
+    return s;
+}
+
 /* One case, fused with the given chunk, against `ref` ("32" or "64"). */
 static void run_case(const cg_st_file *f, const char *c, int64_t chunk, const char *ref, bool rel,
                      double tol, const char *tag)
@@ -66,9 +87,10 @@ static void run_case(const cg_st_file *f, const char *c, int64_t chunk, const ch
     cg_tensor *ig = get(f, c, "ignore");
     if (b)
         cg_requires_grad(b, true);
-    cg_tensor *loss =
-        cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0], chunk, 1.0f);
-    if (!loss || !cg_backward(loss, NULL, false)) {
+    cg_tensor *loss = cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0],
+                                              reduction_of(f, c), chunk, 1.0f);
+    cg_tensor *root = root_of(f, c, loss);
+    if (!root || !cg_backward(root, NULL, false)) {
         printf("%s: %s\n", c, cg_last_error());
         g_fail = 1;
     } else {
@@ -83,7 +105,7 @@ static void run_case(const cg_st_file *f, const char *c, int64_t chunk, const ch
             cg_release(want);
         }
     }
-    cg_release_all(7, h, w, b, t, ls, ig, loss);
+    cg_release_all(8, h, w, b, t, ls, ig, loss, root);
 }
 
 /* The fused op against the unfused cg_cross_entropy(cg_affine(h, w, b)). */
@@ -91,11 +113,11 @@ static void run_unfused(const cg_st_file *f, const char *c)
 {
     cg_tensor *h = get(f, c, "h"), *w = get(f, c, "w"), *b = get(f, c, "b"), *t = get(f, c, "t");
     cg_tensor *ls = get(f, c, "ls"), *ig = get(f, c, "ignore");
+    const cg_reduction r = reduction_of(f, c);
     cg_tensor *fused =
-        cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0], 7, 1.0f);
+        cg_linear_cross_entropy(h, w, b, t, cg_data_i64(ig)[0], cg_data(ls)[0], r, 7, 1.0f);
     cg_tensor *logits = cg_affine(h, w, b);
-    cg_tensor *plain =
-        cg_cross_entropy(logits, t, cg_data_i64(ig)[0], cg_data(ls)[0], CG_REDUCTION_MEAN);
+    cg_tensor *plain = cg_cross_entropy(logits, t, cg_data_i64(ig)[0], cg_data(ls)[0], r);
     char what[96];
     snprintf(what, sizeof what, "%s fp32 loss vs unfused", c);
     compare(what, fused, plain, false, 1e-6);
@@ -141,7 +163,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "check_linear_ce: %s\n", cg_last_error());
         return 1;
     }
-    const char *cases[] = {"plain", "smooth_ignored", "nobias_3d", "smooth_only"};
+    const char *cases[] = {"plain",       "smooth_ignored",     "nobias_3d",
+                           "smooth_only", "sum_smooth_ignored", "sum_nobias",
+                           "none_plain",  "none_nobias_3d",     "none_smooth_ignored"};
     cg_precision bf16;
     bool has_bf16 = cg_precision_parse("bf16", &bf16);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

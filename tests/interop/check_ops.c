@@ -351,7 +351,7 @@ static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tenso
         *out = cg_attention(x[0], x[1], x[2], ai(a, "causal"), n > 3 ? x[3] : NULL, NULL);
     else if (!strcmp(op, "linear_cross_entropy"))
         *out = cg_linear_cross_entropy(x[0], x[1], b ? x[2] : NULL, x[n - 1], ai64(a, "ignore"),
-                                       (float)ad(a, "ls"), CG_LCE_EXACT, 1.0f);
+                                       (float)ad(a, "ls"), CG_REDUCTION_MEAN, CG_LCE_EXACT, 1.0f);
     else if (!strcmp(op, "l1_loss"))
         *out = cg_l1_loss(x[0], x[1], (cg_reduction)ai(a, "red"));
     else if (!strcmp(op, "smooth_l1_loss"))
