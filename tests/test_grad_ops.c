@@ -1097,6 +1097,70 @@ START_TEST(test_linear_cross_entropy_reductions_f64)
 }
 END_TEST
 
+/* Fixed chunks (600 rows of 700, the last short; a chunk's loss rows are
+ * split between the threads) in each reduction, fp32 and bf16 products:
+ * 2 threads give the bits of 1 (the loss and the gradients of h, w, b;
+ * none's backward from the loss times lce_gw). */
+static void lce_chunk_run(cg_reduction red, const float *hv, const float *wv, const int64_t *tg,
+                          float *out)
+{
+    enum { N = 700, D = 40, V = 131 };
+    cg_scope *sc = cg_scope_begin();
+    cg_tensor *h = cg_requires_grad(cg_from_data(CG_SHAPE(N, D), hv), true);
+    cg_tensor *w = cg_requires_grad(cg_from_data(CG_SHAPE(V, D), wv), true);
+    cg_tensor *b = cg_requires_grad(cg_from_data(CG_SHAPE(V), wv), true);
+    cg_tensor *l = cg_linear_cross_entropy(h, w, b, cg_test_ids(N, tg), 3, 0.1f, red, 600, 1.0f);
+    ck_assert_msg(l, "%s", cg_last_error());
+    cg_tensor *gw = cg_empty(CG_SHAPE(N));
+    for (int64_t i = 0; i < N; i++)
+        cg_data(gw)[i] = lce_gw(i);
+    cg_tensor *top = red == CG_REDUCTION_NONE ? cg_sum_all(cg_mul(l, gw)) : cg_muls(l, 0.37f);
+    ck_assert_msg(cg_backward(top, NULL, false), "%s", cg_last_error());
+    cg_copy_to(l, out);
+    cg_copy_to(cg_grad(h), out + N);
+    cg_copy_to(cg_grad(w), out + N + N * D);
+    cg_copy_to(cg_grad(b), out + N + N * D + V * D);
+    cg_scope_end(sc);
+}
+
+START_TEST(test_linear_cross_entropy_chunk_threads)
+{
+    enum { N = 700, D = 40, V = 131 };
+    cg_rng r = cg_rng_new(43);
+    const size_t n = N + N * D + V * D + V;
+    float *hv = malloc(sizeof(float) * N * D), *wv = malloc(sizeof(float) * V * D);
+    float *one = calloc(n, sizeof(float)), *two = calloc(n, sizeof(float));
+    int64_t *tg = malloc(sizeof(int64_t) * N);
+    for (int64_t i = 0; i < N * D; i++)
+        hv[i] = 2.0f * cg_rng_normal(&r);
+    for (int64_t i = 0; i < V * D; i++)
+        wv[i] = 0.5f * cg_rng_normal(&r);
+    for (int64_t i = 0; i < N; i++)
+        tg[i] = (int64_t)cg_rng_below(&r, V);
+    for (int prec = 0; prec < 2; prec++) {
+        cg_set_matmul_precision(prec ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+        for (int red = CG_REDUCTION_MEAN; red <= CG_REDUCTION_NONE; red++) {
+            cg_set_num_threads(1);
+            lce_chunk_run((cg_reduction)red, hv, wv, tg, one);
+            cg_set_num_threads(2);
+            lce_chunk_run((cg_reduction)red, hv, wv, tg, two);
+            /* a scalar loss fills out[0]; the rest of its N slots stay
+             * as the calls before left them, in both */
+            ck_assert_msg(memcmp(one, two, sizeof(float) * n) == 0,
+                          "reduction %d, %s: 2 threads are not 1's bits", red,
+                          prec ? "bf16" : "fp32");
+        }
+    }
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    cg_set_num_threads(0);
+    free(hv);
+    free(wv);
+    free(one);
+    free(two);
+    free(tg);
+}
+END_TEST
+
 /* In both of the loss's precision policies (core/loss.c): _i = 0 fp32,
  * 1 bf16 autocast (float lanes, one exponential an element). */
 START_TEST(test_cross_entropy)
@@ -2296,6 +2360,7 @@ static Suite *grad_ops_suite(void)
     tcase_add_test(tc, test_linear_cross_entropy);
     tcase_add_test(tc, test_linear_cross_entropy_exact);
     tcase_add_test(tc, test_linear_cross_entropy_reductions_f64);
+    tcase_add_test(tc, test_linear_cross_entropy_chunk_threads);
     tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_concat_split);
     tcase_add_test(tc, test_stack);
