@@ -463,12 +463,12 @@ static bool entry_run(const cg_dist_stream *s, int j, int64_t *lo, int64_t *hi)
  * NULL + error. */
 static cg_tensor *entry_buffer(const cg_dist_stream *s, int j, int k)
 {
-    static const char *const what[4] = {NULL, "exp_avg", "exp_avg_sq", "momentum_buffer"};
-    if (j < 0 || j >= s->n || k < 0 || k > 3 || (j < s->n_opt) != (k > 0)) {
+    if (j < 0 || j >= s->n || k < 0 || k >= CG_OPTIM_NBUFS || (j < s->n_opt) != (k > 0)) {
         cg_set_error("dist: stream: no state buffer %d of entry %d", k, j);
         return NULL;
     }
-    return k ? cg_optim_state(s->opt, j, what[k]) : cg_ema_state(s->ema, j - s->n_opt);
+    return k ? cg_optim_state(s->opt, j, cg_optim_buffer_name(k))
+             : cg_ema_state(s->ema, j - s->n_opt);
 }
 
 void cg_dist_stream_free(cg_dist_stream *s)

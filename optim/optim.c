@@ -33,84 +33,6 @@ const char *cg_optim_type_name(cg_optim_type t)
     return ((int)t >= 0 && (int)t < CG_OPTIM_NTYPES) ? type_names[t] : "?";
 }
 
-cg_optim_config cg_sgd_config(double lr, double momentum, bool nesterov)
-{
-    return (cg_optim_config){
-        .type = CG_OPTIM_SGD, .lr = lr, .momentum = momentum, .nesterov = nesterov};
-}
-
-cg_optim_config cg_adam_config(double lr, double beta1, double beta2, double eps)
-{
-    return (cg_optim_config){
-        .type = CG_OPTIM_ADAM, .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps};
-}
-
-cg_optim_config cg_adamw_config(double lr, double beta1, double beta2, double eps)
-{
-    cg_optim_config c = cg_adam_config(lr, beta1, beta2, eps);
-    c.type = CG_OPTIM_ADAMW;
-    return c;
-}
-
-cg_optim_config cg_sgd_default(double lr) { return cg_sgd_config(lr, 0.0, false); }
-cg_optim_config cg_adam_default(double lr) { return cg_adam_config(lr, 0.9, 0.999, 1e-8); }
-cg_optim_config cg_adamw_default(double lr) { return cg_adamw_config(lr, 0.9, 0.999, 1e-8); }
-
-/* ------------------------------------------------------------ helpers */
-
-/* Subnormals are rates: PyTorch takes any lr >= 0, a schedule (StepLR)
- * passes through them on its way to 0, and "%.17g" writes them exactly.
- * FLT_MAX bounds a rate: the step rounds -rate to float once, and past it
- * that is -inf, which wrote inf and NaN into the weights. */
-bool cg_optim_rate_ok(double lr, double scale, char *why, size_t n)
-{
-    if (!(lr >= 0 && lr <= FLT_MAX)) /* a schedule's NaN would wreck every weight */
-        snprintf(why, n, "learning rate %g must be finite, >= 0 and at most %g (float32's largest)",
-                 lr, (double)FLT_MAX);
-    else if (!(scale >= 0 && scale <= DBL_MAX))
-        snprintf(why, n, "learning-rate scale %g must be finite and >= 0", scale);
-    else if (!(param_rate(lr, scale) <= FLT_MAX))
-        snprintf(why, n, "learning rate %g times scale %g is %g, past float32's largest (%g)", lr,
-                 scale, param_rate(lr, scale), (double)FLT_MAX);
-    else
-        return true;
-    return false;
-}
-
-bool cg_optim_check_config(const char *what, const cg_optim_config *c)
-{
-    if ((int)c->type < 0 || (int)c->type >= CG_OPTIM_NTYPES) {
-        cg_set_error("%s: unknown optimizer type %d", what, (int)c->type);
-        return false;
-    }
-    char why[192];
-    if (!cg_optim_rate_ok(c->lr, 1.0, why, sizeof why)) {
-        cg_set_error("%s: %s", what, why);
-        return false;
-    }
-    if (c->type == CG_OPTIM_SGD) {
-        if (!(c->momentum >= 0) || !isfinite(c->momentum)) {
-            cg_set_error("%s: SGD momentum %g must be finite and >= 0", what, c->momentum);
-            return false;
-        }
-        if (c->nesterov && c->momentum == 0) {
-            cg_set_error("%s: Nesterov momentum needs momentum > 0", what);
-            return false;
-        }
-        return true;
-    }
-    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) {
-        cg_set_error("%s: %s betas (%g, %g) must be in [0, 1)", what, type_names[c->type], c->beta1,
-                     c->beta2);
-        return false;
-    }
-    if (!(c->eps >= 0) || !isfinite(c->eps)) {
-        cg_set_error("%s: %s eps %g must be finite and >= 0", what, type_names[c->type], c->eps);
-        return false;
-    }
-    return true;
-}
-
 /* Why t cannot be an optimizer parameter, or NULL if it can. */
 static const char *param_problem(const cg_tensor *t)
 {
@@ -130,8 +52,8 @@ static void free_slots(slot *s, int n)
     for (int i = 0; i < n; i++) {
         free(s[i].name);
         cg_release_held(s[i].p);
-        cg_release_held(s[i].buf1);
-        cg_release_held(s[i].buf2);
+        for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+            cg_release_held(s[i].buf[k]);
     }
     free(s);
 }
@@ -148,6 +70,18 @@ cg_tensor *cg_optim_zeros_state(const slot *s)
     if (s->lo == 0 && s->hi == cg_numel(s->p))
         return cg_optim_zeros_like_param(s->p);
     return cg_hold(cg_zeros(CG_SHAPE(s->hi - s->lo)));
+}
+
+cg_tensor *cg_optim_new_buffer(const cg_optim_config *c, const slot *s, int k)
+{
+    cg_tensor *t = cg_optim_zeros_state(s);
+    /* Adagrad's sum: torch.full_like(p, initial_accumulator_value) */
+    if (t && k == CG_OPTIM_BUF_SUM && c->initial_accumulator_value != 0 &&
+        !cg_fill_(t, (float)c->initial_accumulator_value)) {
+        cg_release_held(t);
+        return NULL;
+    }
+    return t;
 }
 
 /* ------------------------------------------------------- construction */
@@ -241,11 +175,11 @@ cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim
         s[i].hi = own ? own[i].hi : cg_numel(q->tensor);
         o->sharded |= s[i].lo != 0 || s[i].hi != cg_numel(q->tensor);
         o->n = i + 1;
-        if (uses_buf1(cfg))
-            s[i].buf1 = cg_optim_zeros_state(&s[i]);
-        if (uses_buf2(cfg))
-            s[i].buf2 = cg_optim_zeros_state(&s[i]);
-        if (!s[i].name || (uses_buf1(cfg) && !s[i].buf1) || (uses_buf2(cfg) && !s[i].buf2)) {
+        bool ok = s[i].name != NULL;
+        for (int k = 1; ok && k < CG_OPTIM_NBUFS; k++)
+            if (cg_optim_keeps(cfg, k))
+                ok = (s[i].buf[k] = cg_optim_new_buffer(cfg, &s[i], k)) != NULL;
+        if (!ok) {
             cg_optim_free(o);
             cg_set_error("optim_new: out of memory for the state of parameter '%s'", q->name);
             return NULL;
@@ -355,38 +289,82 @@ cg_optim *cg_sgd_from_module(const cg_module *m, double lr)
  * same bits on every CPU). SSE2's 4 lanes made Adam's square root and
  * division the bound: the AVX-512 clone took the update from 4.2% to 2.0%
  * of a 1-thread seq2seq paper bf16 step (63 million parameters, Zen 4). */
+/* The gradient with L2 weight decay: grad.add(param, alpha=wd), if wd != 0 */
+static inline float with_l2(float g, float wd, float p) { return wd != 0 ? g + wd * p : g; }
+
 EW_CLONES static void sgd_update(float *restrict p, const float *restrict g0, float *restrict buf,
-                                 int64_t n, float wd, float mom, bool first, bool nesterov,
-                                 float neg_lr)
+                                 int64_t n, float wd, float mom, float damp1, bool first,
+                                 bool nesterov, float neg_lr)
 {
     for (int64_t i = 0; i < n; i++) {
-        float g = g0[i];
-        if (wd != 0)
-            g = g + wd * p[i]; /* grad.add(param, alpha=wd) */
+        float g = with_l2(g0[i], wd, p[i]);
         if (buf) {
-            buf[i] = first ? g : buf[i] * mom + g; /* dampening 0: alpha 1 */
+            /* buf.mul_(momentum).add_(g, alpha=1-dampening): at dampening 0,
+             * 1 * g is g, the bits of before dampening existed */
+            buf[i] = first ? g : buf[i] * mom + damp1 * g;
             g = nesterov ? g + mom * buf[i] : buf[i];
         }
         p[i] = p[i] + neg_lr * g; /* param.add_(d_p, alpha=-lr) */
     }
 }
 
+/* torch.maximum: NaN if either is */
+static inline float maximum(float a, float b) { return a != a ? a : (a >= b ? a : b); }
+
 EW_CLONES static void adam_update(float *restrict p, const float *restrict g0, float *restrict m,
-                                  float *restrict v, int64_t n, float l2, float decay, float b1,
-                                  float a1, float b2, float a2, float bc2_sqrt, float eps,
-                                  float neg_step)
+                                  float *restrict v, float *restrict vmax, int64_t n, float l2,
+                                  float decay, float b1, float a1, float b2, float a2,
+                                  float bc2_sqrt, float eps, float neg_step)
 {
     for (int64_t i = 0; i < n; i++) {
-        float g = g0[i];
-        if (l2 != 0)
-            g = g + l2 * p[i]; /* Adam: grad.add(param, alpha=wd) */
+        float g = with_l2(g0[i], l2, p[i]); /* Adam's; AdamW's l2 is 0 */
         float pi = p[i];
         if (decay != 1)
             pi = pi * decay;           /* AdamW: param.mul_(1 - lr*wd) */
         m[i] = m[i] * b1 + a1 * g;     /* exp_avg.mul_(b1).add_(g, alpha=1-b1) */
         v[i] = v[i] * b2 + a2 * g * g; /* exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2) */
-        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        float vi = v[i];
+        if (vmax) /* amsgrad: torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq) */
+            vi = vmax[i] = maximum(vmax[i], vi);
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
         p[i] = pi + neg_step * m[i] / denom; /* param.addcdiv_(m, denom, -step_size) */
+    }
+}
+
+EW_CLONES static void rmsprop_update(float *restrict p, const float *restrict g0,
+                                     float *restrict sq, float *restrict ga, float *restrict buf,
+                                     int64_t n, float wd, float alpha, float a1, float eps,
+                                     float mom, float neg_lr)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = with_l2(g0[i], wd, p[i]);
+        sq[i] = sq[i] * alpha + a1 * g * g; /* square_avg.mul_(alpha).addcmul_(g, g, 1-alpha) */
+        float avg;
+        if (ga) {
+            ga[i] = ga[i] * alpha + a1 * g; /* grad_avg.mul_(alpha).add_(g, alpha=1-alpha) */
+            avg = sqrtf(sq[i] + -1.0f * ga[i] * ga[i]); /* square_avg.addcmul(ga, ga, -1) */
+        } else {
+            avg = sqrtf(sq[i]);
+        }
+        avg = avg + eps;
+        if (buf) {
+            buf[i] = buf[i] * mom + g / avg; /* buf.mul_(momentum).addcdiv_(g, avg) */
+            p[i] = p[i] + neg_lr * buf[i];   /* param.add_(buf, alpha=-lr) */
+        } else {
+            p[i] = p[i] + neg_lr * g / avg; /* param.addcdiv_(g, avg, value=-lr) */
+        }
+    }
+}
+
+EW_CLONES static void adagrad_update(float *restrict p, const float *restrict g0,
+                                     float *restrict sum, int64_t n, float wd, float eps,
+                                     float neg_clr)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = with_l2(g0[i], wd, p[i]);
+        sum[i] = sum[i] + 1.0f * g * g; /* state_sum.addcmul_(g, g, value=1) */
+        float std = sqrtf(sum[i]) + eps;
+        p[i] = p[i] + neg_clr * g / std; /* param.addcdiv_(g, std, value=-clr) */
     }
 }
 
@@ -397,7 +375,7 @@ EW_CLONES static void adam_update(float *restrict p, const float *restrict g0, f
  * each). The updates are elementwise, so the cut does not change any
  * result. */
 typedef struct {
-    float *p, *buf1, *buf2;
+    float *p, *buf[CG_OPTIM_NBUFS]; /* buf by k, NULL where not kept */
     const float *g;
     int64_t n;
     float wd, neg_lr, l2, decay, bc2_sqrt, neg_step;
@@ -411,6 +389,12 @@ typedef struct {
     int njobs;
 } update_range;
 
+/* Buffer k of job u from element a on, or NULL */
+static float *job_buf(const update_job *u, int k, int64_t a)
+{
+    return u->buf[k] ? u->buf[k] + a : NULL;
+}
+
 /* Elements [lo, hi) of the concatenated range, job by job */
 static void update_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
 {
@@ -422,13 +406,29 @@ static void update_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
         int64_t a = lo > base ? lo - base : 0, b = hi - base < u->n ? hi - base : u->n;
         if (a >= b)
             continue;
-        if (c->type == CG_OPTIM_SGD)
-            sgd_update(u->p + a, u->g + a, u->buf1 ? u->buf1 + a : NULL, b - a, u->wd,
-                       (float)c->momentum, u->first, c->nesterov, u->neg_lr);
-        else
-            adam_update(u->p + a, u->g + a, u->buf1 + a, u->buf2 + a, b - a, u->l2, u->decay,
+        float *p = u->p + a, *mom = job_buf(u, CG_OPTIM_BUF_MOMENTUM, a);
+        const float *g = u->g + a;
+        switch (c->type) {
+        case CG_OPTIM_SGD:
+            sgd_update(p, g, mom, b - a, u->wd, (float)c->momentum, (float)(1 - c->dampening),
+                       u->first, c->nesterov, u->neg_lr);
+            break;
+        case CG_OPTIM_RMSPROP:
+            rmsprop_update(p, g, job_buf(u, CG_OPTIM_BUF_SQUARE_AVG, a),
+                           job_buf(u, CG_OPTIM_BUF_GRAD_AVG, a), mom, b - a, u->wd, (float)c->alpha,
+                           (float)(1 - c->alpha), (float)c->eps, (float)c->momentum, u->neg_lr);
+            break;
+        case CG_OPTIM_ADAGRAD:
+            adagrad_update(p, g, job_buf(u, CG_OPTIM_BUF_SUM, a), b - a, u->wd, (float)c->eps,
+                           u->neg_step);
+            break;
+        default:
+            adam_update(p, g, job_buf(u, CG_OPTIM_BUF_EXP_AVG, a),
+                        job_buf(u, CG_OPTIM_BUF_EXP_AVG_SQ, a),
+                        job_buf(u, CG_OPTIM_BUF_MAX_EXP_AVG_SQ, a), b - a, u->l2, u->decay,
                         (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
                         (float)(1 - c->beta2), u->bc2_sqrt, (float)c->eps, u->neg_step);
+        }
     }
 }
 
@@ -517,17 +517,21 @@ bool cg_optim_step(cg_optim *o)
             u->p = cg_data(s->p) + s->lo; /* the owned run (all of it unsharded) */
             u->g = g[i] + s->lo;
             u->n = s->hi - s->lo;
-            u->buf1 = s->buf1 ? cg_data(s->buf1) : NULL;
-            u->buf2 = s->buf2 ? cg_data(s->buf2) : NULL;
+            for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+                u->buf[k] = s->buf[k] ? cg_data(s->buf[k]) : NULL;
             u->wd = (float)s->wd;
             u->first = s->step == 1;
             total += u->n;
             /* this parameter's rate: at most FLT_MAX (cg_optim_rate_ok) */
             double lr = param_rate(c->lr, s->lr_scale);
             u->neg_lr = (float)-lr;
-            if (c->type == CG_OPTIM_SGD)
+            if (c->type == CG_OPTIM_SGD || c->type == CG_OPTIM_RMSPROP)
                 continue;
             double t = (double)s->step;
+            if (c->type == CG_OPTIM_ADAGRAD) { /* clr = lr / (1 + (step - 1) * lr_decay) */
+                u->neg_step = (float)-(lr / (1 + (t - 1) * c->lr_decay));
+                continue;
+            }
             double bc1 = 1 - pow(c->beta1, t);
             double bc2 = 1 - pow(c->beta2, t);
             double step_size = lr / bc1;
@@ -672,14 +676,18 @@ cg_tensor *cg_optim_state(const cg_optim *o, int i, const char *what)
     if (!s)
         return NULL;
     const cg_optim_config *c = &o->cfg;
-    if (what && s->buf1 && strcmp(what, buf1_name(c)) == 0)
-        return s->buf1;
-    if (what && s->buf2 && strcmp(what, "exp_avg_sq") == 0)
-        return s->buf2;
+    char keeps[160] = "";
+    size_t len = 0;
+    for (int k = 1; k < CG_OPTIM_NBUFS; k++) {
+        if (!s->buf[k])
+            continue;
+        if (what && strcmp(what, cg_optim_buffer_name(k)) == 0)
+            return s->buf[k];
+        int w = snprintf(keeps + len, sizeof keeps - len, "%s%s", len ? ", " : "",
+                         cg_optim_buffer_name(k));
+        len += w > 0 && (size_t)w < sizeof keeps - len ? (size_t)w : 0;
+    }
     cg_set_error("optim_state: %s optimizer has no state '%s' (it keeps %s)", type_names[c->type],
-                 what ? what : "(null)",
-                 c->type != CG_OPTIM_SGD ? "exp_avg, exp_avg_sq"
-                 : s->buf1               ? "momentum_buffer"
-                                         : "no buffers");
+                 what ? what : "(null)", len ? keeps : "no buffers");
     return NULL;
 }

@@ -1,4 +1,4 @@
-/* cgrad optim: SGD, Adam and AdamW over named parameters, gradient clipping
+/* cgrad optim: SGD, Adam, AdamW, RMSprop and Adagrad over named parameters, gradient clipping
  * by global norm, a NaN/Inf check on gradients, and state save/load.
  *
  * An optimizer holds a list of (name, tensor, weight_decay) parameters. Each
@@ -18,14 +18,24 @@
  *
  *   SGD    g += wd*p  (L2, if wd != 0)
  *          momentum != 0: buf = g on the parameter's first step, else
- *                         buf = momentum*buf + g  (dampening 0);
+ *                         buf = momentum*buf + (1-dampening)*g;
  *                         g = nesterov ? g + momentum*buf : buf
  *          p += -lr * g
  *   Adam   g += wd*p  (L2, if wd != 0)
  *   AdamW  p *= 1 - lr*wd  (decoupled, before the update)
  *   both   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
  *          bc1 = 1 - beta1^t;  bc2 = 1 - beta2^t  (t = the parameter's step)
+ *          amsgrad: vmax = maximum(vmax, v) (NaN kept, as torch.maximum),
+ *                   read below in v's place
  *          denom = sqrt(v)/sqrt(bc2) + eps;  p += (-lr/bc1) * m / denom
+ *   RMSprop g += wd*p  (L2, if wd != 0);  sq = alpha*sq + (1-alpha)*g*g
+ *          centered: ga = alpha*ga + (1-alpha)*g;  avg = sqrt(sq - ga*ga)
+ *          else      avg = sqrt(sq);           then avg += eps
+ *          momentum > 0: buf = momentum*buf + g/avg;  p += -lr * buf
+ *          else          p += -lr * g / avg
+ *   Adagrad g += wd*p  (L2, if wd != 0);  clr = lr / (1 + (t-1)*lr_decay)
+ *          sum += g*g  (sum starts at initial_accumulator_value)
+ *          p += -clr * g / (sqrt(sum) + eps)
  *
  * Updates are flat loops over parameter memory (no graph is recorded), each
  * element computed by one thread: results are bit-identical for any thread
@@ -49,30 +59,82 @@
 extern "C" {
 #endif
 
-typedef enum { CG_OPTIM_SGD = 0, CG_OPTIM_ADAM, CG_OPTIM_ADAMW, CG_OPTIM_NTYPES } cg_optim_type;
+typedef enum {
+    CG_OPTIM_SGD = 0,
+    CG_OPTIM_ADAM,
+    CG_OPTIM_ADAMW,
+    CG_OPTIM_RMSPROP,
+    CG_OPTIM_ADAGRAD,
+    CG_OPTIM_NTYPES
+} cg_optim_type;
 
-/* "sgd", "adam", "adamw" (static; "?" if out of range). */
+/* "sgd", "adam", "adamw", "rmsprop", "adagrad" (static; "?" if out of
+ * range). */
 const char *cg_optim_type_name(cg_optim_type t);
 
+/* Fields a type does not use are ignored (neither checked nor saved). The
+ * checks are PyTorch's constructors' (finite numbers besides). */
 typedef struct cg_optim_config {
     cg_optim_type type;
-    double lr;           /* initial learning rate: a rate (cg_optim_set_lr) */
-    double momentum;     /* SGD: >= 0; 0 = plain SGD */
-    bool nesterov;       /* SGD: needs momentum > 0 */
-    double beta1, beta2; /* Adam/AdamW: in [0, 1) */
-    double eps;          /* Adam/AdamW: >= 0 */
+    double lr;                        /* initial learning rate: a rate (cg_optim_set_lr) */
+    double momentum;                  /* SGD, RMSprop: >= 0; 0 = none (no momentum_buffer) */
+    bool nesterov;                    /* SGD: needs momentum > 0 and dampening 0 */
+    double beta1, beta2;              /* Adam/AdamW: in [0, 1) */
+    double eps;                       /* Adam/AdamW, RMSprop, Adagrad: >= 0 */
+    double alpha;                     /* RMSprop: the smoothing constant, >= 0 */
+    bool centered;                    /* RMSprop: by the gradient's average (a grad_avg) */
+    double lr_decay;                  /* Adagrad: >= 0 */
+    double initial_accumulator_value; /* Adagrad: sum's start, >= 0 */
+    bool amsgrad;                     /* Adam/AdamW: keep max_exp_avg_sq */
+    double dampening;                 /* SGD: momentum's dampening; 0 for nesterov */
 } cg_optim_config;
 
-/* Configs with PyTorch's argument order. */
+/* Configs with PyTorch's argument order (weight decay is per parameter,
+ * cg_optim_param; the fields not listed are 0/false: set them after). */
 cg_optim_config cg_sgd_config(double lr, double momentum, bool nesterov);
 cg_optim_config cg_adam_config(double lr, double beta1, double beta2, double eps);
 cg_optim_config cg_adamw_config(double lr, double beta1, double beta2, double eps);
+/* torch.optim.RMSprop(lr, alpha, eps, weight_decay, momentum, centered) */
+cg_optim_config cg_rmsprop_config(double lr, double alpha, double eps, double momentum,
+                                  bool centered);
+/* torch.optim.Adagrad(lr, lr_decay, weight_decay, initial_accumulator_value, eps) */
+cg_optim_config cg_adagrad_config(double lr, double lr_decay, double initial_accumulator_value,
+                                  double eps);
 /* Configs with PyTorch's defaults for everything but lr: SGD without
- * momentum; Adam and AdamW with betas (0.9, 0.999) and eps 1e-8. Change a
- * field afterwards for anything else (cfg.beta2 = 0.98). */
+ * momentum; Adam and AdamW with betas (0.9, 0.999) and eps 1e-8; RMSprop
+ * with alpha 0.99, eps 1e-8, no momentum, not centered; Adagrad with
+ * lr_decay 0, initial accumulator 0, eps 1e-10. Change a field afterwards
+ * for anything else (cfg.beta2 = 0.98, cfg.amsgrad = true). */
 cg_optim_config cg_sgd_default(double lr);
 cg_optim_config cg_adam_default(double lr);
 cg_optim_config cg_adamw_default(double lr);
+cg_optim_config cg_rmsprop_default(double lr);
+cg_optim_config cg_adagrad_default(double lr);
+
+/* The state buffers an optimizer may keep per parameter, numbered as
+ * cg_shard_gather's k (k 0 is a sharded average's, optim/ema.h), each
+ * named as in PyTorch's optimizer state:
+ *   1 "exp_avg", 2 "exp_avg_sq"  Adam, AdamW
+ *   3 "momentum_buffer"           SGD and RMSprop with momentum != 0
+ *   4 "square_avg"                RMSprop
+ *   5 "grad_avg"                  RMSprop centered
+ *   6 "sum"                       Adagrad
+ *   7 "max_exp_avg_sq"            Adam, AdamW with amsgrad */
+enum {
+    CG_OPTIM_BUF_EXP_AVG = 1,
+    CG_OPTIM_BUF_EXP_AVG_SQ,
+    CG_OPTIM_BUF_MOMENTUM,
+    CG_OPTIM_BUF_SQUARE_AVG,
+    CG_OPTIM_BUF_GRAD_AVG,
+    CG_OPTIM_BUF_SUM,
+    CG_OPTIM_BUF_MAX_EXP_AVG_SQ,
+    CG_OPTIM_NBUFS /* one past the last k */
+};
+/* The name of buffer k (static), NULL for k outside 1 .. CG_OPTIM_NBUFS-1. */
+const char *cg_optim_buffer_name(int k);
+/* Does an optimizer with configuration c keep buffer k? (False for a bad
+ * k or type.) */
+bool cg_optim_keeps(const cg_optim_config *c, int k);
 
 /* One parameter. name: non-empty, unique in the optimizer (copied). tensor:
  * contiguous float32 leaf, retained. weight_decay >= 0. */
@@ -167,16 +229,16 @@ double cg_optim_param_lr_scale(const cg_optim *o, int i);
 int64_t cg_optim_param_steps(const cg_optim *o, int i);
 /* Index of the parameter with this name, or -1 (no error recorded). */
 int cg_optim_find(const cg_optim *o, const char *name);
-/* State buffer of parameter i, borrowed: "exp_avg", "exp_avg_sq" (Adam,
- * AdamW) or "momentum_buffer" (SGD with momentum); of a sharded optimizer
- * (below), 1-D with the owned range's elements. NULL + error otherwise. */
+/* State buffer of parameter i, borrowed, by its name (cg_optim_buffer_name:
+ * one the optimizer keeps, cg_optim_keeps); of a sharded optimizer (below),
+ * 1-D with the owned range's elements. NULL + error otherwise. */
 cg_tensor *cg_optim_state(const cg_optim *o, int i, const char *what);
 
 /* ------------------------------------------------- sharded state (ZeRO-1) */
 /* An optimizer that keeps the state of part of each parameter only: own[i]
  * = [lo, hi) with 0 <= lo <= hi <= numel is the run of parameter i's flat
- * elements it updates (lo == hi: none). Its exp_avg / exp_avg_sq /
- * momentum_buffer of parameter i hold hi - lo floats (1-D; nothing is
+ * elements it updates (lo == hi: none). Its state buffers of parameter i
+ * hold hi - lo floats (1-D; nothing is
  * allocated for the rest), and cg_optim_step updates those elements of the
  * parameter only, with the same arithmetic as the unsharded optimizer
  * (element by element, so the owned elements get exactly the values an
@@ -206,9 +268,9 @@ bool cg_optim_shard_range(const cg_optim *o, int i, int64_t *lo, int64_t *hi);
 /* What gathers sharded state from where the other shards are (the
  * data-parallel layer's: dist/dist.h cg_dist_stream):
  * fn(ctx, i, k, dst) writes buffer k of parameter i whole, numel floats,
- * into dst: k 1, 2, 3 are cg_optim_state's "exp_avg", "exp_avg_sq",
- * "momentum_buffer"; k 0 a sharded average's (optim/ema.h). False +
- * error. */
+ * into dst: k 1 .. CG_OPTIM_NBUFS-1 are cg_optim_state's buffers
+ * (CG_OPTIM_BUF_*: 1, 2, 3 "exp_avg", "exp_avg_sq", "momentum_buffer", as
+ * ever); k 0 a sharded average's (optim/ema.h). False + error. */
 typedef struct cg_shard_gather {
     bool (*fn)(void *ctx, int i, int k, float *dst);
     void *ctx;
@@ -220,13 +282,14 @@ typedef struct cg_shard_gather {
  * next step. With o unsharded, cg_optim_save (g unused). False + error. */
 bool cg_optim_save_gathered(const cg_optim *o, cg_st_writer *w, const char *prefix,
                             const cg_shard_gather *g);
-/* Bytes of state buffers (exp_avg, exp_avg_sq, momentum_buffer) held. */
+/* Bytes of state buffers (every one it keeps, CG_OPTIM_BUF_*) held. */
 int64_t cg_optim_state_bytes(const cg_optim *o);
 /* Copy into dst what src holds: the learning rate and hyper-parameters, the
  * learning-rate scales, the step counts (overall and per parameter), and
  * every state element that both own (the intersection of their ranges,
  * parameter by parameter).
- * Both must have the same type and the same parameter names and shapes in
+ * Both must have the same type, keep the same buffers (cg_optim_keeps), and
+ * have the same parameter names and shapes in
  * the same order (false + error otherwise, dst unchanged). Gathering shards: an
  * unsharded dst and each shard in turn; splitting: the other way round. */
 bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src);
@@ -245,16 +308,23 @@ bool cg_optim_clip_grads_by(cg_optim *o, double total, double max_norm);
 /* ------------------------------------------------- checkpoint state */
 /* Add the optimizer's state to w, under prefix (NULL: "optim"):
  *   tensors   <prefix>.<name>.step             I64, shape [] (per parameter)
- *             <prefix>.<name>.exp_avg, .exp_avg_sq          (Adam, AdamW)
- *             <prefix>.<name>.momentum_buffer  (SGD with momentum)
- *   metadata  <prefix>.type ("sgd"/"adam"/"adamw"), <prefix>.step,
+ *             <prefix>.<name>.<buffer>  F32, each buffer it keeps
+ *                                       (cg_optim_buffer_name)
+ *   metadata  <prefix>.type (cg_optim_type_name), <prefix>.step,
  *             <prefix>.lr, .momentum, .nesterov, .beta1, .beta2, .eps,
+ *             then its type's own: .alpha, .centered (RMSprop);
+ *             .lr_decay, .initial_accumulator_value (Adagrad); .amsgrad
+ *             (Adam, AdamW: only when true) and .dampening (SGD: only
+ *             when not 0), so that files of before they existed keep
+ *             their bytes (absent: false, 0);
  *             <prefix>.<name>.lr_scale  (only for a scale other than 1)
  *             (decimal strings that read back exactly).
  * Parameter values are not included: save them next to it. */
 bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
 /* Restore the state written by cg_optim_save: step counts, buffers, and the
- * hyper-parameters of the metadata (lr, betas, eps, momentum, nesterov, and
+ * hyper-parameters of the metadata (lr, betas, eps, momentum, nesterov, the
+ * type's own (alpha, centered, lr_decay, initial_accumulator_value,
+ * amsgrad, dampening), and
  * each parameter's learning-rate scale, as PyTorch's load_state_dict
  * restores each group's lr: 1 for a parameter without an lr_scale entry,
  * so every one of a file written before scales existed; per-parameter
@@ -263,7 +333,8 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
  * casts state to its parameter's dtype). Everything is checked before
  * anything changes: a different optimizer type, a missing entry, a shape
  * that differs from the parameter's or a dtype that is not a float, a
- * damaged value (a non-finite moment, a negative exp_avg_sq, a step count
+ * damaged value (a non-finite moment, a negative exp_avg_sq, square_avg,
+ * sum or max_exp_avg_sq, a step count
  * outside [0, 2^53], a learning rate or scale that breaks the rule for
  * rates of cg_optim_set_lr), or a <prefix>.* tensor or <prefix>.*.lr_scale
  * entry that belongs to no parameter gives false + an error naming it,

@@ -18,8 +18,7 @@ typedef struct {
     double lr_scale; /* its rate is lr * lr_scale (cg_optim_set_lr_scale); 1 when built */
     int64_t step;    /* updates this parameter received */
     int64_t lo, hi;  /* the elements it owns (cg_optim_new_sharded); [0, numel) */
-    cg_tensor *buf1; /* exp_avg, or SGD's momentum buffer (NULL if unused) */
-    cg_tensor *buf2; /* exp_avg_sq (NULL if unused) */
+    cg_tensor *buf[CG_OPTIM_NBUFS]; /* by k (CG_OPTIM_BUF_*; [0] unused): NULL if not kept */
 } slot;
 
 /* An optimizer's first word while it lives; a freed one in the checked
@@ -36,21 +35,46 @@ struct cg_optim {
     bool sharded; /* some slot owns less than its whole parameter */
 };
 
-static const char *const type_names[CG_OPTIM_NTYPES] = {"sgd", "adam", "adamw"};
+static const char *const type_names[CG_OPTIM_NTYPES] = {"sgd", "adam", "adamw", "rmsprop",
+                                                        "adagrad"};
+
+/* ------------------------------------------- hyper-parameters and buffers */
+/* The one description of what each type keeps and saves, which
+ * construction, cg_optim_state, save, load, copies, sharding and the byte
+ * count all read (optim.c holds the tables). */
+
+/* A hyper-parameter saved as metadata "<prefix>.<key>": a field of
+ * cg_optim_config, a double or a bool ("true"/"false"), saved for the types
+ * of its mask; `optional` ones only when not 0/false (absent at a load:
+ * 0/false), so that the files of the types that had none keep their bytes. */
+typedef struct {
+    const char *key;
+    size_t off; /* offsetof(cg_optim_config, field) */
+    bool is_bool;
+    unsigned types; /* 1u << type */
+    bool optional;
+} optim_hyper;
+extern const optim_hyper cg_optim_hypers[];
+extern const int cg_optim_nhypers;
+/* Is hyper-parameter h of c not 0/false? Its value as a double. */
+double cg_optim_hyper_value(const cg_optim_config *c, int h);
+
+/* A buffer of a type: k (CG_OPTIM_BUF_*), kept always (when = -1) or when
+ * hyper-parameter `when` (an index of cg_optim_hypers) is not 0/false. */
+typedef struct {
+    int k;
+    int when;
+} optim_buffer;
+#define OPTIM_MAX_TYPE_BUFS 3
+/* The buffers of c's type in the order they are saved; their count. */
+int cg_optim_type_buffers(const cg_optim_config *c, const optim_buffer **rows);
+/* Is buffer k never negative (a second moment, a sum of squares)? */
+bool cg_optim_buffer_nonneg(int k);
+/* A fresh buffer k of slot s (its owned run) as c starts it: zeros, or
+ * Adagrad's initial_accumulator_value. Held (cg_hold), NULL on failure. */
+cg_tensor *cg_optim_new_buffer(const cg_optim_config *c, const slot *s, int k);
 
 /* ------------------------------------------------------------ helpers */
-
-static inline bool uses_buf1(const cg_optim_config *c)
-{
-    return c->type != CG_OPTIM_SGD || c->momentum != 0;
-}
-
-static inline bool uses_buf2(const cg_optim_config *c) { return c->type != CG_OPTIM_SGD; }
-
-static inline const char *buf1_name(const cg_optim_config *c)
-{
-    return c->type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg";
-}
 
 /* A parameter's own rate at the optimizer's rate lr (its param group's lr
  * in PyTorch), in double; at scale 1 the rate itself, so the bits stay.

@@ -34,8 +34,8 @@ int64_t cg_optim_state_bytes(const cg_optim *o)
 {
     int64_t b = 0;
     for (int i = 0; o && i < o->n; i++)
-        b += (int64_t)sizeof(float) * ((o->s[i].buf1 ? cg_numel(o->s[i].buf1) : 0) +
-                                       (o->s[i].buf2 ? cg_numel(o->s[i].buf2) : 0));
+        for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+            b += o->s[i].buf[k] ? (int64_t)sizeof(float) * cg_numel(o->s[i].buf[k]) : 0;
     return b;
 }
 
@@ -56,10 +56,13 @@ bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
         cg_set_error("optim_copy_state: %s is NULL", !dst ? "dst" : "src");
         return false;
     }
-    if (dst->cfg.type != src->cfg.type || dst->n != src->n ||
-        uses_buf1(&dst->cfg) != uses_buf1(&src->cfg)) {
+    bool same = dst->cfg.type == src->cfg.type && dst->n == src->n;
+    for (int k = 1; same && k < CG_OPTIM_NBUFS; k++)
+        same = cg_optim_keeps(&dst->cfg, k) == cg_optim_keeps(&src->cfg, k);
+    if (!same) {
         cg_set_error("optim_copy_state: %s optimizer of %d parameters into %s of %d (the type, "
-                     "momentum use and count must agree)",
+                     "momentum use (the buffers kept: momentum, centered, amsgrad) and count "
+                     "must agree)",
                      type_names[src->cfg.type], src->n, type_names[dst->cfg.type], dst->n);
         return false;
     }
@@ -79,8 +82,8 @@ bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
         const slot *s = &src->s[i];
         d->step = s->step;
         d->lr_scale = s->lr_scale;
-        copy_overlap(d, d->buf1, s, s->buf1);
-        copy_overlap(d, d->buf2, s, s->buf2);
+        for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+            copy_overlap(d, d->buf[k], s, s->buf[k]);
     }
     return true;
 }
@@ -92,8 +95,6 @@ bool cg_optim_copy_state(cg_optim *dst, const cg_optim *src)
  * beyond any run, and far enough from INT64_MAX that counting on from it
  * cannot overflow (a damaged INT64_MAX did, and made AdamW's weights NaN). */
 #define MAX_STEPS (INT64_C(1) << 53)
-
-static const char *const state_suffixes[] = {"step", "exp_avg", "exp_avg_sq", "momentum_buffer"};
 
 static bool key(char *buf, size_t n, const char *prefix, const char *name, const char *suffix)
 {
@@ -175,25 +176,29 @@ bool cg_optim_save_gathered(const cg_optim *o, cg_st_writer *w, const char *pref
         g = NULL;
     const cg_optim_config *c = &o->cfg;
     bool ok = set_meta(w, prefix, "type", "%s", type_names[c->type]) &&
-              set_meta(w, prefix, "step", "%" PRId64, o->steps) &&
-              set_meta(w, prefix, "lr", "%.17g", c->lr) &&
-              set_meta(w, prefix, "momentum", "%.17g", c->momentum) &&
-              set_meta(w, prefix, "nesterov", "%s", c->nesterov ? "true" : "false") &&
-              set_meta(w, prefix, "beta1", "%.17g", c->beta1) &&
-              set_meta(w, prefix, "beta2", "%.17g", c->beta2) &&
-              set_meta(w, prefix, "eps", "%.17g", c->eps);
+              set_meta(w, prefix, "step", "%" PRId64, o->steps);
+    for (int h = 0; ok && h < cg_optim_nhypers; h++) {
+        const optim_hyper *y = &cg_optim_hypers[h];
+        double v = cg_optim_hyper_value(c, h);
+        if (!(y->types & (1u << c->type)) || (y->optional && v == 0))
+            continue;
+        ok = y->is_bool ? set_meta(w, prefix, y->key, "%s", v != 0 ? "true" : "false")
+                        : set_meta(w, prefix, y->key, "%.17g", v);
+    }
+    const optim_buffer *rows;
+    const int nrows = cg_optim_type_buffers(c, &rows);
     for (int i = 0; ok && i < o->n; i++) {
         const slot *s = &o->s[i];
         char name[1024];
         cg_tensor *step = cg_scalar_i64(s->step);
         ok = key(name, sizeof name, prefix, s->name, "step") && cg_st_add(w, name, step);
         cg_release(step);
-        if (ok && s->buf1)
-            ok = key(name, sizeof name, prefix, s->name, buf1_name(c)) &&
-                 add_buffer(w, name, s, s->buf1, g, i, c->type == CG_OPTIM_SGD ? 3 : 1);
-        if (ok && s->buf2)
-            ok = key(name, sizeof name, prefix, s->name, "exp_avg_sq") &&
-                 add_buffer(w, name, s, s->buf2, g, i, 2);
+        for (int r = 0; ok && r < nrows; r++) {
+            const int k = rows[r].k;
+            if (s->buf[k])
+                ok = key(name, sizeof name, prefix, s->name, cg_optim_buffer_name(k)) &&
+                     add_buffer(w, name, s, s->buf[k], g, i, k);
+        }
         if (ok && s->lr_scale != 1.0) { /* at 1, a file as before scales existed */
             char value[64];
             cg_snprintf_c(value, sizeof value, "%.17g", s->lr_scale);
@@ -232,18 +237,44 @@ static bool parse_finite(const char *v, double *out)
     return true;
 }
 
-static bool meta_double(const cg_st_file *f, const char *prefix, const char *k, double *out)
+/* Hyper-parameter h (cg_optim_hypers) of c's type from f's metadata into
+ * c (an optional one absent: 0/false); nothing for another type's. False +
+ * error naming the entry if it is missing or not a value of its kind. */
+static bool meta_hyper(const cg_st_file *f, const char *prefix, int h, cg_optim_config *c)
 {
-    const char *v = get_meta(f, prefix, k);
-    if (!v)
+    const optim_hyper *y = &cg_optim_hypers[h];
+    if (!(y->types & (1u << c->type)))
+        return true;
+    char name[256];
+    if (!key(name, sizeof name, prefix, NULL, y->key))
         return false;
+    const char *v = cg_st_metadata(f, name);
+    char *field = (char *)c + y->off;
+    if (!v && y->optional) {
+        if (y->is_bool)
+            *(bool *)field = false;
+        else
+            *(double *)field = 0.0;
+        return true;
+    }
+    if (!v && !(v = get_meta(f, prefix, y->key)))
+        return false;
+    if (y->is_bool) {
+        if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0) {
+            cg_set_error("optim_load: %s: metadata '%s' = '%s' is not true/false", cg_st_path(f),
+                         name, v);
+            return false;
+        }
+        *(bool *)field = strcmp(v, "true") == 0;
+        return true;
+    }
     double d;
     if (!parse_finite(v, &d)) {
-        cg_set_error("optim_load: %s: metadata '%s.%s' = '%s' is not a finite number",
-                     cg_st_path(f), prefix, k, v);
+        cg_set_error("optim_load: %s: metadata '%s' = '%s' is not a finite number", cg_st_path(f),
+                     name, v);
         return false;
     }
-    *out = d;
+    *(double *)field = d;
     return true;
 }
 
@@ -313,10 +344,10 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
                      name, ns->step);
         return false;
     }
-    for (int b = 0; b < 2; b++) {
-        if (b == 0 ? !uses_buf1(c) : !uses_buf2(c))
+    for (int k = 1; k < CG_OPTIM_NBUFS; k++) {
+        if (!cg_optim_keeps(c, k))
             continue;
-        const char *suffix = b == 0 ? buf1_name(c) : "exp_avg_sq";
+        const char *suffix = cg_optim_buffer_name(k);
         if (!key(name, sizeof name, prefix, s->name, suffix))
             return false;
         if (!cg_st_has(f, name)) {
@@ -350,17 +381,14 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
          * never negative); each rank checks the run it reads */
         const float *v = cg_data(t);
         for (int64_t e = 0, n = cg_numel(t); e < n; e++)
-            if (!isfinite(v[e]) || (b == 1 && v[e] < 0)) {
+            if (!isfinite(v[e]) || (cg_optim_buffer_nonneg(k) && v[e] < 0)) {
                 cg_set_error("optim_load: %s: '%s' holds %g at element %lld (%s)", path, name,
                              (double)v[e], (long long)(s->lo + e),
                              isfinite(v[e]) ? "a second moment is at least 0" : "not finite");
                 cg_release_held(t);
                 return false;
             }
-        if (b == 0)
-            ns->buf1 = t;
-        else
-            ns->buf2 = t;
+        ns->buf[k] = t;
     }
     return true;
 }
@@ -377,14 +405,13 @@ static bool check_no_strays(const cg_optim *o, const cg_st_file *f, const char *
         const char *rest = t + lp + 1;
         size_t lr = strlen(rest);
         bool known = false;
-        for (size_t k = 0; !known && k < sizeof state_suffixes / sizeof *state_suffixes; k++) {
-            const char *suf = state_suffixes[k];
+        for (int k = 0; !known && k < CG_OPTIM_NBUFS; k++) {
+            /* k 0: the step count; else the buffers c keeps */
+            const char *suf = k ? cg_optim_buffer_name(k) : "step";
             size_t ls = strlen(suf);
             if (lr <= ls + 1 || rest[lr - ls - 1] != '.' || strcmp(rest + lr - ls, suf) != 0)
                 continue;
-            bool wanted = k == 0 || (k == 1 && uses_buf2(c)) || (k == 2 && uses_buf2(c)) ||
-                          (k == 3 && c->type == CG_OPTIM_SGD && uses_buf1(c));
-            if (!wanted)
+            if (k && !cg_optim_keeps(c, k))
                 continue;
             for (int j = 0; !known && j < o->n; j++)
                 known = strlen(o->s[j].name) == lr - ls - 1 &&
@@ -450,8 +477,7 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
         return false;
     }
     const char *step_s = get_meta(f, prefix, "step");
-    const char *nest_s = get_meta(f, prefix, "nesterov");
-    if (!step_s || !nest_s)
+    if (!step_s)
         return false;
     char *end;
     errno = 0;
@@ -461,16 +487,9 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
                      path, prefix, step_s);
         return false;
     }
-    if (strcmp(nest_s, "true") != 0 && strcmp(nest_s, "false") != 0) {
-        cg_set_error("optim_load: %s: metadata '%s.nesterov' = '%s' is not true/false", path,
-                     prefix, nest_s);
-        return false;
-    }
-    c.nesterov = strcmp(nest_s, "true") == 0;
-    if (!meta_double(f, prefix, "lr", &c.lr) || !meta_double(f, prefix, "momentum", &c.momentum) ||
-        !meta_double(f, prefix, "beta1", &c.beta1) || !meta_double(f, prefix, "beta2", &c.beta2) ||
-        !meta_double(f, prefix, "eps", &c.eps))
-        return false;
+    for (int h = 0; h < cg_optim_nhypers; h++)
+        if (!meta_hyper(f, prefix, h, &c))
+            return false;
     char what[512];
     snprintf(what, sizeof what, "optim_load: %s", path);
     if (!cg_optim_check_config(what, &c) || !check_no_strays(o, f, prefix, &c) ||
@@ -488,21 +507,20 @@ bool cg_optim_load(cg_optim *o, const cg_st_file *f, const char *prefix)
     if (ok) { /* commit: swap the new state in */
         for (int i = 0; i < o->n; i++) {
             slot *s = &o->s[i];
-            cg_release_held(s->buf1);
-            cg_release_held(s->buf2);
-            s->buf1 = ns[i].buf1;
-            s->buf2 = ns[i].buf2;
+            for (int k = 1; k < CG_OPTIM_NBUFS; k++) {
+                cg_release_held(s->buf[k]);
+                s->buf[k] = ns[i].buf[k];
+                ns[i].buf[k] = NULL;
+            }
             s->step = ns[i].step;
             s->lr_scale = ns[i].lr_scale;
-            ns[i].buf1 = ns[i].buf2 = NULL;
         }
         o->cfg = c;
         o->steps = steps;
     }
-    for (int i = 0; i < o->n; i++) {
-        cg_release_held(ns[i].buf1);
-        cg_release_held(ns[i].buf2);
-    }
+    for (int i = 0; i < o->n; i++)
+        for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+            cg_release_held(ns[i].buf[k]);
     free(ns);
     return ok;
 }

@@ -386,15 +386,35 @@ static cg_optim *optim_like(const cg_optim *o)
     return x;
 }
 
-/* SGD keeps a momentum buffer only with momentum: a file saved with the
- * other choice cannot be copied into o. */
+/* A buffer kept or not by a choice (SGD's and RMSprop's momentum,
+ * RMSprop's centered, Adam's amsgrad: cg_optim_keeps): a file saved with
+ * the other choice cannot be copied into o. */
 static bool same_buffers(const cg_optim *o, const cg_optim *loaded, const char *what)
 {
+    static const struct {
+        int k;
+        const char *by;
+    } choices[] = {{CG_OPTIM_BUF_MOMENTUM, "momentum"},
+                   {CG_OPTIM_BUF_GRAD_AVG, "centered"},
+                   {CG_OPTIM_BUF_MAX_EXP_AVG_SQ, "amsgrad"}};
+    static const char *const shown[CG_OPTIM_NTYPES] = {"SGD", "Adam", "AdamW", "RMSprop",
+                                                       "Adagrad"};
     cg_optim_config a = cg_optim_get_config(o), b = cg_optim_get_config(loaded);
-    if (a.type == CG_OPTIM_SGD && (a.momentum != 0) != (b.momentum != 0)) {
-        cg_set_error("%s: SGD saved with momentum %g, the optimizer has %g (build it with the "
-                     "momentum of the run)",
-                     what, b.momentum, a.momentum);
+    for (size_t j = 0; j < sizeof choices / sizeof *choices; j++) {
+        int k = choices[j].k;
+        if (cg_optim_keeps(&a, k) == cg_optim_keeps(&b, k))
+            continue;
+        char saved[32], has[32];
+        if (k == CG_OPTIM_BUF_MOMENTUM) {
+            snprintf(saved, sizeof saved, "%g", b.momentum);
+            snprintf(has, sizeof has, "%g", a.momentum);
+        } else {
+            snprintf(saved, sizeof saved, "%s", cg_optim_keeps(&b, k) ? "true" : "false");
+            snprintf(has, sizeof has, "%s", cg_optim_keeps(&a, k) ? "true" : "false");
+        }
+        cg_set_error("%s: %s saved with %s %s, the optimizer has %s (build it with the %s of the "
+                     "run)",
+                     what, shown[a.type], choices[j].by, saved, has, choices[j].by);
         return false;
     }
     return true;

@@ -45,6 +45,47 @@ START_TEST(adamw_decoupled)
 }
 END_TEST
 
+/* RMSprop, Adagrad, amsgrad and dampening: the configs of
+ * make_optim_expected.py's MORE_CONFIGS, in its order. */
+static cg_optim_config more_config(int i)
+{
+    cg_optim_config c;
+    switch (i) {
+    case 0: return cg_rmsprop_default(1e-2);
+    case 1: return cg_rmsprop_config(1e-2, 0.9, 1e-8, 0.9, false);
+    case 2: return cg_rmsprop_config(1e-2, 0.95, 1e-6, 0.0, true);
+    case 3: return cg_rmsprop_config(1e-2, 0.8, 1e-4, 0.5, true);
+    case 4: return cg_adagrad_default(0.1);
+    case 5: return cg_adagrad_config(0.1, 0.25, 0.5, 1e-6);
+    case 6: c = cg_adam_config(1e-2, 0.9, 0.6, 1e-9); break;
+    case 7: c = cg_adamw_config(1e-2, 0.8, 0.6, 1e-8); break;
+    default: c = cg_sgd_config(0.1, 0.9, false), c.dampening = 0.3; return c;
+    }
+    c.amsgrad = true;
+    return c;
+}
+#define N_MORE 9
+
+static const double *const more_lrs[N_MORE] = {
+    OPT_LR_RMSPROP,          OPT_LR_RMSPROP_MOMENTUM,
+    OPT_LR_RMSPROP_CENTERED, OPT_LR_RMSPROP_CENTERED_MOMENTUM,
+    OPT_LR_ADAGRAD,          OPT_LR_ADAGRAD_DECAY_INIT,
+    OPT_LR_ADAM_AMSGRAD,     OPT_LR_ADAMW_AMSGRAD,
+    OPT_LR_SGD_DAMPENING};
+static const float (*const more_expect[N_MORE])[OPT_N] = {
+    OPT_EXPECT_RMSPROP,          OPT_EXPECT_RMSPROP_MOMENTUM,
+    OPT_EXPECT_RMSPROP_CENTERED, OPT_EXPECT_RMSPROP_CENTERED_MOMENTUM,
+    OPT_EXPECT_ADAGRAD,          OPT_EXPECT_ADAGRAD_DECAY_INIT,
+    OPT_EXPECT_ADAM_AMSGRAD,     OPT_EXPECT_ADAMW_AMSGRAD,
+    OPT_EXPECT_SGD_DAMPENING};
+
+/* Every one within 1e-7 + 1e-6 relative of PyTorch at every step. */
+START_TEST(more_optimizers)
+{
+    check_against_torch(more_config(_i), more_lrs[_i], more_expect[_i], NULL);
+}
+END_TEST
+
 /* A parameter without gradient keeps its values and its state exactly while
  * the others move; it counts no step. */
 START_TEST(skip_param_without_grad)
@@ -627,6 +668,7 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, sgd_plain_wd);
     tcase_add_test(tc, adam_l2);
     tcase_add_test(tc, adamw_decoupled);
+    tcase_add_loop_test(tc, more_optimizers, 0, N_MORE);
     tcase_add_test(tc, skip_param_without_grad);
     tcase_add_test(tc, step_with_autograd);
     tcase_add_test(tc, step_thread_independent);

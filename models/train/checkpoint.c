@@ -187,7 +187,6 @@ static bool check_tensors(const cg_module *m, const cg_st_file *f, const char *p
         if (!adapter || l.items[i].tensor->requires_grad)
             names[n++] = l.items[i].name;
     qsort(names, (size_t)n, sizeof *names, cmp_str);
-    static const char *const slots[] = {".step", ".exp_avg", ".exp_avg_sq", ".momentum_buffer"};
     static const char peft[] = "base_model.model.";
     const size_t pl = sizeof peft - 1;
     bool ok = true;
@@ -200,10 +199,12 @@ static bool check_tensors(const cg_module *m, const cg_st_file *f, const char *p
         if (!known && strncmp(t, "ema.", 4) == 0) /* an average (optim/ema.h) */
             known = is_param(names, n, t + 4, tl - 4);
         if (!known && strncmp(t, "optim.", 6) == 0) {
-            for (size_t s = 0; !known && s < sizeof slots / sizeof slots[0]; s++) {
-                size_t sl = strlen(slots[s]);
-                known = tl > 6 + sl && strcmp(t + tl - sl, slots[s]) == 0 &&
-                        is_param(names, n, t + 6, tl - 6 - sl);
+            /* ".step" (k 0) and every buffer an optimizer may keep */
+            for (int k = 0; !known && k < CG_OPTIM_NBUFS; k++) {
+                const char *slot = k ? cg_optim_buffer_name(k) : "step";
+                size_t sl = strlen(slot);
+                known = tl > 7 + sl && t[tl - sl - 1] == '.' && strcmp(t + tl - sl, slot) == 0 &&
+                        is_param(names, n, t + 6, tl - 7 - sl);
             }
         }
         if (!known) {

@@ -75,7 +75,7 @@ cg_st_file *cg_ckpt_open_at(const char *path, const char *kind, int64_t *step);
 bool cg_ckpt_load_params(cg_module *m, cg_st_file *f, const char *path);
 
 /* Every tensor of f must be a parameter of m, an optimizer slot
- * "optim.<parameter>.<step|exp_avg|exp_avg_sq|momentum_buffer>" of one or
+ * "optim.<parameter>.<step|buffer>" (optim/optim.h cg_optim_buffer_name) of one or
  * its average "ema.<parameter>".
  * False + error naming the first other tensor (a config that says 0 layers
  * while the file holds block tensors, a truncated config, an unknown extra
