@@ -148,6 +148,58 @@ static inline void check_against_torch(cg_optim_config cfg, const double *lrs,
     free_fixture(o, ps);
 }
 
+/* RMSprop, Adagrad, amsgrad and dampening: the configs of
+ * make_optim_expected.py's MORE_CONFIGS, in its order. */
+static inline cg_optim_config more_config(int i)
+{
+    cg_optim_config c;
+    switch (i) {
+    case 0: return cg_rmsprop_default(1e-2);
+    case 1: return cg_rmsprop_config(1e-2, 0.9, 1e-8, 0.9, false);
+    case 2: return cg_rmsprop_config(1e-2, 0.95, 1e-6, 0.0, true);
+    case 3: return cg_rmsprop_config(1e-2, 0.8, 1e-4, 0.5, true);
+    case 4: return cg_adagrad_default(0.1);
+    case 5: return cg_adagrad_config(0.1, 0.25, 0.5, 1e-6);
+    case 6: c = cg_adam_config(1e-2, 0.9, 0.6, 1e-9); break;
+    case 7: c = cg_adamw_config(1e-2, 0.8, 0.6, 1e-8); break;
+    default: c = cg_sgd_config(0.1, 0.9, false), c.dampening = 0.3; return c;
+    }
+    c.amsgrad = true;
+    return c;
+}
+#define N_MORE 9
+
+static const double *const more_lrs[N_MORE] = {
+    OPT_LR_RMSPROP,          OPT_LR_RMSPROP_MOMENTUM,
+    OPT_LR_RMSPROP_CENTERED, OPT_LR_RMSPROP_CENTERED_MOMENTUM,
+    OPT_LR_ADAGRAD,          OPT_LR_ADAGRAD_DECAY_INIT,
+    OPT_LR_ADAM_AMSGRAD,     OPT_LR_ADAMW_AMSGRAD,
+    OPT_LR_SGD_DAMPENING};
+static const float (*const more_expect[N_MORE])[OPT_N] = {
+    OPT_EXPECT_RMSPROP,          OPT_EXPECT_RMSPROP_MOMENTUM,
+    OPT_EXPECT_RMSPROP_CENTERED, OPT_EXPECT_RMSPROP_CENTERED_MOMENTUM,
+    OPT_EXPECT_ADAGRAD,          OPT_EXPECT_ADAGRAD_DECAY_INIT,
+    OPT_EXPECT_ADAM_AMSGRAD,     OPT_EXPECT_ADAMW_AMSGRAD,
+    OPT_EXPECT_SGD_DAMPENING};
+
+/* The smallest k (CG_OPTIM_BUF_*) an optimizer with cfg keeps, 0 if none;
+ * how many it keeps. */
+static inline int first_buffer(const cg_optim_config *cfg)
+{
+    for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+        if (cg_optim_keeps(cfg, k))
+            return k;
+    return 0;
+}
+
+static inline int buffers_kept(const cg_optim_config *cfg)
+{
+    int n = 0;
+    for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+        n += cg_optim_keeps(cfg, k);
+    return n;
+}
+
 /* ------------------------------------------------------ state files */
 
 /* A file with AdamW state for the fixture params, after two steps. */
@@ -288,16 +340,17 @@ static inline void assert_same_state(cg_optim *a, cg_optim *b, cg_optim_config c
     ck_assert_int_eq(cg_optim_steps(a), cg_optim_steps(b));
     for (int j = 0; j < OPT_NPARAMS; j++) {
         ck_assert_int_eq(cg_optim_param_steps(a, j), cg_optim_param_steps(b, j));
-        for (int s = 0; s < 2; s++) {
-            if (s == 1 && cfg.type == CG_OPTIM_SGD)
+        for (int k = 1; k < CG_OPTIM_NBUFS; k++) { /* every buffer cfg keeps */
+            if (!cg_optim_keeps(&cfg, k))
                 continue;
-            const char *what =
-                s == 0 ? (cfg.type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg") : "exp_avg_sq";
+            const char *what = cg_optim_buffer_name(k);
             float x[12], y[12];
             cg_tensor *ta = cg_optim_state(a, j, what), *tb = cg_optim_state(b, j, what);
+            ck_assert_msg(ta && tb, "%s: %s", what, cg_last_error());
             ck_assert_int_eq(cg_numel(ta), cg_numel(tb));
             ck_assert(cg_copy_to(ta, x) && cg_copy_to(tb, y));
-            ck_assert(memcmp(x, y, (size_t)cg_numel(ta) * sizeof(float)) == 0);
+            ck_assert_msg(memcmp(x, y, (size_t)cg_numel(ta) * sizeof(float)) == 0, "%s of %d", what,
+                          j);
         }
     }
 }

@@ -45,44 +45,96 @@ START_TEST(adamw_decoupled)
 }
 END_TEST
 
-/* RMSprop, Adagrad, amsgrad and dampening: the configs of
- * make_optim_expected.py's MORE_CONFIGS, in its order. */
-static cg_optim_config more_config(int i)
-{
-    cg_optim_config c;
-    switch (i) {
-    case 0: return cg_rmsprop_default(1e-2);
-    case 1: return cg_rmsprop_config(1e-2, 0.9, 1e-8, 0.9, false);
-    case 2: return cg_rmsprop_config(1e-2, 0.95, 1e-6, 0.0, true);
-    case 3: return cg_rmsprop_config(1e-2, 0.8, 1e-4, 0.5, true);
-    case 4: return cg_adagrad_default(0.1);
-    case 5: return cg_adagrad_config(0.1, 0.25, 0.5, 1e-6);
-    case 6: c = cg_adam_config(1e-2, 0.9, 0.6, 1e-9); break;
-    case 7: c = cg_adamw_config(1e-2, 0.8, 0.6, 1e-8); break;
-    default: c = cg_sgd_config(0.1, 0.9, false), c.dampening = 0.3; return c;
-    }
-    c.amsgrad = true;
-    return c;
-}
-#define N_MORE 9
-
-static const double *const more_lrs[N_MORE] = {
-    OPT_LR_RMSPROP,          OPT_LR_RMSPROP_MOMENTUM,
-    OPT_LR_RMSPROP_CENTERED, OPT_LR_RMSPROP_CENTERED_MOMENTUM,
-    OPT_LR_ADAGRAD,          OPT_LR_ADAGRAD_DECAY_INIT,
-    OPT_LR_ADAM_AMSGRAD,     OPT_LR_ADAMW_AMSGRAD,
-    OPT_LR_SGD_DAMPENING};
-static const float (*const more_expect[N_MORE])[OPT_N] = {
-    OPT_EXPECT_RMSPROP,          OPT_EXPECT_RMSPROP_MOMENTUM,
-    OPT_EXPECT_RMSPROP_CENTERED, OPT_EXPECT_RMSPROP_CENTERED_MOMENTUM,
-    OPT_EXPECT_ADAGRAD,          OPT_EXPECT_ADAGRAD_DECAY_INIT,
-    OPT_EXPECT_ADAM_AMSGRAD,     OPT_EXPECT_ADAMW_AMSGRAD,
-    OPT_EXPECT_SGD_DAMPENING};
-
 /* Every one within 1e-7 + 1e-6 relative of PyTorch at every step. */
 START_TEST(more_optimizers)
 {
     check_against_torch(more_config(_i), more_lrs[_i], more_expect[_i], NULL);
+}
+END_TEST
+
+/* The new types' and options' bad hyper-parameters refused as PyTorch's
+ * constructors refuse them, a bf16 gradient as every type refuses it, and
+ * state asked by a name the optimizer does not keep. */
+START_TEST(more_refusals)
+{
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    const cg_optim_param w = {"w", ps[0], 0};
+    static const struct {
+        int cfg; /* more_config's */
+        size_t off;
+        double v;
+        const char *msg;
+    } bad[] = {
+        {0, offsetof(cg_optim_config, alpha), -0.5, "rmsprop alpha -0.5 must be finite and >= 0"},
+        {0, offsetof(cg_optim_config, alpha), INFINITY, "rmsprop alpha inf must be finite"},
+        {1, offsetof(cg_optim_config, momentum), NAN, "rmsprop momentum nan must be finite"},
+        {2, offsetof(cg_optim_config, eps), -1e-8, "rmsprop eps -1e-08 must be finite and >= 0"},
+        {4, offsetof(cg_optim_config, lr_decay), -0.1, "adagrad lr_decay -0.1 must be finite"},
+        {5, offsetof(cg_optim_config, initial_accumulator_value), -1,
+         "adagrad initial_accumulator_value -1 must be finite and >= 0"},
+        {5, offsetof(cg_optim_config, eps), NAN, "adagrad eps nan must be finite"},
+        {4, offsetof(cg_optim_config, lr), -1, "learning rate -1 must be finite"},
+        {6, offsetof(cg_optim_config, beta2), 1.0, "adam betas[1] 1 must be in [0, 1)"},
+        {8, offsetof(cg_optim_config, dampening), NAN, "sgd dampening nan must be finite"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cg_optim_config c = more_config(bad[i].cfg);
+        *(double *)((char *)&c + bad[i].off) = bad[i].v;
+        CG_ASSERT_FAILS(cg_optim_new(&c, 1, &w), bad[i].msg);
+    }
+    /* PyTorch: "Nesterov momentum requires a momentum and zero dampening" */
+    cg_optim_config c = cg_sgd_config(0.1, 0.9, true);
+    c.dampening = 0.1;
+    CG_ASSERT_FAILS(cg_optim_new(&c, 1, &w),
+                    "Nesterov momentum needs momentum > 0 and dampening 0");
+    c.dampening = 1.5; /* PyTorch takes any dampening without nesterov */
+    c.nesterov = false;
+    cg_optim *o = cg_optim_new(&c, 1, &w);
+    ck_assert_msg(o != NULL, "%s", cg_last_error());
+    cg_optim_free(o);
+
+    /* Adagrad's sum starts at initial_accumulator_value; a bf16 gradient
+     * is refused (a float32 parameter's), nothing moved */
+    c = more_config(5);
+    o = cg_optim_new(&c, 1, &w);
+    ck_assert_ptr_nonnull(o);
+    const cg_tensor *sum = cg_optim_state(o, 0, "sum");
+    ck_assert_ptr_nonnull(sum);
+    for (int e = 0; e < 12; e++)
+        ck_assert(cg_data((cg_tensor *)sum)[e] == 0.5f);
+    cg_tensor *g = cg_full(CG_SHAPE(3, 4), 1.0f);
+    ps[0]->grad = cg_to(g, CG_BF16);
+    cg_release(g);
+    CG_ASSERT_FAILS(cg_optim_step(o) ? (void *)1 : NULL,
+                    "gradient of 'w' is bfloat16, expected float32");
+    ck_assert(cg_data(ps[0])[0] == OPT_P0[0] && cg_data((cg_tensor *)sum)[0] == 0.5f);
+    CG_ASSERT_FAILS(cg_optim_state(o, 0, "exp_avg"),
+                    "adagrad optimizer has no state 'exp_avg' (it keeps sum)");
+    cg_optim_free(o);
+    c = more_config(0); /* plain RMSprop: no momentum_buffer, no grad_avg */
+    o = cg_optim_new(&c, 1, &w);
+    CG_ASSERT_FAILS(cg_optim_state(o, 0, "grad_avg"), "(it keeps square_avg)");
+    ck_assert(!cg_optim_keeps(&c, CG_OPTIM_BUF_MOMENTUM) &&
+              cg_optim_keeps(&c, CG_OPTIM_BUF_SQUARE_AVG));
+    ck_assert_ptr_null(cg_optim_buffer_name(0));
+    ck_assert_ptr_null(cg_optim_buffer_name(CG_OPTIM_NBUFS));
+    ck_assert_str_eq(cg_optim_type_name(CG_OPTIM_RMSPROP), "rmsprop");
+    ck_assert_str_eq(cg_optim_type_name(CG_OPTIM_ADAGRAD), "adagrad");
+    cg_optim_free(o);
+    release_params(ps);
+}
+END_TEST
+
+/* PyTorch's defaults */
+START_TEST(more_defaults)
+{
+    cg_optim_config r = cg_rmsprop_default(0.5), a = cg_adagrad_default(0.25);
+    ck_assert(r.type == CG_OPTIM_RMSPROP && r.lr == 0.5 && r.alpha == 0.99 && r.eps == 1e-8 &&
+              r.momentum == 0 && !r.centered);
+    ck_assert(a.type == CG_OPTIM_ADAGRAD && a.lr == 0.25 && a.lr_decay == 0 &&
+              a.initial_accumulator_value == 0 && a.eps == 1e-10);
+    ck_assert(!cg_adam_default(1).amsgrad && cg_sgd_default(1).dampening == 0);
 }
 END_TEST
 
@@ -398,6 +450,43 @@ START_TEST(step_thread_independent)
 }
 END_TEST
 
+/* The new types and options on the OpenMP path: same bits for 1 and 2
+ * threads, every state buffer too. */
+START_TEST(more_thread_independent)
+{
+    enum { R = 200, C = 301 };
+    float *out[2][CG_OPTIM_NBUFS] = {{NULL}};
+    const cg_optim_config cfg = more_config(_i);
+    int saved = cg_get_num_threads();
+    for (int r = 0; r < 2; r++) {
+        cg_set_num_threads(r + 1);
+        cg_rng rng = cg_rng_new(11);
+        cg_tensor *p = cg_randn(&rng, CG_SHAPE(R, C));
+        cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"p", p, 0.1});
+        ck_assert_ptr_nonnull(o);
+        for (int k = 0; k < 3; k++) {
+            cg_zero_grad(p);
+            p->grad = cg_randn(&rng, CG_SHAPE(R, C));
+            ck_assert(cg_optim_step(o));
+        }
+        out[r][0] = cg_test_values(p);
+        for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+            if (cg_optim_keeps(&cfg, k))
+                out[r][k] = cg_test_values(cg_optim_state(o, 0, cg_optim_buffer_name(k)));
+        cg_optim_free(o);
+        cg_release(p);
+    }
+    cg_set_num_threads(saved);
+    for (int k = 0; k < CG_OPTIM_NBUFS; k++) {
+        ck_assert((out[0][k] == NULL) == (out[1][k] == NULL));
+        if (out[0][k])
+            ck_assert_msg(memcmp(out[0][k], out[1][k], R * C * sizeof(float)) == 0, "buffer %d", k);
+        free(out[0][k]);
+        free(out[1][k]);
+    }
+}
+END_TEST
+
 /* Parameters longer than one chunk of the update (16,384 elements), one
  * starting inside a chunk: every element is updated once, on one thread
  * as on several (SGD: p - lr * g, exact here). */
@@ -673,6 +762,9 @@ static Suite *optim_suite(void)
     tcase_add_test(tc, step_with_autograd);
     tcase_add_test(tc, step_thread_independent);
     tcase_add_test(tc, step_across_chunks);
+    tcase_add_loop_test(tc, more_thread_independent, 0, N_MORE);
+    tcase_add_test(tc, more_refusals);
+    tcase_add_test(tc, more_defaults);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("clip");

@@ -53,19 +53,7 @@ static void resume_case(cg_optim_config cfg, const double *lrs)
     gather(a, va);
     gather(b, vb);
     ck_assert(memcmp(va, vb, sizeof va) == 0);
-    for (int j = 0; j < OPT_NPARAMS; j++) {
-        ck_assert_int_eq(cg_optim_param_steps(oa, j), cg_optim_param_steps(ob, j));
-        for (int s = 0; s < 2; s++) {
-            const char *what =
-                s == 0 ? (cfg.type == CG_OPTIM_SGD ? "momentum_buffer" : "exp_avg") : "exp_avg_sq";
-            if (s == 1 && cfg.type == CG_OPTIM_SGD)
-                continue;
-            float x[12], y[12];
-            ck_assert(cg_copy_to(cg_optim_state(oa, j, what), x));
-            ck_assert(cg_copy_to(cg_optim_state(ob, j, what), y));
-            ck_assert(memcmp(x, y, (size_t)cg_numel(a[j]) * sizeof(float)) == 0);
-        }
-    }
+    assert_same_state(oa, ob, cfg); /* every buffer the type keeps */
     ck_assert_int_eq(cg_optim_steps(ob), OPT_NSTEPS);
     cg_optim_free(oa);
     cg_optim_free(ob);
@@ -80,6 +68,106 @@ START_TEST(resume_adam) { resume_case(cg_adam_config(1e-2, 0.9, 0.98, 1e-9), OPT
 END_TEST
 
 START_TEST(resume_adamw) { resume_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW); }
+END_TEST
+
+/* RMSprop (momentum_buffer, grad_avg), Adagrad (sum from its initial
+ * value), amsgrad (max_exp_avg_sq), dampening: bit-identical resume */
+START_TEST(resume_more) { resume_case(more_config(_i), more_lrs[_i]); }
+END_TEST
+
+/* The new hyper-parameters in the metadata: saved for their types only
+ * (amsgrad and dampening when set: an Adam or SGD file without them has
+ * the bytes of before), restored by a load, and refused when damaged; the
+ * new buffers checked as the moments are. */
+START_TEST(load_more_metadata)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", in_dir("r.st"));
+    write_state(path, more_config(3)); /* RMSprop centered with momentum */
+    cg_st_file *f = cg_st_open(path);
+    ck_assert_str_eq(cg_st_metadata(f, "opt.type"), "rmsprop");
+    ck_assert_str_eq(cg_st_metadata(f, "opt.alpha"), "0.80000000000000004");
+    ck_assert_str_eq(cg_st_metadata(f, "opt.centered"), "true");
+    ck_assert_ptr_null(cg_st_metadata(f, "opt.amsgrad"));
+    ck_assert_ptr_null(cg_st_metadata(f, "opt.lr_decay"));
+    ck_assert(cg_st_has(f, "opt.w.grad_avg") && cg_st_has(f, "opt.w.square_avg") &&
+              cg_st_has(f, "opt.w.momentum_buffer"));
+    cg_st_close(f);
+    cg_tensor *ps[OPT_NPARAMS];
+    make_params(ps);
+    cg_optim_config plain = cg_rmsprop_default(1e-3);
+    cg_optim *o = make_optim(&plain, ps);
+    static const struct {
+        const char *key, *value, *msg;
+    } bad[] = {
+        {"opt.alpha", "x", "metadata 'opt.alpha' = 'x' is not a finite number"},
+        {"opt.alpha", "-1", "rmsprop alpha -1 must be finite and >= 0"},
+        {"opt.centered", "yes", "metadata 'opt.centered' = 'yes' is not true/false"},
+        {"opt.momentum", "nan", "metadata 'opt.momentum' = 'nan' is not a finite number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_steps(path, in_dir("bad.st"), NULL, 0, bad[i].key, bad[i].value);
+        f = cg_st_open(in_dir("bad.st"));
+        CG_ASSERT_FAILS(cg_optim_load(o, f, "opt") ? (void *)1 : NULL, bad[i].msg);
+        cg_st_close(f);
+        ck_assert(!cg_optim_get_config(o).centered); /* unchanged */
+    }
+    /* centered false in the file: its grad_avg is no state of it */
+    write_steps(path, in_dir("bad.st"), NULL, 0, "opt.centered", "false");
+    f = cg_st_open(in_dir("bad.st"));
+    CG_ASSERT_FAILS(cg_optim_load(o, f, "opt") ? (void *)1 : NULL,
+                    "'opt.w.grad_avg' is not the rmsprop state of any parameter");
+    cg_st_close(f);
+    /* a negative square_avg is damage; a negative grad_avg is not */
+    write_edited(path, in_dir("bad.st"), "opt.w.square_avg", 2, -1.0f, NULL);
+    f = cg_st_open(in_dir("bad.st"));
+    CG_ASSERT_FAILS(cg_optim_load(o, f, "opt") ? (void *)1 : NULL,
+                    "'opt.w.square_avg' holds -1 at element 2");
+    cg_st_close(f);
+    write_edited(path, in_dir("bad.st"), "opt.w.grad_avg", 2, -1.0f, NULL);
+    f = cg_st_open(in_dir("bad.st"));
+    ck_assert_msg(cg_optim_load(o, f, "opt"), "%s", cg_last_error());
+    cg_st_close(f);
+    /* the file's choices are taken: centered, momentum, alpha */
+    cg_optim_config got = cg_optim_get_config(o);
+    ck_assert(got.centered && got.momentum == 0.5 && got.alpha == 0.8 && got.eps == 1e-4);
+    ck_assert_float_eq(cg_data(cg_optim_state(o, 0, "grad_avg"))[2], -1.0f);
+    cg_optim_free(o);
+
+    /* Adagrad's own two; Adam's amsgrad and SGD's dampening when set */
+    for (int m = 5; m < N_MORE; m++) {
+        const cg_optim_config c = more_config(m);
+        write_state(path, c);
+        f = cg_st_open(path);
+        const char *key = m == 5   ? "opt.initial_accumulator_value"
+                          : m == 8 ? "opt.dampening"
+                                   : "opt.amsgrad";
+        const char *want = m == 5 ? "0.5" : m == 8 ? "0.29999999999999999" : "true";
+        ck_assert_msg(cg_st_metadata(f, key) && strcmp(cg_st_metadata(f, key), want) == 0, "%s",
+                      key);
+        cg_optim_config off = c; /* built without the option: the file's taken */
+        off.amsgrad = false;
+        off.dampening = 0;
+        off.initial_accumulator_value = 0;
+        cg_optim *x = make_optim(&off, ps);
+        ck_assert_msg(cg_optim_load(x, f, "opt"), "%s", cg_last_error());
+        got = cg_optim_get_config(x);
+        ck_assert(got.amsgrad == c.amsgrad && got.dampening == c.dampening &&
+                  got.initial_accumulator_value == c.initial_accumulator_value);
+        cg_st_close(f);
+        cg_optim_free(x);
+    }
+    for (int m = 0; m < 2; m++) { /* without them: no entry, as before they existed */
+        write_state(path, m ? cg_sgd_config(0.1, 0.9, false) : cg_adam_default(1e-3));
+        f = cg_st_open(path);
+        ck_assert_ptr_null(cg_st_metadata(f, "opt.amsgrad"));
+        ck_assert_ptr_null(cg_st_metadata(f, "opt.dampening"));
+        ck_assert_ptr_null(cg_st_metadata(f, "opt.alpha"));
+        ck_assert_int_eq(cg_st_metadata_count(f), 8);
+        cg_st_close(f);
+    }
+    release_params(ps);
+}
 END_TEST
 
 /* A host program that set a locale with a decimal comma (setlocale(LC_ALL,
@@ -436,7 +524,7 @@ static void sharded_case(cg_optim_config cfg, const double *lrs)
         bytes += cg_optim_state_bytes(os[k]);
     }
     ck_assert_int_eq(bytes, cg_optim_state_bytes(oa));
-    ck_assert_int_eq(cg_optim_state_bytes(oa), (cfg.type == CG_OPTIM_SGD ? 1 : 2) * OPT_N * 4);
+    ck_assert_int_eq(cg_optim_state_bytes(oa), buffers_kept(&cfg) * OPT_N * 4);
     float va[OPT_N], vs[OPT_N];
     for (int step = 0; step < OPT_NSTEPS; step++) {
         do_step(oa, a, step, lrs[step]);
@@ -489,11 +577,13 @@ static void sharded_case(cg_optim_config cfg, const double *lrs)
         char full_path[4096];
         snprintf(full_path, sizeof full_path, "%s", in_dir("full.st"));
         const int64_t n = cg_numel_shape((int)OPT_SHAPES[0][0], &OPT_SHAPES[0][1]);
-        write_edited(full_path, in_dir("damaged.st"), "opt.w.exp_avg", n - 1, NAN, NULL);
+        char entry[64];
+        snprintf(entry, sizeof entry, "opt.w.%s", cg_optim_buffer_name(first_buffer(&cfg)));
+        write_edited(full_path, in_dir("damaged.st"), entry, n - 1, NAN, NULL);
         file = cg_st_open(in_dir("damaged.st"));
         ck_assert_ptr_nonnull(file);
-        char msg[96];
-        snprintf(msg, sizeof msg, "'opt.w.exp_avg' holds nan at element %lld", (long long)(n - 1));
+        char msg[160];
+        snprintf(msg, sizeof msg, "'%s' holds nan at element %lld", entry, (long long)(n - 1));
         for (int k = 0; k < NSHARD; k++) {
             cg_tensor *q[OPT_NPARAMS];
             make_params(q);
@@ -519,6 +609,10 @@ static void sharded_case(cg_optim_config cfg, const double *lrs)
 }
 
 START_TEST(sharded_adamw) { sharded_case(cg_adamw_config(1e-2, 0.9, 0.99, 1e-8), OPT_LR_ADAMW); }
+END_TEST
+
+/* each new buffer sharded and gathered: the unsharded optimizer's bits */
+START_TEST(sharded_more) { sharded_case(more_config(_i), more_lrs[_i]); }
 END_TEST
 
 START_TEST(sharded_adam_sgd)
@@ -882,6 +976,9 @@ static Suite *optim_state_suite(void)
     tcase_add_test(tc, resume_sgd);
     tcase_add_test(tc, resume_adam);
     tcase_add_test(tc, resume_adamw);
+    tcase_add_loop_test(tc, resume_more, 0, N_MORE);
+    tcase_add_loop_test(tc, sharded_more, 0, N_MORE);
+    tcase_add_test(tc, load_more_metadata);
     tcase_add_test(tc, load_errors);
     tcase_add_test(tc, state_locale_independent);
     tcase_add_test(tc, load_damaged_values);

@@ -24,6 +24,7 @@
 #include "nn/upsample.h"
 #include "nn/safetensors.h"
 #include "nn/spatial.h"
+#include "optim/optim.h"
 #include "optim/plateau.h"
 #include "tests/testutil.h"
 
@@ -625,6 +626,53 @@ START_TEST(test_pool_oom)
 }
 END_TEST
 
+/* The optimizers' new types and options (RMSprop centered with momentum,
+ * Adagrad from an initial accumulator, AdamW amsgrad, SGD dampening):
+ * built whole and sharded, two steps, saved, the shards gathered */
+static bool optims_run(void *ctx)
+{
+    cg_tensor **p = ctx;
+    cg_optim_config cfgs[4] = {cg_rmsprop_config(1e-2, 0.9, 1e-8, 0.5, true),
+                               cg_adagrad_config(0.1, 0.1, 0.5, 1e-10), cg_adamw_default(1e-2),
+                               cg_sgd_config(0.1, 0.9, false)};
+    cfgs[2].amsgrad = true;
+    cfgs[3].dampening = 0.25;
+    const cg_optim_param ps[2] = {{"a", p[0], 0.1}, {"b", p[1], 0}};
+    const cg_optim_range own[2] = {{0, 3}, {2, 5}};
+    bool ok = true;
+    for (int c = 0; c < 4; c++) {
+        cg_optim *o = cg_optim_new(&cfgs[c], 2, ps),
+                 *s = cg_optim_new_sharded(&cfgs[c], 2, ps, own);
+        cg_st_writer *w = cg_st_writer_new();
+        for (int k = 0; k < 2; k++) {
+            for (int j = 0; j < 2; j++) {
+                cg_zero_grad(p[j]);
+                p[j]->grad = cg_full(p[j]->ndim, p[j]->shape, 0.5f + (float)k);
+                ok = ok && p[j]->grad;
+            }
+            ok = ok && o && s && cg_optim_step(o) && cg_optim_step(s);
+        }
+        ok = ok && w && cg_optim_save(o, w, "opt") && cg_optim_copy_state(o, s);
+        cg_st_writer_free(w);
+        cg_optim_free(o);
+        cg_optim_free(s);
+    }
+    for (int j = 0; j < 2; j++)
+        cg_zero_grad(p[j]);
+    return ok;
+}
+
+START_TEST(test_optims_oom)
+{
+    cg_tensor *p[2] = {cg_requires_grad(cg_zeros(CG_SHAPE(2, 3)), true),
+                       cg_requires_grad(cg_zeros(CG_SHAPE(5)), true)};
+    const int failed = every_allocation_fails(optims_run, p);
+    ck_assert_msg(failed > 10, "only %d runs failed", failed);
+    ck_assert(optims_run(p)); /* and it runs once memory is back */
+    cg_release_all(2, p[0], p[1]);
+}
+END_TEST
+
 /* An Upsample (bilinear) and every other mode of cg_interpolate (a
  * bfloat16 copy through nearest), forward and backward */
 static bool interp_run(void *ctx)
@@ -855,6 +903,7 @@ int main(void)
     tcase_add_test(tc, test_pad_modes_oom);
     tcase_add_test(tc, test_pool_oom);
     tcase_add_test(tc, test_interp_oom);
+    tcase_add_test(tc, test_optims_oom);
     tcase_add_test(tc, test_norm_oom);
     tcase_add_test(tc, test_plateau_oom);
     tcase_add_loop_test(tc, test_conv_oom, 0, 2);
