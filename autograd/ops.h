@@ -399,8 +399,10 @@ cg_tensor *cg_adaptive_max_pool2d(cg_tensor *x, int64_t oh, int64_t ow, cg_tenso
  * (nearest: summed into each source). */
 cg_tensor *cg_interpolate(cg_tensor *x, cg_interp o);
 /* F.batch_norm(x, running_mean, running_var, weight, bias, training,
- * momentum, eps), one node: x [N, C, ...] float32 (bfloat16 refused:
- * convert with cg_to), statistics over every dim but 1. training: the
+ * momentum, eps), one node: x [N, C, ...] float32, or bfloat16 / float16
+ * computed in float32 with the output and x's gradient in x's dtype (the
+ * parameters and running statistics float32, as PyTorch's mixed-type
+ * batch norm on CPU), statistics over every dim but 1. training: the
  * batch mean and biased variance normalise, and running_mean /
  * running_var (float32 [C] or NULL) move in place, outside the graph, by
  * momentum toward the mean and the unbiased variance; eval: the running
@@ -409,16 +411,18 @@ cg_tensor *cg_batch_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *runni
                          cg_tensor *weight, cg_tensor *bias, bool training, float momentum,
                          float eps);
 /* F.group_norm(x, num_groups, weight, bias, eps), one node: x [N, C, ...]
- * float32 (bfloat16 refused: convert with cg_to), each sample's groups of
- * C / num_groups channels normalised by their mean and biased variance
- * over the group's channels and positions; weight, bias [C] or NULL.
+ * float32, bfloat16 or float16 as cg_batch_norm's (the parameters
+ * float32), each sample's groups of C / num_groups channels normalised by
+ * their mean and biased variance over the group's channels and
+ * positions; weight, bias [C] or NULL.
  * F's default eps 1e-5. */
 cg_tensor *cg_group_norm(cg_tensor *x, int64_t num_groups, cg_tensor *weight, cg_tensor *bias,
                          float eps);
 /* F.instance_norm(x, running_mean, running_var, weight, bias,
- * use_input_stats, momentum, eps), one node: x [N, C, ...] float32, each
- * (sample, channel) normalised by its own statistics when use_input_stats
- * (then running_mean / running_var, [C] or NULL, move in place by momentum
+ * use_input_stats, momentum, eps), one node: x [N, C, ...] float32,
+ * bfloat16 or float16 as cg_batch_norm's, each (sample, channel)
+ * normalised by its own statistics when use_input_stats (then
+ * running_mean / running_var, [C] or NULL, move in place by momentum
  * toward the batch's average instance mean and unbiased variance, as
  * PyTorch's), else by the running statistics. F's defaults:
  * use_input_stats true, momentum 0.1, eps 1e-5. */

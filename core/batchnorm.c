@@ -64,8 +64,12 @@ bool cg_norm_channel_arg(const char *op, const char *arg, const cg_tensor *t, in
 
 bool cg_norm_dims(const char *op, const cg_tensor *x, int64_t *N, int64_t *C, int64_t *S)
 {
-    if (!cg_check_f32(op, "input", x))
+    if (!cg_dtype_is_float(x->dtype)) {
+        cg_set_error("%s: argument 'input' is %s, expected a float tensor (float32, bfloat16 or "
+                     "float16)",
+                     op, cg_dtype_name(x->dtype));
         return false;
+    }
     if (x->ndim < 2) {
         char b[96];
         cg_set_error("%s: input %s has %d dims, expected [N, C, ...] (at least 2)", op,
@@ -78,6 +82,21 @@ bool cg_norm_dims(const char *op, const cg_tensor *x, int64_t *N, int64_t *C, in
     for (int i = 2; i < x->ndim; i++)
         *S *= x->shape[i];
     return true;
+}
+
+cg_tensor *cg_norm_f32(const cg_tensor *t)
+{
+    return t->dtype == CG_F32 ? cg_k_contiguous(t) : cg_k_to(t, CG_F32);
+}
+
+bool cg_norm_round(cg_tensor **y, cg_dtype dt)
+{
+    if (dt == CG_F32)
+        return true;
+    cg_tensor *r = cg_k_to(*y, dt);
+    cg_release(*y);
+    *y = r;
+    return r != NULL;
 }
 
 bool cg_norm_move_stat(cg_tensor *running, const cg_tensor *now_c, const double *v, int64_t C,
@@ -128,7 +147,7 @@ cg_tensor *cg_norm_batch(const char *op, const cg_tensor *x, cg_tensor *running_
     bool ok = cg_norm_channel_arg(op, "running_mean", running_mean, C, &rm) &&
               cg_norm_channel_arg(op, "running_var", running_var, C, &rv) &&
               cg_norm_channel_arg(op, "weight", weight, C, &w) &&
-              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_k_contiguous(x)) &&
+              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_norm_f32(x)) &&
               (y = cg_empty(x->ndim, x->shape)) && (*mean = cg_empty(1, (int64_t[]){C})) &&
               (*invstd = cg_empty(1, (int64_t[]){C})) &&
               (bvar = calloc((size_t)(C ? C : 1), sizeof *bvar));
@@ -140,10 +159,11 @@ cg_tensor *cg_norm_batch(const char *op, const cg_tensor *x, cg_tensor *running_
         job.eps = eps;
         job.training = training;
         cg_shares_run(C, 1, cg_shares_team(N * C * S > PAR_THRESHOLD), bn_forward_ch, &job);
+        ok = cg_norm_round(&y, x->dtype); /* before the running statistics move */
         const double M = (double)(N * S), unbiased = M / (M - 1.0);
         double *mean_d =
-            training && running_mean ? malloc((size_t)(C ? C : 1) * sizeof *mean_d) : NULL;
-        if (training && running_mean && !mean_d) {
+            ok && training && running_mean ? malloc((size_t)(C ? C : 1) * sizeof *mean_d) : NULL;
+        if (ok && training && running_mean && !mean_d) {
             cg_set_error("%s: out of memory", op);
             ok = false;
         }
@@ -245,9 +265,8 @@ bool cg_norm_backward(const char *op, const cg_tensor *x, const cg_tensor *g,
     double *sums = NULL;
     bool ok = cg_norm_channel_arg(op, "weight", weight, C, &w) &&
               stat_arg(op, "mean", mean, N, C, G, &m) &&
-              stat_arg(op, "invstd", invstd, N, C, G, &is) && (xc = cg_k_contiguous(x)) &&
-              (gc = g->dtype == CG_F32 ? cg_k_contiguous(g) : cg_k_to(g, CG_F32)) &&
-              (!dx || (out = cg_empty(x->ndim, x->shape))) &&
+              stat_arg(op, "invstd", invstd, N, C, G, &is) && (xc = cg_norm_f32(x)) &&
+              (gc = cg_norm_f32(g)) && (!dx || (out = cg_empty(x->ndim, x->shape))) &&
               (sums = malloc((size_t)(2 * C + 1) * sizeof *sums));
     if (!ok && !cg_has_error())
         cg_set_error("%s backward: out of memory", op);
@@ -258,7 +277,8 @@ bool cg_norm_backward(const char *op, const cg_tensor *x, const cg_tensor *g,
         job.G = G;
         job.training = training;
         run(&job);
-        ok = cg_norm_channel_out(dw, sums, C) && cg_norm_channel_out(db, sums + C, C);
+        ok = cg_norm_channel_out(dw, sums, C) && cg_norm_channel_out(db, sums + C, C) &&
+             (!out || cg_norm_round(&out, x->dtype));
     }
     free(sums);
     cg_release_all(5, xc, gc, w, m, is);

@@ -88,16 +88,17 @@ static cg_tensor *gn_run(const char *op, const cg_tensor *x, int64_t G, const cg
     }
     cg_tensor *w = NULL, *b = NULL, *y = NULL, *xc = NULL;
     const int64_t ms[2] = {N, G};
-    const bool ok = cg_norm_channel_arg(op, "weight", weight, C, &w) &&
-                    cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_k_contiguous(x)) &&
-                    (y = cg_empty(x->ndim, x->shape)) && (*mean = cg_empty(2, ms)) &&
-                    (*invstd = cg_empty(2, ms));
+    bool ok = cg_norm_channel_arg(op, "weight", weight, C, &w) &&
+              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_norm_f32(x)) &&
+              (y = cg_empty(x->ndim, x->shape)) && (*mean = cg_empty(2, ms)) &&
+              (*invstd = cg_empty(2, ms));
     if (ok) {
         gn_job job = cg_norm_job_of(xc, NULL, w, b, y, *mean, *invstd, N, C, S);
         job.bvar = bvar;
         job.G = G;
         job.eps = eps;
         cg_shares_run(N * G, 1, cg_shares_team(N * C * S > PAR_THRESHOLD), gn_forward_group, &job);
+        ok = cg_norm_round(&y, x->dtype);
     }
     cg_release_all(3, w, b, xc);
     if (!ok) {

@@ -997,7 +997,9 @@ cg_tensor *cg_k_interpolate_backward(const cg_tensor *g, const cg_tensor *x, con
 
 /* ------------------------------------------------ batch normalisation */
 /* F.batch_norm over x [N, C, ...] (float32, any strides; core/
- * batchnorm.c): statistics over every dim but 1, each channel's summed in
+ * batchnorm.c; a bfloat16 or float16 x is computed in float32 and its
+ * output and dx rounded to its dtype, the statistics, weight, bias and
+ * their gradients float32, as PyTorch's mixed-type batch norm): statistics over every dim but 1, each channel's summed in
  * double in order. training: the batch mean and biased variance
  * normalise, and running_mean / running_var (float32 [C], or NULL) move
  * by momentum toward the mean and the UNBIASED variance (written in
@@ -1005,7 +1007,8 @@ cg_tensor *cg_k_interpolate_backward(const cg_tensor *g, const cg_tensor *x, con
  * weight, bias: [C] or NULL. *mean and *invstd (float32 [C], new) are what
  * normalised, for the backward. Refused: a single value per channel in
  * training, a [C] argument of another length, eval without running
- * statistics, another dtype. */
+ * statistics, an x that is not a float tensor, parameters that are not
+ * float32. */
 cg_tensor *cg_k_batch_norm(const cg_tensor *x, cg_tensor *running_mean, cg_tensor *running_var,
                            const cg_tensor *weight, const cg_tensor *bias, bool training,
                            float momentum, float eps, cg_tensor **mean, cg_tensor **invstd);
@@ -1018,13 +1021,14 @@ bool cg_k_batch_norm_backward(const cg_tensor *x, const cg_tensor *g, const cg_t
 
 /* ------------------------------------ group and instance normalisation */
 /* F.group_norm over x [N, C, ...] (float32, any strides; core/
- * groupnorm.c): each sample's num_groups groups of C / num_groups
+ * groupnorm.c; a reduced-precision x as cg_k_batch_norm's): each sample's num_groups groups of C / num_groups
  * channels normalised by their mean and biased variance over the group's
  * channels and every spatial position (summed in double in order), then
  * weight[c] and bias[c] ([C] or NULL). *mean and *invstd (float32 [N,
  * num_groups], new) are what normalised, for the backward. Refused: a
  * num_groups that does not divide C, a [C] argument of another length,
- * eps < 0, another dtype (bfloat16: convert with cg_to). */
+ * eps < 0, an x that is not a float tensor, parameters that are not
+ * float32. */
 cg_tensor *cg_k_group_norm(const cg_tensor *x, int64_t num_groups, const cg_tensor *weight,
                            const cg_tensor *bias, float eps, cg_tensor **mean, cg_tensor **invstd);
 /* Its backward from g (x's shape): *dx through the group statistics,

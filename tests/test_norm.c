@@ -168,8 +168,8 @@ END_TEST
 START_TEST(test_norm_refusals)
 {
     cg_tensor *x = cg_zeros(CG_SHAPE(2, 6, 3)), *x2 = cg_zeros(CG_SHAPE(2, 6)),
-              *w = cg_ones(CG_SHAPE(4)), *xb = cg_zeros_dtype(CG_BF16, CG_SHAPE(2, 6, 3)),
-              *x1 = cg_zeros(CG_SHAPE(6));
+              *w = cg_ones(CG_SHAPE(4)), *xb = cg_zeros_dtype(CG_I64, CG_SHAPE(2, 6, 3)),
+              *x1 = cg_zeros(CG_SHAPE(6)), *wb = cg_full_dtype(CG_BF16, CG_SHAPE(6), 1.0);
     CG_ASSERT_REFUSED(!cg_group_norm(x, 4, NULL, NULL, 1e-5f),
                       "group_norm: num_groups 4, expected a divisor of the 6 channels of input "
                       "[2, 6, 3]");
@@ -177,7 +177,14 @@ START_TEST(test_norm_refusals)
     CG_ASSERT_REFUSED(!cg_group_norm(x, 2, w, NULL, 1e-5f),
                       "group_norm: argument 'weight' has shape [4], expected [C] = [6]");
     CG_ASSERT_REFUSED(!cg_group_norm(xb, 2, NULL, NULL, 1e-5f),
-                      "group_norm: argument 'input' is bfloat16, expected float32");
+                      "group_norm: argument 'input' is int64, expected a float tensor (float32, "
+                      "bfloat16 or float16)");
+    CG_ASSERT_REFUSED(!cg_batch_norm(xb, NULL, NULL, NULL, NULL, true, 0.1f, 1e-5f),
+                      "batch_norm: argument 'input' is int64, expected a float tensor");
+    CG_ASSERT_REFUSED(!cg_group_norm(x, 2, wb, NULL, 1e-5f),
+                      "group_norm: argument 'weight' is bfloat16, expected float32");
+    CG_ASSERT_REFUSED(!cg_batch_norm(x, NULL, NULL, NULL, wb, true, 0.1f, 1e-5f),
+                      "batch_norm: argument 'bias' is bfloat16, expected float32");
     CG_ASSERT_REFUSED(!cg_group_norm(x1, 2, NULL, NULL, 1e-5f), "expected [N, C, ...]");
     CG_ASSERT_REFUSED(!cg_group_norm(x, 2, NULL, NULL, -1.0f), "group_norm: eps -1");
     cg_tensor *one = cg_zeros(CG_SHAPE(1, 6)); /* PyTorch's rule: N C / G positions of 1 */
@@ -206,7 +213,86 @@ START_TEST(test_norm_refusals)
     CG_ASSERT_REFUSED(!cg_groupnorm_forward(gn, x5), "group_norm: num_groups 3");
     cg_module_free(CG_MODULE(in));
     cg_module_free(CG_MODULE(gn));
-    cg_release_all(6, x, x2, w, xb, x1, x5);
+    cg_release_all(7, x, x2, w, xb, x1, x5, wb);
+}
+END_TEST
+
+/* A reduced-precision x: config k is batch norm training (0) and eval
+ * (1), group norm (2), instance norm on its own statistics (3) and on the
+ * running ones (4); running statistics rm, rv */
+static cg_tensor *norm_k(int k, cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tensor *rm,
+                         cg_tensor *rv)
+{
+    if (k < 2)
+        return cg_batch_norm(x, rm, rv, w, b, k == 0, 0.1f, 1e-5f);
+    if (k == 2)
+        return cg_group_norm(x, 3, w, b, 1e-5f);
+    return cg_instance_norm(x, rm, rv, w, b, k == 3, 0.1f, 1e-5f);
+}
+
+/* t's values as float32 bits (a bfloat16 t widened exactly), malloc'd */
+static float *f32_values(const cg_tensor *t)
+{
+    cg_tensor *f = cg_to(t, CG_F32);
+    ck_assert_msg(f, "%s", cg_last_error());
+    float *v = cg_test_values(f);
+    cg_release(f);
+    return v;
+}
+
+static void assert_same(const cg_tensor *a, const cg_tensor *b, const char *what, int k)
+{
+    ck_assert_msg(a && b, "config %d %s: %s", k, what, cg_last_error());
+    ck_assert_int_eq(cg_numel(a), cg_numel(b));
+    float *u = f32_values(a), *v = f32_values(b);
+    ck_assert_msg(!memcmp(u, v, (size_t)cg_numel(a) * sizeof *u), "config %d: %s differs", k, what);
+    free(u);
+    free(v);
+}
+
+/* bfloat16 x: the output and x's gradient are bfloat16, the bits of the
+ * float32 computation on x widened, rounded; the weight's and bias's
+ * gradients and the running statistics float32, the same bits (PyTorch's
+ * mixed-type batch norm; its float kernels keep reduced precision the
+ * same way) */
+START_TEST(test_norms_bf16_input)
+{
+    for (int k = 0; k < 5; k++) {
+        cg_rng r = cg_rng_new(40 + (uint64_t)k);
+        cg_tensor *xf = cg_test_randn_layout(&r, CG_SHAPE(3, 6, 4, 5), k % 3);
+        cg_tensor *x16 = cg_requires_grad(cg_k_to(xf, CG_BF16), true);
+        cg_tensor *x32 = cg_requires_grad(cg_k_to(x16, CG_F32), true);
+        cg_tensor *gf = cg_randn(&r, CG_SHAPE(3, 6, 4, 5));
+        cg_tensor *g16 = cg_to(gf, CG_BF16), *g32 = cg_to(g16, CG_F32);
+        cg_tensor *w[2], *b[2], *rm[2], *rv[2], *y[2], *l[2];
+        cg_tensor *w0 = cg_randn(&r, CG_SHAPE(6)), *b0 = cg_randn(&r, CG_SHAPE(6));
+        cg_tensor *m0 = cg_randn(&r, CG_SHAPE(6)), *v0 = cg_rand(&r, CG_SHAPE(6));
+        for (int p = 0; p < 2; p++) {
+            w[p] = cg_requires_grad(cg_clone(w0), true);
+            b[p] = cg_requires_grad(cg_clone(b0), true);
+            rm[p] = cg_clone(m0);
+            rv[p] = cg_clone(v0);
+            y[p] = norm_k(k, p ? x32 : x16, w[p], b[p], rm[p], rv[p]);
+            cg_tensor *yg = cg_mul(y[p], p ? g32 : g16);
+            l[p] = cg_sum_all(yg);
+            cg_release(yg);
+            ck_assert_msg(l[p] && cg_backward(l[p], NULL, false), "config %d: %s", k,
+                          cg_last_error());
+        }
+        ck_assert_int_eq(y[0]->dtype, CG_BF16);
+        ck_assert_int_eq(cg_grad(x16)->dtype, CG_BF16);
+        cg_tensor *y32 = cg_to(y[1], CG_BF16), *dx32 = cg_to(cg_grad(x32), CG_BF16);
+        assert_same(y[0], y32, "output", k);
+        assert_same(cg_grad(x16), dx32, "x's gradient", k);
+        assert_same(cg_grad(w[0]), cg_grad(w[1]), "weight's gradient", k);
+        assert_same(cg_grad(b[0]), cg_grad(b[1]), "bias's gradient", k);
+        assert_same(rm[0], rm[1], "running_mean", k);
+        assert_same(rv[0], rv[1], "running_var", k);
+        cg_release_all(8, y32, dx32, xf, x16, x32, g16, g32, w0);
+        cg_release_all(4, b0, m0, v0, gf);
+        for (int p = 0; p < 2; p++)
+            cg_release_all(6, w[p], b[p], rm[p], rv[p], y[p], l[p]);
+    }
 }
 END_TEST
 
@@ -299,6 +385,7 @@ static Suite *norm_suite(void)
     tcase_add_test(tc, test_group_norm_values);
     tcase_add_test(tc, test_instance_norm_running);
     tcase_add_test(tc, test_norm_refusals);
+    tcase_add_test(tc, test_norms_bf16_input);
     tcase_add_test(tc, test_norm_modules);
     tcase_add_test(tc, test_norm_threads_identical);
     suite_add_tcase(s, tc);
