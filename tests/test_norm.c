@@ -281,6 +281,13 @@ START_TEST(test_norms_bf16_input)
         }
         ck_assert_int_eq(y[0]->dtype, CG_BF16);
         ck_assert_int_eq(cg_grad(x16)->dtype, CG_BF16);
+        if (k == 2) { /* core's backward alone: dx in x's dtype */
+            cg_tensor *m, *is, *dx = NULL, *o = cg_k_group_norm(x16, 3, NULL, NULL, 1e-5f, &m, &is);
+            ck_assert_msg(o && cg_k_group_norm_backward(x16, g16, NULL, m, is, 3, &dx, NULL, NULL),
+                          "%s", cg_last_error());
+            ck_assert_int_eq(dx->dtype, CG_BF16);
+            cg_release_all(4, o, m, is, dx);
+        }
         cg_tensor *y32 = cg_to(y[1], CG_BF16), *dx32 = cg_to(cg_grad(x32), CG_BF16);
         assert_same(y[0], y32, "output", k);
         assert_same(cg_grad(x16), dx32, "x's gradient", k);
