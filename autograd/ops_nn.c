@@ -436,7 +436,7 @@ static bool norm_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     cg_tensor **pdw = NEEDS(wi) ? &dw : NULL, **pdb = !rms && NEEDS(wi + 1) ? &db : NULL;
     /* dx added into the gradient x already has (not with add: one dx
      * goes to both inputs) */
-    cg_tensor *acc = add ? NULL : cg_node_grad_acc(n, 0);
+    cg_tensor *acc = add ? NULL : cg_grad_acc_f32(n, 0);
     bool ok;
     if (s1 && s1->dtype == CG_BF16)
         ok = cg_k_norm_backward_xhat(rms, s1, IN(wi), rstd, g, acc, pdx, pdw, pdb);
@@ -472,7 +472,10 @@ static cg_tensor *norm_op(cg_op op, cg_tensor *x, cg_tensor *y, cg_tensor *w, cg
     if (!rms)
         in[nin++] = b;
     const bool rec = records(nin, in);
-    const bool bf16 = rec && cg_get_matmul_precision() == CG_PRECISION_BF16;
+    /* x-hat kept in bf16 for a float32 input; a reduced-precision one is
+     * kept as it is (its output is the products' rounded operand already) */
+    const bool bf16 = rec && cg_get_matmul_precision() == CG_PRECISION_BF16 && x &&
+                      x->dtype == CG_F32 && (!y || y->dtype == CG_F32);
     cg_tensor *mean = NULL, *rstd = NULL, *sum = NULL, *xhat = NULL;
     cg_tensor *out = cg_k_norm(rms, x, y, w, b, eps, bf16, rec && !bf16 && !rms ? &mean : NULL,
                                &rstd, rec && !bf16 && add ? &sum : NULL, bf16 ? &xhat : NULL);

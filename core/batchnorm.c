@@ -11,6 +11,7 @@
 #include "core/norm_impl.h"
 #include "core/ops.h"
 #include "core/shares.h"
+#include "core/upcast.h"
 
 #define PAR_THRESHOLD 32768
 
@@ -84,21 +85,6 @@ bool cg_norm_dims(const char *op, const cg_tensor *x, int64_t *N, int64_t *C, in
     return true;
 }
 
-cg_tensor *cg_norm_f32(const cg_tensor *t)
-{
-    return t->dtype == CG_F32 ? cg_k_contiguous(t) : cg_k_to(t, CG_F32);
-}
-
-bool cg_norm_round(cg_tensor **y, cg_dtype dt)
-{
-    if (dt == CG_F32)
-        return true;
-    cg_tensor *r = cg_k_to(*y, dt);
-    cg_release(*y);
-    *y = r;
-    return r != NULL;
-}
-
 bool cg_norm_move_stat(cg_tensor *running, const cg_tensor *now_c, const double *v, int64_t C,
                        float m, double scale)
 {
@@ -147,7 +133,7 @@ cg_tensor *cg_norm_batch(const char *op, const cg_tensor *x, cg_tensor *running_
     bool ok = cg_norm_channel_arg(op, "running_mean", running_mean, C, &rm) &&
               cg_norm_channel_arg(op, "running_var", running_var, C, &rv) &&
               cg_norm_channel_arg(op, "weight", weight, C, &w) &&
-              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_norm_f32(x)) &&
+              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_f32_contiguous(x)) &&
               (y = cg_empty(x->ndim, x->shape)) && (*mean = cg_empty(1, (int64_t[]){C})) &&
               (*invstd = cg_empty(1, (int64_t[]){C})) &&
               (bvar = calloc((size_t)(C ? C : 1), sizeof *bvar));
@@ -159,7 +145,7 @@ cg_tensor *cg_norm_batch(const char *op, const cg_tensor *x, cg_tensor *running_
         job.eps = eps;
         job.training = training;
         cg_shares_run(C, 1, cg_shares_team(N * C * S > PAR_THRESHOLD), bn_forward_ch, &job);
-        ok = cg_norm_round(&y, x->dtype); /* before the running statistics move */
+        ok = cg_f32_round(&y, x->dtype); /* before the running statistics move */
         const double M = (double)(N * S), unbiased = M / (M - 1.0);
         double *mean_d =
             ok && training && running_mean ? malloc((size_t)(C ? C : 1) * sizeof *mean_d) : NULL;
@@ -265,8 +251,8 @@ bool cg_norm_backward(const char *op, const cg_tensor *x, const cg_tensor *g,
     double *sums = NULL;
     bool ok = cg_norm_channel_arg(op, "weight", weight, C, &w) &&
               stat_arg(op, "mean", mean, N, C, G, &m) &&
-              stat_arg(op, "invstd", invstd, N, C, G, &is) && (xc = cg_norm_f32(x)) &&
-              (gc = cg_norm_f32(g)) && (!dx || (out = cg_empty(x->ndim, x->shape))) &&
+              stat_arg(op, "invstd", invstd, N, C, G, &is) && (xc = cg_f32_contiguous(x)) &&
+              (gc = cg_f32_contiguous(g)) && (!dx || (out = cg_empty(x->ndim, x->shape))) &&
               (sums = malloc((size_t)(2 * C + 1) * sizeof *sums));
     if (!ok && !cg_has_error())
         cg_set_error("%s backward: out of memory", op);
@@ -278,7 +264,7 @@ bool cg_norm_backward(const char *op, const cg_tensor *x, const cg_tensor *g,
         job.training = training;
         run(&job);
         ok = cg_norm_channel_out(dw, sums, C) && cg_norm_channel_out(db, sums + C, C) &&
-             (!out || cg_norm_round(&out, x->dtype));
+             (!out || cg_f32_round(&out, x->dtype));
     }
     free(sums);
     cg_release_all(5, xc, gc, w, m, is);

@@ -403,10 +403,17 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
         *xhat_out = NULL;
     if (!x)
         return cg_error_null_input(op), NULL;
-    /* numbered as the caller counts them: the norm of x alone has no addend */
-    const cg_tensor *args[4] = {x, a ? a : w, a ? w : b, a ? b : NULL};
+    /* numbered as the caller counts them: the norm of x alone has no addend;
+     * x and the addend of any float dtype (computed in float32, y rounded
+     * to their promoted dtype), the parameters float32 */
+    const cg_tensor *args[4] = {NULL, a ? NULL : w, a ? w : b, a ? b : NULL};
     if (!cg_f32_args(op, 4, args) || !check_x(op, x) || !check_addend(op, x, a))
         return NULL;
+    cg_upcast u;
+    if (!cg_upcast_begin(&u, op, 2, (const cg_tensor **[]){&x, &a}))
+        return NULL;
+    if (u.out != CG_F32) /* y itself is then the rounded tensor the products read */
+        bf16_copy = false;
     int64_t D = x->shape[x->ndim - 1];
     if (!check_param(op, "weight", w, x, D) || !check_param(op, "bias", b, x, D))
         return NULL;
@@ -443,6 +450,10 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
                   &fr);
     cg_free(scratch);
     cg_release_all(4, xc, ac, wc, bc);
+    if (!(y = cg_upcast_end(&u, y))) {
+        cg_release_all(4, mt, rt, st, ht);
+        return NULL;
+    }
     if (yb)
         cg_k_bf16_operand_keep(y, yb);
     cg_release(yb);
@@ -462,6 +473,7 @@ static cg_tensor *norm_forward(const char *op, bool rms, const cg_tensor *x, con
 fail:
     cg_free(scratch);
     cg_release_all(10, xc, ac, wc, bc, y, mt, rt, st, yb, ht);
+    cg_upcast_undo(&u);
     return NULL;
 }
 
@@ -650,11 +662,13 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
         cg_error_null_input(op);
         return false;
     }
-    /* x-hat in bf16, or x in float32; the rest float32 */
+    /* x-hat in bf16, or x of any float dtype (dx then in its dtype unless
+     * added into acc); g of any float dtype; the rest float32 */
     const bool dtypes = hat ? cg_check_dtype(op, "xhat", x, CG_BF16) &&
-                                  cg_f32_args(op, 3, (const cg_tensor *[]){w, g, rstd})
-                            : cg_f32_args(op, 4, (const cg_tensor *[]){x, w, g, rstd});
-    if (!dtypes || !check_x(op, x))
+                                  cg_f32_args(op, 3, (const cg_tensor *[]){w, NULL, rstd})
+                            : cg_f32_args(op, 4, (const cg_tensor *[]){NULL, w, NULL, rstd});
+    if (!dtypes || (!hat && !cg_dtype_is_float(x->dtype) && !cg_upcast_refuse(op, 0, x)) ||
+        (!cg_dtype_is_float(g->dtype) && !cg_upcast_refuse(op, hat ? 1 : 2, g)) || !check_x(op, x))
         return false;
     char b1[96], b2[96];
     if (!cg_same_shape(x, g)) {
@@ -673,7 +687,7 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
         return false;
     }
     bool ok = false;
-    cg_tensor *xc = cg_k_contiguous(x), *gc = cg_k_contiguous(g);
+    cg_tensor *xc = hat ? cg_k_contiguous(x) : cg_f32_contiguous(x), *gc = cg_f32_contiguous(g);
     cg_tensor *wc = NULL, *mc = NULL, *rc = cg_k_contiguous(rstd);
     cg_tensor *dxt = NULL, *dwt = NULL, *dbt = NULL;
     int64_t nchunks = (rows + CHUNK - 1) / CHUNK;
@@ -710,7 +724,8 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
         cg_shares_run(D, cg_shares_rows(nchunks), cg_shares_team(nchunks * D > PAR_THRESHOLD),
                       sum_partials, &ps);
     }
-    ok = true;
+    /* a reduced-precision x's dx rounded to its dtype (not one added into acc) */
+    ok = !dxt || acc || hat || cg_f32_round(&dxt, x->dtype);
     goto done;
 oom:
     cg_set_error("%s: out of memory for %lld x %lld partial sums", op, (long long)nchunks,

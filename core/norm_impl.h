@@ -54,13 +54,7 @@ void cg_norm_dx(const float *x, const float *g, const float *w, const cg_norm_se
 /* x's [N, C, S] sizes (a float tensor: float32, bfloat16 or float16; at
  * least 2 dims); false + error naming op */
 bool cg_norm_dims(const char *op, const cg_tensor *x, int64_t *N, int64_t *C, int64_t *S);
-/* x or g as a contiguous float32 tensor (a new reference): a copy, or x
- * widened from its reduced-precision dtype; NULL + error. */
-cg_tensor *cg_norm_f32(const cg_tensor *t);
-/* *y (float32, owned) rounded to dt in place when dt is not float32 (the
- * output or dx of a reduced-precision x); false + error (*y released and
- * NULL). */
-bool cg_norm_round(cg_tensor **y, cg_dtype dt);
+
 /* t (float32 [C] or NULL) as a contiguous float32 copy in *out (NULL for
  * NULL); false + error naming op and arg */
 bool cg_norm_channel_arg(const char *op, const char *arg, const cg_tensor *t, int64_t C,

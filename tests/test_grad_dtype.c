@@ -123,8 +123,9 @@ END_TEST
 /* What docs/api.md's dtype table says of the fused ops: a linear layer
  * and attention take a bfloat16 x (q, k, v) and return float32, the same
  * values as on x's float32 copy, and x's gradient is that run's rounded to
- * bfloat16; bfloat16 weights, float16 inputs and the norms, losses and
- * dropout are refused. */
+ * bfloat16; bfloat16 weights, float16 inputs, losses and dropout are
+ * refused (the norms take reduced-precision inputs:
+ * test_norms_take_reduced_precision). */
 static double max_diff(const cg_tensor *a, const cg_tensor *b)
 {
     cg_tensor *fa = cg_k_to(a, CG_F32), *fb = cg_k_to(b, CG_F32);
@@ -207,9 +208,6 @@ START_TEST(test_fused_ops_take_bf16_inputs)
               *xb = cg_k_to(x, CG_BF16), *wb = cg_k_to(w, CG_BF16);
     CG_ASSERT_REFUSED(cg_affine(x, wb, b) == NULL, "linear: argument 2 is bfloat16");
     CG_ASSERT_REFUSED(cg_affine(xh, w, b) == NULL, "linear: argument 1 is float16");
-    CG_ASSERT_REFUSED(cg_layer_norm(xb, NULL, NULL, 1e-5f) == NULL,
-                      "layer_norm: argument 1 is bfloat16, expected float32 (convert with cg_to)");
-    CG_ASSERT_REFUSED(cg_rms_norm(xb, NULL, 1e-5f) == NULL, "rms_norm: argument 1 is bfloat16");
     cg_rng dr = cg_rng_new(1);
     CG_ASSERT_REFUSED(cg_dropout(xb, 0.5f, &dr, true) == NULL, "dropout: argument 1 is bfloat16");
     cg_release_all(6, w, b, x, xh, xb, wb);
@@ -274,6 +272,75 @@ START_TEST(test_norm_refusals_name_the_argument)
                       "add_layer_norm: argument 4 is bfloat16");
     CG_ASSERT_REFUSED(cg_add_rms_norm(x, x, wb, 1e-5f) == NULL,
                       "add_rms_norm: argument 3 is bfloat16");
+    cg_scope_end(sc);
+}
+END_TEST
+
+/* LayerNorm and RMSNorm, alone or after an add, take a bfloat16 or
+ * float16 x (and addend): computed in float32, the output and x's
+ * gradient in x's dtype, the bits of the float32 run on x widened,
+ * rounded; the weight's and bias's gradients float32, the same bits (as
+ * PyTorch's CPU kernels compute reduced precision; its layer_norm wants
+ * the weight in x's dtype, ours are float32 parameters). Under bf16
+ * precision the same bits: x-hat is kept in bf16 only for a float32 x. An
+ * int64 x is refused. */
+static cg_tensor *norm_of(int op, cg_tensor *x, cg_tensor *y, cg_tensor *w, cg_tensor *b)
+{
+    switch (op) {
+    case 0: return cg_layer_norm(x, w, b, 1e-5f);
+    case 1: return cg_rms_norm(x, w, 1e-5f);
+    case 2: return cg_add_layer_norm(x, y, w, b, 1e-5f);
+    default: return cg_add_rms_norm(x, y, w, 1e-5f);
+    }
+}
+START_TEST(test_norms_take_reduced_precision)
+{
+    cg_scope *sc = cg_scope_begin();
+    cg_rng r = cg_rng_new(12);
+    for (int op = 0; op < 4; op++)
+        for (int d = 0; d < 2; d++)
+            for (int p = 0; p < 2; p++) {
+                const cg_dtype dt = d ? CG_F16 : CG_BF16;
+                cg_tensor *v = cg_randn(&r, CG_SHAPE(2, 5, 8)),
+                          *u = cg_randn(&r, CG_SHAPE(2, 5, 8));
+                cg_tensor *gv = cg_k_to(cg_randn(&r, CG_SHAPE(2, 5, 8)), dt);
+                cg_tensor *x[2], *y[2], *w[2], *b[2], *out[2];
+                cg_tensor *w0 = cg_randn(&r, CG_SHAPE(8)), *b0 = cg_randn(&r, CG_SHAPE(8));
+                for (int k = 0; k < 2; k++) { /* k 0: the reduced dtype, 1: float32 */
+                    x[k] = cg_requires_grad(cg_k_to(k ? x[0] : v, k ? CG_F32 : dt), true);
+                    y[k] = cg_requires_grad(cg_k_to(k ? y[0] : u, k ? CG_F32 : dt), true);
+                    w[k] = cg_requires_grad(cg_clone(w0), true);
+                    b[k] = cg_requires_grad(cg_clone(b0), true);
+                    /* the float32 reference under fp32: its bf16 path keeps x-hat */
+                    const cg_precision prev =
+                        cg_autocast_begin(p && !k ? CG_PRECISION_BF16 : CG_PRECISION_FP32);
+                    out[k] = norm_of(op, x[k], y[k], w[k], b[k]);
+                    ck_assert_msg(out[k], "op %d dtype %d: %s", op, d, cg_last_error());
+                    cg_tensor *g = k ? cg_k_to(gv, CG_F32) : cg_retain(gv);
+                    ck_assert(cg_backward(out[k], g, false));
+                    cg_autocast_end(prev);
+                    cg_release(g);
+                }
+                const char *what = op < 2 ? "" : " (add)";
+                ck_assert_int_eq(out[0]->dtype, dt);
+                ck_assert_int_eq(cg_grad(x[0])->dtype, dt);
+                ck_assert_msg(max_diff(out[0], cg_k_to(out[1], dt)) == 0, "op %d%s dtype %d", op,
+                              what, d);
+                ck_assert_msg(max_diff(cg_grad(x[0]), cg_k_to(cg_grad(x[1]), dt)) == 0,
+                              "op %d dx, dtype %d, precision %d", op, d, p);
+                if (op >= 2)
+                    ck_assert(max_diff(cg_grad(y[0]), cg_k_to(cg_grad(y[1]), dt)) == 0);
+                ck_assert_int_eq(cg_grad(w[0])->dtype, CG_F32);
+                ck_assert(max_diff(cg_grad(w[0]), cg_grad(w[1])) == 0);
+                if (op % 2 == 0)
+                    ck_assert(max_diff(cg_grad(b[0]), cg_grad(b[1])) == 0);
+            }
+    cg_tensor *xi = cg_zeros_dtype(CG_I64, CG_SHAPE(2, 8));
+    CG_ASSERT_REFUSED(cg_layer_norm(xi, NULL, NULL, 1e-5f) == NULL,
+                      "layer_norm: argument 1 is int64, expected a float tensor (float32, "
+                      "bfloat16 or float16)");
+    CG_ASSERT_REFUSED(cg_add_rms_norm(cg_zeros(CG_SHAPE(2, 8)), xi, NULL, 1e-5f) == NULL,
+                      "add_rms_norm: argument 2 is int64");
     cg_scope_end(sc);
 }
 END_TEST
@@ -356,6 +423,7 @@ static Suite *grad_dtype_suite(void)
     tcase_add_test(tc, test_gelu_of_bf16_under_bf16_precision);
     tcase_add_test(tc, test_masked_sdpa_dtypes);
     tcase_add_test(tc, test_norm_refusals_name_the_argument);
+    tcase_add_test(tc, test_norms_take_reduced_precision);
     tcase_add_test(tc, test_scatter_backwards_of_bf16);
     tcase_add_test(tc, test_stack_of_bf16);
     suite_add_tcase(s, tc);
