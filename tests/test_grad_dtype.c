@@ -341,6 +341,12 @@ START_TEST(test_norms_take_reduced_precision)
                               cg_last_error());
                 ck_assert(max_diff(cg_grad(x[0]), twice) == 0);
             }
+    /* core's backward alone: dx in x's dtype */
+    cg_tensor *xb = cg_k_to(cg_randn(&r, CG_SHAPE(3, 8)), CG_BF16), *m, *rs, *dx;
+    cg_tensor *o = cg_k_layer_norm(xb, NULL, NULL, 1e-5f, &m, &rs);
+    ck_assert(o && cg_k_layer_norm_backward(xb, NULL, m, rs, o, NULL, &dx, NULL, NULL));
+    ck_assert_int_eq(o->dtype, CG_BF16);
+    ck_assert_int_eq(dx->dtype, CG_BF16);
     cg_tensor *xi = cg_zeros_dtype(CG_I64, CG_SHAPE(2, 8));
     CG_ASSERT_REFUSED(cg_layer_norm(xi, NULL, NULL, 1e-5f) == NULL,
                       "layer_norm: argument 1 is int64, expected a float tensor (float32, "
