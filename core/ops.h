@@ -567,7 +567,11 @@ cg_tensor *cg_k_cross_entropy_backward_weighted(const cg_tensor *logits, const c
                                                 const cg_tensor *lse, const cg_tensor *g);
 
 /* Layer norm over the last dim: y = (x - mean) * rstd * w + b, biased var,
- * w/b may be NULL ([D] otherwise). *mean and *rstd ([rows]) are for backward. */
+ * w/b may be NULL ([D] otherwise, float32). *mean and *rstd ([rows]) are
+ * for backward. x (and the addend of the add forms below) may be
+ * bfloat16 or float16: computed in float32, y in their promoted dtype,
+ * and the backwards' dx in x's dtype unless added into acc; g of any
+ * float dtype. */
 cg_tensor *cg_k_layer_norm(const cg_tensor *x, const cg_tensor *w, const cg_tensor *b, float eps,
                            cg_tensor **mean, cg_tensor **rstd);
 /* Writes dx (may be NULL to skip), dw, db (each NULL to skip) as new
