@@ -63,6 +63,29 @@ cg_tensor *cg_swiglu_halves(cg_tensor *h);
  * (nothing is kept). */
 cg_tensor *cg_rope(cg_tensor *x, int64_t start, double theta);
 cg_tensor *cg_geglu_halves(cg_tensor *h);
+/* F.glu(x, dim) (nn.GLU(dim), PyTorch's default dim -1): x's two halves a,
+ * b along dim, a * sigmoid(b), one op (the gate of cg_swiglu with act the
+ * sigmoid: core/gated.c); float32 or bfloat16 (the result in x's dtype),
+ * any strides. Refused: a 0-d x, a dim out of range, an odd size along dim
+ * ("glu: the halved dim must be even, but dim 1 of [2, 3] is 3"). */
+cg_tensor *cg_glu(cg_tensor *x, int dim);
+/* F.prelu(x, weight) (nn.PReLU's function): x > 0 ? x : a x, a the
+ * weight's element of x's channel (dim 1; one channel below 2 dims, as
+ * PyTorch 1.13's), weight 0-d or 1-d of 1 element or one per channel
+ * (core/ops.h cg_k_prelu: its refusals, dtypes and the fixed order of the
+ * weight's gradient, summed over every other dim). The gradient to x is g
+ * where x > 0 and a g elsewhere (at 0 too); the weight's is the sum of g x
+ * where x <= 0. */
+cg_tensor *cg_prelu(cg_tensor *x, cg_tensor *weight);
+/* F.rrelu(x, lower [1/8], upper [1/3], training): in training each
+ * element's slope is drawn uniformly in [lower, upper] from rng (required
+ * then: advanced by numel(x), the same draws for any thread count), y = x
+ * where x > 0, a_i x elsewhere, and the gradient is g times the same
+ * slopes (kept: x is not). In evaluation (rng unread, may be NULL) it is
+ * cg_leaky_relu(x, (lower + upper) / 2), the same bits, the half-sum in
+ * double as PyTorch's. lower > upper refused (core/ops.h cg_k_rrelu).
+ * PyTorch's draws are not these: compare the evaluation with it. */
+cg_tensor *cg_rrelu(cg_tensor *x, float lower, float upper, bool training, cg_rng *rng);
 /* torch.maximum(a, b) / torch.minimum(a, b): elementwise, broadcast, NaN
  * where either is NaN; the gradient as PyTorch's: to the larger (smaller)
  * operand, half to each at a tie (both get all of it where one is NaN). */
@@ -115,6 +138,15 @@ cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape);
  * from the end) made one, by cg_reshape; a 0-d tensor becomes [1]. A start
  * after the end is refused. */
 cg_tensor *cg_flatten(cg_tensor *a, int start_dim, int end_dim);
+/* F.pixel_shuffle(x, r): [*, C r^2, H, W] -> [*, C, H r, W r], out[..., c,
+ * h r + i, w r + j] = x[..., c r^2 + i r + j, h, w]; F.pixel_unshuffle(x,
+ * r) its inverse, [*, C, H r, W r] -> [*, C r^2, H, W]. A view, a
+ * permutation and one copy (cg_reshape), gradients theirs: PyTorch's bits.
+ * Refused as PyTorch refuses: fewer than 3 dims, r < 1, channels not
+ * divisible by r^2 (shuffle), height or width not divisible by r
+ * (unshuffle). */
+cg_tensor *cg_pixel_shuffle(cg_tensor *x, int64_t upscale_factor);
+cg_tensor *cg_pixel_unshuffle(cg_tensor *x, int64_t downscale_factor);
 /* torch.Tensor.contiguous: a itself (a new reference) if contiguous, else a
  * contiguous copy that passes gradients to a. Either way the gradient flows:
  * it never depends on memory layout. */

@@ -133,6 +133,29 @@ static cg_tensor *gated(cg_tensor *a, cg_tensor *b, cg_k_gate act)
 }
 cg_tensor *cg_swiglu(cg_tensor *a, cg_tensor *b) { return gated(a, b, CG_K_GATE_SILU); }
 cg_tensor *cg_geglu(cg_tensor *a, cg_tensor *b) { return gated(a, b, CG_K_GATE_GELU); }
+cg_tensor *cg_glu(cg_tensor *x, int dim)
+{
+    if (!x)
+        return cg_error_null_input("glu"), NULL;
+    if (x->ndim == 0) {
+        cg_set_error("glu: a 0-d input has no dim to halve");
+        return NULL;
+    }
+    const int d = cg_norm_dim("glu", dim, x->ndim);
+    if (d < 0)
+        return NULL;
+    const int64_t h = x->shape[d] / 2;
+    if (x->shape[d] % 2) {
+        char s[96];
+        cg_set_error("glu: the halved dim must be even, but dim %d of %s is %lld", dim,
+                     cg_shape_str(x, s, sizeof s), (long long)x->shape[d]);
+        return NULL;
+    }
+    cg_tensor *a = cg_narrow(x, d, 0, h), *b = a ? cg_narrow(x, d, h, h) : NULL;
+    cg_tensor *y = b ? gated(b, a, CG_K_GATE_SIGMOID) : NULL; /* sigmoid(b) * a */
+    cg_release_all(2, a, b);
+    return y;
+}
 /* In bf16 precision the gate keeps h rounded to bf16 (keep_input_bf16,
  * above; the product that made h keeps that rounding as it writes h,
  * cg_affine_keep_bf16): half the bytes of a gated feed-forward's widest

@@ -1,7 +1,8 @@
 /* The gated activation of a gated feed-forward (SwiGLU, GEGLU):
  * out = act(a) * b, elementwise, and its backward, each as one pass over
  * the elements (no act(a) tensor is made). act is SiLU (x sigmoid(x)) or
- * GELU's tanh form (core/elementwise_impl.h's f_gelu, the zoo's GELU).
+ * GELU's tanh form (core/elementwise_impl.h's f_gelu, the zoo's GELU), or
+ * the sigmoid (F.glu's gate, sigmoid(b) * a: a and b swapped).
  *
  * The elements are cut into runs of EW_RUN_G, each run computed by one
  * thread from its own elements only: the same bits for any team. A
@@ -17,6 +18,7 @@
 #include "core/ops.h"
 #include "core/shares.h"
 #include "core/tensor_impl.h"
+#include "core/upcast.h"
 
 #define EW_RUN_G 16384
 enum { GATE_RUN = 512 };
@@ -29,20 +31,7 @@ typedef struct {
 
 /* t as the kernels read it: a contiguous float32 or bfloat16 tensor (a new
  * reference: t itself when it is one already; a float32 copy otherwise) */
-static cg_tensor *gate_dense(const cg_tensor *t)
-{
-    if (cg_is_contiguous(t))
-        return cg_retain((cg_tensor *)t);
-    if (t->dtype == CG_F32)
-        return cg_k_contiguous(t);
-    cg_tensor *c = cg_k_to(t, CG_F32);
-    if (c && !cg_is_contiguous(c)) {
-        cg_tensor *d = cg_k_contiguous(c);
-        cg_release(c);
-        return d;
-    }
-    return c;
-}
+static cg_tensor *gate_dense(const cg_tensor *t) { return cg_upcast_dense(t, true); }
 static gate_src src_of(const cg_tensor *t)
 {
     return t->dtype == CG_F32 ? (gate_src){cg_data(t), NULL} : (gate_src){NULL, cg_data_bf16(t)};
@@ -73,41 +62,49 @@ EW_INLINE float gate_of(cg_k_gate act, float x, float *d)
             *d = s * (1.0f + x * m);
         return x * s;
     }
+    if (act == CG_K_GATE_SIGMOID) { /* F.glu's gate */
+        float s, m;
+        ew_sigmoid2(x, &s, &m);
+        if (d)
+            *d = s * m;
+        return s;
+    }
     if (d)
         *d = f_gelu_grad(x);
     return f_gelu(x);
 }
 
-/* len elements: without g, out = act(a) * b; with g, the backward's
- * da = g b act'(a) (into out) and db = g act(a). One loop per act and
- * direction: each vectorises. */
-static inline __attribute__((always_inline)) void gate_apply(
+/* len elements of one act (a constant where it is inlined): without g,
+ * out = act(a) * b; with g, the backward's da = g b act'(a) (into out) and
+ * db = g act(a). */
+static inline __attribute__((always_inline)) void gate_apply_as(
     cg_k_gate act, int64_t len, const float *restrict a, const float *restrict b,
     const float *restrict g, float *restrict out, float *restrict db)
 {
     if (!g) {
-        if (act == CG_K_GATE_SILU)
-            for (int64_t i = 0; i < len; i++)
-                out[i] = gate_of(CG_K_GATE_SILU, a[i], NULL) * b[i];
-        else
-            for (int64_t i = 0; i < len; i++)
-                out[i] = gate_of(CG_K_GATE_GELU, a[i], NULL) * b[i];
+        for (int64_t i = 0; i < len; i++)
+            out[i] = gate_of(act, a[i], NULL) * b[i];
         return;
     }
+    for (int64_t i = 0; i < len; i++) {
+        float d;
+        const float s = gate_of(act, a[i], &d);
+        out[i] = g[i] * b[i] * d;
+        db[i] = g[i] * s;
+    }
+}
+/* gate_apply_as with act made a constant: one loop per act and direction,
+ * each of which vectorises */
+static inline __attribute__((always_inline)) void gate_apply(
+    cg_k_gate act, int64_t len, const float *restrict a, const float *restrict b,
+    const float *restrict g, float *restrict out, float *restrict db)
+{
     if (act == CG_K_GATE_SILU)
-        for (int64_t i = 0; i < len; i++) {
-            float d;
-            const float s = gate_of(CG_K_GATE_SILU, a[i], &d);
-            out[i] = g[i] * b[i] * d;
-            db[i] = g[i] * s;
-        }
+        gate_apply_as(CG_K_GATE_SILU, len, a, b, g, out, db);
+    else if (act == CG_K_GATE_GELU)
+        gate_apply_as(CG_K_GATE_GELU, len, a, b, g, out, db);
     else
-        for (int64_t i = 0; i < len; i++) {
-            float d;
-            const float s = gate_of(CG_K_GATE_GELU, a[i], &d);
-            out[i] = g[i] * b[i] * d;
-            db[i] = g[i] * s;
-        }
+        gate_apply_as(CG_K_GATE_SIGMOID, len, a, b, g, out, db);
 }
 
 /* Elements [i0, i1): forward without g, backward with it (a gradient not
@@ -136,7 +133,7 @@ static bool gated_args(const char *op, const cg_tensor *a, const cg_tensor *b, c
         cg_error_null_input(op);
         return false;
     }
-    if ((int)act < 0 || act > CG_K_GATE_GELU) {
+    if ((int)act < 0 || act > CG_K_GATE_SIGMOID) {
         cg_set_error("%s: unknown gate activation %d", op, (int)act);
         return false;
     }
@@ -164,16 +161,6 @@ static bool gated_args(const char *op, const cg_tensor *a, const cg_tensor *b, c
     return true;
 }
 
-/* out (float32, contiguous) in dt: itself, or rounded once into a new tensor */
-static cg_tensor *as_dtype(cg_tensor *out, cg_dtype dt)
-{
-    if (!out || dt == CG_F32)
-        return out;
-    cg_tensor *r = cg_k_to(out, dt);
-    cg_release(out);
-    return r;
-}
-
 cg_tensor *cg_k_gated(const cg_tensor *a, const cg_tensor *b, cg_k_gate act)
 {
     if (!gated_args("cg_k_gated", a, b, NULL, act))
@@ -186,7 +173,7 @@ cg_tensor *cg_k_gated(const cg_tensor *a, const cg_tensor *b, cg_k_gate act)
         cg_shares_run(n, EW_RUN_G, cg_shares_team(n > EW_RUN_G), gated_run, &j);
     }
     cg_release_all(2, ad, bd);
-    return as_dtype(out, a->dtype);
+    return cg_upcast_round(out, a->dtype);
 }
 
 bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor *g, cg_k_gate act,
@@ -215,8 +202,8 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
                              rb ? cg_data(rb) : NULL,
                              act};
         cg_shares_run(n, EW_RUN_G, cg_shares_team(n > EW_RUN_G), gated_run, &j);
-        ra = ra ? as_dtype(ra, a->dtype) : NULL;
-        rb = rb ? as_dtype(rb, b->dtype) : NULL;
+        ra = ra ? cg_upcast_round(ra, a->dtype) : NULL;
+        rb = rb ? cg_upcast_round(rb, b->dtype) : NULL;
         ok = (!da || ra) && (!db || rb);
     }
     cg_release_all(3, ad, bd, gd);
@@ -265,7 +252,7 @@ static int64_t halves_width(const char *op, const cg_tensor *h, cg_k_gate act)
 {
     if (!h)
         return cg_error_null_input(op), 0;
-    if ((int)act < 0 || act > CG_K_GATE_GELU) {
+    if ((int)act < 0 || act > CG_K_GATE_SIGMOID) {
         cg_set_error("%s: unknown gate activation %d", op, (int)act);
         return 0;
     }
@@ -300,7 +287,7 @@ cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act)
         cg_shares_run(rows, halves_grain(n), cg_shares_team(rows * n > EW_RUN_G), halves_rows, &j);
     }
     cg_release(hd);
-    return as_dtype(out, h->dtype);
+    return cg_upcast_round(out, h->dtype);
 }
 
 cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg_k_gate act)
@@ -327,5 +314,5 @@ cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg
     }
     cg_release_all(2, hd, gd);
     /* bfloat16 only from two bfloat16 operands (PyTorch's promotion) */
-    return as_dtype(dh, h->dtype == CG_BF16 && g->dtype == CG_BF16 ? CG_BF16 : CG_F32);
+    return cg_upcast_round(dh, h->dtype == CG_BF16 && g->dtype == CG_BF16 ? CG_BF16 : CG_F32);
 }

@@ -242,7 +242,9 @@ CG_UNARY_PARAM_OPS(CG_UNARY_PARAM_DECLARE_K_, ~)
  * (either pointer NULL: not made), in a's dtype; g float32 or bfloat16 of
  * a's shape. One pass each, OpenMP over fixed runs of elements: the same
  * bits for any thread count. */
-typedef enum { CG_K_GATE_SILU, CG_K_GATE_GELU } cg_k_gate;
+/* CG_K_GATE_SIGMOID: act(a) = sigmoid(a), F.glu's gate (autograd's cg_glu
+ * passes its halves swapped: glu(x) = x1 * sigmoid(x2) = act(x2) * x1). */
+typedef enum { CG_K_GATE_SILU, CG_K_GATE_GELU, CG_K_GATE_SIGMOID } cg_k_gate;
 cg_tensor *cg_k_gated(const cg_tensor *a, const cg_tensor *b, cg_k_gate act);
 bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor *g, cg_k_gate act,
                          cg_tensor **da, cg_tensor **db);
@@ -255,6 +257,34 @@ bool cg_k_gated_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor
  * promotion), else float32. */
 cg_tensor *cg_k_gated_halves(const cg_tensor *h, cg_k_gate act);
 cg_tensor *cg_k_gated_halves_backward(const cg_tensor *h, const cg_tensor *g, cg_k_gate act);
+/* F.prelu(x, weight) (core/prelu.c): x > 0 ? x : a x, a the weight's
+ * element of x's channel, x of any float dtype and strides. The channels
+ * are x's dim 1, and an input of fewer than 2 dims has 1 (PyTorch 1.13's
+ * rule: a [3] input takes a weight of 1 element, not 3); the weight is 0-d
+ * or 1-d, of 1 element or one per channel, else refused in one line. The
+ * result is contiguous, in x's dtype (computed in float32, rounded once).
+ * The backward: dx = x > 0 ? g : a g (the slope at 0, as PyTorch's), in
+ * x's dtype, and dw (float32, w's shape) the sum over every other dim of
+ * g x where x <= 0, per row of x's last dims in double, then over the
+ * rows in order: the same bits for any thread count. Either pointer NULL:
+ * not made. */
+cg_tensor *cg_k_prelu(const cg_tensor *x, const cg_tensor *w);
+bool cg_k_prelu_backward(const cg_tensor *x, const cg_tensor *w, const cg_tensor *g, cg_tensor **dx,
+                         cg_tensor **dw);
+/* F.rrelu(x, lower, upper, training): with rng (training), element i's
+ * slope a_i drawn uniformly in [lower, upper] from rng (counter-based: rng
+ * advances by numel(x), the same draws for any thread count; where x > 0
+ * the draw is taken and unused), y = x > 0 ? x : a_i x, and *noise
+ * (float32, contiguous, x's shape) the factor of each element (1 or a_i):
+ * the backward is g noise. Without rng (evaluation): cg_k_leaky_relu(x,
+ * cg_k_rrelu_slope(lower, upper)), *noise NULL. lower > upper (or NaN) is
+ * refused: "rrelu: lower 0.5 must not exceed upper 0.2"
+ * (cg_k_rrelu_bounds_ok: false + that line). y in x's dtype. */
+cg_tensor *cg_k_rrelu(const cg_tensor *x, float lower, float upper, cg_rng *rng, cg_tensor **noise);
+bool cg_k_rrelu_bounds_ok(float lower, float upper);
+/* (lower + upper) / 2 in double, rounded to float: PyTorch's evaluation
+ * slope */
+float cg_k_rrelu_slope(float lower, float upper);
 /* The fused cells of torch.nn.GRU and torch.nn.LSTM (core/rnn_cell.c),
  * float32, 2-d operands whose rows may be strided (last dim contiguous;
  * else copied); one pass over the rows, OpenMP over fixed chunks of rows:

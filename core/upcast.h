@@ -21,6 +21,7 @@
 #define CG_UPCAST_H
 
 #include "core/error.h"
+#include "core/ops.h"
 #include "core/tensor.h"
 
 #define CG_UPCAST_MAX 4
@@ -175,6 +176,37 @@ static inline bool cg_check_grad_acc(const char *op, const cg_tensor *acc, const
  * float kernels hand them over, their bool condition or mask checked. */
 cg_tensor *cg_typed_where(const cg_tensor *cond, const cg_tensor *a, const cg_tensor *b);
 cg_tensor *cg_typed_masked_fill(const cg_tensor *a, const cg_tensor *mask, float value);
+
+/* t as a kernel of one pass over contiguous elements reads it: a new
+ * reference to t itself when it is a contiguous float32 tensor (or, with
+ * keep_bf16, a contiguous bfloat16 one, which such a kernel widens a run
+ * at a time), else a contiguous float32 copy; NULL + error when out of
+ * memory. */
+static inline cg_tensor *cg_upcast_dense(const cg_tensor *t, bool keep_bf16)
+{
+    if (cg_is_contiguous(t) && (t->dtype == CG_F32 || (keep_bf16 && t->dtype == CG_BF16)))
+        return cg_retain((cg_tensor *)t);
+    if (t->dtype == CG_F32)
+        return cg_k_contiguous(t);
+    cg_tensor *c = cg_k_to(t, CG_F32);
+    if (c && !cg_is_contiguous(c)) {
+        cg_tensor *d = cg_k_contiguous(c);
+        cg_release(c);
+        return d;
+    }
+    return c;
+}
+
+/* out (float32, contiguous) in dt: out itself, or rounded once into a new
+ * tensor (out released); NULL stays NULL */
+static inline cg_tensor *cg_upcast_round(cg_tensor *out, cg_dtype dt)
+{
+    if (!out || dt == CG_F32)
+        return out;
+    cg_tensor *r = cg_k_to(out, dt);
+    cg_release(out);
+    return r;
+}
 
 /* A kernel's body for one or two upcast arguments (variables a, b of
  * type const cg_tensor *): return CALL's result rounded to their dtype. */

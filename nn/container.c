@@ -152,6 +152,122 @@ cg_module *cg_threshold_new(float threshold, float value)
     return param_act_new("Threshold", NULL, cg_threshold, threshold, value);
 }
 
+/* nn.PReLU: its weight [num_parameters], a parameter */
+typedef struct {
+    cg_module base;
+    cg_tensor *weight;
+} prelu_module;
+
+static cg_tensor *prelu_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    return cg_prelu(in[0], ((prelu_module *)m)->weight);
+}
+
+cg_module *cg_prelu_new(int64_t num_parameters, float init)
+{
+    if (num_parameters < 1) {
+        cg_set_error("PReLU: num_parameters must be at least 1 (got %lld)",
+                     (long long)num_parameters);
+        return NULL;
+    }
+    prelu_module *p = (prelu_module *)cg_module_alloc(sizeof *p, "PReLU", NULL);
+    if (!p)
+        return NULL;
+    p->base.forward = prelu_impl;
+    cg_tensor *w = cg_full(CG_SHAPE(num_parameters), init);
+    const bool ok = w && cg_module_add_param_at(&p->base, "weight", w, &p->weight);
+    cg_release(w);
+    if (!ok) {
+        cg_module_free(&p->base);
+        return NULL;
+    }
+    return &p->base;
+}
+
+/* nn.RReLU: its bounds and generator */
+typedef struct {
+    cg_module base;
+    float lower, upper;
+    cg_rng *rng;
+    cg_rng own_rng;
+} rrelu_module;
+
+static cg_tensor *rrelu_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    rrelu_module *r = (rrelu_module *)m;
+    return cg_rrelu(in[0], r->lower, r->upper, m->training, r->rng);
+}
+
+cg_module *cg_rrelu_new(float lower, float upper, cg_rng *rng)
+{
+    if (!cg_k_rrelu_bounds_ok(lower, upper)) {
+        cg_prefix_error("RReLU: ");
+        return NULL;
+    }
+    rrelu_module *r = (rrelu_module *)cg_module_alloc(sizeof *r, "RReLU", NULL);
+    if (!r)
+        return NULL;
+    r->base.forward = rrelu_impl;
+    r->lower = lower;
+    r->upper = upper;
+    r->own_rng = cg_rng_new(0);
+    r->rng = rng ? rng : &r->own_rng;
+    return &r->base;
+}
+
+/* A module of one dim: GLU, Softmax, LogSoftmax, Softmin, Softmax2d */
+typedef enum { DIM_GLU, DIM_SOFTMAX, DIM_LOG_SOFTMAX, DIM_SOFTMIN, DIM_SOFTMAX2D } dim_kind;
+typedef struct {
+    cg_module base;
+    dim_kind kind;
+    int dim;
+} dim_module;
+
+static cg_tensor *dim_impl(cg_module *m, cg_tensor *const *in, void *args)
+{
+    (void)args;
+    const dim_module *d = (const dim_module *)m;
+    cg_tensor *x = in[0], *y = NULL;
+    switch (d->kind) {
+    case DIM_GLU: return cg_glu(x, d->dim);
+    case DIM_SOFTMAX: return cg_softmax(x, d->dim);
+    case DIM_LOG_SOFTMAX: return cg_log_softmax(x, d->dim);
+    case DIM_SOFTMIN: /* softmax(-x) */
+        y = cg_neg(x);
+        x = y ? cg_softmax(y, d->dim) : NULL;
+        cg_release(y);
+        return x;
+    case DIM_SOFTMAX2D:
+        if (x->ndim != 3 && x->ndim != 4) {
+            char s[96];
+            cg_set_error("Softmax2d: the input must be 3-d or 4-d, [(N,) C, H, W] (got %s)",
+                         cg_shape_str(x, s, sizeof s));
+            return NULL;
+        }
+        return cg_softmax(x, -3);
+    }
+    return NULL;
+}
+
+static cg_module *dim_new(const char *type, dim_kind kind, int dim)
+{
+    dim_module *d = (dim_module *)cg_module_alloc(sizeof *d, type, NULL);
+    if (!d)
+        return NULL;
+    d->base.forward = dim_impl;
+    d->kind = kind;
+    d->dim = dim;
+    return &d->base;
+}
+
+cg_module *cg_glu_new(int dim) { return dim_new("GLU", DIM_GLU, dim); }
+cg_module *cg_softmax_new(int dim) { return dim_new("Softmax", DIM_SOFTMAX, dim); }
+cg_module *cg_log_softmax_new(int dim) { return dim_new("LogSoftmax", DIM_LOG_SOFTMAX, dim); }
+cg_module *cg_softmin_new(int dim) { return dim_new("Softmin", DIM_SOFTMIN, dim); }
+cg_module *cg_softmax2d_new(void) { return dim_new("Softmax2d", DIM_SOFTMAX2D, -3); }
+
 cg_module *cg_mlp(int n, const int64_t *sizes, cg_act act, cg_rng *rng)
 {
     if (n < 2 || !sizes) {

@@ -134,6 +134,35 @@ cg_module *cg_hardtanh_new(float min_val, float max_val);
 cg_module *cg_softshrink_new(float lambd);
 cg_module *cg_hardshrink_new(float lambd);
 cg_module *cg_threshold_new(float threshold, float value);
+/* nn.PReLU(num_parameters [1], init [0.25]): cg_prelu(x, weight), the
+ * weight [num_parameters] filled with init, a parameter ("weight": trained,
+ * saved and loaded as every module's). num_parameters 1 or the input's
+ * channels (dim 1; an input of fewer than 2 dims takes 1), checked at the
+ * forward; below 1 refused here. As PyTorch's docs say, do not decay this
+ * weight (leave it out of an optimizer's weight decay) for good
+ * performance. NULL + error. */
+cg_module *cg_prelu_new(int64_t num_parameters, float init);
+/* nn.RReLU(lower [1/8], upper [1/3]): cg_rrelu(x, lower, upper, training,
+ * rng), training the module's mode (cg_module_train / eval): random slopes
+ * in training drawn from rng (borrowed: it must outlive the module; NULL:
+ * one of the module's own, seeded with 0), (lower + upper) / 2 in
+ * evaluation. lower > upper refused here ("RReLU: rrelu: lower 0.5 must
+ * not exceed upper 0.2"). */
+cg_module *cg_rrelu_new(float lower, float upper, cg_rng *rng);
+/* Modules of one function along a dim, PyTorch's, the dim checked at the
+ * forward by the function:
+ *   cg_glu_new(-1)           nn.GLU()          cg_glu(x, dim)
+ *   cg_softmax_new(dim)      nn.Softmax(dim)   cg_softmax(x, dim)
+ *   cg_log_softmax_new(dim)  nn.LogSoftmax(dim) cg_log_softmax(x, dim)
+ *   cg_softmin_new(dim)      nn.Softmin(dim)   cg_softmax(-x, dim)
+ *   cg_softmax2d_new()       nn.Softmax2d()    cg_softmax(x, -3) of a 3-d or
+ *                                              4-d x (another refused)
+ * No parameters; NULL + error when out of memory. */
+cg_module *cg_glu_new(int dim);
+cg_module *cg_softmax_new(int dim);
+cg_module *cg_log_softmax_new(int dim);
+cg_module *cg_softmin_new(int dim);
+cg_module *cg_softmax2d_new(void);
 /* A multilayer perceptron: cg_sequential of Linear(sizes[0], sizes[1]),
  * act, Linear(sizes[1], sizes[2]), act, ..., Linear(sizes[n-2], sizes[n-1])
  * (no activation after the last), with biases, drawn from rng in that

@@ -1,4 +1,4 @@
-/* Pools, padding, Flatten, Unfold and Fold as modules (nn/spatial.h): each holds its
+/* Pools, padding, Flatten, Unfold, Fold and the pixel shuffles as modules (nn/spatial.h): each holds its
  * options and calls the functional op, which checks them against the
  * input. */
 #include <string.h>
@@ -14,7 +14,9 @@ typedef enum {
     PADDING,
     FLATTEN,
     UNFOLD,
-    FOLD
+    FOLD,
+    PIXEL_SHUFFLE,
+    PIXEL_UNSHUFFLE
 } spatial_kind;
 
 typedef struct {
@@ -22,7 +24,7 @@ typedef struct {
     spatial_kind kind;
     int nd;
     cg_pool pool;        /* MAX_POOL, AVG_POOL */
-    int64_t out_size[2]; /* the adaptive pools', FOLD's */
+    int64_t out_size[2]; /* the adaptive pools', FOLD's; the shuffles' factor */
     int64_t pad[6];      /* PADDING: 2 nd sizes */
     cg_pad_mode mode;
     float value;
@@ -49,6 +51,8 @@ static cg_tensor *spatial_impl(cg_module *m, cg_tensor *const *in, void *args)
     case FLATTEN: return cg_flatten(x, s->start_dim, s->end_dim);
     case UNFOLD: return cg_unfold(x, &s->fold);
     case FOLD: return cg_fold(x, s->out_size[0], s->out_size[1], &s->fold);
+    case PIXEL_SHUFFLE: return cg_pixel_shuffle(x, s->out_size[0]);
+    case PIXEL_UNSHUFFLE: return cg_pixel_unshuffle(x, s->out_size[0]);
     }
     return NULL;
 }
@@ -168,4 +172,23 @@ cg_module *cg_unfold_new(const cg_fold_cfg *cfg)
 cg_module *cg_fold_new(int64_t oh, int64_t ow, const cg_fold_cfg *cfg)
 {
     return fold_new("cg_fold_new", FOLD, oh, ow, cfg);
+}
+
+/* nn.PixelShuffle(r) / nn.PixelUnshuffle(r) */
+static cg_module *shuffle_new(const char *fn, spatial_kind kind, int64_t r)
+{
+    spatial *s =
+        spatial_new(fn, kind == PIXEL_SHUFFLE ? "PixelShuffle" : "PixelUnshuffle", kind, 2, 2);
+    if (s)
+        s->out_size[0] = r;
+    return s ? &s->base : NULL;
+}
+
+cg_module *cg_pixel_shuffle_new(int64_t upscale_factor)
+{
+    return shuffle_new("cg_pixel_shuffle_new", PIXEL_SHUFFLE, upscale_factor);
+}
+cg_module *cg_pixel_unshuffle_new(int64_t downscale_factor)
+{
+    return shuffle_new("cg_pixel_unshuffle_new", PIXEL_UNSHUFFLE, downscale_factor);
 }

@@ -3,7 +3,7 @@
  * (nn.MaxPool1d/2d, AvgPool1d/2d, AdaptiveMaxPool1d/2d,
  * AdaptiveAvgPool1d/2d), padding (nn.ConstantPad1d/2d/3d, ZeroPad2d,
  * ReflectionPad1d/2d/3d, ReplicationPad1d/2d/3d, CircularPad1d/2d/3d),
- * nn.Flatten, nn.Unfold and nn.Fold. Each holds its options and runs one functional op
+ * nn.Flatten, nn.Unfold, nn.Fold, nn.PixelShuffle and nn.PixelUnshuffle. Each holds its options and runs one functional op
  * (autograd/ops.h: cg_max_pool2d, cg_pad, cg_flatten, ...), which checks
  * them against the input; its forward hooks run (cg_module_forward).
  *
@@ -40,6 +40,12 @@ cg_module *cg_flatten_new(int start_dim, int end_dim);
  * by the op. */
 cg_module *cg_unfold_new(const cg_fold_cfg *cfg);
 cg_module *cg_fold_new(int64_t oh, int64_t ow, const cg_fold_cfg *cfg);
+/* nn.PixelShuffle(upscale_factor) (cg_pixel_shuffle) and
+ * nn.PixelUnshuffle(downscale_factor) (cg_pixel_unshuffle); the factor is
+ * checked against the input by the op (below 1 refused there, as
+ * PyTorch's). */
+cg_module *cg_pixel_shuffle_new(int64_t upscale_factor);
+cg_module *cg_pixel_unshuffle_new(int64_t downscale_factor);
 
 #ifdef __cplusplus
 }

@@ -314,8 +314,8 @@ START_TEST(test_gated_bad_args)
     cg_tensor *g = cg_zeros(CG_SHAPE(4, 4)), *gi = cg_zeros_dtype(CG_I64, CG_SHAPE(4, 4));
     cg_tensor *g_rows = cg_zeros(CG_SHAPE(2, 4)), *g_wide = cg_zeros(CG_SHAPE(2, 8)), *da, *db;
     cg_tensor *g3 = cg_zeros(CG_SHAPE(1, 4, 4));
-    const cg_k_gate bad[2] = {(cg_k_gate)2, (cg_k_gate)-1};
-    const char *said[2] = {"unknown gate activation 2", "unknown gate activation -1"};
+    const cg_k_gate bad[2] = {(cg_k_gate)3, (cg_k_gate)-1}; /* 2: the sigmoid (glu) */
+    const char *said[2] = {"unknown gate activation 3", "unknown gate activation -1"};
     for (int k = 0; k < 2; k++) {
         CG_ASSERT_REFUSED(cg_k_gated(a, a, bad[k]) == NULL, said[k]);
         CG_ASSERT_REFUSED(!cg_k_gated_backward(a, a, a, bad[k], &da, &db), said[k]);

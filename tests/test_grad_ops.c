@@ -84,6 +84,30 @@ static cg_tensor *powh(cg_tensor *a) { return cg_pow(a, 0.5f); }
 static cg_tensor *clamp_(cg_tensor *a) { return cg_clamp(a, -0.5f, 0.7f); }
 static cg_tensor *leaky001(cg_tensor *a) { return cg_leaky_relu(a, 0.01f); }
 static cg_tensor *leakym15(cg_tensor *a) { return cg_leaky_relu(a, -1.5f); }
+/* prelu with a weight that needs no gradient (its gradient:
+ * test_prelu.c): one slope, and one per channel (dim 1) of both signs */
+static cg_tensor *prelu1(cg_tensor *a)
+{
+    cg_tensor *w = cg_full(CG_SHAPE(1), 0.25f), *y = cg_prelu(a, w);
+    cg_release(w);
+    return y;
+}
+static cg_tensor *preluc(cg_tensor *a)
+{
+    cg_tensor *w = cg_arange(0, (double)a->shape[1], 1), *s = cg_adds(w, -1.5f);
+    cg_tensor *y = cg_prelu(a, s);
+    cg_release_all(2, w, s);
+    return y;
+}
+/* rrelu in training (the same draws at every call: a generator of its
+ * own) and in evaluation */
+static cg_tensor *rrelu_train(cg_tensor *a)
+{
+    cg_rng r = cg_rng_new(8);
+    return cg_rrelu(a, 0.125f, 1.0f / 3, true, &r);
+}
+static cg_tensor *rrelu_eval(cg_tensor *a) { return cg_rrelu(a, 0.125f, 1.0f / 3, false, NULL); }
+static cg_tensor *glu_last(cg_tensor *a) { return cg_glu(a, -1); }
 static cg_tensor *elu1(cg_tensor *a) { return cg_elu(a, 1.0f); }
 static cg_tensor *elu05(cg_tensor *a) { return cg_elu(a, 0.5f); }
 static cg_tensor *softplus1(cg_tensor *a) { return cg_softplus(a, 1.0f, 20.0f); }
@@ -265,7 +289,8 @@ static const op_check op_checks[CG_OP_COUNT] = {
                                    {"threshold(-0.1,-2)", threshold_m01, DOM_AWAY0}}},
     [CG_OP_CLAMP] = {.unary = {{"clamp", clamp_, DOM_ANY}}},
     [CG_OP_WHERE] = {.binary = {"where", where_ab, DOM_ANY}},
-    [CG_OP_GATED] = {.by = "test_gated.c: test_gated_gradcheck"},
+    [CG_OP_GATED] = {.unary = {{"glu(-1)", glu_last, DOM_ANY}},
+                     .by = "test_gated.c: test_gated_gradcheck"},
     [CG_OP_GATED_HALVES] = {.by = "test_gated.c: test_gated_gradcheck"},
     [CG_OP_GRU_CELL] = {.by = "test_rnn.c: test_cells_gradcheck"},
     [CG_OP_LSTM_CELL] = {.by = "test_rnn.c: test_cells_gradcheck"},
@@ -360,6 +385,12 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_CONV_TRANSPOSE] = {.by = "test_conv.c: test_conv_gradcheck (the t cases)"},
     [CG_OP_UNFOLD] = {.by = "test_unfold.c: test_unfold_gradcheck"},
     [CG_OP_FOLD] = {.by = "test_unfold.c: test_unfold_gradcheck (_i 1)"},
+    [CG_OP_PRELU] = {.unary = {{"prelu([1])", prelu1, DOM_AWAY0},
+                               {"prelu([C])", preluc, DOM_AWAY0}},
+                     .by = "test_prelu.c: test_prelu_gradcheck"},
+    [CG_OP_RRELU] = {.unary = {{"rrelu(train)", rrelu_train, DOM_AWAY0},
+                               {"rrelu(eval)", rrelu_eval, DOM_AWAY0}},
+                     .by = "test_prelu.c: test_rrelu_gradcheck"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */
