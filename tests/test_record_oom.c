@@ -884,6 +884,58 @@ START_TEST(test_unfold_oom)
 }
 END_TEST
 
+/* PReLU (a module: its weight's gradient too), rrelu in training, glu, the
+ * pixel shuffles and softmin, fp32 and bf16, forward and backward */
+static bool acts_run(void *ctx)
+{
+    cg_tensor *x = ((void **)ctx)[0], *xb = ((void **)ctx)[1];
+    cg_module *p = ((void **)ctx)[2];
+    cg_module *sm = ((void **)ctx)[3];
+    cg_rng d = cg_rng_new(2);
+    cg_tensor *t[7] = {cg_module_forward(p, x),
+                       cg_rrelu(x, 0.1f, 0.3f, true, &d),
+                       cg_glu(x, 1),
+                       cg_pixel_unshuffle(x, 2),
+                       cg_module_forward(sm, x),
+                       cg_prelu(xb, p->params[0].tensor),
+                       cg_glu(xb, -1)};
+    cg_tensor *s[7] = {NULL}, *sum = NULL;
+    bool ok = true;
+    for (int i = 0; i < 7; i++) {
+        cg_tensor *sq = t[i] ? cg_mul(t[i], t[i]) : NULL;
+        s[i] = sq ? cg_sum_all(sq) : NULL;
+        cg_release(sq);
+        cg_tensor *next = sum && s[i] ? cg_add(sum, s[i]) : s[i] ? cg_to(s[i], CG_F32) : NULL;
+        ok = ok && next;
+        cg_release(sum);
+        sum = next;
+    }
+    ok = ok && cg_backward(sum, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    for (int i = 0; i < 7; i++)
+        cg_release_all(2, t[i], s[i]);
+    cg_release(sum);
+    cg_zero_grad(x);
+    cg_zero_grad(xb);
+    cg_zero_grad(p->params[0].tensor);
+    return ok;
+}
+
+START_TEST(test_acts_oom)
+{
+    cg_rng r = cg_rng_new(9);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, 4, 6)), true);
+    cg_tensor *xb = cg_requires_grad(cg_k_to(x, CG_BF16), true);
+    cg_module *p = cg_prelu_new(4, 0.25f), *sm = cg_softmin_new(1);
+    ck_assert_msg(p && sm, "%s", cg_last_error());
+    void *ctx[4] = {x, xb, p, sm};
+    ck_assert_int_gt(every_allocation_fails(acts_run, ctx), 10);
+    ck_assert(acts_run(ctx)); /* and it runs once memory is back */
+    cg_module_free(p), cg_module_free(sm);
+    cg_release_all(2, x, xb);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -908,6 +960,7 @@ int main(void)
     tcase_add_test(tc, test_plateau_oom);
     tcase_add_loop_test(tc, test_conv_oom, 0, 2);
     tcase_add_test(tc, test_unfold_oom);
+    tcase_add_test(tc, test_acts_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
