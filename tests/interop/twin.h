@@ -59,6 +59,29 @@ static inline cg_tensor *twin_io(cg_st_file *io, const char *name, int step)
     return cg_st_has(io, n) ? cg_st_get(io, n) : NULL;
 }
 
+/* run(dir, name) for each name of the file dir/list, one a line (blank
+ * lines skipped): how many ran (-1: no such file, said), their failures
+ * added to *bad */
+static inline int twin_each_case(const char *dir, const char *list, int *bad,
+                                 bool (*run)(const char *dir, const char *name))
+{
+    char path[4096], line[256];
+    snprintf(path, sizeof path, "%s/%s", dir, list);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", path);
+        return -1;
+    }
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (*line)
+            n++, *bad += !run(dir, line);
+    }
+    fclose(f);
+    return n;
+}
+
 /* A training step of m (weight w, bias b, or NULL) on io's step: y and
  * the gradients of sum(y * r) as PyTorch's, within tol */
 static inline bool twin_module_step(cg_module *m, cg_tensor *w, cg_tensor *b, cg_st_file *io,
