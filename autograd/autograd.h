@@ -160,9 +160,11 @@ extern "C" {
     X(INTERPOLATE, "interpolate", 1, 0, 0) /* the options in ctx */ \
     X(CONV_TRANSPOSE, "conv_transpose", 3, CG_IN(0) | CG_IN(1), 0) /* as conv's */ \
     X(UNFOLD, "unfold", 1, 0, 0) /* the options in p.i; x's shape read */ \
-    X(FOLD, "fold", 1, 0, 0) /* the options in p.i */                      \
+    X(FOLD, "fold", 1, 0, 0) /* the options in p.i */ \
     X(PRELU, "prelu", 2, CG_IN(0), 1) /* x, weight: w read for x's gradient */ \
-    X(RRELU, "rrelu", 1, CG_IN(0), 0) /* training: the noise saved, x not read */
+    X(RRELU, "rrelu", 1, CG_IN(0), 0) /* training: the noise saved, x not read */ \
+    X(CONV3D, "conv3d", 3, CG_IN(0) | CG_IN(1), 0) /* as conv's; the config in ctx */ \
+    X(CONV_TRANSPOSE3D, "conv_transpose3d", 3, CG_IN(0) | CG_IN(1), 0) /* as conv3d's */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

@@ -223,9 +223,10 @@ cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids);
 /* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
  * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
-/* F.conv1d / F.conv2d as one op: x [N, C, L] or [C, L] / [N, C, H, W] or
- * [C, H, W] (float32, or bfloat16: the result float32, x's gradient
- * bfloat16), w [O, C / groups, K] / [O, C / groups, KH, KW], b [O] or
+/* F.conv1d / F.conv2d / F.conv3d as one op: x [N, C, L] or [C, L] / [N,
+ * C, H, W] or [C, H, W] / [N, C, D, H, W] or [C, D, H, W] (float32, or
+ * bfloat16: the result float32, x's gradient bfloat16), w [O, C / groups,
+ * K] / [O, C / groups, KH, KW] / [O, C / groups, KD, KH, KW], b [O] or
  * NULL; cfg NULL for the defaults (stride 1, no padding, dilation 1,
  * groups 1), else core/ops.h's cg_conv_cfg (padding numbers, CG_CONV_SAME
  * or CG_CONV_VALID). Zero padding, or cfg's padding_mode as nn.Conv's:
@@ -234,15 +235,18 @@ cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
  * thread's matrix precision, as a Linear layer's. */
 cg_tensor *cg_conv1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 cg_tensor *cg_conv2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
-/* F.conv_transpose1d / F.conv_transpose2d as one op: x [N, C, L] or [C,
- * L] / [N, C, H, W] or [C, H, W] (float32, or bfloat16: the result
- * float32, x's gradient bfloat16), w [C, O / groups, K] / [C, O / groups,
- * KH, KW], b [O] or NULL; cfg NULL for the defaults, else a cg_conv_cfg
+cg_tensor *cg_conv3d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
+/* F.conv_transpose1d / F.conv_transpose2d / F.conv_transpose3d as one op:
+ * x [N, C, L] or [C, L] / [N, C, H, W] or [C, H, W] / [N, C, D, H, W] or
+ * [C, D, H, W] (float32, or bfloat16: the result float32, x's gradient
+ * bfloat16), w [C, O / groups, K] / [C, O / groups, KH, KW] / [C, O /
+ * groups, KD, KH, KW], b [O] or NULL; cfg NULL for the defaults, else a cg_conv_cfg
  * with padding numbers and output_padding (< stride or < dilation), as
  * core's cg_k_conv_transpose. Gradients for x, w and b as PyTorch's;
  * products in the thread's matrix precision. */
 cg_tensor *cg_conv_transpose1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 cg_tensor *cg_conv_transpose2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
+cg_tensor *cg_conv_transpose3d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg);
 /* F.unfold(x, kernel_size, dilation, padding, stride) as one op: x [N, C,
  * H, W] or [C, H, W] (float32, or bfloat16: the result float32, x's
  * gradient bfloat16) -> [N, C KH KW, L] (or [C KH KW, L]), cfg core/ops.h's

@@ -433,15 +433,24 @@ cg_tensor *cg_affine_residual(cg_tensor *x, cg_tensor *w, cg_tensor *b, cg_tenso
 
 /* ------------------------------------------------------- convolution */
 /* One node a convolution or a transposed one: x, w (both read: the
- * backward unfolds x again for dW and reads w for dx) and b; the spatial
- * rank in p.i[0], the configuration in p.i[1..9] (stride, padding,
- * dilation per dim, groups, then the padding mode of a convolution or
- * the output padding per dim of a transposed one). */
+ * backward unfolds x again for dW and reads w for dx) and b. A 1-d or
+ * 2-d one (CG_OP_CONV, CG_OP_CONV_TRANSPOSE): the spatial rank in p.i[0],
+ * the configuration in p.i[1..9] (stride, padding, dilation per dim,
+ * groups, then the padding mode of a convolution or the output padding
+ * per dim of a transposed one); a 3-d one (CG_OP_CONV3D,
+ * CG_OP_CONV_TRANSPOSE3D): a copy of the configuration in ctx. */
+static bool conv_3d(const cg_node *n)
+{
+    return n->op == CG_OP_CONV3D || n->op == CG_OP_CONV_TRANSPOSE3D;
+}
 static cg_conv_cfg conv_cfg_of(const cg_node *n)
 {
+    if (conv_3d(n))
+        return *(const cg_conv_cfg *)n->ctx;
     const int64_t *q = n->p.i + 1;
-    cg_conv_cfg c = {{q[0], q[1]},        {q[2], q[3]}, {q[4], q[5]},   q[6],
-                     CG_CONV_PAD_NUMBERS, {0, 0},       CG_PAD_CONSTANT};
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.stride[0] = q[0], c.stride[1] = q[1], c.padding[0] = q[2], c.padding[1] = q[3];
+    c.dilation[0] = q[4], c.dilation[1] = q[5], c.groups = q[6];
     if (n->op == CG_OP_CONV)
         c.pad = (cg_conv_pad)q[7];
     else
@@ -451,9 +460,10 @@ static cg_conv_cfg conv_cfg_of(const cg_node *n)
 static bool conv_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const cg_conv_cfg c = conv_cfg_of(n);
-    return (n->op == CG_OP_CONV ? cg_k_conv_backward : cg_k_conv_transpose_backward)(
-        (int)n->p.i[0], IN(0), IN(1), &c, g, NEEDS(0) ? &gin[0] : NULL, NEEDS(1) ? &gin[1] : NULL,
-        n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
+    const bool t = n->op == CG_OP_CONV_TRANSPOSE || n->op == CG_OP_CONV_TRANSPOSE3D;
+    return (t ? cg_k_conv_transpose_backward : cg_k_conv_backward)(
+        conv_3d(n) ? 3 : (int)n->p.i[0], IN(0), IN(1), &c, g, NEEDS(0) ? &gin[0] : NULL,
+        NEEDS(1) ? &gin[1] : NULL, n->n_inputs > 2 && NEEDS(2) ? &gin[2] : NULL);
 }
 static cg_tensor *conv(const char *name, int nd, cg_op op, cg_tensor *x, cg_tensor *w, cg_tensor *b,
                        const cg_conv_cfg *cfg);
@@ -469,7 +479,7 @@ static cg_tensor *conv_padded(const char *name, int nd, cg_tensor *x, cg_tensor 
         z.padding_mode = CG_PAD_CONSTANT;
         return conv(name, nd, CG_OP_CONV, x, w, b, &z);
     }
-    int64_t pad[4];
+    int64_t pad[6];
     for (int i = 0; i < nd; i++) { /* F.pad's order: the last dim's pair first */
         const int j = nd - 1 - i;
         cg_conv_padding(c, i, w->shape[2 + i], &pad[2 * j], &pad[2 * j + 1]);
@@ -477,7 +487,7 @@ static cg_tensor *conv_padded(const char *name, int nd, cg_tensor *x, cg_tensor 
     cg_conv_cfg z = *c;
     z.padding_mode = CG_PAD_CONSTANT;
     z.pad = CG_CONV_PAD_NUMBERS;
-    z.padding[0] = z.padding[1] = 0;
+    z.padding[0] = z.padding[1] = z.padding[2] = 0;
     cg_tensor *xp = cg_pad(x, 2 * nd, pad, c->padding_mode, 0.0f);
     cg_tensor *out = xp ? conv(name, nd, CG_OP_CONV, xp, w, b, &z) : NULL;
     cg_release(xp);
@@ -499,12 +509,21 @@ static cg_tensor *conv(const char *name, int nd, cg_op op, cg_tensor *x, cg_tens
     if (!out)
         return NULL;
     cg_tensor *in[3] = {x, w, b};
-    cg_node *n = cg_record(out, op, b ? 3 : 2, in, conv_bw);
+    const cg_op rec = nd != 3 ? op : op == CG_OP_CONV ? CG_OP_CONV3D : CG_OP_CONV_TRANSPOSE3D;
+    cg_node *n = cg_record(out, rec, b ? 3 : 2, in, conv_bw);
     if (cg_record_failed(n, b ? 3 : 2, in)) {
         cg_release(out);
         return NULL;
     }
-    if (n) {
+    if (n && nd == 3) {
+        if (!(n->ctx = malloc(sizeof c))) {
+            cg_set_error("%s: out of memory", name);
+            cg_release(out);
+            return NULL;
+        }
+        memcpy(n->ctx, &c, sizeof c);
+        n->ctx_free = free;
+    } else if (n) {
         const bool t = op != CG_OP_CONV;
         const int64_t q[10] = {nd,
                                c.stride[0],
@@ -535,6 +554,14 @@ cg_tensor *cg_conv_transpose1d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const c
 cg_tensor *cg_conv_transpose2d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg)
 {
     return conv("cg_conv_transpose2d", 2, CG_OP_CONV_TRANSPOSE, x, w, b, cfg);
+}
+cg_tensor *cg_conv3d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg)
+{
+    return conv("cg_conv3d", 3, CG_OP_CONV, x, w, b, cfg);
+}
+cg_tensor *cg_conv_transpose3d(cg_tensor *x, cg_tensor *w, cg_tensor *b, const cg_conv_cfg *cfg)
+{
+    return conv("cg_conv_transpose3d", 3, CG_OP_CONV_TRANSPOSE, x, w, b, cfg);
 }
 
 /* ------------------------------------------------------ unfold, fold */

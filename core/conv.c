@@ -1,9 +1,11 @@
-/* cgrad core: convolution, PyTorch's F.conv1d / F.conv2d with zero padding
- * (declared in core/ops.h, "Convolution"), and its backward.
+/* cgrad core: convolution, PyTorch's F.conv1d / F.conv2d / F.conv3d with
+ * zero padding (declared in core/ops.h, "Convolution"), and its backward.
  *
- * A 1-d convolution is a 2-d one of height 1. Each sample's group is a
+ * Every convolution is a 3-d one: a 2-d one of depth 1, a 1-d one of depth
+ * and height 1 (the loops below run once over a dim of 1, the same
+ * copies and sums in the same order). Each sample's group is a
  * product on the GEMM (core/gemm.h, in the thread's matrix precision):
- * the group's weight rows W [Og, CK] (CK = Cg KH KW) times the sample's
+ * the group's weight rows W [Og, CK] (CK = Cg KD KH KW) times the sample's
  * cols [CK, P] (im2col: a row a channel's tap, a column an output
  * position, zero where the tap falls in the padding; each row copied as
  * runs between bounds found once a tap), written straight into the
@@ -28,7 +30,7 @@
 
 typedef cg_conv_geom geom;
 
-static const char *op_name(int nd) { return nd == 1 ? "conv1d" : "conv2d"; }
+static const char *op_name(int nd) { return nd == 1 ? "conv1d" : nd == 2 ? "conv2d" : "conv3d"; }
 
 void cg_conv_padding(const cg_conv_cfg *c, int i, int64_t k, int64_t *lo, int64_t *hi)
 {
@@ -45,8 +47,8 @@ bool cg_conv_cfg_common(const char *op, int nd, const cg_conv_cfg *c)
 {
     if (!c)
         return cg_error_null_arg(op, "cfg");
-    if (nd != 1 && nd != 2) {
-        cg_set_error("%s: %d spatial dims, expected 1 or 2", op, nd);
+    if (nd < 1 || nd > 3) {
+        cg_set_error("%s: %d spatial dims, expected 1, 2 or 3", op, nd);
         return false;
     }
     if (c->groups < 1) {
@@ -155,7 +157,10 @@ bool cg_conv_check_args(const char *op, int nd, const cg_tensor *x, const cg_ten
     }
     if (w->ndim != nd + 2 || cg_numel(w) == 0) {
         cg_set_error("%s: weight %s must be [%s, %s] with no empty dim", op,
-                     cg_shape_str(w, s1, sizeof s1), wdims, nd == 1 ? "K" : "KH, KW");
+                     cg_shape_str(w, s1, sizeof s1), wdims,
+                     nd == 1   ? "K"
+                     : nd == 2 ? "KH, KW"
+                               : "KD, KH, KW");
         return false;
     }
     if (b && (b->ndim != 1 || b->shape[0] != out)) {
@@ -205,7 +210,7 @@ static int64_t out_len(const char *op, int i, int64_t n, int64_t k, int64_t s, i
 static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
                      const cg_conv_cfg *cfg, geom *g)
 {
-    const char *op = nd == 1 || nd == 2 ? op_name(nd) : "conv";
+    const char *op = nd >= 1 && nd <= 3 ? op_name(nd) : "conv";
     const cg_conv_cfg c = cfg ? *cfg : CG_CONV_DEFAULT;
     if (!cg_conv_cfg_check(op, nd, &c) ||
         !cg_conv_check_args(op, nd, x, w, b, "out, in / groups", w->shape[0]))
@@ -224,9 +229,10 @@ static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
         return false;
     g->Cg = g->C / g->G;
     g->Og = g->O / g->G;
-    int64_t in[2] = {1, 1}, k[2] = {1, 1}, s[2] = {1, 1}, d[2] = {1, 1}, lo[2] = {0, 0}, o[2];
+    int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1};
+    int64_t lo[3] = {0, 0, 0}, o[3] = {1, 1, 1};
     for (int i = 0; i < nd; i++) {
-        const int j = 2 - nd + i; /* nd 1: the width */
+        const int j = 3 - nd + i; /* nd 1: the width, nd 2: the height and width */
         int64_t hi;
         in[j] = x->shape[s0 + 1 + i];
         k[j] = w->shape[2 + i];
@@ -236,17 +242,23 @@ static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
         if (!(o[j] = out_len(op, i, in[j], k[j], s[j], d[j], lo[j], hi)))
             return false;
     }
-    if (nd == 1)
-        o[0] = 1;
-    g->H = in[0], g->W = in[1], g->KH = k[0], g->KW = k[1], g->OH = o[0], g->OW = o[1];
-    g->sh = s[0], g->sw = s[1], g->dh = d[0], g->dw = d[1], g->ph = lo[0], g->pw = lo[1];
-    g->P = g->OH * g->OW;
-    g->Kp = g->KH * g->KW;
-    g->CK = g->Cg * g->Kp;
+    cg_conv_geom_dims(g, in, o, k, s, d, lo);
     return true;
 }
 
-cg_tensor *cg_conv_x_f32(const cg_tensor *x, const geom *g, int64_t xs[4])
+void cg_conv_geom_dims(geom *g, const int64_t in[3], const int64_t out[3], const int64_t k[3],
+                       const int64_t s[3], const int64_t d[3], const int64_t p[3])
+{
+    g->D = in[0], g->H = in[1], g->W = in[2], g->KD = k[0], g->KH = k[1], g->KW = k[2];
+    g->OD = out[0], g->OH = out[1], g->OW = out[2];
+    g->sd = s[0], g->sh = s[1], g->sw = s[2], g->dd = d[0], g->dh = d[1], g->dw = d[2];
+    g->pd = p[0], g->ph = p[1], g->pw = p[2];
+    g->P = g->OD * g->OH * g->OW;
+    g->Kp = g->KD * g->KH * g->KW;
+    g->CK = g->Cg * g->Kp;
+}
+
+cg_tensor *cg_conv_x_f32(const cg_tensor *x, const geom *g, int64_t xs[5])
 {
     cg_tensor *xf = x->dtype == CG_F32 ? cg_retain((cg_tensor *)x) : cg_k_to(x, CG_F32);
     if (!xf)
@@ -254,18 +266,19 @@ cg_tensor *cg_conv_x_f32(const cg_tensor *x, const geom *g, int64_t xs[4])
     const int s0 = g->batched ? 1 : 0, nd = xf->ndim - s0 - 1;
     xs[0] = g->batched ? xf->strides[0] : 0;
     xs[1] = xf->strides[s0];
-    xs[2] = nd == 2 ? xf->strides[s0 + 1] : 0;
-    xs[3] = xf->strides[xf->ndim - 1];
+    for (int i = 0; i < 3; i++) /* the spatial dims x lacks: 0 */
+        xs[2 + i] = i >= 3 - nd ? xf->strides[s0 + 1 + i - (3 - nd)] : 0;
     return xf;
 }
 
 /* Whether a sample's group of x is its own cols [Cg, P]: a 1x1 kernel at
  * stride 1 without padding, over positions one run of unit stride, the
  * channels apart by at least a plane */
-static bool direct(const geom *g, const int64_t xs[4])
+static bool direct(const geom *g, const int64_t xs[5])
 {
-    return g->Kp == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && xs[3] == 1 &&
-           (g->H == 1 || xs[2] == g->W) && xs[1] >= g->P;
+    return g->Kp == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 && g->pd == 0 && g->ph == 0 &&
+           g->pw == 0 && xs[4] == 1 && (g->H == 1 || xs[3] == g->W) &&
+           (g->D == 1 || xs[2] == g->H * g->W) && xs[1] >= g->P;
 }
 
 /* the output positions o < out (stride s) whose input position o s + off
@@ -281,13 +294,14 @@ static void in_range(int64_t off, int64_t s, int64_t n, int64_t out, int64_t *lo
 }
 
 /* What a chunk of the loops below reads: the geometry, x's sample and
- * group (strides xs, c h w in 1..3) or dx's (contiguous planes), and the
- * cols [CK, P]: a row a tap (c, kh, kw), a column an output position */
+ * group (strides xs, c d h w in 1..4) or dx's (contiguous planes), and
+ * the cols [CK, P]: a row a tap (c, kd, kh, kw), a column an output
+ * position */
 typedef struct {
     const geom *g;
     const float *x;
     float *dx, *cols;
-    int64_t xs[4];
+    int64_t xs[5];
 } job;
 
 /* fn over n items in chunks of grain, threaded past PAR_THRESHOLD work */
@@ -297,34 +311,52 @@ static void run(int64_t n, int64_t grain, int64_t work, cg_chunk_fn fn, const jo
 }
 
 /* ------------------------------------------------------------- im2col */
+/* tap t's offsets into the input (its position times the dilation less
+ * the padding before) per dim (d, h, w) and the output positions whose
+ * input position falls inside it, [lo[i], hi[i]) */
+static void tap_range(const geom *g, int64_t t, int64_t off[3], int64_t lo[3], int64_t hi[3])
+{
+    off[0] = t / (g->KH * g->KW) * g->dd - g->pd;
+    off[1] = t / g->KW % g->KH * g->dh - g->ph;
+    off[2] = t % g->KW * g->dw - g->pw;
+    in_range(off[0], g->sd, g->D, g->OD, &lo[0], &hi[0]);
+    in_range(off[1], g->sh, g->H, g->OH, &lo[1], &hi[1]);
+    in_range(off[2], g->sw, g->W, g->OW, &lo[2], &hi[2]);
+}
+
 /* rows r0..r1 of the cols: each output row's run inside the input copied,
  * zeros around it (the run's bounds found once a tap) */
 static void unfold_rows(int64_t r0, int64_t r1, int thread, const void *ctx)
 {
     const job *j = ctx;
     const geom *g = j->g;
-    const int64_t sx = j->xs[3] * g->sw;
+    const int64_t sx = j->xs[4] * g->sw, HW = g->OH * g->OW;
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t c = r / g->Kp, kh = r % g->Kp / g->KW, kw = r % g->KW;
-        const int64_t offh = kh * g->dh - g->ph, offw = kw * g->dw - g->pw;
-        int64_t h0, h1, w0, w1;
-        in_range(offh, g->sh, g->H, g->OH, &h0, &h1);
-        in_range(offw, g->sw, g->W, g->OW, &w0, &w1);
+        const int64_t c = r / g->Kp;
+        int64_t off[3], lo[3], hi[3];
+        tap_range(g, r % g->Kp, off, lo, hi);
+        const int64_t h0 = lo[1], h1 = hi[1], w0 = lo[2], w1 = hi[2];
         float *row = j->cols + r * g->P;
-        memset(row, 0, sizeof(float) * (size_t)(h0 * g->OW));
-        for (int64_t oh = h0; oh < h1; oh++) {
-            float *o = row + oh * g->OW;
-            const float *src = j->x + c * j->xs[1] + (oh * g->sh + offh) * j->xs[2] +
-                               (w0 * g->sw + offw) * j->xs[3];
-            memset(o, 0, sizeof(float) * (size_t)w0);
-            if (sx == 1)
-                memcpy(o + w0, src, sizeof(float) * (size_t)(w1 - w0));
-            else
-                for (int64_t i = 0; i < w1 - w0; i++)
-                    o[w0 + i] = src[i * sx];
-            memset(o + w1, 0, sizeof(float) * (size_t)(g->OW - w1));
+        memset(row, 0, sizeof(float) * (size_t)(lo[0] * HW));
+        for (int64_t od = lo[0]; od < hi[0]; od++) {
+            float *slab = row + od * HW;
+            const float *xd = j->x + c * j->xs[1] + (od * g->sd + off[0]) * j->xs[2];
+            memset(slab, 0, sizeof(float) * (size_t)(h0 * g->OW));
+            for (int64_t oh = h0; oh < h1; oh++) {
+                float *o = slab + oh * g->OW;
+                const float *src =
+                    xd + (oh * g->sh + off[1]) * j->xs[3] + (w0 * g->sw + off[2]) * j->xs[4];
+                memset(o, 0, sizeof(float) * (size_t)w0);
+                if (sx == 1)
+                    memcpy(o + w0, src, sizeof(float) * (size_t)(w1 - w0));
+                else
+                    for (int64_t i = 0; i < w1 - w0; i++)
+                        o[w0 + i] = src[i * sx];
+                memset(o + w1, 0, sizeof(float) * (size_t)(g->OW - w1));
+            }
+            memset(slab + h1 * g->OW, 0, sizeof(float) * (size_t)((g->OH - h1) * g->OW));
         }
-        memset(row + h1 * g->OW, 0, sizeof(float) * (size_t)((g->OH - h1) * g->OW));
+        memset(row + hi[0] * HW, 0, sizeof(float) * (size_t)((g->OD - hi[0]) * HW));
     }
 }
 
@@ -350,9 +382,9 @@ static void unfold_batch_rows(int64_t r0, int64_t r1, int thread, const void *ct
     }
 }
 
-void cg_conv_im2col(const geom *g, const float *x, const int64_t xs[4], float *cols)
+void cg_conv_im2col(const geom *g, const float *x, const int64_t xs[5], float *cols)
 {
-    const job j = {g, x, NULL, cols, {xs[0], xs[1], xs[2], xs[3]}};
+    const job j = {g, x, NULL, cols, {xs[0], xs[1], xs[2], xs[3], xs[4]}};
     run(g->N * g->CK, cg_shares_rows(g->P), g->N * g->CK * g->P, unfold_batch_rows, &j);
 }
 
@@ -363,26 +395,27 @@ static void fold_planes(int64_t c0, int64_t c1, int thread, const void *ctx)
 {
     const job *j = ctx;
     const geom *g = j->g;
+    const int64_t DHW = g->D * g->H * g->W;
     for (int64_t c = c0; c < c1; c++) {
-        float *plane = j->dx + c * g->H * g->W;
-        memset(plane, 0, sizeof(float) * (size_t)(g->H * g->W));
+        float *plane = j->dx + c * DHW;
+        memset(plane, 0, sizeof(float) * (size_t)DHW);
         for (int64_t t = 0; t < g->Kp; t++) {
-            const int64_t kh = t / g->KW, kw = t % g->KW;
-            const int64_t offh = kh * g->dh - g->ph, offw = kw * g->dw - g->pw;
-            int64_t h0, h1, w0, w1;
-            in_range(offh, g->sh, g->H, g->OH, &h0, &h1);
-            in_range(offw, g->sw, g->W, g->OW, &w0, &w1);
+            int64_t off[3], lo[3], hi[3];
+            tap_range(g, t, off, lo, hi);
+            const int64_t h0 = lo[1], h1 = hi[1], w0 = lo[2], w1 = hi[2];
             const float *row = j->cols + (c * g->Kp + t) * g->P;
-            for (int64_t oh = h0; oh < h1; oh++) {
-                float *d = plane + (oh * g->sh + offh) * g->W + w0 * g->sw + offw;
-                const float *s = row + oh * g->OW + w0;
-                if (g->sw == 1)
-                    for (int64_t i = 0; i < w1 - w0; i++)
-                        d[i] += s[i];
-                else
-                    for (int64_t i = 0; i < w1 - w0; i++)
-                        d[i * g->sw] += s[i];
-            }
+            for (int64_t od = lo[0]; od < hi[0]; od++)
+                for (int64_t oh = h0; oh < h1; oh++) {
+                    float *d = plane + ((od * g->sd + off[0]) * g->H + oh * g->sh + off[1]) * g->W +
+                               w0 * g->sw + off[2];
+                    const float *s = row + (od * g->OH + oh) * g->OW + w0;
+                    if (g->sw == 1)
+                        for (int64_t i = 0; i < w1 - w0; i++)
+                            d[i] += s[i];
+                    else
+                        for (int64_t i = 0; i < w1 - w0; i++)
+                            d[i * g->sw] += s[i];
+                }
         }
     }
 }
@@ -396,7 +429,7 @@ static void fold(const job *j)
 void cg_conv_col2im(const geom *g, const float *cols, float *dx)
 {
     /* the samples' planes follow each other in dx and their rows in cols */
-    const job j = {g, NULL, dx, (float *)cols, {0, 0, 0, 0}};
+    const job j = {g, NULL, dx, (float *)cols, {0, 0, 0, 0, 0}};
     run(g->N * g->Cg, 1, g->N * g->Cg * g->Kp * g->P, fold_planes, &j);
 }
 
@@ -408,7 +441,9 @@ static int out_shape(int nd, const geom *g, int64_t *shape)
     if (g->batched)
         shape[k++] = g->N;
     shape[k++] = g->O;
-    if (nd == 2)
+    if (nd == 3)
+        shape[k++] = g->OD;
+    if (nd >= 2)
         shape[k++] = g->OH;
     shape[k++] = g->OW;
     return k;
@@ -423,7 +458,7 @@ typedef struct {
     const geom *g;
     const float *x, *w, *gc;
     const cg_tensor *b;
-    int64_t xs[4], grain;
+    int64_t xs[5], grain;
     float *out, *dx, *dw, *scratch;
     cg_gemm_path path;
     bool dir;
@@ -438,9 +473,9 @@ static job sample_job(const pass *s, int64_t n, int64_t gi, float *cols)
              s->x ? s->x + n * s->xs[0] + gi * g->Cg * s->xs[1] : NULL,
              NULL,
              cols,
-             {s->xs[0], s->xs[1], s->xs[2], s->xs[3]}};
+             {s->xs[0], s->xs[1], s->xs[2], s->xs[3], s->xs[4]}};
     if (s->dx)
-        j.dx = s->dx + (n * g->C + gi * g->Cg) * g->H * g->W;
+        j.dx = s->dx + (n * g->C + gi * g->Cg) * g->D * g->H * g->W;
     return j;
 }
 
@@ -509,7 +544,7 @@ static bool products_ok(const geom *g, bool failed, int nt)
 }
 
 /* The forward, the samples among the threads */
-bool cg_conv_pass_forward(const geom *g, const float *x, const int64_t xs[4], const float *w,
+bool cg_conv_pass_forward(const geom *g, const float *x, const int64_t xs[5], const float *w,
                           const cg_tensor *b, float *out)
 {
     _Atomic bool failed = false;
@@ -518,7 +553,7 @@ bool cg_conv_pass_forward(const geom *g, const float *x, const int64_t xs[4], co
               w,
               NULL,
               b,
-              {xs[0], xs[1], xs[2], xs[3]},
+              {xs[0], xs[1], xs[2], xs[3], xs[4]},
               1,
               out,
               NULL,
@@ -544,7 +579,7 @@ cg_tensor *cg_k_conv(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
     geom g;
     if (!geometry(nd, x, w, b, cfg, &g))
         return NULL;
-    int64_t shape[4], xs[4];
+    int64_t shape[5], xs[5];
     cg_tensor *out = cg_empty(out_shape(nd, &g, shape), shape);
     if (!out || g.N == 0)
         return out;
@@ -658,23 +693,23 @@ static bool backward_all(pass *s, float *dw, float *db)
 }
 
 /* the backward's pass, out the forward's (or NULL) */
-static bool backward_pass(const geom *g, const float *x, const int64_t xs[4], const float *w,
+static bool backward_pass(const geom *g, const float *x, const int64_t xs[5], const float *w,
                           const float *gc, float *out, float *dx, float *dw, float *db)
 {
-    pass s = {g,     x,   w,  gc,   NULL, {xs[0], xs[1], xs[2], xs[3]},
+    pass s = {g,     x,   w,  gc,   NULL, {xs[0], xs[1], xs[2], xs[3], xs[4]},
               1,     out, dx, NULL, NULL, cg_precision_path(cg_get_matmul_precision()),
               false, NULL};
     s.dir = direct(g, xs);
     return backward_all(&s, dw, db);
 }
 
-bool cg_conv_pass_backward(const geom *g, const float *x, const int64_t xs[4], const float *w,
+bool cg_conv_pass_backward(const geom *g, const float *x, const int64_t xs[5], const float *w,
                            const float *gc, float *dx, float *dw, float *db)
 {
     return backward_pass(g, x, xs, w, gc, NULL, dx, dw, db);
 }
 
-bool cg_conv_pass_forward_dw(const geom *g, const float *x, const int64_t xs[4], const float *w,
+bool cg_conv_pass_forward_dw(const geom *g, const float *x, const int64_t xs[5], const float *w,
                              const float *gc, float *out, float *dw)
 {
     return backward_pass(g, x, xs, w, gc, out, NULL, dw, NULL);
@@ -689,7 +724,7 @@ void cg_conv_pass_db(const geom *g, const float *gc, float *db)
 
 static bool check_grad(int nd, const geom *g, const cg_tensor *grad)
 {
-    int64_t shape[4];
+    int64_t shape[5];
     const int k = out_shape(nd, g, shape);
     if (grad->ndim == k && !memcmp(grad->shape, shape, sizeof(int64_t) * (size_t)k) &&
         grad->dtype == CG_F32)
@@ -720,7 +755,7 @@ bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg
     cg_tensor *tdb = db ? cg_zeros(1, w->shape) : NULL;
     bool ok = (!dx || tdx) && (!dw || tdw) && (!db || tdb);
     cg_tensor *xf = NULL, *gc = NULL, *wc = NULL;
-    int64_t xs[4] = {0};
+    int64_t xs[5] = {0};
     if (ok && ge.N > 0) {
         xf = cg_conv_x_f32(x, &ge, xs);
         wc = xf ? cg_k_contiguous(w) : NULL;

@@ -1,6 +1,6 @@
 /* cgrad core: transposed convolution, PyTorch's F.conv_transpose1d /
- * F.conv_transpose2d (declared in core/ops.h), and its backward, made of
- * the convolution's passes (core/conv.c).
+ * F.conv_transpose2d / F.conv_transpose3d (declared in core/ops.h), and
+ * its backward, made of the convolution's passes (core/conv.c).
  *
  * A transposed convolution is the data gradient of the convolution
  * (stride, padding, dilation, groups) whose input has its output's shape
@@ -18,7 +18,10 @@
 
 typedef cg_conv_geom geom;
 
-static const char *op_name(int nd) { return nd == 1 ? "conv_transpose1d" : "conv_transpose2d"; }
+static const char *op_name(int nd)
+{
+    return nd == 1 ? "conv_transpose1d" : nd == 2 ? "conv_transpose2d" : "conv_transpose3d";
+}
 
 /* the output length of spatial dim i; 0 + error when below 1 */
 static int64_t out_len(const char *op, int i, int64_t n, int64_t k, const cg_conv_cfg *c)
@@ -39,7 +42,7 @@ static int64_t out_len(const char *op, int i, int64_t n, int64_t k, const cg_con
 static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_tensor *b,
                      const cg_conv_cfg *cfg, geom *g)
 {
-    const char *op = nd == 1 || nd == 2 ? op_name(nd) : "conv_transpose";
+    const char *op = nd >= 1 && nd <= 3 ? op_name(nd) : "conv_transpose";
     const cg_conv_cfg c = cfg ? *cfg : CG_CONV_DEFAULT;
     char s1[96], s2[96];
     if (!cg_conv_transpose_cfg_check(op, nd, &c) ||
@@ -56,36 +59,33 @@ static bool geometry(int nd, const cg_tensor *x, const cg_tensor *w, const cg_te
     }
     *g = (geom){.op = op, .batched = s0 == 1, .N = s0 ? x->shape[0] : 1, .G = c.groups};
     g->O = C, g->Og = C / c.groups, g->Cg = w->shape[1], g->C = g->Cg * c.groups;
-    int64_t in[2] = {1, 1}, k[2] = {1, 1}, s[2] = {1, 1}, d[2] = {1, 1}, p[2] = {0, 0}, o[2];
+    int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1};
+    int64_t p[3] = {0, 0, 0}, o[3] = {1, 1, 1};
     for (int i = 0; i < nd; i++) {
-        const int j = 2 - nd + i; /* nd 1: the width */
+        const int j = 3 - nd + i; /* nd 1: the width, nd 2: the height and width */
         in[j] = x->shape[s0 + 1 + i];
         k[j] = w->shape[2 + i];
         s[j] = c.stride[i], d[j] = c.dilation[i], p[j] = c.padding[i];
         if (!(o[j] = out_len(op, i, in[j], k[j], &c)))
             return false;
     }
-    if (nd == 1)
-        o[0] = 1;
-    g->OH = in[0], g->OW = in[1], g->KH = k[0], g->KW = k[1], g->H = o[0], g->W = o[1];
-    g->sh = s[0], g->sw = s[1], g->dh = d[0], g->dw = d[1], g->ph = p[0], g->pw = p[1];
-    g->P = g->OH * g->OW;
-    g->Kp = g->KH * g->KW;
-    g->CK = g->Cg * g->Kp;
+    cg_conv_geom_dims(g, o, in, k, s, d, p); /* its input is the convolution's output */
     return true;
 }
 
 /* the output's shape (x's batchedness) and its contiguous strides */
-static int out_shape(int nd, const geom *g, int64_t *shape, int64_t os[4])
+static int out_shape(int nd, const geom *g, int64_t *shape, int64_t os[5])
 {
     int k = 0;
     if (g->batched)
         shape[k++] = g->N;
     shape[k++] = g->C;
-    if (nd == 2)
+    if (nd == 3)
+        shape[k++] = g->D;
+    if (nd >= 2)
         shape[k++] = g->H;
     shape[k++] = g->W;
-    os[0] = g->C * g->H * g->W, os[1] = g->H * g->W, os[2] = g->W, os[3] = 1;
+    os[4] = 1, os[3] = g->W, os[2] = g->H * g->W, os[1] = g->D * os[2], os[0] = g->C * os[1];
     return k;
 }
 
@@ -121,7 +121,7 @@ cg_tensor *cg_k_conv_transpose(int nd, const cg_tensor *x, const cg_tensor *w, c
     geom g;
     if (!geometry(nd, x, w, b, cfg, &g))
         return NULL;
-    int64_t shape[4], os[4];
+    int64_t shape[5], os[5];
     cg_tensor *out = cg_empty(out_shape(nd, &g, shape, os), shape);
     if (!out || g.N == 0)
         return out;
@@ -130,7 +130,7 @@ cg_tensor *cg_k_conv_transpose(int nd, const cg_tensor *x, const cg_tensor *w, c
                                           NULL, NULL);
     cg_release_all(2, xf, wc);
     if (ok && b) {
-        const bias_job j = {cg_data(out), b, g.C, g.H * g.W};
+        const bias_job j = {cg_data(out), b, g.C, g.D * g.H * g.W};
         cg_shares_run(g.N * g.C, cg_shares_rows(j.HW), cg_shares_team(cg_numel(out) > 32768),
                       add_bias, &j);
     }
@@ -154,7 +154,7 @@ bool cg_k_conv_transpose_backward(int nd, const cg_tensor *x, const cg_tensor *w
     geom ge;
     if (!geometry(nd, x, w, NULL, cfg, &ge))
         return false;
-    int64_t shape[4], gs[4];
+    int64_t shape[5], gs[5];
     const int k = out_shape(nd, &ge, shape, gs);
     if (g->ndim != k || memcmp(g->shape, shape, sizeof(int64_t) * (size_t)k) ||
         g->dtype != CG_F32) {
@@ -182,7 +182,7 @@ bool cg_k_conv_transpose_backward(int nd, const cg_tensor *x, const cg_tensor *w
             ok = ok && cg_conv_pass_backward(&ge, cg_data(gc), gs, cg_data(wc), cg_data(xf), NULL,
                                              cg_data(t[1]), NULL);
         geom gb = ge; /* g's rows: its channels over its positions */
-        gb.O = ge.C, gb.P = ge.H * ge.W;
+        gb.O = ge.C, gb.P = ge.D * ge.H * ge.W;
         if (ok && db)
             cg_conv_pass_db(&gb, cg_data(gc), cg_data(t[2]));
     }
@@ -198,13 +198,13 @@ bool cg_k_conv_transpose_backward(int nd, const cg_tensor *x, const cg_tensor *w
 bool cg_conv_transpose_output_padding(int nd, const cg_tensor *x, const cg_tensor *w, int n_size,
                                       const int64_t *size, cg_conv_cfg *cfg)
 {
-    const char *op = nd == 1 || nd == 2 ? op_name(nd) : "conv_transpose";
+    const char *op = nd >= 1 && nd <= 3 ? op_name(nd) : "conv_transpose";
     if (!x || !w)
         return cg_error_null_input("cg_conv_transpose_output_padding");
     if (!size || !cfg)
         return cg_error_null_arg(op, size ? "cfg" : "output_size");
     cg_conv_cfg c = *cfg;
-    c.output_padding[0] = c.output_padding[1] = 0;
+    c.output_padding[0] = c.output_padding[1] = c.output_padding[2] = 0;
     if (!cg_conv_transpose_cfg_check(op, nd, &c) ||
         !cg_conv_check_args(op, nd, x, w, NULL, "in, out / groups", 0))
         return false;
@@ -214,7 +214,7 @@ bool cg_conv_transpose_output_padding(int nd, const cg_tensor *x, const cg_tenso
         return false;
     }
     const int s = x->ndim - nd; /* x's first spatial dim */
-    int64_t lo[2], hi[2];
+    int64_t lo[3], hi[3];
     bool ok = true;
     for (int i = 0; i < nd; i++) {
         lo[i] = (x->shape[s + i] - 1) * c.stride[i] - 2 * c.padding[i] +

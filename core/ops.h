@@ -1163,13 +1163,14 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
  * a: any float dtype (an integer or bool a: NULL + error naming topk). */
 cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest);
 
-/* Convolution (core/conv.c), PyTorch's F.conv1d / F.conv2d with zero
- * padding. nd spatial dims (1 or 2); x [N, C, L] or unbatched [C, L]
- * (nd 1), [N, C, H, W] or [C, H, W] (nd 2), float32 or bfloat16 (widened:
- * the result is float32), any strides; w [O, C / groups, K] or [O, C /
- * groups, KH, KW] and b [O] (or NULL), float32. cfg (NULL: the defaults,
- * CG_CONV_DEFAULT) per spatial dim, entry 0 the first (nd 1 reads entry 0
- * only): stride >= 1, padding >= 0 on both sides, dilation >= 1, groups
+/* Convolution (core/conv.c), PyTorch's F.conv1d / F.conv2d / F.conv3d
+ * with zero padding. nd spatial dims (1, 2 or 3); x [N, C, L] or
+ * unbatched [C, L] (nd 1), [N, C, H, W] or [C, H, W] (nd 2), [N, C, D, H,
+ * W] or [C, D, H, W] (nd 3), float32 or bfloat16 (widened: the result is
+ * float32), any strides; w [O, C / groups, K], [O, C / groups, KH, KW] or
+ * [O, C / groups, KD, KH, KW] and b [O] (or NULL), float32. cfg (NULL:
+ * the defaults, CG_CONV_DEFAULT) per spatial dim, entry 0 the first (nd
+ * reads entries 0 to nd - 1 only): stride >= 1, padding >= 0 on both sides, dilation >= 1, groups
  * >= 1 dividing C and O. pad CG_CONV_SAME pads dilation (K - 1) in all,
  * the odd one on the right (PyTorch's padding='same', stride 1 only);
  * CG_CONV_VALID pads nothing (padding='valid'). Output length (L + 2 pad -
@@ -1182,22 +1183,23 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
  * shape, dtype or configuration. */
 typedef enum { CG_CONV_PAD_NUMBERS = 0, CG_CONV_SAME, CG_CONV_VALID } cg_conv_pad;
 typedef struct {
-    int64_t stride[2], padding[2], dilation[2];
+    int64_t stride[3], padding[3], dilation[3];
     int64_t groups;
     cg_conv_pad pad; /* CG_CONV_PAD_NUMBERS: padding[] is read */
     /* the transposed convolution's only (0 for a convolution): the size
      * added to one side of the output, < stride or < dilation */
-    int64_t output_padding[2];
+    int64_t output_padding[3];
     /* nn.Conv's padding_mode: CG_PAD_CONSTANT is 'zeros', what these
      * kernels do; 'reflect', 'replicate' and 'circular' are autograd's
-     * cg_conv1d / cg_conv2d's, which pad x by the padding (numbers or
+     * cg_conv1d / cg_conv2d / cg_conv3d's, which pad x by the padding (numbers or
      * 'same') in that mode with cg_pad and convolve without padding, as
      * PyTorch's module does. The kernels refuse them; a transposed
      * convolution takes 'zeros' only, as PyTorch's. */
     cg_pad_mode padding_mode;
 } cg_conv_cfg;
 #define CG_CONV_DEFAULT \
-    ((cg_conv_cfg){{1, 1}, {0, 0}, {1, 1}, 1, CG_CONV_PAD_NUMBERS, {0, 0}, CG_PAD_CONSTANT})
+    ((cg_conv_cfg){     \
+        {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1, CG_CONV_PAD_NUMBERS, {0, 0, 0}, CG_PAD_CONSTANT})
 /* cfg's numbers valid for nd spatial dims (cg_k_conv checks them first):
  * false + one-line error naming op ("conv2d: stride must be positive (got
  * 0 in spatial dim 1)"); output_padding must be 0. */
@@ -1222,11 +1224,12 @@ bool cg_k_conv_backward(int nd, const cg_tensor *x, const cg_tensor *w, const cg
                         const cg_tensor *g, cg_tensor **dx, cg_tensor **dw, cg_tensor **db);
 
 /* Transposed convolution (core/conv_transpose.c), PyTorch's
- * F.conv_transpose1d / F.conv_transpose2d: the data gradient of the
- * convolution whose output x would be. x [N, C, L] or unbatched [C, L]
- * (nd 1), [N, C, H, W] or [C, H, W] (nd 2), float32 or bfloat16 (widened:
- * the result is float32), any strides; w [C, O / groups, K] or [C, O /
- * groups, KH, KW] and b [O] (or NULL), float32. cfg (NULL: CG_CONV_DEFAULT)
+ * F.conv_transpose1d / F.conv_transpose2d / F.conv_transpose3d: the data
+ * gradient of the convolution whose output x would be. x [N, C, L] or
+ * unbatched [C, L] (nd 1), [N, C, H, W] or [C, H, W] (nd 2), [N, C, D, H,
+ * W] or [C, D, H, W] (nd 3), float32 or bfloat16 (widened: the result is
+ * float32), any strides; w [C, O / groups, K], [C, O / groups, KH, KW] or
+ * [C, O / groups, KD, KH, KW] and b [O] (or NULL), float32. cfg (NULL: CG_CONV_DEFAULT)
  * as cg_conv_transpose_cfg_check accepts it, groups dividing C. Output
  * length (L - 1) stride - 2 padding + dilation (K - 1) + output_padding + 1
  * >= 1. Made of the convolution's passes: each sample's group is W^T x

@@ -57,6 +57,7 @@ static geom blocks(const char *op, bool batched, int64_t N, int64_t C, int64_t H
                    const cg_fold_cfg *c)
 {
     geom g = {.op = op, .batched = batched, .N = N, .C = C, .G = 1, .Cg = C, .H = H, .W = W};
+    g.D = g.OD = g.KD = g.sd = g.dd = 1; /* depth 1 */
     g.KH = c->kernel_size[0], g.KW = c->kernel_size[1];
     g.sh = c->stride[0], g.sw = c->stride[1], g.dh = c->dilation[0], g.dw = c->dilation[1];
     g.ph = c->padding[0], g.pw = c->padding[1];
@@ -99,7 +100,7 @@ cg_tensor *cg_k_unfold(const cg_tensor *x, const cg_fold_cfg *cfg)
     cg_tensor *out = cg_empty(2 + s0, shape + !s0);
     if (!out || g.N == 0)
         return out;
-    int64_t xs[4];
+    int64_t xs[5];
     cg_tensor *xf = cg_conv_x_f32(x, &g, xs);
     if (!xf) {
         cg_release(out);

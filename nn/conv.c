@@ -1,7 +1,9 @@
-/* nn.Conv1d, nn.Conv2d, nn.ConvTranspose1d and nn.ConvTranspose2d
- * (nn/conv.h) on autograd's cg_conv1d / cg_conv2d and
- * cg_conv_transpose1d / cg_conv_transpose2d. */
+/* nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d
+ * and nn.ConvTranspose3d (nn/conv.h) on autograd's cg_conv1d / cg_conv2d /
+ * cg_conv3d and cg_conv_transpose1d / cg_conv_transpose2d /
+ * cg_conv_transpose3d. */
 #include <math.h>
+#include <stdio.h>
 
 #include "autograd/ops.h"
 #include "nn/conv.h"
@@ -12,11 +14,11 @@ static cg_tensor *conv_impl(cg_module *m, cg_tensor *const *in, void *args)
     cg_conv *c = (cg_conv *)m;
     const cg_conv_cfg *cfg = args ? args : &c->cfg; /* args: forward(x, output_size)'s */
     /* the input's rank, channels and length are checked once, by core */
-    if (c->transposed)
-        return c->nd == 1 ? cg_conv_transpose1d(in[0], c->weight, c->bias, cfg)
-                          : cg_conv_transpose2d(in[0], c->weight, c->bias, cfg);
-    return c->nd == 1 ? cg_conv1d(in[0], c->weight, c->bias, &c->cfg)
-                      : cg_conv2d(in[0], c->weight, c->bias, &c->cfg);
+    static cg_tensor *(*const fns[2][3])(cg_tensor *, cg_tensor *, cg_tensor *,
+                                         const cg_conv_cfg *) = {
+        {cg_conv1d, cg_conv2d, cg_conv3d},
+        {cg_conv_transpose1d, cg_conv_transpose2d, cg_conv_transpose3d}};
+    return fns[c->transposed][c->nd - 1](in[0], c->weight, c->bias, c->transposed ? cfg : &c->cfg);
 }
 
 cg_tensor *cg_conv_forward(cg_conv *m, cg_tensor *x)
@@ -60,11 +62,15 @@ static cg_tensor *param(cg_module *m, const char *name, cg_tensor **field, int n
 static bool check_sizes(const char *type, int nd, bool transposed, int64_t in, int64_t out,
                         const int64_t *k, const cg_conv_cfg *cfg)
 {
-    if (in < 1 || out < 1 || k[0] < 1 || (nd == 2 && k[1] < 1)) {
+    if (in < 1 || out < 1 || k[0] < 1 || k[1] < 1 || k[2] < 1) {
+        char ks[72]; /* "3", "3x5", "2x3x5" */
+        int at = 0;
+        for (int i = 0; i < nd; i++)
+            at +=
+                snprintf(ks + at, sizeof ks - (size_t)at, "%s%lld", i ? "x" : "", (long long)k[i]);
         cg_set_error("%s: channels and kernel size must be positive (in %lld, out %lld, kernel "
-                     "%lld%s%lld)",
-                     type, (long long)in, (long long)out, (long long)k[0], nd == 2 ? "x" : "",
-                     nd == 2 ? (long long)k[1] : 0LL);
+                     "%s)",
+                     type, (long long)in, (long long)out, ks);
         return false;
     }
     if (!(transposed ? cg_conv_transpose_cfg_check : cg_conv_cfg_check)(type, nd, cfg))
@@ -83,20 +89,22 @@ static bool check_sizes(const char *type, int nd, bool transposed, int64_t in, i
 static cg_conv *conv_new(int nd, bool transposed, int64_t in, int64_t out, const int64_t *k,
                          const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
 {
-    static const char *types[2][2] = {{"Conv1d", "Conv2d"}, {"ConvTranspose1d", "ConvTranspose2d"}};
-    const char *type = types[transposed][nd == 2];
+    static const char *types[2][3] = {{"Conv1d", "Conv2d", "Conv3d"},
+                                      {"ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}};
+    const char *type = types[transposed][nd - 1];
     const cg_conv_cfg c = cfg ? *cfg : CG_CONV_DEFAULT;
     if (!check_sizes(type, nd, transposed, in, out, k, &c))
         return NULL;
     cg_conv *m = (cg_conv *)cg_module_alloc(sizeof *m, type, NULL);
     if (!m)
         return NULL;
-    *m = (cg_conv){m->base, nd, in, out, {k[0], nd == 2 ? k[1] : 1}, c, NULL, NULL, transposed};
+    *m = (cg_conv){m->base, nd, in, out, {k[0], k[1], k[2]}, c, NULL, NULL, transposed};
     cg_rng local = cg_rng_new(0); /* rng NULL: seeded 0 */
     rng = rng ? rng : &local;
-    const int64_t shape[4] = {transposed ? in : out, (transposed ? out : in) / c.groups, k[0],
-                              k[1]};
-    const double fan_in = (double)shape[1] * (double)m->kernel_size[0] * m->kernel_size[1];
+    const int64_t shape[5] = {transposed ? in : out, (transposed ? out : in) / c.groups, k[0], k[1],
+                              k[2]};
+    const double fan_in =
+        (double)shape[1] * (double)m->kernel_size[0] * m->kernel_size[1] * m->kernel_size[2];
     const int64_t bshape[1] = {out};
     bool ok = param(&m->base, "weight", &m->weight, nd + 2, shape) &&
               cg_init_kaiming_uniform_(m->weight, rng, sqrt(5.0));
@@ -116,27 +124,43 @@ static cg_conv *conv_new(int nd, bool transposed, int64_t in, int64_t out, const
 cg_conv *cg_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
                        const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
 {
-    const int64_t k[2] = {kernel_size, 1};
+    const int64_t k[3] = {kernel_size, 1, 1};
     return conv_new(1, false, in_channels, out_channels, k, cfg, bias, rng);
 }
 
 cg_conv *cg_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h,
                        int64_t kernel_w, const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
 {
-    const int64_t k[2] = {kernel_h, kernel_w};
+    const int64_t k[3] = {kernel_h, kernel_w, 1};
     return conv_new(2, false, in_channels, out_channels, k, cfg, bias, rng);
+}
+
+cg_conv *cg_conv3d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_d,
+                       int64_t kernel_h, int64_t kernel_w, const cg_conv_cfg *cfg, bool bias,
+                       cg_rng *rng)
+{
+    const int64_t k[3] = {kernel_d, kernel_h, kernel_w};
+    return conv_new(3, false, in_channels, out_channels, k, cfg, bias, rng);
 }
 
 cg_conv *cg_conv_transpose1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
                                  const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
 {
-    const int64_t k[2] = {kernel_size, 1};
+    const int64_t k[3] = {kernel_size, 1, 1};
     return conv_new(1, true, in_channels, out_channels, k, cfg, bias, rng);
 }
 
 cg_conv *cg_conv_transpose2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_h,
                                  int64_t kernel_w, const cg_conv_cfg *cfg, bool bias, cg_rng *rng)
 {
-    const int64_t k[2] = {kernel_h, kernel_w};
+    const int64_t k[3] = {kernel_h, kernel_w, 1};
     return conv_new(2, true, in_channels, out_channels, k, cfg, bias, rng);
+}
+
+cg_conv *cg_conv_transpose3d_new(int64_t in_channels, int64_t out_channels, int64_t kernel_d,
+                                 int64_t kernel_h, int64_t kernel_w, const cg_conv_cfg *cfg,
+                                 bool bias, cg_rng *rng)
+{
+    const int64_t k[3] = {kernel_d, kernel_h, kernel_w};
+    return conv_new(3, true, in_channels, out_channels, k, cfg, bias, rng);
 }

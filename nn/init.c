@@ -264,8 +264,8 @@ static cg_module *child(const cg_module *m, const char *name)
 static bool reset_tree(cg_module *m, const init_src *src);
 
 /* nn.Linear.reset_parameters: kaiming_uniform_(weight, a=sqrt(5)), then the
- * bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)); nn.Conv1d's and nn.Conv2d's the
- * same, fan_in in / groups times the kernel's taps. */
+ * bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)); nn.Conv1d's, nn.Conv2d's and
+ * nn.Conv3d's the same, fan_in in / groups times the kernel's taps. */
 static bool reset_linear(cg_module *m, const init_src *src)
 {
     cg_tensor *w = param(m, "weight"), *b = param(m, "bias");
@@ -356,7 +356,8 @@ static bool reset_tree(cg_module *m, const init_src *src)
     if (!strcmp(t, "TransformerEncoder") || !strcmp(t, "TransformerDecoder"))
         return reset_stack(m, src);
     bool ok = true;
-    if (!strcmp(t, "Linear") || !strcmp(t, "Conv1d") || !strcmp(t, "Conv2d"))
+    if (!strcmp(t, "Linear") || !strcmp(t, "Conv1d") || !strcmp(t, "Conv2d") ||
+        !strcmp(t, "Conv3d"))
         ok = reset_linear(m, src);
     else if (is_recurrent(t))
         ok = reset_rnn(m, src);

@@ -1,5 +1,8 @@
-/* Convolution: autograd's cg_conv1d / cg_conv2d (core/conv.c) and the
- * modules nn.Conv1d / nn.Conv2d (nn/conv.c). Values and gradients against
+/* Convolution: autograd's cg_conv1d / cg_conv2d / cg_conv3d (core/conv.c),
+ * the transposed ones (core/conv_transpose.c) and the modules nn.Conv1d /
+ * nn.Conv2d / nn.Conv3d and nn.ConvTranspose1d / 2d / 3d (nn/conv.c). The
+ * 3-d ones' refusals, modules and files: tests/test_conv3d.c. Values and
+ * gradients against
  * a direct sum in double (every configuration below), gradchecks over
  * stride, padding ('same', 'valid'), dilation, groups, depthwise, no
  * bias, 1x1 kernels, unbatched and non-contiguous inputs; the same bits at
@@ -19,24 +22,40 @@
 #include "tests/testutil.h"
 
 /* A case: nd spatial dims, N (0: unbatched), C, O, input and kernel sizes
- * (entry 0 only for nd 1), the config, bias, and x's layout
+ * (entries 0 to nd - 1), the config, bias, and x's layout
  * (cg_test_randn_layout's kind). */
 typedef struct {
     const char *name;
     int nd;
-    int64_t N, C, O, in[2], k[2];
+    int64_t N, C, O, in[3], k[3];
     cg_conv_cfg cfg;
     bool bias;
     int layout;
-    bool transposed; /* conv_transpose1d / conv_transpose2d: w [C, O / groups, ...] */
+    bool transposed; /* conv_transpose1d / 2d / 3d: w [C, O / groups, ...] */
 } conv_case;
 
 #define CFG(s0, s1, p0, p1, d0, d1, g, mode) \
-    ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, mode, {0, 0}, CG_PAD_CONSTANT})
+    ((cg_conv_cfg){{s0, s1, 1}, {p0, p1, 0}, {d0, d1, 1}, g, mode, {0, 0, 0}, CG_PAD_CONSTANT})
 /* a transposed convolution's, output padding (q0, q1) */
 #define TCFG(s0, s1, p0, p1, d0, d1, g, q0, q1) \
-    ((cg_conv_cfg){{s0, s1}, {p0, p1}, {d0, d1}, g, CG_CONV_PAD_NUMBERS, {q0, q1}, CG_PAD_CONSTANT})
+    ((cg_conv_cfg){{s0, s1, 1},                 \
+                   {p0, p1, 0},                 \
+                   {d0, d1, 1},                 \
+                   g,                           \
+                   CG_CONV_PAD_NUMBERS,         \
+                   {q0, q1, 0},                 \
+                   CG_PAD_CONSTANT})
 #define PLAIN CFG(1, 1, 0, 0, 1, 1, 1, CG_CONV_PAD_NUMBERS)
+/* a 3-d one's: stride, padding, dilation as {d, h, w} */
+#define CFG3(s, p, d, g, mode) \
+    ((cg_conv_cfg){I3 s, I3 p, I3 d, g, mode, {0, 0, 0}, CG_PAD_CONSTANT})
+#define TCFG3(s, p, d, g, q) \
+    ((cg_conv_cfg){I3 s, I3 p, I3 d, g, CG_CONV_PAD_NUMBERS, I3 q, CG_PAD_CONSTANT})
+#define I3(a, b, c) \
+    {               \
+        a, b, c     \
+    }
+#define NUM CG_CONV_PAD_NUMBERS
 
 static const conv_case cases[] = {
     {"1d plain", 1, 2, 3, 4, {9}, {3}, PLAIN, true, 0, false},
@@ -169,6 +188,194 @@ static const conv_case cases[] = {
      true,
      1,
      true},
+    /* 3-d: [N, C, D, H, W], w [O, C / groups, KD, KH, KW] */
+    {"3d plain",
+     3,
+     2,
+     3,
+     4,
+     {4, 5, 4},
+     {2, 3, 2},
+     CFG3((1, 1, 1), (0, 0, 0), (1, 1, 1), 1, NUM),
+     true,
+     0,
+     false},
+    {"3d stride (2,1,2) pad (1,0,1)",
+     3,
+     2,
+     2,
+     3,
+     {5, 4, 6},
+     {3, 2, 3},
+     CFG3((2, 1, 2), (1, 0, 1), (1, 1, 1), 1, NUM),
+     true,
+     0,
+     false},
+    {"3d dilation (1,2,1) pad (0,2,1)",
+     3,
+     1,
+     2,
+     2,
+     {4, 6, 5},
+     {2, 3, 2},
+     CFG3((1, 1, 1), (0, 2, 1), (1, 2, 1), 1, NUM),
+     true,
+     0,
+     false},
+    {"3d groups 2 no bias",
+     3,
+     2,
+     4,
+     6,
+     {3, 4, 4},
+     {2, 2, 3},
+     CFG3((1, 1, 1), (1, 1, 1), (1, 1, 1), 2, NUM),
+     false,
+     0,
+     false},
+    {"3d depthwise",
+     3,
+     1,
+     3,
+     6,
+     {4, 4, 3},
+     {3, 1, 2},
+     CFG3((1, 2, 1), (1, 0, 0), (1, 1, 1), 3, NUM),
+     true,
+     0,
+     false},
+    {"3d same",
+     3,
+     2,
+     2,
+     3,
+     {4, 5, 4},
+     {2, 3, 4},
+     CFG3((1, 1, 1), (0, 0, 0), (2, 1, 1), 1, CG_CONV_SAME),
+     true,
+     0,
+     false},
+    {"3d valid",
+     3,
+     1,
+     2,
+     2,
+     {4, 4, 5},
+     {3, 2, 2},
+     CFG3((1, 1, 1), (0, 0, 0), (1, 1, 1), 1, CG_CONV_VALID),
+     true,
+     0,
+     false},
+    {"3d 1x1x1",
+     3,
+     2,
+     4,
+     3,
+     {3, 4, 5},
+     {1, 1, 1},
+     CFG3((1, 1, 1), (0, 0, 0), (1, 1, 1), 1, NUM),
+     true,
+     0,
+     false},
+    {"3d unbatched",
+     3,
+     0,
+     2,
+     3,
+     {4, 3, 5},
+     {2, 2, 3},
+     CFG3((2, 1, 1), (1, 1, 0), (1, 1, 1), 1, NUM),
+     true,
+     0,
+     false},
+    {"3d transposed x",
+     3,
+     2,
+     3,
+     2,
+     {4, 4, 3},
+     {3, 2, 2},
+     CFG3((1, 1, 1), (1, 1, 0), (1, 1, 1), 1, NUM),
+     true,
+     1,
+     false},
+    {"3d strided x",
+     3,
+     2,
+     2,
+     2,
+     {5, 4, 4},
+     {2, 2, 2},
+     CFG3((2, 1, 2), (0, 1, 0), (1, 1, 1), 1, NUM),
+     true,
+     2,
+     false},
+    {"t3d plain",
+     3,
+     2,
+     3,
+     2,
+     {3, 4, 3},
+     {2, 3, 2},
+     TCFG3((1, 1, 1), (0, 0, 0), (1, 1, 1), 1, (0, 0, 0)),
+     true,
+     0,
+     true},
+    {"t3d stride (2,1,3) pad (1,0,1) outpad (1,0,2)",
+     3,
+     2,
+     2,
+     3,
+     {3, 3, 3},
+     {3, 2, 3},
+     TCFG3((2, 1, 3), (1, 0, 1), (1, 1, 1), 1, (1, 0, 2)),
+     true,
+     0,
+     true},
+    {"t3d dilation 2 outpad by dilation",
+     3,
+     1,
+     2,
+     2,
+     {3, 3, 4},
+     {2, 3, 2},
+     TCFG3((1, 1, 1), (1, 2, 0), (2, 2, 2), 1, (1, 1, 0)),
+     true,
+     0,
+     true},
+    {"t3d groups 2 no bias",
+     3,
+     2,
+     4,
+     6,
+     {3, 3, 2},
+     {2, 2, 2},
+     TCFG3((2, 2, 1), (1, 0, 0), (1, 1, 1), 2, (0, 1, 0)),
+     false,
+     0,
+     true},
+    {"t3d unbatched",
+     3,
+     0,
+     3,
+     2,
+     {2, 3, 4},
+     {2, 2, 3},
+     TCFG3((2, 1, 2), (0, 1, 1), (1, 1, 1), 1, (1, 0, 1)),
+     true,
+     0,
+     true},
+    {"t3d transposed x",
+     3,
+     2,
+     3,
+     2,
+     {3, 3, 3},
+     {3, 3, 2},
+     TCFG3((2, 2, 1), (1, 1, 0), (1, 1, 1), 1, (1, 0, 0)),
+     true,
+     1,
+     true},
 };
 enum { N_CASES = sizeof cases / sizeof *cases };
 
@@ -194,7 +401,7 @@ static int w_shape(const conv_case *c, int64_t *s)
 /* x, w, b (b NULL without bias), requiring grad */
 static void make_inputs(const conv_case *c, cg_rng *r, cg_tensor **in)
 {
-    int64_t sx[4], sw[4];
+    int64_t sx[5], sw[5];
     const int nx = x_shape(c, sx), nw = w_shape(c, sw);
     in[0] = cg_requires_grad(cg_test_randn_layout(r, nx, sx, c->layout), true);
     in[1] = cg_requires_grad(cg_randn(r, nw, sw), true);
@@ -204,21 +411,23 @@ static void make_inputs(const conv_case *c, cg_rng *r, cg_tensor **in)
 static cg_tensor *conv_fn(void *ctx, cg_tensor *const *in)
 {
     const conv_case *c = ctx;
-    if (c->transposed)
-        return c->nd == 1 ? cg_conv_transpose1d(in[0], in[1], in[2], &c->cfg)
-                          : cg_conv_transpose2d(in[0], in[1], in[2], &c->cfg);
-    return c->nd == 1 ? cg_conv1d(in[0], in[1], in[2], &c->cfg)
-                      : cg_conv2d(in[0], in[1], in[2], &c->cfg);
+    static cg_tensor *(*const fns[2][3])(cg_tensor *, cg_tensor *, cg_tensor *,
+                                         const cg_conv_cfg *) = {
+        {cg_conv1d, cg_conv2d, cg_conv3d},
+        {cg_conv_transpose1d, cg_conv_transpose2d, cg_conv_transpose3d}};
+    return fns[c->transposed][c->nd - 1](in[0], in[1], in[2], &c->cfg);
 }
 
 /* ---------------------------------------------- the reference in double */
-/* PyTorch's definition, term by term: out[n, o, oh, ow] = b[o] + sum over
- * c in o's group and the taps of x[n, c, oh s - pl + kh d, ...] w[o, c', kh,
- * kw], and its gradients g-weighted. Transposed: x[n, c, ih, ...] w[c, o',
- * kh, kw] over the taps with ih s - pl + kh d = oh. Every array contiguous in double; abs
- * (if not NULL) gets sum |x| |w| per output (the bf16 bound). */
+/* PyTorch's definition, term by term: out[n, o, od, oh, ow] = b[o] + sum
+ * over c in o's group and the taps of x[n, c, od s - pl + kd d, ...] w[o,
+ * c', kd, kh, kw], and its gradients g-weighted (a 2-d case of depth 1, a
+ * 1-d one of depth and height 1). Transposed: x[n, c, id, ...] w[c, o',
+ * kd, kh, kw] over the taps with id s - pl + kd d = od. Every array
+ * contiguous in double; abs (if not NULL) gets sum |x| |w| per output (the
+ * bf16 bound), dxa and dwa the gradients' sums of |g| |w| and |g| |x|. */
 typedef struct {
-    double *y, *dx, *dw, *db, *abs;
+    double *y, *dx, *dw, *db, *abs, *dxa, *dwa;
 } ref_out;
 
 static int64_t pad_lo(const conv_case *c, int i)
@@ -239,52 +448,68 @@ static int64_t out_len(const conv_case *c, int i)
     return (c->in[i] + tot - span) / c->cfg.stride[i] + 1;
 }
 
+/* the input position of output position o at tap k in one dim (s, d,
+ * p: stride, dilation, padding before), -1 where there is none */
+static int64_t in_pos(bool transposed, int64_t o, int64_t k, int64_t s, int64_t d, int64_t p,
+                      int64_t n)
+{
+    int64_t i = o * s - p + k * d;
+    if (transposed) {
+        const int64_t t = o + p - k * d;
+        i = t < 0 || t % s ? -1 : t / s;
+    }
+    return i < n ? i : -1;
+}
+
 static void reference(const conv_case *c, const double *x, const double *w, const double *b,
                       const double *g, ref_out *r)
 {
     const int64_t N = c->N ? c->N : 1, G = c->cfg.groups, Cg = c->C / G, Og = c->O / G;
-    const int64_t H = c->nd == 2 ? c->in[0] : 1, W = c->in[c->nd - 1];
-    const int64_t KH = c->nd == 2 ? c->k[0] : 1, KW = c->k[c->nd - 1];
-    const int64_t OH = c->nd == 2 ? out_len(c, 0) : 1, OW = out_len(c, c->nd - 1);
-    const int j = c->nd - 1; /* the width's cfg entry */
-    const int64_t sh = c->cfg.stride[0], sw = c->cfg.stride[j], dh = c->cfg.dilation[0];
-    const int64_t dw = c->cfg.dilation[j], ph = c->nd == 2 ? pad_lo(c, 0) : 0, pw = pad_lo(c, j);
+    int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, out[3] = {1, 1, 1}, s[3] = {1, 1, 1};
+    int64_t d[3] = {1, 1, 1}, p[3] = {0, 0, 0};
+    for (int i = 0; i < c->nd; i++) { /* the case's dims the last nd of depth, height, width */
+        const int j = 3 - c->nd + i;
+        in[j] = c->in[i], k[j] = c->k[i], out[j] = out_len(c, i), s[j] = c->cfg.stride[i];
+        d[j] = c->cfg.dilation[i], p[j] = pad_lo(c, i);
+    }
+    const int64_t taps = k[0] * k[1] * k[2], P = out[0] * out[1] * out[2];
     for (int64_t n = 0; n < N; n++)
         for (int64_t o = 0; o < c->O; o++)
-            for (int64_t oh = 0; oh < OH; oh++)
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    const int64_t yi = ((n * c->O + o) * OH + oh) * OW + ow;
-                    double acc = b ? b[o] : 0, a = 0;
-                    if (r->db && g)
-                        r->db[o] += g[yi];
-                    for (int64_t ci = 0; ci < Cg; ci++)
-                        for (int64_t kh = 0; kh < KH; kh++)
-                            for (int64_t kw = 0; kw < KW; kw++) {
-                                const int64_t ch = (o / Og) * Cg + ci;
-                                int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
-                                int64_t wi = ((o * Cg + ci) * KH + kh) * KW + kw;
-                                if (c->transposed) {
-                                    const int64_t th = oh + ph - kh * dh, tw = ow + pw - kw * dw;
-                                    if (th < 0 || tw < 0 || th % sh || tw % sw)
-                                        continue;
-                                    ih = th / sh, iw = tw / sw;
-                                    wi = ((ch * Og + o % Og) * KH + kh) * KW + kw;
-                                }
-                                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
-                                    continue;
-                                const int64_t xi = ((n * c->C + ch) * H + ih) * W + iw;
-                                acc += x[xi] * w[wi];
-                                a += fabs(x[xi] * w[wi]);
-                                if (g && r->dx)
-                                    r->dx[xi] += g[yi] * w[wi];
-                                if (g && r->dw)
-                                    r->dw[wi] += g[yi] * x[xi];
-                            }
-                    if (r->y)
-                        r->y[yi] = acc;
-                    if (r->abs)
-                        r->abs[yi] = a + (b ? fabs(b[o]) : 0);
-                }
+            for (int64_t q = 0; q < P; q++) {
+                const int64_t yi = (n * c->O + o) * P + q;
+                const int64_t op[3] = {q / (out[1] * out[2]), q / out[2] % out[1], q % out[2]};
+                double acc = b ? b[o] : 0, a = 0;
+                if (r->db && g)
+                    r->db[o] += g[yi];
+                for (int64_t ci = 0; ci < Cg; ci++)
+                    for (int64_t t = 0; t < taps; t++) {
+                        const int64_t kt[3] = {t / (k[1] * k[2]), t / k[2] % k[1], t % k[2]};
+                        const int64_t ch = (o / Og) * Cg + ci;
+                        int64_t ip[3], xi = n * c->C + ch;
+                        bool inside = true;
+                        for (int e = 0; e < 3; e++) {
+                            ip[e] = in_pos(c->transposed, op[e], kt[e], s[e], d[e], p[e], in[e]);
+                            inside &= ip[e] >= 0;
+                            xi = xi * in[e] + ip[e];
+                        }
+                        if (!inside)
+                            continue;
+                        const int64_t wi =
+                            (c->transposed ? ch * Og + o % Og : o * Cg + ci) * taps + t;
+                        acc += x[xi] * w[wi];
+                        a += fabs(x[xi] * w[wi]);
+                        if (g && r->dx)
+                            r->dx[xi] += g[yi] * w[wi];
+                        if (g && r->dw)
+                            r->dw[wi] += g[yi] * x[xi];
+                        if (g && r->dxa)
+                            r->dxa[xi] += fabs(g[yi] * w[wi]), r->dwa[wi] += fabs(g[yi] * x[xi]);
+                    }
+                if (r->y)
+                    r->y[yi] = acc;
+                if (r->abs)
+                    r->abs[yi] = a + (b ? fabs(b[o]) : 0);
+            }
 }
 
 /* |got - want| <= tol[i] (tol NULL: atol + rtol |want|) over n */
@@ -300,6 +525,17 @@ static double worst_ratio(const cg_tensor *got, const double *want, const double
     }
     free(f);
     return worst;
+}
+
+/* the bf16 tolerances of n values: the larger of atol + rtol |want| and
+ * each operand rounded (2^-9 relative each) over the sum a of the
+ * products' magnitudes, with a factor 2 to spare */
+static double *bf16_tol(int64_t n, const double *want, const double *a, double atol, double rtol)
+{
+    double *tol = calloc((size_t)n, sizeof(double));
+    for (int64_t i = 0; i < n; i++)
+        tol[i] = fmax(atol + rtol * fabs(want[i]), 1e-6 + a[i] * (2.0 / 256));
+    return tol;
 }
 
 /* forward and backward of case c: out, and the three gradients against the
@@ -319,27 +555,27 @@ static void check_case(const conv_case *c, uint64_t seed, bool bf16)
     const int64_t ny = cg_numel(y), nx = cg_numel(in[0]), nw = cg_numel(in[1]);
     ref_out ref = {calloc((size_t)ny, sizeof(double)), calloc((size_t)nx, sizeof(double)),
                    calloc((size_t)nw, sizeof(double)), calloc((size_t)c->O, sizeof(double)),
-                   calloc((size_t)ny, sizeof(double))};
+                   calloc((size_t)ny, sizeof(double)), calloc((size_t)nx, sizeof(double)),
+                   calloc((size_t)nw, sizeof(double))};
     reference(c, x, w, b, gd, &ref);
-    /* fp32: a few ulps of the sums; bf16: each operand rounded (2^-9
-     * relative each) over sum |x||w|, and the gradients' sums likewise */
-    double *tol = NULL;
-    if (bf16) {
-        tol = calloc((size_t)ny, sizeof(double));
-        for (int64_t i = 0; i < ny; i++)
-            tol[i] = 1e-6 + ref.abs[i] * (2.0 / 256);
-    }
-    const double ry = worst_ratio(y, ref.y, tol, 1e-5, 1e-5);
+    /* fp32: a few ulps of the sums; bf16: each operand rounded over sum
+     * |x||w| (the gradients: their fixed tolerance, or their sums' bound
+     * where larger: a 3-d kernel's many taps) */
     const double rel = bf16 ? 2e-2 : 1e-5, abs_ = bf16 ? 5e-2 : 1e-5;
-    const double rx = worst_ratio(cg_grad(in[0]), ref.dx, NULL, abs_, rel);
-    const double rw = worst_ratio(cg_grad(in[1]), ref.dw, NULL, abs_, rel);
+    double *tol = bf16 ? bf16_tol(ny, ref.y, ref.abs, 0, 0) : NULL;
+    double *tx = bf16 ? bf16_tol(nx, ref.dx, ref.dxa, abs_, rel) : NULL;
+    double *tw = bf16 ? bf16_tol(nw, ref.dw, ref.dwa, abs_, rel) : NULL;
+    const double ry = worst_ratio(y, ref.y, tol, 1e-5, 1e-5);
+    const double rx = worst_ratio(cg_grad(in[0]), ref.dx, tx, abs_, rel);
+    const double rw = worst_ratio(cg_grad(in[1]), ref.dw, tw, abs_, rel);
     const double rb = in[2] ? worst_ratio(cg_grad(in[2]), ref.db, NULL, 1e-5, 1e-5) : 0;
     ck_assert_msg(ry <= 1 && rx <= 1 && rw <= 1 && rb <= 1,
                   "%s%s: worst error / tolerance: out %g, dx %g, dw %g, db %g", c->name,
                   bf16 ? " (bf16)" : "", ry, rx, rw, rb);
-    free(tol);
+    free(tol), free(tx), free(tw);
     free(x), free(w), free(b), free(gd);
-    free(ref.y), free(ref.dx), free(ref.dw), free(ref.db), free(ref.abs);
+    free(ref.y), free(ref.dx), free(ref.dw), free(ref.db), free(ref.abs), free(ref.dxa),
+        free(ref.dwa);
     cg_release_all(5, in[0], in[1], in[2], y, g);
 }
 
@@ -405,8 +641,52 @@ START_TEST(test_conv_threads)
          true,
          0,
          true},
+        {"3d groups",
+         3,
+         3,
+         8,
+         8,
+         {6, 10, 9},
+         {3, 3, 2},
+         CFG3((1, 2, 1), (1, 1, 0), (2, 1, 1), 2, NUM),
+         true,
+         1,
+         false},
+        {"3d batch of one",
+         3,
+         1,
+         8,
+         8,
+         {8, 10, 12},
+         {3, 3, 3},
+         CFG3((1, 1, 1), (1, 1, 1), (1, 1, 1), 1, NUM),
+         true,
+         0,
+         false},
+        {"t3d groups",
+         3,
+         3,
+         8,
+         8,
+         {4, 6, 5},
+         {3, 2, 3},
+         TCFG3((2, 1, 2), (1, 0, 1), (1, 1, 1), 2, (1, 0, 0)),
+         true,
+         0,
+         true},
+        {"t3d batch of one",
+         3,
+         1,
+         8,
+         8,
+         {5, 6, 5},
+         {3, 3, 3},
+         TCFG3((2, 2, 2), (1, 1, 1), (1, 1, 1), 1, (0, 1, 1)),
+         true,
+         0,
+         true},
     };
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < (int)(sizeof big / sizeof *big); k++) {
         float *got[2][4];
         int64_t n[4];
         for (int nt = 1; nt <= 2; nt++) {
@@ -448,7 +728,9 @@ END_TEST
  * its gradient bfloat16, the float32 gradient rounded */
 START_TEST(test_conv_bf16_input)
 {
-    const conv_case *c = &cases[_i ? N_CASES - 6 : 15]; /* 2d stride 2 pad 1; t2d k4 s2 p1 */
+    /* 2d stride 2 pad 1; t2d k4 s2 p1; 3d stride (2,1,2) pad (1,0,1); t3d stride (2,1,3) */
+    static const int pick[4] = {15, 34, 41, 52};
+    const conv_case *c = &cases[pick[_i]];
     cg_rng r = cg_rng_new(11);
     cg_tensor *in[3];
     make_inputs(c, &r, in);
@@ -503,7 +785,7 @@ START_TEST(test_conv_refusals)
     c = CG_CONV_DEFAULT, c.dilation[0] = 3;
     REFUSED(cg_conv1d(x, w, b, &c), "conv1d: kernel 3 (dilated 7) is larger than the padded "
                                     "input 6 in spatial dim 0");
-    REFUSED(cg_k_conv(3, x, w, b, NULL), "conv: 3 spatial dims, expected 1 or 2");
+    REFUSED(cg_k_conv(4, x, w, b, NULL), "conv: 4 spatial dims, expected 1, 2 or 3");
     /* the modules */
     c = CG_CONV_DEFAULT, c.groups = 3;
     REFUSED(cg_conv2d_new(4, 6, 3, 3, &c, true, &r),
@@ -556,7 +838,7 @@ START_TEST(test_conv_transpose_refusals)
                                                "0 gives the output length -1, too small");
     c = CG_CONV_DEFAULT, c.stride[0] = 0;
     REFUSED(cg_conv_transpose1d(x, w, b, &c), "conv_transpose1d: stride must be positive");
-    REFUSED(cg_k_conv_transpose(3, x, w, b, NULL), "conv_transpose: 3 spatial dims");
+    REFUSED(cg_k_conv_transpose(4, x, w, b, NULL), "conv_transpose: 4 spatial dims");
     cg_tensor *dx = NULL;
     CG_ASSERT_REFUSED(!cg_k_conv_transpose_backward(1, x, w, NULL, x, &dx, NULL, NULL),
                       "conv_transpose1d backward: gradient float32 [2, 4, 6], expected float32 "
@@ -679,7 +961,7 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv_gradcheck);
     tcase_add_test(tc, test_conv_threads);
     tcase_add_test(tc, test_conv_bf16_precision);
-    tcase_add_loop_test(tc, test_conv_bf16_input, 0, 2);
+    tcase_add_loop_test(tc, test_conv_bf16_input, 0, 4);
     tcase_add_test(tc, test_conv_refusals);
     tcase_add_test(tc, test_conv_transpose_refusals);
     tcase_add_loop_test(tc, test_conv_modules, 0, 2);

@@ -391,6 +391,8 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_RRELU] = {.unary = {{"rrelu(train)", rrelu_train, DOM_AWAY0},
                                {"rrelu(eval)", rrelu_eval, DOM_AWAY0}},
                      .by = "test_prelu.c: test_rrelu_gradcheck"},
+    [CG_OP_CONV3D] = {.by = "test_conv.c: test_conv_gradcheck (the 3d cases)"},
+    [CG_OP_CONV_TRANSPOSE3D] = {.by = "test_conv.c: test_conv_gradcheck (the t3d cases)"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */
