@@ -813,6 +813,59 @@ START_TEST(test_conv_oom)
 }
 END_TEST
 
+/* The 3-d ones through every_allocation_fails: an nn.Conv3d (2 groups,
+ * reflect padding 'same': a pad node, then the convolution), a bfloat16 x
+ * through F.conv_transpose3d with output padding, an
+ * nn.ConvTranspose3d's forward(x, output_size); their sum's backward */
+static bool conv3d_call(void *ctx)
+{
+    void **p = ctx;
+    cg_conv *m = p[0], *mt = p[1];
+    cg_tensor *x = p[2], *xb = p[3], *w = p[4];
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.stride[0] = c.stride[2] = 2, c.padding[1] = 1, c.output_padding[2] = 1;
+    cg_tensor *y[3] = {cg_conv_forward(m, x), cg_conv_transpose3d(xb, w, NULL, &c),
+                       cg_conv_transpose_forward(mt, x, 3, (int64_t[]){7, 8, 11})};
+    cg_tensor *l = NULL;
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++) { /* l = the sums so far */
+        cg_tensor *s = y[i] ? cg_sum_all(y[i]) : NULL;
+        cg_tensor *n = !s ? NULL : l ? cg_add(l, s) : cg_retain(s);
+        ok = n != NULL;
+        cg_release_all(2, s, l);
+        l = n;
+    }
+    ok = ok && cg_backward(l, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    cg_release_all(4, y[0], y[1], y[2], l);
+    cg_tensor *ps[7] = {x, xb, w, m->weight, m->bias, mt->weight, mt->bias};
+    for (int i = 0; i < 7; i++)
+        cg_zero_grad(ps[i]);
+    return ok;
+}
+
+START_TEST(test_conv3d_oom)
+{
+    cg_rng r = cg_rng_new(9);
+    cg_conv_cfg c = CG_CONV_DEFAULT, ct = CG_CONV_DEFAULT;
+    c.groups = 2, c.pad = CG_CONV_SAME, c.padding_mode = CG_PAD_REFLECT;
+    ct.stride[0] = ct.stride[1] = ct.stride[2] = 2;
+    cg_conv *m = cg_conv3d_new(2, 4, 2, 3, 2, &c, true, &r);
+    cg_conv *mt = cg_conv_transpose3d_new(2, 2, 2, 2, 2, &ct, true, &r);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 2, 3, 4, 5)), true);
+    cg_tensor *xb = cg_requires_grad(cg_k_to(x, CG_BF16), true);
+    cg_tensor *w = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 2, 2, 3)), true);
+    ck_assert_msg(m && mt && xb, "%s", cg_last_error());
+    void *ctx[5] = {m, mt, x, xb, w};
+    const int failed = every_allocation_fails(conv3d_call, ctx);
+    ck_assert_msg(failed > 10, "only %d runs failed", failed);
+    ck_assert(conv3d_call(ctx)); /* and it runs once memory is back */
+    cg_module_free(CG_MODULE(m));
+    cg_module_free(CG_MODULE(mt));
+    cg_release_all(3, x, xb, w);
+}
+END_TEST
+
 /* A ReduceLROnPlateau made and stepped: its one allocation failing is its
  * own error, nothing leaked */
 static bool plateau_run(void *ctx)
@@ -958,6 +1011,7 @@ int main(void)
     tcase_add_test(tc, test_optims_oom);
     tcase_add_test(tc, test_norm_oom);
     tcase_add_test(tc, test_plateau_oom);
+    tcase_add_test(tc, test_conv3d_oom);
     tcase_add_loop_test(tc, test_conv_oom, 0, 2);
     tcase_add_test(tc, test_unfold_oom);
     tcase_add_test(tc, test_acts_oom);
