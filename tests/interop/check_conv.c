@@ -1,8 +1,8 @@
 /* cgrad's convolution and transposed convolution (autograd's cg_conv1d /
- * cg_conv2d / cg_conv_transpose1d / cg_conv_transpose2d, nn/conv.h's
- * modules) against PyTorch's F.conv1d / F.conv2d / F.conv_transpose1d /
- * F.conv_transpose2d and nn.Conv1d / nn.Conv2d / nn.ConvTranspose1d /
- * nn.ConvTranspose2d (tests/interop/conv.py writes the cases):
+ * cg_conv2d / cg_conv3d / cg_conv_transpose1d / 2d / 3d, nn/conv.h's
+ * modules) against PyTorch's F.conv1d / F.conv2d / F.conv3d /
+ * F.conv_transpose1d / 2d / 3d and nn.Conv1d / 2d / 3d and
+ * nn.ConvTranspose1d / 2d / 3d (tests/interop/conv.py writes the cases):
  *     check_conv DIR     exit 0: every case within tolerance; 1: not
  * Each case's config is read from its file ("cfg"), the output and the
  * gradients of x, w and b of the loss sum(y * r) matched within 2e-6
@@ -10,7 +10,9 @@
  * values). The modules: PyTorch's state dict loaded by its names
  * (cg_module_load_file, strict), the output and the gradients of x and of
  * both parameters matched likewise; so are nn.ConvTranspose1d / 2d called
- * with output_size (cg_conv_transpose_forward). F.unfold / F.fold
+ * with output_size (cg_conv_transpose_forward); the 3-d cases are listed
+ * in DIR/cases3d.txt, their modules module3d, tmodule3d and osize3d.
+ * F.unfold / F.fold
  * (cg_unfold / cg_fold, DIR/folds.txt): the output and x's gradient. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,27 +50,33 @@ static bool run_case(const char *dir, const char *name, double *worst)
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
     cg_st_file *f = cg_st_open(path);
     cg_tensor *cfg = f ? cg_st_get(f, "cfg") : NULL;
-    if (!cfg || cfg->dtype != CG_I64 ||
-        (cg_numel(cfg) != 9 && cg_numel(cfg) != 12 && cg_numel(cfg) != 13)) {
+    const int64_t nq = cfg ? cg_numel(cfg) : 0;
+    if (!cfg || cfg->dtype != CG_I64 || (nq != 9 && nq != 12 && nq != 13 && nq != 17)) {
         fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
         cg_release(cfg);
         cg_st_close(f);
         return false;
     }
     const int64_t *q = cg_data_i64(cfg);
-    const bool t = cg_numel(cfg) >= 12 && q[9]; /* transposed */
-    const cg_conv_cfg c = {{q[1], q[2]},
-                           {q[3], q[4]},
-                           {q[5], q[6]},
-                           q[7],
-                           (cg_conv_pad)q[8],
-                           {t ? q[10] : 0, t ? q[11] : 0},
-                           cg_numel(cfg) == 13 ? (cg_pad_mode)q[12] : CG_PAD_CONSTANT};
+    const bool t = nq == 17 ? q[12] : nq >= 12 && q[9]; /* transposed */
+    cg_conv_cfg c = {{q[1], q[2]},
+                     {q[3], q[4]},
+                     {q[5], q[6]},
+                     q[7],
+                     (cg_conv_pad)q[8],
+                     {t ? q[10] : 0, t ? q[11] : 0},
+                     nq == 13 ? (cg_pad_mode)q[12] : CG_PAD_CONSTANT};
+    if (nq == 17) /* 3-d: 3 entries each */
+        c = (cg_conv_cfg){{q[1], q[2], q[3]}, {q[4], q[5], q[6]},    {q[7], q[8], q[9]}, q[10],
+                          (cg_conv_pad)q[11], {q[13], q[14], q[15]}, (cg_pad_mode)q[16]};
+    static cg_tensor *(*const fns[2][3])(cg_tensor *, cg_tensor *, cg_tensor *,
+                                         const cg_conv_cfg *) = {
+        {cg_conv1d, cg_conv2d, cg_conv3d},
+        {cg_conv_transpose1d, cg_conv_transpose2d, cg_conv_transpose3d}};
     cg_tensor *x = cg_requires_grad(cg_st_get_f32(f, "x"), true);
     cg_tensor *w = cg_requires_grad(cg_st_get_f32(f, "w"), true);
     cg_tensor *b = cg_st_has(f, "b") ? cg_requires_grad(cg_st_get_f32(f, "b"), true) : NULL;
-    cg_tensor *y = t ? (q[0] == 1 ? cg_conv_transpose1d : cg_conv_transpose2d)(x, w, b, &c)
-                     : (q[0] == 1 ? cg_conv1d : cg_conv2d)(x, w, b, &c);
+    cg_tensor *y = q[0] >= 1 && q[0] <= 3 ? fns[t][q[0] - 1](x, w, b, &c) : NULL;
     bool ok = y && loss_backward(y, f);
     if (!ok)
         fprintf(stderr, "check_conv: %s: %s\n", name, cg_last_error());
@@ -112,9 +120,10 @@ static bool run_fold(const char *dir, const char *name, double *worst)
 
 /* nn.Conv1d(4, 6, 3, stride 2, padding 1, groups 2) and nn.Conv2d(4, 6,
  * (3, 2), stride (2, 1), padding (1, 0), dilation (1, 2), groups 2), as
- * conv.py builds them; t: nn.ConvTranspose1d / 2d with those and
- * output_padding 1 in the first spatial dim; osize: conv.py's
- * write_osize modules called with output_size */
+ * conv.py builds them, nn.Conv3d(4, 6, (3, 2, 2)) with the 2-d one's
+ * numbers and padding 1 in the width; t: nn.ConvTranspose1d / 2d / 3d
+ * with those and output_padding 1 in the first spatial dim; osize:
+ * conv.py's write_osize modules called with output_size */
 static bool run_module(const char *dir, int nd, bool t, bool osize, double *worst)
 {
     char path[4096], io_path[4096];
@@ -126,14 +135,17 @@ static bool run_module(const char *dir, int nd, bool t, bool osize, double *wors
     c.stride[0] = 2;
     c.padding[0] = 1;
     c.output_padding[0] = t;
-    if (nd == 2)
+    if (nd >= 2)
         c.dilation[1] = 2;
+    if (nd == 3)
+        c.padding[2] = 1;
     if (osize) /* 3 -> 4 channels, stride (3, 2), padding (1, 0), dilation (1, 2) */
         c = CG_CONV_DEFAULT, c.stride[0] = 3, c.stride[1] = 2, c.padding[0] = 1, c.dilation[1] = 2;
     const int64_t in = osize ? 3 : 4, out = osize ? 4 : 6;
-    cg_conv *m = nd == 1
-                     ? (t ? cg_conv_transpose1d_new : cg_conv1d_new)(in, out, 3, &c, true, NULL)
-                     : (t ? cg_conv_transpose2d_new : cg_conv2d_new)(in, out, 3, 2, &c, true, NULL);
+    cg_conv *m =
+        nd == 1   ? (t ? cg_conv_transpose1d_new : cg_conv1d_new)(in, out, 3, &c, true, NULL)
+        : nd == 2 ? (t ? cg_conv_transpose2d_new : cg_conv2d_new)(in, out, 3, 2, &c, true, NULL)
+                  : (t ? cg_conv_transpose3d_new : cg_conv3d_new)(in, out, 3, 2, 2, &c, true, NULL);
     cg_st_file *io = cg_st_open(io_path);
     bool ok = m && io && cg_module_load_file(CG_MODULE(m), path);
     cg_tensor *x = ok ? cg_requires_grad(cg_st_get_f32(io, "x"), true) : NULL;
@@ -157,45 +169,42 @@ static bool run_module(const char *dir, int nd, bool t, bool osize, double *wors
     return ok;
 }
 
-int main(int argc, char **argv)
+/* run on each name DIR/file lists: the count (-1: no list), *bad the
+ * failures added */
+static int run_list(const char *dir, const char *file,
+                    bool (*run)(const char *, const char *, double *), int *bad, double *worst)
 {
-    const char *dir = argc == 2 ? argv[1] : NULL;
     char path[4096], line[256];
-    if (!dir)
-        return fprintf(stderr, "usage: check_conv DIR\n"), 2;
-    snprintf(path, sizeof path, "%s/cases.txt", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
     FILE *list = fopen(path, "r");
     if (!list) {
         fprintf(stderr, "check_conv: cannot open %s\n", path);
-        return 1;
+        return -1;
     }
-    int n = 0, bad = 0;
-    double worst = 0;
-    while (fgets(line, sizeof line, list)) {
-        line[strcspn(line, "\n")] = 0;
-        if (!*line)
-            continue;
-        n++;
-        bad += !run_case(dir, line, &worst);
-    }
-    fclose(list);
-    for (int k = 0; k < 6; k++)
-        bad += !run_module(dir, k % 2 + 1, k >= 2, k >= 4, &worst);
-    snprintf(path, sizeof path, "%s/folds.txt", dir);
-    list = fopen(path, "r");
-    if (!list) {
-        fprintf(stderr, "check_conv: cannot open %s\n", path);
-        return 1;
-    }
-    int nf = 0;
+    int n = 0;
     while (fgets(line, sizeof line, list)) {
         line[strcspn(line, "\n")] = 0;
         if (*line)
-            nf++, bad += !run_fold(dir, line, &worst);
+            n++, *bad += !run(dir, line, worst);
     }
     fclose(list);
-    printf("check_conv: %d cases, 6 modules and %d unfold/fold cases, %d failed; worst %.1e "
-           "(tolerance %.0e)\n",
-           n, nf, bad, worst, TOL);
-    return bad || n == 0 || nf == 0 ? 1 : 0;
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = argc == 2 ? argv[1] : NULL;
+    if (!dir)
+        return fprintf(stderr, "usage: check_conv DIR\n"), 2;
+    int bad = 0;
+    double worst = 0;
+    const int n = run_list(dir, "cases.txt", run_case, &bad, &worst);
+    const int n3 = run_list(dir, "cases3d.txt", run_case, &bad, &worst);
+    for (int k = 0; k < 9; k++) /* 1-d, 2-d, 3-d: a module, a transposed one, with output_size */
+        bad += !run_module(dir, k % 3 + 1, k >= 3, k >= 6, &worst);
+    const int nf = run_list(dir, "folds.txt", run_fold, &bad, &worst);
+    printf("check_conv: %d cases, %d 3-d cases, 9 modules and %d unfold/fold cases, %d failed; "
+           "worst %.1e (tolerance %.0e)\n",
+           n, n3, nf, bad, worst, TOL);
+    return bad || n <= 0 || n3 <= 0 || nf <= 0 ? 1 : 0;
 }

@@ -1,5 +1,6 @@
-"""F.conv1d, F.conv2d, F.conv_transpose1d, F.conv_transpose2d and
-nn.Conv1d / nn.Conv2d / nn.ConvTranspose1d / nn.ConvTranspose2d: cases for
+"""F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
+F.conv_transpose3d and nn.Conv1d / nn.Conv2d / nn.Conv3d /
+nn.ConvTranspose1d / nn.ConvTranspose2d / nn.ConvTranspose3d: cases for
 tests/interop/check_conv.c (run by tests/interop/run_swiglu.sh):
 
     /usr/bin/python3 conv.py DIR    (exit 77: no torch)
@@ -20,6 +21,13 @@ initialisation), with DIR/module*.io.safetensors: x, r, y, "grad.x" and
 an nn.ConvTranspose1d and an nn.ConvTranspose2d; DIR/osize1d.* and
 osize2d.* the same for such a module called as m(x, output_size=size),
 the size an int64 "size" in the io file.
+
+The 3-d ones (drawn after all the above, which keep their values):
+DIR/cases3d.txt lists them, each "cfg" = [3, stride (3), padding (3),
+dilation (3), groups, mode, transposed (0 or 1), output_padding (3),
+padding_mode (0 zeros, else as above)], 17 numbers; DIR/module3d.*,
+tmodule3d.* and osize3d.* as the 1-d and 2-d ones (an nn.Conv3d, an
+nn.ConvTranspose3d, one called with output_size).
 
 F.unfold and F.fold: DIR/folds.txt lists the cases, each DIR/NAME.
 safetensors with x, "cfg" = [op (0 unfold, 1 fold), kernel_size (2),
@@ -103,6 +111,36 @@ PCASES = [
     ("p2_reflect_unbatched", 2, 0, 3, 2, (5, 6), (3, 3), (1, 1), (2, 1), (1, 1), 1, True, "reflect"),
 ]
 
+# 3-d: the same fields; a transposed case's output_padding (a tuple), a
+# padding_mode case's mode (a string) after them
+CASES3 = [
+    ("c3_plain", 3, 2, 3, 4, (5, 6, 4), (3, 2, 2), (1, 1, 1), (0, 0, 0), (1, 1, 1), 1, True),
+    ("c3_stride_pad", 3, 2, 2, 3, (7, 6, 8), (3, 3, 2), (2, 1, 3), (1, 0, 1), (1, 1, 1), 1, True),
+    ("c3_dil_rect", 3, 1, 3, 2, (6, 8, 7), (2, 3, 2), (1, 2, 1), (1, 2, 0), (2, 1, 3), 1, False),
+    ("c3_groups2", 3, 2, 4, 6, (4, 5, 5), (2, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 2, True),
+    ("c3_depthwise", 3, 2, 3, 6, (5, 4, 6), (3, 1, 3), (1, 1, 2), (1, 0, 1), (1, 1, 1), 3, True),
+    ("c3_1x1x1", 3, 2, 5, 3, (3, 4, 5), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1), 1, True),
+    ("c3_same", 3, 2, 3, 2, (5, 6, 5), (2, 3, 4), (1, 1, 1), "same", (2, 1, 1), 1, True),
+    ("c3_valid", 3, 1, 3, 2, (5, 4, 6), (3, 2, 2), (1, 1, 1), "valid", (1, 1, 1), 1, True),
+    ("c3_unbatched", 3, 0, 3, 4, (6, 5, 4), (3, 3, 2), (2, 1, 1), (1, 1, 0), (1, 1, 1), 1, True),
+    ("t3_plain", 3, 2, 3, 4, (3, 4, 3), (3, 2, 2), (1, 1, 1), (0, 0, 0), (1, 1, 1), 1, True,
+     (0, 0, 0)),
+    ("t3_stride_out", 3, 2, 2, 3, (3, 4, 3), (3, 2, 4), (2, 1, 3), (1, 0, 1), (1, 1, 1), 1, True,
+     (1, 0, 2)),
+    ("t3_dil_out_by_dil", 3, 1, 3, 2, (3, 3, 4), (2, 3, 2), (1, 1, 1), (1, 2, 0), (2, 2, 3), 1,
+     True, (1, 1, 2)),
+    ("t3_groups2_nobias", 3, 2, 4, 6, (3, 3, 2), (2, 2, 3), (2, 2, 1), (1, 0, 1), (1, 1, 1), 2,
+     False, (0, 1, 0)),
+    ("t3_unbatched", 3, 0, 3, 2, (2, 3, 4), (2, 2, 3), (2, 1, 2), (0, 1, 1), (1, 1, 1), 1, True,
+     (1, 0, 1)),
+    ("p3_reflect_same", 3, 2, 2, 3, (4, 5, 6), (2, 3, 4), (1, 1, 1), "same", (1, 1, 1), 1, True,
+     "reflect"),
+    ("p3_circular_stride", 3, 2, 3, 2, (5, 4, 6), (3, 2, 3), (2, 1, 2), (1, 0, 2), (1, 1, 1), 1,
+     True, "circular"),
+    ("p3_replicate_groups", 3, 1, 4, 4, (4, 4, 5), (2, 2, 3), (1, 1, 1), (1, 1, 1), (1, 2, 1), 2,
+     False, "replicate"),
+]
+
 # F.unfold / F.fold: name, op, input shape, kernel_size, dilation,
 # padding, stride, output_size (fold's)
 FCASES = [
@@ -130,18 +168,17 @@ def write_case(d, c):
     x = f32(*(((n,) if n else ()) + (cin,) + size)).requires_grad_()
     w = (f32(cin, cout // groups, *k) if t else f32(cout, cin // groups, *k)).requires_grad_()
     b = f32(cout).requires_grad_() if bias else None
+    conv = (F.conv1d, F.conv2d, F.conv3d)[nd - 1]
     if t:
-        convt = F.conv_transpose1d if nd == 1 else F.conv_transpose2d
+        convt = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[nd - 1]
         y = convt(x, w, b, stride, pad, c[12], groups, dil)
     elif pm:  # as nn.Conv's forward: _reversed_padding_repeated_twice
         rev = []
         for i in reversed(range(nd)):
             tot = dil[i] * (k[i] - 1)
             rev += [tot // 2, tot - tot // 2] if pad == "same" else [pad[i], pad[i]]
-        conv = F.conv1d if nd == 1 else F.conv2d
         y = conv(F.pad(x, rev, mode=pm), w, b, stride, 0, dil, groups)
     else:
-        conv = F.conv1d if nd == 1 else F.conv2d
         y = conv(x, w, b, stride, pad, dil, groups)
     r = f32(*y.shape)
     (y * r).sum().backward()
@@ -150,6 +187,10 @@ def write_case(d, c):
     pads = [0, 0] if isinstance(pad, str) else two(pad)
     q = [nd] + two(stride) + pads + two(dil) + [groups, mode] + ([1] + two(c[12]) if t else [])
     q += [0, 0, 0, PM[pm]] if pm else []
+    if nd == 3:
+        pads = [0] * 3 if isinstance(pad, str) else list(pad)
+        q = [3] + list(stride) + pads + list(dil) + [groups, mode, int(t)]
+        q += list(c[12] if t else (0, 0, 0)) + [PM[pm] if pm else 0]
     cfg = torch.tensor(q, dtype=torch.int64)
     t = {"x": x.detach().float(), "w": w.detach().float(), "cfg": cfg, "r": r.float(),
          "y": y.detach().float(), "grad.x": x.grad.float(), "grad.w": w.grad.float()}
@@ -161,7 +202,15 @@ def write_case(d, c):
 
 def write_module(d, nd, t=False):
     torch.manual_seed(5)
-    if t and nd == 1:
+    if nd == 3:  # the 2-d ones' numbers, depth first, padding 1 in the width
+        args = dict(stride=(2, 1, 1), padding=(1, 0, 1), dilation=(1, 2, 1), groups=2)
+        if t:
+            m, x = nn.ConvTranspose3d(4, 6, (3, 2, 2), output_padding=(1, 0, 0), **args), f32(
+                2, 4, 4, 3, 4)
+        else:
+            m, x = nn.Conv3d(4, 6, (3, 2, 2), **args), f32(2, 4, 7, 6, 5)
+        m = m.double()
+    elif t and nd == 1:
         m = nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2).double()
         x = f32(2, 4, 7)
     elif t:
@@ -215,6 +264,10 @@ def write_osize(d, nd):
     torch.manual_seed(6)
     if nd == 1:
         m, x, size = nn.ConvTranspose1d(3, 4, 3, stride=3, padding=1), f32(2, 3, 4), (2, 4, 11)
+    elif nd == 3:  # the 2-d one's numbers, depth first; sizes from (7, 9, 6) to (9, 10, 6)
+        m = nn.ConvTranspose3d(3, 4, (3, 2, 2), stride=(3, 2, 1), padding=(1, 0, 0),
+                               dilation=(1, 2, 1))
+        x, size = f32(2, 3, 3, 4, 5), (8, 10, 6)
     else:
         m = nn.ConvTranspose2d(3, 4, (3, 2), stride=(3, 2), padding=(1, 0), dilation=(1, 2))
         x, size = f32(2, 3, 4, 5), (12, 12)
@@ -251,8 +304,15 @@ def main():
         f.write("\n".join(c[0] for c in FCASES) + "\n")
     write_osize(d, 1)
     write_osize(d, 2)
-    print(f"conv: {len(CASES) + len(TCASES) + len(PCASES)} cases, 6 modules and {len(FCASES)} "
-          f"unfold/fold cases written to {d}")
+    for c in CASES3:  # drawn last: the cases above keep their values
+        write_case(d, c)
+    with open(f"{d}/cases3d.txt", "w") as f:
+        f.write("\n".join(c[0] for c in CASES3) + "\n")
+    write_module(d, 3)
+    write_module(d, 3, True)
+    write_osize(d, 3)
+    print(f"conv: {len(CASES) + len(TCASES) + len(PCASES) + len(CASES3)} cases, 9 modules and "
+          f"{len(FCASES)} unfold/fold cases written to {d}")
 
 
 if __name__ == "__main__":
