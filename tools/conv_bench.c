@@ -1,6 +1,7 @@
-/* A convolution's training step: one F.conv1d / F.conv2d /
- * F.conv_transpose2d forward (x, w and b requiring grad), the loss sum(output), the backward, the
- * gradients dropped. tools/conv_peer.py is the same step in PyTorch.
+/* A convolution's training step: one F.conv1d / F.conv2d / F.conv3d /
+ * F.conv_transpose2d / F.conv_transpose3d forward (x, w and b requiring
+ * grad), the loss sum(output), the backward, the gradients dropped.
+ * tools/conv_peer.py is the same step in PyTorch.
  *
  *   conv_bench [CASE [STEPS [N C O S K]]]
  *
@@ -9,7 +10,9 @@
  * 128, 32x32, 3x3) or 1x1 (conv2d, N 16, C 128 -> 128, 32x32); padding
  * K / 2, stride 1; or convt2d (conv_transpose2d, an upsampling layer: N
  * 16, C 64 -> 64, 16x16 -> 32x32, 4x4, stride 2, padding (K - 2) / 2, at
- * least 0). S is L (conv1d) or H = W, K the kernel's size per dim.
+ * least 0); conv3d (N 4, C 32 -> 32, 16x16x16, 3x3x3) or convt3d
+ * (conv_transpose3d: N 4, C 32 -> 32, 8^3 -> 16^3, 4x4x4, stride 2). S
+ * is L (conv1d) or H = W (= D), K the kernel's size per dim.
  * Prints one JSON line: the median and best step in ms over STEPS timed
  * steps (default 20), after 2 untimed. */
 #include <stdio.h>
@@ -21,9 +24,9 @@
 #include "models/train/prog.h"
 #include "models/util/cli.h"
 
-#define USAGE                                                                                 \
-    "usage: conv_bench [CASE [STEPS [N C O S K]]]   (CASE conv1d, conv2d, depthwise, 1x1 or " \
-    "convt2d)\n"
+#define USAGE                                                                               \
+    "usage: conv_bench [CASE [STEPS [N C O S K]]]   (CASE conv1d, conv2d, depthwise, 1x1, " \
+    "convt2d, conv3d or convt3d)\n"
 static const char HELP[] =
     USAGE "Default conv1d 20; STEPS in [1, 1000], N, C, O, S, K in [1, 4096].\n"
           "A convolution's training step (forward, sum, backward; x, w and b requiring grad):\n"
@@ -31,7 +34,8 @@ static const char HELP[] =
           "depthwise (groups C) N 16, C 128 -> 128, 32x32, 3x3; 1x1 N 16, C 128 -> 128, 32x32;\n"
           "padding K / 2, stride 1 (S: the length, or the height and width); convt2d\n"
           "(conv_transpose2d) N 16, C 64 -> 64, 16x16 -> 32x32, 4x4, stride 2, padding\n"
-          "(K - 2) / 2 (at least 0). One JSON line of\n"
+          "(K - 2) / 2 (at least 0); conv3d N 4, C 32 -> 32, 16x16x16, 3x3x3; convt3d\n"
+          "(conv_transpose3d) N 4, C 32 -> 32, 8^3 -> 16^3, 4x4x4, stride 2. One JSON line of\n"
           "the median and best step in ms. Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 typedef struct {
@@ -47,6 +51,8 @@ static const bench_case CASES[] = {
     {"depthwise", 2, true, false, 16, 128, 128, 32, 3},
     {"1x1", 2, false, false, 16, 128, 128, 32, 1},
     {"convt2d", 2, false, true, 16, 64, 64, 16, 4},
+    {"conv3d", 3, false, false, 4, 32, 32, 16, 3},
+    {"convt3d", 3, false, true, 4, 32, 32, 8, 4},
 };
 
 /* t[0..n) sorted in place (insertion: a few steps) */
@@ -74,7 +80,8 @@ static int parse_args(int argc, char **argv, bench_case *c, int64_t *steps)
         while (i < sizeof CASES / sizeof *CASES && strcmp(argv[1], CASES[i].name))
             i++;
         if (i == sizeof CASES / sizeof *CASES)
-            return cg_prog_fail("CASE '%s' is not conv1d, conv2d, depthwise, 1x1 or convt2d",
+            return cg_prog_fail("CASE '%s' is not conv1d, conv2d, depthwise, 1x1, convt2d, "
+                                "conv3d or convt3d",
                                 argv[1]),
                    CG_EXIT_USAGE;
         *c = CASES[i];
@@ -96,10 +103,12 @@ static int parse_args(int argc, char **argv, bench_case *c, int64_t *steps)
 /* One step's seconds, or -1 + error */
 static double step(const bench_case *c, const cg_conv_cfg *cfg, cg_tensor *const in[3])
 {
+    static cg_tensor *(*const fns[2][3])(cg_tensor *, cg_tensor *, cg_tensor *,
+                                         const cg_conv_cfg *) = {
+        {cg_conv1d, cg_conv2d, cg_conv3d},
+        {cg_conv_transpose1d, cg_conv_transpose2d, cg_conv_transpose3d}};
     const double t0 = cg_now();
-    cg_tensor *y = c->transposed ? cg_conv_transpose2d(in[0], in[1], in[2], cfg)
-                   : c->nd == 1  ? cg_conv1d(in[0], in[1], in[2], cfg)
-                                 : cg_conv2d(in[0], in[1], in[2], cfg);
+    cg_tensor *y = fns[c->transposed][c->nd - 1](in[0], in[1], in[2], cfg);
     cg_tensor *l = y ? cg_sum_all(y) : NULL;
     const bool ok = l && cg_backward(l, NULL, false);
     cg_release_all(2, y, l);
@@ -122,18 +131,16 @@ int main(int argc, char **argv)
         return rc;
     const int64_t G = c.depthwise ? c.C : 1, s = c.transposed ? 2 : 1;
     const int64_t p = !c.transposed ? c.K / 2 : c.K > 2 ? (c.K - 2) / 2 : 0;
-    const cg_conv_cfg cfg = {{s, s}, {p, p},         {1, 1}, G, CG_CONV_PAD_NUMBERS,
-                             {0, 0}, CG_PAD_CONSTANT};
+    const cg_conv_cfg cfg = {{s, s, s},           {p, p, p}, {1, 1, 1},      G,
+                             CG_CONV_PAD_NUMBERS, {0, 0, 0}, CG_PAD_CONSTANT};
     cg_rng r = cg_rng_new(1);
     cg_tensor *in[3];
-    if (c.nd == 1) {
-        in[0] = cg_randn(&r, CG_SHAPE(c.N, c.C, c.S));
-        in[1] = cg_randn(&r, CG_SHAPE(c.O, c.C / G, c.K));
-    } else {
-        in[0] = cg_randn(&r, CG_SHAPE(c.N, c.C, c.S, c.S));
-        in[1] = c.transposed ? cg_randn(&r, CG_SHAPE(c.C, c.O / G, c.K, c.K))
-                             : cg_randn(&r, CG_SHAPE(c.O, c.C / G, c.K, c.K));
-    }
+    /* x [N, C, S (nd times)], w [C, O / G, K...] transposed, else [O, C / G, K...] */
+    int64_t xs[5] = {c.N, c.C, c.S, c.S, c.S}, ws[5] = {c.O, c.C / G, c.K, c.K, c.K};
+    if (c.transposed)
+        ws[0] = c.C, ws[1] = c.O / G;
+    in[0] = cg_randn(&r, 2 + c.nd, xs);
+    in[1] = cg_randn(&r, 2 + c.nd, ws);
     in[2] = cg_randn(&r, CG_SHAPE(c.O));
     for (int i = 0; i < 3; i++)
         cg_requires_grad(in[i], true);

@@ -1,5 +1,5 @@
-"""PyTorch's peer of tools/conv_bench.c: one F.conv1d / F.conv2d /
-F.conv_transpose2d forward
+"""PyTorch's peer of tools/conv_bench.c: one F.conv1d / F.conv2d / F.conv3d /
+F.conv_transpose2d / F.conv_transpose3d forward
 (x, w and b requiring grad), sum, backward, the gradients dropped; one JSON
 line with conv_bench's fields.
 
@@ -9,7 +9,9 @@ CASE: conv1d (N 32, C 256 -> 256, L 128, K 3), conv2d (N 16, C 64 -> 64,
 32x32, 3x3), depthwise (groups C: N 16, C 128 -> 128, 32x32, 3x3) or 1x1
 (N 16, C 128 -> 128, 32x32); padding K // 2, stride 1; or convt2d
 (F.conv_transpose2d, N 16, C 64 -> 64, 16x16 -> 32x32, 4x4, stride 2,
-padding max(0, (K - 2) // 2)).
+padding max(0, (K - 2) // 2)); conv3d (N 4, C 32 -> 32, 16x16x16, 3x3x3)
+or convt3d (F.conv_transpose3d, N 4, C 32 -> 32, 8^3 -> 16^3, 4x4x4,
+stride 2).
 """
 import json
 import sys
@@ -24,8 +26,11 @@ CASES = {
     "depthwise": (2, True, 16, 128, 128, 32, 3),
     "1x1": (2, False, 16, 128, 128, 32, 1),
     "convt2d": (2, False, 16, 64, 64, 16, 4),
+    "conv3d": (3, False, 4, 32, 32, 16, 3),
+    "convt3d": (3, False, 4, 32, 32, 8, 4),
 }
-USAGE = "usage: conv_peer.py [conv1d|conv2d|depthwise|1x1|convt2d [STEPS [N C O S K]]]"
+USAGE = ("usage: conv_peer.py [conv1d|conv2d|depthwise|1x1|convt2d|conv3d|convt3d "
+         "[STEPS [N C O S K]]]")
 
 
 def parse(args):
@@ -58,13 +63,14 @@ def main():
     groups = c if depthwise else 1
     torch.manual_seed(1)
     x = torch.randn(n, c, *([s] * nd), requires_grad=True)
-    t = name == "convt2d"
+    t = name in ("convt2d", "convt3d")
     w = torch.randn(*((c, o // groups) if t else (o, c // groups)), *([k] * nd),
                     requires_grad=True)
     b = torch.randn(o, requires_grad=True)
-    conv = F.conv1d if nd == 1 else F.conv2d
+    conv = (F.conv1d, F.conv2d, F.conv3d)[nd - 1]
     if t:
-        conv = lambda x, w, b, padding, groups: F.conv_transpose2d(  # noqa: E731
+        convt = F.conv_transpose2d if nd == 2 else F.conv_transpose3d
+        conv = lambda x, w, b, padding, groups: convt(  # noqa: E731
             x, w, b, stride=2, padding=max(0, (k - 2) // 2), groups=groups)
     times = []
     for i in range(steps + 2):
