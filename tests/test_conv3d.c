@@ -278,6 +278,39 @@ START_TEST(test_conv3d_padding_mode)
 }
 END_TEST
 
+/* a 1x1x1 kernel (x itself its cols where its positions are one run) over
+ * x sliced every second depth (its planes not one run): the values and
+ * gradients of the same convolution over a contiguous copy, bit for bit;
+ * _i 1: the transposed one */
+START_TEST(test_conv3d_1x1x1_sliced)
+{
+    cg_rng r = cg_rng_new(12);
+    cg_tensor *big = cg_randn(&r, CG_SHAPE(2, 3, 8, 4, 5)),
+              *w = cg_randn(&r, CG_SHAPE(3, 3, 1, 1, 1));
+    cg_tensor *xs = cg_requires_grad(cg_slice(big, 2, 0, 8, 2), true);
+    cg_tensor *xc = cg_requires_grad(cg_k_contiguous(xs), true);
+    ck_assert(!cg_is_contiguous(xs) && cg_is_contiguous(xc));
+    cg_requires_grad(w, true);
+    float *v[2], *gw[2];
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *x = k ? xc : xs;
+        cg_tensor *y = (_i ? cg_conv_transpose3d : cg_conv3d)(x, w, NULL, NULL);
+        cg_tensor *sq = cg_mul(y, y), *l = cg_sum_all(sq);
+        ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+        v[k] = cg_test_values(y);
+        gw[k] = cg_test_values(cg_grad(w));
+        cg_zero_grad(w);
+        cg_release_all(3, y, sq, l);
+    }
+    const size_t n = 2 * 3 * 4 * 4 * 5;
+    ck_assert(!memcmp(v[0], v[1], n * sizeof(float)) && !memcmp(gw[0], gw[1], 9 * sizeof(float)));
+    ck_assert(bit_equal(cg_grad(xs), cg_grad(xc)));
+    for (int k = 0; k < 2; k++)
+        free(v[k]), free(gw[k]);
+    cg_release_all(4, big, w, xs, xc);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("conv3d");
@@ -287,6 +320,7 @@ int main(void)
     tcase_add_test(tc, test_conv_transpose3d_refusals);
     tcase_add_loop_test(tc, test_conv3d_modules, 0, 2);
     tcase_add_loop_test(tc, test_conv3d_padding_mode, 0, 2);
+    tcase_add_loop_test(tc, test_conv3d_1x1x1_sliced, 0, 2);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
