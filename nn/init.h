@@ -53,7 +53,7 @@ cg_rng *cg_init_skip(void);
  * module's own parameters, then its children), each drawing in PyTorch's
  * order:
  *   Linear, Conv1d,  weight kaiming_uniform_(a = sqrt(5)), i.e.
- *   Conv2d           U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in),
+ *   Conv2d, Conv3d   U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in),
  *                    1/sqrt(in)) (nn.Linear.reset_parameters);
  *   Embedding        weight N(0, 1);
  *   LayerNorm        weight 1, bias 0; RMSNorm weight 1;

@@ -2,7 +2,7 @@
  *   nn/module.h       module base, parameter registry, save/load
  *   nn/layers.h       Linear, Embedding, LayerNorm/RMSNorm, Dropout,
  *                     sinusoidal positions, FeedForward
- *   nn/conv.h         Conv1d, Conv2d (torch.nn's)
+ *   nn/conv.h         Conv1d, Conv2d, Conv3d, ConvTranspose1d/2d/3d (torch.nn's)
  *   nn/spatial.h      pools, padding and Flatten as modules (MaxPool2d, ReflectionPad2d, ...)
  *   nn/upsample.h     Upsample, UpsamplingNearest2d/Bilinear2d (torch.nn's)
  *   nn/rnn.h          recurrent modules: RNN, GRU, LSTM and their cells (torch.nn's)

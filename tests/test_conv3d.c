@@ -193,12 +193,17 @@ START_TEST(test_conv3d_modules)
     ck_assert(m->weight->ndim == 5 && !memcmp(m->weight->shape, ws[t], sizeof ws[t]));
     ck_assert(m->bias->ndim == 1 && m->bias->shape[0] == 6);
     const double bound = 1 / sqrt((t ? 3.0 : 2.0) * 30);
+    cg_tensor *w0 = cg_k_clone(m->weight);
     for (int pass = 0; pass < 2; pass++) {
         const double mw = max_abs(m->weight), mb = max_abs(m->bias);
         ck_assert_msg(mw <= bound && mw > 0.5 * bound && mb <= bound, "max %g %g, bound %g", mw, mb,
                       bound);
         ck_assert(cg_module_reset_parameters(CG_MODULE(m), &r));
     }
+    /* Conv3d redrawn as Conv1d / Conv2d are; a transposed one kept, as the
+     * 1-d and 2-d ones (cg_module_reset_parameters draws no ConvTranspose) */
+    ck_assert(bit_equal(w0, m->weight) == t);
+    cg_release(w0);
     cg_tensor *x = cg_randn(&r, CG_SHAPE(2, 4, 3, 4, 5)), *y = cg_conv_forward(m, x);
     cg_tensor *z = (t ? cg_conv_transpose3d : cg_conv3d)(x, m->weight, m->bias, &c);
     /* transposed: 2 2 - 2 + 1 + 1, 3 + 2 + 1, 4 2 - 4 + 4 + 1 + 1 */
