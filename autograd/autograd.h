@@ -164,7 +164,14 @@ extern "C" {
     X(PRELU, "prelu", 2, CG_IN(0), 1) /* x, weight: w read for x's gradient */ \
     X(RRELU, "rrelu", 1, CG_IN(0), 0) /* training: the noise saved, x not read */ \
     X(CONV3D, "conv3d", 3, CG_IN(0) | CG_IN(1), 0) /* as conv's; the config in ctx */ \
-    X(CONV_TRANSPOSE3D, "conv_transpose3d", 3, CG_IN(0) | CG_IN(1), 0) /* as conv3d's */
+    X(CONV_TRANSPOSE3D, "conv_transpose3d", 3, CG_IN(0) | CG_IN(1), 0) /* as conv3d's */ \
+    X(MAX_POOL3D, "max_pool3d", 1, 0, 0) /* the indices saved */ \
+    X(AVG_POOL3D, "avg_pool3d", 1, 0, 0) /* the options in ctx */ \
+    X(ADAPTIVE_AVG_POOL3D, "adaptive_avg_pool3d", 1, 0, 0) \
+    X(ADAPTIVE_MAX_POOL3D, "adaptive_max_pool3d", 1, 0, 0) /* the indices saved */ \
+    X(MAX_UNPOOL1D, "max_unpool1d", 1, 0, 0) /* the indices saved */ \
+    X(MAX_UNPOOL2D, "max_unpool2d", 1, 0, 0) \
+    X(MAX_UNPOOL3D, "max_unpool3d", 1, 0, 0)
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

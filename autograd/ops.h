@@ -409,8 +409,8 @@ cg_tensor *cg_cosine_similarity(cg_tensor *x1, cg_tensor *x2, int dim, float eps
 /* Pooling as PyTorch's F.* (autograd/ops_pool.c; core/ops.h's cg_pool holds
  * the options: kernel_size, stride 0 the kernel's, padding, dilation 0 =
  * 1, ceil_mode, exclude_pad = !count_include_pad, divisor_override 0 =
- * none). x [N, C, L] or [C, L] (1d), [N, C, H, W] or [C, H, W] (2d), any
- * strides, float32 or bfloat16/float16 (computed in float32, the values
+ * none). x [N, C, L] or [C, L] (1d), [N, C, H, W] or [C, H, W] (2d),
+ * [N, C, D, H, W] or [C, D, H, W] (3d), any strides, float32 or bfloat16/float16 (computed in float32, the values
  * rounded back). One node each; max's gradient goes to the maximum
  * PyTorch picks (the first; a NaN takes the place). *indices (int64, the
  * output's shape, the flat index within each plane as return_indices=True;
@@ -425,6 +425,26 @@ cg_tensor *cg_adaptive_avg_pool1d(cg_tensor *x, int64_t out_size);
 cg_tensor *cg_adaptive_avg_pool2d(cg_tensor *x, int64_t oh, int64_t ow);
 cg_tensor *cg_adaptive_max_pool1d(cg_tensor *x, int64_t out_size, cg_tensor **indices);
 cg_tensor *cg_adaptive_max_pool2d(cg_tensor *x, int64_t oh, int64_t ow, cg_tensor **indices);
+cg_tensor *cg_max_pool3d(cg_tensor *x, cg_pool o);
+cg_tensor *cg_max_pool3d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indices);
+cg_tensor *cg_avg_pool3d(cg_tensor *x, cg_pool o);
+cg_tensor *cg_adaptive_avg_pool3d(cg_tensor *x, int64_t od, int64_t oh, int64_t ow);
+cg_tensor *cg_adaptive_max_pool3d(cg_tensor *x, int64_t od, int64_t oh, int64_t ow,
+                                  cg_tensor **indices);
+/* F.max_unpool1d/2d/3d(x, indices, kernel_size, stride, padding,
+ * output_size): the inverse of a max pool given its indices (int64, x's
+ * shape, flat within each output plane, as the pools give them): zeros of
+ * x's leading dims and output_size (its nd sizes; NULL: PyTorch's
+ * default, (in - 1) * stride - 2 * padding + kernel_size, and a given one
+ * must lie strictly within a stride of it), each value of x at its index
+ * (a repeated index keeps the last). o's kernel_size, stride (0: the
+ * kernel's) and padding are read; dilation above 1, ceil_mode,
+ * exclude_pad and divisor_override are refused, and so is an index
+ * outside the plane. One node (the indices saved); x's gradient is g read
+ * at each index, as PyTorch 1.13's. */
+cg_tensor *cg_max_unpool1d(cg_tensor *x, cg_tensor *indices, cg_pool o, const int64_t *output_size);
+cg_tensor *cg_max_unpool2d(cg_tensor *x, cg_tensor *indices, cg_pool o, const int64_t *output_size);
+cg_tensor *cg_max_unpool3d(cg_tensor *x, cg_tensor *indices, cg_pool o, const int64_t *output_size);
 /* F.interpolate(x, size, scale_factor, mode, align_corners,
  * recompute_scale_factor) as PyTorch 1.13's (autograd/ops_pool.c;
  * core/ops.h's cg_interp holds the options: the mode, size or

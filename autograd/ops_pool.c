@@ -1,7 +1,7 @@
 /* cgrad autograd: pooling and batch normalisation, one node each
- * (core/pool.c, interp.c, batchnorm.c compute): F.max_pool1d/2d (with
- * their indices), avg_pool1d/2d, adaptive_avg_pool1d/2d,
- * adaptive_max_pool1d/2d, F.interpolate, F.batch_norm, F.group_norm and
+ * (core/pool.c, interp.c, batchnorm.c compute): F.max_pool1d/2d/3d (with
+ * their indices), avg_pool1d/2d/3d, adaptive_avg_pool1d/2d/3d,
+ * adaptive_max_pool1d/2d/3d, max_unpool1d/2d/3d, F.interpolate, F.batch_norm, F.group_norm and
  * F.instance_norm.
  * Forward and backward side by
  * side, as in ops.c. */
@@ -40,15 +40,20 @@ static cg_tensor *max_recorded(cg_tensor *x, cg_tensor *out, cg_tensor *idx, cg_
     return out;
 }
 
+static const cg_op MAX_OPS[3] = {CG_OP_MAX_POOL1D, CG_OP_MAX_POOL2D, CG_OP_MAX_POOL3D};
+static const cg_op AMAX_OPS[3] = {CG_OP_ADAPTIVE_MAX_POOL1D, CG_OP_ADAPTIVE_MAX_POOL2D,
+                                  CG_OP_ADAPTIVE_MAX_POOL3D};
+
 static cg_tensor *max_pool(cg_tensor *x, int nd, cg_pool o, cg_tensor **indices)
 {
     cg_tensor *idx = NULL, *out = cg_k_max_pool(x, nd, &o, &idx);
     if (indices)
         *indices = NULL;
-    return max_recorded(x, out, idx, nd == 1 ? CG_OP_MAX_POOL1D : CG_OP_MAX_POOL2D, nd, indices);
+    return max_recorded(x, out, idx, MAX_OPS[nd - 1], nd, indices);
 }
 cg_tensor *cg_max_pool1d(cg_tensor *x, cg_pool o) { return max_pool(x, 1, o, NULL); }
 cg_tensor *cg_max_pool2d(cg_tensor *x, cg_pool o) { return max_pool(x, 2, o, NULL); }
+cg_tensor *cg_max_pool3d(cg_tensor *x, cg_pool o) { return max_pool(x, 3, o, NULL); }
 cg_tensor *cg_max_pool1d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indices)
 {
     return max_pool(x, 1, o, indices);
@@ -57,22 +62,68 @@ cg_tensor *cg_max_pool2d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indic
 {
     return max_pool(x, 2, o, indices);
 }
-
-static cg_tensor *adaptive_max(cg_tensor *x, int nd, int64_t oh, int64_t ow, cg_tensor **indices)
+cg_tensor *cg_max_pool3d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indices)
 {
-    cg_tensor *idx = NULL, *out = cg_k_adaptive_pool(x, nd, true, oh, ow, &idx);
+    return max_pool(x, 3, o, indices);
+}
+
+/* size: the nd output sizes */
+static cg_tensor *adaptive_max(cg_tensor *x, int nd, const int64_t *size, cg_tensor **indices)
+{
+    cg_tensor *idx = NULL, *out = cg_k_adaptive_pool(x, nd, true, size, &idx);
     if (indices)
         *indices = NULL;
-    return max_recorded(
-        x, out, idx, nd == 1 ? CG_OP_ADAPTIVE_MAX_POOL1D : CG_OP_ADAPTIVE_MAX_POOL2D, nd, indices);
+    return max_recorded(x, out, idx, AMAX_OPS[nd - 1], nd, indices);
 }
 cg_tensor *cg_adaptive_max_pool1d(cg_tensor *x, int64_t out_size, cg_tensor **indices)
 {
-    return adaptive_max(x, 1, out_size, 0, indices);
+    return adaptive_max(x, 1, (int64_t[]){out_size}, indices);
 }
 cg_tensor *cg_adaptive_max_pool2d(cg_tensor *x, int64_t oh, int64_t ow, cg_tensor **indices)
 {
-    return adaptive_max(x, 2, oh, ow, indices);
+    return adaptive_max(x, 2, (int64_t[]){oh, ow}, indices);
+}
+cg_tensor *cg_adaptive_max_pool3d(cg_tensor *x, int64_t od, int64_t oh, int64_t ow,
+                                  cg_tensor **indices)
+{
+    return adaptive_max(x, 3, (int64_t[]){od, oh, ow}, indices);
+}
+
+/* ------------------------------------------------------ max unpool */
+/* p.i[0]: the spatial dims; saved[0]: the indices */
+static bool max_unpool_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    gin[0] = cg_k_max_unpool_backward(g, n->saved[0], n->inputs[0], (int)n->p.i[0]);
+    return gin[0] != NULL;
+}
+
+static cg_tensor *max_unpool(cg_tensor *x, cg_tensor *indices, int nd, cg_pool o,
+                             const int64_t *output_size)
+{
+    static const cg_op ops[3] = {CG_OP_MAX_UNPOOL1D, CG_OP_MAX_UNPOOL2D, CG_OP_MAX_UNPOOL3D};
+    cg_node *n;
+    cg_tensor *out = cg_recorded(cg_k_max_unpool(x, indices, nd, &o, output_size), ops[nd - 1], 1,
+                                 &x, max_unpool_bw, &n);
+    if (n) {
+        n->p.i[0] = nd;
+        if (cg_node_save(n, indices) < 0) {
+            cg_release(out);
+            out = NULL;
+        }
+    }
+    return out;
+}
+cg_tensor *cg_max_unpool1d(cg_tensor *x, cg_tensor *indices, cg_pool o, const int64_t *output_size)
+{
+    return max_unpool(x, indices, 1, o, output_size);
+}
+cg_tensor *cg_max_unpool2d(cg_tensor *x, cg_tensor *indices, cg_pool o, const int64_t *output_size)
+{
+    return max_unpool(x, indices, 2, o, output_size);
+}
+cg_tensor *cg_max_unpool3d(cg_tensor *x, cg_tensor *indices, cg_pool o, const int64_t *output_size)
+{
+    return max_unpool(x, indices, 3, o, output_size);
 }
 
 /* ------------------------------------------------------ average pools */
@@ -120,15 +171,28 @@ cg_tensor *cg_avg_pool2d(cg_tensor *x, cg_pool o)
 {
     return avg_recorded(x, cg_k_avg_pool(x, 2, &o), CG_OP_AVG_POOL2D, 2, &o);
 }
+cg_tensor *cg_avg_pool3d(cg_tensor *x, cg_pool o)
+{
+    return avg_recorded(x, cg_k_avg_pool(x, 3, &o), CG_OP_AVG_POOL3D, 3, &o);
+}
+/* size: the nd output sizes */
+static cg_tensor *adaptive_avg(cg_tensor *x, int nd, const int64_t *size)
+{
+    static const cg_op ops[3] = {CG_OP_ADAPTIVE_AVG_POOL1D, CG_OP_ADAPTIVE_AVG_POOL2D,
+                                 CG_OP_ADAPTIVE_AVG_POOL3D};
+    return avg_recorded(x, cg_k_adaptive_pool(x, nd, false, size, NULL), ops[nd - 1], nd, NULL);
+}
 cg_tensor *cg_adaptive_avg_pool1d(cg_tensor *x, int64_t out_size)
 {
-    return avg_recorded(x, cg_k_adaptive_pool(x, 1, false, out_size, 0, NULL),
-                        CG_OP_ADAPTIVE_AVG_POOL1D, 1, NULL);
+    return adaptive_avg(x, 1, (int64_t[]){out_size});
 }
 cg_tensor *cg_adaptive_avg_pool2d(cg_tensor *x, int64_t oh, int64_t ow)
 {
-    return avg_recorded(x, cg_k_adaptive_pool(x, 2, false, oh, ow, NULL), CG_OP_ADAPTIVE_AVG_POOL2D,
-                        2, NULL);
+    return adaptive_avg(x, 2, (int64_t[]){oh, ow});
+}
+cg_tensor *cg_adaptive_avg_pool3d(cg_tensor *x, int64_t od, int64_t oh, int64_t ow)
+{
+    return adaptive_avg(x, 3, (int64_t[]){od, oh, ow});
 }
 
 /* ------------------------------------------------------ interpolation */

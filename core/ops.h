@@ -939,8 +939,9 @@ cg_tensor *cg_k_scatter_add(const cg_tensor *a, int dim, const cg_tensor *index,
                             const cg_tensor *src);
 
 /* ----------------------------------------------------------- pooling */
-/* A pool's options over its spatial dims (index 0 the first; a 1d pool
- * reads index 0 only), PyTorch's F.max_pool*d / avg_pool*d arguments:
+/* A pool's options over its spatial dims (index 0 the first; a pool of
+ * nd spatial dims reads indices 0 to nd - 1), PyTorch's F.max_pool*d /
+ * avg_pool*d / max_unpool*d arguments:
  * kernel_size > 0; stride 0 means the kernel's (PyTorch's None);
  * padding >= 0 and at most half the kernel; dilation 0 means 1 (max
  * pools only); ceil_mode as PyTorch's (the last window starts inside the
@@ -949,24 +950,25 @@ cg_tensor *cg_k_scatter_add(const cg_tensor *a, int dim, const cg_tensor *index,
  * divisor_override (0: none). Zero-initialise and set what you need:
  * (cg_pool){.kernel_size = {2, 2}} is F.max_pool2d(x, 2). */
 typedef struct {
-    int64_t kernel_size[2], stride[2], padding[2], dilation[2];
+    int64_t kernel_size[3], stride[3], padding[3], dilation[3];
     bool ceil_mode, exclude_pad;
     int64_t divisor_override;
 } cg_pool;
 /* core/pool.c: x [N, C, L] or [C, L] (nd 1), [N, C, H, W] or [C, H, W]
- * (nd 2), any strides, a float dtype (bfloat16 and float16 computed in
- * float32, the values rounded back). Max pools give the values (x's
- * dtype) and *indices (int64, the output's shape: the flat index of each
- * maximum within its plane, L or H * W, as return_indices=True; the first
+ * (nd 2), [N, C, D, H, W] or [C, D, H, W] (nd 3), any strides, a float
+ * dtype (bfloat16 and float16 computed in float32, the values rounded
+ * back). Max pools give the values (x's dtype) and *indices (int64, the
+ * output's shape: the flat index of each maximum within its plane, L, H *
+ * W or D * H * W, as return_indices=True; the first
  * maximum, a NaN taking the place as PyTorch's CPU kernel). Averages are
  * summed in double. Refused in one line: another rank, kernel or stride
  * <= 0, padding above half the kernel, an output size below 1. */
 cg_tensor *cg_k_max_pool(const cg_tensor *x, int nd, const cg_pool *o, cg_tensor **indices);
 cg_tensor *cg_k_avg_pool(const cg_tensor *x, int nd, const cg_pool *o);
-/* F.adaptive_{max,avg}_pool{1,2}d(x, (oh, ow)) (nd 1: oh alone, ow
- * ignored): PyTorch's windows, floor(i * in / out) to ceil((i + 1) * in
- * / out); max: *indices as above. */
-cg_tensor *cg_k_adaptive_pool(const cg_tensor *x, int nd, bool max, int64_t oh, int64_t ow,
+/* F.adaptive_{max,avg}_pool{1,2,3}d(x, output_size) (its nd sizes):
+ * PyTorch's windows, floor(i * in / out) to ceil((i + 1) * in / out);
+ * max: *indices as above. */
+cg_tensor *cg_k_adaptive_pool(const cg_tensor *x, int nd, bool max, const int64_t *output_size,
                               cg_tensor **indices);
 /* The backwards (float32, x's shape; x is read for its shape only): a max
  * pool's (adaptive or not) scatters g to its indices, an average's spreads
@@ -976,6 +978,21 @@ cg_tensor *cg_k_max_pool_backward(const cg_tensor *g, const cg_tensor *indices, 
                                   int nd);
 cg_tensor *cg_k_avg_pool_backward(const cg_tensor *g, const cg_tensor *x, int nd, const cg_pool *o);
 cg_tensor *cg_k_adaptive_avg_pool_backward(const cg_tensor *g, const cg_tensor *x, int nd);
+/* F.max_unpool{1,2,3}d(x, indices, kernel_size, stride, padding,
+ * output_size) (nd 1 to 3; o's kernel_size, stride (0: the kernel's) and
+ * padding; dilation 0 or 1; ceil_mode, exclude_pad and divisor_override
+ * refused): zeros of [N, C, *output_size] (x's leading dims) with each
+ * value of x at its index (int64, x's shape, flat within the output's
+ * plane; a repeated index keeps the last value, as PyTorch's CPU kernel).
+ * output_size (nd sizes; NULL: (in - 1) * stride - 2 * padding +
+ * kernel_size each) must lie strictly within a stride of that default, as
+ * PyTorch's; an index outside the plane is refused. Same dtypes as the
+ * pools. The backward (float32, x's shape; x read for its shape only):
+ * g read at each index, as PyTorch 1.13's. */
+cg_tensor *cg_k_max_unpool(const cg_tensor *x, const cg_tensor *indices, int nd, const cg_pool *o,
+                           const int64_t *output_size);
+cg_tensor *cg_k_max_unpool_backward(const cg_tensor *g, const cg_tensor *indices,
+                                    const cg_tensor *x, int nd);
 
 /* ------------------------------------------------------ interpolation */
 /* F.interpolate's modes (PyTorch 1.13): 'nearest' (the legacy rule, source

@@ -1,6 +1,6 @@
-/* Pools, padding, Flatten, Unfold, Fold and the pixel shuffles as modules (nn/spatial.h): each holds its
- * options and calls the functional op, which checks them against the
- * input. */
+/* Pools, max unpool, padding, Flatten, Unfold, Fold and the pixel
+ * shuffles as modules (nn/spatial.h): each holds its options and calls
+ * the functional op, which checks them against the input. */
 #include <string.h>
 
 #include "autograd/ops.h"
@@ -16,15 +16,16 @@ typedef enum {
     UNFOLD,
     FOLD,
     PIXEL_SHUFFLE,
-    PIXEL_UNSHUFFLE
+    PIXEL_UNSHUFFLE,
+    MAX_UNPOOL
 } spatial_kind;
 
 typedef struct {
     cg_module base;
     spatial_kind kind;
     int nd;
-    cg_pool pool;        /* MAX_POOL, AVG_POOL */
-    int64_t out_size[2]; /* the adaptive pools', FOLD's; the shuffles' factor */
+    cg_pool pool;        /* MAX_POOL, AVG_POOL, MAX_UNPOOL */
+    int64_t out_size[3]; /* the adaptive pools', FOLD's; the shuffles' factor */
     int64_t pad[6];      /* PADDING: 2 nd sizes */
     cg_pad_mode mode;
     float value;
@@ -34,19 +35,27 @@ typedef struct {
 
 static cg_tensor *spatial_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
-    (void)args;
     const spatial *s = (const spatial *)m;
     cg_tensor *x = in[0];
-    const bool one = s->nd == 1;
+    const int64_t *o = s->out_size;
+    static cg_tensor *(*const max_pools[3])(cg_tensor *, cg_pool) = {cg_max_pool1d, cg_max_pool2d,
+                                                                     cg_max_pool3d};
+    static cg_tensor *(*const avg_pools[3])(cg_tensor *, cg_pool) = {cg_avg_pool1d, cg_avg_pool2d,
+                                                                     cg_avg_pool3d};
+    static cg_tensor *(*const unpools[3])(cg_tensor *, cg_tensor *, cg_pool, const int64_t *) = {
+        cg_max_unpool1d, cg_max_unpool2d, cg_max_unpool3d};
     switch (s->kind) {
-    case MAX_POOL: return one ? cg_max_pool1d(x, s->pool) : cg_max_pool2d(x, s->pool);
-    case AVG_POOL: return one ? cg_avg_pool1d(x, s->pool) : cg_avg_pool2d(x, s->pool);
+    case MAX_POOL: return max_pools[s->nd - 1](x, s->pool);
+    case AVG_POOL: return avg_pools[s->nd - 1](x, s->pool);
     case ADAPTIVE_MAX:
-        return one ? cg_adaptive_max_pool1d(x, s->out_size[0], NULL)
-                   : cg_adaptive_max_pool2d(x, s->out_size[0], s->out_size[1], NULL);
+        return s->nd == 1   ? cg_adaptive_max_pool1d(x, o[0], NULL)
+               : s->nd == 2 ? cg_adaptive_max_pool2d(x, o[0], o[1], NULL)
+                            : cg_adaptive_max_pool3d(x, o[0], o[1], o[2], NULL);
     case ADAPTIVE_AVG:
-        return one ? cg_adaptive_avg_pool1d(x, s->out_size[0])
-                   : cg_adaptive_avg_pool2d(x, s->out_size[0], s->out_size[1]);
+        return s->nd == 1   ? cg_adaptive_avg_pool1d(x, o[0])
+               : s->nd == 2 ? cg_adaptive_avg_pool2d(x, o[0], o[1])
+                            : cg_adaptive_avg_pool3d(x, o[0], o[1], o[2]);
+    case MAX_UNPOOL: return unpools[s->nd - 1](x, in[1], s->pool, args);
     case PADDING: return cg_pad(x, 2 * s->nd, s->pad, s->mode, s->value);
     case FLATTEN: return cg_flatten(x, s->start_dim, s->end_dim);
     case UNFOLD: return cg_unfold(x, &s->fold);
@@ -81,30 +90,61 @@ static spatial *spatial_new(const char *fn, const char *type, spatial_kind kind,
     return s;
 }
 
-/* A pool of options o: max or average */
+/* A pool of options o: max, average or max unpool */
 static cg_module *pool_new(const char *fn, spatial_kind kind, int nd, cg_pool o)
 {
-    static const char *const types[2][2] = {{"MaxPool1d", "MaxPool2d"}, {"AvgPool1d", "AvgPool2d"}};
-    spatial *s = spatial_new(fn, types[kind == AVG_POOL][nd == 2], kind, nd, 2);
+    static const char *const types[3][3] = {{"MaxPool1d", "MaxPool2d", "MaxPool3d"},
+                                            {"AvgPool1d", "AvgPool2d", "AvgPool3d"},
+                                            {"MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"}};
+    const int t = kind == MAX_POOL ? 0 : kind == AVG_POOL ? 1 : 2;
+    spatial *s = spatial_new(fn, types[t][nd >= 1 && nd <= 3 ? nd - 1 : 0], kind, nd, 3);
     if (s)
         s->pool = o;
+    if (s && kind == MAX_UNPOOL)
+        s->base.forward = NULL; /* two inputs: cg_maxunpool_forward */
     return s ? &s->base : NULL;
 }
 
 cg_module *cg_maxpool_new(int nd, cg_pool o) { return pool_new("cg_maxpool_new", MAX_POOL, nd, o); }
 cg_module *cg_avgpool_new(int nd, cg_pool o) { return pool_new("cg_avgpool_new", AVG_POOL, nd, o); }
+cg_module *cg_maxunpool_new(int nd, cg_pool o)
+{
+    return pool_new("cg_maxunpool_new", MAX_UNPOOL, nd, o);
+}
+
+cg_tensor *cg_maxunpool_forward(cg_module *m, cg_tensor *x, cg_tensor *indices,
+                                const int64_t *output_size)
+{
+    if (!m)
+        return cg_error_null_arg("cg_maxunpool_forward", "m"), NULL;
+    if (strncmp(m->type, "MaxUnpool", 9) != 0) {
+        cg_set_error("cg_maxunpool_forward: module %s, expected a MaxUnpool1d/2d/3d", m->type);
+        return NULL;
+    }
+    return cg_module_call(m, spatial_impl, 2, (cg_tensor *const[]){x, indices},
+                          (void *)output_size);
+}
+
+/* An adaptive pool of the nd sizes size */
+static cg_module *adaptive_new(const char *fn, int nd, int max_nd, bool max, const int64_t *size)
+{
+    static const char *const types[2][3] = {
+        {"AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d"},
+        {"AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"}};
+    spatial *s = spatial_new(fn, types[max][nd >= 1 && nd <= 3 ? nd - 1 : 0],
+                             max ? ADAPTIVE_MAX : ADAPTIVE_AVG, nd, max_nd);
+    if (s)
+        memcpy(s->out_size, size, sizeof s->out_size);
+    return s ? &s->base : NULL;
+}
 
 cg_module *cg_adaptive_pool_new(int nd, bool max, int64_t oh, int64_t ow)
 {
-    static const char *const types[2][2] = {{"AdaptiveAvgPool1d", "AdaptiveAvgPool2d"},
-                                            {"AdaptiveMaxPool1d", "AdaptiveMaxPool2d"}};
-    spatial *s = spatial_new("cg_adaptive_pool_new", types[max][nd == 2],
-                             max ? ADAPTIVE_MAX : ADAPTIVE_AVG, nd, 2);
-    if (s) {
-        s->out_size[0] = oh;
-        s->out_size[1] = ow;
-    }
-    return s ? &s->base : NULL;
+    return adaptive_new("cg_adaptive_pool_new", nd, 2, max, (int64_t[3]){oh, ow, 0});
+}
+cg_module *cg_adaptive_pool3d_new(bool max, int64_t od, int64_t oh, int64_t ow)
+{
+    return adaptive_new("cg_adaptive_pool3d_new", 3, 3, max, (int64_t[3]){od, oh, ow});
 }
 
 cg_module *cg_padding_new(int n_pad, const int64_t *pad, cg_pad_mode mode, float value)

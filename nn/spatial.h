@@ -1,7 +1,7 @@
 /* cgrad nn: modules without parameters over [N, C, ...] inputs, for
  * cg_sequential as PyTorch's nn.Sequential takes them: pools
- * (nn.MaxPool1d/2d, AvgPool1d/2d, AdaptiveMaxPool1d/2d,
- * AdaptiveAvgPool1d/2d), padding (nn.ConstantPad1d/2d/3d, ZeroPad2d,
+ * (nn.MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveMaxPool1d/2d/3d,
+ * AdaptiveAvgPool1d/2d/3d, MaxUnpool1d/2d/3d), padding (nn.ConstantPad1d/2d/3d, ZeroPad2d,
  * ReflectionPad1d/2d/3d, ReplicationPad1d/2d/3d, CircularPad1d/2d/3d),
  * nn.Flatten, nn.Unfold, nn.Fold, nn.PixelShuffle and nn.PixelUnshuffle. Each holds its options and runs one functional op
  * (autograd/ops.h: cg_max_pool2d, cg_pad, cg_flatten, ...), which checks
@@ -18,14 +18,26 @@
 extern "C" {
 #endif
 
-/* nn.MaxPool1d (nd 1) / nn.MaxPool2d (nd 2) with core/ops.h's cg_pool
- * options (stride 0: the kernel's, as PyTorch's stride=None), and
- * nn.AvgPool1d / AvgPool2d (o.exclude_pad: count_include_pad=False). */
+/* nn.MaxPool1d (nd 1) / MaxPool2d (nd 2) / MaxPool3d (nd 3) with
+ * core/ops.h's cg_pool options (stride 0: the kernel's, as PyTorch's
+ * stride=None), and nn.AvgPool1d / 2d / 3d (o.exclude_pad:
+ * count_include_pad=False). */
 cg_module *cg_maxpool_new(int nd, cg_pool o);
 cg_module *cg_avgpool_new(int nd, cg_pool o);
 /* nn.AdaptiveMaxPool1d(oh) / 2d((oh, ow)), nn.AdaptiveAvgPool1d /
- * 2d (max false); nd 1 reads oh alone. */
+ * 2d (max false); nd 1 reads oh alone (nd 1 or 2). And
+ * nn.AdaptiveMaxPool3d((od, oh, ow)) / AdaptiveAvgPool3d. */
 cg_module *cg_adaptive_pool_new(int nd, bool max, int64_t oh, int64_t ow);
+cg_module *cg_adaptive_pool3d_new(bool max, int64_t od, int64_t oh, int64_t ow);
+/* nn.MaxUnpool1d / 2d / 3d (nd 1 to 3) with o's kernel_size, stride (0:
+ * the kernel's) and padding (cg_max_unpool1d's rules). It takes two
+ * inputs, so it has no one-tensor forward: run it with
+ * cg_maxunpool_forward(m, x, indices, output_size) (output_size: nd sizes
+ * or NULL, as PyTorch's module(x, indices, output_size)), hooks included;
+ * another module is refused. */
+cg_module *cg_maxunpool_new(int nd, cg_pool o);
+cg_tensor *cg_maxunpool_forward(cg_module *m, cg_tensor *x, cg_tensor *indices,
+                                const int64_t *output_size);
 /* Padding of the last nd = n_pad / 2 dims (1 to 3) by the n_pad sizes of
  * pad (pairs, the last dim's first, as F.pad's), mode as cg_pad's (value
  * read by CG_PAD_CONSTANT only): nn.ConstantPad{nd}d(pad, value)

@@ -202,10 +202,16 @@ START_TEST(test_types_and_refusals)
     /* what the op checks, at forward: a 2-d pool of a 3-d input */
     cg_module *m2 = cg_avgpool_new(2, (cg_pool){.kernel_size = {2, 2}});
     CG_ASSERT_REFUSED(cg_module_forward(m2, x3) == NULL, "avg_pool2d");
-    CG_ASSERT_REFUSED(cg_maxpool_new(3, (cg_pool){0}) == NULL,
-                      "cg_maxpool_new: nd 3, expected 1 or 2 (the spatial dims)");
+    CG_ASSERT_REFUSED(cg_maxpool_new(4, (cg_pool){0}) == NULL,
+                      "cg_maxpool_new: nd 4, expected 1 to 3 (the spatial dims)");
+    CG_ASSERT_REFUSED(cg_maxunpool_new(0, (cg_pool){0}) == NULL,
+                      "cg_maxunpool_new: nd 0, expected 1 to 3 (the spatial dims)");
+    CG_ASSERT_REFUSED(cg_maxunpool_forward(m2, x3, x3, NULL) == NULL,
+                      "cg_maxunpool_forward: module AvgPool2d, expected a MaxUnpool1d/2d/3d");
     CG_ASSERT_REFUSED(cg_adaptive_pool_new(0, true, 1, 1) == NULL,
                       "cg_adaptive_pool_new: nd 0, expected 1 or 2 (the spatial dims)");
+    CG_ASSERT_REFUSED(cg_adaptive_pool_new(3, true, 1, 1) == NULL,
+                      "cg_adaptive_pool_new: nd 3, expected 1 or 2");
     CG_ASSERT_REFUSED(cg_padding_new(8, (int64_t[8]){0}, CG_PAD_REFLECT, 0.0f) == NULL,
                       "cg_padding_new: more than 6 padding sizes, expected 2, 4 or 6 (pairs, the "
                       "last dim's first)");
@@ -227,6 +233,57 @@ END_TEST
  * padding, bits and gradients; a transposed one takes zeros only (as
  * PyTorch's); core's kernel refuses the modes it does not run. PyTorch's
  * values: torch_conv's p cases. */
+/* The 3d pools and the unpools as modules: their types, and the
+ * functional op's bits (x [N, C, D, H, W] and unbatched) */
+START_TEST(test_pool3d_modules)
+{
+    cg_rng r = cg_rng_new(21);
+    const cg_pool o = {.kernel_size = {2, 3, 2}, .stride = {1, 2, 2}, .padding = {1, 1, 0}};
+    cg_tensor *xs[2] = {cg_randn(&r, CG_SHAPE(2, 3, 4, 5, 6)), cg_randn(&r, CG_SHAPE(3, 4, 5, 6))};
+    for (int b = 0; b < 2; b++) {
+        cg_tensor *x = xs[b], *idx = NULL;
+        cg_module *m[4] = {cg_maxpool_new(3, o), cg_avgpool_new(3, o),
+                           cg_adaptive_pool3d_new(true, 2, 3, 1),
+                           cg_adaptive_pool3d_new(false, 3, 1, 2)};
+        const char *types[4] = {"MaxPool3d", "AvgPool3d", "AdaptiveMaxPool3d", "AdaptiveAvgPool3d"};
+        cg_tensor *want[4] = {cg_max_pool3d(x, o), cg_avg_pool3d(x, o),
+                              cg_adaptive_max_pool3d(x, 2, 3, 1, NULL),
+                              cg_adaptive_avg_pool3d(x, 3, 1, 2)};
+        for (int i = 0; i < 4; i++) {
+            cg_tensor *y = cg_module_forward(m[i], x);
+            ck_assert_msg(y && want[i] && !strcmp(m[i]->type, types[i]), "%s: %s", types[i],
+                          cg_last_error());
+            ck_assert_int_eq(cg_numel(y), cg_numel(want[i]));
+            ck_assert(!memcmp(cg_data(y), cg_data(want[i]), (size_t)cg_numel(y) * sizeof(float)));
+            cg_release_all(2, y, want[i]);
+            cg_module_free(m[i]);
+        }
+        /* MaxUnpool3d(x, indices, output_size) */
+        cg_module *u = cg_maxunpool_new(3, o);
+        cg_tensor *p = cg_max_pool3d_with_indices(x, o, &idx);
+        const int64_t *size = x->shape + x->ndim - 3;
+        cg_tensor *y = cg_maxunpool_forward(u, p, idx, size), *w = cg_max_unpool3d(p, idx, o, size);
+        ck_assert_msg(y && w && !strcmp(u->type, "MaxUnpool3d") && !u->forward, "%s",
+                      cg_last_error());
+        ck_assert_int_eq(cg_numel(y), cg_numel(x));
+        ck_assert(!memcmp(cg_data(y), cg_data(w), (size_t)cg_numel(y) * sizeof(float)));
+        CG_ASSERT_REFUSED(cg_module_forward(u, p) == NULL, "");
+        cg_release_all(4, p, idx, y, w);
+        cg_module_free(u);
+    }
+    cg_module *u1 = cg_maxunpool_new(1, (cg_pool){.kernel_size = {2}});
+    cg_tensor *v = cg_from_data(CG_SHAPE(1, 2), (float[]){5, 3});
+    cg_tensor *i1 = cg_zeros_dtype(CG_I64, CG_SHAPE(1, 2));
+    cg_data_i64(i1)[0] = 1;
+    cg_data_i64(i1)[1] = 2;
+    cg_tensor *y1 = cg_maxunpool_forward(u1, v, i1, NULL);
+    ck_assert_msg(y1 && !strcmp(u1->type, "MaxUnpool1d"), "%s", cg_last_error());
+    CG_ASSERT_TENSOR(y1, ((float[]){0, 5, 3, 0}), 0, 0);
+    cg_release_all(5, xs[0], xs[1], v, i1, y1);
+    cg_module_free(u1);
+}
+END_TEST
+
 START_TEST(test_conv_padding_mode)
 {
     cg_rng r = cg_rng_new(7);
@@ -275,6 +332,7 @@ int main(void)
     tcase_add_test(tc, test_flatten);
     tcase_add_test(tc, test_types_and_refusals);
     tcase_add_test(tc, test_conv_padding_mode);
+    tcase_add_test(tc, test_pool3d_modules);
     suite_add_tcase(s, tc);
     Suite *all[] = {s};
     return cg_test_run(all, 1);
