@@ -584,18 +584,31 @@ START_TEST(test_pad_modes_oom)
 }
 END_TEST
 
-/* BatchNorm2d, then every pool, forward and backward */
+/* BatchNorm2d, then every pool (1d ... 3d, the 3d max unpooled), forward
+ * and backward */
 static bool pools_run(void *ctx)
 {
     cg_batchnorm *bn = ((void **)ctx)[0];
     cg_tensor *x = ((void **)ctx)[1], *idx = NULL;
     cg_tensor *h = cg_batchnorm_forward(bn, x);
     const cg_pool o = {.kernel_size = {2, 2}, .padding = {1, 1}, .ceil_mode = true};
-    cg_tensor *t[4] = {cg_max_pool2d_with_indices(h, o, &idx), cg_avg_pool2d(h, o),
-                       cg_adaptive_max_pool2d(h, 2, 3, NULL), cg_adaptive_avg_pool2d(h, 3, 2)};
-    cg_tensor *s[4] = {NULL}, *sum = NULL;
+    /* h [2, 3, 4, 5] is also an unbatched [C, D, H, W]: the 3d pools and
+     * the unpool of the 3d max */
+    const cg_pool o3 = {.kernel_size = {2, 2, 3}, .padding = {1, 1, 1}, .ceil_mode = true};
+    const cg_pool u3 = {.kernel_size = {2, 2, 3}, .padding = {1, 1, 1}}; /* no ceil_mode */
+    cg_tensor *idx3 = NULL, *m3 = cg_max_pool3d_with_indices(h, u3, &idx3);
+    cg_tensor *t[9] = {cg_max_pool2d_with_indices(h, o, &idx),
+                       cg_avg_pool2d(h, o),
+                       cg_adaptive_max_pool2d(h, 2, 3, NULL),
+                       cg_adaptive_avg_pool2d(h, 3, 2),
+                       cg_avg_pool3d(h, o3),
+                       cg_adaptive_max_pool3d(h, 2, 1, 3, NULL),
+                       cg_adaptive_avg_pool3d(h, 1, 3, 2),
+                       m3 ? cg_max_unpool3d(m3, idx3, u3, (int64_t[]){3, 4, 5}) : NULL,
+                       m3};
+    cg_tensor *s[9] = {NULL}, *sum = NULL;
     bool ok = h && idx;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 9; i++) {
         s[i] = t[i] ? cg_sum_all(t[i]) : NULL;
         cg_tensor *next = sum && s[i] ? cg_add(sum, s[i]) : s[i] ? cg_retain(s[i]) : NULL;
         ok = ok && next;
@@ -603,9 +616,9 @@ static bool pools_run(void *ctx)
         sum = next;
     }
     ok = ok && cg_backward(sum, NULL, false);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 9; i++)
         cg_release_all(2, t[i], s[i]);
-    cg_release_all(3, h, idx, sum);
+    cg_release_all(4, h, idx, idx3, sum);
     cg_zero_grad(x);
     cg_zero_grad(bn->weight);
     cg_zero_grad(bn->bias);
