@@ -5,14 +5,17 @@ test torch_pool):
     /usr/bin/python3 pool.py DIR    (exit 77: no torch)
 
 DIR/pools.safetensors: case I's "I.cfg" (int64: op 0 max, 1 avg, 2
-adaptive max, 3 adaptive avg; spatial dims; kernel_size, stride (0: None),
-padding, dilation, two each; ceil_mode, count_include_pad,
-divisor_override (0: None), the adaptive output sizes), its input "I.x",
-the weights "I.r" of the loss sum(y * r), and PyTorch's output "I.y",
+adaptive max, 3 adaptive avg, 4 max unpool; spatial dims; kernel_size,
+stride (0: None), padding, dilation, three each; ceil_mode,
+count_include_pad, divisor_override (0: None), the adaptive output sizes
+or the unpool's output_size (0: None), three), its input "I.x", the
+weights "I.r" of the loss sum(y * r), and PyTorch's output "I.y",
 indices "I.idx" (max) and gradient "I.gx", computed in float64 from the
-float32 inputs. Random options over every argument (the ones PyTorch
-refuses left out), batched and unbatched, and inputs of small integers
-(ties: the indices must be PyTorch's).
+float32 inputs; an unpool's indices "I.uidx" (of a max pool of the same
+options). Random options over every argument (the ones PyTorch refuses
+left out), 1d, 2d and 3d, batched and unbatched, and inputs of small
+integers (ties: the indices must be PyTorch's; an unpool's repeated
+indices: the last value stays, PyTorch's at one thread).
 
 DIR/bn_NAME.safetensors (a module's state dict, float32 values and int64
 num_batches_tracked, as PyTorch names them) and DIR/bn_NAME.io.safetensors:
@@ -32,7 +35,14 @@ except ImportError:
 from make_dtype_files import save  # noqa: E402
 
 torch.manual_seed(0)
+torch.set_num_threads(1)  # max_unpool's repeated indices: the last write stays
 rng = random.Random(0)
+rng3 = random.Random(3)  # the 3d pools and the unpools (the 1d/2d cases keep rng's draws)
+MAX = [None, F.max_pool1d, F.max_pool2d, F.max_pool3d]
+AVG = [None, F.avg_pool1d, F.avg_pool2d, F.avg_pool3d]
+AMAX = [None, F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d]
+AAVG = [None, F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d]
+UNPOOL = [None, F.max_unpool1d, F.max_unpool2d, F.max_unpool3d]
 
 
 def f32(*shape, ints=False):
@@ -45,18 +55,33 @@ def run_pool(op, nd, o, x):
     k, s, p, d = o["k"][:nd], o["s"][:nd], o["p"][:nd], o["d"][:nd]
     stride = None if s[0] == 0 else s
     if op == 0:
-        fn = F.max_pool1d if nd == 1 else F.max_pool2d
-        return fn(x, k, stride, p, d, o["ceil"], return_indices=True)
+        return MAX[nd](x, k, stride, p, d, o["ceil"], return_indices=True)
     if op == 1:
         if nd == 1:
             return F.avg_pool1d(x, k, stride, p, o["ceil"], o["cip"]), None
-        return F.avg_pool2d(x, k, stride, p, o["ceil"], o["cip"], o["div"] or None), None
+        return AVG[nd](x, k, stride, p, o["ceil"], o["cip"], o["div"] or None), None
     out = o["out"][:nd]
     if op == 2:
-        fn = F.adaptive_max_pool1d if nd == 1 else F.adaptive_max_pool2d
-        return fn(x, out, return_indices=True)
-    fn = F.adaptive_avg_pool1d if nd == 1 else F.adaptive_avg_pool2d
-    return fn(x, out), None
+        return AMAX[nd](x, out, return_indices=True)
+    return AAVG[nd](x, out), None
+
+
+def pad3(v):
+    return list(v) + [0] * (3 - len(v))
+
+
+def record(t, n, op, nd, o, x, xg, y, idx):
+    """case n: its cfg, input, weights r, PyTorch's output and gradient of
+    sum(y * r) (y computed from xg, a leaf copy of x)"""
+    r = f32(*y.shape)
+    (y * r).sum().backward()
+    cfg = [op, nd] + pad3(o["k"]) + pad3(o["s"]) + pad3(o["p"]) + pad3(o["d"])
+    cfg += [int(o["ceil"]), int(o["cip"]), o["div"]] + pad3(o["out"])
+    t[f"{n}.cfg"] = torch.tensor(cfg, dtype=torch.int64)
+    t[f"{n}.x"], t[f"{n}.r"] = x.float(), r.float()
+    t[f"{n}.y"], t[f"{n}.gx"] = y.detach().float(), xg.grad.float()
+    if idx is not None:
+        t[f"{n}.idx"] = idx
 
 
 def pools(out):
@@ -78,17 +103,69 @@ def pools(out):
             y, idx = run_pool(op, nd, o, xg)
         except RuntimeError:
             continue
-        r = f32(*y.shape)
-        (y * r).sum().backward()
-        cfg = [op, nd] + o["k"] + o["s"] + o["p"] + o["d"] + [int(o["ceil"]), int(o["cip"]), o["div"]] + o["out"]
-        t[f"{n}.cfg"] = torch.tensor(cfg, dtype=torch.int64)
-        t[f"{n}.x"], t[f"{n}.r"] = x.float(), r.float()
-        t[f"{n}.y"], t[f"{n}.gx"] = y.detach().float(), xg.grad.float()
-        if idx is not None:
-            t[f"{n}.idx"] = idx
+        record(t, n, op, nd, o, x, xg, y, idx)
         n += 1
+    n = pools3d(t, n)
+    n = unpools(t, n)
     save(f"{out}/pools.safetensors", t)
     print(f"pool: {n} pooling cases")
+
+
+def options3(op, nd):
+    k = [rng3.randint(1, 3) for _ in range(nd)]
+    s0 = rng3.choice([0, 1, 2, 3])
+    return {"k": k, "s": [0] * nd if s0 == 0 else [s0] + [rng3.randint(1, 3) for _ in range(nd - 1)],
+            "p": [rng3.randint(0, ki // 2) for ki in k],
+            "d": [rng3.randint(1, 2) if op == 0 else 1 for _ in k], "ceil": rng3.random() < 0.5,
+            "cip": rng3.random() < 0.5, "div": rng3.choice([0, 0, 2, 5]) if op == 1 else 0,
+            "out": [rng3.randint(1, 5) for _ in range(nd)]}
+
+
+def pools3d(t, n):
+    """the 3d pools: 60 cases from n"""
+    end = n + 60
+    while n < end:
+        op = n % 4
+        batched, ints = rng3.random() < 0.6, op in (0, 2) and rng3.random() < 0.3
+        o = options3(op, 3)
+        shape = ([2] if batched else []) + [2] + [rng3.randint(2, 7) for _ in range(3)]
+        x = f32(*shape, ints=ints)
+        xg = x.clone().requires_grad_(True)
+        try:
+            y, idx = run_pool(op, 3, o, xg)
+        except RuntimeError:
+            continue
+        record(t, n, op, 3, o, x, xg, y, idx)
+        n += 1
+    return n
+
+
+def unpools(t, n):
+    """F.max_unpool1d/2d/3d: 36 cases from n, the indices of a max pool of
+    the same kernel_size, stride and padding, output_size None or the
+    pool's input size (PyTorch's refusals left out)"""
+    end = n + 36
+    while n < end:
+        nd = 1 + n % 3
+        batched = rng3.random() < 0.6
+        o = options3(0, nd)
+        o["d"], o["ceil"], o["cip"] = [1] * nd, False, True
+        spatial = [rng3.randint(2, 7) for _ in range(nd)]
+        shape = ([2] if batched else []) + [3] + spatial
+        try:
+            _, uidx = MAX[nd](f32(*shape), o["k"], o["s"] if o["s"][0] else None, o["p"],
+                              return_indices=True)
+            o["out"] = spatial if rng3.random() < 0.5 else [0] * nd
+            x = f32(*uidx.shape)
+            xg = x.clone().requires_grad_(True)
+            y = UNPOOL[nd](xg, uidx, o["k"], o["s"] if o["s"][0] else None, o["p"],
+                           spatial if o["out"][0] else None)
+        except (RuntimeError, ValueError):
+            continue
+        t[f"{n}.uidx"] = uidx
+        record(t, n, 4, nd, o, x, xg, y, None)
+        n += 1
+    return n
 
 
 def module_steps(m, shape, affine, io):
