@@ -171,7 +171,10 @@ extern "C" {
     X(ADAPTIVE_MAX_POOL3D, "adaptive_max_pool3d", 1, 0, 0) /* the indices saved */ \
     X(MAX_UNPOOL1D, "max_unpool1d", 1, 0, 0) /* the indices saved */ \
     X(MAX_UNPOOL2D, "max_unpool2d", 1, 0, 0) \
-    X(MAX_UNPOOL3D, "max_unpool3d", 1, 0, 0)
+    X(MAX_UNPOOL3D, "max_unpool3d", 1, 0, 0) \
+    X(BINARY_CROSS_ENTROPY, "binary_cross_entropy", 2, CG_IN(0) | CG_IN(1), 0) /* pointwise: ops_loss.c */ \
+    X(MULTI_MARGIN_LOSS, "multi_margin_loss", 1, CG_IN(0), 0) /* target, weight? saved */ \
+    X(MULTILABEL_MARGIN_LOSS, "multilabel_margin_loss", 1, CG_IN(0), 0) /* target saved */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

@@ -551,6 +551,85 @@ cg_tensor *cg_nll_loss(cg_tensor *logp, const cg_tensor *targets, int64_t ignore
  * equals cg_cross_entropy_weighted(x, t, w, ..., 0, ...). */
 cg_tensor *cg_nll_loss_weighted(cg_tensor *logp, const cg_tensor *targets, const cg_tensor *weight,
                                 int64_t ignore_index, cg_reduction r);
+/* The rest of torch.nn's losses (PyTorch 1.13's definitions, defaults
+ * and refusals; r as the losses above: mean, sum or none, batchmean
+ * refused). Float inputs of any float dtype, computed as the ops they are
+ * made of compute them (bfloat16: each op in float32, rounded), except
+ * where a fused kernel is named.
+ *
+ * F.binary_cross_entropy(p, y, weight=): p probabilities in [0, 1] (any
+ * other value, NaN too, refused: "all elements of input should be between
+ * 0 and 1"), y of p's shape; -(y log p + (1 - y) log(1 - p)), each log
+ * clamped at -100 as PyTorch's (one pointwise node, core/ops.h
+ * CG_K_LOSS_BCE: its gradients PyTorch's, (p - y) / max(p (1 - p), 1e-12)
+ * for p and log(1 - p) - log p for y); weight NULL or a float tensor that
+ * broadcasts to p's shape, not differentiated (PyTorch refuses one that
+ * requires grad; cgrad detaches it). bfloat16 is computed in float32 and
+ * rounded (PyTorch 1.13 has no bfloat16 kernel). */
+cg_tensor *cg_binary_cross_entropy(cg_tensor *p, cg_tensor *y, const cg_tensor *weight,
+                                   cg_reduction r);
+/* F.poisson_nll_loss(input, target, log_input, full, eps) (F's defaults
+ * true, false, 1e-8): exp(input) - target input (log_input), else input -
+ * target log(input + eps); full adds the Stirling term target log(target)
+ * - target + 0.5 log(2 pi target) where target > 1. Broadcast. */
+cg_tensor *cg_poisson_nll_loss(cg_tensor *input, cg_tensor *target, bool log_input, bool full,
+                               float eps, cg_reduction r);
+/* F.gaussian_nll_loss(input, target, var, full, eps) (defaults false,
+ * 1e-6): 0.5 (log v + (input - target)^2 / v) (+ 0.5 log(2 pi) when full),
+ * v = max(var, eps) with var's gradient passed through the clamp, as
+ * PyTorch's clamp under no_grad (v is var + (v - var) detached, which can
+ * differ from eps by an ulp where var < eps / 2). var of input's shape,
+ * or of its shape without the last dim (a dim of 1 is added), or with a
+ * last dim of 1; another shape refused ("var is of incorrect size"), and
+ * a negative entry ("var has negative entry/entries"). Input and target
+ * broadcast. */
+cg_tensor *cg_gaussian_nll_loss(cg_tensor *input, cg_tensor *target, cg_tensor *var, bool full,
+                                float eps, cg_reduction r);
+/* F.soft_margin_loss(x, y): log(1 + exp(-y x)), made as softplus(-y x)
+ * (cg_softplus, threshold 20: PyTorch's log1p(exp(.)) is inf past -y x =
+ * 88, cgrad's the value); y broadcasts to x's shape. */
+cg_tensor *cg_soft_margin_loss(cg_tensor *x, cg_tensor *y, cg_reduction r);
+/* F.margin_ranking_loss(x1, x2, y, margin) (default 0): max(0, -y (x1 -
+ * x2) + margin), broadcast; the three of one number of dims (else refused
+ * as PyTorch). */
+cg_tensor *cg_margin_ranking_loss(cg_tensor *x1, cg_tensor *x2, cg_tensor *y, float margin,
+                                  cg_reduction r);
+/* F.hinge_embedding_loss(x, y, margin) (default 1): x where y != -1, plus
+ * max(0, margin - x) where y != 1 (y of 1 and -1: one of the two),
+ * broadcast. */
+cg_tensor *cg_hinge_embedding_loss(cg_tensor *x, cg_tensor *y, float margin, cg_reduction r);
+/* F.cosine_embedding_loss(x1, x2, y, margin) (default 0): x1, x2 [N, D]
+ * with y [N] or [D] with y 0-d (else refused as PyTorch), cos the cosine
+ * of their rows (PyTorch 1.13's: sum x1 x2 / sqrt((|x1|^2 + 1e-12)
+ * (|x2|^2 + 1e-12))); 1 - cos where y = 1, max(0, cos - margin) where y =
+ * -1, 0 elsewhere. */
+cg_tensor *cg_cosine_embedding_loss(cg_tensor *x1, cg_tensor *x2, cg_tensor *y, float margin,
+                                    cg_reduction r);
+/* F.triplet_margin_loss(a, pos, neg, margin, p, eps, swap) (defaults 1, 2,
+ * 1e-6, false): max(0, margin + d(a, pos) - d(a, neg)), d(u, v) = ||u - v
+ * + eps||_p over the last dim (F.pairwise_distance); swap: d(a, neg)
+ * replaced by min(d(a, neg), d(pos, neg)). The three of one number of
+ * dims (else refused as PyTorch), broadcast. p > 0 and finite (PyTorch's
+ * p = 0, negative and infinite norms are refused by cgrad); the gradient
+ * where a distance is 0 is NaN (PyTorch's 0). */
+cg_tensor *cg_triplet_margin_loss(cg_tensor *a, cg_tensor *pos, cg_tensor *neg, float margin,
+                                  float p, float eps, bool swap, cg_reduction r);
+/* F.multi_margin_loss(x, target, p, margin, weight) (defaults 1, 1, NULL),
+ * one fused node (core/ops.h cg_k_multi_margin_loss: x float32 [N, C] or
+ * [C], target int64, p 1 or 2, weight float32 [C] or NULL, not
+ * differentiated; bfloat16 refused as PyTorch 1.13 refuses it). */
+cg_tensor *cg_multi_margin_loss(cg_tensor *x, const cg_tensor *target, int p, float margin,
+                                const cg_tensor *weight, cg_reduction r);
+/* F.multilabel_soft_margin_loss(x, y, weight): -(y logsigmoid(x) + (1 -
+ * y) logsigmoid(-x)) (times weight when not NULL: broadcast and
+ * differentiated, as PyTorch's product), summed over the last dim and
+ * divided by its size: one a row, then reduced. x of at least 1 dim. */
+cg_tensor *cg_multilabel_soft_margin_loss(cg_tensor *x, cg_tensor *y, cg_tensor *weight,
+                                          cg_reduction r);
+/* F.multilabel_margin_loss(x, target), one fused node (core/ops.h
+ * cg_k_multilabel_margin_loss: x float32 [N, C] or [C], target int64 of
+ * x's shape, each row's classes up to its first -1). */
+cg_tensor *cg_multilabel_margin_loss(cg_tensor *x, const cg_tensor *target, cg_reduction r);
 
 #ifdef __cplusplus
 }

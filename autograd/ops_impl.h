@@ -49,4 +49,13 @@ static inline cg_tensor *cg_recorded(cg_tensor *out, cg_op op, int nin, cg_tenso
     return out;
 }
 
+/* The losses' shared steps (ops_loss.c): r one of mean, sum, none (and
+ * batchmean when batchmean is true), else false + "<op>: reduction ...";
+ * the loss l reduced by r (a new reference; none: l retained); a weight
+ * argument (arg names it), NULL or a float tensor that broadcasts to x's
+ * shape, else false + error naming op. */
+bool cg_loss_reduction_ok(const char *op, cg_reduction r, bool batchmean);
+cg_tensor *cg_loss_reduce(cg_tensor *l, cg_reduction r);
+bool cg_loss_weight_arg(const char *op, const char *arg, const cg_tensor *w, const cg_tensor *x);
+
 #endif

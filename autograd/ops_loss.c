@@ -1,5 +1,6 @@
 /* The pointwise losses of torch.nn.functional: l1_loss, smooth_l1_loss,
- * huber_loss, mse_loss, binary_cross_entropy_with_logits and kl_div, each
+ * huber_loss, mse_loss, binary_cross_entropy_with_logits, kl_div and
+ * binary_cross_entropy, each
  * a node of its pointwise
  * loss (core/ops.h cg_k_loss: PyTorch's expressions, forward and
  * backward) and its reduction's (cg_mean_all, cg_sum_all; batchmean a sum
@@ -23,6 +24,7 @@ static const struct {
     [CG_K_LOSS_BCE_LOGITS] = {CG_OP_BCE_WITH_LOGITS, "binary_cross_entropy_with_logits"},
     [CG_K_LOSS_KL_DIV] = {CG_OP_KL_DIV, "kl_div"},
     [CG_K_LOSS_KL_DIV_LOG] = {CG_OP_KL_DIV, "kl_div"},
+    [CG_K_LOSS_BCE] = {CG_OP_BINARY_CROSS_ENTROPY, "binary_cross_entropy"},
 };
 
 static bool loss_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
@@ -38,7 +40,7 @@ static bool loss_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 /* The mean, the sum, the losses themselves, or their sum over the size of
  * dim 0 (summed with its dims kept, so that the division by a float32 0-d
  * keeps l's dtype, as PyTorch's division by a number does) */
-static cg_tensor *reduce_loss(cg_tensor *l, cg_reduction r)
+cg_tensor *cg_loss_reduce(cg_tensor *l, cg_reduction r)
 {
     if (r == CG_REDUCTION_MEAN)
         return cg_mean_all(l);
@@ -52,16 +54,21 @@ static cg_tensor *reduce_loss(cg_tensor *l, cg_reduction r)
     return out;
 }
 
-/* r is one of the loss's reductions (batchmean: kl_div's only) */
-static bool reduction_ok(cg_k_loss_kind kind, cg_reduction r)
+bool cg_loss_reduction_ok(const char *op, cg_reduction r, bool batchmean)
 {
-    const bool kl = kind >= CG_K_LOSS_KL_DIV;
-    if ((unsigned)r > CG_REDUCTION_BATCHMEAN || (r == CG_REDUCTION_BATCHMEAN && !kl)) {
-        cg_set_error("%s: reduction %d is not one of CG_REDUCTION_MEAN, _SUM, _NONE%s",
-                     LOSS_OPS[kind].name, (int)r, kl ? ", _BATCHMEAN" : " (batchmean is kl_div's)");
+    if ((unsigned)r > CG_REDUCTION_BATCHMEAN || (r == CG_REDUCTION_BATCHMEAN && !batchmean)) {
+        cg_set_error("%s: reduction %d is not one of CG_REDUCTION_MEAN, _SUM, _NONE%s", op, (int)r,
+                     batchmean ? ", _BATCHMEAN" : " (batchmean is kl_div's)");
         return false;
     }
     return true;
+}
+
+/* r is one of the loss's reductions (batchmean: kl_div's only) */
+static bool reduction_ok(cg_k_loss_kind kind, cg_reduction r)
+{
+    const bool kl = kind == CG_K_LOSS_KL_DIV || kind == CG_K_LOSS_KL_DIV_LOG;
+    return cg_loss_reduction_ok(LOSS_OPS[kind].name, r, kl);
 }
 
 static cg_tensor *loss(cg_k_loss_kind kind, cg_tensor *x, cg_tensor *y, cg_reduction r, float p)
@@ -88,7 +95,7 @@ static cg_tensor *loss(cg_k_loss_kind kind, cg_tensor *x, cg_tensor *y, cg_reduc
         n->p.i[1] = kind;
         n->p.f[0] = p;
     }
-    cg_tensor *out = reduce_loss(l, r);
+    cg_tensor *out = cg_loss_reduce(l, r);
     cg_release(l);
     return out;
 }
@@ -126,11 +133,8 @@ cg_tensor *cg_binary_cross_entropy_with_logits(cg_tensor *x, cg_tensor *y, cg_re
     return cg_binary_cross_entropy_with_logits_ex(x, y, NULL, NULL, r);
 }
 
-/* weight or pos_weight (arg names it): NULL, or a float tensor that
- * broadcasts to x's shape (the loss keeps x's shape) */
-static bool bce_weight_arg(const char *arg, const cg_tensor *w, const cg_tensor *x)
+bool cg_loss_weight_arg(const char *op, const char *arg, const cg_tensor *w, const cg_tensor *x)
 {
-    const char *op = "binary_cross_entropy_with_logits";
     if (!w)
         return true;
     if (!cg_dtype_is_float(w->dtype)) {
@@ -149,6 +153,19 @@ static bool bce_weight_arg(const char *arg, const cg_tensor *w, const cg_tensor 
     return true;
 }
 
+/* l times weight (NULL: l; detached), in dtype dt (as PyTorch's in-place
+ * products keep x's), reduced by r */
+static cg_tensor *weighted_reduce(cg_tensor *l, cg_dtype dt, const cg_tensor *weight,
+                                  cg_reduction r)
+{
+    cg_tensor *wd = weight ? cg_detach(weight) : NULL;
+    cg_tensor *lw = weight ? (wd ? cg_mul(l, wd) : NULL) : cg_retain(l);
+    cg_tensor *lx = lw && lw->dtype != dt ? cg_to(lw, dt) : cg_retain(lw);
+    cg_tensor *out = lx ? cg_loss_reduce(lx, r) : NULL;
+    cg_release_all(3, wd, lw, lx);
+    return out;
+}
+
 /* l + (p - 1) y softplus(-x): the pos_weight term (p detached), as
  * PyTorch's (1 + (p-1) y) (log(1 + e^-|x|) + max(-x, 0)) + (1 - y) x */
 static cg_tensor *pos_weighted(cg_tensor *l, cg_tensor *x, cg_tensor *y, const cg_tensor *p)
@@ -165,20 +182,34 @@ cg_tensor *cg_binary_cross_entropy_with_logits_ex(cg_tensor *x, cg_tensor *y,
                                                   const cg_tensor *weight,
                                                   const cg_tensor *pos_weight, cg_reduction r)
 {
+    const char *op = "binary_cross_entropy_with_logits";
     if (!weight && !pos_weight)
         return loss(CG_K_LOSS_BCE_LOGITS, x, y, r, 0.0f);
     if (!reduction_ok(CG_K_LOSS_BCE_LOGITS, r) ||
         (x && y &&
-         (!bce_weight_arg("weight", weight, x) || !bce_weight_arg("pos_weight", pos_weight, x))))
+         (!cg_loss_weight_arg(op, "weight", weight, x) ||
+          !cg_loss_weight_arg(op, "pos_weight", pos_weight, x))))
         return NULL;
     cg_tensor *l = loss(CG_K_LOSS_BCE_LOGITS, x, y, CG_REDUCTION_NONE, 0.0f);
     cg_tensor *lp = l && pos_weight ? pos_weighted(l, x, y, pos_weight) : cg_retain(l);
-    cg_tensor *wd = lp && weight ? cg_detach(weight) : NULL;
-    cg_tensor *lw = lp && weight ? (wd ? cg_mul(lp, wd) : NULL) : cg_retain(lp);
-    /* in x's dtype, as PyTorch's in-place products keep it */
-    cg_tensor *lx = lw && lw->dtype != l->dtype ? cg_to(lw, l->dtype) : cg_retain(lw);
-    cg_tensor *out = lx ? reduce_loss(lx, r) : NULL;
-    cg_release_all(5, l, lp, wd, lw, lx);
+    cg_tensor *out = lp ? weighted_reduce(lp, l->dtype, weight, r) : NULL;
+    cg_release_all(2, l, lp);
+    return out;
+}
+
+cg_tensor *cg_binary_cross_entropy(cg_tensor *p, cg_tensor *y, const cg_tensor *weight,
+                                   cg_reduction r)
+{
+    const char *op = "binary_cross_entropy";
+    if (!p || !y || !reduction_ok(CG_K_LOSS_BCE, r) || !cg_same_shape(p, y))
+        return loss(CG_K_LOSS_BCE, p, y, r, 0.0f); /* NULL and its message */
+    if (!cg_loss_weight_arg(op, "weight", weight, p) ||
+        !cg_k_values_within(op, p, 0.0, 1.0, false,
+                            "all elements of input should be between 0 and 1 (as PyTorch)"))
+        return NULL;
+    cg_tensor *l = loss(CG_K_LOSS_BCE, p, y, CG_REDUCTION_NONE, 0.0f);
+    cg_tensor *out = l ? weighted_reduce(l, l->dtype, weight, r) : NULL;
+    cg_release(l);
     return out;
 }
 

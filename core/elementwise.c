@@ -179,6 +179,11 @@ EW_TERNARY(seg_kl_dy, Z *(Y != 0.0f ? logf(Y) : (Y != Y ? Y : 0.0f)) + Z * Y / Y
 EW_BINARY(seg_kl_log, expf(Y) * (Y - X))
 EW_TERNARY(seg_kl_log_dx, ((void)X, -(Z *expf(Y))))
 EW_TERNARY(seg_kl_log_dy, Z *expf(Y) * (Y - X) + Z * expf(Y))
+/* binary_cross_entropy on probabilities X (checked by the caller), each
+ * log clamped at -100, its gradients PyTorch 1.13's (EPSILON 1e-12) */
+EW_BINARY(seg_bce, (Y - 1.0f) * fmaxf(log1pf(-X), -100.0f) - Y * fmaxf(logf(X), -100.0f))
+EW_TERNARY(seg_bce_dx, Z *(X - Y) / fmaxf((1.0f - X) * X, 1e-12f))
+EW_TERNARY(seg_bce_dy, ((void)Y, Z *(log1pf(-X) - logf(X))))
 #undef EW_D
 /* torch.maximum / torch.minimum: NaN where either is NaN, a tie gives X
  * (std::max's and std::min's choice, so the sign of a tied zero is X's) */
@@ -490,6 +495,7 @@ static const struct {
                               seg_bce_logits_dy},
     [CG_K_LOSS_KL_DIV] = {"kl_div", seg_kl, seg_kl_dx, seg_kl_dy},
     [CG_K_LOSS_KL_DIV_LOG] = {"kl_div", seg_kl_log, seg_kl_log_dx, seg_kl_log_dy},
+    [CG_K_LOSS_BCE] = {"binary_cross_entropy", seg_bce, seg_bce_dx, seg_bce_dy},
 };
 
 static bool loss_kind(cg_k_loss_kind kind)

@@ -1,6 +1,6 @@
 /* cgrad core, INTERNAL: the cross-entropy rows that core/loss.c's
  * cross-entropy and core/loss_linear.c's fused head share (not a public
- * header; only those two files include it). */
+ * header; only those files and core/loss_margin.c include it). */
 #ifndef CG_LOSS_ROWS_H
 #define CG_LOSS_ROWS_H
 

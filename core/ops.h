@@ -471,7 +471,12 @@ typedef enum {
  * (BCE_LOGITS computed in double and rounded once; at an infinite x its
  * limit, (1 - y) x or -y x, 0 where the factor is 0, where PyTorch 1.13
  * gives NaN at x = -inf and at x = +inf, y = 1; its gradients (sigmoid(x)
- * - y) g and -x g). */
+ * - y) g and -x g), and
+ *   BCE         -(y max(log x, -100) + (1 - y) max(log(1 - x), -100))
+ *                                                         F.binary_cross_entropy
+ * (x probabilities, checked by the caller; the logs clamped at -100 as
+ * PyTorch's; its gradients PyTorch 1.13's, (x - y) g / max((1 - x) x,
+ * 1e-12) and (log(1 - x) - log x) g, unclamped). */
 typedef enum {
     CG_K_LOSS_L1,
     CG_K_LOSS_SMOOTH_L1,
@@ -479,7 +484,8 @@ typedef enum {
     CG_K_LOSS_MSE,
     CG_K_LOSS_BCE_LOGITS,
     CG_K_LOSS_KL_DIV,
-    CG_K_LOSS_KL_DIV_LOG
+    CG_K_LOSS_KL_DIV_LOG,
+    CG_K_LOSS_BCE
 } cg_k_loss_kind;
 cg_tensor *cg_k_loss(cg_k_loss_kind kind, const cg_tensor *x, const cg_tensor *y, float p);
 cg_tensor *cg_k_loss_backward(cg_k_loss_kind kind, const cg_tensor *x, const cg_tensor *y,
@@ -584,6 +590,35 @@ cg_tensor *cg_k_nll_loss_weighted(const cg_tensor *logp, const cg_tensor *target
 cg_tensor *cg_k_nll_loss_backward_weighted(const cg_tensor *logp, const cg_tensor *targets,
                                            const cg_tensor *weight, int64_t ignore_index,
                                            cg_reduction r, const cg_tensor *g);
+/* F.multi_margin_loss(x, target, p, margin, weight, reduction): x
+ * float32 [N, C] or [C] (one row; 0-d: one class), target int64 of N
+ * elements ([N], or [] / [1] for one row), each in [0, C); p 1 or 2;
+ * weight float32 [C] or NULL. Row r with target y loses
+ *   sum_{i != y} w_y max(0, margin - x_y + x_i)^p / C
+ * (in double, rounded once, as PyTorch 1.13's CPU kernel); r mean (over
+ * the rows; no row: NaN) or sum gives a 0-d loss, none one a row (the
+ * target's shape). The backward: the gradient of x for g (0-d for mean and
+ * sum, float32 of the none loss's shape). The rows' bits do not depend on
+ * the thread count. */
+cg_tensor *cg_k_multi_margin_loss(const cg_tensor *x, const cg_tensor *target, int p, float margin,
+                                  const cg_tensor *weight, cg_reduction r);
+cg_tensor *cg_k_multi_margin_loss_backward(const cg_tensor *x, const cg_tensor *target, int p,
+                                           float margin, const cg_tensor *weight, cg_reduction r,
+                                           const cg_tensor *g);
+/* F.multilabel_margin_loss(x, target, reduction): x float32 [N, C] or [C]
+ * (0-d: one class), target int64 of x's shape whose row holds the row's
+ * classes up to its first -1 (each in [0, C); every element of the target,
+ * those after the -1 too, in [-1, C), as PyTorch checks). Row r loses
+ *   sum_{j target} sum_{i not a target} max(0, 1 - x_j + x_i) / C
+ * (a class listed twice counts twice, as PyTorch's); reductions as
+ * cg_k_multi_margin_loss's (none: [N], 0-d for one row). */
+cg_tensor *cg_k_multilabel_margin_loss(const cg_tensor *x, const cg_tensor *target, cg_reduction r);
+cg_tensor *cg_k_multilabel_margin_loss_backward(const cg_tensor *x, const cg_tensor *target,
+                                                cg_reduction r, const cg_tensor *g);
+/* Whether every element of a (any float dtype) lies in [lo, hi] (NaN
+ * does when nan_ok, else not): false + "<op>: <what>" otherwise. */
+bool cg_k_values_within(const char *op, const cg_tensor *a, double lo, double hi, bool nan_ok,
+                        const char *what);
 /* The gradient of cg_k_cross_entropy(..., r) for the upstream gradient g,
  * a float32 tensor of the loss's shape (0-d for mean and sum, [N] for
  * none). */

@@ -400,6 +400,9 @@ static const op_check op_checks[CG_OP_COUNT] = {
                      .by = "test_prelu.c: test_rrelu_gradcheck"},
     [CG_OP_CONV3D] = {.by = "test_conv.c: test_conv_gradcheck (the 3d cases)"},
     [CG_OP_CONV_TRANSPOSE3D] = {.by = "test_conv.c: test_conv_gradcheck (the t3d cases)"},
+    [CG_OP_BINARY_CROSS_ENTROPY] = {.by = "test_loss_more.c: test_more_gradchecks"},
+    [CG_OP_MULTI_MARGIN_LOSS] = {.by = "test_loss_more.c: test_more_gradchecks"},
+    [CG_OP_MULTILABEL_MARGIN_LOSS] = {.by = "test_loss_more.c: test_more_gradchecks"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */

@@ -553,6 +553,81 @@ START_TEST(test_loss_reductions_oom)
 }
 END_TEST
 
+/* The rest of torch.nn's losses (test_loss_more.c's), forward and
+ * backward: which 0 to 10 each loss (the fused multi_margin with a
+ * weight, multilabel_margin), p probabilities, v positive, s signs */
+typedef struct {
+    int which;
+    cg_reduction r;
+    cg_tensor *x, *y, *z, *p, *v, *s, *rs, *cls, *lab, *w;
+} more_ctx;
+static bool more_run(void *ctx)
+{
+    const more_ctx *c = ctx;
+    const cg_reduction r = c->r;
+    cg_tensor *x = c->x, *y = c->y, *l = NULL;
+    switch (c->which) {
+    case 0: l = cg_binary_cross_entropy(c->p, y, c->w, r); break;
+    case 1: l = cg_poisson_nll_loss(x, y, true, true, 1e-8f, r); break;
+    case 2: l = cg_gaussian_nll_loss(x, y, c->v, true, 1e-6f, r); break;
+    case 3: l = cg_soft_margin_loss(x, y, r); break;
+    case 4: l = cg_margin_ranking_loss(x, y, c->s, 0.2f, r); break;
+    case 5: l = cg_hinge_embedding_loss(x, c->s, 1.0f, r); break;
+    case 6: l = cg_cosine_embedding_loss(x, y, c->rs, 0.1f, r); break;
+    case 7: l = cg_triplet_margin_loss(x, y, c->z, 1.0f, 3.0f, 1e-6f, true, r); break;
+    case 8: l = cg_multi_margin_loss(x, c->cls, 2, 1.0f, c->w, r); break;
+    case 9: l = cg_multilabel_soft_margin_loss(x, c->p, c->w, r); break;
+    default: l = cg_multilabel_margin_loss(x, c->lab, r);
+    }
+    cg_tensor *s = l ? cg_sum_all(l) : NULL;
+    const bool ok = s && cg_backward(s, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    cg_release_all(2, l, s);
+    cg_zero_grad(x);
+    cg_zero_grad(y);
+    cg_zero_grad(c->z);
+    cg_zero_grad(c->v);
+    cg_zero_grad(c->p);
+    return ok;
+}
+
+START_TEST(test_loss_more_oom)
+{
+    cg_rng r = cg_rng_new(6);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4)), true);
+    cg_tensor *y = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4)), true);
+    cg_tensor *z = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4)), true);
+    cg_tensor *p0 = cg_randn(&r, CG_SHAPE(3, 4)), *p = cg_k_sigmoid(p0);
+    cg_tensor *v = cg_requires_grad(cg_k_adds(p, 0.5f), true);
+    cg_tensor *s =
+        cg_from_data(CG_SHAPE(3, 4), (const float[]){1, -1, 1, 1, -1, 1, -1, 1, 1, 1, -1, -1});
+    cg_tensor *rs = cg_from_data(CG_SHAPE(3), (const float[]){1, -1, 1});
+    cg_tensor *w = cg_from_data(CG_SHAPE(4), (const float[]){0.5f, 2, 1.5f, 1});
+    const int64_t cl[3] = {1, 3, 0}, lb[12] = {0, 2, -1, 0, 3, -1, 0, 0, 1, 2, 3, -1};
+    cg_requires_grad(p, true);
+    for (int which = 0; which < 11; which++)
+        for (int red = CG_REDUCTION_MEAN; red <= CG_REDUCTION_NONE; red++) {
+            more_ctx c = {which,
+                          (cg_reduction)red,
+                          x,
+                          y,
+                          z,
+                          p,
+                          v,
+                          s,
+                          rs,
+                          cg_test_ids(3, cl),
+                          cg_test_ids_nd(CG_SHAPE(3, 4), lb),
+                          w};
+            const int failed = every_allocation_fails(more_run, &c);
+            ck_assert_msg(failed > 3, "loss %d reduction %d: only %d runs failed", which, red,
+                          failed);
+            ck_assert(more_run(&c));
+        }
+    cg_release_all(9, x, y, z, p0, p, v, s, rs, w);
+}
+END_TEST
+
 /* The pad's three other modes over two dims, forward and backward (each
  * padded dim's gather and its gradient's fold) */
 static bool pads_run(void *ctx)
@@ -1028,6 +1103,7 @@ int main(void)
     tcase_add_loop_test(tc, test_conv_oom, 0, 2);
     tcase_add_test(tc, test_unfold_oom);
     tcase_add_test(tc, test_acts_oom);
+    tcase_add_test(tc, test_loss_more_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }

@@ -311,6 +311,39 @@ static cg_tensor *view_op(const char *op, cg_tensor *x, const cJSON *a)
     return NULL;
 }
 
+/* The rest of torch.nn's losses (make_op_cases.py gen_losses_rest) */
+static bool loss_op(const char *op, cg_tensor **x, const cJSON *a, cg_tensor **out)
+{
+    const cg_reduction r = (cg_reduction)ai(a, "red");
+    const float m = (float)ad(a, "margin");
+    if (!strcmp(op, "binary_cross_entropy"))
+        *out = cg_binary_cross_entropy(x[0], x[1], ai(a, "w") ? x[2] : NULL, r);
+    else if (!strcmp(op, "poisson_nll_loss"))
+        *out = cg_poisson_nll_loss(x[0], x[1], ai(a, "log"), ai(a, "full"), (float)ad(a, "eps"), r);
+    else if (!strcmp(op, "gaussian_nll_loss"))
+        *out = cg_gaussian_nll_loss(x[0], x[1], x[2], ai(a, "full"), (float)ad(a, "eps"), r);
+    else if (!strcmp(op, "soft_margin_loss"))
+        *out = cg_soft_margin_loss(x[0], x[1], r);
+    else if (!strcmp(op, "margin_ranking_loss"))
+        *out = cg_margin_ranking_loss(x[0], x[1], x[2], m, r);
+    else if (!strcmp(op, "hinge_embedding_loss"))
+        *out = cg_hinge_embedding_loss(x[0], x[1], m, r);
+    else if (!strcmp(op, "cosine_embedding_loss"))
+        *out = cg_cosine_embedding_loss(x[0], x[1], x[2], m, r);
+    else if (!strcmp(op, "triplet_margin_loss"))
+        *out = cg_triplet_margin_loss(x[0], x[1], x[2], m, (float)ad(a, "p"), (float)ad(a, "eps"),
+                                      ai(a, "swap"), r);
+    else if (!strcmp(op, "multi_margin_loss"))
+        *out = cg_multi_margin_loss(x[0], x[1], ai(a, "p"), m, ai(a, "w") ? x[2] : NULL, r);
+    else if (!strcmp(op, "multilabel_soft_margin_loss"))
+        *out = cg_multilabel_soft_margin_loss(x[0], x[1], ai(a, "w") ? x[2] : NULL, r);
+    else if (!strcmp(op, "multilabel_margin_loss"))
+        *out = cg_multilabel_margin_loss(x[0], x[1], r);
+    else
+        return false;
+    return *out != NULL;
+}
+
 static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tensor **out)
 {
     float eps = (float)ad(a, "eps");
@@ -375,7 +408,7 @@ static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tenso
     else if (!strcmp(op, "stack"))
         *out = cg_stack(x, n, ai(a, "dim"));
     else
-        return false;
+        return loss_op(op, x, a, out);
     return *out != NULL;
 }
 

@@ -1404,9 +1404,161 @@ def gen_activations(rng):
             add_case(name, [x], args, fn, doc=float_doc([dt]), known=known)
 
 
+def gen_losses_rest(rng):
+    """The rest of torch.nn's losses (2026-12): binary_cross_entropy (p at 0
+    and 1: the log clamp; out of [0, 1]: refused), poisson_nll_loss,
+    gaussian_nll_loss (var's three shapes, var below eps, a wrong shape and
+    a negative entry: refused), soft_margin_loss, margin_ranking_loss,
+    hinge_embedding_loss, cosine_embedding_loss, triplet_margin_loss
+    (p, swap, eps), multi_margin_loss (p 1, 2 and 3, weight, targets out of
+    range), multilabel_soft_margin_loss (weight, differentiated) and
+    multilabel_margin_loss (-1 ends a row; out of range): every reduction,
+    broadcast and strided inputs, dims that differ (refused by both)."""
+    R3 = lambda a: REDUCTIONS[a["red"]]  # noqa: E731
+    for _ in range(40):
+        s = rshape(rng, 0, 3)
+        red = rng.randrange(3)
+        p, y = inp(rng, s, "float32", "unit"), inp(rng, s, "float32", "unit")
+        if p[0].numel() and rng.random() < 0.3:  # the clamp at 0 and 1
+            p[0].view(-1)[0] = rng.choice([0.0, 1.0])
+        if p[0].numel() and rng.random() < 0.08:
+            p[0].view(-1)[-1] = rng.choice([1.5, -0.1, math.nan])
+        ins, args = [p, y], {"red": red, "w": 0}
+        if rng.random() < 0.5:
+            ins.append((torch.rand(rng.choice([s, s[-1:], [1]])) * 2, [], False))
+            args["w"] = 1
+        add_case("binary_cross_entropy", ins, args,
+                 lambda x, a: F.binary_cross_entropy(x[0], x[1], weight=x[2] if a["w"] else None,
+                                                     reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(40):
+        sa, sb = bcast_shapes(rng)
+        dt = rng.choice(["float32"] * 5 + ["bfloat16"])
+        args = {"red": rng.randrange(3), "log": rng.random() < 0.5, "full": rng.random() < 0.5,
+                "eps": rng.choice([1e-8, 0.5])}
+        x = inp(rng, sa, dt, "normal" if args["log"] else "pos")
+        y = inp(rng, sb, dt, "pos", grad=rng.random() < 0.5)
+        add_case("poisson_nll_loss", [x, y], args,
+                 lambda x, a: F.poisson_nll_loss(x[0], x[1], log_input=a["log"], full=a["full"],
+                                                 eps=a["eps"], reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(50):
+        s = rshape(rng, 1, 3)
+        vs = rng.choice([s, s[:-1], s[:-1] + [1], s[:-1] + [s[-1] + 1]])
+        ts = rng.choice([s, s, s[1:]])
+        args = {"red": rng.randrange(3), "full": rng.random() < 0.5,
+                "eps": rng.choice([1e-6, 0.3])}
+        v = inp(rng, vs, "float32", "pos")
+        if v[0].numel() and rng.random() < 0.3:  # below eps: clamped
+            v[0].view(-1)[0] = rng.choice([0.0, 1e-9, 0.1])
+        if v[0].numel() and rng.random() < 0.08:
+            v[0].view(-1)[-1] = -0.5
+        add_case("gaussian_nll_loss", [inp(rng, s, "float32"), inp(rng, ts, "float32"), v], args,
+                 lambda x, a: F.gaussian_nll_loss(x[0], x[1], x[2], full=a["full"], eps=a["eps"],
+                                                  reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(30):
+        s = rshape(rng, 0, 3)
+        dt = rng.choice(["float32"] * 5 + ["bfloat16"])
+        y = inp(rng, rng.choice([s, s, s[-1:]]), dt, grad=False)  # not differentiable in 1.13
+        if rng.random() < 0.5:
+            y = (torch.sign(y[0]) + (y[0] == 0).to(y[0].dtype), y[1], y[2])
+        add_case("soft_margin_loss", [inp(rng, s, dt), y], {"red": rng.randrange(3)},
+                 lambda x, a: F.soft_margin_loss(x[0], x[1], reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(40):
+        shapes = bcast_shapes(rng, 3)
+        if rng.random() < 0.6:  # one number of dims
+            nd = max(len(q) for q in shapes)
+            shapes = [[1] * (nd - len(q)) + q for q in shapes]
+        dt = rng.choice(["float32"] * 5 + ["bfloat16"])
+        y = inp(rng, shapes[2], dt)
+        y = (torch.sign(y[0]), y[1], False)
+        add_case("margin_ranking_loss", [inp(rng, shapes[0], dt), inp(rng, shapes[1], dt), y],
+                 {"red": rng.randrange(3), "margin": rng.choice([0.0, 0.5, -0.2])},
+                 lambda x, a: F.margin_ranking_loss(x[0], x[1], x[2], margin=a["margin"],
+                                                    reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(30):
+        sa, sb = bcast_shapes(rng)
+        dt = rng.choice(["float32"] * 5 + ["bfloat16"])
+        y = inp(rng, sb, dt)
+        y = (torch.where(y[0] > 0.3, 1.0, torch.where(y[0] < -1.5, 0.5, -1.0)).to(y[0].dtype),
+             y[1], False)
+        add_case("hinge_embedding_loss", [inp(rng, sa, dt), y],
+                 {"red": rng.randrange(3), "margin": rng.choice([1.0, 0.5, 2.0])},
+                 lambda x, a: F.hinge_embedding_loss(x[0], x[1], margin=a["margin"],
+                                                     reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(40):
+        n, d = rng.choice([1, 2, 5]), rng.choice([1, 3, 4])
+        td = rng.randrange(2)
+        s1 = [n, d] if td else [d]
+        s2 = rng.choice([s1, s1, [1, d] if td else [d]])
+        ts = [n] if td else []
+        if rng.random() < 0.1:  # dims PyTorch refuses
+            ts = rng.choice([[n, 1], [n] if not td else []])
+        dt = rng.choice(["float32"] * 5 + ["bfloat16"])
+        y = torch.tensor([rng.choice([1.0, -1.0, -1.0, 0.0]) for _ in range(math.prod(ts))])
+        add_case("cosine_embedding_loss",
+                 [inp(rng, s1, dt), inp(rng, s2, dt), (y.reshape(ts).to(DT[dt]), [], False)],
+                 {"red": rng.randrange(3), "margin": rng.choice([0.0, 0.3, -0.2])},
+                 lambda x, a: F.cosine_embedding_loss(x[0], x[1], x[2], margin=a["margin"],
+                                                      reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(40):
+        shapes = bcast_shapes(rng, 3)
+        if rng.random() < 0.7:
+            nd = max(len(q) for q in shapes)
+            shapes = [[1] * (nd - len(q)) + q for q in shapes]
+        dt = rng.choice(["float32"] * 5 + ["bfloat16"])
+        args = {"red": rng.randrange(3), "margin": rng.choice([1.0, 0.5, 0.0]),
+                "p": rng.choice([2.0, 2.0, 1.0, 3.0, 1.5]), "eps": rng.choice([1e-6, 0.1]),
+                "swap": rng.random() < 0.4}
+        add_case("triplet_margin_loss", [inp(rng, q, dt) for q in shapes], args,
+                 lambda x, a: F.triplet_margin_loss(x[0], x[1], x[2], margin=a["margin"],
+                                                    p=a["p"], eps=a["eps"], swap=a["swap"],
+                                                    reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(50):
+        n, c = rng.choice([1, 3, 6]), rng.choice([1, 2, 5])
+        one = rng.random() < 0.2
+        s = [c] if one else [n, c]
+        t = ids(rng, [] if one and rng.random() < 0.5 else [1 if one else n], c, 0.1)
+        dt = rng.choice(["float32"] * 9 + ["bfloat16"])
+        args = {"red": rng.randrange(3), "p": rng.choice([1, 1, 2, 2, 3]),
+                "margin": rng.choice([1.0, 0.5, -0.5]), "w": rng.random() < 0.4}
+        ins = [inp(rng, s, dt), (t, [], False)]
+        if args["w"]:
+            ins.append((torch.rand(c) * 2, [], False))
+        add_case("multi_margin_loss", ins, args,
+                 lambda x, a: F.multi_margin_loss(x[0], x[1], p=a["p"], margin=a["margin"],
+                                                  weight=x[2] if a["w"] else None,
+                                                  reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(30):
+        s = rshape(rng, 1, 3, 0.0)
+        dt = rng.choice(["float32"] * 5 + ["bfloat16"])
+        ins, args = [inp(rng, s, dt), inp(rng, s, dt, "unit")], {"red": rng.randrange(3), "w": 0}
+        if rng.random() < 0.5:
+            ins.append(inp(rng, rng.choice([s[-1:], s]), dt, "unit"))
+            args["w"] = 1
+        add_case("multilabel_soft_margin_loss", ins, args,
+                 lambda x, a: F.multilabel_soft_margin_loss(x[0], x[1],
+                                                            weight=x[2] if a["w"] else None,
+                                                            reduction=R3(a)), tol=(8.0, 32.0))
+    for _ in range(40):
+        n, c = rng.choice([1, 3, 6]), rng.choice([1, 2, 5])
+        s = [c] if rng.random() < 0.2 else [n, c]
+        t = torch.randint(-1, c, s, dtype=torch.int64)
+        for row in t.view(-1, c):
+            k = rng.randint(0, c)
+            row[:k] = torch.randint(0, c, (k,))
+            if k < c:
+                row[k] = -1
+        if rng.random() < 0.1:
+            t.view(-1)[-1] = rng.choice([c, -2])
+        dt = rng.choice(["float32"] * 9 + ["bfloat16"])
+        add_case("multilabel_margin_loss", [inp(rng, s, dt), (t, [], False)],
+                 {"red": rng.randrange(3)},
+                 lambda x, a: F.multilabel_margin_loss(x[0], x[1], reduction=R3(a)),
+                 tol=(8.0, 32.0))
+
+
 NAN_PATHS = ("hardswish", "relu6", "hardtanh", "selu", "celu", "softshrink", "hardshrink")
 MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more,
-        gen_row_norms, gen_loss_reductions, gen_loss_weights, gen_activations)
+        gen_row_norms, gen_loss_reductions, gen_loss_weights, gen_activations, gen_losses_rest)
 
 
 def main(out):
