@@ -133,7 +133,7 @@ cg_tensor *cg_norm_batch(const char *op, const cg_tensor *x, cg_tensor *running_
     bool ok = cg_norm_channel_arg(op, "running_mean", running_mean, C, &rm) &&
               cg_norm_channel_arg(op, "running_var", running_var, C, &rv) &&
               cg_norm_channel_arg(op, "weight", weight, C, &w) &&
-              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_f32_contiguous(x)) &&
+              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_upcast_dense(x, false)) &&
               (y = cg_empty(x->ndim, x->shape)) && (*mean = cg_empty(1, (int64_t[]){C})) &&
               (*invstd = cg_empty(1, (int64_t[]){C})) &&
               (bvar = calloc((size_t)(C ? C : 1), sizeof *bvar));
@@ -145,7 +145,7 @@ cg_tensor *cg_norm_batch(const char *op, const cg_tensor *x, cg_tensor *running_
         job.eps = eps;
         job.training = training;
         cg_shares_run(C, 1, cg_shares_team(N * C * S > PAR_THRESHOLD), bn_forward_ch, &job);
-        ok = cg_f32_round(&y, x->dtype); /* before the running statistics move */
+        ok = (y = cg_upcast_round(y, x->dtype)) != NULL; /* before the statistics move */
         const double M = (double)(N * S), unbiased = M / (M - 1.0);
         double *mean_d =
             ok && training && running_mean ? malloc((size_t)(C ? C : 1) * sizeof *mean_d) : NULL;
@@ -251,8 +251,8 @@ bool cg_norm_backward(const char *op, const cg_tensor *x, const cg_tensor *g,
     double *sums = NULL;
     bool ok = cg_norm_channel_arg(op, "weight", weight, C, &w) &&
               stat_arg(op, "mean", mean, N, C, G, &m) &&
-              stat_arg(op, "invstd", invstd, N, C, G, &is) && (xc = cg_f32_contiguous(x)) &&
-              (gc = cg_f32_contiguous(g)) && (!dx || (out = cg_empty(x->ndim, x->shape))) &&
+              stat_arg(op, "invstd", invstd, N, C, G, &is) && (xc = cg_upcast_dense(x, false)) &&
+              (gc = cg_upcast_dense(g, false)) && (!dx || (out = cg_empty(x->ndim, x->shape))) &&
               (sums = malloc((size_t)(2 * C + 1) * sizeof *sums));
     if (!ok && !cg_has_error())
         cg_set_error("%s backward: out of memory", op);
@@ -264,7 +264,7 @@ bool cg_norm_backward(const char *op, const cg_tensor *x, const cg_tensor *g,
         job.training = training;
         run(&job);
         ok = cg_norm_channel_out(dw, sums, C) && cg_norm_channel_out(db, sums + C, C) &&
-             (!out || cg_f32_round(&out, x->dtype));
+             (!out || (out = cg_upcast_round(out, x->dtype)));
     }
     free(sums);
     cg_release_all(5, xc, gc, w, m, is);

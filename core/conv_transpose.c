@@ -15,6 +15,7 @@
 
 #include "core/conv_impl.h"
 #include "core/shares.h"
+#include "core/upcast.h"
 
 typedef cg_conv_geom geom;
 
@@ -89,12 +90,6 @@ static int out_shape(int nd, const geom *g, int64_t *shape, int64_t os[5])
     return k;
 }
 
-/* a tensor as float32 and contiguous, a new reference */
-static cg_tensor *f32_contiguous(const cg_tensor *t)
-{
-    return t->dtype == CG_F32 ? cg_k_contiguous(t) : cg_k_to(t, CG_F32);
-}
-
 typedef struct {
     float *out;
     const cg_tensor *b;
@@ -125,7 +120,7 @@ cg_tensor *cg_k_conv_transpose(int nd, const cg_tensor *x, const cg_tensor *w, c
     cg_tensor *out = cg_empty(out_shape(nd, &g, shape, os), shape);
     if (!out || g.N == 0)
         return out;
-    cg_tensor *xf = f32_contiguous(x), *wc = xf ? cg_k_contiguous(w) : NULL;
+    cg_tensor *xf = cg_upcast_dense(x, false), *wc = xf ? cg_k_contiguous(w) : NULL;
     bool ok = wc && cg_conv_pass_backward(&g, NULL, os, cg_data(wc), cg_data(xf), cg_data(out),
                                           NULL, NULL);
     cg_release_all(2, xf, wc);
@@ -171,7 +166,7 @@ bool cg_k_conv_transpose_backward(int nd, const cg_tensor *x, const cg_tensor *w
     if (ok && ge.N > 0) {
         gc = cg_k_contiguous(g);
         wc = gc ? cg_k_contiguous(w) : NULL;
-        xf = wc && dw ? f32_contiguous(x) : NULL;
+        xf = wc && dw ? cg_upcast_dense(x, false) : NULL;
         ok = wc && (!dw || xf);
         if (dx && dw) /* g unfolded once for both */
             ok = ok && cg_conv_pass_forward_dw(&ge, cg_data(gc), gs, cg_data(wc), cg_data(xf),

@@ -90,7 +90,7 @@ static cg_tensor *gn_run(const char *op, const cg_tensor *x, int64_t G, const cg
     cg_tensor *w = NULL, *b = NULL, *y = NULL, *xc = NULL;
     const int64_t ms[2] = {N, G};
     bool ok = cg_norm_channel_arg(op, "weight", weight, C, &w) &&
-              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_f32_contiguous(x)) &&
+              cg_norm_channel_arg(op, "bias", bias, C, &b) && (xc = cg_upcast_dense(x, false)) &&
               (y = cg_empty(x->ndim, x->shape)) && (*mean = cg_empty(2, ms)) &&
               (*invstd = cg_empty(2, ms));
     if (ok) {
@@ -99,7 +99,7 @@ static cg_tensor *gn_run(const char *op, const cg_tensor *x, int64_t G, const cg
         job.G = G;
         job.eps = eps;
         cg_shares_run(N * G, 1, cg_shares_team(N * C * S > PAR_THRESHOLD), gn_forward_group, &job);
-        ok = cg_f32_round(&y, x->dtype);
+        ok = (y = cg_upcast_round(y, x->dtype)) != NULL;
     }
     cg_release_all(3, w, b, xc);
     if (!ok) {

@@ -384,7 +384,7 @@ cg_tensor *cg_k_interpolate_backward(const cg_tensor *g, const cg_tensor *x, con
                      cg_shape_str(g, b, sizeof b));
         return NULL;
     }
-    cg_tensor *gf = cg_f32_contiguous(g);
+    cg_tensor *gf = cg_upcast_dense(g, false);
     cg_tensor *dx = gf ? cg_empty(x->ndim, pl.shape) : NULL;
     if (dx && !run_planes(&pl, cg_data(gf), cg_data(dx), true)) {
         cg_release(dx);

@@ -687,7 +687,8 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
         return false;
     }
     bool ok = false;
-    cg_tensor *xc = hat ? cg_k_contiguous(x) : cg_f32_contiguous(x), *gc = cg_f32_contiguous(g);
+    cg_tensor *xc = hat ? cg_k_contiguous(x) : cg_upcast_dense(x, false),
+              *gc = cg_upcast_dense(g, false);
     cg_tensor *wc = NULL, *mc = NULL, *rc = cg_k_contiguous(rstd);
     cg_tensor *dxt = NULL, *dwt = NULL, *dbt = NULL;
     int64_t nchunks = (rows + CHUNK - 1) / CHUNK;
@@ -725,7 +726,7 @@ static bool norm_backward(const char *op, bool rms, bool hat, const cg_tensor *x
                       sum_partials, &ps);
     }
     /* a reduced-precision x's dx rounded to its dtype (not one added into acc) */
-    ok = !dxt || acc || hat || cg_f32_round(&dxt, x->dtype);
+    ok = !dxt || acc || hat || (dxt = cg_upcast_round(dxt, x->dtype));
     goto done;
 oom:
     cg_set_error("%s: out of memory for %lld x %lld partial sums", op, (long long)nchunks,

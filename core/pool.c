@@ -405,7 +405,7 @@ static cg_tensor *pool_backward(const plan_t *pl, const cg_tensor *g, const cg_t
                      pool_name(pl->kind, pl->nd), cg_shape_str(g, b, sizeof b));
         return NULL;
     }
-    cg_tensor *gf = g->dtype == CG_F32 ? cg_k_contiguous(g) : cg_k_to(g, CG_F32);
+    cg_tensor *gf = cg_upcast_dense(g, false);
     cg_tensor *ic = gf && indices ? cg_k_contiguous(indices) : NULL;
     cg_tensor *dx = gf && (ic || !indices) ? cg_empty(nd, pl->shape) : NULL;
     if (dx) {
@@ -582,7 +582,7 @@ static cg_tensor *unpool_run(const plan_t *pl, const cg_tensor *src, const cg_te
                              const int64_t *shape, bool check, cg_chunk_fn fn)
 {
     const int nd = pl->lead + pl->nd;
-    cg_tensor *sc = src->dtype == CG_F32 ? cg_k_contiguous(src) : cg_k_to(src, CG_F32);
+    cg_tensor *sc = cg_upcast_dense(src, false);
     cg_tensor *ic = sc ? cg_k_contiguous(indices) : NULL;
     cg_tensor *dst =
         ic && (!check || unpool_indices_ok(pl, cg_data_i64(ic))) ? cg_empty(nd, shape) : NULL;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/conv_impl.h"
+#include "core/upcast.h"
 
 typedef cg_conv_geom geom;
 
@@ -144,7 +145,7 @@ cg_tensor *cg_k_fold(const cg_tensor *x, int64_t oh, int64_t ow, const cg_fold_c
     cg_tensor *out = cg_empty(3 + s0, shape + !s0);
     if (!out || g.N == 0)
         return out;
-    cg_tensor *xc = x->dtype == CG_F32 ? cg_k_contiguous(x) : cg_k_to(x, CG_F32);
+    cg_tensor *xc = cg_upcast_dense(x, false);
     if (!xc) {
         cg_release(out);
         return NULL;

@@ -112,27 +112,6 @@ static inline cg_tensor *cg_upcast_end(cg_upcast *u, cg_tensor *out)
     return out;
 }
 
-/* t (any float dtype) as a contiguous float32 tensor, a new reference: a
- * copy only when t is not contiguous float32 already, a reduced-precision
- * t widened exactly; NULL + error. */
-static inline cg_tensor *cg_f32_contiguous(const cg_tensor *t)
-{
-    return t->dtype == CG_F32 ? cg_k_contiguous(t) : cg_k_to(t, CG_F32);
-}
-
-/* *t (a float32 result, owned) rounded to dt in place when dt is not
- * float32: the output or gradient of a reduced-precision argument. false +
- * error (*t released and NULL). */
-static inline bool cg_f32_round(cg_tensor **t, cg_dtype dt)
-{
-    if (dt == CG_F32)
-        return true;
-    cg_tensor *r = cg_k_to(*t, dt);
-    cg_release(*t);
-    *t = r;
-    return r != NULL;
-}
-
 /* The check of the kernels that take float32 only: each non-NULL argument
  * is float32, or false + "<op>: argument <k> is bfloat16, expected
  * float32 (convert with cg_to)". */
