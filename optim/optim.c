@@ -599,6 +599,34 @@ bool cg_optim_set_lr(cg_optim *o, double lr)
 
 double cg_optim_lr(const cg_optim *o) { return o ? o->cfg.lr : 0.0; }
 
+bool cg_optim_set_momentum(cg_optim *o, double momentum)
+{
+    if (!o)
+        return cg_error_null_input("cg_optim_set_momentum");
+    cg_optim_config *c = &o->cfg;
+    const char *tn = type_names[c->type];
+    if (c->type == CG_OPTIM_ADAGRAD) {
+        cg_set_error("optim set_momentum: adagrad has no momentum (sgd, rmsprop: momentum; adam, "
+                     "adamw: beta1)");
+        return false;
+    }
+    bool adams = c->type == CG_OPTIM_ADAM || c->type == CG_OPTIM_ADAMW;
+    if (!adams && c->momentum == 0) {
+        cg_set_error("optim set_momentum: this %s was built without momentum (0: no "
+                     "momentum_buffer); build it with momentum > 0",
+                     tn);
+        return false;
+    }
+    if (adams ? !(momentum >= 0 && momentum < 1) : !(momentum > 0 && momentum <= DBL_MAX)) {
+        cg_set_error("optim set_momentum: %s %s %g must be %s (kept %g)", tn,
+                     adams ? "beta1" : "momentum", momentum, adams ? "in [0, 1)" : "finite and > 0",
+                     adams ? c->beta1 : c->momentum);
+        return false;
+    }
+    *(adams ? &c->beta1 : &c->momentum) = momentum;
+    return true;
+}
+
 cg_optim_config cg_optim_get_config(const cg_optim *o) { return o ? o->cfg : (cg_optim_config){0}; }
 
 int64_t cg_optim_steps(const cg_optim *o) { return o ? o->steps : 0; }

@@ -202,6 +202,14 @@ bool cg_train_step(cg_optim *o, cg_tensor *loss);
  * weights). Whatever is taken is saved and loaded back. */
 bool cg_optim_set_lr(cg_optim *o, double lr);
 double cg_optim_lr(const cg_optim *o);
+/* The momentum, as PyTorch's schedulers move param_group['momentum'] or
+ * param_group['betas'][0] (OneCycleLR's cycle_momentum, optim/schedule.h):
+ * SGD's and RMSprop's momentum (finite and > 0: one built without momentum
+ * keeps no momentum_buffer and is refused), Adam's and AdamW's beta1 (in
+ * [0, 1)); Adagrad has none. Refused: false + error, the old value kept.
+ * Saved and loaded back with the state (cg_optim_save's .momentum and
+ * .beta1). */
+bool cg_optim_set_momentum(cg_optim *o, double momentum);
 /* The configuration (lr is the current learning rate). */
 cg_optim_config cg_optim_get_config(const cg_optim *o);
 /* Number of cg_optim_step calls (restored by cg_optim_load). */

@@ -96,6 +96,21 @@ double cg_plateau_step(cg_plateau *p, double metric, double lr)
     return lr;
 }
 
+bool cg_plateau_step_optim(cg_plateau *p, double metric, cg_optim *o)
+{
+    if (!o)
+        return cg_error_null_input("cg_plateau_step_optim");
+    cg_plateau_state was = p ? p->st : (cg_plateau_state){0};
+    double lr = cg_plateau_step(p, metric, cg_optim_lr(o));
+    if (isnan(lr))
+        return false;
+    if (!cg_optim_set_lr(o, lr)) { /* a cut rate is a rate: not seen */
+        p->st = was;
+        return false;
+    }
+    return true;
+}
+
 cg_plateau_state cg_plateau_get_state(const cg_plateau *p)
 {
     if (!p) {

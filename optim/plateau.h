@@ -33,6 +33,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../optim/optim.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -61,6 +63,13 @@ cg_plateau *cg_plateau_new(cg_plateau_mode mode, double factor, int64_t patience
  * one). NAN + error, the state unchanged, for a NULL p or an lr not finite
  * and >= 0. */
 double cg_plateau_step(cg_plateau *p, double metric, double lr);
+/* The step applied to an optimizer, as PyTorch's scheduler.step(metric)
+ * sets its param group's lr: cg_plateau_step on the optimizer's rate
+ * (cg_optim_lr), the result set with cg_optim_set_lr. False + error, the
+ * plateau and the optimizer unchanged, for a NULL argument or a rate
+ * cg_plateau_step refuses. A trainer that also sets a schedule's rate
+ * every step overwrites the cut: step one or the other. */
+bool cg_plateau_step_optim(cg_plateau *p, double metric, cg_optim *o);
 /* The state now (a zeroed one with an error for NULL). */
 cg_plateau_state cg_plateau_get_state(const cg_plateau *p);
 /* Sets the state: false + error, p unchanged, for NULL arguments, a best

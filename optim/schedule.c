@@ -178,39 +178,52 @@ double cg_lr_cosine_restarts(int64_t step, int64_t t_0, int64_t t_mult, double l
     return eta_min + (lr - eta_min) * (1 + cos(M_PI * (double)cur / t_i)) / 2;
 }
 
-double cg_lr_onecycle(int64_t step, int64_t total_steps, double max_lr, double pct_start,
-                      cg_anneal anneal, double div_factor, double final_div_factor,
-                      bool three_phase)
+/* OneCycleLR's phase of step and how far into it (pct), or false + error:
+ * the checks of cg_lr_onecycle. Its phases' rates: from[*i] to to[*i]; its
+ * momentum's: mfrom, mto (0: max_momentum, 1: base_momentum). */
+typedef struct {
+    int i;
+    double pct;
+    double from[3], to[3];
+    int mfrom[3], mto[3];
+} onecycle_at;
+
+static bool onecycle_phase(int64_t step, int64_t total_steps, double max_lr, double pct_start,
+                           cg_anneal anneal, double div_factor, double final_div_factor,
+                           bool three_phase, onecycle_at *at)
 {
     if (step < 0 || total_steps < 1 || step > total_steps) {
         cg_set_error("lr_onecycle: need total_steps >= 1 and a step in [0, total_steps] (got "
                      "%lld and %lld)",
                      (long long)total_steps, (long long)step);
-        return NAN;
+        return false;
     }
     if (!(pct_start >= 0.0 && pct_start <= 1.0) ||
         (anneal != CG_ANNEAL_COS && anneal != CG_ANNEAL_LINEAR)) {
         cg_set_error("lr_onecycle: need pct_start in [0, 1] and anneal cos or linear (got %g "
                      "and %d)",
                      pct_start, (int)anneal);
-        return NAN;
+        return false;
     }
     if (!(div_factor > 0.0) || !isfinite(div_factor) || !(final_div_factor > 0.0) ||
         !isfinite(final_div_factor)) {
         cg_set_error("lr_onecycle: need finite div_factor and final_div_factor > 0 (got %g and "
                      "%g)",
                      div_factor, final_div_factor);
-        return NAN;
+        return false;
     }
     double initial = max_lr / div_factor, min_lr = initial / final_div_factor;
     /* OneCycleLR's phases: their last steps and the rates they go between */
     double end[3] = {pct_start * (double)total_steps - 1, (double)(total_steps - 1), 0};
-    double from[3] = {initial, max_lr, initial}, to[3] = {max_lr, min_lr, min_lr};
+    *at = (onecycle_at){.from = {initial, max_lr, initial},
+                        .to = {max_lr, min_lr, min_lr},
+                        .mfrom = {0, 1, 0},
+                        .mto = {1, 0, 0}};
     int phases = 2;
     if (three_phase) {
         end[1] = 2 * pct_start * (double)total_steps - 2;
         end[2] = (double)(total_steps - 1);
-        to[1] = initial;
+        at->to[1] = initial;
         phases = 3;
     }
     double start = 0, s = (double)step;
@@ -221,12 +234,30 @@ double cg_lr_onecycle(int64_t step, int64_t total_steps, double max_lr, double p
         cg_set_error("lr_onecycle: step %lld is in a phase of length 0 (pct_start %g of %lld "
                      "steps; PyTorch divides by zero)",
                      (long long)step, pct_start, (long long)total_steps);
-        return NAN;
+        return false;
     }
-    double pct = (s - start) / (end[i] - start);
+    at->i = i;
+    at->pct = (s - start) / (end[i] - start);
+    return true;
+}
+
+/* OneCycleLR's _anneal_func from `from` to `to` at pct */
+static double anneal_at(cg_anneal anneal, double from, double to, double pct)
+{
     if (anneal == CG_ANNEAL_LINEAR)
-        return (to[i] - from[i]) * pct + from[i];
-    return to[i] + (from[i] - to[i]) / 2.0 * (cos(M_PI * pct) + 1);
+        return (to - from) * pct + from;
+    return to + (from - to) / 2.0 * (cos(M_PI * pct) + 1);
+}
+
+double cg_lr_onecycle(int64_t step, int64_t total_steps, double max_lr, double pct_start,
+                      cg_anneal anneal, double div_factor, double final_div_factor,
+                      bool three_phase)
+{
+    onecycle_at at;
+    if (!onecycle_phase(step, total_steps, max_lr, pct_start, anneal, div_factor, final_div_factor,
+                        three_phase, &at))
+        return NAN;
+    return anneal_at(anneal, at.from[at.i], at.to[at.i], at.pct);
 }
 
 double cg_lr_linear_lr(int64_t step, double start_factor, double end_factor, int64_t total_iters,
@@ -372,6 +403,116 @@ cg_schedule cg_schedule_constant_lr(double factor, int64_t total_iters, double l
         .kind = CG_SCHED_CONSTANT_LR, .lr = lr, .factor = factor, .steps = total_iters};
 }
 
+cg_schedule cg_schedule_sequential(const cg_schedule *children, int n, const int64_t *milestones)
+{
+    cg_schedule s = {.kind = CG_SCHED_SEQUENTIAL, .children = children, .n_children = n};
+    s.n_milestones = n - 1;
+    for (int i = 0; milestones && i < n - 1 && i < CG_SCHED_MAX_MILESTONES; i++)
+        s.milestones[i] = milestones[i];
+    if (!milestones && n > 1)
+        s.n_milestones = -1; /* refused by cg_schedule_lr */
+    return s;
+}
+
+cg_schedule cg_schedule_chained(const cg_schedule *children, int n, double lr)
+{
+    return (cg_schedule){.kind = CG_SCHED_CHAINED, .lr = lr, .children = children, .n_children = n};
+}
+
+cg_schedule cg_schedule_cycle_momentum(cg_schedule s, double base_momentum, double max_momentum)
+{
+    s.cycle_momentum = true;
+    s.base_momentum = base_momentum;
+    s.max_momentum = max_momentum;
+    return s;
+}
+
+/* A composite's children: 1 to CG_SCHED_MAX_MILESTONES + 1 of them, none
+ * moving the momentum; or false + an error naming the composite */
+static bool children_ok(const cg_schedule *s, const char *name)
+{
+    if (!s->children || s->n_children < 1 || s->n_children > CG_SCHED_MAX_MILESTONES + 1) {
+        cg_set_error("%s: need 1 to %d children (got %d%s)", name, CG_SCHED_MAX_MILESTONES + 1,
+                     s->n_children, s->children ? "" : ", NULL");
+        return false;
+    }
+    for (int i = 0; i < s->n_children; i++)
+        if (s->children[i].cycle_momentum) {
+            cg_set_error("%s: child %d moves the momentum (cycle_momentum): only a onecycle "
+                         "schedule applied alone does",
+                         name, i);
+            return false;
+        }
+    return true;
+}
+
+/* SequentialLR: child i from milestone i-1 on, counting from 0 there */
+static double sequential_lr(const cg_schedule *s, int64_t step)
+{
+    if (!children_ok(s, "lr_sequential"))
+        return NAN;
+    if (s->n_milestones != s->n_children - 1) {
+        cg_set_error("lr_sequential: need %d milestones for %d children (got %s)",
+                     s->n_children - 1, s->n_children, s->n_milestones < 0 ? "NULL" : "fewer");
+        return NAN;
+    }
+    for (int i = 0; i < s->n_milestones; i++)
+        if (s->milestones[i] < (i ? s->milestones[i - 1] + 1 : 1)) {
+            cg_set_error("lr_sequential: need milestones >= 1 in strictly increasing order "
+                         "(milestone %d is %lld)",
+                         i, (long long)s->milestones[i]);
+            return NAN;
+        }
+    for (int i = 0; i < s->n_children; i++)
+        if (s->children[i].kind == CG_SCHED_SEQUENTIAL || s->children[i].kind == CG_SCHED_CHAINED) {
+            cg_set_error("lr_sequential: child %d is %s: a composite cannot be a child (PyTorch's "
+                         "SequentialLR cannot step one)",
+                         i, cg_schedule_name(s->children[i].kind));
+            return NAN;
+        }
+    if (step < 0) {
+        cg_set_error("lr_sequential: need step >= 0 (got %lld)", (long long)step);
+        return NAN;
+    }
+    int i = 0;
+    while (i < s->n_milestones && s->milestones[i] <= step)
+        i++;
+    return cg_schedule_lr(&s->children[i], step - (i ? s->milestones[i - 1] : 0));
+}
+
+/* ChainedScheduler: lr times each chainable child's factor (its rate at
+ * lr 1) */
+static double chained_lr(const cg_schedule *s, int64_t step)
+{
+    if (!children_ok(s, "lr_chained"))
+        return NAN;
+    double lr = s->lr;
+    for (int i = 0; i < s->n_children; i++) {
+        cg_schedule c = s->children[i];
+        switch (c.kind) {
+        case CG_SCHED_CONSTANT:
+        case CG_SCHED_STEP:
+        case CG_SCHED_EXPONENTIAL:
+        case CG_SCHED_MULTISTEP:
+        case CG_SCHED_POLYNOMIAL:
+        case CG_SCHED_LINEAR_LR:
+        case CG_SCHED_CONSTANT_LR: break;
+        default:
+            cg_set_error("lr_chained: child %d (%s) sets the rate instead of scaling it: chain "
+                         "constant, step, exponential, multistep, polynomial, linear_lr or "
+                         "constant_lr",
+                         i, cg_schedule_name(c.kind));
+            return NAN;
+        }
+        c.lr = 1.0;
+        double f = cg_schedule_lr(&c, step);
+        if (isnan(f))
+            return NAN;
+        lr *= f;
+    }
+    return lr;
+}
+
 double cg_schedule_lr(const cg_schedule *s, int64_t step)
 {
     if (!s) {
@@ -397,6 +538,8 @@ double cg_schedule_lr(const cg_schedule *s, int64_t step)
     case CG_SCHED_LINEAR_LR:
         return cg_lr_linear_lr(step, s->factor, s->end_factor, s->steps, s->lr);
     case CG_SCHED_CONSTANT_LR: return cg_lr_constant_lr(step, s->factor, s->steps, s->lr);
+    case CG_SCHED_SEQUENTIAL: return sequential_lr(s, step);
+    case CG_SCHED_CHAINED: return chained_lr(s, step);
     }
     cg_set_error("schedule_lr: unknown schedule kind %d", (int)s->kind);
     return NAN;
@@ -405,22 +548,77 @@ double cg_schedule_lr(const cg_schedule *s, int64_t step)
 const char *cg_schedule_name(cg_schedule_kind k)
 {
     static const char *const names[] = {
-        "constant", "cosine",      "noam",       "linear",     "step",
-        "wsd",      "exponential", "multistep",  "polynomial", "cosine_restarts",
-        "onecycle", "linear_lr",   "constant_lr"};
-    return ((int)k >= 0 && (int)k <= (int)CG_SCHED_CONSTANT_LR) ? names[k] : "?";
+        "constant", "cosine",      "noam",        "linear",     "step",
+        "wsd",      "exponential", "multistep",   "polynomial", "cosine_restarts",
+        "onecycle", "linear_lr",   "constant_lr", "sequential", "chained"};
+    return ((int)k >= 0 && (int)k <= (int)CG_SCHED_CHAINED) ? names[k] : "?";
 }
 
 bool cg_schedule_parse(const char *name, cg_schedule_kind *out)
 {
-    for (int k = 0; name && k <= (int)CG_SCHED_CONSTANT_LR; k++)
+    for (int k = 0; name && k <= (int)CG_SCHED_CHAINED; k++)
         if (!strcmp(name, cg_schedule_name((cg_schedule_kind)k))) {
             *out = (cg_schedule_kind)k;
             return true;
         }
     cg_set_error("unknown schedule '%.60s' (constant, cosine, noam, linear, step, wsd, "
                  "exponential, multistep, polynomial, cosine_restarts, onecycle, linear_lr, "
-                 "constant_lr)",
+                 "constant_lr, sequential, chained)",
                  name ? name : "(null)");
     return false;
+}
+
+bool cg_schedule_moves_momentum(const cg_schedule *s) { return s && s->cycle_momentum; }
+
+double cg_schedule_momentum(const cg_schedule *s, int64_t step)
+{
+    if (!s) {
+        cg_set_error("schedule_momentum: schedule is NULL");
+        return NAN;
+    }
+    if (!s->cycle_momentum || s->kind != CG_SCHED_ONECYCLE) {
+        cg_set_error("schedule_momentum: a %s schedule %s (OneCycleLR's cycle_momentum: a "
+                     "onecycle schedule's)",
+                     cg_schedule_name(s->kind),
+                     s->cycle_momentum ? "cannot move the momentum" : "moves no momentum");
+        return NAN;
+    }
+    if (!(s->base_momentum >= 0 && isfinite(s->base_momentum)) ||
+        !(s->max_momentum >= 0 && isfinite(s->max_momentum))) {
+        cg_set_error("schedule_momentum: need finite base_momentum and max_momentum >= 0 (got %g "
+                     "and %g)",
+                     s->base_momentum, s->max_momentum);
+        return NAN;
+    }
+    onecycle_at at;
+    if (!onecycle_phase(step, s->steps, s->lr, s->pct_start, s->anneal, s->div_factor,
+                        s->final_div_factor, s->three_phase, &at))
+        return NAN;
+    const double m[2] = {s->max_momentum, s->base_momentum};
+    return anneal_at(s->anneal, m[at.mfrom[at.i]], m[at.mto[at.i]], at.pct);
+}
+
+bool cg_schedule_apply(const cg_schedule *s, int64_t step, cg_optim *o)
+{
+    if (!o)
+        return cg_error_null_input("cg_schedule_apply");
+    cg_clear_error();
+    double lr = cg_schedule_lr(s, step), m = 0;
+    if (isnan(lr)) {
+        if (!cg_has_error())
+            cg_set_error("schedule_apply: the %s schedule's rate at step %lld is NaN",
+                         cg_schedule_name(s->kind), (long long)step);
+        return false;
+    }
+    bool moves = cg_schedule_moves_momentum(s);
+    if (moves && isnan(m = cg_schedule_momentum(s, step)))
+        return false;
+    double was = cg_optim_lr(o);
+    if (!cg_optim_set_lr(o, lr))
+        return false;
+    if (moves && !cg_optim_set_momentum(o, m)) {
+        cg_optim_set_lr(o, was); /* taken before: taken again */
+        return false;
+    }
+    return true;
 }

@@ -45,11 +45,18 @@
  *                    T_i)) / 2, its bits.
  *   onecycle         OneCycleLR(max_lr, total_steps, pct_start,
  *                    anneal_strategy, div_factor, final_div_factor,
- *                    three_phase), the rate only (cycle_momentum, which
- *                    moves the momentum, is not done): its phases and bits.
- *                    As PyTorch raises, a step past total_steps and a step
- *                    in a phase of length 0 (pct_start * total_steps == 1,
- *                    ...) are refused.
+ *                    three_phase): its phases and bits. As PyTorch raises,
+ *                    a step past total_steps and a step in a phase of
+ *                    length 0 (pct_start * total_steps == 1, ...) are
+ *                    refused. Its cycle_momentum (PyTorch's default; off
+ *                    here unless cg_schedule_cycle_momentum turns it on):
+ *                    the momentum goes the other way, max_momentum down
+ *                    to base_momentum while the rate rises, and back up
+ *                    (three phases: then stays at max_momentum), with the
+ *                    same anneal and bits (cg_schedule_momentum); applied
+ *                    (cg_schedule_apply) as SGD's and RMSprop's momentum or
+ *                    Adam's and AdamW's beta1, as PyTorch sets
+ *                    param_group['momentum'] or ['betas'][0].
  *   linear_lr        LinearLR(start_factor, end_factor, total_iters): lr *
  *                    (start + (end - start) * min(step, total_iters) /
  *                    total_iters), the closed form (within 1e-12 relative
@@ -57,15 +64,34 @@
  *   constant_lr      ConstantLR(factor, total_iters): lr * factor before
  *                    total_iters, then lr * factor * (1 / factor), its
  *                    bits.
+ *   sequential       SequentialLR(schedulers, milestones): child i from
+ *                    milestone i-1 on (child 0 from step 0), counting its
+ *                    own steps from 0 there (PyTorch's scheduler.step(0)
+ *                    at the milestone, then its steps); each child's rate is
+ *                    its own (its lr: give each the optimizer's rate), its
+ *                    bits. Children: any kind but the composites (PyTorch's
+ *                    SequentialLR cannot step a ChainedScheduler).
+ *   chained          ChainedScheduler(schedulers): the multiplicative
+ *                    composition of chainable children, lr * f_1(step) *
+ *                    f_2(step) * ..., f_i a child's rate at lr 1 (the
+ *                    children's own lr is not read): the closed form of
+ *                    PyTorch's in-place products (within 1e-12 relative).
+ *                    Children: constant, step, exponential, multistep,
+ *                    polynomial, linear_lr, constant_lr (those that scale
+ *                    the rate; the others set it and are refused).
  * (linear and constant were taken: those two keep PyTorch's class names.)
  * total_iters 0, which PyTorch 1.13 takes and then keeps the first factor
  * forever, is refused.
- * Use: cg_optim_set_lr(opt, cg_schedule_lr(&sched, step)) before each step. */
+ * Use: cg_schedule_apply(&sched, step, opt) (or cg_optim_set_lr(opt,
+ * cg_schedule_lr(&sched, step)) when it moves no momentum) before each
+ * step. */
 #ifndef CG_SCHEDULE_H
 #define CG_SCHEDULE_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "../optim/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,7 +152,9 @@ typedef enum {
     CG_SCHED_COSINE_RESTARTS,
     CG_SCHED_ONECYCLE,
     CG_SCHED_LINEAR_LR,
-    CG_SCHED_CONSTANT_LR
+    CG_SCHED_CONSTANT_LR,
+    CG_SCHED_SEQUENTIAL,
+    CG_SCHED_CHAINED
 } cg_schedule_kind;
 
 /* A schedule as a value, for trainers that choose one from options. */
@@ -151,8 +179,12 @@ typedef struct cg_schedule {
     double pct_start, div_factor, final_div_factor; /* onecycle */
     cg_anneal anneal;                               /* onecycle */
     bool three_phase;                               /* onecycle */
-    int n_milestones;                               /* multistep */
-    int64_t milestones[CG_SCHED_MAX_MILESTONES];    /* multistep */
+    int n_milestones;                               /* multistep; sequential: n_children - 1 */
+    int64_t milestones[CG_SCHED_MAX_MILESTONES];    /* multistep, sequential */
+    bool cycle_momentum;                            /* onecycle */
+    double base_momentum, max_momentum;             /* onecycle with cycle_momentum */
+    const struct cg_schedule *children;             /* sequential, chained: borrowed */
+    int n_children;                                 /* sequential, chained */
 } cg_schedule;
 
 cg_schedule cg_schedule_constant(double lr);
@@ -173,12 +205,37 @@ cg_schedule cg_schedule_onecycle(int64_t total_steps, double max_lr, double pct_
 cg_schedule cg_schedule_linear_lr(double start_factor, double end_factor, int64_t total_iters,
                                   double lr);
 cg_schedule cg_schedule_constant_lr(double factor, int64_t total_iters, double lr);
+/* n children (2 to CG_SCHED_MAX_MILESTONES + 1; borrowed: they must
+ * outlive the schedule) and their n - 1 milestones (copied; >= 1, strictly
+ * increasing), checked by cg_schedule_lr. */
+cg_schedule cg_schedule_sequential(const cg_schedule *children, int n, const int64_t *milestones);
+/* n children (1 to CG_SCHED_MAX_MILESTONES + 1; borrowed) composed on the
+ * rate lr, checked by cg_schedule_lr. */
+cg_schedule cg_schedule_chained(const cg_schedule *children, int n, double lr);
+/* s with OneCycleLR's cycle_momentum on (PyTorch's defaults:
+ * base_momentum 0.85, max_momentum 0.95), checked by cg_schedule_momentum
+ * (s not onecycle, momentums not finite and >= 0: refused there). */
+cg_schedule cg_schedule_cycle_momentum(cg_schedule s, double base_momentum, double max_momentum);
 /* The rate at step (counted as the kind's formula counts it); NAN + error
  * for an unknown kind. */
 double cg_schedule_lr(const cg_schedule *s, int64_t step);
+/* Does s move the momentum (a onecycle schedule with cycle_momentum)? */
+bool cg_schedule_moves_momentum(const cg_schedule *s);
+/* The momentum at step of a schedule that moves it; NAN + error for one
+ * that does not, a step cg_schedule_lr refuses, or momentums not finite
+ * and >= 0 (PyTorch takes base_momentum above max_momentum: so does
+ * this). */
+double cg_schedule_momentum(const cg_schedule *s, int64_t step);
+/* Sets the optimizer's rate to the schedule's at step, and its momentum
+ * (cg_optim_set_momentum: SGD's or RMSprop's momentum, Adam's or AdamW's
+ * beta1) when the schedule moves it. False + error, the optimizer
+ * unchanged: a step the schedule refuses, a rate or momentum the
+ * optimizer refuses (Adagrad, an SGD built without momentum: PyTorch's
+ * "optimizer must support momentum"). */
+bool cg_schedule_apply(const cg_schedule *s, int64_t step, cg_optim *o);
 /* "constant", "cosine", "noam", "linear", "step", "wsd", "exponential",
  * "multistep", "polynomial", "cosine_restarts", "onecycle", "linear_lr",
- * "constant_lr" (static; "?" if out of range). */
+ * "constant_lr", "sequential", "chained" (static; "?" if out of range). */
 const char *cg_schedule_name(cg_schedule_kind k);
 /* The kind named name (cg_schedule_name's): true, or false + error listing
  * the names. */
