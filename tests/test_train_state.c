@@ -378,41 +378,100 @@ START_TEST(test_load_refusals)
 }
 END_TEST
 
+/* A state saved by an optimizer of config sc (one step on a Linear) loaded
+ * into one of config oc: refused with msg (NULL: loaded), and a refused
+ * load changes nothing. The loaded optimizer's config, or oc's. */
+static cg_optim_config load_other(const cg_optim_config *sc, const cg_optim_config *oc,
+                                  const char *msg)
+{
+    cg_rng g = cg_rng_new(2);
+    cg_linear *l = cg_linear_new(3, 2, true, &g);
+    cg_optim *saved = cg_optim_from_module(sc, &l->base, 0.0, CG_DECAY_ALL);
+    cg_optim *other = cg_optim_from_module(oc, &l->base, 0.0, CG_DECAY_ALL);
+    ck_assert_msg(saved && other, "%s", cg_last_error());
+    cg_scope *scope = cg_scope_begin();
+    cg_tensor *loss = cg_sum_all(cg_linear_forward(l, cg_randn(&g, CG_SHAPE(4, 3))));
+    ck_assert(cg_train_step(saved, loss));
+    cg_scope_end(scope);
+    cg_train_state *s = cg_train_state_new();
+    ck_assert(cg_train_state_add_optim(s, "opt", saved));
+    ck_assert(cg_train_state_save(s, tmp_path("other")));
+    cg_train_state_free(s);
+    s = cg_train_state_new();
+    ck_assert(cg_train_state_add_optim(s, "opt", other));
+    if (msg) {
+        REFUSED(cg_train_state_load(s, tmp_path("other")), msg);
+        ck_assert_int_eq(cg_optim_steps(other), 0);
+        cg_optim_config now = cg_optim_get_config(other);
+        ck_assert(now.type == oc->type && now.lr == oc->lr && now.momentum == oc->momentum &&
+                  now.centered == oc->centered && now.amsgrad == oc->amsgrad);
+    } else {
+        ck_assert_msg(cg_train_state_load(s, tmp_path("other")), "%s", cg_last_error());
+        ck_assert_int_eq(cg_optim_steps(other), 1);
+    }
+    cg_optim_config got = cg_optim_get_config(other);
+    cg_train_state_free(s);
+    cg_optim_free(saved);
+    cg_optim_free(other);
+    cg_module_free(&l->base);
+    unlink(tmp_path("other"));
+    return got;
+}
+
 /* SGD keeps a momentum buffer only with momentum: a state saved with
  * momentum does not load into an SGD without it (nor the other way round),
  * and nothing changes. */
 START_TEST(test_load_refuses_other_momentum)
 {
-    cg_rng g = cg_rng_new(2);
-    cg_linear *l = cg_linear_new(3, 2, true, &g);
     const cg_optim_config with = cg_sgd_config(0.1, 0.9, false), without = cg_sgd_default(0.1);
-    for (int k = 0; k < 2; k++) {
-        cg_optim *saved =
-            cg_optim_from_module(k == 0 ? &with : &without, &l->base, 0.0, CG_DECAY_ALL);
-        cg_optim *other =
-            cg_optim_from_module(k == 0 ? &without : &with, &l->base, 0.0, CG_DECAY_ALL);
-        ck_assert(saved && other);
-        cg_scope *sc = cg_scope_begin();
-        cg_tensor *loss = cg_sum_all(cg_linear_forward(l, cg_randn(&g, CG_SHAPE(4, 3))));
-        ck_assert(cg_train_step(saved, loss));
-        cg_scope_end(sc);
-        cg_train_state *s = cg_train_state_new();
-        ck_assert(cg_train_state_add_optim(s, "opt", saved));
-        ck_assert(cg_train_state_save(s, tmp_path("momentum")));
-        cg_train_state_free(s);
-        s = cg_train_state_new();
-        ck_assert(cg_train_state_add_optim(s, "opt", other));
-        REFUSED(cg_train_state_load(s, tmp_path("momentum")),
-                k == 0 ? "SGD saved with momentum 0.9, the optimizer has 0"
-                       : "SGD saved with momentum 0, the optimizer has 0.9");
-        cg_train_state_free(s);
-        ck_assert_int_eq(cg_optim_steps(other), 0);
-        ck_assert(cg_optim_get_config(other).momentum == (k == 0 ? 0.0 : 0.9));
-        cg_optim_free(saved);
-        cg_optim_free(other);
+    load_other(&with, &without, "SGD saved with momentum 0.9, the optimizer has 0");
+    load_other(&without, &with, "SGD saved with momentum 0, the optimizer has 0.9");
+}
+END_TEST
+
+/* The other settings that keep a buffer (RMSprop's momentum and centered,
+ * Adam's and AdamW's amsgrad) are refused by message, both ways; the ones
+ * that keep none (SGD's dampening and nesterov, RMSprop's alpha, Adagrad's
+ * lr_decay) load, the file's values taken as load_state_dict takes them. */
+START_TEST(test_load_refuses_other_buffers)
+{
+    cg_optim_config rms = cg_rmsprop_default(0.1), rms_m = rms, rms_c = rms;
+    rms_m.momentum = 0.5;
+    rms_c.centered = true;
+    cg_optim_config adam = cg_adam_default(0.1), adam_a = adam, adamw = cg_adamw_default(0.1),
+                    adamw_a = adamw;
+    adam_a.amsgrad = adamw_a.amsgrad = true;
+    const struct {
+        const cg_optim_config *a, *b;
+        const char *ab, *ba;
+    } c[] = {
+        {&rms_m, &rms,
+         "RMSprop saved with momentum 0.5, the optimizer has 0 (build it with the "
+         "momentum of the run)",
+         "RMSprop saved with momentum 0, the optimizer has 0.5"},
+        {&rms_c, &rms, "RMSprop saved with centered true, the optimizer has false",
+         "RMSprop saved with centered false, the optimizer has true"},
+        {&adam_a, &adam, "Adam saved with amsgrad true, the optimizer has false",
+         "Adam saved with amsgrad false, the optimizer has true"},
+        {&adamw_a, &adamw, "AdamW saved with amsgrad true, the optimizer has false",
+         "AdamW saved with amsgrad false, the optimizer has true (build it with the amsgrad"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        load_other(c[i].a, c[i].b, c[i].ab);
+        load_other(c[i].b, c[i].a, c[i].ba);
     }
-    cg_module_free(&l->base);
-    unlink(tmp_path("momentum"));
+    cg_optim_config sgd = cg_sgd_config(0.1, 0.9, false), sgd_d = sgd, sgd_n = sgd;
+    sgd_d.dampening = 0.25;
+    sgd_n.nesterov = true;
+    ck_assert(load_other(&sgd_d, &sgd, NULL).dampening == 0.25);
+    ck_assert(load_other(&sgd, &sgd_d, NULL).dampening == 0.0);
+    ck_assert(load_other(&sgd_n, &sgd, NULL).nesterov);
+    cg_optim_config rms_a = rms;
+    rms_a.alpha = 0.9;
+    ck_assert(load_other(&rms_a, &rms, NULL).alpha == 0.9);
+    cg_optim_config ada = cg_adagrad_default(0.1), ada_d = ada;
+    ada_d.lr_decay = 0.01;
+    ck_assert(load_other(&ada_d, &ada, NULL).lr_decay == 0.01);
 }
 END_TEST
 
@@ -594,6 +653,7 @@ static Suite *train_state_suite(void)
     tcase_add_test(tc, test_load_refusals);
     tcase_add_test(tc, test_load_is_all_or_nothing);
     tcase_add_test(tc, test_load_refuses_other_momentum);
+    tcase_add_test(tc, test_load_refuses_other_buffers);
     tcase_add_test(tc, test_bad_files);
     tcase_add_test(tc, test_bad_items);
     suite_add_tcase(s, tc);

@@ -55,8 +55,21 @@ static const char TRAIN_NOTES[] =
      "  --lr-schedule S    after the warmup: cosine (default), linear (Hugging Face's:\n"      \
      "                     a straight line to --min-lr at the last step; its warmup\n"         \
      "                     starts at 0), constant (--lr), or wsd (warmup-stable-decay:\n"      \
-     "                     --lr, then a straight line to --min-lr over --cooldown)\n",         \
+     "                     --lr, then a straight line to --min-lr over --cooldown),\n"        \
+     "                     or torch.optim.lr_scheduler's after the warmup: exponential\n"      \
+     "                     (--gamma), multistep (--milestones, --gamma 0.1),\n"               \
+     "                     polynomial (towards 0 at --steps, --power 1),\n"                   \
+     "                     cosine_restarts (--t0, --t-mult 1, down to --min-lr),\n"           \
+     "                     onecycle (--lr its peak; no --warmup: its own 30%)\n",             \
      CG_CLI_FIXED},                                                                             \
+    {"--gamma", CG_CLI_F64, &(r)->gamma, 1e-12, 1e6,                                            \
+     "  --gamma G --milestones A,B --power P --t0 N --t-mult M  those kinds'\n"                 \
+     "                     parameters (PyTorch's; milestones counted after the warmup)\n",     \
+     CG_CLI_FIXED},                                                                             \
+    {"--milestones", CG_CLI_STR, &(r)->milestones, 0, 0, NULL, CG_CLI_FIXED},                  \
+    {"--power", CG_CLI_F64, &(r)->power, 0, 1e6, NULL, CG_CLI_FIXED},                          \
+    {"--t0", CG_CLI_I64, &(r)->t0, 1, 1e12, NULL, CG_CLI_FIXED},                               \
+    {"--t-mult", CG_CLI_I64, &(r)->t_mult, 1, 1e6, NULL, CG_CLI_FIXED},                        \
     {"--cooldown", CG_CLI_I64, &(r)->cooldown, 1, 1e9,                                          \
      "  --cooldown N       wsd's last N steps, which decay the rate (default: a fifth\n"       \
      "                     of --steps, so a resumed run with more --steps decays later)\n",    \
@@ -76,7 +89,10 @@ static int cmd_train(int argc, char **argv)
                 .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL},
                 .warmup = 100,
                 .min_lr = NAN,
-                .schedule = "cosine"};
+                .schedule = "cosine",
+                .milestones = "",
+                .power = 1,
+                .t_mult = 1};
     /* charlm train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {

@@ -43,6 +43,15 @@ typedef struct {
     const char *schedule;
     cg_schedule_kind sched;
     int64_t cooldown;
+    /* torch.optim.lr_scheduler's kinds after the warmup (SequentialLR):
+     * --gamma (exponential, multistep: 0 until set), --milestones
+     * ("a,b": multistep's, counted after the warmup, parsed into ms; ""),
+     * --power (polynomial, 1), --t0 and --t-mult (cosine_restarts) */
+    double gamma, power;
+    const char *milestones;
+    int64_t ms[CG_SCHED_MAX_MILESTONES];
+    int n_ms;
+    int64_t t0, t_mult;
     cg_rng batch_rng;
     int64_t *x, *y; /* grad_accum batches of B x T */
     double tl, vl;  /* the last evaluation */

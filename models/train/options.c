@@ -37,6 +37,8 @@ void cg_train_recipe_init(cg_train_recipe *r)
     r->adam_eps = 1e-8;
     r->clip_norm = 1;
     r->rope_theta = 10000;
+    r->optimizer = "";
+    r->alpha = 0.99;
 }
 
 void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every)
@@ -168,6 +170,8 @@ const char *cg_train_precision_note(const cg_train_opts *o, char *buf, size_t ca
     return buf;
 }
 
+static int optimizer_flags(const cg_cli_args *a, const cg_train_recipe *r);
+
 int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
                    cg_train_recipe *r)
 {
@@ -191,6 +195,8 @@ int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_t
             cg_prog_fail("--beta%d %g: Adam's betas are in [0, 1)", i + 1, *betas[i]);
             return CG_EXIT_USAGE;
         }
+    if (!o->resume && (rc = optimizer_flags(a, r)) >= 0) /* --resume: the checkpoint's */
+        return rc;
     const char *ema_flag = cg_cli_given(a, &o->ema_start)         ? "--ema-start-update"
                            : cg_cli_given(a, &o->ema_update_freq) ? "--ema-update-freq"
                                                                   : NULL;
@@ -311,10 +317,76 @@ bool cg_train_options_restore(const cg_cli_args *a, const cJSON *j, const char *
     return j == NULL || cg_json_read_fields(j, what, f, saved_fields(a, f, keys, true));
 }
 
+/* --optimizer's type (""; the default: -1), or -2 for an unknown name */
+static int optimizer_type(const char *name)
+{
+    if (!name || !*name)
+        return -1;
+    for (int t = 0; t < CG_OPTIM_NTYPES; t++)
+        if (!strcmp(name, cg_optim_type_name((cg_optim_type)t)))
+            return t;
+    return -2;
+}
+
 cg_optim_config cg_train_optim_config(const cg_train_recipe *rec, double lr)
 {
-    return rec->weight_decay > 0 ? cg_adamw_config(lr, rec->beta1, rec->beta2, rec->adam_eps)
-                                 : cg_adam_config(lr, rec->beta1, rec->beta2, rec->adam_eps);
+    int t = optimizer_type(rec->optimizer);
+    if (t < 0)
+        t = rec->weight_decay > 0 || t == -2 ? CG_OPTIM_ADAMW : CG_OPTIM_ADAM;
+    cg_optim_config c;
+    switch ((cg_optim_type)t) {
+    case CG_OPTIM_SGD: c = cg_sgd_config(lr, rec->momentum, rec->nesterov); break;
+    case CG_OPTIM_RMSPROP:
+        c = cg_rmsprop_config(lr, rec->alpha, cg_rmsprop_default(lr).eps, rec->momentum,
+                              rec->centered);
+        break;
+    case CG_OPTIM_ADAGRAD: c = cg_adagrad_default(lr); break;
+    default:
+        c = cg_adam_config(lr, rec->beta1, rec->beta2, rec->adam_eps);
+        c.type = (cg_optim_type)t;
+        c.amsgrad = rec->amsgrad;
+    }
+    return c;
+}
+
+/* --optimizer's name, and its flags given for its type only (one line
+ * naming the first that is not); -1 or CG_EXIT_USAGE */
+static int optimizer_flags(const cg_cli_args *a, const cg_train_recipe *r)
+{
+    int t = optimizer_type(r->optimizer);
+    if (t == -2) {
+        cg_prog_fail("--optimizer: '%.60s' is not one of adamw, adam, sgd, rmsprop, adagrad",
+                     r->optimizer);
+        return CG_EXIT_USAGE;
+    }
+    unsigned mask = 1u << (t < 0 ? CG_OPTIM_ADAMW : t);
+    const unsigned adams = (1u << CG_OPTIM_ADAM) | (1u << CG_OPTIM_ADAMW);
+    const struct {
+        const void *dst;
+        const char *flag, *whose;
+        unsigned types;
+    } rows[] = {
+        {&r->beta1, "--beta1", "adam's and adamw's", adams},
+        {&r->beta2, "--beta2", "adam's and adamw's", adams},
+        {&r->adam_eps, "--adam-eps", "adam's and adamw's", adams},
+        {&r->amsgrad, "--amsgrad", "adam's and adamw's", adams},
+        {&r->momentum, "--momentum", "sgd's and rmsprop's",
+         (1u << CG_OPTIM_SGD) | (1u << CG_OPTIM_RMSPROP)},
+        {&r->nesterov, "--nesterov", "sgd's", 1u << CG_OPTIM_SGD},
+        {&r->alpha, "--alpha", "rmsprop's", 1u << CG_OPTIM_RMSPROP},
+        {&r->centered, "--centered", "rmsprop's", 1u << CG_OPTIM_RMSPROP},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (cg_cli_given(a, rows[i].dst) && !(rows[i].types & mask)) {
+            cg_prog_fail("%s is %s: not for --optimizer %s%s", rows[i].flag, rows[i].whose,
+                         t < 0 ? "adamw" : r->optimizer, t < 0 ? " (the default)" : "");
+            return CG_EXIT_USAGE;
+        }
+    if (r->nesterov && !(r->momentum > 0)) {
+        cg_prog_fail("--nesterov needs --momentum > 0 (PyTorch's Nesterov momentum)");
+        return CG_EXIT_USAGE;
+    }
+    return -1;
 }
 
 void cg_train_vocab_warn(const cg_tokenizer *tok, int64_t vocab_size)

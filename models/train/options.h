@@ -130,6 +130,13 @@ typedef struct {
      * parameters), Adam's betas and epsilon (a program sets its recipe's
      * before parsing), and the gradients' clipping norm (0: none; 1). */
     double weight_decay, beta1, beta2, adam_eps, clip_norm;
+    /* --optimizer (""; not given: AdamW, or Adam at weight decay 0, whose
+     * steps are the same: the recipe's as ever) and its type's own flags
+     * (cg_train_optim_config): --momentum (0), --nesterov, --amsgrad,
+     * --alpha (0.99), --centered; PyTorch's names and defaults */
+    const char *optimizer;
+    double momentum, alpha;
+    bool nesterov, amsgrad, centered;
     /* The tokenizer of a fresh run (a checkpoint keeps its own): --tokenizer
      * char|bpe as given (NULL: char) and parsed, --vocab-size (4000). */
     const char *tokenizer_arg;
@@ -210,7 +217,7 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          &(r)->weight_decay,                                                                      \
          0,                                                                                       \
          100,                                                                                     \
-         "  --weight-decay W     decoupled weight decay (AdamW) of the 2-D parameters\n"          \
+         "  --weight-decay W     weight decay of the 2-D parameters (AdamW's decoupled)\n"        \
          "                       (default: the program's recipe, above)\n",                       \
          CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
         {"--beta1",                                                                               \
@@ -228,6 +235,18 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
          1,                                                                                       \
          "  --adam-eps E         Adam's epsilon (default: the recipe's)\n",                       \
          CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+        {"--optimizer",                                                                           \
+         CG_CLI_STR,                                                                              \
+         &(r)->optimizer,                                                                         \
+         0,                                                                                       \
+         0,                                                                                       \
+         CG_TRAIN_OPTIMIZER_HELP,                                                                 \
+         CG_CLI_FIXED | CG_CLI_SAVED},                                                            \
+        {"--momentum", CG_CLI_F64, &(r)->momentum, 0, 1e6, NULL, CG_CLI_FIXED | CG_CLI_SAVED},    \
+        {"--nesterov", CG_CLI_SWITCH, &(r)->nesterov, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},   \
+        {"--amsgrad", CG_CLI_SWITCH, &(r)->amsgrad, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},     \
+        {"--alpha", CG_CLI_F64, &(r)->alpha, 0, 1e6, NULL, CG_CLI_FIXED | CG_CLI_SAVED},          \
+        {"--centered", CG_CLI_SWITCH, &(r)->centered, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},   \
         {"--clip-norm",                                                                           \
          CG_CLI_F64,                                                                              \
          &(r)->clip_norm,                                                                         \
@@ -259,6 +278,18 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
             "                       per layer; the same numbers, bit for bit)\n",                 \
             0                                                                                     \
     }
+
+/* --optimizer's help and its flags' (a #define: clang-format keeps its
+ * lines). */
+#define CG_TRAIN_OPTIMIZER_HELP                                                          \
+    "  --optimizer NAME     adamw (default; Adam's steps at --weight-decay 0), adam,\n"  \
+    "                       sgd, rmsprop or adagrad (torch.optim's; --weight-decay is\n" \
+    "                       their L2 decay but adamw's); a checkpoint keeps it\n"        \
+    "  --momentum M         sgd, rmsprop: momentum (default 0: none)\n"                  \
+    "  --nesterov           sgd: Nesterov momentum (needs --momentum > 0)\n"             \
+    "  --amsgrad            adam, adamw: AMSGrad's maximum of the second moments\n"      \
+    "  --alpha A --centered rmsprop: smoothing constant (default 0.99); normalise by\n"  \
+    "                       the gradient's variance\n"
 
 /* --ema-decay's help (a #define: clang-format keeps its lines). */
 #define CG_TRAIN_EMA_HELP                                                                \
@@ -614,10 +645,13 @@ bool cg_decode_precision(const char *arg, const char *train_json, const char *ck
  * CG_EXIT_USAGE for an unknown name, CG_EXIT_FAIL for bf16 on a CPU
  * without it. */
 int cg_precision_flag(const char *arg, cg_precision *out);
-/* The recipe's optimizer at learning rate lr: Adam with its betas and
- * epsilon, AdamW (the decay decoupled, as nanoGPT's and fairseq's adam)
- * when its weight decay is above 0; the decay itself is the trainer's
- * (cg_trainer_model.weight_decay_2d). */
+/* The recipe's optimizer at learning rate lr: --optimizer's with its
+ * flags (PyTorch's defaults otherwise: RMSprop's eps 1e-8, Adagrad's
+ * 1e-10); not given (""), Adam with its betas and epsilon, AdamW (the decay
+ * decoupled, as nanoGPT's and fairseq's adam) when its weight decay is
+ * above 0. The decay itself is the trainer's
+ * (cg_trainer_model.weight_decay_2d). The name is checked by
+ * cg_train_parse (an unknown one here: AdamW's). */
 cg_optim_config cg_train_optim_config(const cg_train_recipe *rec, double lr);
 /* A BPE tokenizer trained for --vocab-size N that has fewer ids (the text
  * has no more merges) is announced: "PROG: warning: --vocab-size N: this
