@@ -205,7 +205,7 @@ START_TEST(schedule_constant_and_kinds)
     ck_assert(cg_schedule_lr(&s, 0) == 3e-4 && cg_schedule_lr(&s, 123456) == 3e-4);
     ck_assert_str_eq(cg_schedule_name(CG_SCHED_NOAM), "noam");
     ck_assert_str_eq(cg_schedule_name((cg_schedule_kind)99), "?");
-    ck_assert_str_eq(cg_schedule_name(CG_SCHED_CONSTANT_LR + 1), "?"); /* one past the last */
+    ck_assert_str_eq(cg_schedule_name(CG_SCHED_CHAINED + 1), "?"); /* one past the last */
     ck_assert_str_eq(cg_schedule_name((cg_schedule_kind)-1), "?");
     s.kind = (cg_schedule_kind)99;
     cg_clear_error();
