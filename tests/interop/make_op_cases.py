@@ -73,6 +73,11 @@ KNOWN = {
                       "softshrink and hardshrink: PyTorch 1.13's scalar loop (short tensors, a "
                       "tensor's last elements) gives g (or g times the scale) and its vectorised "
                       "loop NaN or 0; cgrad gives the scalar loop's everywhere, as its elu",
+    "norm_mixed": "layer_norm and RMSNorm of a bfloat16 x with float32 weights: PyTorch's "
+                  "layer_norm refuses the mix and its composed RMSNorm promotes to float32; "
+                  "cgrad computes in float32 and returns x's dtype (its parameters are "
+                  "float32), as PyTorch's batch_norm does; the reference is PyTorch's float32 "
+                  "norm rounded",
     "attn_masked_v_nonfinite": "fused attention, NaN or inf in v at a masked key: the output NaN "
                                "in both (0 * NaN in P v); the fused backward's dk is NaN at the "
                                "masked keys too, where PyTorch's masked_fill gives 0",
@@ -977,18 +982,26 @@ def gen_norms(rng):
                 xs.append(inp(rng, [d], "float32") if hb else None)
             args = {"eps": eps, "w": hw, "b": hb}
             present = [t for t in xs if t is not None]
+            # a bfloat16 x alone: computed in float32, x's dtype out (an
+            # addend's float32 promotes the sum, as in PyTorch)
+            mixed = dt != "float32" and not name.startswith("add")
 
-            def f(x, a, name=name):
+            def f(x, a, name=name, mixed=mixed):
                 it = iter(x)
                 h = next(it)
+                if mixed:
+                    h = h.float()
                 if name.startswith("add"):
                     h = h + next(it)
                 w = next(it) if a["w"] else None
                 if "layer" in name:
                     b = next(it) if a["b"] else None
-                    return F.layer_norm(h, h.shape[-1:], w, b, a["eps"])
-                return rms_torch([h, w], a)
-            add_case(name, present, args, f, doc=nn_doc([dt]), tol=(16.0, 64.0))
+                    y = F.layer_norm(h, h.shape[-1:], w, b, a["eps"])
+                else:
+                    y = rms_torch([h, w], a)
+                return y.to(DT[dt]) if mixed else y
+            add_case(name, present, args, f, tol=(16.0, 64.0),
+                     known=KNOWN["norm_mixed"] if mixed else "")
 
 
 def gen_nn(rng):
