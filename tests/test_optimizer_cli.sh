@@ -14,6 +14,10 @@
 #   4. --resume continues bit for bit: 4 steps then 2 are the 6 of one run,
 #      for rmsprop and for --lr-schedule multistep and cosine_restarts
 #      (warmup, then PyTorch's kind)
+#   5. --zero 1's line on one process: the state rank 0 holds is the
+#      unsharded state, for every optimizer's buffers (it counted 1 buffer
+#      for SGD and 2 for the rest: wrong for plain SGD, RMSprop, Adagrad
+#      and amsgrad)
 #   test_optimizer_cli.sh CHARLM SEQ2SEQ FIXTURES
 set -uo pipefail
 charlm=$1
@@ -161,5 +165,20 @@ for k in "exponential --gamma 0.9 --warmup 0" "polynomial --power 2 --warmup 2" 
   # shellcheck disable=SC2086
   train_ok "charlm --lr-schedule $k" '"step": 4' "$charlm" train "${TINY[@]}" --steps 4 \
     --lr-schedule $k --out k.st --force
+done
+
+echo "== 5. --zero 1 on one process: rank 0's state is the unsharded state"
+for o in adamw sgd "sgd --momentum 0.9" "rmsprop --momentum 0.9 --centered" adagrad \
+  "adam --amsgrad"; do
+  # shellcheck disable=SC2086
+  "$charlm" train "${TINY[@]}" --d 64 --d-ff 256 --layers 2 --steps 1 --zero 1 \
+    --optimizer $o --out z.st --force >/dev/null 2>z.err || fail "--zero 1 $o: $(tail -c 300 z.err)"
+  pair=$(sed -nE 's/.*optimizer state ([0-9.]+) MB on rank 0 \(([0-9.]+) MB unsharded\).*/\1 \2/p' z.err)
+  read -r held whole <<<"$pair"
+  if [ -n "$pair" ] && [ "$held" = "$whole" ] && [ "$held" != "0.00" -o "${o%% *}" = sgd ]; then
+    echo "ok: --zero 1 --optimizer $o: $held MB held, $whole MB unsharded"
+  else
+    fail "--zero 1 --optimizer $o: '$pair' in: $(grep ZeRO z.err)"
+  fi
 done
 finish
