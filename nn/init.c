@@ -263,9 +263,22 @@ static cg_module *child(const cg_module *m, const char *name)
 
 static bool reset_tree(cg_module *m, const init_src *src);
 
+/* the modules reset_linear draws */
+static bool linear_like(const char *type)
+{
+    static const char *const types[] = {"Linear",         "Conv1d",          "Conv2d",
+                                        "Conv3d",         "ConvTranspose1d", "ConvTranspose2d",
+                                        "ConvTranspose3d"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (!strcmp(type, types[i]))
+            return true;
+    return false;
+}
 /* nn.Linear.reset_parameters: kaiming_uniform_(weight, a=sqrt(5)), then the
- * bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)); nn.Conv1d's, nn.Conv2d's and
- * nn.Conv3d's the same, fan_in in / groups times the kernel's taps. */
+ * bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)); nn.Conv1d's to nn.Conv3d's and
+ * nn.ConvTranspose1d's to 3d's the same (_ConvNd.reset_parameters),
+ * fan_in the weight's dim 1 (in / groups; the transposed: out / groups)
+ * times the kernel's taps. */
 static bool reset_linear(cg_module *m, const init_src *src)
 {
     cg_tensor *w = param(m, "weight"), *b = param(m, "bias");
@@ -356,8 +369,7 @@ static bool reset_tree(cg_module *m, const init_src *src)
     if (!strcmp(t, "TransformerEncoder") || !strcmp(t, "TransformerDecoder"))
         return reset_stack(m, src);
     bool ok = true;
-    if (!strcmp(t, "Linear") || !strcmp(t, "Conv1d") || !strcmp(t, "Conv2d") ||
-        !strcmp(t, "Conv3d"))
+    if (linear_like(t))
         ok = reset_linear(m, src);
     else if (is_recurrent(t))
         ok = reset_rnn(m, src);

@@ -53,8 +53,9 @@ cg_rng *cg_init_skip(void);
  * module's own parameters, then its children), each drawing in PyTorch's
  * order:
  *   Linear, Conv1d,  weight kaiming_uniform_(a = sqrt(5)), i.e.
- *   Conv2d, Conv3d   U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in),
- *                    1/sqrt(in)) (nn.Linear.reset_parameters);
+ *   Conv2d, Conv3d,  U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in),
+ *   ConvTranspose-   1/sqrt(in)) (nn.Linear.reset_parameters; in the
+ *   1d, 2d, 3d       weight's dim 1 times the kernel's taps);
  *   Embedding        weight N(0, 1);
  *   LayerNorm        weight 1, bias 0; RMSNorm weight 1;
  *   RNN, GRU, LSTM   every parameter U(-1/sqrt(H), 1/sqrt(H)), in

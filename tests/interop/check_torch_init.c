@@ -21,16 +21,24 @@ static cg_module *build(void)
     cg_tf_config post = {.d = 8, .H = 2, .d_ff = 16, .norm = CG_NORM_LAYERNORM, .act = CG_ACT_RELU};
     cg_tf_config pre = post;
     pre.norm_first = true;
+    cg_conv_cfg g2 = CG_CONV_DEFAULT;
+    g2.groups = 2;
     cg_module *root = cg_module_new("Root");
-    bool ok = root && cg_module_add_child(root, "lin", cg_linear_new(5, 7, true, NULL)) &&
-              cg_module_add_child(root, "lin_nobias", cg_linear_new(6, 3, false, NULL)) &&
-              cg_module_add_child(root, "emb", cg_embed_new(11, 6, NULL)) &&
-              cg_module_add_child(root, "emb_small", cg_embed_new(3, 5, NULL)) &&
-              cg_module_add_child(root, "ln", cg_layernorm_new(6)) &&
-              cg_module_add_child(root, "mha", cg_mha_new(8, 2, NULL)) &&
-              cg_module_add_child(root, "enc", cg_enc_layer_new(&post, NULL)) &&
-              cg_module_add_child(root, "dec", cg_dec_layer_new(&post, NULL)) &&
-              cg_module_add_child(root, "stack", cg_enc_stack_new(2, &pre, NULL));
+    bool ok =
+        root && cg_module_add_child(root, "lin", cg_linear_new(5, 7, true, NULL)) &&
+        cg_module_add_child(root, "lin_nobias", cg_linear_new(6, 3, false, NULL)) &&
+        cg_module_add_child(root, "emb", cg_embed_new(11, 6, NULL)) &&
+        cg_module_add_child(root, "emb_small", cg_embed_new(3, 5, NULL)) &&
+        cg_module_add_child(root, "ln", cg_layernorm_new(6)) &&
+        cg_module_add_child(root, "mha", cg_mha_new(8, 2, NULL)) &&
+        cg_module_add_child(root, "enc", cg_enc_layer_new(&post, NULL)) &&
+        cg_module_add_child(root, "dec", cg_dec_layer_new(&post, NULL)) &&
+        cg_module_add_child(root, "stack", cg_enc_stack_new(2, &pre, NULL)) &&
+        cg_module_add_child(root, "conv", CG_MODULE(cg_conv2d_new(3, 4, 2, 3, NULL, true, NULL))) &&
+        cg_module_add_child(root, "convt",
+                            CG_MODULE(cg_conv_transpose2d_new(4, 6, 3, 2, &g2, true, NULL))) &&
+        cg_module_add_child(root, "convt3",
+                            CG_MODULE(cg_conv_transpose3d_new(2, 4, 2, 1, 2, NULL, true, NULL)));
     if (!ok) {
         cg_module_free(root);
         return NULL;

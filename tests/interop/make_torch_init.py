@@ -6,9 +6,10 @@ After torch.manual_seed(SEED), builds in this order nn.Linear(5, 7),
 nn.Linear(6, 3, bias=False), nn.Embedding(11, 6), nn.Embedding(3, 5) (15
 elements: torch's other normal_ path), nn.LayerNorm(6),
 nn.MultiheadAttention(8, 2), nn.TransformerEncoderLayer(8, 2, 16),
-nn.TransformerDecoderLayer(8, 2, 16) and nn.TransformerEncoder of a
-pre-norm layer (2 layers, a final LayerNorm), then draws 5 uniforms (where
-the generator stands). DIR/torch_init.safetensors holds every parameter
+nn.TransformerDecoderLayer(8, 2, 16), nn.TransformerEncoder of a
+pre-norm layer (2 layers, a final LayerNorm), nn.Conv2d(3, 4, (2, 3)),
+nn.ConvTranspose2d(4, 6, (3, 2), groups=2) and nn.ConvTranspose3d(2, 4,
+(2, 1, 2)), then draws 5 uniforms (where the generator stands). DIR/torch_init.safetensors holds every parameter
 under cgrad's names (in_proj_weight split into q, k and v; linear1 ->
 ff.fc1, norm1 -> ln1, multihead_attn -> cross_attn, norm -> ln_f) and the
 5 draws as "after".
@@ -56,6 +57,9 @@ def main(out):
             ("dec", nn.TransformerDecoderLayer(8, 2, 16))]
     layer = nn.TransformerEncoderLayer(8, 2, 16, norm_first=True)
     mods.append(("stack", nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8))))
+    mods += [("conv", nn.Conv2d(3, 4, (2, 3))),
+             ("convt", nn.ConvTranspose2d(4, 6, (3, 2), groups=2)),
+             ("convt3", nn.ConvTranspose3d(2, 4, (2, 1, 2)))]
     tensors = {}
     for name, m in mods:
         tensors.update(cgrad_names(name, m.state_dict()))
