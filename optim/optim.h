@@ -135,6 +135,9 @@ const char *cg_optim_buffer_name(int k);
 /* Does an optimizer with configuration c keep buffer k? (False for a bad
  * k or type.) */
 bool cg_optim_keeps(const cg_optim_config *c, int k);
+/* How many buffers it keeps for each parameter (0 for plain SGD, 3 for
+ * RMSprop with momentum and centered, ...). */
+int cg_optim_n_buffers(const cg_optim_config *c);
 
 /* One parameter. name: non-empty, unique in the optimizer (copied). tensor:
  * contiguous float32 leaf, retained. weight_decay >= 0. */

@@ -148,6 +148,14 @@ bool cg_optim_keeps(const cg_optim_config *c, int k)
     return false;
 }
 
+int cg_optim_n_buffers(const cg_optim_config *c)
+{
+    int n = 0;
+    for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+        n += cg_optim_keeps(c, k);
+    return n;
+}
+
 /* The hyper-parameters each type checks (PyTorch's constructors' checks,
  * finite numbers besides): >= 0, or in [0, 1) for a beta. */
 static const struct {

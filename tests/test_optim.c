@@ -117,6 +117,21 @@ START_TEST(more_refusals)
     CG_ASSERT_FAILS(cg_optim_state(o, 0, "grad_avg"), "(it keeps square_avg)");
     ck_assert(!cg_optim_keeps(&c, CG_OPTIM_BUF_MOMENTUM) &&
               cg_optim_keeps(&c, CG_OPTIM_BUF_SQUARE_AVG));
+    /* the buffers a parameter: plain SGD 0, with momentum 1, Adam 2 (3
+     * with amsgrad), RMSprop 1 to 3, Adagrad 1 */
+    cg_optim_config amsgrad = cg_adam_config(1e-3, 0.9, 0.999, 1e-8);
+    amsgrad.amsgrad = true;
+    const cg_optim_config cs[7] = {cg_sgd_config(0.1, 0, false),
+                                   cg_sgd_config(0.1, 0.9, false),
+                                   cg_adamw_config(1e-3, 0.9, 0.999, 1e-8),
+                                   amsgrad,
+                                   c,
+                                   cg_rmsprop_config(0.01, 0.99, 1e-8, 0.9, true),
+                                   cg_adagrad_config(0.01, 0, 0, 1e-10)};
+    const int nb[7] = {0, 1, 2, 3, 1, 3, 1};
+    for (int i = 0; i < 7; i++)
+        ck_assert_int_eq(cg_optim_n_buffers(&cs[i]), nb[i]);
+    ck_assert_int_eq(cg_optim_n_buffers(NULL), 0);
     ck_assert_ptr_null(cg_optim_buffer_name(0));
     ck_assert_ptr_null(cg_optim_buffer_name(CG_OPTIM_NBUFS));
     ck_assert_str_eq(cg_optim_type_name(CG_OPTIM_RMSPROP), "rmsprop");

@@ -383,12 +383,10 @@ static uint64_t first_reserve(const run_ctx *c)
 /* --zero 1: what rank 0 holds of the optimizer state and of the average. */
 static void zero_line(const run_ctx *c)
 {
-    int64_t n = 0, bufs = 0; /* the buffers the optimizer keeps a parameter */
+    int64_t n = 0;
     for (int i = 0; i < c->st.n_train; i++)
         n += cg_numel(c->st.op[i].tensor);
-    for (int k = 1; k < CG_OPTIM_NBUFS; k++)
-        bufs += cg_optim_keeps(&c->m->optim, k);
-    double whole = (double)n * (double)bufs * sizeof(float);
+    double whole = (double)n * cg_optim_n_buffers(&c->m->optim) * sizeof(float);
     char avg[96] = "";
     if (c->ema)
         snprintf(avg, sizeof avg, ", the weights' average %.2f MB (%.2f MB)",
