@@ -603,7 +603,17 @@ bool cg_optim_set_momentum(cg_optim *o, double momentum)
 {
     if (!o)
         return cg_error_null_input("cg_optim_set_momentum");
-    cg_optim_config *c = &o->cfg;
+    return cg_optim_config_set_momentum(&o->cfg, momentum);
+}
+
+bool cg_optim_config_set_momentum(cg_optim_config *c, double momentum)
+{
+    if (!c)
+        return cg_error_null_input("cg_optim_config_set_momentum");
+    if ((int)c->type < 0 || (int)c->type >= CG_OPTIM_NTYPES) {
+        cg_set_error("optim set_momentum: unknown optimizer type %d", (int)c->type);
+        return false;
+    }
     const char *tn = type_names[c->type];
     if (c->type == CG_OPTIM_ADAGRAD) {
         cg_set_error("optim set_momentum: adagrad has no momentum (sgd, rmsprop: momentum; adam, "

@@ -213,6 +213,9 @@ double cg_optim_lr(const cg_optim *o);
  * Saved and loaded back with the state (cg_optim_save's .momentum and
  * .beta1). */
 bool cg_optim_set_momentum(cg_optim *o, double momentum);
+/* The same on a configuration (before an optimizer is built from it:
+ * whether its type takes a moved momentum), with the same refusals. */
+bool cg_optim_config_set_momentum(cg_optim_config *c, double momentum);
 /* The configuration (lr is the current learning rate). */
 cg_optim_config cg_optim_get_config(const cg_optim *o);
 /* Number of cg_optim_step calls (restored by cg_optim_load). */

@@ -599,7 +599,7 @@ for j in got:
 assert [j['step'] for j in got] == [18, 19, 20], got
 PY
 echo "--lr-schedule: a checkpoint from before it resumes with the cosine"
-for bad in "--lr-schedule foo" "--lr-schedule noam" "--cooldown 5" "--lr-schedule wsd --cooldown 21" \
+for bad in "--lr-schedule foo" "--lr-schedule step" "--cooldown 5" "--lr-schedule wsd --cooldown 21" \
   "--lr-schedule constant --min-lr 1e-5"; do
   rc=0
   # shellcheck disable=SC2086
@@ -609,4 +609,4 @@ done
 rc=0
 "$charlm" train --resume sch_h17.st --lr-schedule cosine >/dev/null 2>sch.log || rc=$?
 [ "$rc" = 2 ] && grep -q 'drop --lr-schedule' sch.log || fail "--resume --lr-schedule: exit $rc, $(cat sch.log)"
-echo "--lr-schedule: unknown names, noam, --cooldown without wsd or past --steps, constant with --min-lr, and with --resume exit 2"
+echo "--lr-schedule: unknown names, step, --cooldown without wsd or past --steps, constant with --min-lr, and with --resume exit 2"

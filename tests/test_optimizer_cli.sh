@@ -132,7 +132,7 @@ lm_refused "multistep without --milestones" "\-\-lr-schedule multistep needs --m
   --lr-schedule multistep
 lm_refused "cosine_restarts without --t0" "\-\-lr-schedule cosine_restarts needs --t0" \
   --lr-schedule cosine_restarts
-lm_refused "--gamma for cosine" "\-\-gamma is exponential's and multistep's decay" \
+lm_refused "--gamma for cosine" "\-\-gamma is exponential's, multistep's and plateau's decay" \
   --gamma 0.5
 lm_refused "--power for multistep" "\-\-power is polynomial's" \
   --lr-schedule multistep --milestones 2 --power 2
@@ -142,8 +142,8 @@ lm_refused "--min-lr for exponential" "\-\-min-lr is not read by this --lr-sched
   --lr-schedule exponential --gamma 0.9 --min-lr 1e-4
 lm_refused "onecycle with --warmup" "\-\-lr-schedule onecycle warms up by itself" \
   --lr-schedule onecycle --warmup 2
-lm_refused "unknown schedule" "\-\-lr-schedule: 'noam' is not one of" \
-  --lr-schedule noam
+lm_refused "unknown schedule" "\-\-lr-schedule: 'step' is not one of" \
+  --lr-schedule step
 [ ! -e x.st ] || fail "a refused run wrote x.st"
 
 echo "== 4. --resume: 4 + 2 steps are the 6 of one run"

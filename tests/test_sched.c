@@ -443,6 +443,22 @@ START_TEST(momentum_refusals)
                   "%s", cg_last_error());
     ck_assert(!cg_optim_set_momentum(NULL, 0.5));
     cg_optim_free(o);
+    /* the same on a configuration: the same refusals, beta1 or momentum set */
+    cg_optim_config c = cg_adagrad_default(0.01);
+    ck_assert(!cg_optim_config_set_momentum(&c, 0.9));
+    ck_assert_msg(strstr(cg_last_error(), opts[0].msg), "%s", cg_last_error());
+    c = cg_sgd_config(0.01, 0, false);
+    ck_assert(!cg_optim_config_set_momentum(&c, 0.9));
+    ck_assert_msg(strstr(cg_last_error(), opts[1].msg), "%s", cg_last_error());
+    c = cg_sgd_config(0.01, 0.5, false);
+    ck_assert(cg_optim_config_set_momentum(&c, 0.9) && c.momentum == 0.9);
+    c = cg_adam_config(0.01, 0.9, 0.999, 1e-8);
+    ck_assert(cg_optim_config_set_momentum(&c, 0.85) && c.beta1 == 0.85 && c.momentum == 0);
+    ck_assert(!cg_optim_config_set_momentum(&c, 1.0) && c.beta1 == 0.85);
+    c.type = (cg_optim_type)99;
+    ck_assert(!cg_optim_config_set_momentum(&c, 0.9));
+    ck_assert_str_eq(cg_last_error(), "optim set_momentum: unknown optimizer type 99");
+    ck_assert(!cg_optim_config_set_momentum(NULL, 0.9));
 }
 END_TEST
 

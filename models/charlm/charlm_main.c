@@ -41,41 +41,6 @@ static const char TRAIN_NOTES[] =
     "  --tokenizer char\n"
     "\n";
 
-/* The schedule's rows of charlm train (r an lm_run *) */
-/* clang-format off */
-#define LM_SCHEDULE_FLAGS(r)                                                                    \
-    {"--warmup", CG_CLI_I64, &(r)->warmup, 0, 1000000000,                                       \
-     "  --warmup N         steps of the learning rate's linear warmup (default 100)\n",         \
-     CG_CLI_FIXED | CG_CLI_SAVED},                                                              \
-    {"--min-lr", CG_CLI_F64, &(r)->min_lr, 0, 10,                                               \
-     "  --min-lr X         the rate the schedule ends at, at the last step (default\n"         \
-     "                     lr/10)\n",                                                           \
-     CG_CLI_FIXED},                                                                             \
-    {"--lr-schedule", CG_CLI_STR, &(r)->schedule, 0, 0,                                         \
-     "  --lr-schedule S    after the warmup: cosine (default), linear (Hugging Face's:\n"      \
-     "                     a straight line to --min-lr at the last step; its warmup\n"         \
-     "                     starts at 0), constant (--lr), or wsd (warmup-stable-decay:\n"      \
-     "                     --lr, then a straight line to --min-lr over --cooldown),\n"        \
-     "                     or torch.optim.lr_scheduler's after the warmup: exponential\n"      \
-     "                     (--gamma), multistep (--milestones, --gamma 0.1),\n"               \
-     "                     polynomial (towards 0 at --steps, --power 1),\n"                   \
-     "                     cosine_restarts (--t0, --t-mult 1, down to --min-lr),\n"           \
-     "                     onecycle (--lr its peak; no --warmup: its own 30%)\n",             \
-     CG_CLI_FIXED},                                                                             \
-    {"--gamma", CG_CLI_F64, &(r)->gamma, 1e-12, 1e6,                                            \
-     "  --gamma G --milestones A,B --power P --t0 N --t-mult M  those kinds'\n"                 \
-     "                     parameters (PyTorch's; milestones counted after the warmup)\n",     \
-     CG_CLI_FIXED},                                                                             \
-    {"--milestones", CG_CLI_STR, &(r)->milestones, 0, 0, NULL, CG_CLI_FIXED},                  \
-    {"--power", CG_CLI_F64, &(r)->power, 0, 1e6, NULL, CG_CLI_FIXED},                          \
-    {"--t0", CG_CLI_I64, &(r)->t0, 1, 1e12, NULL, CG_CLI_FIXED},                               \
-    {"--t-mult", CG_CLI_I64, &(r)->t_mult, 1, 1e6, NULL, CG_CLI_FIXED},                        \
-    {"--cooldown", CG_CLI_I64, &(r)->cooldown, 1, 1e9,                                          \
-     "  --cooldown N       wsd's last N steps, which decay the rate (default: a fifth\n"       \
-     "                     of --steps, so a resumed run with more --steps decays later)\n",    \
-     CG_CLI_FIXED}
-/* clang-format on */
-
 static int cmd_train(int argc, char **argv)
 {
     cg_train_opts o;
@@ -86,13 +51,8 @@ static int cmd_train(int argc, char **argv)
     rec.beta2 = 0.99;
     lm_run r = {.preset = "tiny",
                 .init = "normal",
-                .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL},
-                .warmup = 100,
-                .min_lr = NAN,
-                .schedule = "cosine",
-                .milestones = "",
-                .power = 1,
-                .t_mult = 1};
+                .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL}};
+    cg_train_sched_init(&r.sched, "cosine", 100);
     /* charlm train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
@@ -113,11 +73,14 @@ static int cmd_train(int argc, char **argv)
          "  --init normal|gpt2 weights N(0, 0.02) (models.py's; default), or GPT-2's as\n"
          "                     nanoGPT draws them: o_proj and fc2 N(0, 0.02/sqrt(2 layers))\n",
          CG_CLI_FIXED},
-        LM_SCHEDULE_FLAGS(&r),
+        {"--warmup", CG_CLI_I64, &r.sched.warmup, 0, 1000000000,
+         "  --warmup N         steps of the learning rate's linear warmup (default 100)\n",
+         CG_CLI_FIXED | CG_CLI_SAVED},
         {NULL, 0, NULL, 0, 0, TRAIN_NOTES, 0},
         CG_TRAIN_INIT_FROM_FLAGS(&o, "fine-tuning (nanoGPT's init_from; PEFT's LoRA):\n"),
         CG_TRAIN_LORA_FLAGS(&r.lora, &o),
         CG_TRAIN_RECIPE_FLAGS(&rec),
+        CG_TRAIN_SCHEDULE_FLAGS(&r.sched),
         CG_TRAIN_RUN_FLAGS(&o),
     };
     cg_cli_args args = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};

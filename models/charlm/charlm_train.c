@@ -22,7 +22,6 @@
 #include "models/train/model_common.h"
 #include "models/train/train_common.h"
 #include "optim/optim.h"
-#include "optim/schedule.h"
 
 #define EVAL_BATCHES 20
 #define EVAL_SEED 1234
@@ -61,65 +60,16 @@ static cg_tensor *lm_loss(void *self, int k, float grad_scale)
                                   (float)r->label_smoothing, grad_scale);
 }
 
-/* The run's schedule over steps: --lr-schedule's (constant: the cosine
- * from --lr to --lr, the warmup then the peak); PyTorch's kinds after the
- * warmup's ramp, a SequentialLR of the two (kids: its children) */
-static cg_schedule lm_schedule(const lm_run *r, int64_t steps, cg_schedule kids[2])
-{
-    int64_t after = steps - r->warmup > 1 ? steps - r->warmup : 1;
-    kids[0] = cg_schedule_cosine(steps, r->warmup, r->lr, r->lr);
-    switch (r->sched) {
-    case CG_SCHED_EXPONENTIAL: kids[1] = cg_schedule_exponential(r->gamma, r->lr); break;
-    case CG_SCHED_MULTISTEP:
-        kids[1] = cg_schedule_multistep(r->ms, r->n_ms, r->gamma, r->lr);
-        break;
-    case CG_SCHED_POLYNOMIAL: kids[1] = cg_schedule_polynomial(after, r->power, r->lr); break;
-    case CG_SCHED_COSINE_RESTARTS:
-        kids[1] = cg_schedule_cosine_restarts(r->t0, r->t_mult, r->lr, r->min_lr);
-        break;
-    case CG_SCHED_ONECYCLE: /* its own warmup (pct_start): --warmup refused */
-        return cg_schedule_onecycle(steps, r->lr, 0.3, CG_ANNEAL_COS, 25, 1e4, false);
-    default: kids[1] = kids[0];
-    }
-    if (kids[1].kind != CG_SCHED_COSINE)
-        return r->warmup ? cg_schedule_sequential(kids, 2, &r->warmup) : kids[1];
-    switch (r->sched) {
-    case CG_SCHED_LINEAR: return cg_schedule_linear(steps, r->warmup, r->lr, r->min_lr);
-    case CG_SCHED_CONSTANT: return cg_schedule_cosine(steps, r->warmup, r->lr, r->lr);
-    case CG_SCHED_WSD:
-        return cg_schedule_wsd(steps, r->warmup, r->cooldown ? r->cooldown : steps / 5, r->lr,
-                               r->min_lr);
-    default: return cg_schedule_cosine(steps, r->warmup, r->lr, r->min_lr);
-    }
-}
-
 static double lm_lr(void *self, int64_t step)
 {
     lm_run *r = self;
-    cg_schedule kids[2];
-    cg_schedule s = lm_schedule(r, r->t->o->steps, kids);
-    return cg_schedule_lr(&s, step - 1);
+    return cg_train_sched_lr(&r->sched, r->t->o->steps, step, &r->t->hist);
 }
 
-/* --resume with another --steps: the cosine's length is --steps, so the
- * schedule from the resumed step on is not the one the checkpoint's run
- * followed (as in fairseq, whose cosine takes the --max-update given):
- * said once, with the learning rate of the next step both ways. */
-static void lm_schedule_note(const lm_run *r, const cg_trainer *t, const cg_train_opts *o)
+static double lm_momentum(void *self, int64_t step)
 {
-    if (!o->resume || t->ckpt_steps == o->steps)
-        return;
-    cg_schedule kids[2];
-    cg_schedule s = lm_schedule(r, t->ckpt_steps, kids);
-    double was = cg_schedule_lr(&s, t->start);
-    double now = lm_lr((void *)r, t->start + 1);
-    if (was != now)
-        cg_prog_warn("--steps %lld reshapes the %s schedule of '%s' (warmup %lld, then down "
-                     "to %.3e at step %lld): the learning rate of step %lld is %.3e instead of "
-                     "%.3e, so the run goes on neither as that run nor as a %lld-step run would",
-                     (long long)o->steps, cg_schedule_name(r->sched), o->resume,
-                     (long long)r->warmup, r->min_lr, (long long)t->ckpt_steps,
-                     (long long)t->start + 1, now, was, (long long)o->steps);
+    lm_run *r = self;
+    return cg_train_sched_momentum(&r->sched, r->t->o->steps, step);
 }
 
 static bool lm_evaluate(void *self, int64_t step, cg_eval_result *e)
@@ -166,22 +116,15 @@ static bool lm_state(void *self, cJSON *o)
     const cg_json_field f[] = {
         {"batch_size", CG_JF_I64, &r->B, 1, 1 << 20, false},
         {"lr", CG_JF_F64, &r->lr, 1e-12, 10, false},
-        /* beside lr, which its default follows (absent: from before --min-lr) */
-        {"min_lr", CG_JF_F64, &r->min_lr, 0, 10, true},
-        /* absent: from before --lr-schedule, the cosine */
-        {"lr_schedule", CG_JF_STR, &r->schedule, 0, 0, true},
-        {"cooldown", CG_JF_I64, &r->cooldown, 0, 1e9, true},
-        /* absent: from before PyTorch's kinds (none of them) */
-        {"gamma", CG_JF_F64, &r->gamma, 0, 1e6, true},
-        {"milestones", CG_JF_STR, &r->milestones, 0, 0, true},
-        {"power", CG_JF_F64, &r->power, 0, 1e6, true},
-        {"t0", CG_JF_I64, &r->t0, 0, 1e12, true},
-        {"t_mult", CG_JF_I64, &r->t_mult, 1, 1e6, true},
         {"label_smoothing", CG_JF_F64, &r->label_smoothing, 0, 1, false},
         {"batch_rng_seed", CG_JF_U64STR, &r->batch_rng.seed, 0, 0, false},
         {"batch_rng_counter", CG_JF_U64STR, &r->batch_rng.counter, 0, 0, false},
     };
-    return cg_trainer_model_state(r->t, "charlm", o, f, (int)(sizeof f / sizeof f[0]));
+    enum { N = (int)(sizeof f / sizeof f[0]) };
+    cg_json_field all[N + CG_TRAIN_SCHED_NFIELDS];
+    memcpy(all, f, sizeof f);
+    return cg_trainer_model_state(r->t, "charlm", o, all,
+                                  N + cg_train_sched_fields(&r->sched, all + N));
 }
 
 /* The config of a fresh run from the preset and the flags (the vocabulary
@@ -394,86 +337,6 @@ static void lm_announce(const lm_run *r, const cg_trainer *t, const cg_train_opt
             cg_train_precision_note(o, note, sizeof note));
 }
 
-/* PyTorch's kinds' flags (r->sched parsed): each given for its kind only,
- * the ones a kind needs given, --milestones parsed; NULL, or why not (in
- * buf when it is made) */
-static const char *torch_kind_flags(lm_run *r, const cg_cli_args *a, bool fresh, char *buf,
-                                    size_t cap)
-{
-    const cg_schedule_kind k = r->sched;
-    const bool gamma = k == CG_SCHED_EXPONENTIAL || k == CG_SCHED_MULTISTEP;
-    if (r->gamma != 0 && !gamma)
-        return "--gamma is exponential's and multistep's decay: give that --lr-schedule";
-    if (*r->milestones && k != CG_SCHED_MULTISTEP)
-        return "--milestones are multistep's: give --lr-schedule multistep";
-    if (r->power != 1 && k != CG_SCHED_POLYNOMIAL)
-        return "--power is polynomial's: give --lr-schedule polynomial";
-    if ((r->t0 || r->t_mult != 1) && k != CG_SCHED_COSINE_RESTARTS)
-        return "--t0 and --t-mult are cosine_restarts': give --lr-schedule cosine_restarts";
-    if (k == CG_SCHED_EXPONENTIAL && r->gamma == 0)
-        return "--lr-schedule exponential needs --gamma (the decay of each step)";
-    if (k == CG_SCHED_MULTISTEP && !*r->milestones)
-        return "--lr-schedule multistep needs --milestones (steps after the warmup: 100,200)";
-    if (k == CG_SCHED_COSINE_RESTARTS && !r->t0)
-        return "--lr-schedule cosine_restarts needs --t0 (its first cycle's steps)";
-    if (k == CG_SCHED_ONECYCLE && fresh && cg_cli_given(a, &r->warmup))
-        return "--lr-schedule onecycle warms up by itself (30% of the steps): drop --warmup";
-    if (fresh && cg_cli_given(a, &r->min_lr) &&
-        (gamma || k == CG_SCHED_POLYNOMIAL || k == CG_SCHED_ONECYCLE))
-        return "--min-lr is not read by this --lr-schedule: drop it";
-    if (k == CG_SCHED_MULTISTEP && r->gamma == 0)
-        r->gamma = 0.1; /* MultiStepLR's */
-    r->n_ms = 0;
-    for (const char *p = r->milestones; *p;) {
-        char *end;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || (*end && *end != ',') || v < 1 || v > 1e12 ||
-            (r->n_ms && v <= r->ms[r->n_ms - 1]) || r->n_ms == CG_SCHED_MAX_MILESTONES) {
-            snprintf(buf, cap,
-                     "--milestones '%.60s': need 1 to %d steps >= 1, increasing, comma-separated",
-                     r->milestones, CG_SCHED_MAX_MILESTONES);
-            return buf;
-        }
-        r->ms[r->n_ms++] = v;
-        p = *end ? end + 1 : end;
-    }
-    return NULL;
-}
-
-/* --lr-schedule and --cooldown (ckpt: the resumed checkpoint's, named;
- * else the flags'): the schedule's kind set, -1; or the exit code. */
-static int schedule_check(lm_run *r, const cg_train_opts *o, const char *ckpt)
-{
-    const cg_cli_args *a = o->args;
-    const char *why = NULL;
-    bool ok = cg_schedule_parse(r->schedule, &r->sched) && r->sched != CG_SCHED_NOAM &&
-              r->sched != CG_SCHED_STEP && r->sched < CG_SCHED_LINEAR_LR;
-    char buf[256];
-    if (!ok) {
-        snprintf(buf, sizeof buf,
-                 "--lr-schedule: '%.60s' is not one of cosine, linear, constant, wsd, "
-                 "exponential, multistep, polynomial, cosine_restarts, onecycle",
-                 r->schedule);
-        why = buf;
-    } else if ((why = torch_kind_flags(r, a, !ckpt, buf, sizeof buf))) {
-    } else if (r->cooldown && r->sched != CG_SCHED_WSD) {
-        why = "--cooldown is the length of wsd's decay: give --lr-schedule wsd";
-    } else if (!ckpt && cg_cli_given(a, &r->min_lr) && r->sched == CG_SCHED_CONSTANT) {
-        why = "--lr-schedule constant keeps --lr after the warmup: drop --min-lr";
-    } else if (r->cooldown > o->steps) {
-        snprintf(buf, sizeof buf, "--cooldown %lld is longer than the run's %lld steps",
-                 (long long)r->cooldown, (long long)o->steps);
-        why = buf;
-    }
-    r->schedule = ok ? cg_schedule_name(r->sched) : "cosine"; /* static, not the checkpoint's */
-    if (!why)
-        return -1;
-    if (ckpt && !cg_cli_given(a, &o->steps)) /* the file's own: damaged */
-        return cg_prog_fail("'%s': its training state's %s (a damaged checkpoint?)", ckpt, why);
-    cg_prog_fail("%s", why);
-    return CG_EXIT_USAGE;
-}
-
 /* Corpus, tokenizer and model (fresh, resumed or from a base), checked,
  * and the char LM as the trainer sees it. */
 int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, cg_trainer_model *m)
@@ -487,20 +350,21 @@ int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     if (!cg_trainer_set_data(t, &id))
         return cg_prog_fail_lib(NULL);
     r->T = r->model->cfg.max_len;
-    if (isnan(r->min_lr)) /* not given, nor recorded (a checkpoint from before --min-lr) */
-        r->min_lr = r->lr / 10;
-    if ((rc = schedule_check(r, o, o->resume)) >= 0)
+    cg_optim_config opt = cg_train_optim_config(rec, r->lr);
+    r->sched.lr = r->lr; /* the checkpoint's: checked as recorded (a fresh run's in lm_check) */
+    if (o->resume && (rc = cg_train_sched_check(&r->sched, o, &opt, o->resume)) >= 0)
         return rc;
+    cg_train_sched_ready(&r->sched, r->lr, r->model->cfg.d);
     cg_charlm_set_recompute(r->model, rec->recompute);
     if ((rc = lm_data_checks(r, o)) >= 0)
         return rc;
     lm_announce(r, t, o);
-    lm_schedule_note(r, t, o);
+    cg_train_sched_note(&r->sched, o->resume, t->ckpt_steps, o->steps, t->start, &t->hist);
     *m = (cg_trainer_model){.name = "charlm",
                             .plot_title = "charlm loss",
                             .module = CG_MODULE(r->model),
                             .dropout_rng = &r->model->dropout_rng,
-                            .optim = cg_train_optim_config(rec, r->lr),
+                            .optim = opt,
                             .weight_decay_2d = rec->weight_decay,
                             .clip_norm = rec->clip_norm,
                             .eval_at_start = true,
@@ -508,6 +372,7 @@ int lm_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
                             .batch = lm_batch,
                             .loss = lm_loss,
                             .lr = lm_lr,
+                            .momentum = lm_momentum,
                             .evaluate = lm_evaluate,
                             .finish = lm_finish,
                             .config_json = lm_config,
@@ -531,14 +396,11 @@ int lm_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
         return CG_EXIT_USAGE;
     }
     int rc = cg_train_check_lora(o, &r->lora);
-    if (rc >= 0)
-        return rc;
-    if (!o->resume && r->min_lr > rec->lr) {
-        cg_prog_fail("--min-lr %g is above the peak --lr %g (the cosine goes down to it)",
-                     r->min_lr, rec->lr);
-        return CG_EXIT_USAGE;
-    }
-    return -1;
+    if (rc >= 0 || o->resume)
+        return rc; /* resuming: the checkpoint's schedule (lm_setup) */
+    cg_optim_config opt = cg_train_optim_config(rec, rec->lr);
+    r->sched.lr = rec->lr;
+    return cg_train_sched_check(&r->sched, o, &opt, NULL);
 }
 
 void lm_cleanup(void *self)

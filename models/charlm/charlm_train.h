@@ -10,8 +10,8 @@
 #include "models/charlm/charlm.h"
 #include "models/data/data.h"
 #include "models/train/finetune.h"
+#include "models/train/lr_sched.h"
 #include "models/train/program.h"
-#include "optim/schedule.h"
 
 #define PROG "charlm"
 #define DEFAULT_DATA "data/moby_dick.txt"
@@ -35,23 +35,7 @@ typedef struct {
     cg_split_view tr, va;
     int64_t B, T, r0, r1, steps;
     double lr, label_smoothing;
-    int64_t warmup; /* --warmup: steps of the linear warmup */
-    double min_lr;  /* --min-lr: where the cosine ends (NAN until set: lr/10) */
-    /* --lr-schedule after the warmup: cosine, linear, constant or wsd (the
-     * flag's text, then the kind's static name), and wsd's --cooldown (0:
-     * a fifth of --steps) */
-    const char *schedule;
-    cg_schedule_kind sched;
-    int64_t cooldown;
-    /* torch.optim.lr_scheduler's kinds after the warmup (SequentialLR):
-     * --gamma (exponential, multistep: 0 until set), --milestones
-     * ("a,b": multistep's, counted after the warmup, parsed into ms; ""),
-     * --power (polynomial, 1), --t0 and --t-mult (cosine_restarts) */
-    double gamma, power;
-    const char *milestones;
-    int64_t ms[CG_SCHED_MAX_MILESTONES];
-    int n_ms;
-    int64_t t0, t_mult;
+    cg_train_sched sched; /* --warmup, --lr-schedule and its flags */
     cg_rng batch_rng;
     int64_t *x, *y; /* grad_accum batches of B x T */
     double tl, vl;  /* the last evaluation */

@@ -99,14 +99,12 @@ static const mt_run TRAIN_DEFAULTS = {
     .preset = "tiny",
     .max_tokens = 3000,
     .pad_to = 1,
-    .warmup = 400,
     .max_len = 256,
     .valid_size = 500,
     .test_size = 1000,
     .test_limit = 1000,
     .beam = 4,
     .examples = 3,
-    .factor = 0.5,
     .alpha = CG_BEAM_ALPHA,
     .eval_beam = 1,
     .lora = {.rank = 0, .alpha = NAN, .dropout = 0, .targets = NULL}};
@@ -118,6 +116,8 @@ static int cmd_train(int argc, char **argv)
     cg_train_init(&o, &rec, 11000, 1000);
     recipe_defaults(&rec);
     mt_run r = TRAIN_DEFAULTS;
+    cg_train_sched_init(&r.sched, "noam", 400);
+    r.sched.factor = 0.5;
     /* seq2seq train's flags, one row each (models/train/options.h: how to add
      * one), then the rows both train commands share */
     const cg_cli_opt opts[] = {
@@ -136,12 +136,14 @@ static int cmd_train(int argc, char **argv)
         {"--pad-to-multiple", CG_CLI_I64, &r.pad_to, 1, 1e6,
          "  --pad-to-multiple N  pad batch lengths up to a multiple of N (at most --max-len)\n",
          CG_CLI_FIXED},
-        {"--factor", CG_CLI_F64, &r.factor, 1e-12, 1e3,
+        {"--factor", CG_CLI_F64, &r.sched.factor, 1e-12, 1e3,
          "  --factor F           Noam factor (default 0.5; --lr X sets the peak instead:\n"
          "                       factor = X * sqrt(d * warmup))\n",
          CG_CLI_FIXED},
-        {"--warmup", CG_CLI_I64, &r.warmup, 1, 1e9,
-         "  --warmup N           Noam warmup steps (default 400)\n", CG_CLI_FIXED},
+        {"--warmup", CG_CLI_I64, &r.sched.warmup, 0, 1e9,
+         "  --warmup N           warmup steps (default 400): Noam's, or the linear ramp\n"
+         "                       of another --lr-schedule\n",
+         CG_CLI_FIXED},
         {"--word-dropout", CG_CLI_F64, &r.word_dropout, 0, 1,
          "  --word-dropout P     zero each token's embedding in training with probability P\n",
          CG_CLI_FIXED},
@@ -173,6 +175,7 @@ static int cmd_train(int argc, char **argv)
         CG_TRAIN_INIT_FROM_FLAGS(&o, FINETUNE_NOTES),
         CG_TRAIN_LORA_FLAGS(&r.lora, &o),
         CG_TRAIN_RECIPE_FLAGS(&rec),
+        CG_TRAIN_SCHEDULE_FLAGS(&r.sched),
         CG_TRAIN_RUN_FLAGS(&o),
     };
     cg_cli_args args = {.opts = opts, .n = (int)(sizeof opts / sizeof opts[0])};

@@ -55,7 +55,23 @@ static cg_tensor *mt_loss(void *self, int k, float grad_scale)
 static double mt_lr(void *self, int64_t step)
 {
     mt_run *r = self;
-    return cg_lr_noam(step, r->model->cfg.d, r->warmup, r->factor);
+    return cg_train_sched_lr(&r->sched, r->t->o->steps, step, &r->t->hist);
+}
+
+/* A fresh run's peak rate: --lr, else the Noam curve's (at step warmup) */
+static double mt_peak(const mt_run *r, const cg_train_opts *o, const cg_train_recipe *rec,
+                      int64_t d)
+{
+    const cg_train_sched *s = &r->sched;
+    return cg_cli_given(o->args, &rec->lr)
+               ? rec->lr
+               : cg_lr_noam(s->warmup ? s->warmup : 1, d, s->warmup, s->factor);
+}
+
+static double mt_momentum(void *self, int64_t step)
+{
+    mt_run *r = self;
+    return cg_train_sched_momentum(&r->sched, r->t->o->steps, step);
 }
 
 /* --eval-bleu: the first N validation pairs, greedy or --eval-bleu-beam's
@@ -210,7 +226,11 @@ static bool mt_finish(void *self, const cg_trainer *t, cJSON *j)
         cg_json_put_num(j, "chrf_beam", "%.2f", tr.chrf_beam);
     }
     cg_json_put_num(j, "decode_s", "%.1f", tr.seconds);
-    cg_json_put_num(j, "factor", "%.4f", r->factor);
+    cg_json_put_str(j, "lr_schedule", r->sched.text);
+    if (r->sched.kind == CG_SCHED_NOAM)
+        cg_json_put_num(j, "factor", "%.4f", r->sched.factor);
+    else
+        cg_json_put_num(j, "lr", "%.3e", r->sched.lr);
     cg_json_put_str(j, "preset", r->preset);
     cg_json_put_str(j, "tokenizer", cg_tokenizer_kind_name(r->d.tok->kind));
     cg_json_put_int(j, "vocab", cg_tokenizer_vocab_size(r->d.tok));
@@ -231,10 +251,12 @@ static bool mt_state(void *self, cJSON *o)
     mt_run *r = self;
     const cg_json_field f[] = {
         {"preset", CG_JF_STR, &r->preset, 0, 0, false},
-        {"factor", CG_JF_F64, &r->factor, 1e-12, 1e3, false},
+        {"factor", CG_JF_F64, &r->sched.factor, 1e-12, 1e3, false},
         {"max_tokens", CG_JF_I64, &r->max_tokens, 2, 1e9, false},
         {"pad_to_multiple", CG_JF_I64, &r->pad_to, 1, 1e6, true}, /* absent before: 1 */
-        {"warmup", CG_JF_I64, &r->warmup, 1, 1e9, false},
+        {"warmup", CG_JF_I64, &r->sched.warmup, 0, 1e9, false},
+        /* absent: from before --lr-schedule (noam, which reads factor) */
+        {"lr", CG_JF_F64, &r->sched.lr, 0, 10, true},
         {"max_len", CG_JF_I64, &r->max_len, 3, 100000, false},
         {"max_len_tokens", CG_JF_BOOL, &r->max_len_tokens, 0, 0, true}, /* absent before */
         {"valid_size", CG_JF_I64, &r->valid_size, 1, 1e9, false},
@@ -243,7 +265,11 @@ static bool mt_state(void *self, cJSON *o)
         {"epoch", CG_JF_I64, &r->d.epoch, 0, 1e15, false},
         {"pos", CG_JF_I64, &r->d.pos, 0, 1e15, false},
     };
-    if (!cg_trainer_model_state(r->t, "seq2seq", o, f, (int)(sizeof f / sizeof f[0])))
+    enum { N = (int)(sizeof f / sizeof f[0]) };
+    cg_json_field all[N + CG_TRAIN_SCHED_NFIELDS];
+    memcpy(all, f, sizeof f);
+    if (!cg_trainer_model_state(r->t, "seq2seq", o, all,
+                                N + cg_train_sched_fields(&r->sched, all + N)))
         return false;
     const char *extra = r->t->o->extra_data;
     if (!o || !extra)
@@ -327,7 +353,7 @@ static int mt_new_model(mt_run *r, const cg_train_opts *o, cg_train_recipe *rec,
     if (!mt_config_from_flags(r, o, rec, pr, cg_tokenizer_vocab_size(r->d.tok), &cfg))
         return cg_prog_fail_lib(NULL);
     if (cg_cli_given(o->args, &rec->lr)) /* the Noam peak (at step warmup) is X */
-        r->factor = rec->lr * sqrt((double)cfg.d * (double)r->warmup);
+        r->sched.factor = rec->lr * sqrt((double)cfg.d * (double)r->sched.warmup);
     r->model = cg_seq2seq_new(&cfg, o->seed);
     return r->model ? -1 : cg_prog_fail_lib("model");
 }
@@ -383,7 +409,7 @@ static int mt_init_from(mt_run *r, cg_trainer *t, const cg_train_opts *o, cg_tra
                             o->init_from, (long long)have->max_len, (long long)r->max_len);
     r->max_len = have->max_len;
     if (cg_cli_given(a, &rec->lr)) /* the Noam peak (at step warmup) is X */
-        r->factor = rec->lr * sqrt((double)have->d * (double)r->warmup);
+        r->sched.factor = rec->lr * sqrt((double)have->d * (double)r->sched.warmup);
     if (cg_ft_lora_attach_run(CG_MODULE(ck->model), &r->lora, o->seed, &ck->model->dropout_rng) < 0)
         return cg_prog_fail("%s", cg_last_error());
     if (!cg_trainer_set_origin(t, o->init_from, ck->file, r->lora.rank > 0))
@@ -461,6 +487,14 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
     r->d.pad_to = r->pad_to;
     r->d.pad_limit = r->max_len;
     cg_seq2seq_set_recompute(r->model, rec->recompute);
+    /* the peak of a kind but noam's: --lr, else the Noam curve's (a resumed
+     * run's: recorded) */
+    cg_train_sched *sc = &r->sched;
+    int64_t d = r->model->cfg.d;
+    cg_optim_config opt = cg_train_optim_config(rec, 0.0);
+    if (o->resume && (rc = cg_train_sched_check(sc, o, &opt, o->resume)) >= 0)
+        return rc; /* a fresh run's: mt_check */
+    cg_train_sched_ready(sc, o->resume ? sc->lr : mt_peak(r, o, rec, d), d);
     if (!cg_mt_data_order(&r->d, (uint32_t)o->seed, (int)o->grad_accum, o->resume != NULL, t->start,
                           o->resume))
         return cg_prog_fail_lib(NULL);
@@ -487,13 +521,14 @@ int mt_setup(void *self, cg_trainer *t, cg_train_opts *o, cg_train_recipe *rec, 
                             .plot_title = "seq2seq: label-smoothed loss",
                             .module = CG_MODULE(r->model),
                             .dropout_rng = &r->model->dropout_rng,
-                            .optim = cg_train_optim_config(rec, 0.0),
+                            .optim = opt,
                             .weight_decay_2d = rec->weight_decay,
                             .clip_norm = rec->clip_norm,
                             .self = r,
                             .batch = mt_batch,
                             .loss = mt_loss,
                             .lr = mt_lr,
+                            .momentum = mt_momentum,
                             .evaluate = mt_evaluate,
                             .finish = mt_finish,
                             .config_json = mt_config,
@@ -521,7 +556,12 @@ int mt_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
             "--eval-bleu-beam is the beam of --eval-bleu N's decoding: give --eval-bleu N");
         return CG_EXIT_USAGE;
     }
-    if (cg_cli_given(a, &rec->lr) && cg_cli_given(a, &r->factor)) {
+    if (cg_cli_given(a, &r->sched.factor) && strcmp(r->sched.text, "noam") != 0) {
+        cg_prog_fail("--factor is noam's: give --lr (the peak) to --lr-schedule %.60s",
+                     r->sched.text);
+        return CG_EXIT_USAGE;
+    }
+    if (cg_cli_given(a, &rec->lr) && cg_cli_given(a, &r->sched.factor)) {
         cg_prog_fail("--lr and --factor both set the learning rate; give one");
         return CG_EXIT_USAGE;
     }
@@ -537,7 +577,9 @@ int mt_check(void *self, const cg_train_opts *o, cg_train_recipe *rec)
         cg_prog_fail_lib(NULL);
         return CG_EXIT_USAGE;
     }
-    return -1;
+    cg_optim_config opt = cg_train_optim_config(rec, 0.0);
+    r->sched.lr = mt_peak(r, o, rec, cfg.d); /* the flags' width (a base's may differ) */
+    return cg_train_sched_check(&r->sched, o, &opt, NULL);
 }
 
 void mt_cleanup(void *self)

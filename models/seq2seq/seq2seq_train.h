@@ -12,6 +12,7 @@
 #include "models/seq2seq/seq2seq_ckpt.h"
 #include "models/seq2seq/translate.h"
 #include "models/train/finetune.h"
+#include "models/train/lr_sched.h"
 #include "models/train/program.h"
 
 #define PROG "seq2seq"
@@ -28,8 +29,11 @@ bool ckpt_load(const char *path, const char *base, cg_ckpt_weights w, cg_seq2seq
 typedef struct {
     const cg_trainer *t;
     const char *preset;
-    int64_t max_tokens, pad_to, warmup, max_len, valid_size, test_size, test_limit, beam, examples;
-    double factor, alpha, word_dropout;
+    int64_t max_tokens, pad_to, max_len, valid_size, test_size, test_limit, beam, examples;
+    double alpha, word_dropout;
+    /* --warmup, --factor (noam's), --lr-schedule and its flags; its peak lr
+     * (recorded: a resumed run's --lr is not given) */
+    cg_train_sched sched;
     /* --eval-bleu N: the first N validation pairs decoded greedily at each
      * evaluation, their BLEU and chrF reported (0: none) */
     int64_t eval_bleu;

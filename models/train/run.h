@@ -72,6 +72,9 @@ typedef struct cg_trainer_model {
     /* Learning rate of the optimizer step that brings the model to step
      * `step` (1-based). */
     double (*lr)(void *self, int64_t step);
+    /* Its momentum (SGD's, RMSprop's; Adam's beta1), for a schedule that
+     * moves it (onecycle's cycle_momentum), else NaN; NULL: none. */
+    double (*momentum)(void *self, int64_t step);
     /* Evaluation at `step`: e->val, and e->train (NaN: the trainer uses
      * the mean of the recent training losses); e->extra: more figures for
      * the evaluation line and the metrics log; e->score: the run's

@@ -253,7 +253,9 @@ cg_step_result cg_stepper_step(cg_stepper *st, int64_t s, double *loss_out, doub
     *tokens_out = 0;
     if (!make_batches(st, &W, &tok))
         return CG_STEP_FAILED;
-    if (!cg_optim_set_lr(st->opt, m->lr(m->self, s))) {
+    double mo = m->momentum ? m->momentum(m->self, s) : NAN;
+    if (!cg_optim_set_lr(st->opt, m->lr(m->self, s)) ||
+        (!isnan(mo) && !cg_optim_set_momentum(st->opt, mo))) {
         cg_prefix_error("step %lld: ", (long long)s);
         return CG_STEP_FAILED;
     }
