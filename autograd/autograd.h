@@ -174,7 +174,8 @@ extern "C" {
     X(MAX_UNPOOL3D, "max_unpool3d", 1, 0, 0) \
     X(BINARY_CROSS_ENTROPY, "binary_cross_entropy", 2, CG_IN(0) | CG_IN(1), 0) /* pointwise: ops_loss.c */ \
     X(MULTI_MARGIN_LOSS, "multi_margin_loss", 1, CG_IN(0), 0) /* target, weight? saved */ \
-    X(MULTILABEL_MARGIN_LOSS, "multilabel_margin_loss", 1, CG_IN(0), 0) /* target saved */
+    X(MULTILABEL_MARGIN_LOSS, "multilabel_margin_loss", 1, CG_IN(0), 0) /* target saved */ \
+    X(EMBEDDING_BAG, "embedding_bag", 2, 0, 1) /* weight, per_sample_weights; ids, bags, argmax saved */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

@@ -147,6 +147,12 @@ cg_tensor *cg_flatten(cg_tensor *a, int start_dim, int end_dim);
  * (unshuffle). */
 cg_tensor *cg_pixel_shuffle(cg_tensor *x, int64_t upscale_factor);
 cg_tensor *cg_pixel_unshuffle(cg_tensor *x, int64_t downscale_factor);
+/* F.channel_shuffle(x, groups) (nn.ChannelShuffle): x [N, C, *] viewed as
+ * [N, groups, C / groups, *], dims 1 and 2 swapped, reshaped back to
+ * [N, C, *] (one copy, cg_reshape; gradients theirs): out channel
+ * j * groups + i is x's channel i * (C / groups) + j. Refused: fewer than
+ * 3 dims, groups < 1 or not dividing C. */
+cg_tensor *cg_channel_shuffle(cg_tensor *x, int64_t groups);
 /* torch.Tensor.contiguous: a itself (a new reference) if contiguous, else a
  * contiguous copy that passes gradients to a. Either way the gradient flows:
  * it never depends on memory layout. */
@@ -220,6 +226,33 @@ bool cg_split(cg_tensor *a, int dim, int n, const int64_t *sizes, cg_tensor **ou
 cg_tensor *cg_index_select(cg_tensor *a, int dim, const cg_tensor *index);
 /* F.embedding: table [V, D], ids int64 of any shape [...] -> [..., D]. */
 cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids);
+/* F.embedding_bag (autograd/ops_bag.c): each bag's rows of weight [V, D]
+ * (float32) reduced to one, -> [B, D]. ids int64 (int32 is refused, as
+ * cg_embedding refuses it: cg_to): [B, N] (B bags of N ids, offsets
+ * NULL) or [n] with offsets (int64 [B], each bag from its offset to the
+ * next's, the last to n; include_last_offset: [B + 1], the last one the
+ * end). Modes: CG_BAG_MEAN (PyTorch's default; a zeroed struct), SUM, MAX.
+ * per_sample_weights (float32, ids' shape, mode sum only, as PyTorch):
+ * each row scaled before the sum; it gets a gradient too. padding_idx
+ * (has_padding_idx; in [-V, V), negative counted from V): its entries are
+ * left out of the bag (and of a mean's count). An empty bag (or one of
+ * padding only) gives zeros. Gradient to weight: sum the bag's g on each
+ * row (times its weight), mean g / count, max g on the row of each
+ * column's maximum (the first, as PyTorch's CPU kernel). o NULL: mean,
+ * no offsets. Refused in one line: a bad mode, offsets with 2-d ids or
+ * none with 1-d, offsets[0] not 0, offsets decreasing, an offset past
+ * the end, an id or padding_idx out of range, per_sample_weights with
+ * another mode or shape. */
+typedef enum { CG_BAG_MEAN = 0, CG_BAG_SUM, CG_BAG_MAX } cg_bag_mode;
+typedef struct {
+    cg_bag_mode mode;
+    const cg_tensor *offsets;      /* int64 1-d, with 1-d ids only; else NULL */
+    bool include_last_offset;      /* offsets holds the end of the last bag */
+    cg_tensor *per_sample_weights; /* NULL, or float32 of ids' shape (mode sum) */
+    bool has_padding_idx;
+    int64_t padding_idx;
+} cg_bag_opts;
+cg_tensor *cg_embedding_bag(cg_tensor *weight, const cg_tensor *ids, const cg_bag_opts *o);
 /* Affine map (a Linear layer) as one fused op: x [..., in] (any strides),
  * w [out, in], b [out] or NULL -> x w^T + b, [..., out]. */
 cg_tensor *cg_affine(cg_tensor *x, cg_tensor *w, cg_tensor *b);
@@ -428,6 +461,14 @@ cg_tensor *cg_adaptive_max_pool2d(cg_tensor *x, int64_t oh, int64_t ow, cg_tenso
 cg_tensor *cg_max_pool3d(cg_tensor *x, cg_pool o);
 cg_tensor *cg_max_pool3d_with_indices(cg_tensor *x, cg_pool o, cg_tensor **indices);
 cg_tensor *cg_avg_pool3d(cg_tensor *x, cg_pool o);
+/* F.local_response_norm(x, size, alpha, beta, k) (nn.LocalResponseNorm;
+ * PyTorch's defaults alpha 1e-4, beta 0.75, k 1): x [N, C, *] over
+ * (k + alpha avg(x^2 over `size` neighbouring channels, zero-padded))^beta,
+ * composed of graph ops as torch/nn/functional.py composes it (avg_pool2d
+ * for 3 dims, avg_pool3d above; the pools sum in double, PyTorch's in
+ * float). An empty x is returned as it is. Refused: fewer than 3 dims,
+ * size < 1. */
+cg_tensor *cg_local_response_norm(cg_tensor *x, int64_t size, float alpha, float beta, float k);
 cg_tensor *cg_adaptive_avg_pool3d(cg_tensor *x, int64_t od, int64_t oh, int64_t ow);
 cg_tensor *cg_adaptive_max_pool3d(cg_tensor *x, int64_t od, int64_t oh, int64_t ow,
                                   cg_tensor **indices);

@@ -1,5 +1,6 @@
 /* torch.nn's activations with a weight or with draws, and the pixel
- * shuffles: F.prelu, F.rrelu, F.pixel_shuffle, F.pixel_unshuffle. Forward
+ * shuffles: F.prelu, F.rrelu, F.pixel_shuffle, F.pixel_unshuffle,
+ * F.channel_shuffle. Forward
  * and backward side by side, as in ops.c; the shuffles are views and one
  * copy (cg_reshape), whose gradients are theirs. */
 #include <stdint.h>
@@ -138,4 +139,33 @@ cg_tensor *cg_pixel_unshuffle(cg_tensor *x, int64_t downscale_factor)
     const int perm[6] = {0, 1, 3, 5, 2, 4};
     return shuffled(x, (const int64_t[]){d[0], d[1], d[2] / r, r, d[3] / r, r}, perm,
                     (const int64_t[]){d[1] * r * r, d[2] / r, d[3] / r});
+}
+
+/* ---------------------------------------------------- channel shuffle */
+cg_tensor *cg_channel_shuffle(cg_tensor *x, int64_t groups)
+{
+    if (!x)
+        return cg_error_null_input("channel_shuffle"), NULL;
+    char s[96];
+    if (x->ndim < 3 || x->ndim >= CG_MAX_DIMS) {
+        cg_set_error("channel_shuffle: the input must have 3 to %d dims [N, C, *] (got %s)",
+                     CG_MAX_DIMS - 1, cg_shape_str(x, s, sizeof s));
+        return NULL;
+    }
+    if (groups < 1 || x->shape[1] % groups) {
+        cg_set_error(groups < 1 ? "channel_shuffle: groups must be positive (got %lld, %lld "
+                                  "channels)"
+                                : "channel_shuffle: groups %lld does not divide the %lld "
+                                  "channels (dim 1)",
+                     (long long)groups, (long long)x->shape[1]);
+        return NULL;
+    }
+    int64_t split[CG_MAX_DIMS] = {x->shape[0], groups, x->shape[1] / groups};
+    for (int d = 2; d < x->ndim; d++)
+        split[d + 1] = x->shape[d];
+    cg_tensor *v = cg_reshape(x, x->ndim + 1, split);
+    cg_tensor *t = v ? cg_transpose(v, 1, 2) : NULL;
+    cg_tensor *y = t ? cg_reshape(t, x->ndim, x->shape) : NULL;
+    cg_release_all(2, v, t);
+    return y;
 }

@@ -2,9 +2,8 @@
  * (core/pool.c, interp.c, batchnorm.c compute): F.max_pool1d/2d/3d (with
  * their indices), avg_pool1d/2d/3d, adaptive_avg_pool1d/2d/3d,
  * adaptive_max_pool1d/2d/3d, max_unpool1d/2d/3d, F.interpolate, F.batch_norm, F.group_norm and
- * F.instance_norm.
- * Forward and backward side by
- * side, as in ops.c. */
+ * F.instance_norm; and F.local_response_norm, composed of graph ops as
+ * PyTorch composes it. Forward and backward side by side, as in ops.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,4 +292,41 @@ cg_tensor *cg_instance_norm(cg_tensor *x, cg_tensor *running_mean, cg_tensor *ru
     cg_tensor *out = cg_k_instance_norm(x, running_mean, running_var, weight, bias, use_input_stats,
                                         momentum, eps, &mean, &invstd);
     return norm_recorded(out, CG_OP_INSTANCE_NORM, x, weight, bias, use_input_stats, mean, invstd);
+}
+
+/* ------------------------------------------------ local response norm */
+/* PyTorch's composition (torch/nn/functional.py): x^2 averaged over a
+ * window of `size` channels (zero-padded, size / 2 before, (size - 1) / 2
+ * after) by avg_pool2d or avg_pool3d, then x / (k + alpha avg)^beta */
+cg_tensor *cg_local_response_norm(cg_tensor *x, int64_t size, float alpha, float beta, float k)
+{
+    if (!x)
+        return cg_error_null_input("local_response_norm"), NULL;
+    if (x->ndim < 3 || size < 1) {
+        char s[96];
+        cg_set_error("local_response_norm: %s (got %s, size %lld)",
+                     size < 1 ? "size must be positive"
+                              : "the input must have 3 or more dims [N, C, *]",
+                     cg_shape_str(x, s, sizeof s), (long long)size);
+        return NULL;
+    }
+    if (cg_numel(x) == 0)
+        return cg_retain(x);
+    const int64_t N = x->shape[0], C = x->shape[1], before = size / 2, after = (size - 1) / 2;
+    cg_pool o = {.kernel_size = {size, 1, 1}, .stride = {1, 1, 1}};
+    cg_tensor *sq = cg_mul(x, x), *v, *p = NULL, *a = NULL;
+    if (x->ndim == 3) {
+        v = sq ? cg_unsqueeze(sq, 1) : NULL; /* [N, 1, C, L] */
+        p = v ? cg_pad(v, 4, (int64_t[]){0, 0, before, after}, CG_PAD_CONSTANT, 0) : NULL;
+        a = p ? cg_avg_pool2d(p, o) : NULL;
+    } else {
+        v = sq ? cg_reshape(sq, 5, (int64_t[]){N, 1, C, x->shape[2], -1}) : NULL;
+        p = v ? cg_pad(v, 6, (int64_t[]){0, 0, 0, 0, before, after}, CG_PAD_CONSTANT, 0) : NULL;
+        a = p ? cg_avg_pool3d(p, o) : NULL;
+    }
+    cg_tensor *d = a ? cg_reshape(a, x->ndim, x->shape) : NULL; /* the squeeze(1) and view */
+    cg_tensor *s = d ? cg_muls(d, alpha) : NULL, *t = s ? cg_adds(s, k) : NULL;
+    cg_tensor *w = t ? cg_pow(t, beta) : NULL, *y = w ? cg_div(x, w) : NULL;
+    cg_release_all(8, sq, v, p, a, d, s, t, w);
+    return y;
 }

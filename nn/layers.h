@@ -16,6 +16,7 @@
 #define CG_NN_LAYERS_H
 
 #include "../nn/module.h"
+#include "../autograd/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -227,6 +228,28 @@ cg_embed *cg_embed_new(int64_t num, int64_t dim, cg_rng *rng);
 /* ids: an int64 tensor of any shape [...] -> [..., dim]. An id outside
  * [0, num) is an error naming the id, its position and num. */
 cg_tensor *cg_embed_forward(cg_embed *e, const cg_tensor *ids);
+
+/* ----------------------------------------------------- EmbeddingBag */
+/* nn.EmbeddingBag(num, dim, mode=..., include_last_offset=...,
+ * padding_idx=...) (nn/embedding_bag.c): weight [num, dim] drawn N(0, 1)
+ * from rng (NULL: seeded 0), as PyTorch's reset_parameters draws it, its
+ * padding_idx row zeroed. o gives mode, include_last_offset and padding_idx
+ * (NULL: mean, none); its offsets and per_sample_weights are the
+ * forward's (set there: refused here). No max_norm, scale_grad_by_freq
+ * or sparse. */
+typedef struct {
+    cg_module base; /* type "EmbeddingBag" */
+    int64_t num, dim;
+    cg_tensor *weight;
+    cg_bag_opts opts; /* mode, include_last_offset, padding_idx */
+} cg_embed_bag;
+
+cg_embed_bag *cg_embed_bag_new(int64_t num, int64_t dim, const cg_bag_opts *o, cg_rng *rng);
+/* module(ids, offsets, per_sample_weights): cg_embedding_bag with the
+ * module's weight and options, hooks included (they see in[0] ids, in[1]
+ * offsets, in[2] per_sample_weights, NULL where not given). -> [B, dim]. */
+cg_tensor *cg_embed_bag_forward(cg_embed_bag *b, const cg_tensor *ids, const cg_tensor *offsets,
+                                cg_tensor *per_sample_weights);
 
 /* ----------------------------------------------- LayerNorm / RMSNorm */
 /* Over the last dim, eps 1e-5.

@@ -323,6 +323,48 @@ bool cg_module_remove_child(cg_module *m, const char *name)
     return false;
 }
 
+cg_tensor *cg_module_remove_param(cg_module *m, const char *name, cg_tensor ***field)
+{
+    if (!m || !name)
+        return cg_error_null_input("cg_module_remove_param"), NULL;
+    if (!cg_module_live(m, "cg_module_remove_param"))
+        return NULL;
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) {
+            cg_tensor *t = m->params[i].tensor;
+            if (field)
+                *field = m->params[i].field;
+            free(m->params[i].name);
+            memmove(&m->params[i], &m->params[i + 1],
+                    (size_t)(m->n_params - i - 1) * sizeof *m->params);
+            m->n_params--;
+            cg_unhold(t); /* the registry's reference is the caller's now */
+            return t;
+        }
+    cg_set_error("module %s has no parameter '%s'", m->type, name);
+    return NULL;
+}
+
+cg_tensor *cg_module_remove_buffer(cg_module *m, const char *name)
+{
+    if (!m || !name)
+        return cg_error_null_input("cg_module_remove_buffer"), NULL;
+    if (!cg_module_live(m, "cg_module_remove_buffer"))
+        return NULL;
+    for (int i = 0; i < m->n_buffers; i++)
+        if (strcmp(m->buffers[i].name, name) == 0) {
+            cg_tensor *t = m->buffers[i].tensor;
+            free(m->buffers[i].name);
+            memmove(&m->buffers[i], &m->buffers[i + 1],
+                    (size_t)(m->n_buffers - i - 1) * sizeof *m->buffers);
+            m->n_buffers--;
+            cg_unhold(t);
+            return t;
+        }
+    cg_set_error("module %s has no buffer '%s'", m->type, name);
+    return NULL;
+}
+
 /* The checked mode's test before the caller frees m: false (reported) for
  * a module freed already, something else than a module, or a child that a
  * parent holds and frees. */

@@ -194,6 +194,16 @@ void *cg_module_add_child(cg_module *m, const char *name, void *child);
  * it (and into it) are then the other parent's, or dangling. False + error
  * when m has no such child. */
 bool cg_module_remove_child(cg_module *m, const char *name);
+/* PyTorch's del m._parameters[name] / del m._buffers[name]: m's own
+ * parameter (buffer) `name` leaves the registry, and the registry's
+ * reference passes to the caller (cg_release it). cg_module_remove_param
+ * also gives the struct field the parameter was registered with (NULL:
+ * none) into *field (field may be NULL); that field still points at the
+ * tensor, for the caller to point elsewhere (the parametrisations of
+ * nn/param.h). Optimizers built earlier still hold it. NULL + error
+ * when m has no such parameter (buffer). */
+cg_tensor *cg_module_remove_param(cg_module *m, const char *name, cg_tensor ***field);
+cg_tensor *cg_module_remove_buffer(cg_module *m, const char *name);
 /* Frees the module, its children and its references to its parameters;
  * a module held by more than one parent is only released by one of them.
  * NULL is a no-op. Only a module no parent holds is yours to free: with

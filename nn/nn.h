@@ -10,6 +10,7 @@
  *   nn/transformer.h  encoder/decoder layers, CharLM block, stacks
  *   nn/kv_cache.h     the key/value cache of incremental decoding
  *   nn/lora.h         LoRA adapters on Linear layers (PEFT-compatible files)
+ *   nn/param.h        weight norm and spectral norm (torch.nn.utils')
  *   nn/torch_names.h  PyTorch's nn.Transformer* state-dict names (in_proj)
  *   nn/sample.h       sampling from logits (temperature, top-k, top-p)
  *   nn/data.h         batches of token ids (get_batch, epochs)
@@ -28,6 +29,7 @@
 #include "../nn/kv_cache.h"
 #include "../nn/layers.h"
 #include "../nn/lora.h"
+#include "../nn/param.h"
 #include "../nn/rnn.h"
 #include "../nn/data.h"
 #include "../nn/sample.h"

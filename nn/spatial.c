@@ -1,5 +1,5 @@
-/* Pools, max unpool, padding, Flatten, Unfold, Fold and the pixel
- * shuffles as modules (nn/spatial.h): each holds its options and calls
+/* Pools, max unpool, padding, Flatten, Unfold, Fold, the pixel and
+ * channel shuffles and LocalResponseNorm as modules (nn/spatial.h): each holds its options and calls
  * the functional op, which checks them against the input. */
 #include <string.h>
 
@@ -17,7 +17,9 @@ typedef enum {
     FOLD,
     PIXEL_SHUFFLE,
     PIXEL_UNSHUFFLE,
-    MAX_UNPOOL
+    MAX_UNPOOL,
+    CHANNEL_SHUFFLE,
+    LOCAL_RESPONSE_NORM
 } spatial_kind;
 
 typedef struct {
@@ -31,6 +33,7 @@ typedef struct {
     float value;
     int start_dim, end_dim; /* FLATTEN */
     cg_fold_cfg fold;       /* UNFOLD, FOLD */
+    float lrn[3];           /* LOCAL_RESPONSE_NORM: alpha, beta, k (size: out_size[0]) */
 } spatial;
 
 static cg_tensor *spatial_impl(cg_module *m, cg_tensor *const *in, void *args)
@@ -62,6 +65,9 @@ static cg_tensor *spatial_impl(cg_module *m, cg_tensor *const *in, void *args)
     case FOLD: return cg_fold(x, s->out_size[0], s->out_size[1], &s->fold);
     case PIXEL_SHUFFLE: return cg_pixel_shuffle(x, s->out_size[0]);
     case PIXEL_UNSHUFFLE: return cg_pixel_unshuffle(x, s->out_size[0]);
+    case CHANNEL_SHUFFLE: return cg_channel_shuffle(x, s->out_size[0]);
+    case LOCAL_RESPONSE_NORM:
+        return cg_local_response_norm(x, o[0], s->lrn[0], s->lrn[1], s->lrn[2]);
     }
     return NULL;
 }
@@ -231,4 +237,23 @@ cg_module *cg_pixel_shuffle_new(int64_t upscale_factor)
 cg_module *cg_pixel_unshuffle_new(int64_t downscale_factor)
 {
     return shuffle_new("cg_pixel_unshuffle_new", PIXEL_UNSHUFFLE, downscale_factor);
+}
+
+/* nn.ChannelShuffle(groups), nn.LocalResponseNorm(size, alpha, beta, k) */
+cg_module *cg_channel_shuffle_new(int64_t groups)
+{
+    spatial *s = spatial_new("cg_channel_shuffle_new", "ChannelShuffle", CHANNEL_SHUFFLE, 1, 1);
+    if (s)
+        s->out_size[0] = groups;
+    return s ? &s->base : NULL;
+}
+cg_module *cg_local_response_norm_new(int64_t size, float alpha, float beta, float k)
+{
+    spatial *s = spatial_new("cg_local_response_norm_new", "LocalResponseNorm",
+                             LOCAL_RESPONSE_NORM, 1, 1);
+    if (s) {
+        s->out_size[0] = size;
+        s->lrn[0] = alpha, s->lrn[1] = beta, s->lrn[2] = k;
+    }
+    return s ? &s->base : NULL;
 }

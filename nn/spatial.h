@@ -3,7 +3,8 @@
  * (nn.MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveMaxPool1d/2d/3d,
  * AdaptiveAvgPool1d/2d/3d, MaxUnpool1d/2d/3d), padding (nn.ConstantPad1d/2d/3d, ZeroPad2d,
  * ReflectionPad1d/2d/3d, ReplicationPad1d/2d/3d, CircularPad1d/2d/3d),
- * nn.Flatten, nn.Unfold, nn.Fold, nn.PixelShuffle and nn.PixelUnshuffle. Each holds its options and runs one functional op
+ * nn.Flatten, nn.Unfold, nn.Fold, nn.PixelShuffle, nn.PixelUnshuffle,
+ * nn.ChannelShuffle and nn.LocalResponseNorm. Each holds its options and runs one functional op
  * (autograd/ops.h: cg_max_pool2d, cg_pad, cg_flatten, ...), which checks
  * them against the input; its forward hooks run (cg_module_forward).
  *
@@ -58,6 +59,12 @@ cg_module *cg_fold_new(int64_t oh, int64_t ow, const cg_fold_cfg *cfg);
  * PyTorch's). */
 cg_module *cg_pixel_shuffle_new(int64_t upscale_factor);
 cg_module *cg_pixel_unshuffle_new(int64_t downscale_factor);
+/* nn.ChannelShuffle(groups) (cg_channel_shuffle) and
+ * nn.LocalResponseNorm(size, alpha, beta, k) (cg_local_response_norm;
+ * PyTorch's defaults 1e-4, 0.75, 1.0); the op checks the options against
+ * the input. */
+cg_module *cg_channel_shuffle_new(int64_t groups);
+cg_module *cg_local_response_norm_new(int64_t size, float alpha, float beta, float k);
 
 #ifdef __cplusplus
 }

@@ -403,6 +403,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_BINARY_CROSS_ENTROPY] = {.by = "test_loss_more.c: test_more_gradchecks"},
     [CG_OP_MULTI_MARGIN_LOSS] = {.by = "test_loss_more.c: test_more_gradchecks"},
     [CG_OP_MULTILABEL_MARGIN_LOSS] = {.by = "test_loss_more.c: test_more_gradchecks"},
+    [CG_OP_EMBEDDING_BAG] = {.by = "test_bag.c: test_bag_gradcheck"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */
