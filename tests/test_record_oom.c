@@ -1077,6 +1077,49 @@ START_TEST(test_acts_oom)
 }
 END_TEST
 
+/* embedding_bag (sum with per_sample_weights, max), local_response_norm,
+ * channel_shuffle, forward and backward */
+static bool bag_run(void *ctx)
+{
+    cg_tensor *w = ((void **)ctx)[0], *psw = ((void **)ctx)[1], *x = ((void **)ctx)[2];
+    cg_tensor *ids = ((void **)ctx)[3], *off = ((void **)ctx)[4];
+    cg_bag_opts sum = {.mode = CG_BAG_SUM, .offsets = off, .per_sample_weights = psw};
+    cg_bag_opts max = {.mode = CG_BAG_MAX, .offsets = off};
+    cg_tensor *t[4] = {cg_embedding_bag(w, ids, &sum), cg_embedding_bag(w, ids, &max),
+                       cg_local_response_norm(x, 3, 0.1f, 0.75f, 1.0f), cg_channel_shuffle(x, 2)};
+    cg_tensor *sum_all = NULL;
+    bool ok = true;
+    for (int i = 0; i < 4; i++) {
+        cg_tensor *s = t[i] ? cg_sum_all(t[i]) : NULL;
+        cg_tensor *next = sum_all && s ? cg_add(sum_all, s) : s ? cg_retain(s) : NULL;
+        ok = ok && next;
+        cg_release_all(2, sum_all, s);
+        sum_all = next;
+    }
+    ok = ok && cg_backward(sum_all, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    for (int i = 0; i < 4; i++)
+        cg_release(t[i]);
+    cg_release(sum_all);
+    cg_zero_grad(w), cg_zero_grad(psw), cg_zero_grad(x);
+    return ok;
+}
+
+START_TEST(test_bag_oom)
+{
+    cg_rng r = cg_rng_new(10);
+    cg_tensor *w = cg_requires_grad(cg_randn(&r, CG_SHAPE(5, 3)), true);
+    cg_tensor *psw = cg_requires_grad(cg_randn(&r, CG_SHAPE(4)), true);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 4, 3)), true);
+    cg_tensor *ids = cg_test_ids(4, (int64_t[]){0, 4, 2, 2});
+    cg_tensor *off = cg_test_ids(2, (int64_t[]){0, 1});
+    void *ctx[5] = {w, psw, x, ids, off};
+    ck_assert_int_gt(every_allocation_fails(bag_run, ctx), 10);
+    ck_assert(bag_run(ctx)); /* and it runs once memory is back */
+    cg_release_all(3, w, psw, x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -1104,6 +1147,7 @@ int main(void)
     tcase_add_test(tc, test_unfold_oom);
     tcase_add_test(tc, test_acts_oom);
     tcase_add_test(tc, test_loss_more_oom);
+    tcase_add_test(tc, test_bag_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
