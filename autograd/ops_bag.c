@@ -37,7 +37,7 @@ static bool plan_of(const cg_node *n, bag_plan *p)
 {
     const cg_tensor *ids = n->saved[0], *bounds = n->saved[1];
     *p = (bag_plan){cg_data_i64(ids), cg_data_i64(bounds), cg_numel(ids), cg_numel(bounds) - 1,
-                    IN(0)->shape[0], IN(0)->shape[1], n->p.i[1]};
+                    IN(0)->shape[0],  IN(0)->shape[1],     n->p.i[1]};
     return true;
 }
 
@@ -154,16 +154,16 @@ static cg_tensor *bag_bounds(const cg_tensor *ids, const cg_bag_opts *o)
     }
     const int64_t *off = cg_data_i64(oc);
     int64_t *bd = cg_data_i64(t);
-    const char *bad = off[0] != 0 ? "offsets[0] must be 0 (the first bag starts at the first id)"
-                                  : NULL;
+    const char *bad =
+        off[0] != 0 ? "offsets[0] must be 0 (the first bag starts at the first id)" : NULL;
     for (int64_t k = 1; !bad && k < m; k++)
         if (off[k] < off[k - 1])
             bad = "offsets must not decrease";
     if (!bad && off[m - 1] > n)
         bad = "an offset is past the end of ids";
     if (bad) {
-        cg_set_error("embedding_bag: %s (offsets [%lld .. %lld], %lld ids)", bad,
-                     (long long)off[0], (long long)off[m - 1], (long long)n);
+        cg_set_error("embedding_bag: %s (offsets [%lld .. %lld], %lld ids)", bad, (long long)off[0],
+                     (long long)off[m - 1], (long long)n);
         cg_release_all(2, oc, t);
         return NULL;
     }
@@ -278,14 +278,18 @@ cg_tensor *cg_embedding_bag(cg_tensor *weight, const cg_tensor *ids, const cg_ba
     cg_tensor *swc = Wc && o->per_sample_weights ? cg_k_contiguous(o->per_sample_weights) : NULL;
     bag_plan p = {0};
     if (Wc)
-        p = (bag_plan){cg_data_i64(idc), cg_data_i64(bounds),   cg_numel(idc), cg_numel(bounds) - 1,
-                       weight->shape[0],  weight->shape[1], pad};
+        p = (bag_plan){cg_data_i64(idc),
+                       cg_data_i64(bounds),
+                       cg_numel(idc),
+                       cg_numel(bounds) - 1,
+                       weight->shape[0],
+                       weight->shape[1],
+                       pad};
     cg_tensor *out = Wc && (!o->per_sample_weights || swc) && ids_in_range(&p)
                          ? cg_zeros(2, (int64_t[]){p.B, p.D})
                          : NULL;
-    cg_tensor *rows = out && o->mode == CG_BAG_MAX
-                          ? cg_full_dtype(CG_I64, 2, (int64_t[]){p.B, p.D}, -1.0)
-                          : NULL;
+    cg_tensor *rows =
+        out && o->mode == CG_BAG_MAX ? cg_full_dtype(CG_I64, 2, (int64_t[]){p.B, p.D}, -1.0) : NULL;
     if (out && (o->mode != CG_BAG_MAX || rows))
         bag_forward(&p, o->mode, cg_data(Wc), swc ? cg_data(swc) : NULL, cg_data(out),
                     rows ? cg_data_i64(rows) : NULL);

@@ -13,11 +13,11 @@
 /* One reparametrised parameter of a module */
 typedef struct {
     char *name;
-    int dim;                /* weight norm: -1 the whole tensor */
-    int n_iter;             /* spectral norm's power iterations */
-    float eps;              /* spectral norm's */
-    cg_tensor **field;      /* what the module's forward reads */
-    cg_tensor *weight;      /* held: the weight *field points at */
+    int dim;           /* weight norm: -1 the whole tensor */
+    int n_iter;        /* spectral norm's power iterations */
+    float eps;         /* spectral norm's */
+    cg_tensor **field; /* what the module's forward reads */
+    cg_tensor *weight; /* held: the weight *field points at */
 } entry;
 
 /* The ctx of a module's weight-norm hook, or of its spectral-norm hook */
@@ -164,8 +164,8 @@ static cg_tensor *spectral_of(const cg_module *m, const entry *e, bool iterate)
     cg_tensor *W = own(m, e->name, "_orig", false), *u = own(m, e->name, "_u", true),
               *v = own(m, e->name, "_v", true);
     if (!W || !u || !v) {
-        cg_set_error("spectral_norm: module %s lost '%s_orig', '%s_u' or '%s_v'", m->type,
-                     e->name, e->name, e->name);
+        cg_set_error("spectral_norm: module %s lost '%s_orig', '%s_u' or '%s_v'", m->type, e->name,
+                     e->name, e->name);
         return NULL;
     }
     cg_tensor *Wm = weight_mat(W, e->dim);
@@ -281,7 +281,8 @@ static bool add_named(cg_module *m, const char *name, const char *suffix, cg_ten
         cg_release(t);
         return false;
     }
-    bool ok = t && (buffer ? cg_module_add_buffer(m, full, t, true) : cg_module_add_param(m, full, t));
+    bool ok =
+        t && (buffer ? cg_module_add_buffer(m, full, t, true) : cg_module_add_param(m, full, t));
     cg_release(t);
     return ok;
 }
@@ -341,8 +342,8 @@ bool cg_weight_norm(cg_module *m, const char *name, int dim)
         return false;
     }
     reparam *r = reparam_of(m, wn_hook);
-    cg_tensor *w = r ? weight_norm_of(own(m, name, "_g", false), own(m, name, "_v", false), dim)
-                     : NULL;
+    cg_tensor *w =
+        r ? weight_norm_of(own(m, name, "_g", false), own(m, name, "_v", false), dim) : NULL;
     if (!r || !swap_in(m, r, name, w, dim)) {
         drop_if_empty(r);
         undo(m, name, added, 2, NULL, 0);

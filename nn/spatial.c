@@ -249,8 +249,8 @@ cg_module *cg_channel_shuffle_new(int64_t groups)
 }
 cg_module *cg_local_response_norm_new(int64_t size, float alpha, float beta, float k)
 {
-    spatial *s = spatial_new("cg_local_response_norm_new", "LocalResponseNorm",
-                             LOCAL_RESPONSE_NORM, 1, 1);
+    spatial *s =
+        spatial_new("cg_local_response_norm_new", "LocalResponseNorm", LOCAL_RESPONSE_NORM, 1, 1);
     if (s) {
         s->out_size[0] = size;
         s->lrn[0] = alpha, s->lrn[1] = beta, s->lrn[2] = k;

@@ -24,11 +24,11 @@
 typedef struct {
     const char *name;
     cg_bag_mode mode;
-    int n;                  /* ids (1-d), or B * N (2-d: B = n_off) */
+    int n; /* ids (1-d), or B * N (2-d: B = n_off) */
     int64_t ids[12];
-    int n_off;              /* offsets (1-d); 0: 2-d ids [B, N] with B = rows */
+    int n_off; /* offsets (1-d); 0: 2-d ids [B, N] with B = rows */
     int64_t off[6];
-    int rows;               /* 2-d: B */
+    int rows; /* 2-d: B */
     bool last, psw, has_pad;
     int64_t pad;
 } bag_case;
@@ -37,16 +37,61 @@ static const bag_case BAGS[] = {
     {"sum", CG_BAG_SUM, 7, {0, 2, 4, 5, 4, 3, 2}, 3, {0, 2, 2}, 0, false, false, false, 0},
     {"mean", CG_BAG_MEAN, 7, {0, 2, 4, 5, 4, 3, 2}, 4, {0, 3, 3, 5}, 0, false, false, false, 0},
     {"max", CG_BAG_MAX, 7, {0, 2, 4, 5, 4, 3, 2}, 3, {0, 1, 4}, 0, false, false, false, 0},
-    {"sum psw last", CG_BAG_SUM, 8, {1, 2, 4, 5, 4, 3, 2, 0}, 4, {0, 2, 5, 6}, 0, true, true,
-     false, 0},
-    {"mean pad", CG_BAG_MEAN, 8, {1, 2, 1, 5, 1, 1, 2, 0}, 4, {0, 2, 4, 6}, 0, false, false, true,
+    {"sum psw last",
+     CG_BAG_SUM,
+     8,
+     {1, 2, 4, 5, 4, 3, 2, 0},
+     4,
+     {0, 2, 5, 6},
+     0,
+     true,
+     true,
+     false,
+     0},
+    {"mean pad",
+     CG_BAG_MEAN,
+     8,
+     {1, 2, 1, 5, 1, 1, 2, 0},
+     4,
+     {0, 2, 4, 6},
+     0,
+     false,
+     false,
+     true,
      1},
-    {"max pad neg", CG_BAG_MAX, 8, {1, 2, 1, 5, 1, 1, 2, 0}, 4, {0, 2, 4, 6}, 0, false, false,
-     true, -5},
-    {"sum 2d pad psw", CG_BAG_SUM, 12, {0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 3, 3}, 0, {0}, 4, false,
-     true, true, 3},
-    {"max 2d", CG_BAG_MAX, 12, {0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0}, 0, {0}, 3, false, false,
-     false, 0},
+    {"max pad neg",
+     CG_BAG_MAX,
+     8,
+     {1, 2, 1, 5, 1, 1, 2, 0},
+     4,
+     {0, 2, 4, 6},
+     0,
+     false,
+     false,
+     true,
+     -5},
+    {"sum 2d pad psw",
+     CG_BAG_SUM,
+     12,
+     {0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 3, 3},
+     0,
+     {0},
+     4,
+     false,
+     true,
+     true,
+     3},
+    {"max 2d",
+     CG_BAG_MAX,
+     12,
+     {0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0},
+     0,
+     {0},
+     3,
+     false,
+     false,
+     false,
+     0},
 };
 #define N_BAGS (int)(sizeof BAGS / sizeof BAGS[0])
 enum { V = 6, D = 5 };
@@ -137,7 +182,9 @@ START_TEST(test_bag_values)
                     } else {
                         want += pv ? pv[i] * x : x;
                         want_gw[c->ids[i] * D + d] +=
-                            uv[b * D + d] * (pv ? pv[i] : c->mode == CG_BAG_MEAN ? 1.0 / cnt : 1);
+                            uv[b * D + d] * (pv                       ? pv[i]
+                                             : c->mode == CG_BAG_MEAN ? 1.0 / cnt
+                                                                      : 1);
                         if (pv)
                             want_gp[i] += uv[b * D + d] * x;
                     }
@@ -171,8 +218,7 @@ START_TEST(test_bag_gradcheck)
     for (int k = 0; k < N_BAGS; k++) {
         const bag_case *c = &BAGS[k];
         for (int layout = 0; layout < 2; layout++) {
-            cg_tensor *W = cg_requires_grad(cg_test_randn_layout(&r, CG_SHAPE(V, D), layout),
-                                            true);
+            cg_tensor *W = cg_requires_grad(cg_test_randn_layout(&r, CG_SHAPE(V, D), layout), true);
             cg_tensor *psw = NULL;
             if (c->psw)
                 psw = cg_requires_grad(c->n_off ? cg_randn(&r, CG_SHAPE(c->n))
@@ -190,8 +236,8 @@ START_TEST(test_bag_gradcheck)
             bag_ctx ctx = {c};
             cg_tensor *in[2] = {W, psw};
             cg_gradcheck_report rep;
-            ck_assert_msg(cg_gradcheck(bag_fn, &ctx, psw ? 2 : 1, in, NULL, &rep), "%s layout %d: %s",
-                          c->name, layout, rep.message);
+            ck_assert_msg(cg_gradcheck(bag_fn, &ctx, psw ? 2 : 1, in, NULL, &rep),
+                          "%s layout %d: %s", c->name, layout, rep.message);
             cg_test_check_unread(bag_fn, &ctx, psw ? 2 : 1, in, c->name);
             cg_release_all(2, W, psw);
         }
@@ -405,8 +451,7 @@ START_TEST(test_lrn)
     cg_tensor *x2 = cg_randn(&r, CG_SHAPE(2, 3)), *e = cg_zeros(CG_SHAPE(0, 3, 2));
     CG_ASSERT_REFUSED_LINE(cg_local_response_norm(x2, 2, 1e-4f, 0.75f, 1), "3 or more dims");
     CG_ASSERT_REFUSED_LINE(cg_local_response_norm(e, 0, 1e-4f, 0.75f, 1), "size must be positive");
-    CG_ASSERT_REFUSED_LINE(cg_local_response_norm(NULL, 2, 1e-4f, 0.75f, 1),
-                           "local_response_norm");
+    CG_ASSERT_REFUSED_LINE(cg_local_response_norm(NULL, 2, 1e-4f, 0.75f, 1), "local_response_norm");
     cg_tensor *ye = cg_local_response_norm(e, 2, 1e-4f, 0.75f, 1);
     ck_assert(ye == e); /* empty: the input itself, as PyTorch */
     cg_release_all(3, x2, e, ye);

@@ -185,7 +185,8 @@ START_TEST(test_weight_norm_refusals)
 {
     cg_rng r = cg_rng_new(41);
     cg_linear *l = cg_linear_new(4, 3, true, &r);
-    CG_ASSERT_REFUSED(!cg_weight_norm(&l->base, "nope", 0), "module Linear has no parameter 'nope'");
+    CG_ASSERT_REFUSED(!cg_weight_norm(&l->base, "nope", 0),
+                      "module Linear has no parameter 'nope'");
     CG_ASSERT_REFUSED(!cg_weight_norm(&l->base, "weight", 2), "dim 2 is outside [-1, 2)");
     CG_ASSERT_REFUSED(!cg_weight_norm(&l->base, "weight", -2), "dim -2 is outside");
     CG_ASSERT_REFUSED(!cg_remove_weight_norm(&l->base, "weight"),

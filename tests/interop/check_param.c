@@ -101,9 +101,10 @@ static cg_module *module_of(const char *name, bool *train)
                    : NULL;
     }
     cg_linear *l = cg_linear_new(5, 4, true, NULL);
-    bool ok = l && (name[0] == 'w' ? cg_weight_norm(&l->base, "weight", strstr(name, "dim1") ? 1 : 0)
-                                   : cg_spectral_norm(&l->base, "weight", 1, 1e-12f,
-                                                      CG_SPECTRAL_DIM_AUTO, NULL));
+    bool ok =
+        l && (name[0] == 'w'
+                  ? cg_weight_norm(&l->base, "weight", strstr(name, "dim1") ? 1 : 0)
+                  : cg_spectral_norm(&l->base, "weight", 1, 1e-12f, CG_SPECTRAL_DIM_AUTO, NULL));
     return ok ? &l->base : NULL;
 }
 
