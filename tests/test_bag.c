@@ -340,6 +340,24 @@ START_TEST(test_bag_empty)
 }
 END_TEST
 
+/* max keeps the first maximum of a column (PyTorch's CPU kernel): rows 1
+ * and 3 tie in column 0 (bag 0), rows 0 and 2 in both (bag 1); the
+ * gradient goes to the row seen first */
+START_TEST(test_bag_max_ties)
+{
+    cg_tensor *W = cg_requires_grad(
+        cg_from_data(CG_SHAPE(4, 2), (const float[]){0, 0, 2, 1, 0, 0, 2, 3}), true);
+    cg_bag_opts o = {.mode = CG_BAG_MAX, .offsets = cg_test_ids(2, (int64_t[]){0, 2})};
+    cg_tensor *y = cg_embedding_bag(W, cg_test_ids(4, (int64_t[]){1, 3, 0, 2}), &o);
+    ck_assert_msg(y, "%s", cg_last_error());
+    CG_ASSERT_TENSOR(y, ((const float[]){2, 3, 0, 0}), 0, 0);
+    cg_tensor *s = cg_sum_all(y);
+    ck_assert(cg_backward(s, NULL, false));
+    CG_ASSERT_TENSOR(W->grad, ((const float[]){1, 1, 1, 0, 0, 0, 0, 1}), 0, 0);
+    cg_release_all(3, W, y, s);
+}
+END_TEST
+
 START_TEST(test_bag_module)
 {
     cg_rng r = cg_rng_new(9);
@@ -513,6 +531,7 @@ int main(void)
     tcase_add_test(tc, test_bag_gradcheck);
     tcase_add_test(tc, test_bag_refusals);
     tcase_add_test(tc, test_bag_empty);
+    tcase_add_test(tc, test_bag_max_ties);
     tcase_add_test(tc, test_bag_module);
     tcase_add_test(tc, test_lrn);
     tcase_add_test(tc, test_channel_shuffle);
