@@ -74,10 +74,13 @@ cg_tensor *cg_optim_zeros_state(const slot *s)
 
 cg_tensor *cg_optim_new_buffer(const cg_optim_config *c, const slot *s, int k)
 {
+    /* Adagrad's sum: torch.full_like(p, initial_accumulator_value); a
+     * scalar: torch.tensor(v) */
+    const float v = cg_optim_buffer_start(c, k, param_rate(c->lr, s->lr_scale));
+    if (cg_optim_buffer_is_scalar(k))
+        return cg_hold(cg_scalar(v));
     cg_tensor *t = cg_optim_zeros_state(s);
-    /* Adagrad's sum: torch.full_like(p, initial_accumulator_value) */
-    if (t && k == CG_OPTIM_BUF_SUM && c->initial_accumulator_value != 0 &&
-        !cg_fill_(t, (float)c->initial_accumulator_value)) {
+    if (t && v != 0 && !cg_fill_(t, v)) {
         cg_release_held(t);
         return NULL;
     }
@@ -124,6 +127,12 @@ cg_optim *cg_optim_new_sharded(const cg_optim_config *cfg, int n, const cg_optim
         }
         if (!(q->weight_decay >= 0) || !isfinite(q->weight_decay)) {
             cg_set_error("optim_new: parameter '%s': weight decay %g must be finite and >= 0",
+                         q->name, q->weight_decay);
+            return NULL;
+        }
+        if (cfg->type == CG_OPTIM_RPROP && q->weight_decay != 0) {
+            cg_set_error("optim_new: parameter '%s': rprop takes no weight decay (%g given; "
+                         "PyTorch 1.13's Rprop has none)",
                          q->name, q->weight_decay);
             return NULL;
         }
@@ -289,9 +298,6 @@ cg_optim *cg_sgd_from_module(const cg_module *m, double lr)
  * same bits on every CPU). SSE2's 4 lanes made Adam's square root and
  * division the bound: the AVX-512 clone took the update from 4.2% to 2.0%
  * of a 1-thread seq2seq paper bf16 step (63 million parameters, Zen 4). */
-/* The gradient with L2 weight decay: grad.add(param, alpha=wd), if wd != 0 */
-static inline float with_l2(float g, float wd, float p) { return wd != 0 ? g + wd * p : g; }
-
 EW_CLONES static void sgd_update(float *restrict p, const float *restrict g0, float *restrict buf,
                                  int64_t n, float wd, float mom, float damp1, bool first,
                                  bool nesterov, float neg_lr)
@@ -307,9 +313,6 @@ EW_CLONES static void sgd_update(float *restrict p, const float *restrict g0, fl
         p[i] = p[i] + neg_lr * g; /* param.add_(d_p, alpha=-lr) */
     }
 }
-
-/* torch.maximum: NaN if either is */
-static inline float maximum(float a, float b) { return a != a ? a : (a >= b ? a : b); }
 
 EW_CLONES static void adam_update(float *restrict p, const float *restrict g0, float *restrict m,
                                   float *restrict v, float *restrict vmax, int64_t n, float l2,
@@ -368,20 +371,11 @@ EW_CLONES static void adagrad_update(float *restrict p, const float *restrict g0
     }
 }
 
-/* One parameter's update with its per-step constants. All parameters are
- * updated in ONE parallel region: the concatenated element range is cut
+/* All parameters are updated in ONE parallel region: the concatenated element range is cut
  * into chunks of OPTIM_CHUNK elements, in shares (core/shares.h; a model
  * has many small tensors: a region per tensor cost a fork and a join
  * each). The updates are elementwise, so the cut does not change any
  * result. */
-typedef struct {
-    float *p, *buf[CG_OPTIM_NBUFS]; /* buf by k, NULL where not kept */
-    const float *g;
-    int64_t n;
-    float wd, neg_lr, l2, decay, bc2_sqrt, neg_step;
-    bool first;
-} update_job;
-
 /* The jobs' elements as one range: what its chunks read */
 typedef struct {
     const cg_optim_config *c;
@@ -422,12 +416,15 @@ static void update_chunk(int64_t lo, int64_t hi, int thread, const void *ctx)
             adagrad_update(p, g, job_buf(u, CG_OPTIM_BUF_SUM, a), b - a, u->wd, (float)c->eps,
                            u->neg_step);
             break;
-        default:
+        case CG_OPTIM_ADAM:
+        case CG_OPTIM_ADAMW:
             adam_update(p, g, job_buf(u, CG_OPTIM_BUF_EXP_AVG, a),
                         job_buf(u, CG_OPTIM_BUF_EXP_AVG_SQ, a),
                         job_buf(u, CG_OPTIM_BUF_MAX_EXP_AVG_SQ, a), b - a, u->l2, u->decay,
                         (float)c->beta1, (float)(1 - c->beta1), (float)c->beta2,
                         (float)(1 - c->beta2), u->bc2_sqrt, (float)c->eps, u->neg_step);
+            break;
+        default: cg_optim_update_more(c, u, a, b - a);
         }
     }
 }
@@ -527,6 +524,11 @@ bool cg_optim_step(cg_optim *o)
             u->neg_lr = (float)-lr;
             if (c->type == CG_OPTIM_SGD || c->type == CG_OPTIM_RMSPROP)
                 continue;
+            if (c->type != CG_OPTIM_ADAGRAD && c->type != CG_OPTIM_ADAM &&
+                c->type != CG_OPTIM_ADAMW) {
+                cg_optim_prepare_more(c, s, u, lr);
+                continue;
+            }
             double t = (double)s->step;
             if (c->type == CG_OPTIM_ADAGRAD) { /* clr = lr / (1 + (step - 1) * lr_decay) */
                 u->neg_step = (float)-(lr / (1 + (t - 1) * c->lr_decay));
@@ -615,12 +617,15 @@ bool cg_optim_config_set_momentum(cg_optim_config *c, double momentum)
         return false;
     }
     const char *tn = type_names[c->type];
-    if (c->type == CG_OPTIM_ADAGRAD) {
-        cg_set_error("optim set_momentum: adagrad has no momentum (sgd, rmsprop: momentum; adam, "
-                     "adamw: beta1)");
+    const cg_optim_type t = c->type;
+    if (t == CG_OPTIM_ADAGRAD || t == CG_OPTIM_ADADELTA || t == CG_OPTIM_ASGD ||
+        t == CG_OPTIM_RPROP) {
+        cg_set_error("optim set_momentum: %s has no momentum (sgd, rmsprop: momentum; adam, "
+                     "adamw, adamax, nadam, radam: beta1)",
+                     tn);
         return false;
     }
-    bool adams = c->type == CG_OPTIM_ADAM || c->type == CG_OPTIM_ADAMW;
+    bool adams = t != CG_OPTIM_SGD && t != CG_OPTIM_RMSPROP; /* the types with betas */
     if (!adams && c->momentum == 0) {
         cg_set_error("optim set_momentum: this %s was built without momentum (0: no "
                      "momentum_buffer); build it with momentum > 0",

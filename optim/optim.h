@@ -1,4 +1,5 @@
-/* cgrad optim: SGD, Adam, AdamW, RMSprop and Adagrad over named parameters, gradient clipping
+/* cgrad optim: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam,
+ * RAdam, ASGD and Rprop over named parameters, gradient clipping
  * by global norm, a NaN/Inf check on gradients, and state save/load.
  *
  * An optimizer holds a list of (name, tensor, weight_decay) parameters. Each
@@ -36,6 +37,32 @@
  *   Adagrad g += wd*p  (L2, if wd != 0);  clr = lr / (1 + (t-1)*lr_decay)
  *          sum += g*g  (sum starts at initial_accumulator_value)
  *          p += -clr * g / (sqrt(sum) + eps)
+ *   Adadelta g += wd*p (L2);  sq = rho*sq + (1-rho)*g*g
+ *          delta = sqrt(acc_delta + eps) / sqrt(sq + eps) * g
+ *          acc_delta = rho*acc_delta + (1-rho)*delta*delta;  p += -lr * delta
+ *   Adamax g += wd*p (L2);  m = beta1*m + (1-beta1)*g
+ *          exp_inf = max(beta2*exp_inf, |g| + eps);  p += (-lr/bc1) * m / exp_inf
+ *   NAdam  g += wd*p (L2);  mu_t = beta1*(1 - 0.5*0.96^(t*momentum_decay))
+ *          mu_product *= mu_t (a float32 scalar, 1 at the start), m and v
+ *          as Adam;  denom = sqrt(v / bc2) + eps;
+ *          p += -lr*(1-mu_t)/(1-mu_product) * g / denom;
+ *          p += -lr*mu_{t+1}/(1-mu_product*mu_{t+1}) * m / denom
+ *   RAdam  g += wd*p (L2);  m and v as Adam;  rho_inf = 2/(1-beta2) - 1,
+ *          rho_t = rho_inf - 2t*beta2^t/bc2;  rho_t > 5: p -= m/bc1 * lr *
+ *          (sqrt(bc2) / (sqrt(v) + eps)) * rect (the variance rectification),
+ *          else p -= m/bc1 * lr
+ *   ASGD   g += wd*p (L2);  p *= 1 - lambd*eta;  p += -eta * g;
+ *          ax = mu == 1 ? p : ax + (p - ax)*mu;  then (float32 scalars)
+ *          eta = lr / (1 + lambd*lr*t)^alpha, mu = 1 / max(1, t - t0);
+ *          eta starts at lr, mu at 1
+ *   Rprop  (no weight decay: PyTorch 1.13's has none, and a parameter
+ *          given one is refused) s = sign(g*prev): step_size *= etaplus
+ *          (s > 0), etaminus (s < 0; then g = 0), 1 (s = 0), clamped to
+ *          [step_size_min, step_size_max];  p -= sign(g) * step_size;
+ *          prev = g;  step_size starts at lr (lr is read at a parameter's
+ *          first step only, as PyTorch's)
+ * LBFGS is not here: it needs a closure that re-evaluates the loss within
+ * a step, which this step-after-backward interface does not take.
  *
  * Updates are flat loops over parameter memory (no graph is recorded), each
  * element computed by one thread: results are bit-identical for any thread
@@ -65,28 +92,41 @@ typedef enum {
     CG_OPTIM_ADAMW,
     CG_OPTIM_RMSPROP,
     CG_OPTIM_ADAGRAD,
+    CG_OPTIM_ADADELTA,
+    CG_OPTIM_ADAMAX,
+    CG_OPTIM_NADAM,
+    CG_OPTIM_RADAM,
+    CG_OPTIM_ASGD,
+    CG_OPTIM_RPROP,
     CG_OPTIM_NTYPES
 } cg_optim_type;
 
-/* "sgd", "adam", "adamw", "rmsprop", "adagrad" (static; "?" if out of
- * range). */
+/* "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax",
+ * "nadam", "radam", "asgd", "rprop" (static; "?" if out of range). */
 const char *cg_optim_type_name(cg_optim_type t);
 
 /* Fields a type does not use are ignored (neither checked nor saved). The
  * checks are PyTorch's constructors' (finite numbers besides). */
 typedef struct cg_optim_config {
     cg_optim_type type;
-    double lr;                        /* initial learning rate: a rate (cg_optim_set_lr) */
-    double momentum;                  /* SGD, RMSprop: >= 0; 0 = none (no momentum_buffer) */
-    bool nesterov;                    /* SGD: needs momentum > 0 and dampening 0 */
-    double beta1, beta2;              /* Adam/AdamW: in [0, 1) */
-    double eps;                       /* Adam/AdamW, RMSprop, Adagrad: >= 0 */
-    double alpha;                     /* RMSprop: the smoothing constant, >= 0 */
-    bool centered;                    /* RMSprop: by the gradient's average (a grad_avg) */
-    double lr_decay;                  /* Adagrad: >= 0 */
-    double initial_accumulator_value; /* Adagrad: sum's start, >= 0 */
-    bool amsgrad;                     /* Adam/AdamW: keep max_exp_avg_sq */
-    double dampening;                 /* SGD: momentum's dampening; 0 for nesterov */
+    double lr;                           /* initial learning rate: a rate (cg_optim_set_lr) */
+    double momentum;                     /* SGD, RMSprop: >= 0; 0 = none (no momentum_buffer) */
+    bool nesterov;                       /* SGD: needs momentum > 0 and dampening 0 */
+    double beta1, beta2;                 /* Adam/AdamW, Adamax, NAdam, RAdam: in [0, 1) */
+    double eps;                          /* all but SGD, ASGD, Rprop: >= 0 */
+    double alpha;                        /* RMSprop: the smoothing constant, >= 0; ASGD: eta's
+                                         power, finite */
+    bool centered;                       /* RMSprop: by the gradient's average (a grad_avg) */
+    double lr_decay;                     /* Adagrad: >= 0 */
+    double initial_accumulator_value;    /* Adagrad: sum's start, >= 0 */
+    bool amsgrad;                        /* Adam/AdamW: keep max_exp_avg_sq */
+    double dampening;                    /* SGD: momentum's dampening; 0 for nesterov */
+    double rho;                          /* Adadelta: in [0, 1] */
+    double momentum_decay;               /* NAdam: >= 0 */
+    double lambd, t0;                    /* ASGD: the decay term, the step averaging starts at
+                                         (finite) */
+    double etaminus, etaplus;            /* Rprop: 0 < etaminus < 1 < etaplus */
+    double step_size_min, step_size_max; /* Rprop: the step sizes' bounds (finite) */
 } cg_optim_config;
 
 /* Configs with PyTorch's argument order (weight decay is per parameter,
@@ -100,26 +140,59 @@ cg_optim_config cg_rmsprop_config(double lr, double alpha, double eps, double mo
 /* torch.optim.Adagrad(lr, lr_decay, weight_decay, initial_accumulator_value, eps) */
 cg_optim_config cg_adagrad_config(double lr, double lr_decay, double initial_accumulator_value,
                                   double eps);
+/* torch.optim.Adadelta(lr, rho, eps) */
+cg_optim_config cg_adadelta_config(double lr, double rho, double eps);
+/* torch.optim.Adamax(lr, betas, eps), torch.optim.RAdam(lr, betas, eps) */
+cg_optim_config cg_adamax_config(double lr, double beta1, double beta2, double eps);
+cg_optim_config cg_radam_config(double lr, double beta1, double beta2, double eps);
+/* torch.optim.NAdam(lr, betas, eps, weight_decay, momentum_decay) */
+cg_optim_config cg_nadam_config(double lr, double beta1, double beta2, double eps,
+                                double momentum_decay);
+/* torch.optim.ASGD(lr, lambd, alpha, t0) */
+cg_optim_config cg_asgd_config(double lr, double lambd, double alpha, double t0);
+/* torch.optim.Rprop(lr, etas=(etaminus, etaplus), step_sizes=(min, max)) */
+cg_optim_config cg_rprop_config(double lr, double etaminus, double etaplus, double step_size_min,
+                                double step_size_max);
 /* Configs with PyTorch's defaults for everything but lr: SGD without
  * momentum; Adam and AdamW with betas (0.9, 0.999) and eps 1e-8; RMSprop
  * with alpha 0.99, eps 1e-8, no momentum, not centered; Adagrad with
- * lr_decay 0, initial accumulator 0, eps 1e-10. Change a field afterwards
- * for anything else (cfg.beta2 = 0.98, cfg.amsgrad = true). */
+ * lr_decay 0, initial accumulator 0, eps 1e-10; Adadelta with rho 0.9, eps
+ * 1e-6; Adamax and RAdam with betas (0.9, 0.999), eps 1e-8; NAdam with
+ * those and momentum_decay 4e-3; ASGD with lambd 1e-4, alpha 0.75, t0 1e6;
+ * Rprop with etas (0.5, 1.2) and step sizes (1e-6, 50). (PyTorch's default
+ * rates differ by type: 1.0 for Adadelta, 2e-3 for Adamax and NAdam, 1e-3
+ * for RAdam, 1e-2 for ASGD and Rprop.) Change a field afterwards for
+ * anything else (cfg.beta2 = 0.98, cfg.amsgrad = true). */
 cg_optim_config cg_sgd_default(double lr);
 cg_optim_config cg_adam_default(double lr);
 cg_optim_config cg_adamw_default(double lr);
 cg_optim_config cg_rmsprop_default(double lr);
 cg_optim_config cg_adagrad_default(double lr);
+cg_optim_config cg_adadelta_default(double lr);
+cg_optim_config cg_adamax_default(double lr);
+cg_optim_config cg_nadam_default(double lr);
+cg_optim_config cg_radam_default(double lr);
+cg_optim_config cg_asgd_default(double lr);
+cg_optim_config cg_rprop_default(double lr);
 
 /* The state buffers an optimizer may keep per parameter, numbered as
  * cg_shard_gather's k (k 0 is a sharded average's, optim/ema.h), each
  * named as in PyTorch's optimizer state:
- *   1 "exp_avg", 2 "exp_avg_sq"  Adam, AdamW
+ *   1 "exp_avg"                   Adam, AdamW, Adamax, NAdam, RAdam
+ *   2 "exp_avg_sq"                Adam, AdamW, NAdam, RAdam
  *   3 "momentum_buffer"           SGD and RMSprop with momentum != 0
- *   4 "square_avg"                RMSprop
+ *   4 "square_avg"                RMSprop, Adadelta
  *   5 "grad_avg"                  RMSprop centered
  *   6 "sum"                       Adagrad
- *   7 "max_exp_avg_sq"            Adam, AdamW with amsgrad */
+ *   7 "max_exp_avg_sq"            Adam, AdamW with amsgrad
+ *   8 "acc_delta"                 Adadelta
+ *   9 "exp_inf"                   Adamax
+ *  10 "ax"                        ASGD (the averaged parameter)
+ *  11 "prev", 12 "step_size"      Rprop
+ * and three scalars (shape [], float32 as in PyTorch; whole in every shard
+ * of a sharded optimizer, as the step counts are, so never gathered):
+ *  13 "mu_product"                NAdam
+ *  14 "eta", 15 "mu"              ASGD */
 enum {
     CG_OPTIM_BUF_EXP_AVG = 1,
     CG_OPTIM_BUF_EXP_AVG_SQ,
@@ -128,6 +201,14 @@ enum {
     CG_OPTIM_BUF_GRAD_AVG,
     CG_OPTIM_BUF_SUM,
     CG_OPTIM_BUF_MAX_EXP_AVG_SQ,
+    CG_OPTIM_BUF_ACC_DELTA,
+    CG_OPTIM_BUF_EXP_INF,
+    CG_OPTIM_BUF_AX,
+    CG_OPTIM_BUF_PREV,
+    CG_OPTIM_BUF_STEP_SIZE,
+    CG_OPTIM_BUF_MU_PRODUCT,
+    CG_OPTIM_BUF_ETA,
+    CG_OPTIM_BUF_MU,
     CG_OPTIM_NBUFS /* one past the last k */
 };
 /* The name of buffer k (static), NULL for k outside 1 .. CG_OPTIM_NBUFS-1. */
@@ -135,8 +216,11 @@ const char *cg_optim_buffer_name(int k);
 /* Does an optimizer with configuration c keep buffer k? (False for a bad
  * k or type.) */
 bool cg_optim_keeps(const cg_optim_config *c, int k);
-/* How many buffers it keeps for each parameter (0 for plain SGD, 3 for
- * RMSprop with momentum and centered, ...). */
+/* Is buffer k one of the scalars (13 to 15), not of its parameter's shape? */
+bool cg_optim_buffer_is_scalar(int k);
+/* How many buffers of its parameter's shape it keeps for each parameter (0
+ * for plain SGD, 3 for RMSprop with momentum and centered, 2 for NAdam,
+ * 1 for ASGD: the scalars are not counted). */
 int cg_optim_n_buffers(const cg_optim_config *c);
 
 /* One parameter. name: non-empty, unique in the optimizer (copied). tensor:
@@ -208,8 +292,9 @@ double cg_optim_lr(const cg_optim *o);
 /* The momentum, as PyTorch's schedulers move param_group['momentum'] or
  * param_group['betas'][0] (OneCycleLR's cycle_momentum, optim/schedule.h):
  * SGD's and RMSprop's momentum (finite and > 0: one built without momentum
- * keeps no momentum_buffer and is refused), Adam's and AdamW's beta1 (in
- * [0, 1)); Adagrad has none. Refused: false + error, the old value kept.
+ * keeps no momentum_buffer and is refused), the beta1 (in [0, 1)) of Adam,
+ * AdamW, Adamax, NAdam and RAdam; Adagrad, Adadelta, ASGD and Rprop have
+ * none. Refused: false + error, the old value kept.
  * Saved and loaded back with the state (cg_optim_save's .momentum and
  * .beta1). */
 bool cg_optim_set_momentum(cg_optim *o, double momentum);
@@ -296,7 +381,8 @@ typedef struct cg_shard_gather {
  * next step. With o unsharded, cg_optim_save (g unused). False + error. */
 bool cg_optim_save_gathered(const cg_optim *o, cg_st_writer *w, const char *prefix,
                             const cg_shard_gather *g);
-/* Bytes of state buffers (every one it keeps, CG_OPTIM_BUF_*) held. */
+/* Bytes of state buffers of its parameters' shape (every one it keeps,
+ * CG_OPTIM_BUF_*, but the scalars: 4 bytes a parameter each) held. */
 int64_t cg_optim_state_bytes(const cg_optim *o);
 /* Copy into dst what src holds: the learning rate and hyper-parameters, the
  * learning-rate scales, the step counts (overall and per parameter), and
@@ -323,14 +409,17 @@ bool cg_optim_clip_grads_by(cg_optim *o, double total, double max_norm);
 /* Add the optimizer's state to w, under prefix (NULL: "optim"):
  *   tensors   <prefix>.<name>.step             I64, shape [] (per parameter)
  *             <prefix>.<name>.<buffer>  F32, each buffer it keeps
- *                                       (cg_optim_buffer_name)
+ *                                       (cg_optim_buffer_name; the
+ *                                       scalars of shape [])
  *   metadata  <prefix>.type (cg_optim_type_name), <prefix>.step,
  *             <prefix>.lr, .momentum, .nesterov, .beta1, .beta2, .eps,
  *             then its type's own: .alpha, .centered (RMSprop);
  *             .lr_decay, .initial_accumulator_value (Adagrad); .amsgrad
  *             (Adam, AdamW: only when true) and .dampening (SGD: only
  *             when not 0), so that files of before they existed keep
- *             their bytes (absent: false, 0);
+ *             their bytes (absent: false, 0); .rho (Adadelta);
+ *             .momentum_decay (NAdam); .lambd, .alpha, .t0 (ASGD);
+ *             .etaminus, .etaplus, .step_size_min, .step_size_max (Rprop);
  *             <prefix>.<name>.lr_scale  (only for a scale other than 1)
  *             (decimal strings that read back exactly).
  * Parameter values are not included: save them next to it. */
@@ -338,7 +427,8 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
 /* Restore the state written by cg_optim_save: step counts, buffers, and the
  * hyper-parameters of the metadata (lr, betas, eps, momentum, nesterov, the
  * type's own (alpha, centered, lr_decay, initial_accumulator_value,
- * amsgrad, dampening), and
+ * amsgrad, dampening, rho, momentum_decay, lambd, t0, the etas and step
+ * sizes), and
  * each parameter's learning-rate scale, as PyTorch's load_state_dict
  * restores each group's lr: 1 for a parameter without an lr_scale entry,
  * so every one of a file written before scales existed; per-parameter
@@ -348,7 +438,7 @@ bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix);
  * anything changes: a different optimizer type, a missing entry, a shape
  * that differs from the parameter's or a dtype that is not a float, a
  * damaged value (a non-finite moment, a negative exp_avg_sq, square_avg,
- * sum or max_exp_avg_sq, a step count
+ * sum, max_exp_avg_sq, acc_delta or exp_inf, a step count
  * outside [0, 2^53], a learning rate or scale that breaks the rule for
  * rates of cg_optim_set_lr), or a <prefix>.* tensor or <prefix>.*.lr_scale
  * entry that belongs to no parameter gives false + an error naming it,

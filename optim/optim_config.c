@@ -53,6 +53,51 @@ cg_optim_config cg_adagrad_config(double lr, double lr_decay, double initial_acc
                              .eps = eps};
 }
 
+cg_optim_config cg_adadelta_config(double lr, double rho, double eps)
+{
+    return (cg_optim_config){.type = CG_OPTIM_ADADELTA, .lr = lr, .rho = rho, .eps = eps};
+}
+
+cg_optim_config cg_adamax_config(double lr, double beta1, double beta2, double eps)
+{
+    cg_optim_config c = cg_adam_config(lr, beta1, beta2, eps);
+    c.type = CG_OPTIM_ADAMAX;
+    return c;
+}
+
+cg_optim_config cg_radam_config(double lr, double beta1, double beta2, double eps)
+{
+    cg_optim_config c = cg_adam_config(lr, beta1, beta2, eps);
+    c.type = CG_OPTIM_RADAM;
+    return c;
+}
+
+cg_optim_config cg_nadam_config(double lr, double beta1, double beta2, double eps,
+                                double momentum_decay)
+{
+    cg_optim_config c = cg_adam_config(lr, beta1, beta2, eps);
+    c.type = CG_OPTIM_NADAM;
+    c.momentum_decay = momentum_decay;
+    return c;
+}
+
+cg_optim_config cg_asgd_config(double lr, double lambd, double alpha, double t0)
+{
+    return (cg_optim_config){
+        .type = CG_OPTIM_ASGD, .lr = lr, .lambd = lambd, .alpha = alpha, .t0 = t0};
+}
+
+cg_optim_config cg_rprop_config(double lr, double etaminus, double etaplus, double step_size_min,
+                                double step_size_max)
+{
+    return (cg_optim_config){.type = CG_OPTIM_RPROP,
+                             .lr = lr,
+                             .etaminus = etaminus,
+                             .etaplus = etaplus,
+                             .step_size_min = step_size_min,
+                             .step_size_max = step_size_max};
+}
+
 cg_optim_config cg_sgd_default(double lr) { return cg_sgd_config(lr, 0.0, false); }
 cg_optim_config cg_adam_default(double lr) { return cg_adam_config(lr, 0.9, 0.999, 1e-8); }
 cg_optim_config cg_adamw_default(double lr) { return cg_adamw_config(lr, 0.9, 0.999, 1e-8); }
@@ -61,12 +106,19 @@ cg_optim_config cg_rmsprop_default(double lr)
     return cg_rmsprop_config(lr, 0.99, 1e-8, 0.0, false);
 }
 cg_optim_config cg_adagrad_default(double lr) { return cg_adagrad_config(lr, 0.0, 0.0, 1e-10); }
+cg_optim_config cg_adadelta_default(double lr) { return cg_adadelta_config(lr, 0.9, 1e-6); }
+cg_optim_config cg_adamax_default(double lr) { return cg_adamax_config(lr, 0.9, 0.999, 1e-8); }
+cg_optim_config cg_nadam_default(double lr) { return cg_nadam_config(lr, 0.9, 0.999, 1e-8, 4e-3); }
+cg_optim_config cg_radam_default(double lr) { return cg_radam_config(lr, 0.9, 0.999, 1e-8); }
+cg_optim_config cg_asgd_default(double lr) { return cg_asgd_config(lr, 1e-4, 0.75, 1e6); }
+cg_optim_config cg_rprop_default(double lr) { return cg_rprop_config(lr, 0.5, 1.2, 1e-6, 50); }
 
 /* ------------------------------------------- hyper-parameters and buffers */
 
 #define TYPE(t) (1u << CG_OPTIM_##t)
 #define ALL_TYPES ((1u << CG_OPTIM_NTYPES) - 1)
 #define ADAMS (TYPE(ADAM) | TYPE(ADAMW))
+#define BETAS (ADAMS | TYPE(ADAMAX) | TYPE(NADAM) | TYPE(RADAM)) /* the types with betas */
 #define FIELD(f) offsetof(cg_optim_config, f)
 
 enum { H_LR, H_MOMENTUM, H_NESTEROV, H_BETA1, H_BETA2, H_EPS, H_AMSGRAD, H_CENTERED };
@@ -81,10 +133,18 @@ const optim_hyper cg_optim_hypers[] = {
     [H_EPS] = {"eps", FIELD(eps), false, ALL_TYPES, false},
     [H_AMSGRAD] = {"amsgrad", FIELD(amsgrad), true, ADAMS, true},
     [H_CENTERED] = {"centered", FIELD(centered), true, TYPE(RMSPROP), false},
-    {"alpha", FIELD(alpha), false, TYPE(RMSPROP), false},
+    {"alpha", FIELD(alpha), false, TYPE(RMSPROP) | TYPE(ASGD), false},
     {"lr_decay", FIELD(lr_decay), false, TYPE(ADAGRAD), false},
     {"initial_accumulator_value", FIELD(initial_accumulator_value), false, TYPE(ADAGRAD), false},
     {"dampening", FIELD(dampening), false, TYPE(SGD), true},
+    {"rho", FIELD(rho), false, TYPE(ADADELTA), false},
+    {"momentum_decay", FIELD(momentum_decay), false, TYPE(NADAM), false},
+    {"lambd", FIELD(lambd), false, TYPE(ASGD), false},
+    {"t0", FIELD(t0), false, TYPE(ASGD), false},
+    {"etaminus", FIELD(etaminus), false, TYPE(RPROP), false},
+    {"etaplus", FIELD(etaplus), false, TYPE(RPROP), false},
+    {"step_size_min", FIELD(step_size_min), false, TYPE(RPROP), false},
+    {"step_size_max", FIELD(step_size_max), false, TYPE(RPROP), false},
 };
 const int cg_optim_nhypers = (int)(sizeof cg_optim_hypers / sizeof *cg_optim_hypers);
 
@@ -113,13 +173,26 @@ static const struct {
                            {CG_OPTIM_BUF_MOMENTUM, H_MOMENTUM},
                            {CG_OPTIM_BUF_GRAD_AVG, H_CENTERED}}},
     [CG_OPTIM_ADAGRAD] = {1, {{CG_OPTIM_BUF_SUM, -1}}},
+    [CG_OPTIM_ADADELTA] = {2, {{CG_OPTIM_BUF_SQUARE_AVG, -1}, {CG_OPTIM_BUF_ACC_DELTA, -1}}},
+    [CG_OPTIM_ADAMAX] = {2, {{CG_OPTIM_BUF_EXP_AVG, -1}, {CG_OPTIM_BUF_EXP_INF, -1}}},
+    [CG_OPTIM_NADAM] = {3,
+                        {{CG_OPTIM_BUF_MU_PRODUCT, -1},
+                         {CG_OPTIM_BUF_EXP_AVG, -1},
+                         {CG_OPTIM_BUF_EXP_AVG_SQ, -1}}},
+    [CG_OPTIM_RADAM] = {2, {{CG_OPTIM_BUF_EXP_AVG, -1}, {CG_OPTIM_BUF_EXP_AVG_SQ, -1}}},
+    [CG_OPTIM_ASGD] = {3, {{CG_OPTIM_BUF_ETA, -1}, {CG_OPTIM_BUF_MU, -1}, {CG_OPTIM_BUF_AX, -1}}},
+    [CG_OPTIM_RPROP] = {2, {{CG_OPTIM_BUF_PREV, -1}, {CG_OPTIM_BUF_STEP_SIZE, -1}}},
 };
 
 static const char *const buffer_names[CG_OPTIM_NBUFS] = {
-    NULL,         "exp_avg",  "exp_avg_sq", "momentum_buffer",
-    "square_avg", "grad_avg", "sum",        "max_exp_avg_sq"};
-static const bool buffer_nonneg[CG_OPTIM_NBUFS] = {false, false, true, false,
-                                                   true,  false, true, true};
+    NULL,         "exp_avg",    "exp_avg_sq", "momentum_buffer",
+    "square_avg", "grad_avg",   "sum",        "max_exp_avg_sq",
+    "acc_delta",  "exp_inf",    "ax",         "prev",
+    "step_size",  "mu_product", "eta",        "mu"};
+static const bool buffer_nonneg[CG_OPTIM_NBUFS] = {
+    [CG_OPTIM_BUF_EXP_AVG_SQ] = true, [CG_OPTIM_BUF_SQUARE_AVG] = true,
+    [CG_OPTIM_BUF_SUM] = true,        [CG_OPTIM_BUF_MAX_EXP_AVG_SQ] = true,
+    [CG_OPTIM_BUF_ACC_DELTA] = true,  [CG_OPTIM_BUF_EXP_INF] = true};
 
 const char *cg_optim_buffer_name(int k)
 {
@@ -127,6 +200,20 @@ const char *cg_optim_buffer_name(int k)
 }
 
 bool cg_optim_buffer_nonneg(int k) { return k > 0 && k < CG_OPTIM_NBUFS && buffer_nonneg[k]; }
+
+bool cg_optim_buffer_is_scalar(int k) { return k >= CG_OPTIM_BUF_MU_PRODUCT && k < CG_OPTIM_NBUFS; }
+
+float cg_optim_buffer_start(const cg_optim_config *c, int k, double lr)
+{
+    switch (k) {
+    case CG_OPTIM_BUF_SUM: return (float)c->initial_accumulator_value;
+    case CG_OPTIM_BUF_STEP_SIZE:             /* fill_(group['lr']) */
+    case CG_OPTIM_BUF_ETA: return (float)lr; /* torch.tensor(group['lr']) */
+    case CG_OPTIM_BUF_MU_PRODUCT:
+    case CG_OPTIM_BUF_MU: return 1.0f;
+    default: return 0.0f;
+    }
+}
 
 int cg_optim_type_buffers(const cg_optim_config *c, const optim_buffer **rows)
 {
@@ -152,25 +239,34 @@ int cg_optim_n_buffers(const cg_optim_config *c)
 {
     int n = 0;
     for (int k = 1; k < CG_OPTIM_NBUFS; k++)
-        n += cg_optim_keeps(c, k);
+        n += cg_optim_keeps(c, k) && !cg_optim_buffer_is_scalar(k);
     return n;
 }
 
 /* The hyper-parameters each type checks (PyTorch's constructors' checks,
- * finite numbers besides): >= 0, or in [0, 1) for a beta. */
+ * finite numbers besides): >= 0, in [0, 1) for a beta, in [0, 1] for
+ * Adadelta's rho, any finite number where PyTorch checks none. */
+enum { NONNEG, UNIT_OPEN, UNIT_CLOSED, FINITE };
 static const struct {
     unsigned types;
     size_t off;
     const char *name;
-    bool unit; /* in [0, 1) */
+    int range;
 } hyper_checks[] = {
-    {TYPE(SGD) | TYPE(RMSPROP), FIELD(momentum), "momentum", false},
-    {ADAMS, FIELD(beta1), "betas[0]", true},
-    {ADAMS, FIELD(beta2), "betas[1]", true},
-    {ADAMS | TYPE(RMSPROP) | TYPE(ADAGRAD), FIELD(eps), "eps", false},
-    {TYPE(RMSPROP), FIELD(alpha), "alpha", false},
-    {TYPE(ADAGRAD), FIELD(lr_decay), "lr_decay", false},
-    {TYPE(ADAGRAD), FIELD(initial_accumulator_value), "initial_accumulator_value", false},
+    {TYPE(SGD) | TYPE(RMSPROP), FIELD(momentum), "momentum", NONNEG},
+    {BETAS, FIELD(beta1), "betas[0]", UNIT_OPEN},
+    {BETAS, FIELD(beta2), "betas[1]", UNIT_OPEN},
+    {BETAS | TYPE(RMSPROP) | TYPE(ADAGRAD) | TYPE(ADADELTA), FIELD(eps), "eps", NONNEG},
+    {TYPE(RMSPROP), FIELD(alpha), "alpha", NONNEG},
+    {TYPE(ADAGRAD), FIELD(lr_decay), "lr_decay", NONNEG},
+    {TYPE(ADAGRAD), FIELD(initial_accumulator_value), "initial_accumulator_value", NONNEG},
+    {TYPE(ADADELTA), FIELD(rho), "rho", UNIT_CLOSED},
+    {TYPE(NADAM), FIELD(momentum_decay), "momentum_decay", NONNEG},
+    {TYPE(ASGD), FIELD(lambd), "lambd", FINITE},
+    {TYPE(ASGD), FIELD(alpha), "alpha", FINITE},
+    {TYPE(ASGD), FIELD(t0), "t0", FINITE},
+    {TYPE(RPROP), FIELD(step_size_min), "step_size_min", FINITE},
+    {TYPE(RPROP), FIELD(step_size_max), "step_size_max", FINITE},
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -210,12 +306,23 @@ bool cg_optim_check_config(const char *what, const cg_optim_config *c)
         if (!(hyper_checks[j].types & (1u << c->type)))
             continue;
         double v = *(const double *)((const char *)c + hyper_checks[j].off);
-        bool unit = hyper_checks[j].unit;
-        if (!(v >= 0 && (unit ? v < 1 : v <= DBL_MAX))) {
-            cg_set_error("%s: %s %s %g must be %s", what, tn, hyper_checks[j].name, v,
-                         unit ? "in [0, 1)" : "finite and >= 0");
+        static const char *const must[] = {"finite and >= 0", "in [0, 1)", "in [0, 1]", "finite"};
+        const int r = hyper_checks[j].range;
+        bool ok = r == FINITE        ? isfinite(v)
+                  : r == UNIT_OPEN   ? v >= 0 && v < 1
+                  : r == UNIT_CLOSED ? v >= 0 && v <= 1
+                                     : v >= 0 && v <= DBL_MAX;
+        if (!ok) {
+            cg_set_error("%s: %s %s %g must be %s", what, tn, hyper_checks[j].name, v, must[r]);
             return false;
         }
+    }
+    /* PyTorch: "Invalid eta values" unless 0 < etaminus < 1 < etaplus */
+    if (c->type == CG_OPTIM_RPROP &&
+        !(c->etaminus > 0 && c->etaminus < 1 && c->etaplus > 1 && c->etaplus <= DBL_MAX)) {
+        cg_set_error("%s: rprop etas (%g, %g) must be 0 < etaminus < 1 < etaplus (finite)", what,
+                     c->etaminus, c->etaplus);
+        return false;
     }
     if (c->type == CG_OPTIM_SGD) {
         if (!isfinite(c->dampening)) {

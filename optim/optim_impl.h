@@ -35,8 +35,9 @@ struct cg_optim {
     bool sharded; /* some slot owns less than its whole parameter */
 };
 
-static const char *const type_names[CG_OPTIM_NTYPES] = {"sgd", "adam", "adamw", "rmsprop",
-                                                        "adagrad"};
+static const char *const type_names[CG_OPTIM_NTYPES] = {"sgd",     "adam",     "adamw",  "rmsprop",
+                                                        "adagrad", "adadelta", "adamax", "nadam",
+                                                        "radam",   "asgd",     "rprop"};
 
 /* ------------------------------------------- hyper-parameters and buffers */
 /* The one description of what each type keeps and saves, which
@@ -68,11 +69,43 @@ typedef struct {
 #define OPTIM_MAX_TYPE_BUFS 3
 /* The buffers of c's type in the order they are saved; their count. */
 int cg_optim_type_buffers(const cg_optim_config *c, const optim_buffer **rows);
-/* Is buffer k never negative (a second moment, a sum of squares)? */
+/* Is buffer k never negative (a second moment, a sum of squares, an
+ * infinity norm)? */
 bool cg_optim_buffer_nonneg(int k);
-/* A fresh buffer k of slot s (its owned run) as c starts it: zeros, or
- * Adagrad's initial_accumulator_value. Held (cg_hold), NULL on failure. */
+/* A fresh buffer k of slot s (its owned run; a scalar: shape []) as c
+ * starts it: zeros, Adagrad's initial_accumulator_value, Rprop's step size
+ * and ASGD's eta at lr, NAdam's mu_product and ASGD's mu at 1. Held
+ * (cg_hold), NULL on failure. */
 cg_tensor *cg_optim_new_buffer(const cg_optim_config *c, const slot *s, int k);
+/* That start of buffer k (0 for most) at the parameter's rate lr. */
+float cg_optim_buffer_start(const cg_optim_config *c, int k, double lr);
+
+/* ------------------------------------------------------------ updates */
+
+/* One parameter's update with its per-step constants (optim.c runs them;
+ * optim_more.c holds the rules of Adadelta, Adamax, NAdam, RAdam, ASGD and
+ * Rprop). */
+typedef struct {
+    float *p, *buf[CG_OPTIM_NBUFS]; /* buf by k, NULL where not kept */
+    const float *g;
+    int64_t n;
+    float wd, neg_lr, l2, decay, bc2_sqrt, neg_step;
+    float bc1, bc2, neg_step2, lr, rect, mu; /* NAdam, RAdam, ASGD: optim_more.c */
+    bool first, rectify;
+} update_job;
+
+/* The per-step constants of slot s's job u at its rate lr, for the types
+ * of optim_more.c, and their scalar state advanced (NAdam's mu_product,
+ * ASGD's eta and mu), as PyTorch's step does before its element loop. */
+void cg_optim_prepare_more(const cg_optim_config *c, slot *s, update_job *u, double lr);
+/* Elements [a, a + n) of job u, for the types of optim_more.c. */
+void cg_optim_update_more(const cg_optim_config *c, const update_job *u, int64_t a, int64_t n);
+
+/* The gradient with L2 weight decay: grad.add(param, alpha=wd), if wd != 0 */
+static inline float with_l2(float g, float wd, float p) { return wd != 0 ? g + wd * p : g; }
+
+/* torch.maximum, torch.amax: NaN if either is */
+static inline float maximum(float a, float b) { return a != a ? a : (a >= b ? a : b); }
 
 /* ------------------------------------------------------------ helpers */
 

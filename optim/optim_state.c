@@ -35,14 +35,22 @@ int64_t cg_optim_state_bytes(const cg_optim *o)
     int64_t b = 0;
     for (int i = 0; o && i < o->n; i++)
         for (int k = 1; k < CG_OPTIM_NBUFS; k++)
-            b += o->s[i].buf[k] ? (int64_t)sizeof(float) * cg_numel(o->s[i].buf[k]) : 0;
+            b += o->s[i].buf[k] && !cg_optim_buffer_is_scalar(k)
+                     ? (int64_t)sizeof(float) * cg_numel(o->s[i].buf[k])
+                     : 0;
     return b;
 }
 
-/* Copy the elements of [max(lo), min(hi)) of one buffer pair. */
+/* Copy the elements of [max(lo), min(hi)) of one buffer pair; a scalar
+ * (cg_optim_buffer_is_scalar: whole in every shard) whole. */
 static void copy_overlap(const slot *d, cg_tensor *db, const slot *s, const cg_tensor *sb)
 {
     int64_t a = d->lo > s->lo ? d->lo : s->lo, b = d->hi < s->hi ? d->hi : s->hi;
+    if (db && sb && db->ndim == 0) {
+        cg_data(db)[0] = cg_data((cg_tensor *)sb)[0];
+        cg_tensor_modified(db);
+        return;
+    }
     if (!db || !sb || a >= b)
         return;
     memcpy(cg_data(db) + (a - d->lo), cg_data((cg_tensor *)sb) + (a - s->lo),
@@ -145,11 +153,13 @@ bool cg_optim_add_gathered(cg_st_writer *w, const char *name, const cg_tensor *p
     return cg_st_add_filled(w, name, CG_F32, p->ndim, p->shape, fill_gathered, e, free);
 }
 
-/* One state buffer: whole, or gathered at the save. */
+/* One state buffer: whole, or gathered at the save (a scalar is whole in
+ * every shard). */
 static bool add_buffer(cg_st_writer *w, const char *name, const slot *s, cg_tensor *buf,
                        const cg_shard_gather *g, int i, int k)
 {
-    return g ? cg_optim_add_gathered(w, name, s->p, g, i, k) : cg_st_add_f32(w, name, buf);
+    return g && !cg_optim_buffer_is_scalar(k) ? cg_optim_add_gathered(w, name, s->p, g, i, k)
+                                              : cg_st_add_f32(w, name, buf);
 }
 
 bool cg_optim_save(const cg_optim *o, cg_st_writer *w, const char *prefix)
@@ -359,19 +369,28 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
             return false;
         /* a BF16 or F16 moment widens to the parameter's float32, as
          * PyTorch's load_state_dict casts state to its parameter's dtype */
-        bool same = (dt == CG_ST_F32 || dt == CG_ST_BF16 || dt == CG_ST_F16) && nd == s->p->ndim;
+        const bool scalar = cg_optim_buffer_is_scalar(k);
+        bool same = (dt == CG_ST_F32 || dt == CG_ST_BF16 || dt == CG_ST_F16) &&
+                    nd == (scalar ? 0 : s->p->ndim);
         for (int d = 0; same && d < nd; d++)
             same = shape[d] == s->p->shape[d];
         if (!same) {
             char b1[96], b2[96];
-            cg_set_error("optim_load: %s: '%s' is %s %s, but parameter '%s' is F32 %s", path, name,
-                         cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, b1, sizeof b1), s->name,
-                         cg_shape_str(s->p, b2, sizeof b2));
+            if (scalar)
+                cg_set_error("optim_load: %s: '%s' is %s %s, expected an F32 scalar (shape [])",
+                             path, name, cg_st_dtype_name(dt),
+                             cg_shape_str_n(nd, shape, b1, sizeof b1));
+            else
+                cg_set_error("optim_load: %s: '%s' is %s %s, but parameter '%s' is F32 %s", path,
+                             name, cg_st_dtype_name(dt), cg_shape_str_n(nd, shape, b1, sizeof b1),
+                             s->name, cg_shape_str(s->p, b2, sizeof b2));
             return false;
         }
         /* sharded (ZeRO): the owned run [lo, hi) alone, read from the file */
-        const bool whole = s->lo == 0 && s->hi == cg_numel(s->p);
-        cg_tensor *t = whole ? cg_optim_zeros_like_param(s->p) : cg_optim_zeros_state(s);
+        const bool whole = scalar || (s->lo == 0 && s->hi == cg_numel(s->p));
+        cg_tensor *t = scalar  ? cg_hold(cg_scalar(0))
+                       : whole ? cg_optim_zeros_like_param(s->p)
+                               : cg_optim_zeros_state(s);
         if (!t || !(whole ? cg_st_load_into(f, name, t) : cg_st_load_range(f, name, s->lo, t))) {
             cg_release_held(t);
             return false;
@@ -383,7 +402,7 @@ static bool load_slot(const cg_st_file *f, const char *prefix, const cg_optim_co
         for (int64_t e = 0, n = cg_numel(t); e < n; e++)
             if (!isfinite(v[e]) || (cg_optim_buffer_nonneg(k) && v[e] < 0)) {
                 cg_set_error("optim_load: %s: '%s' holds %g at element %lld (%s)", path, name,
-                             (double)v[e], (long long)(s->lo + e),
+                             (double)v[e], (long long)(scalar ? 0 : s->lo + e),
                              isfinite(v[e]) ? "a second moment is at least 0" : "not finite");
                 cg_release_held(t);
                 return false;

@@ -67,11 +67,18 @@ static inline void release_params(cg_tensor *ps[OPT_NPARAMS])
         cg_release(ps[j]);
 }
 
+/* Parameter j's weight decay under cfg: the fixture's, none for Rprop
+ * (PyTorch 1.13's takes none; make_optim_expected.py gives it none) */
+static inline double param_wd(const cg_optim_config *cfg, int j)
+{
+    return cfg->type == CG_OPTIM_RPROP ? 0.0 : OPT_WD[j];
+}
+
 static inline cg_optim *make_optim(const cg_optim_config *cfg, cg_tensor *ps[OPT_NPARAMS])
 {
     cg_optim_param spec[OPT_NPARAMS];
     for (int j = 0; j < OPT_NPARAMS; j++)
-        spec[j] = (cg_optim_param){OPT_NAMES[j], ps[j], OPT_WD[j]};
+        spec[j] = (cg_optim_param){OPT_NAMES[j], ps[j], param_wd(cfg, j)};
     cg_optim *o = cg_optim_new(cfg, OPT_NPARAMS, spec);
     ck_assert_msg(o != NULL, "optim_new: %s", cg_last_error());
     return o;
@@ -182,8 +189,38 @@ static const float (*const more_expect[N_MORE])[OPT_N] = {
     OPT_EXPECT_ADAM_AMSGRAD,     OPT_EXPECT_ADAMW_AMSGRAD,
     OPT_EXPECT_SGD_DAMPENING};
 
+/* torch.optim's other first-order optimizers: the configs of
+ * make_optim_expected.py's NEW_CONFIGS, in its order (test_optim_more.c) */
+static inline cg_optim_config new_config(int i)
+{
+    switch (i) {
+    case 0: return cg_adadelta_default(1.0);
+    case 1: return cg_adadelta_config(0.5, 0.5, 1e-4);
+    case 2: return cg_adamax_default(2e-2);
+    case 3: return cg_adamax_config(1e-2, 0.8, 0.6, 1e-6);
+    case 4: return cg_nadam_default(1e-2);
+    case 5: return cg_nadam_config(1e-2, 0.8, 0.9, 1e-6, 0.1);
+    case 6: return cg_radam_default(1e-2);
+    case 7: return cg_radam_config(2e-2, 0.7, 0.9, 1e-6);
+    case 8: return cg_asgd_default(1e-2);
+    case 9: return cg_asgd_config(0.05, 0.01, 0.5, 1.0);
+    case 10: return cg_rprop_default(1e-2);
+    default: return cg_rprop_config(0.05, 0.3, 1.5, 0.02, 0.06);
+    }
+}
+#define N_NEW 12
+
+static const double *const new_lrs[N_NEW] = {
+    OPT_LR_ADADELTA, OPT_LR_ADADELTA_RHO, OPT_LR_ADAMAX, OPT_LR_ADAMAX_BETAS,
+    OPT_LR_NADAM,    OPT_LR_NADAM_DECAY,  OPT_LR_RADAM,  OPT_LR_RADAM_BETAS,
+    OPT_LR_ASGD,     OPT_LR_ASGD_AVG,     OPT_LR_RPROP,  OPT_LR_RPROP_BOUNDS};
+static const float (*const new_expect[N_NEW])[OPT_N] = {
+    OPT_EXPECT_ADADELTA, OPT_EXPECT_ADADELTA_RHO, OPT_EXPECT_ADAMAX, OPT_EXPECT_ADAMAX_BETAS,
+    OPT_EXPECT_NADAM,    OPT_EXPECT_NADAM_DECAY,  OPT_EXPECT_RADAM,  OPT_EXPECT_RADAM_BETAS,
+    OPT_EXPECT_ASGD,     OPT_EXPECT_ASGD_AVG,     OPT_EXPECT_RPROP,  OPT_EXPECT_RPROP_BOUNDS};
+
 /* The smallest k (CG_OPTIM_BUF_*) an optimizer with cfg keeps, 0 if none;
- * how many it keeps. */
+ * how many of its parameter's shape it keeps. */
 static inline int first_buffer(const cg_optim_config *cfg)
 {
     for (int k = 1; k < CG_OPTIM_NBUFS; k++)
@@ -196,7 +233,7 @@ static inline int buffers_kept(const cg_optim_config *cfg)
 {
     int n = 0;
     for (int k = 1; k < CG_OPTIM_NBUFS; k++)
-        n += cg_optim_keeps(cfg, k);
+        n += cg_optim_keeps(cfg, k) && !cg_optim_buffer_is_scalar(k);
     return n;
 }
 
@@ -313,7 +350,7 @@ static inline cg_optim *make_shard(const cg_optim_config *cfg, cg_tensor *ps[OPT
     cg_optim_param spec[OPT_NPARAMS];
     cg_optim_range own[OPT_NPARAMS];
     for (int j = 0; j < OPT_NPARAMS; j++) {
-        spec[j] = (cg_optim_param){OPT_NAMES[j], ps[j], OPT_WD[j]};
+        spec[j] = (cg_optim_param){OPT_NAMES[j], ps[j], param_wd(cfg, j)};
         own[j] = shard_of(k, j);
     }
     cg_optim *o = cg_optim_new_sharded(cfg, OPT_NPARAMS, spec, own);
@@ -352,6 +389,203 @@ static inline void assert_same_state(cg_optim *a, cg_optim *b, cg_optim_config c
             ck_assert_msg(memcmp(x, y, (size_t)cg_numel(ta) * sizeof(float)) == 0, "%s of %d", what,
                           j);
         }
+    }
+}
+
+/* ------------------------------------------------ cases for every type */
+
+/* N steps straight == N/2 steps, save params + state, a new optimizer over
+ * the reloaded params loads the state, N/2 steps: bit-identical. */
+static inline void resume_case(cg_optim_config cfg, const double *lrs)
+{
+    cg_tensor *a[OPT_NPARAMS], *b[OPT_NPARAMS];
+    make_params(a);
+    cg_optim *oa = make_optim(&cfg, a);
+    for (int k = 0; k < OPT_NSTEPS; k++)
+        do_step(oa, a, k, lrs[k]);
+
+    make_params(b);
+    cg_optim *ob = make_optim(&cfg, b);
+    for (int k = 0; k < OPT_NSTEPS / 2; k++)
+        do_step(ob, b, k, lrs[k]);
+    cg_st_writer *w = cg_st_writer_new();
+    for (int j = 0; j < OPT_NPARAMS; j++)
+        ck_assert(cg_st_add_f32(w, OPT_NAMES[j], b[j]));
+    ck_assert_msg(cg_optim_save(ob, w, NULL), "%s", cg_last_error());
+    ck_assert_msg(cg_st_writer_save(w, in_dir("ckpt.safetensors")), "%s", cg_last_error());
+    cg_st_writer_free(w);
+    cg_optim_free(ob);
+    release_params(b);
+
+    cg_st_file *f = cg_st_open(in_dir("ckpt.safetensors"));
+    ck_assert_msg(f != NULL, "%s", cg_last_error());
+    for (int j = 0; j < OPT_NPARAMS; j++) {
+        b[j] = cg_st_get_f32(f, OPT_NAMES[j]);
+        ck_assert_ptr_nonnull(b[j]);
+        cg_requires_grad(b[j], true);
+    }
+    cg_optim_config other = cfg;
+    other.lr = 123; /* restored from the file */
+    ob = make_optim(&other, b);
+    ck_assert_msg(cg_optim_load(ob, f, "optim"), "%s", cg_last_error());
+    cg_st_close(f);
+    ck_assert(cg_optim_lr(ob) == lrs[OPT_NSTEPS / 2 - 1]);
+    ck_assert_int_eq(cg_optim_steps(ob), OPT_NSTEPS / 2);
+    ck_assert_int_eq(cg_optim_param_steps(ob, 2), OPT_NSTEPS / 2 - 1);
+    for (int k = OPT_NSTEPS / 2; k < OPT_NSTEPS; k++)
+        do_step(ob, b, k, lrs[k]);
+
+    float va[OPT_N], vb[OPT_N];
+    gather(a, va);
+    gather(b, vb);
+    ck_assert(memcmp(va, vb, sizeof va) == 0);
+    assert_same_state(oa, ob, cfg); /* every buffer the type keeps */
+    ck_assert_int_eq(cg_optim_steps(ob), OPT_NSTEPS);
+    cg_optim_free(oa);
+    cg_optim_free(ob);
+    release_params(a);
+    release_params(b);
+}
+
+/* NSHARD sharded optimizers, each on its own replica of the parameters,
+ * with their owned elements shared after every step, equal one unsharded
+ * optimizer bit for bit (parameters, then the state gathered with
+ * cg_optim_copy_state); the state splits back and loads from the
+ * unsharded file layout. */
+static inline void sharded_case(cg_optim_config cfg, const double *lrs)
+{
+    cg_tensor *a[OPT_NPARAMS], *s[NSHARD][OPT_NPARAMS];
+    make_params(a);
+    cg_optim *oa = make_optim(&cfg, a), *os[NSHARD];
+    int64_t bytes = 0;
+    for (int k = 0; k < NSHARD; k++) {
+        make_params(s[k]);
+        os[k] = make_shard(&cfg, s[k], k);
+        bytes += cg_optim_state_bytes(os[k]);
+    }
+    ck_assert_int_eq(bytes, cg_optim_state_bytes(oa));
+    ck_assert_int_eq(cg_optim_state_bytes(oa), buffers_kept(&cfg) * OPT_N * 4);
+    float va[OPT_N], vs[OPT_N];
+    for (int step = 0; step < OPT_NSTEPS; step++) {
+        do_step(oa, a, step, lrs[step]);
+        for (int k = 0; k < NSHARD; k++)
+            do_step(os[k], s[k], step, lrs[step]);
+        share_owned(s);
+        gather(a, va);
+        for (int k = 0; k < NSHARD; k++) {
+            gather(s[k], vs);
+            ck_assert_msg(memcmp(va, vs, sizeof va) == 0, "step %d, shard %d differs", step, k);
+        }
+    }
+    cg_tensor *f[OPT_NPARAMS];
+    make_params(f);
+    cg_optim *full = make_optim(&cfg, f);
+    for (int k = 0; k < NSHARD; k++)
+        ck_assert_msg(cg_optim_copy_state(full, os[k]), "%s", cg_last_error());
+    assert_same_state(full, oa, cfg);
+    cg_optim *back = make_optim(&cfg, f); /* each shard copies its own run only: any order */
+    for (int k = NSHARD - 1; k >= 0; k--)
+        ck_assert_msg(cg_optim_copy_state(back, os[k]), "%s", cg_last_error());
+    assert_same_state(back, oa, cfg);
+    cg_optim_free(back);
+
+    /* a sharded optimizer does not save; the gathered one does, and a shard
+     * loads its part of that file (and splits from an unsharded one) */
+    cg_st_writer *w = cg_st_writer_new();
+    CG_ASSERT_FAILS(cg_optim_save(os[0], w, "opt") ? (void *)1 : NULL, "shard");
+    ck_assert(cg_optim_save(full, w, "opt"));
+    ck_assert(cg_st_writer_save(w, in_dir("full.st")));
+    cg_st_writer_free(w);
+    cg_st_file *file = cg_st_open(in_dir("full.st"));
+    ck_assert_ptr_nonnull(file);
+    for (int k = 0; k < NSHARD; k++) {
+        cg_tensor *q[OPT_NPARAMS];
+        make_params(q);
+        cg_optim *loaded = make_shard(&cfg, q, k), *split = make_shard(&cfg, q, k);
+        ck_assert_msg(cg_optim_load(loaded, file, "opt"), "%s", cg_last_error());
+        ck_assert(cg_optim_copy_state(split, oa));
+        assert_same_state(loaded, split, cfg);
+        assert_same_state(loaded, os[k], cfg);
+        cg_optim_free(loaded);
+        cg_optim_free(split);
+        release_params(q);
+    }
+    cg_st_close(file);
+    /* a damaged value is named by its element in the whole tensor, by the
+     * shard whose run holds it (the others read theirs alone) */
+    if (cfg.type != CG_OPTIM_SGD) {
+        char full_path[4096];
+        snprintf(full_path, sizeof full_path, "%s", in_dir("full.st"));
+        const int64_t n = cg_numel_shape((int)OPT_SHAPES[0][0], &OPT_SHAPES[0][1]);
+        char entry[64];
+        snprintf(entry, sizeof entry, "opt.w.%s", cg_optim_buffer_name(first_buffer(&cfg)));
+        write_edited(full_path, in_dir("damaged.st"), entry, n - 1, NAN, NULL);
+        file = cg_st_open(in_dir("damaged.st"));
+        ck_assert_ptr_nonnull(file);
+        char msg[160];
+        snprintf(msg, sizeof msg, "'%s' holds nan at element %lld", entry, (long long)(n - 1));
+        for (int k = 0; k < NSHARD; k++) {
+            cg_tensor *q[OPT_NPARAMS];
+            make_params(q);
+            cg_optim *loaded = make_shard(&cfg, q, k);
+            cg_clear_error();
+            const bool ok = cg_optim_load(loaded, file, "opt");
+            ck_assert_msg(ok == (k < NSHARD - 1), "shard %d: %s", k, cg_last_error());
+            if (!ok)
+                assert_error_has(msg);
+            cg_optim_free(loaded);
+            release_params(q);
+        }
+        cg_st_close(file);
+    }
+    cg_optim_free(full);
+    release_params(f);
+    for (int k = 0; k < NSHARD; k++) {
+        cg_optim_free(os[k]);
+        release_params(s[k]);
+    }
+    cg_optim_free(oa);
+    release_params(a);
+}
+
+/* Three steps of cfg on a [200, 301] parameter (past the threshold and
+ * one chunk) at 1 and 2 threads: the parameter and every buffer the same
+ * bits. */
+static inline void thread_case(const cg_optim_config cfg)
+{
+    enum { R = 200, C = 301 };
+    float *out[2][CG_OPTIM_NBUFS] = {{NULL}};
+    int64_t len[CG_OPTIM_NBUFS] = {R * C};
+    int saved = cg_get_num_threads();
+    for (int r = 0; r < 2; r++) {
+        cg_set_num_threads(r + 1);
+        cg_rng rng = cg_rng_new(11);
+        cg_tensor *p = cg_randn(&rng, CG_SHAPE(R, C));
+        cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"p", p, param_wd(&cfg, 0)});
+        ck_assert_ptr_nonnull(o);
+        for (int k = 0; k < 3; k++) {
+            cg_zero_grad(p);
+            p->grad = cg_randn(&rng, CG_SHAPE(R, C));
+            ck_assert(cg_optim_step(o));
+        }
+        out[r][0] = cg_test_values(p);
+        for (int k = 1; k < CG_OPTIM_NBUFS; k++)
+            if (cg_optim_keeps(&cfg, k)) {
+                cg_tensor *b = cg_optim_state(o, 0, cg_optim_buffer_name(k));
+                out[r][k] = cg_test_values(b);
+                len[k] = cg_numel(b); /* a scalar's 1 */
+            }
+        cg_optim_free(o);
+        cg_release(p);
+    }
+    cg_set_num_threads(saved);
+    for (int k = 0; k < CG_OPTIM_NBUFS; k++) {
+        ck_assert((out[0][k] == NULL) == (out[1][k] == NULL));
+        if (out[0][k])
+            ck_assert_msg(memcmp(out[0][k], out[1][k], (size_t)len[k] * sizeof(float)) == 0,
+                          "buffer %d", k);
+        free(out[0][k]);
+        free(out[1][k]);
     }
 }
 

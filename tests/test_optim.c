@@ -467,39 +467,7 @@ END_TEST
 
 /* The new types and options on the OpenMP path: same bits for 1 and 2
  * threads, every state buffer too. */
-START_TEST(more_thread_independent)
-{
-    enum { R = 200, C = 301 };
-    float *out[2][CG_OPTIM_NBUFS] = {{NULL}};
-    const cg_optim_config cfg = more_config(_i);
-    int saved = cg_get_num_threads();
-    for (int r = 0; r < 2; r++) {
-        cg_set_num_threads(r + 1);
-        cg_rng rng = cg_rng_new(11);
-        cg_tensor *p = cg_randn(&rng, CG_SHAPE(R, C));
-        cg_optim *o = cg_optim_new(&cfg, 1, &(cg_optim_param){"p", p, 0.1});
-        ck_assert_ptr_nonnull(o);
-        for (int k = 0; k < 3; k++) {
-            cg_zero_grad(p);
-            p->grad = cg_randn(&rng, CG_SHAPE(R, C));
-            ck_assert(cg_optim_step(o));
-        }
-        out[r][0] = cg_test_values(p);
-        for (int k = 1; k < CG_OPTIM_NBUFS; k++)
-            if (cg_optim_keeps(&cfg, k))
-                out[r][k] = cg_test_values(cg_optim_state(o, 0, cg_optim_buffer_name(k)));
-        cg_optim_free(o);
-        cg_release(p);
-    }
-    cg_set_num_threads(saved);
-    for (int k = 0; k < CG_OPTIM_NBUFS; k++) {
-        ck_assert((out[0][k] == NULL) == (out[1][k] == NULL));
-        if (out[0][k])
-            ck_assert_msg(memcmp(out[0][k], out[1][k], R * C * sizeof(float)) == 0, "buffer %d", k);
-        free(out[0][k]);
-        free(out[1][k]);
-    }
-}
+START_TEST(more_thread_independent) { thread_case(more_config(_i)); }
 END_TEST
 
 /* Parameters longer than one chunk of the update (16,384 elements), one
@@ -629,7 +597,7 @@ START_TEST(build_errors)
     CG_ASSERT_FAILS(cg_optim_new(&bad, 1, &(cg_optim_param){"w", ps[0], 0}), "Nesterov");
     bad = cg_sgd_config(-1, 0, false);
     CG_ASSERT_FAILS(cg_optim_new(&bad, 1, &(cg_optim_param){"w", ps[0], 0}), "learning rate");
-    bad.type = (cg_optim_type)7;
+    bad.type = CG_OPTIM_NTYPES;
     CG_ASSERT_FAILS(cg_optim_new(&bad, 1, &(cg_optim_param){"w", ps[0], 0}), "unknown optimizer");
 
     /* zero parameters is allowed */
