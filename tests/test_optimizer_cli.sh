@@ -2,7 +2,9 @@
 # --optimizer and torch.optim.lr_scheduler's kinds in the zoo (meson suite
 # 'models'):
 #   1. each --optimizer (adamw, adam, sgd with momentum and nesterov,
-#      rmsprop centered with momentum, adagrad) trains charlm 3 steps: a
+#      rmsprop centered with momentum, adagrad, adadelta --rho, adamax
+#      --beta2, nadam, radam --adam-eps, asgd --lambd, rprop without the
+#      recipe's weight decay) trains charlm 3 steps: a
 #      finite loss, and the checkpoint's optimizer is that type with the
 #      flags' hyper-parameters; seq2seq takes the flags too (sgd)
 #   2. the default (no --optimizer) keeps its steps: Adam at --weight-decay
@@ -12,7 +14,9 @@
 #      optimizer, --nesterov without momentum, --resume with --optimizer,
 #      an --lr-schedule missing its parameter or given another's
 #   4. --resume continues bit for bit: 4 steps then 2 are the 6 of one run,
-#      for rmsprop and for --lr-schedule multistep and cosine_restarts
+#      for rmsprop, the six of torch.optim's others (adadelta ... rprop:
+#      their buffers and scalars resumed) and for --lr-schedule multistep
+#      and cosine_restarts
 #      (warmup, then PyTorch's kind)
 #   5. --zero 1's line on one process: the state rank 0 holds is the
 #      unsharded state, for every optimizer's buffers (it counted 1 buffer
@@ -65,10 +69,15 @@ same_file() {
 
 echo "== 1. each optimizer trains"
 declare -A FLAGS=([adamw]="--amsgrad" [adam]="--beta2 0.98" [sgd]="--momentum 0.9 --nesterov"
-                  [rmsprop]="--momentum 0.5 --centered --alpha 0.9" [adagrad]="")
+                  [rmsprop]="--momentum 0.5 --centered --alpha 0.9" [adagrad]=""
+                  [adadelta]="--rho 0.8" [adamax]="--beta2 0.99" [nadam]="--beta1 0.8"
+                  [radam]="--adam-eps 1e-6" [asgd]="--lambd 0.001" [rprop]="")
 declare -A META=([adamw]="amsgrad=true" [adam]="beta2=0.98" [sgd]="momentum=0.9 nesterov=true"
-                 [rmsprop]="momentum=0.5 centered=true alpha=0.9" [adagrad]="eps=1e-10")
-for opt in adamw adam sgd rmsprop adagrad; do
+                 [rmsprop]="momentum=0.5 centered=true alpha=0.9" [adagrad]="eps=1e-10"
+                 [adadelta]="rho=0.8 eps=1e-6" [adamax]="beta2=0.99"
+                 [nadam]="beta1=0.8 momentum_decay=0.004" [radam]="eps=1e-6"
+                 [asgd]="lambd=0.001 alpha=0.75 t0=1000000" [rprop]="etaminus=0.5 etaplus=1.2")
+for opt in adamw adam sgd rmsprop adagrad adadelta adamax nadam radam asgd rprop; do
   # shellcheck disable=SC2086
   train_ok "charlm --optimizer $opt" '"step": 3' \
     "$charlm" train "${TINY[@]}" --steps 3 --lr 0.01 --optimizer $opt ${FLAGS[$opt]} --out $opt.st
@@ -80,6 +89,10 @@ train_ok "seq2seq --optimizer sgd" '"step": 3' \
   "$seq2seq" train "${S2S[@]}" --steps 3 --optimizer sgd --momentum 0.9 --out s.st
 loss_finite "seq2seq --optimizer sgd"
 optim_has "seq2seq --optimizer sgd" s.st type=sgd momentum=0.9
+train_ok "seq2seq --optimizer adadelta" '"step": 3' \
+  "$seq2seq" train "${S2S[@]}" --steps 3 --optimizer adadelta --rho 0.85 --out s2.st
+loss_finite "seq2seq --optimizer adadelta"
+optim_has "seq2seq --optimizer adadelta" s2.st type=adadelta rho=0.85
 
 echo "== 2. the default"
 "$charlm" train "${TINY[@]}" --steps 3 --weight-decay 0 --out d0.st >/dev/null 2>&1 ||
@@ -106,12 +119,23 @@ lm_refused() {
   shift 2
   expect "$name" 2 "$pat" "$charlm" train "${TINY[@]}" --steps 3 "$@" --out x.st
 }
-lm_refused "unknown optimizer" "\-\-optimizer: 'lamb' is not one of adamw, adam, sgd, rmsprop, adagrad" \
+lm_refused "unknown optimizer" "\-\-optimizer: 'lamb' is not one of adamw, adam, sgd, rmsprop, adagrad, adadelta, adamax, nadam, radam, asgd, rprop" \
   --optimizer lamb
 lm_refused "--momentum for adamw" "\-\-momentum is sgd's and rmsprop's: not for --optimizer adamw (the default)" \
   --momentum 0.9
-lm_refused "--beta1 for sgd" "\-\-beta1 is adam's and adamw's: not for --optimizer sgd" \
+lm_refused "--beta1 for sgd" "\-\-beta1 is the adam family's (adam, adamw, adamax, nadam, radam): not for --optimizer sgd" \
   --optimizer sgd --beta1 0.8
+lm_refused "--adam-eps for asgd" "\-\-adam-eps is the adam family's .*: not for --optimizer asgd" \
+  --optimizer asgd --adam-eps 1e-6
+lm_refused "--rho for adam" "\-\-rho is adadelta's: not for --optimizer adam" \
+  --optimizer adam --rho 0.5
+lm_refused "--lambd for adadelta" "\-\-lambd is asgd's: not for --optimizer adadelta" \
+  --optimizer adadelta --lambd 0.01
+lm_refused "--amsgrad for nadam" "\-\-amsgrad is adam's and adamw's: not for --optimizer nadam" \
+  --optimizer nadam --amsgrad
+lm_refused "rprop with --weight-decay" "\-\-weight-decay 0.1: rprop takes none" \
+  --optimizer rprop --weight-decay 0.1
+lm_refused "--rho past 1" "\-\-rho" --optimizer adadelta --rho 1.5
 expect "--amsgrad for rmsprop" 2 "\-\-amsgrad is adam's and adamw's: not for --optimizer rmsprop" \
   "$seq2seq" train "${S2S[@]}" --steps 3 --optimizer rmsprop --amsgrad --out x.st
 lm_refused "--centered for sgd" "\-\-centered is rmsprop's: not for --optimizer sgd" \
@@ -159,6 +183,10 @@ resumes() {
   same_file "$name: resumed = uninterrupted" r4.st r6.st
 }
 resumes "rmsprop" --optimizer rmsprop --momentum 0.5 --centered --lr 0.01
+for opt in "adadelta --rho 0.8 --lr 1" "adamax" "nadam" "radam" "asgd --lambd 0.01" "rprop"; do
+  # shellcheck disable=SC2086
+  resumes "${opt%% *}" --optimizer $opt
+done
 resumes "multistep" --lr-schedule multistep --milestones 1,2 --gamma 0.5 --warmup 2
 resumes "cosine_restarts" --lr-schedule cosine_restarts --t0 2 --t-mult 2 --warmup 1 --optimizer sgd --momentum 0.9
 for k in "exponential --gamma 0.9 --warmup 0" "polynomial --power 2 --warmup 2" onecycle; do
@@ -169,7 +197,7 @@ done
 
 echo "== 5. --zero 1 on one process: rank 0's state is the unsharded state"
 for o in adamw sgd "sgd --momentum 0.9" "rmsprop --momentum 0.9 --centered" adagrad \
-  "adam --amsgrad"; do
+  "adam --amsgrad" adadelta adamax nadam radam asgd rprop; do
   # shellcheck disable=SC2086
   "$charlm" train "${TINY[@]}" --d 64 --d-ff 256 --layers 2 --steps 1 --zero 1 \
     --optimizer $o --out z.st --force >/dev/null 2>z.err || fail "--zero 1 $o: $(tail -c 300 z.err)"

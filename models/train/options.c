@@ -39,6 +39,8 @@ void cg_train_recipe_init(cg_train_recipe *r)
     r->rope_theta = 10000;
     r->optimizer = "";
     r->alpha = 0.99;
+    r->rho = 0.9;
+    r->lambd = 1e-4;
 }
 
 void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t eval_every)
@@ -170,7 +172,7 @@ const char *cg_train_precision_note(const cg_train_opts *o, char *buf, size_t ca
     return buf;
 }
 
-static int optimizer_flags(const cg_cli_args *a, const cg_train_recipe *r);
+static int optimizer_flags(const cg_cli_args *a, cg_train_recipe *r);
 
 int cg_train_parse(int argc, char **argv, cg_cli_args *a, const char *help, cg_train_opts *o,
                    cg_train_recipe *r)
@@ -341,7 +343,19 @@ cg_optim_config cg_train_optim_config(const cg_train_recipe *rec, double lr)
                               rec->centered);
         break;
     case CG_OPTIM_ADAGRAD: c = cg_adagrad_default(lr); break;
-    default:
+    case CG_OPTIM_ADADELTA:
+        c = cg_adadelta_config(lr, rec->rho, cg_adadelta_default(lr).eps);
+        break;
+    case CG_OPTIM_ASGD:
+        c = cg_asgd_default(lr);
+        c.lambd = rec->lambd;
+        break;
+    case CG_OPTIM_RPROP: c = cg_rprop_default(lr); break;
+    case CG_OPTIM_NADAM:
+        c = cg_nadam_config(lr, rec->beta1, rec->beta2, rec->adam_eps,
+                            cg_nadam_default(lr).momentum_decay);
+        break;
+    default: /* adam, adamw, adamax, radam */
         c = cg_adam_config(lr, rec->beta1, rec->beta2, rec->adam_eps);
         c.type = (cg_optim_type)t;
         c.amsgrad = rec->amsgrad;
@@ -350,31 +364,48 @@ cg_optim_config cg_train_optim_config(const cg_train_recipe *rec, double lr)
 }
 
 /* --optimizer's name, and its flags given for its type only (one line
- * naming the first that is not); -1 or CG_EXIT_USAGE */
-static int optimizer_flags(const cg_cli_args *a, const cg_train_recipe *r)
+ * naming the first that is not); rprop's weight decay: none (PyTorch
+ * 1.13's Rprop has none: the recipe's is dropped, a given one refused);
+ * -1 or CG_EXIT_USAGE */
+static int optimizer_flags(const cg_cli_args *a, cg_train_recipe *r)
 {
     int t = optimizer_type(r->optimizer);
     if (t == -2) {
-        cg_prog_fail("--optimizer: '%.60s' is not one of adamw, adam, sgd, rmsprop, adagrad",
+        cg_prog_fail("--optimizer: '%.60s' is not one of adamw, adam, sgd, rmsprop, adagrad, "
+                     "adadelta, adamax, nadam, radam, asgd, rprop",
                      r->optimizer);
         return CG_EXIT_USAGE;
     }
+    if (t == CG_OPTIM_RPROP) {
+        if (cg_cli_given(a, &r->weight_decay) && r->weight_decay != 0) {
+            cg_prog_fail("--weight-decay %g: rprop takes none (PyTorch 1.13's Rprop has no "
+                         "weight decay)",
+                         r->weight_decay);
+            return CG_EXIT_USAGE;
+        }
+        r->weight_decay = 0;
+    }
     unsigned mask = 1u << (t < 0 ? CG_OPTIM_ADAMW : t);
     const unsigned adams = (1u << CG_OPTIM_ADAM) | (1u << CG_OPTIM_ADAMW);
+    const unsigned betas =
+        adams | (1u << CG_OPTIM_ADAMAX) | (1u << CG_OPTIM_NADAM) | (1u << CG_OPTIM_RADAM);
     const struct {
         const void *dst;
         const char *flag, *whose;
         unsigned types;
     } rows[] = {
-        {&r->beta1, "--beta1", "adam's and adamw's", adams},
-        {&r->beta2, "--beta2", "adam's and adamw's", adams},
-        {&r->adam_eps, "--adam-eps", "adam's and adamw's", adams},
+        {&r->beta1, "--beta1", "the adam family's (adam, adamw, adamax, nadam, radam)", betas},
+        {&r->beta2, "--beta2", "the adam family's (adam, adamw, adamax, nadam, radam)", betas},
+        {&r->adam_eps, "--adam-eps", "the adam family's (adam, adamw, adamax, nadam, radam)",
+         betas},
         {&r->amsgrad, "--amsgrad", "adam's and adamw's", adams},
         {&r->momentum, "--momentum", "sgd's and rmsprop's",
          (1u << CG_OPTIM_SGD) | (1u << CG_OPTIM_RMSPROP)},
         {&r->nesterov, "--nesterov", "sgd's", 1u << CG_OPTIM_SGD},
         {&r->alpha, "--alpha", "rmsprop's", 1u << CG_OPTIM_RMSPROP},
         {&r->centered, "--centered", "rmsprop's", 1u << CG_OPTIM_RMSPROP},
+        {&r->rho, "--rho", "adadelta's", 1u << CG_OPTIM_ADADELTA},
+        {&r->lambd, "--lambd", "asgd's", 1u << CG_OPTIM_ASGD},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (cg_cli_given(a, rows[i].dst) && !(rows[i].types & mask)) {

@@ -133,9 +133,10 @@ typedef struct {
     /* --optimizer (""; not given: AdamW, or Adam at weight decay 0, whose
      * steps are the same: the recipe's as ever) and its type's own flags
      * (cg_train_optim_config): --momentum (0), --nesterov, --amsgrad,
-     * --alpha (0.99), --centered; PyTorch's names and defaults */
+     * --alpha (0.99), --centered, --rho (adadelta: 0.9), --lambd (asgd:
+     * 1e-4); PyTorch's names and defaults */
     const char *optimizer;
-    double momentum, alpha;
+    double momentum, alpha, rho, lambd;
     bool nesterov, amsgrad, centered;
     /* The tokenizer of a fresh run (a checkpoint keeps its own): --tokenizer
      * char|bpe as given (NULL: char) and parsed, --vocab-size (4000). */
@@ -247,6 +248,8 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
         {"--amsgrad", CG_CLI_SWITCH, &(r)->amsgrad, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},     \
         {"--alpha", CG_CLI_F64, &(r)->alpha, 0, 1e6, NULL, CG_CLI_FIXED | CG_CLI_SAVED},          \
         {"--centered", CG_CLI_SWITCH, &(r)->centered, 0, 0, NULL, CG_CLI_FIXED | CG_CLI_SAVED},   \
+        {"--rho", CG_CLI_F64, &(r)->rho, 0, 1, NULL, CG_CLI_FIXED | CG_CLI_SAVED},                \
+        {"--lambd", CG_CLI_F64, &(r)->lambd, 0, 1, NULL, CG_CLI_FIXED | CG_CLI_SAVED},            \
         {"--clip-norm",                                                                           \
          CG_CLI_F64,                                                                              \
          &(r)->clip_norm,                                                                         \
@@ -281,15 +284,19 @@ void cg_train_init(cg_train_opts *o, cg_train_recipe *r, int64_t steps, int64_t 
 
 /* --optimizer's help and its flags' (a #define: clang-format keeps its
  * lines). */
-#define CG_TRAIN_OPTIMIZER_HELP                                                          \
-    "  --optimizer NAME     adamw (default; Adam's steps at --weight-decay 0), adam,\n"  \
-    "                       sgd, rmsprop or adagrad (torch.optim's; --weight-decay is\n" \
-    "                       their L2 decay but adamw's); a checkpoint keeps it\n"        \
-    "  --momentum M         sgd, rmsprop: momentum (default 0: none)\n"                  \
-    "  --nesterov           sgd: Nesterov momentum (needs --momentum > 0)\n"             \
-    "  --amsgrad            adam, adamw: AMSGrad's maximum of the second moments\n"      \
-    "  --alpha A --centered rmsprop: smoothing constant (default 0.99); normalise by\n"  \
-    "                       the gradient's variance\n"
+#define CG_TRAIN_OPTIMIZER_HELP                                                         \
+    "  --optimizer NAME     adamw (default; Adam's steps at --weight-decay 0), adam,\n" \
+    "                       sgd, rmsprop, adagrad, adadelta, adamax, nadam, radam,\n"   \
+    "                       asgd or rprop (torch.optim's; --weight-decay is their L2\n" \
+    "                       decay but adamw's; rprop takes none); a checkpoint keeps\n" \
+    "                       it; --beta1, --beta2, --adam-eps for the adam family\n"     \
+    "  --momentum M         sgd, rmsprop: momentum (default 0: none)\n"                 \
+    "  --nesterov           sgd: Nesterov momentum (needs --momentum > 0)\n"            \
+    "  --amsgrad            adam, adamw: AMSGrad's maximum of the second moments\n"     \
+    "  --alpha A --centered rmsprop: smoothing constant (default 0.99); normalise by\n" \
+    "                       the gradient's variance\n"                                  \
+    "  --rho R              adadelta: running average coefficient (default 0.9)\n"      \
+    "  --lambd L            asgd: decay term (default 1e-4)\n"
 
 /* --ema-decay's help (a #define: clang-format keeps its lines). */
 #define CG_TRAIN_EMA_HELP                                                                \
