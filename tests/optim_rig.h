@@ -203,7 +203,7 @@ static inline cg_optim_config new_config(int i)
     case 6: return cg_radam_default(1e-2);
     case 7: return cg_radam_config(2e-2, 0.7, 0.9, 1e-6);
     case 8: return cg_asgd_default(1e-2);
-    case 9: return cg_asgd_config(0.05, 0.01, 0.5, 1.0);
+    case 9: return cg_asgd_config(0.05, 0.01, 0.5, 0.5);
     case 10: return cg_rprop_default(1e-2);
     default: return cg_rprop_config(0.05, 0.3, 1.5, 0.02, 0.06);
     }
@@ -218,6 +218,17 @@ static const float (*const new_expect[N_NEW])[OPT_N] = {
     OPT_EXPECT_ADADELTA, OPT_EXPECT_ADADELTA_RHO, OPT_EXPECT_ADAMAX, OPT_EXPECT_ADAMAX_BETAS,
     OPT_EXPECT_NADAM,    OPT_EXPECT_NADAM_DECAY,  OPT_EXPECT_RADAM,  OPT_EXPECT_RADAM_BETAS,
     OPT_EXPECT_ASGD,     OPT_EXPECT_ASGD_AVG,     OPT_EXPECT_RPROP,  OPT_EXPECT_RPROP_BOUNDS};
+/* w's state after the steps, PyTorch's: its names (NULL-terminated), its
+ * values back to back */
+static const char *const *const new_state_names[N_NEW] = {
+    OPT_STATE_NAMES_ADADELTA,     OPT_STATE_NAMES_ADADELTA_RHO, OPT_STATE_NAMES_ADAMAX,
+    OPT_STATE_NAMES_ADAMAX_BETAS, OPT_STATE_NAMES_NADAM,        OPT_STATE_NAMES_NADAM_DECAY,
+    OPT_STATE_NAMES_RADAM,        OPT_STATE_NAMES_RADAM_BETAS,  OPT_STATE_NAMES_ASGD,
+    OPT_STATE_NAMES_ASGD_AVG,     OPT_STATE_NAMES_RPROP,        OPT_STATE_NAMES_RPROP_BOUNDS};
+static const float *const new_state[N_NEW] = {
+    OPT_STATE_ADADELTA, OPT_STATE_ADADELTA_RHO, OPT_STATE_ADAMAX, OPT_STATE_ADAMAX_BETAS,
+    OPT_STATE_NADAM,    OPT_STATE_NADAM_DECAY,  OPT_STATE_RADAM,  OPT_STATE_RADAM_BETAS,
+    OPT_STATE_ASGD,     OPT_STATE_ASGD_AVG,     OPT_STATE_RPROP,  OPT_STATE_RPROP_BOUNDS};
 
 /* The smallest k (CG_OPTIM_BUF_*) an optimizer with cfg keeps, 0 if none;
  * how many of its parameter's shape it keeps. */

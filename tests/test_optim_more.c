@@ -10,8 +10,11 @@
 #include "tests/optim_rig.h"
 
 /* The fixture's steps with cfg: the parameters after each equal expect
- * bit for bit; d (never a gradient) untouched, c one step behind. */
-static void check_bits(cg_optim_config cfg, int nsteps, const double *lrs, const float *expect)
+ * bit for bit, and then w's state buffers named by names (NULL: none
+ * checked) state's values; d (never a gradient) untouched, c one step
+ * behind. */
+static void check_bits(cg_optim_config cfg, int nsteps, const double *lrs, const float *expect,
+                       const char *const *names, const float *state)
 {
     cg_tensor *ps[OPT_NPARAMS];
     cg_optim *o = fixture_optim(&cfg, ps, NULL);
@@ -29,20 +32,33 @@ static void check_bits(cg_optim_config cfg, int nsteps, const double *lrs, const
                           "%s step %d element %d: %.9g, PyTorch %.9g", cg_optim_type_name(cfg.type),
                           k, e, (double)got[e], (double)expect[k * OPT_N + e]);
     }
+    for (int b = 0, at = 0; names && names[b]; b++) {
+        const cg_tensor *t = cg_optim_state(o, 0, names[b]);
+        ck_assert_msg(t != NULL, "%s", cg_last_error());
+        const float *v = cg_data((cg_tensor *)t);
+        for (int64_t e = 0; e < cg_numel(t); e++, at++)
+            ck_assert_msg(memcmp(&v[e], &state[at], sizeof(float)) == 0,
+                          "%s's %s element %lld: %.9g, PyTorch %.9g", cg_optim_type_name(cfg.type),
+                          names[b], (long long)e, (double)v[e], (double)state[at]);
+    }
     ck_assert(memcmp(got + offset_of(3), OPT_P0 + offset_of(3), 2 * sizeof(float)) == 0);
     ck_assert_int_eq(cg_optim_param_steps(o, 0), nsteps);
     ck_assert_int_eq(cg_optim_param_steps(o, 3), 0);
     free_fixture(o, ps);
 }
 
-START_TEST(new_as_torch) { check_bits(new_config(_i), OPT_NSTEPS, new_lrs[_i], new_expect[_i][0]); }
+START_TEST(new_as_torch)
+{
+    check_bits(new_config(_i), OPT_NSTEPS, new_lrs[_i], new_expect[_i][0], new_state_names[_i],
+               new_state[_i]);
+}
 END_TEST
 
 /* RAdam's rectification: rho_t passes 5 at step 6 (beta2 0.99) */
 START_TEST(radam_rectified)
 {
     check_bits(cg_radam_config(1e-2, 0.9, 0.99, 1e-8), OPT_LONG_NSTEPS, OPT_LR_RADAM_LONG,
-               OPT_EXPECT_RADAM_LONG[0]);
+               OPT_EXPECT_RADAM_LONG[0], NULL, NULL);
 }
 END_TEST
 
@@ -209,6 +225,8 @@ START_TEST(new_state_start)
     ck_assert_int_eq(cg_optim_state_bytes(o), OPT_N * 4); /* ax alone */
     ck_assert(cg_optim_set_lr_scale(o, 0, 0.5));
     do_step(o, ps, 0, 0.25); /* eta starts at this step's rate, 0.125: then lr/(1+lambd*lr)^a */
+    const float p0 = OPT_P0[0], g = fmaf((float)OPT_WD[0], p0, OPT_G[0][0]);
+    ck_assert(cg_data(ps[0])[0] == fmaf(-0.125f, g, p0 * (float)(1 - 1e-4 * 0.125f)));
     ck_assert(cg_data((cg_tensor *)eta)[0] == (float)(0.125 / pow(1 + 1e-4 * 0.125, 0.75)));
     ck_assert(cg_data((cg_tensor *)mu)[0] == 1.0f);
     CG_ASSERT_REFUSED(cg_optim_state(o, 0, "mu_product") == NULL,
