@@ -715,20 +715,30 @@ START_TEST(test_pool_oom)
 END_TEST
 
 /* The optimizers' new types and options (RMSprop centered with momentum,
- * Adagrad from an initial accumulator, AdamW amsgrad, SGD dampening):
+ * Adagrad from an initial accumulator, AdamW amsgrad, SGD dampening,
+ * Adadelta, Adamax, NAdam and ASGD with their scalars, RAdam, Rprop):
  * built whole and sharded, two steps, saved, the shards gathered */
 static bool optims_run(void *ctx)
 {
     cg_tensor **p = ctx;
-    cg_optim_config cfgs[4] = {cg_rmsprop_config(1e-2, 0.9, 1e-8, 0.5, true),
-                               cg_adagrad_config(0.1, 0.1, 0.5, 1e-10), cg_adamw_default(1e-2),
-                               cg_sgd_config(0.1, 0.9, false)};
+    enum { NC = 10 };
+    cg_optim_config cfgs[NC] = {cg_rmsprop_config(1e-2, 0.9, 1e-8, 0.5, true),
+                                cg_adagrad_config(0.1, 0.1, 0.5, 1e-10),
+                                cg_adamw_default(1e-2),
+                                cg_sgd_config(0.1, 0.9, false),
+                                cg_adadelta_default(1.0),
+                                cg_adamax_default(2e-3),
+                                cg_nadam_default(2e-3),
+                                cg_radam_default(1e-3),
+                                cg_asgd_default(1e-2),
+                                cg_rprop_default(1e-2)};
     cfgs[2].amsgrad = true;
     cfgs[3].dampening = 0.25;
-    const cg_optim_param ps[2] = {{"a", p[0], 0.1}, {"b", p[1], 0}};
     const cg_optim_range own[2] = {{0, 3}, {2, 5}};
     bool ok = true;
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < NC; c++) {
+        const double wd = cfgs[c].type == CG_OPTIM_RPROP ? 0 : 0.1; /* Rprop takes none */
+        const cg_optim_param ps[2] = {{"a", p[0], wd}, {"b", p[1], 0}};
         cg_optim *o = cg_optim_new(&cfgs[c], 2, ps),
                  *s = cg_optim_new_sharded(&cfgs[c], 2, ps, own);
         cg_st_writer *w = cg_st_writer_new();
