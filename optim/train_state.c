@@ -397,8 +397,9 @@ static bool same_buffers(const cg_optim *o, const cg_optim *loaded, const char *
     } choices[] = {{CG_OPTIM_BUF_MOMENTUM, "momentum"},
                    {CG_OPTIM_BUF_GRAD_AVG, "centered"},
                    {CG_OPTIM_BUF_MAX_EXP_AVG_SQ, "amsgrad"}};
-    static const char *const shown[CG_OPTIM_NTYPES] = {"SGD", "Adam", "AdamW", "RMSprop",
-                                                       "Adagrad"};
+    static const char *const shown[CG_OPTIM_NTYPES] = {"SGD",     "Adam",     "AdamW",  "RMSprop",
+                                                       "Adagrad", "Adadelta", "Adamax", "NAdam",
+                                                       "RAdam",   "ASGD",     "Rprop"};
     cg_optim_config a = cg_optim_get_config(o), b = cg_optim_get_config(loaded);
     for (size_t j = 0; j < sizeof choices / sizeof *choices; j++) {
         int k = choices[j].k;
