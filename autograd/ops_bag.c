@@ -136,8 +136,13 @@ static cg_tensor *bag_bounds(const cg_tensor *ids, const cg_bag_opts *o)
         cg_set_error("embedding_bag: 1-d ids need offsets (the start of each bag)");
         return NULL;
     }
-    if (!cg_check_dtype("embedding_bag", "offsets", o->offsets, CG_I64))
+    if (!cg_check_ids("embedding_bag", "offsets", o->offsets))
         return NULL;
+    if (o->offsets->dtype != ids->dtype) {
+        cg_set_error("embedding_bag: offsets are %s and ids %s: give both one dtype (as PyTorch)",
+                     cg_dtype_name(o->offsets->dtype), cg_dtype_name(ids->dtype));
+        return NULL;
+    }
     const int64_t m = cg_numel(o->offsets);
     if (o->offsets->ndim != 1 || m < 1) {
         char b[96];
@@ -145,7 +150,7 @@ static cg_tensor *bag_bounds(const cg_tensor *ids, const cg_bag_opts *o)
                      cg_shape_str(o->offsets, b, sizeof b));
         return NULL;
     }
-    cg_tensor *oc = cg_k_contiguous(o->offsets);
+    cg_tensor *oc = cg_k_ids_i64("embedding_bag", "offsets", o->offsets);
     const int64_t B = o->include_last_offset ? m - 1 : m;
     cg_tensor *t = oc ? cg_empty_dtype(CG_I64, 1, (int64_t[]){B + 1}) : NULL;
     if (!t) {
@@ -181,7 +186,7 @@ static bool bag_args(const cg_tensor *weight, const cg_tensor *ids, const cg_bag
     if (!weight || !ids)
         return cg_error_null_input("cg_embedding_bag");
     if (!cg_check_f32("embedding_bag", "weight", weight) ||
-        !cg_check_dtype("embedding_bag", "ids", ids, CG_I64))
+        !cg_check_ids("embedding_bag", "ids", ids))
         return false;
     char s[96], t[96];
     if (weight->ndim != 2) {
@@ -270,7 +275,7 @@ cg_tensor *cg_embedding_bag(cg_tensor *weight, const cg_tensor *ids, const cg_ba
     int64_t pad = -1;
     if (!bag_args(weight, ids, o, &pad))
         return NULL;
-    cg_tensor *flat = cg_k_contiguous(ids);
+    cg_tensor *flat = cg_k_ids_i64("embedding_bag", "ids", ids);
     cg_tensor *idc = flat ? cg_k_reshape(flat, 1, (int64_t[]){cg_numel(ids)}) : NULL;
     cg_release(flat);
     cg_tensor *bounds = idc ? bag_bounds(ids, o) : NULL;

@@ -689,7 +689,7 @@ cg_tensor *cg_embedding(cg_tensor *table, const cg_tensor *ids)
         cg_error_null_input("cg_embedding");
         return NULL;
     }
-    if (!cg_check_dtype("embedding", "ids", ids, CG_I64))
+    if (!cg_check_ids("embedding", "ids", ids))
         return NULL;
     if (table->ndim != 2) {
         char b[96];

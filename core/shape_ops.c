@@ -222,7 +222,9 @@ bool cg_k_split(const cg_tensor *a, int dim, int n, const int64_t *sizes, cg_ten
 /* ------------------------------------------------ index tensors */
 /* The index tensor t of op (argument arg) as contiguous int64: a new
  * reference (release it) whose cg_data_i64 the kernel reads, or NULL +
- * error naming op, arg and t's dtype when t is not int64. */
+ * error naming op, arg and t's dtype when t is not int64 (gather's and
+ * scatter_add's, as PyTorch's; index_select's and index_add's may be int32
+ * too: index_1d). */
 static cg_tensor *index_arg(const char *op, const char *arg, const cg_tensor *t)
 {
     if (!cg_check_dtype(op, arg, t, CG_I64))
@@ -262,7 +264,7 @@ static bool check_ids(const char *op, const cg_tensor *a, int dim, int d, const 
  * rule), contiguous (a new reference). */
 static cg_tensor *index_1d(const char *op, const cg_tensor *index)
 {
-    cg_tensor *c = index_arg(op, "index", index);
+    cg_tensor *c = cg_k_ids_i64(op, "index", index);
     if (c && c->ndim > 1) {
         char b[96];
         cg_set_error("%s: index must be 0-d or 1-d, got shape %s", op,

@@ -385,6 +385,15 @@ bool cg_check_f32(const char *op, const char *arg, const cg_tensor *t);
 /* The check of every function that reads t as ids or a mask: false +
  * error naming op, arg and both dtypes unless t has dtype dt. */
 bool cg_check_dtype(const char *op, const char *arg, const cg_tensor *t, cg_dtype dt);
+/* The check of every function that reads t as ids PyTorch takes in either
+ * integer width (index_select, index_add, embedding, embedding_bag; gather,
+ * scatter_add and the losses' targets take int64 only, as PyTorch 1.13's):
+ * false + error naming op, arg and t's dtype unless t is int64 or int32. */
+bool cg_check_ids(const char *op, const char *arg, const cg_tensor *t);
+/* Such ids as a contiguous int64 tensor (a new reference: t itself when it
+ * is int64 and contiguous, int32 widened), or NULL + error (cg_check_ids's,
+ * or no memory). */
+cg_tensor *cg_k_ids_i64(const char *op, const char *arg, const cg_tensor *t);
 /* The check of every kernel that writes dst in place (copy_, add_,
  * index_add_, ...): false + error naming op when two of dst's elements are
  * one memory location (a broadcast view: stride 0 on a dim of size > 1),

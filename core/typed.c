@@ -15,6 +15,25 @@ static const char *elem_ptr(const cg_tensor *t, int64_t off)
     return (const char *)t->storage->data + off * (int64_t)cg_dtype_size(t->dtype);
 }
 
+bool cg_check_ids(const char *op, const char *arg, const cg_tensor *t)
+{
+    if (t && t->dtype == CG_I32)
+        return cg_check_dtype(op, arg, t, CG_I32); /* (the debug mode's lifetime check) */
+    if (t && t->dtype != CG_I64) {
+        cg_set_error("%s: argument '%s' is %s, expected int64 or int32", op, arg,
+                     cg_dtype_name(t->dtype));
+        return false;
+    }
+    return cg_check_dtype(op, arg, t, CG_I64);
+}
+
+cg_tensor *cg_k_ids_i64(const char *op, const char *arg, const cg_tensor *t)
+{
+    if (!cg_check_ids(op, arg, t))
+        return NULL;
+    return t->dtype == CG_I64 ? cg_k_contiguous(t) : cg_k_to(t, CG_I64);
+}
+
 cg_tensor *cg_k_to(const cg_tensor *t, cg_dtype dt)
 {
     if (!t) {

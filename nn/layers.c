@@ -386,7 +386,7 @@ cg_tensor *cg_embed_forward(cg_embed *e, const cg_tensor *ids)
         cg_error_null_input("cg_embed_forward");
         return NULL;
     }
-    if (!cg_check_dtype("Embedding", "ids", ids, CG_I64))
+    if (!cg_check_ids("Embedding", "ids", ids))
         return NULL;
     cg_tensor *in = (cg_tensor *)ids; /* the hooks see the ids, as PyTorch's do */
     return cg_module_call(&e->base, embed_impl, 1, &in, NULL);

@@ -278,10 +278,20 @@ START_TEST(test_bag_refusals)
     CG_ASSERT_REFUSED_LINE(cg_embedding_bag(W, cg_test_ids(4, (int64_t[]){0, -1, 2, 3}), &o),
                            "id -1 at position 1");
     cg_tensor *i32 = cg_to(ids, CG_I32), *f = cg_randn(&r, CG_SHAPE(4));
-    CG_ASSERT_REFUSED_LINE(cg_embedding_bag(W, i32, &o), "'ids' is int32, expected int64");
+    CG_ASSERT_REFUSED_LINE(cg_embedding_bag(W, i32, &o),
+                           "embedding_bag: offsets are int64 and ids int32: give both one dtype");
     bad = o;
     bad.offsets = i32;
-    CG_ASSERT_REFUSED_LINE(cg_embedding_bag(W, ids, &bad), "'offsets' is int32");
+    CG_ASSERT_REFUSED_LINE(cg_embedding_bag(W, ids, &bad), "offsets are int32 and ids int64");
+    CG_ASSERT_REFUSED_LINE(cg_embedding_bag(W, f, &o), "'ids' is float32, expected int64 or int32");
+    /* int32 ids and offsets: the bits of int64's (PyTorch takes both) */
+    cg_bag_opts o32 = o;
+    o32.offsets = cg_to(o.offsets, CG_I32);
+    cg_tensor *y64 = cg_embedding_bag(W, ids, &o), *y32 = cg_embedding_bag(W, i32, &o32);
+    ck_assert_msg(y64 && y32, "%s", cg_last_error());
+    ck_assert(cg_same_shape(y64, y32) &&
+              memcmp(cg_data(y64), cg_data(y32), (size_t)cg_numel(y64) * sizeof(float)) == 0);
+    cg_release_all(3, o32.offsets, y64, y32);
     bad = o;
     bad.mode = CG_BAG_MEAN;
     bad.per_sample_weights = f;

@@ -647,14 +647,79 @@ START_TEST(test_shape_ops_any_dtype)
     cg_tensor *m = cg_from_bool(CG_SHAPE(2), (bool[]){true, false});
     cg_tensor *ms = cg_index_select(m, 0, cg_test_ids(2, (int64_t[]){1, 0}));
     ck_assert(!cg_data_bool(ms)[0] && cg_data_bool(ms)[1]);
-    /* an index must be int64 */
+    /* an index must be int64 (or int32: test_int32_ids) */
     CG_ASSERT_REFUSED(cg_index_select(a, 0, f) == NULL,
-                      "index_select: argument 'index' is float32, expected int64");
+                      "index_select: argument 'index' is float32, expected int64 or int32");
     cg_tensor *v = cg_from_data(CG_SHAPE(3), (float[]){1, 9, 2});
     cg_tensor *am = cg_argmax(v, 0, false);
     ck_assert(am->dtype == CG_I64 && cg_item_i64(am) == 1);
     cg_release_all(9, a, b, c, s, f, cf, sel, m, ms);
     cg_release_all(2, v, am);
+}
+END_TEST
+
+/* int32 ids where PyTorch 1.13 takes them (index_select, index_add,
+ * embedding, the Embedding module): the bits of int64 ids, forward and
+ * backward, also strided; gather and scatter_add take int64 only, as
+ * PyTorch's; ids of a float or bool dtype are refused by name. */
+static void assert_same_f32(const cg_tensor *got, const cg_tensor *want)
+{
+    ck_assert(got && want && cg_same_shape(got, want));
+    cg_tensor *g = cg_k_contiguous(got), *w = cg_k_contiguous(want);
+    ck_assert(memcmp(cg_data(g), cg_data(w), (size_t)cg_numel(w) * sizeof(float)) == 0);
+    cg_release_all(2, g, w);
+}
+
+START_TEST(test_int32_ids)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *w = cg_randn(&r, CG_SHAPE(5, 3));
+    cg_requires_grad(w, true);
+    const int64_t ids[6] = {4, 0, 4, 2, 1, 3};
+    cg_tensor *i64 = cg_test_ids_nd(CG_SHAPE(2, 3), ids);
+    cg_tensor *i32 = cg_to(i64, CG_I32);
+    ck_assert_int_eq(i32->dtype, CG_I32);
+    cg_tensor *t32 = cg_transpose(i32, 0, 1); /* strided: [3, 2] */
+    cg_tensor *t64 = cg_transpose(i64, 0, 1);
+    cg_tensor *y[2], *gw[2];
+    for (int k = 0; k < 2; k++) {
+        cg_tensor *e = cg_embedding(w, k ? t32 : t64);
+        ck_assert(e && e->ndim == 3);
+        cg_tensor *s = cg_sum_all(cg_mul(e, e));
+        ck_assert(cg_backward(s, NULL, false));
+        y[k] = e;
+        gw[k] = cg_clone(cg_grad(w));
+        cg_zero_grad(w);
+        cg_release(s);
+    }
+    assert_same_f32(y[1], y[0]);
+    assert_same_f32(gw[1], gw[0]);
+    cg_release_all(4, y[0], y[1], gw[0], gw[1]);
+    /* the raw kernels */
+    cg_tensor *flat64 = cg_test_ids(3, (int64_t[]){2, 2, 0}), *flat32 = cg_to(flat64, CG_I32);
+    cg_tensor *a = cg_k_index_select(w, 0, flat64), *b = cg_k_index_select(w, 0, flat32);
+    assert_same_f32(b, a);
+    cg_tensor *d64 = cg_zeros(CG_SHAPE(5, 3)), *d32 = cg_zeros(CG_SHAPE(5, 3));
+    ck_assert(cg_k_index_add_(d64, 0, flat64, a) && cg_k_index_add_(d32, 0, flat32, a));
+    assert_same_f32(d32, d64);
+    /* out of range in int32 too, by position */
+    cg_tensor *bad = cg_to(cg_test_ids(2, (int64_t[]){1, 5}), CG_I32);
+    CG_ASSERT_REFUSED(cg_k_index_select(w, 0, bad) == NULL,
+                      "index_select: id 5 at position 1 is out of range [0, 5)");
+    /* gather and scatter_add: int64 only */
+    cg_tensor *gi = cg_to(cg_test_ids_nd(CG_SHAPE(1, 3), (int64_t[]){0, 1, 2}), CG_I32);
+    CG_ASSERT_REFUSED(cg_gather(w, 0, gi) == NULL,
+                      "gather: argument 'index' is int32, expected int64");
+    CG_ASSERT_REFUSED(cg_k_scatter_add(d64, 0, gi, a) == NULL,
+                      "argument 'index' is int32, expected int64");
+    cg_tensor *fl = cg_ones(CG_SHAPE(2)), *bo = cg_from_bool(CG_SHAPE(2), (bool[]){true, false});
+    CG_ASSERT_REFUSED(cg_embedding(w, fl) == NULL,
+                      "embedding: argument 'ids' is float32, expected int64 or int32");
+    CG_ASSERT_REFUSED(cg_k_ids_i64("op", "ids", bo) == NULL,
+                      "op: argument 'ids' is bool, expected int64 or int32");
+    CG_ASSERT_REFUSED(cg_k_ids_i64("op", "ids", NULL) == NULL, "op");
+    cg_release_all(10, w, i64, i32, t32, t64, flat64, flat32, a, b, d64);
+    cg_release_all(5, d32, bad, gi, fl, bo);
 }
 END_TEST
 
@@ -748,6 +813,7 @@ static Suite *dtype_suite(void)
     tcase_add_test(tc, test_bf16_math_promotes);
     tcase_add_test(tc, test_scalar_tensors_do_not_promote);
     tcase_add_test(tc, test_shape_ops_any_dtype);
+    tcase_add_test(tc, test_int32_ids);
     tcase_add_test(tc, test_first_overflow);
     tcase_add_test(tc, test_mixed_dtype_edges);
     suite_add_tcase(s, tc);

@@ -1473,11 +1473,16 @@ START_TEST(test_embedding_forward)
     ck_assert(strstr(cg_last_error(), "position 2") != NULL);
     const int64_t neg[2] = {-1, 0};
     CG_ASSERT_FAILS(cg_embed_forward(e, cg_test_ids_nd(CG_SHAPE(1, 2), neg)), "id -1");
-    /* ids of another dtype: refused by name, never read as int64 */
-    int32_t i32[2] = {0, 0};
-    cg_tensor *t32 = cg_from_i32(CG_SHAPE(2), i32);
-    CG_ASSERT_FAILS(cg_embed_forward(e, t32), "Embedding: argument 'ids' is int32, expected int64");
-    cg_release(t32);
+    /* int32 ids: the bits of int64's (nn.Embedding takes both); another
+     * dtype refused by name, never read as ids */
+    cg_tensor *t32 = cg_to(cg_test_ids(4, ids), CG_I32);
+    cg_tensor *y32 = cg_embed_forward(e, t32);
+    ck_assert(y32 != NULL);
+    CG_ASSERT_TENSOR(y32, expect, 0, 0);
+    cg_tensor *tf = cg_ones(CG_SHAPE(2));
+    CG_ASSERT_REFUSED(cg_embed_forward(e, tf) == NULL,
+                      "Embedding: argument 'ids' is float32, expected int64 or int32");
+    cg_release_all(3, t32, y32, tf);
     free(w);
     cg_module_free(CG_MODULE(e));
 }
