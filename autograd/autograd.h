@@ -175,7 +175,11 @@ extern "C" {
     X(BINARY_CROSS_ENTROPY, "binary_cross_entropy", 2, CG_IN(0) | CG_IN(1), 0) /* pointwise: ops_loss.c */ \
     X(MULTI_MARGIN_LOSS, "multi_margin_loss", 1, CG_IN(0), 0) /* target, weight? saved */ \
     X(MULTILABEL_MARGIN_LOSS, "multilabel_margin_loss", 1, CG_IN(0), 0) /* target saved */ \
-    X(EMBEDDING_BAG, "embedding_bag", 2, 0, 1) /* weight, per_sample_weights; ids, bags, argmax saved */
+    X(EMBEDDING_BAG, "embedding_bag", 2, 0, 1) /* weight, per_sample_weights; ids, bags, argmax saved */ \
+    X(PROD, "prod", 1, CG_IN(0), 0) /* dim, keepdim in p.i */ \
+    X(CUMPROD, "cumprod", 1, CG_IN(0), 0) \
+    X(LOGCUMSUMEXP, "logcumsumexp", 1, CG_IN(0), 0) /* + saved output */ \
+    X(STD, "std", 1, CG_IN(0), 0) /* + saved output; var's dims in p.i */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

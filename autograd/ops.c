@@ -428,6 +428,32 @@ cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool
     return out;
 }
 
+/* std: var's backward of g / (2 std), 0 where std is 0 (PyTorch's) */
+static bool std_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *q = cg_k_div(g, n->saved[0]), *h = q ? cg_k_muls(q, 0.5f) : NULL;
+    cg_tensor *z = h ? cg_eq_scalar(n->saved[0], 0.0) : NULL;
+    cg_tensor *gv = z ? cg_k_masked_fill(h, z, 0.0f) : NULL;
+    const bool ok = gv && var_bw(n, gv, gin);
+    cg_release_all(4, q, h, z, gv);
+    return ok;
+}
+cg_tensor *cg_std(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim)
+{
+    cg_node *n;
+    cg_tensor *out =
+        finish1(cg_k_std(a, ndims, dims, correction, keepdim), CG_OP_STD, a, std_bw, &n);
+    if (n) {
+        store_dims(n, ndims, dims);
+        n->p.i[1] = correction;
+    }
+    if (out && !save_output(n, out)) {
+        cg_release(out);
+        return NULL;
+    }
+    return out;
+}
+
 static bool logsumexp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     /* g exp(x - lse), g and the saved lse seen with the reduced dims kept */

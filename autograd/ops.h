@@ -101,6 +101,15 @@ cg_tensor *cg_masked_fill(cg_tensor *a, cg_tensor *mask, float value);
 cg_tensor *cg_sum(cg_tensor *a, int ndims, const int *dims, bool keepdim);
 cg_tensor *cg_mean(cg_tensor *a, int ndims, const int *dims, bool keepdim);
 cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
+/* torch.std(a, dims, correction, keepdim): the square root of cg_var; its
+ * gradient is var's of g / (2 std), 0 where std is 0 (PyTorch's). */
+cg_tensor *cg_std(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
+/* torch.var_mean / torch.std_mean: cg_var (cg_std) returned, and cg_mean
+ * over the same dims into *mean (a new reference; NULL on failure). */
+cg_tensor *cg_var_mean(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim,
+                       cg_tensor **mean);
+cg_tensor *cg_std_mean(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim,
+                       cg_tensor **mean);
 /* torch.logsumexp(a, dims, keepdim): log(sum(exp(a))) over the dims,
  * shifted by the maximum (by 0 where it is infinite, as PyTorch: a row of
  * -inf gives -inf). The gradient is softmax's, g exp(a - result), and 0
@@ -410,6 +419,41 @@ cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **i
 cg_tensor *cg_argmax(const cg_tensor *a, int dim, bool keepdim);
 /* torch.argmin(a, dim, keepdim): the first minimum's index, as cg_argmax. */
 cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim);
+
+/* --------------------------- sorting, products and scans (ops_scan.c) */
+/* torch.sort(a, dim, descending, stable): the values, in a's dtype
+ * (differentiable: the gradient goes back to where each came from), and
+ * their int64 indices into *indices (may be NULL). NaN sorts as the
+ * largest (last ascending, first descending). The sort is always stable
+ * (equal elements keep their order), which stable = false allows too.
+ * a: any float dtype (integers and bool refused, as topk). */
+cg_tensor *cg_sort(cg_tensor *a, int dim, bool descending, bool stable, cg_tensor **indices);
+/* torch.argsort(a, dim, descending, stable): cg_sort's indices alone. */
+cg_tensor *cg_argsort(const cg_tensor *a, int dim, bool descending, bool stable);
+/* torch.prod(a, dim, keepdim) and torch.prod(a) (0-d): computed in double
+ * in index order, rounded once; an integer or bool a gives int64 (no
+ * gradient), as PyTorch promotes; the empty product is 1. The gradient is
+ * g times the product of the other elements: where a line has one zero,
+ * the others' product at that zero (0 elsewhere), with two or more, 0. */
+cg_tensor *cg_prod(cg_tensor *a, int dim, bool keepdim);
+cg_tensor *cg_prod_all(cg_tensor *a);
+/* torch.cumprod(a, dim) (integers and bool: int64, no gradient); the
+ * gradient is exact where a has zeros, as PyTorch 1.13's. */
+cg_tensor *cg_cumprod(cg_tensor *a, int dim);
+/* torch.logcumsumexp(a, dim): log(sum_{j <= i} exp(a_j)) (a run of -inf
+ * stays -inf, +inf gives +inf from there), accumulated in double. */
+cg_tensor *cg_logcumsumexp(cg_tensor *a, int dim);
+/* torch.cummax / torch.cummin(a, dim): the running maximum (minimum) in
+ * a's dtype, and its int64 indices into *indices (may be NULL): a tie
+ * takes the later index, a NaN takes over from where it is (PyTorch's).
+ * The gradient of each value goes to the element its index names.
+ * a: any float dtype. */
+cg_tensor *cg_cummax(cg_tensor *a, int dim, cg_tensor **indices);
+cg_tensor *cg_cummin(cg_tensor *a, int dim, cg_tensor **indices);
+/* F.one_hot(ids, num_classes): int64 ids to int64 [..., K] (K =
+ * num_classes, or the largest id + 1 for -1); a negative id or one not
+ * below num_classes is refused in one line. Not differentiable. */
+cg_tensor *cg_one_hot(const cg_tensor *ids, int64_t num_classes);
 /* The losses take PyTorch's reduction= as a cg_reduction (core/ops.h):
  * CG_REDUCTION_MEAN (PyTorch's default), _SUM, or _NONE (the losses
  * themselves). F.mse_loss: (x - y)^2, reduced; x and y of one shape, any

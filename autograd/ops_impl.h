@@ -26,6 +26,12 @@ const cg_tensor *cg_norm_out_bf16(cg_node *n);
 cg_tensor *cg_pick_grad(const cg_tensor *in, int dim, const cg_tensor *index, const cg_tensor *g,
                         bool scatter);
 
+/* a's elements at the int64 idx along dim (idx of a's ndim; a 0-d a: a
+ * 0-d or [0] idx), in a's dtype: a gather, whose backward scatters the
+ * gradient back to where each came from (topk, sort, cummax, cummin). A
+ * new tensor, or NULL + error. */
+cg_tensor *cg_pick_values(cg_tensor *a, int dim, const cg_tensor *idx);
+
 /* cg_node_grad_acc for the backwards whose kernels add into float32 only
  * (the linear layers', the embedding's): input i's gradient when i is
  * float32, else NULL and the engine adds (asked for only then: a leaf's is

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "autograd/ops.h"
+#include "autograd/ops_impl.h"
 #include "core/ops.h"
 
 #define IN(i) (n->inputs[(i)])
@@ -231,6 +232,23 @@ cg_tensor *cg_cumsum(cg_tensor *a, int dim)
 }
 
 /* ------------------------------------------------------ topk, argmax */
+cg_tensor *cg_pick_values(cg_tensor *a, int dim, const cg_tensor *idx)
+{
+    /* the values are a gather: its backward scatters the gradient back.
+     * gather reads float32, so a bf16 or f16 input is gathered from its
+     * float32 copy and the values rounded back to its dtype, both exact and
+     * both differentiable (cg_to of a float32 input is the input itself) */
+    int64_t m = cg_numel(idx);
+    cg_tensor *src = a->ndim == 0 ? cg_reshape(a, 1, (int64_t[]){1}) : cg_retain(a);
+    cg_tensor *gi = a->ndim == 0 ? cg_k_reshape(idx, 1, &m) : cg_retain((cg_tensor *)idx);
+    cg_tensor *src32 = src && gi ? cg_to(src, CG_F32) : NULL;
+    cg_tensor *v = src32 ? cg_gather(src32, a->ndim ? dim : 0, gi) : NULL;
+    cg_tensor *v0 = v && a->ndim == 0 ? cg_reshape(v, idx->ndim, idx->shape) : cg_retain(v);
+    cg_tensor *out = v0 ? cg_to(v0, a->dtype) : NULL;
+    cg_release_all(5, src, gi, src32, v, v0);
+    return out;
+}
+
 cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **indices)
 {
     if (indices)
@@ -242,17 +260,7 @@ cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **i
     cg_tensor *idx = cg_k_topk_indices(a, k, dim, largest);
     if (!idx)
         return NULL;
-    /* the values are a gather: its backward scatters the gradient back.
-     * gather reads float32, so a bf16 or f16 input is gathered from its
-     * float32 copy and the values rounded back to its dtype, both exact and
-     * both differentiable (cg_to of a float32 input is the input itself) */
-    cg_tensor *src = a->ndim == 0 ? cg_reshape(a, 1, (int64_t[]){1}) : cg_retain(a);
-    cg_tensor *gi = a->ndim == 0 ? cg_k_reshape(idx, 1, (int64_t[]){k}) : cg_retain(idx);
-    cg_tensor *src32 = src && gi ? cg_to(src, CG_F32) : NULL;
-    cg_tensor *v = src32 ? cg_gather(src32, a->ndim ? dim : 0, gi) : NULL;
-    cg_tensor *v0 = v && a->ndim == 0 ? cg_reshape(v, idx->ndim, idx->shape) : cg_retain(v);
-    cg_tensor *out = v0 ? cg_to(v0, a->dtype) : NULL; /* a 0-d a: 0-d values (k = 1) */
-    cg_release_all(5, src, gi, src32, v, v0);
+    cg_tensor *out = cg_pick_values(a, dim, idx); /* a 0-d a: 0-d values (k = 1) */
     if (out && indices)
         *indices = idx;
     else

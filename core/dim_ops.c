@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/ops.h"
+#include "core/reduce_impl.h"
 #include "core/upcast.h"
 
 cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper)
@@ -35,24 +36,6 @@ cg_tensor *cg_k_triangle(const cg_tensor *a, int64_t diagonal, bool upper)
     return out;
 }
 
-/* a as contiguous [outer, n, inner] around dim; false + error on a bad dim. */
-static bool around_dim(const char *op, const cg_tensor *a, int *dim, int64_t *outer, int64_t *n,
-                       int64_t *inner)
-{
-    int d = cg_norm_dim(op, *dim, a->ndim > 0 ? a->ndim : 1);
-    if (d < 0)
-        return false;
-    *dim = d;
-    *outer = 1;
-    *inner = 1;
-    *n = a->ndim ? a->shape[d] : 1;
-    for (int i = 0; i < d; i++)
-        *outer *= a->shape[i];
-    for (int i = d + 1; i < a->ndim; i++)
-        *inner *= a->shape[i];
-    return true;
-}
-
 cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse)
 {
     if (!a) {
@@ -63,7 +46,7 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse)
     if (!cg_upcast_begin(&u, "cumsum", 1, (const cg_tensor **[]){&a}))
         return NULL;
     int64_t outer, n, inner;
-    cg_tensor *out = around_dim("cumsum", a, &dim, &outer, &n, &inner) ? cg_k_clone(a) : NULL;
+    cg_tensor *out = cg_around_dim("cumsum", a, &dim, &outer, &n, &inner) ? cg_k_clone(a) : NULL;
     if (!out)
         return cg_upcast_end(&u, NULL);
     float *o = cg_data(out);
@@ -160,7 +143,7 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
         return NULL;
     }
     int64_t outer, n, inner;
-    if (!around_dim("topk", a, &dim, &outer, &n, &inner))
+    if (!cg_around_dim("topk", a, &dim, &outer, &n, &inner))
         return NULL;
     if (k < 0 || k > n) {
         char b[96];

@@ -393,6 +393,8 @@ cg_tensor *cg_k_sum(const cg_tensor *a, int ndims, const int *dims, bool keepdim
 cg_tensor *cg_k_mean(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
 /* Variance with the given correction (0 = biased, 1 = unbiased). */
 cg_tensor *cg_k_var(const cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
+/* Its square root (torch.std), taken in double and rounded once. */
+cg_tensor *cg_k_std(const cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim);
 /* Max along one dim; *indices (if not NULL) receives the argmax as an
  * int64 tensor of the same shape as the result (first maximum wins; NaN
  * counts as the maximum, as in PyTorch). cg_k_argmax: those indices.
@@ -1214,6 +1216,36 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
  * (a 0-d a: 0-d for k = 1, [0] for k = 0).
  * a: any float dtype (an integer or bool a: NULL + error naming topk). */
 cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest);
+
+/* Sorting, products and scans along one dim (core/scan.c). Each line is
+ * computed in index order (products and scans in double, rounded once per
+ * element): the same bits for any strides and thread count. a: any float
+ * dtype (read as float32; float results rounded back to a's dtype; an
+ * integer or bool a refused naming the op) unless said otherwise.
+ * cg_k_sort_indices: the int64 indices that sort each line (a's shape),
+ * ascending or descending, NaN the largest, ties in index order (stable).
+ * cg_k_cum_extreme_indices: torch.cummax's (smallest: cummin's) indices: a
+ * NaN takes over, a tie moves to the later element.
+ * cg_k_prod: torch.prod(a, dim, keepdim); an integer or bool a gives int64
+ * (wrapping), as PyTorch promotes; 1 over an empty dim. Its backward: g
+ * (keepdim's shape) times the product of the other elements of the line.
+ * cg_k_cumprod: torch.cumprod (integers and bool: int64); its backward
+ * dx_k = sum_{j >= k} g_j prod_{i <= j, i != k} x_i, exact at zeros.
+ * cg_k_logcumsumexp: torch.logcumsumexp (PyTorch's formula: runs of -inf
+ * stay -inf, +inf gives +inf); its backward from x, the output y and g. */
+cg_tensor *cg_k_sort_indices(const cg_tensor *a, int dim, bool descending);
+cg_tensor *cg_k_cum_extreme_indices(const cg_tensor *a, int dim, bool smallest);
+cg_tensor *cg_k_prod(const cg_tensor *a, int dim, bool keepdim);
+cg_tensor *cg_k_prod_backward(const cg_tensor *x, const cg_tensor *g, int dim);
+cg_tensor *cg_k_cumprod(const cg_tensor *a, int dim);
+cg_tensor *cg_k_cumprod_backward(const cg_tensor *x, const cg_tensor *g, int dim);
+cg_tensor *cg_k_logcumsumexp(const cg_tensor *a, int dim);
+cg_tensor *cg_k_logcumsumexp_backward(const cg_tensor *x, const cg_tensor *y, const cg_tensor *g,
+                                      int dim);
+/* F.one_hot(ids, num_classes): int64 ids (any shape) to int64 [..., K], K
+ * = num_classes or, for -1, the largest id + 1; a negative id, an id >=
+ * num_classes, num_classes < -1, or -1 with no ids: NULL + error. */
+cg_tensor *cg_k_one_hot(const cg_tensor *ids, int64_t num_classes);
 
 /* Convolution (core/conv.c), PyTorch's F.conv1d / F.conv2d / F.conv3d
  * with zero padding. nd spatial dims (1, 2 or 3); x [N, C, L] or

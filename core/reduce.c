@@ -20,7 +20,8 @@
  * own partial sums, which are then added in block order.
  *
  * Variance is two-pass: the mean as above, then the sum of squared
- * deviations in the same order, divided by max(0, N - correction). Empty
+ * deviations in the same order, divided by max(0, N - correction) (std:
+ * its square root, in double). Empty
  * reductions give sum 0, and mean/var NaN (0/0) as PyTorch. */
 #include <math.h>
 #include <stdlib.h>
@@ -337,7 +338,7 @@ int cg_reduce_shape(const cg_tensor *a, const bool *mask, bool keepdim, int64_t 
     return n;
 }
 
-enum { K_SUM, K_MEAN, K_VAR };
+enum { K_SUM, K_MEAN, K_VAR, K_STD };
 
 /* Fill out (contiguous, nout floats in kept row-major order). */
 static bool reduce_into(const cg_tensor *a, const bool *mask, int kind, int correction, float *out)
@@ -346,21 +347,21 @@ static bool reduce_into(const cg_tensor *a, const bool *mask, int kind, int corr
     make_plan(&pl, a, mask);
     if (pl.nout == 0)
         return true;
-    double *acc = malloc((size_t)pl.nout * sizeof(double) * (kind == K_VAR ? 2 : 1));
+    double *acc = malloc((size_t)pl.nout * sizeof(double) * (kind >= K_VAR ? 2 : 1));
     if (!acc) {
         cg_set_error("reduce: out of memory");
         return false;
     }
     bool ok = plan_sum(&pl, NULL, acc);
     double n = (double)pl.nred;
-    if (ok && kind == K_VAR) {
+    if (ok && kind >= K_VAR) {
         double *sq = acc + pl.nout;
         for (int64_t o = 0; o < pl.nout; o++)
             acc[o] /= n;
         ok = plan_sum(&pl, acc, sq);
         double den = n - (double)correction > 0 ? n - (double)correction : 0.0;
         for (int64_t o = 0; ok && o < pl.nout; o++)
-            out[o] = (float)(sq[o] / den);
+            out[o] = (float)(kind == K_STD ? sqrt(sq[o] / den) : sq[o] / den);
     } else if (ok) {
         for (int64_t o = 0; o < pl.nout; o++)
             out[o] = (float)(kind == K_MEAN ? acc[o] / n : acc[o]);
@@ -414,6 +415,15 @@ cg_tensor *cg_k_var(const cg_tensor *a, int ndims, const int *dims, int correcti
         return NULL;
     }
     return reduce_op("var", a, ndims, dims, keepdim, K_VAR, correction);
+}
+
+cg_tensor *cg_k_std(const cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim)
+{
+    if (a && correction < 0) {
+        cg_set_error("std: correction must be >= 0 (got %d)", correction);
+        return NULL;
+    }
+    return reduce_op("std", a, ndims, dims, keepdim, K_STD, correction);
 }
 
 cg_tensor *cg_k_sum_all(const cg_tensor *a)
@@ -732,3 +742,20 @@ static cg_tensor *max_all_f32(const cg_tensor *a)
 }
 
 cg_tensor *cg_k_max_all(const cg_tensor *a) { CG_UPCAST1("max_all", a, max_all_f32(a)); }
+
+bool cg_around_dim(const char *op, const cg_tensor *a, int *dim, int64_t *outer, int64_t *n,
+                   int64_t *inner)
+{
+    int d = cg_norm_dim(op, *dim, a->ndim > 0 ? a->ndim : 1);
+    if (d < 0)
+        return false;
+    *dim = d;
+    *outer = 1;
+    *inner = 1;
+    *n = a->ndim ? a->shape[d] : 1;
+    for (int i = 0; i < d; i++)
+        *outer *= a->shape[i];
+    for (int i = d + 1; i < a->ndim; i++)
+        *inner *= a->shape[i];
+    return true;
+}
