@@ -107,6 +107,8 @@ cg_tensor *cg_cumprod(cg_tensor *a, int dim)
 
 static bool logcumsumexp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
+    if (IN(0)->ndim == 0) /* a 0-d a is its own logcumsumexp (PyTorch's g, even at -inf) */
+        return (gin[0] = cg_retain((cg_tensor *)g)) != NULL;
     gin[0] = cg_k_logcumsumexp_backward(IN(0), n->saved[0], g, (int)n->p.i[0]);
     return gin[0] != NULL;
 }

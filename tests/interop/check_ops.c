@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "cgrad.h"
+#include "tests/interop/check_ops.h"
 
 #define MAXIN 8
 #define MAXOUT 8
@@ -41,41 +42,6 @@ static int g_case, g_case_failed;
 typedef struct {
     int fails, refused_doc, accepted_doc, torch_refused, cases, known;
 } op_stats;
-
-/* ------------------------------------------------------------ arguments */
-static int ai(const cJSON *a, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, k);
-    return cJSON_IsNumber(v) ? (int)v->valuedouble : cJSON_IsTrue(v) ? 1 : 0;
-}
-
-static double ad(const cJSON *a, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, k);
-    if (cJSON_IsString(v)) /* "Infinity", "-Infinity", "NaN" */
-        return strtod(v->valuestring, NULL);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
-}
-
-static int64_t ai64(const cJSON *a, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, k);
-    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
-}
-
-/* An int list argument into out; returns its length. */
-static int alist(const cJSON *a, const char *k, int64_t *out, int max)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, k), *e;
-    int n = 0;
-    cJSON_ArrayForEach(e, v)
-    {
-        if (n < max)
-            out[n] = (int64_t)e->valuedouble;
-        n++;
-    }
-    return n;
-}
 
 static bool dtype_of(const char *s, cg_dtype *dt)
 {
@@ -251,6 +217,8 @@ static bool reduce(const char *op, cg_tensor *x, const cJSON *a, cg_tensor **out
         return out[0] && out[1];
     } else if (!strcmp(op, "cumsum"))
         out[0] = cg_cumsum(x, ai(a, "dim"));
+    else if (cg_check_scan_op(op, x, a, out, nout))
+        return out[0] != NULL;
     else if (!strcmp(op, "softmax"))
         out[0] = cg_softmax(x, ai(a, "dim"));
     else if (!strcmp(op, "log_softmax"))

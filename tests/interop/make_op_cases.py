@@ -78,6 +78,11 @@ KNOWN = {
                   "cgrad computes in float32 and returns x's dtype (its parameters are "
                   "float32), as PyTorch's batch_norm does; the reference is PyTorch's float32 "
                   "norm rounded",
+    "prod_nonfinite_grad": "prod and cumprod's gradient on a line holding inf or NaN: cgrad's "
+                           "is the product of the other elements (finite where they are), "
+                           "PyTorch's divides the product by the element (NaN)",
+    "lcse_neginf_run": "logcumsumexp's gradient where the output is still -inf (a leading run "
+                       "of -inf): 0 in cgrad (the limit), NaN in PyTorch (exp(-inf - -inf))",
     "attn_masked_v_nonfinite": "fused attention, NaN or inf in v at a masked key: the output NaN "
                                "in both (0 * NaN in P v); the fused backward's dk is NaN at the "
                                "masked keys too, where PyTorch's masked_fill gives 0",
@@ -1569,9 +1574,135 @@ def gen_losses_rest(rng):
                  tol=(8.0, 32.0))
 
 
+# ------------------------------------------------ sorting, products, scans
+def line_dim(rng, lo=0, hi=3):
+    shape = rshape(rng, lo, hi)
+    nd = len(shape)
+    return shape, rng.randrange(-max(nd, 1), max(nd, 1))
+
+
+def with_zeros(x, rng):
+    """Some elements of a float input's base set to 0 (one or more a line)."""
+    b = x[0]
+    if b.is_floating_point() and b.numel() and rng.random() < 0.6:
+        flat = b.view(-1)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            flat[rng.randrange(b.numel())] = 0
+    return x
+
+
+def picked_inp(rng, shape, dt, special):
+    """An input of an op that picks elements (sort, cummax): ties made by
+    rounding, special values; no expand (its gradient is a sum, and these
+    cases are bit for bit)."""
+    x = inp(rng, shape, dt, special=special)
+    if any(v[0] == "expand" for v in x[1]):
+        x = (x[0], [v for v in x[1] if v[0] != "expand"], x[2])
+        x = (values(shape, dt, special=special), [], True) if x[1] and x[1][0][0] == "slice" \
+            else x
+    if x[0].is_floating_point() and rng.random() < 0.5:  # ties
+        x = (x[0].double().round().to(x[0].dtype), x[1], x[2])
+    return x
+
+
+def fixed_views(x):
+    """x when its views still give the shape the base had before; the views
+    above were made for the base's shape."""
+    try:
+        apply_views(x[0], x[1])
+        return x
+    except Exception:
+        return (x[0], [], x[2])
+
+
+def bf16_up(x, f):
+    """f(x), a bfloat16 x through float32 (PyTorch 1.13's CPU prod lacks
+    bfloat16; later PyTorch and cgrad compute it in float32 and round)."""
+    return f(x.float()).to(x.dtype) if x.dtype == torch.bfloat16 else f(x)
+
+
+def gen_scan(rng):
+    for _ in range(40):
+        shape, dim = line_dim(rng)
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
+        x = fixed_views(picked_inp(rng, shape, dt, 0.1 if rng.random() < 0.4 else 0.0))
+        desc, stable = rng.random() < 0.5, rng.random() < 0.7
+        doc = "" if dt in FLOATS else "sort takes floats, as topk (docs/api.md)"
+        # PyTorch's unstable sort orders ties as it likes: cgrad's is stable
+        args = {"dim": dim, "desc": desc, "stable": True}
+        add_case("sort", [x], args, lambda x, a: tuple(torch.sort(
+            x[0], dim=a["dim"], descending=a["desc"], stable=True)), exact=True, doc=doc)
+        add_case("argsort", [x], {"dim": dim, "desc": desc, "stable": stable},
+                 lambda x, a: torch.sort(x[0], dim=a["dim"], descending=a["desc"], stable=True)[1],
+                 exact=True, doc=doc)
+        for name, f in (("cummax", torch.cummax), ("cummin", torch.cummin)):
+            add_case(name, [x], {"dim": dim}, lambda x, a, f=f: tuple(f(x[0], a["dim"])),
+                     exact=True, doc="" if dt in FLOATS else f"{name} takes floats (docs/api.md)")
+    for _ in range(40):
+        shape, dim = line_dim(rng, 0, 4)
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16", "int64", "bool"])
+        x = with_zeros(inp(rng, shape, dt, special=0.05 if rng.random() < 0.2 else 0.0), rng)
+        keep = rng.random() < 0.5
+        known = KNOWN["prod_nonfinite_grad"] if x[0].is_floating_point() and not torch.isfinite(
+            x[0]).all() else ""
+        add_case("prod", [x], {"dim": dim, "keep": keep},
+                 lambda x, a: bf16_up(x[0], lambda t: torch.prod(t, a["dim"], keepdim=a["keep"])),
+                 tol=(8.0, 64.0), known=known)
+        add_case("cumprod", [x], {"dim": dim}, lambda x, a: torch.cumprod(x[0], a["dim"]),
+                 tol=(8.0, 64.0), known=known)
+    for _ in range(12):
+        dt = rng.choice(["float32", "bfloat16", "int64"])
+        x = with_zeros(inp(rng, rshape(rng, 0, 3), dt), rng)
+        add_case("prod_all", [x], {}, lambda x, a: bf16_up(x[0], torch.prod), tol=(8.0, 64.0))
+    for _ in range(40):
+        shape, dim = line_dim(rng, 0, 4)
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
+        x = inp(rng, shape, dt)
+        if x[0].is_floating_point() and x[0].numel() and rng.random() < 0.5:
+            flat = x[0].view(-1)  # runs of -inf, a +inf
+            for i in range(x[0].numel()):
+                if rng.random() < 0.3:
+                    flat[i] = -math.inf
+            if rng.random() < 0.3:
+                flat[rng.randrange(x[0].numel())] = math.inf
+        known = ""
+        if x[0].is_floating_point() and apply_views(x[0], x[1]).dim():
+            y = torch.logcumsumexp(apply_views(x[0], x[1]).double(), dim)
+            known = KNOWN["lcse_neginf_run"] if (y == -math.inf).any() else ""
+        add_case("logcumsumexp", [x], {"dim": dim},
+                 lambda x, a: torch.logcumsumexp(x[0], a["dim"]), doc=float_doc([dt]), known=known)
+    for name in ("std", "var_mean", "std_mean"):
+        for _ in range(25):
+            shape = rshape(rng, 0, 4)
+            dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
+            dims, keep = dims_of(rng, len(shape)), rng.random() < 0.5
+            args = {"dims": dims, "keep": keep, "corr": rng.choice([0, 1])}
+            x = inp(rng, shape, dt)
+            if x[0].is_floating_point() and rng.random() < 0.15:
+                x = (torch.full_like(x[0], 1.5), x[1], x[2])  # std 0: PyTorch's gradient 0
+
+            def f(x, a, name=name):
+                d = a["dims"] if a["dims"] else None
+                fn = {"std": torch.std, "var_mean": torch.var_mean, "std_mean": torch.std_mean}
+                return fn[name](x[0], d, correction=a["corr"], keepdim=a["keep"])
+            red = [shape[d] for d in (dims if dims else range(len(shape)))]
+            known = KNOWN["var_0_over_0"] if math.prod(red) <= args["corr"] else ""
+            add_case(name, [x], args, f, doc=float_doc([dt]), tol=(4.0, 64.0), known=known)
+    for _ in range(25):
+        shape = rshape(rng, 0, 3)
+        k = rng.choice([-1, -1, 5, 6, 0, 3])
+        ids = torch.randint(0, 5, shape, dtype=torch.int64)
+        if ids.numel() and rng.random() < 0.15:
+            ids.view(-1)[0] = rng.choice([-1, 7])
+        dt = rng.choice(["int64"] * 5 + ["int32", "float32"])
+        add_case("one_hot", [(ids.to(DT[dt]), [], False)], {"k": k},
+                 lambda x, a: F.one_hot(x[0], a["k"]), exact=True,
+                 doc="" if dt == "int64" else "one_hot takes int64 ids (docs/api.md)")
+
+
 NAN_PATHS = ("hardswish", "relu6", "hardtanh", "selu", "celu", "softshrink", "hardshrink")
 MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more,
-        gen_row_norms, gen_loss_reductions, gen_loss_weights, gen_activations, gen_losses_rest)
+        gen_row_norms, gen_loss_reductions, gen_loss_weights, gen_activations, gen_losses_rest, gen_scan)
 
 
 def main(out):
