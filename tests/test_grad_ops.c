@@ -171,6 +171,15 @@ static cg_tensor *rmsnorm_now(cg_tensor *a) { return cg_rms_norm(a, NULL, 1e-5f)
 static cg_tensor *tril1(cg_tensor *a) { return cg_tril(a, 1); }
 static cg_tensor *triu_1(cg_tensor *a) { return cg_triu(a, -1); }
 static cg_tensor *cumsum1(cg_tensor *a) { return cg_cumsum(a, 1); }
+static cg_tensor *prod1(cg_tensor *a) { return cg_prod(a, 1, false); }
+static cg_tensor *prodk(cg_tensor *a) { return cg_prod(a, -1, true); }
+static cg_tensor *prodall(cg_tensor *a) { return cg_prod_all(a); }
+static cg_tensor *cumprod1(cg_tensor *a) { return cg_cumprod(a, 1); }
+static cg_tensor *cumprodl(cg_tensor *a) { return cg_cumprod(a, -1); }
+static cg_tensor *lcse1(cg_tensor *a) { return cg_logcumsumexp(a, 1); }
+static cg_tensor *lcse0(cg_tensor *a) { return cg_logcumsumexp(a, 0); }
+static cg_tensor *std1(cg_tensor *a) { return cg_std(a, 1, (const int[]){1}, 1, false); }
+static cg_tensor *std02(cg_tensor *a) { return cg_std(a, 2, (const int[]){0, -1}, 0, true); }
 /* [3, 5, 4]: the last dim padded (1, 2), dim 1 cropped 1 at its start and
  * padded 1 at its end; then every dim, dim 0 cropped at its end */
 static cg_tensor *pad_(cg_tensor *a)
@@ -404,6 +413,17 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_MULTI_MARGIN_LOSS] = {.by = "test_loss_more.c: test_more_gradchecks"},
     [CG_OP_MULTILABEL_MARGIN_LOSS] = {.by = "test_loss_more.c: test_more_gradchecks"},
     [CG_OP_EMBEDDING_BAG] = {.by = "test_bag.c: test_bag_gradcheck"},
+    [CG_OP_PROD] = {.unary = {{"prod(1)", prod1, DOM_ANY},
+                              {"prod(-1,keep)", prodk, DOM_ANY},
+                              {"prod_all", prodall, DOM_ANY}},
+                    .by = "test_scan.c: test_scan_gradchecks (zeros)"},
+    [CG_OP_CUMPROD] = {.unary = {{"cumprod(1)", cumprod1, DOM_ANY},
+                                 {"cumprod(-1)", cumprodl, DOM_ANY}},
+                       .by = "test_scan.c: test_scan_gradchecks (zeros)"},
+    [CG_OP_LOGCUMSUMEXP] = {.unary = {{"logcumsumexp(1)", lcse1, DOM_ANY},
+                                      {"logcumsumexp(0)", lcse0, DOM_ANY}}},
+    [CG_OP_STD] = {.unary = {{"std(1,unbiased)", std1, DOM_ANY},
+                             {"std(0,-1,biased,keep)", std02, DOM_ANY}}},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */

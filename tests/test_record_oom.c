@@ -112,6 +112,15 @@ START_TEST(test_record_failure_is_an_error)
     ASSERT_OOM(cg_cumsum(a, 1));
     ASSERT_OOM(cg_binary_cross_entropy_with_logits(a, b, CG_REDUCTION_MEAN));
     ASSERT_OOM(cg_mse_loss(a, b, CG_REDUCTION_NONE));
+    /* autograd/ops_scan.c's and std: the nodes, and the gathers behind sort and cummax */
+    ASSERT_OOM(cg_prod(a, 1, false));
+    ASSERT_OOM(cg_prod_all(a));
+    ASSERT_OOM(cg_cumprod(a, 0));
+    ASSERT_OOM(cg_logcumsumexp(a, 1));
+    ASSERT_OOM(cg_std(a, 0, NULL, 1, false));
+    ASSERT_OOM(cg_var_mean(a, 0, NULL, 1, false, NULL));
+    ASSERT_OOM(cg_sort(a, 1, true, true, NULL));
+    ASSERT_OOM(cg_cummin(a, 0, NULL));
     /* and the same ops work again once memory is back */
     cg_tensor *s = cg_add(a, b);
     ck_assert_ptr_nonnull(s);
@@ -388,6 +397,52 @@ START_TEST(test_topk_oom_is_an_error)
         ck_assert_int_gt(k, 1);
     }
     cg_release_all(3, x, xt, want);
+}
+END_TEST
+
+/* Each malloc and each calloc in turn failing in the kernels of
+ * core/scan.c on a transposed input (its float32 copy, the result, the
+ * per-thread scratch of sort and the backwards): the result, or NULL and
+ * "out of memory", never a crash. */
+static cg_tensor *scan_kernel(int which, const cg_tensor *x, const cg_tensor *g)
+{
+    switch (which) {
+    case 0: return cg_k_sort_indices(x, -1, true);
+    case 1: return cg_k_cum_extreme_indices(x, 0, false);
+    case 2: return cg_k_cumprod_backward(x, g, 1);
+    case 3: return cg_k_logcumsumexp_backward(x, g, g, 0);
+    default: return cg_k_prod(x, 1, false);
+    }
+}
+START_TEST(test_scan_oom_is_an_error)
+{
+    cg_rng rng = cg_rng_new(9);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(6, 5)), *xt = cg_transpose(x, 0, 1);
+    cg_tensor *g = cg_randn(&rng, CG_SHAPE(5, 6));
+    for (int op = 0; op < 5; op++) {
+        cg_tensor *want = scan_kernel(op, xt, g);
+        ck_assert_ptr_nonnull(want);
+        for (int which = 0; which < 2; which++) {
+            long k = 1;
+            for (; k < 1000; k++) {
+                cg_clear_error();
+                malloc_failed = calloc_failed = false;
+                *(which ? &fail_calloc_at : &fail_malloc_at) = k;
+                cg_tensor *got = scan_kernel(op, xt, g);
+                fail_malloc_at = fail_calloc_at = 0;
+                ck_assert_msg(got || strstr(cg_last_error(), "out of memory"), "op %d %s %ld: '%s'",
+                              op, which ? "calloc" : "malloc", k, cg_last_error());
+                ck_assert(!got || !memcmp(cg_data_ptr(got), cg_data_ptr(want),
+                                          (size_t)cg_numel(want) * cg_dtype_size(want->dtype)));
+                cg_release(got);
+                if (!(which ? calloc_failed : malloc_failed))
+                    break;
+            }
+            ck_assert_int_gt(k, which ? 0 : 1);
+        }
+        cg_release(want);
+    }
+    cg_release_all(3, x, xt, g);
 }
 END_TEST
 
@@ -1142,6 +1197,7 @@ int main(void)
     tcase_add_test(tc, test_lora_attach_oom_is_an_error);
     tcase_add_test(tc, test_first_overflow_oom_is_an_error);
     tcase_add_test(tc, test_topk_oom_is_an_error);
+    tcase_add_test(tc, test_scan_oom_is_an_error);
     tcase_add_test(tc, test_packed_f32_oom_reads_w);
     tcase_add_test(tc, test_scope_full_oom_is_an_error);
     tcase_add_test(tc, test_rnn_lengths_oom);
