@@ -20,7 +20,16 @@
 
 #define SCAN_PAR 32768
 
-typedef enum { L_SORT, L_CUMEXT, L_CUMPROD, L_CUMPROD_BW, L_LCSE, L_LCSE_BW, L_PROD, L_PROD_BW } kind;
+typedef enum {
+    L_SORT,
+    L_CUMEXT,
+    L_CUMPROD,
+    L_CUMPROD_BW,
+    L_LCSE,
+    L_LCSE_BW,
+    L_PROD,
+    L_PROD_BW
+} kind;
 
 typedef struct {
     float v;
@@ -29,11 +38,11 @@ typedef struct {
 
 typedef struct {
     kind k;
-    bool flag;               /* sort: descending; cummax/cummin: smallest */
-    const float *x, *y, *g;  /* [outer, n, inner]; prod's g [outer, 1, inner] */
-    void *out;               /* float or int64; prod's [outer, 1, inner] */
+    bool flag;              /* sort: descending; cummax/cummin: smallest */
+    const float *x, *y, *g; /* [outer, n, inner]; prod's g [outer, 1, inner] */
+    void *out;              /* float or int64; prod's [outer, 1, inner] */
     int64_t n, inner;
-    unsigned char *scratch;  /* n * sizeof(sort_key) bytes per thread */
+    unsigned char *scratch; /* n * sizeof(sort_key) bytes per thread */
 } line_job;
 
 /* torch.sort's order: NaN the largest, ties by index (so a stable sort) */
@@ -116,7 +125,8 @@ static void cumprod_bw_line(const line_job *j, const float *x, const float *g, f
 /* d logcumsumexp: dx_k = exp(x_k - y_k) T_k, T_k = g_k + exp(y_k -
  * y_{k+1}) T_{k+1} (each factor <= 1: y never decreases; runs of the same
  * infinity take 1); dx_k 0 at x_k = -inf unless T_k is NaN */
-static void lcse_bw_line(const line_job *j, const float *x, const float *y, const float *g, float *o)
+static void lcse_bw_line(const line_job *j, const float *x, const float *y, const float *g,
+                         float *o)
 {
     const int64_t n = j->n, s = j->inner;
     double t = 0.0;
@@ -158,37 +168,27 @@ static void line(const line_job *j, int64_t l, unsigned char *scratch)
     float *of = (float *)j->out + at;
     double acc;
     switch (j->k) {
-    case L_SORT:
-        sort_line(j, x, (int64_t *)j->out + at, (sort_key *)scratch);
-        break;
-    case L_CUMEXT:
-        cum_extreme_line(j, x, (int64_t *)j->out + at);
-        break;
+    case L_SORT: sort_line(j, x, (int64_t *)j->out + at, (sort_key *)scratch); break;
+    case L_CUMEXT: cum_extreme_line(j, x, (int64_t *)j->out + at); break;
     case L_CUMPROD:
         acc = 1.0;
         for (int64_t i = 0; i < n; i++)
             of[i * j->inner] = (float)(acc *= x[i * j->inner]);
         break;
-    case L_CUMPROD_BW:
-        cumprod_bw_line(j, x, j->g + at, of, (double *)scratch);
-        break;
+    case L_CUMPROD_BW: cumprod_bw_line(j, x, j->g + at, of, (double *)scratch); break;
     case L_LCSE:
         acc = -INFINITY;
         for (int64_t i = 0; i < n; i++)
             of[i * j->inner] = (float)(acc = log_add_exp(x[i * j->inner], acc));
         break;
-    case L_LCSE_BW:
-        lcse_bw_line(j, x, j->y + at, j->g + at, of);
-        break;
+    case L_LCSE_BW: lcse_bw_line(j, x, j->y + at, j->g + at, of); break;
     case L_PROD:
         acc = 1.0;
         for (int64_t i = 0; i < n; i++)
             acc *= x[i * j->inner];
         ((float *)j->out)[at1] = (float)acc;
         break;
-    case L_PROD_BW:
-        prod_bw_line(j, x, j->g[at1], of, (double *)scratch);
-        break;
+    case L_PROD_BW: prod_bw_line(j, x, j->g[at1], of, (double *)scratch); break;
     }
 }
 

@@ -52,9 +52,9 @@ static float *grad_of(cg_tensor *x, cg_tensor *y, const float *w)
 static void expect_grad(float *g, const float *want, int n, const char *what)
 {
     for (int i = 0; i < n; i++)
-        ck_assert_msg(isnan(want[i]) ? isnan(g[i]) : fabsf(g[i] - want[i]) <= 1e-6f * (1 + fabsf(want[i])),
-                      "%s: gradient %d is %.9g, expected %.9g", what, i, (double)g[i],
-                      (double)want[i]);
+        ck_assert_msg(
+            isnan(want[i]) ? isnan(g[i]) : fabsf(g[i] - want[i]) <= 1e-6f * (1 + fabsf(want[i])),
+            "%s: gradient %d is %.9g, expected %.9g", what, i, (double)g[i], (double)want[i]);
     free(g);
 }
 
@@ -94,15 +94,16 @@ END_TEST
  * values come back bf16, in the order of their float32 values */
 START_TEST(test_sort_gradient)
 {
-    cg_tensor *x = cg_requires_grad(cg_from_data(CG_SHAPE(2, 3), (const float[]){5, -1, 2, 0, 7, 7}), true);
+    cg_tensor *x =
+        cg_requires_grad(cg_from_data(CG_SHAPE(2, 3), (const float[]){5, -1, 2, 0, 7, 7}), true);
     cg_tensor *ids;
     cg_tensor *y = cg_sort(x, 1, false, true, &ids); /* [[-1, 2, 5], [0, 7, 7]] */
     cg_release(ids);
-    expect_grad(grad_of(x, y, (const float[]){1, 2, 3, 4, 5, 6}),
-                (const float[]){3, 1, 2, 4, 5, 6}, 6, "sort");
+    expect_grad(grad_of(x, y, (const float[]){1, 2, 3, 4, 5, 6}), (const float[]){3, 1, 2, 4, 5, 6},
+                6, "sort");
     y = cg_cummax(x, 1, NULL); /* [[5, 5, 5], [0, 7, 7 (the later)]] */
-    expect_grad(grad_of(x, y, (const float[]){1, 2, 3, 4, 5, 6}),
-                (const float[]){6, 0, 0, 4, 5, 6}, 6, "cummax");
+    expect_grad(grad_of(x, y, (const float[]){1, 2, 3, 4, 5, 6}), (const float[]){6, 0, 0, 4, 5, 6},
+                6, "cummax");
     cg_tensor *xb = cg_k_to(x, CG_BF16);
     cg_tensor *vb = cg_sort(xb, 1, true, true, &ids);
     ck_assert(vb && vb->dtype == CG_BF16);
@@ -325,9 +326,8 @@ START_TEST(test_scan_gradchecks)
             float *p = (float *)x->storage->data;
             for (int i = 0; i < 15; i++)
                 p[i] = c <= GC_CUMMIN ? 0.1f * (float)((i * 7) % 15) - 0.7f
-                                      : (i == 2 || i == 6 || i == 9 || (c == GC_PROD_ALL && i > 13))
-                                            ? 0.0f
-                                            : p[i];
+                       : (i == 2 || i == 6 || i == 9 || (c == GC_PROD_ALL && i > 13)) ? 0.0f
+                                                                                      : p[i];
             cg_requires_grad(x, true);
             cg_gradcheck_opts o = cg_gradcheck_defaults();
             cg_gradcheck_report rep;
