@@ -179,7 +179,8 @@ extern "C" {
     X(PROD, "prod", 1, CG_IN(0), 0) /* dim, keepdim in p.i */ \
     X(CUMPROD, "cumprod", 1, CG_IN(0), 0) \
     X(LOGCUMSUMEXP, "logcumsumexp", 1, CG_IN(0), 0) /* + saved output */ \
-    X(STD, "std", 1, CG_IN(0), 0) /* + saved output; var's dims in p.i */
+    X(STD, "std", 1, CG_IN(0), 0) /* + saved output; var's dims in p.i */ \
+    X(CTC_LOSS, "ctc_loss", 1, CG_IN(0), 0) /* targets, lengths, nll, log_alpha saved */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

@@ -715,6 +715,24 @@ cg_tensor *cg_multilabel_soft_margin_loss(cg_tensor *x, cg_tensor *y, cg_tensor 
  * cg_k_multilabel_margin_loss: x float32 [N, C] or [C], target int64 of
  * x's shape, each row's classes up to its first -1). */
 cg_tensor *cg_multilabel_margin_loss(cg_tensor *x, const cg_tensor *target, cg_reduction r);
+/* F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank,
+ * reduction, zero_infinity) (PyTorch's defaults blank 0, mean, false),
+ * nn.CTCLoss's: log_probs float32 [T, N, C] (or [T, C] unbatched)
+ * log-softmaxed over C, targets int64 padded [N, S] or concatenated 1-d,
+ * the lengths int64 [N] (0-d or [1] unbatched); core/ops.h cg_k_ctc_loss
+ * says what it checks. One node for the per-sample losses (its gradient
+ * PyTorch's ctc_loss_backward), then graph ops as PyTorch's ctc_loss: with
+ * zero_infinity an inf loss (no alignment) becomes 0 and its gradient 0;
+ * mean divides each loss by its target length (at least 1) and averages
+ * over the batch, sum adds, none keeps one a sample ([N]; 0-d unbatched).
+ * Departures: no float64 (cgrad has none); lengths and targets int64 only
+ * (PyTorch also takes int32 and lists); an input length of 0 gives 0 or
+ * inf as later PyTorch (1.13 reads unwritten memory); negative lengths
+ * and labels that are the blank or >= C are refused (1.13 reads out of
+ * range or computes nonsense). */
+cg_tensor *cg_ctc_loss(cg_tensor *log_probs, const cg_tensor *targets,
+                       const cg_tensor *input_lengths, const cg_tensor *target_lengths,
+                       int64_t blank, cg_reduction r, bool zero_infinity);
 
 #ifdef __cplusplus
 }

@@ -382,3 +382,70 @@ cg_tensor *cg_multilabel_margin_loss(cg_tensor *x, const cg_tensor *target, cg_r
         n->p.i[1] = r;
     return out;
 }
+
+/* ---------------------------------------------------------------- ctc */
+/* saved: targets, input_lengths, target_lengths, the losses (an alias of
+ * the output), log_alpha; p.i[0] blank, p.i[1] zero_infinity */
+static bool ctc_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    gin[0] = cg_k_ctc_loss_backward(g, n->inputs[0], n->saved[0], n->saved[1], n->saved[2],
+                                    n->p.i[0], n->saved[3], n->saved[4], n->p.i[1] != 0);
+    return gin[0] != NULL;
+}
+
+/* The per-sample losses, a node recorded over log_probs */
+static cg_tensor *ctc_node(cg_tensor *lp, const cg_tensor *targets, const cg_tensor *il,
+                           const cg_tensor *tl, int64_t blank, bool zero_infinity)
+{
+    cg_node *n;
+    cg_tensor *la = NULL;
+    cg_tensor *out = cg_recorded(cg_k_ctc_loss(lp, targets, il, tl, blank, &la), CG_OP_CTC_LOSS, 1,
+                                 &lp, ctc_bw, &n);
+    if (n) {
+        cg_tensor *al = cg_alias(out);
+        const cg_tensor *keep[5] = {targets, il, tl, al, la};
+        for (int k = 0; k < 5 && out; k++)
+            if (!keep[k] || cg_node_save(n, (cg_tensor *)keep[k]) < 0) {
+                cg_release(out);
+                out = NULL;
+            }
+        cg_release(al);
+        n->p.i[0] = blank;
+        n->p.i[1] = zero_infinity;
+    }
+    cg_release(la);
+    return out;
+}
+
+/* max(target_lengths, 1) as float32 of l's shape (the loss of each) */
+static cg_tensor *ctc_divisor(const cg_tensor *l, const cg_tensor *tl)
+{
+    cg_tensor *tc = cg_k_contiguous(tl), *d = tc ? cg_empty(l->ndim, l->shape) : NULL;
+    for (int64_t i = 0, n = d ? cg_numel(d) : 0; i < n; i++) {
+        const int64_t v = cg_data_i64(tc)[i];
+        cg_data(d)[i] = (float)(v > 1 ? v : 1);
+    }
+    cg_release(tc);
+    return d;
+}
+
+cg_tensor *cg_ctc_loss(cg_tensor *log_probs, const cg_tensor *targets,
+                       const cg_tensor *input_lengths, const cg_tensor *target_lengths,
+                       int64_t blank, cg_reduction r, bool zero_infinity)
+{
+    if (!cg_loss_reduction_ok("ctc_loss", r, false))
+        return NULL;
+    cg_tensor *l =
+        ctc_node(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity);
+    if (zero_infinity && l) { /* PyTorch's where(l == inf, 0, l) */
+        cg_tensor *inf = cg_eq_scalar(l, INFINITY), *z = inf ? cg_masked_fill(l, inf, 0.0f) : NULL;
+        cg_release_all(2, l, inf);
+        l = z;
+    }
+    if (r == CG_REDUCTION_MEAN && l) { /* each over its target length, then the mean */
+        cg_tensor *d = ctc_divisor(l, target_lengths), *q = d ? cg_div(l, d) : NULL;
+        cg_release_all(2, l, d);
+        l = q;
+    }
+    return reduced(l, r);
+}

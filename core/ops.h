@@ -617,6 +617,29 @@ cg_tensor *cg_k_multi_margin_loss_backward(const cg_tensor *x, const cg_tensor *
 cg_tensor *cg_k_multilabel_margin_loss(const cg_tensor *x, const cg_tensor *target, cg_reduction r);
 cg_tensor *cg_k_multilabel_margin_loss_backward(const cg_tensor *x, const cg_tensor *target,
                                                 cg_reduction r, const cg_tensor *g);
+/* F.ctc_loss's per-sample losses (core/loss_ctc.c): log_probs float32
+ * [T, N, C] (or [T, C], one sample: the loss 0-d), targets int64 padded
+ * [N, S] or concatenated 1-d (the target lengths' sum), input_lengths and
+ * target_lengths int64 [N] (0-d or [1] unbatched), each input length in
+ * [0, T], each target length at most S, every label in [0, C) and not
+ * blank (in [0, C)): the negative log-likelihood of each sample's target
+ * over all its alignments, in float32 as PyTorch 1.13's CPU kernel (inf
+ * where none exists; an input length of 0: 0 for an empty target, else
+ * inf). *log_alpha (or NULL): a new reference to the forward variables
+ * [N, T, 2 max(target_lengths) + 1], which the backward reads. */
+cg_tensor *cg_k_ctc_loss(const cg_tensor *log_probs, const cg_tensor *targets,
+                         const cg_tensor *input_lengths, const cg_tensor *target_lengths,
+                         int64_t blank, cg_tensor **log_alpha);
+/* Its gradient with respect to log_probs for g (float32, the losses'
+ * shape), given the forward's nll and log_alpha: PyTorch's
+ * ctc_loss_backward_cpu, (e^lp - e^(log(sum alpha beta) + nll - lp)) g
+ * over each sample's input length, 0 past it (and for the whole sample
+ * when zero_infinity and its loss is inf). */
+cg_tensor *cg_k_ctc_loss_backward(const cg_tensor *g, const cg_tensor *log_probs,
+                                  const cg_tensor *targets, const cg_tensor *input_lengths,
+                                  const cg_tensor *target_lengths, int64_t blank,
+                                  const cg_tensor *nll, const cg_tensor *log_alpha,
+                                  bool zero_infinity);
 /* Whether every element of a (any float dtype) lies in [lo, hi] (NaN
  * does when nan_ok, else not): false + "<op>: <what>" otherwise. */
 bool cg_k_values_within(const char *op, const cg_tensor *a, double lo, double hi, bool nan_ok,

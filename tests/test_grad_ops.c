@@ -424,6 +424,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
                                       {"logcumsumexp(0)", lcse0, DOM_ANY}}},
     [CG_OP_STD] = {.unary = {{"std(1,unbiased)", std1, DOM_ANY},
                              {"std(0,-1,biased,keep)", std02, DOM_ANY}}},
+    [CG_OP_CTC_LOSS] = {.by = "test_ctc.c: test_ctc_gradcheck"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */
