@@ -683,6 +683,41 @@ START_TEST(test_loss_more_oom)
 }
 END_TEST
 
+/* F.ctc_loss, forward and backward, each reduction with zero_infinity
+ * (its node, the mask and the division of the mean) */
+typedef struct {
+    cg_reduction r;
+    cg_tensor *x, *tg, *il, *tl;
+} ctc_ctx;
+static bool ctc_run(void *ctx)
+{
+    const ctc_ctx *c = ctx;
+    cg_tensor *lp = cg_log_softmax(c->x, -1);
+    cg_tensor *l = lp ? cg_ctc_loss(lp, c->tg, c->il, c->tl, 0, c->r, true) : NULL;
+    cg_tensor *s = l ? cg_sum_all(l) : NULL;
+    const bool ok = s && cg_backward(s, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    cg_release_all(3, lp, l, s);
+    cg_zero_grad(c->x);
+    return ok;
+}
+
+START_TEST(test_ctc_oom)
+{
+    cg_rng r = cg_rng_new(8);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(4, 3, 5)), true);
+    const int64_t tg[6] = {1, 2, 2, 3, 4, 4}, il[3] = {4, 3, 1}, tl[3] = {3, 1, 2};
+    for (int red = CG_REDUCTION_MEAN; red <= CG_REDUCTION_NONE; red++) {
+        ctc_ctx c = {(cg_reduction)red, x, cg_test_ids(6, tg), cg_test_ids(3, il),
+                     cg_test_ids(3, tl)};
+        const int failed = every_allocation_fails(ctc_run, &c);
+        ck_assert_msg(failed > 3, "reduction %d: only %d runs failed", red, failed);
+        ck_assert(ctc_run(&c));
+    }
+    cg_release(x);
+}
+END_TEST
+
 /* The pad's three other modes over two dims, forward and backward (each
  * padded dim's gather and its gradient's fold) */
 static bool pads_run(void *ctx)
@@ -1214,6 +1249,7 @@ int main(void)
     tcase_add_test(tc, test_acts_oom);
     tcase_add_test(tc, test_loss_more_oom);
     tcase_add_test(tc, test_bag_oom);
+    tcase_add_test(tc, test_ctc_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
