@@ -475,6 +475,14 @@ static bool plan_unpool(plan_t *pl, int nd, const cg_tensor *x, const cg_tensor 
     const char *op = pool_name(WIN_UNPOOL, nd);
     if (!indices || !o)
         return cg_error_null_input(op);
+    for (int i = pl->lead - 1; i < x->ndim; i++) /* PyTorch 1.13 refuses an empty one */
+        if (x->shape[i] == 0) {
+            char b[96];
+            cg_set_error("%s: expected input to have non-zero size for non-batch dimensions, but "
+                         "got %s with dimension %d being empty (as PyTorch)",
+                         op, cg_shape_str(x, b, sizeof b), i);
+            return false;
+        }
     if (indices->dtype != CG_I64 || indices->ndim != x->ndim ||
         memcmp(indices->shape, x->shape, (size_t)x->ndim * sizeof *x->shape)) {
         char b[96], c[96];

@@ -27,6 +27,7 @@ typedef struct {
     spatial_kind kind;
     int nd;
     cg_pool pool;        /* MAX_POOL, AVG_POOL, MAX_UNPOOL */
+    bool return_indices; /* MAX_POOL: cg_maxpool_forward gives them */
     int64_t out_size[3]; /* the adaptive pools', FOLD's; the shuffles' factor */
     int64_t pad[6];      /* PADDING: 2 nd sizes */
     cg_pad_mode mode;
@@ -47,8 +48,17 @@ static cg_tensor *spatial_impl(cg_module *m, cg_tensor *const *in, void *args)
                                                                      cg_avg_pool3d};
     static cg_tensor *(*const unpools[3])(cg_tensor *, cg_tensor *, cg_pool, const int64_t *) = {
         cg_max_unpool1d, cg_max_unpool2d, cg_max_unpool3d};
+    static cg_tensor *(*const with_indices[3])(cg_tensor *, cg_pool, cg_tensor **) = {
+        cg_max_pool1d_with_indices, cg_max_pool2d_with_indices, cg_max_pool3d_with_indices};
     switch (s->kind) {
-    case MAX_POOL: return max_pools[s->nd - 1](x, s->pool);
+    case MAX_POOL:
+        if (s->return_indices && !args) {
+            cg_set_error("%s: return_indices is set, so it returns indices too: run it with "
+                         "cg_maxpool_forward",
+                         m->type);
+            return NULL;
+        }
+        return args ? with_indices[s->nd - 1](x, s->pool, args) : max_pools[s->nd - 1](x, s->pool);
     case AVG_POOL: return avg_pools[s->nd - 1](x, s->pool);
     case ADAPTIVE_MAX:
         return s->nd == 1   ? cg_adaptive_max_pool1d(x, o[0], NULL)
@@ -113,6 +123,48 @@ static cg_module *pool_new(const char *fn, spatial_kind kind, int nd, cg_pool o)
 
 cg_module *cg_maxpool_new(int nd, cg_pool o) { return pool_new("cg_maxpool_new", MAX_POOL, nd, o); }
 cg_module *cg_avgpool_new(int nd, cg_pool o) { return pool_new("cg_avgpool_new", AVG_POOL, nd, o); }
+
+/* m as a max pool module (NULL + error naming fn otherwise) */
+static spatial *as_maxpool(const char *fn, cg_module *m)
+{
+    if (!m)
+        return cg_error_null_arg(fn, "m"), NULL;
+    if (strncmp(m->type, "MaxPool", 7) != 0) {
+        cg_set_error("%s: module %s, expected a MaxPool1d/2d/3d", fn, m->type);
+        return NULL;
+    }
+    return (spatial *)m;
+}
+
+bool cg_maxpool_set_return_indices(cg_module *m, bool on)
+{
+    spatial *s = as_maxpool("cg_maxpool_set_return_indices", m);
+    if (s)
+        s->return_indices = on;
+    return s != NULL;
+}
+
+cg_tensor *cg_maxpool_forward(cg_module *m, cg_tensor *x, cg_tensor **indices)
+{
+    const char *fn = "cg_maxpool_forward";
+    spatial *s = as_maxpool(fn, m);
+    if (indices)
+        *indices = NULL;
+    if (!s)
+        return NULL;
+    if (s->return_indices != (indices != NULL)) {
+        cg_set_error(indices ? "%s: %s has return_indices off (cg_maxpool_set_return_indices)"
+                             : "%s: %s has return_indices set: give it somewhere for them",
+                     fn, m->type);
+        return NULL;
+    }
+    cg_tensor *y = cg_module_call(m, spatial_impl, 1, &x, indices);
+    if (!y && indices) {
+        cg_release(*indices);
+        *indices = NULL;
+    }
+    return y;
+}
 cg_module *cg_maxunpool_new(int nd, cg_pool o)
 {
     return pool_new("cg_maxunpool_new", MAX_UNPOOL, nd, o);

@@ -25,6 +25,16 @@ extern "C" {
  * count_include_pad=False). */
 cg_module *cg_maxpool_new(int nd, cg_pool o);
 cg_module *cg_avgpool_new(int nd, cg_pool o);
+/* PyTorch's MaxPool{1,2,3}d(..., return_indices=True): on, the module
+ * returns its indices too (int64, the output's shape, the flat index of
+ * each maximum within its plane: what cg_maxunpool_forward takes), so it
+ * runs through cg_maxpool_forward(m, x, &indices) (hooks included; the
+ * indices a new reference, NULL on failure), and cg_module_forward
+ * refuses it, as PyTorch's tuple is no tensor for the next module; off
+ * (the default), cg_maxpool_forward takes indices NULL. false + error for
+ * a module that is not a MaxPool. */
+bool cg_maxpool_set_return_indices(cg_module *m, bool on);
+cg_tensor *cg_maxpool_forward(cg_module *m, cg_tensor *x, cg_tensor **indices);
 /* nn.AdaptiveMaxPool1d(oh) / 2d((oh, ow)), nn.AdaptiveAvgPool1d /
  * 2d (max false); nd 1 reads oh alone (nd 1 or 2). And
  * nn.AdaptiveMaxPool3d((od, oh, ow)) / AdaptiveAvgPool3d. */
