@@ -401,7 +401,9 @@ static cg_tensor *ctc_node(cg_tensor *lp, const cg_tensor *targets, const cg_ten
     cg_tensor *la = NULL;
     cg_tensor *out = cg_recorded(cg_k_ctc_loss(lp, targets, il, tl, blank, &la), CG_OP_CTC_LOSS, 1,
                                  &lp, ctc_bw, &n);
-    if (n) {
+    if (n) { /* the parameters first: a failed save frees n with out */
+        n->p.i[0] = blank;
+        n->p.i[1] = zero_infinity;
         cg_tensor *al = cg_alias(out);
         const cg_tensor *keep[5] = {targets, il, tl, al, la};
         for (int k = 0; k < 5 && out; k++)
@@ -410,8 +412,6 @@ static cg_tensor *ctc_node(cg_tensor *lp, const cg_tensor *targets, const cg_ten
                 out = NULL;
             }
         cg_release(al);
-        n->p.i[0] = blank;
-        n->p.i[1] = zero_infinity;
     }
     cg_release(la);
     return out;
