@@ -18,6 +18,8 @@
 #   refused_quietly NAME PATTERN OUT CMD...
 #                              refused (above), with one line on stderr, and
 #                              neither OUT nor its lock OUT.cgrad-lock written
+#   same_file NAME A B         A and B have the same bytes (a resumed run's
+#                              checkpoint and an uninterrupted one's)
 #   intact NAME FILE COPY      FILE still has the bytes of COPY (else it is
 #                              counted and restored, so later cases run on
 #                              the same files)
@@ -113,6 +115,9 @@ refused_quietly() {
   refused "$name" "$pat" "$@"
   [ "$(grep -c . err.txt)" = 1 ] || fail "$name: not one line: $(cat err.txt)"
   [ ! -e "$out" ] && [ ! -e "$out.cgrad-lock" ] || fail "$name: $out written"
+}
+same_file() {
+  if cmp -s "$2" "$3"; then echo "ok: $1"; else fail "$1: $2 and $3 differ"; fi
 }
 intact() {
   if cmp -s "$2" "$3"; then

@@ -30,10 +30,6 @@ S2S=(--data p.tsv --tokenizer char --d 16 --H 2 --enc-layers 1 --dec-layers 1 --
      --max-tokens 200 --valid-size 20 --test-size 20 --test-limit 2 --threads 1 --log-every 1
      --precision fp32)
 
-same_file() {
-  if cmp -s "$2" "$3"; then echo "ok: $1"; else fail "$1: $2 and $3 differ"; fi
-}
-
 # The metrics log's rates (NAME.metrics.jsonl beside CKPT) against the
 # warmup ramp then ReduceLROnPlateau's cuts, replayed on CKPT's history.
 # plateau_rates NAME CKPT LR WARMUP GAMMA PATIENCE

@@ -63,9 +63,6 @@ loss_finite() {
     fail "$1: loss not finite: $(tail -1 b.out)"
   fi
 }
-same_file() {
-  if cmp -s "$2" "$3"; then echo "ok: $1"; else fail "$1: $2 and $3 differ"; fi
-}
 
 echo "== 1. each optimizer trains"
 declare -A FLAGS=([adamw]="--amsgrad" [adam]="--beta2 0.98" [sgd]="--momentum 0.9 --nesterov"
