@@ -648,8 +648,9 @@ cg_tensor *cg_transpose(cg_tensor *a, int d0, int d1)
     return cg_permute(a, perm);
 }
 
-/* Slicing and selecting: the gradient is zero except in the viewed part.
- * p.i: [0] dim, [1] start, [2] stop, [3] step, [4] 1 for select.
+/* Slicing, selecting and diagonals: the gradient is zero except in the
+ * viewed part. p.i: [0] dim, [1] start, [2] stop, [3] step, [4] 1 for
+ * select; a diagonal's [1] offset, [2] dim1, [3] dim2.
  * When the input already has a gradient that may take a sum in place
  * (cg_node_grad_acc), g is added into its viewed part alone: a sequence
  * sliced one time step at a time (an RNN's x[:, t]) then costs each
@@ -664,8 +665,10 @@ static bool slice_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     if (!z)
         return false;
     int dim = (int)n->p.i[0];
-    cg_tensor *v = n->p.i[4] ? cg_view_select(z, dim, n->p.i[1])
-                             : cg_view_slice(z, dim, n->p.i[1], n->p.i[2], n->p.i[3]);
+    cg_tensor *v = n->op == CG_OP_DIAGONAL
+                       ? cg_view_diagonal(z, n->p.i[1], (int)n->p.i[2], (int)n->p.i[3])
+                   : n->p.i[4] ? cg_view_select(z, dim, n->p.i[1])
+                               : cg_view_slice(z, dim, n->p.i[1], n->p.i[2], n->p.i[3]);
     bool ok = v && (acc ? cg_k_add_(v, g) : cg_k_copy_(v, g));
     cg_release(v);
     if (!ok) {
@@ -730,6 +733,19 @@ cg_tensor *cg_select(cg_tensor *a, int dim, int64_t index)
         n->p.i[0] = d;
         n->p.i[1] = index < 0 ? index + a->shape[d] : index;
         n->p.i[4] = 1;
+    }
+    return out;
+}
+
+cg_tensor *cg_diagonal(cg_tensor *a, int64_t offset, int dim1, int dim2)
+{
+    cg_node *n;
+    cg_tensor *out =
+        finish1(cg_view_diagonal(a, offset, dim1, dim2), CG_OP_DIAGONAL, a, slice_bw, &n);
+    if (n) {
+        n->p.i[1] = offset;
+        n->p.i[2] = dim1;
+        n->p.i[3] = dim2;
     }
     return out;
 }

@@ -369,6 +369,74 @@ cg_tensor *cg_index_add(cg_tensor *a, int dim, const cg_tensor *index, cg_tensor
  * src (cg_gather of the gradient at index). a and src float32. */
 cg_tensor *cg_scatter_add(cg_tensor *a, int dim, const cg_tensor *index, cg_tensor *src);
 
+/* ------------------------------ einsum and its family (ops_einsum.c) */
+/* torch.diagonal(a, offset, dim1, dim2): a view (core/tensor.h
+ * cg_view_diagonal: dim1 and dim2 removed, the diagonal appended last);
+ * its gradient is g in the diagonal of zeros of a's shape. */
+cg_tensor *cg_diagonal(cg_tensor *a, int64_t offset, int dim1, int dim2);
+/* torch.einsum(equation, *operands) as PyTorch 1.13's: subscripts a-z and
+ * A-Z, spaces ignored; "->" and the output's subscripts, or an implicit
+ * output (the subscripts seen once, in the order A-Z then a-z, after the
+ * ellipsis); an ellipsis "..." per operand (and in the output) standing
+ * for dims broadcast together, aligned right (dropped from an explicit
+ * output without one: summed); a subscript repeated within an operand
+ * takes its diagonal (cg_diagonal); a size of 1 broadcasts against the
+ * others of its subscript. The operands (n of them, up to 32) are
+ * contracted left to right: each dim summed with the last operand where
+ * its size is not 1, through one batched cg_matmul of permuted, reshaped
+ * operands (PyTorch's sumproduct_pair), or multiplied when nothing is
+ * summed. A chain of the graph's ops: their values and gradients. An
+ * operand with no elements gives zeros of the output's shape, outside the
+ * graph (as PyTorch's). Refused in one line: a character outside a-zA-Z,
+ * an ellipsis malformed or repeated, more or fewer operands than the
+ * equation's, an operand's subscripts against its dims, a repeated
+ * subscript's sizes, sizes of a subscript that do not broadcast, an output
+ * subscript repeated or in no input, more than CG_MAX_DIMS distinct dims. */
+cg_tensor *cg_einsum(const char *equation, int n, cg_tensor *const *operands);
+/* torch.trace(x): the sum of a matrix's diagonal (of min(n, m) elements):
+ * cg_sum_all of cg_diagonal. */
+cg_tensor *cg_trace(cg_tensor *x);
+/* torch.diag(x, offset): x 1-d [m] -> [m + |offset|, m + |offset|] with x
+ * on the diagonal offset above the main one (below: negative), zeros
+ * elsewhere (cg_scatter_add into zeros); x 2-d -> that diagonal,
+ * cg_diagonal(x, offset, 0, 1) (a view: PyTorch's is a copy). */
+cg_tensor *cg_diag(cg_tensor *x, int64_t offset);
+/* torch.outer(a, b): 1-d a [n] and b [m] -> [n, m] (einsum "i,j->ij"). */
+cg_tensor *cg_outer(cg_tensor *a, cg_tensor *b);
+/* torch.kron(a, b): the Kronecker product, the dims aligned right
+ * (leading 1s added), of size a_i b_i: a [.., a_i, 1, ..] times b [.., 1,
+ * b_i, ..] reshaped, as PyTorch's; up to CG_MAX_DIMS / 2 dims. */
+cg_tensor *cg_kron(cg_tensor *a, cg_tensor *b);
+/* torch.tensordot(a, b, dims): dims_a and dims_b NULL for the int form
+ * (a's last ndims against b's first ndims), else ndims dims of each
+ * contracted pairwise (negative allowed); the output a's free dims then
+ * b's, through cg_einsum. Contracted sizes must match or be 1. */
+cg_tensor *cg_tensordot(cg_tensor *a, cg_tensor *b, int ndims, const int *dims_a,
+                        const int *dims_b);
+
+/* ---------------------------------------------- distances (ops_dist.c) */
+/* torch.cdist(x1, x2, p) (compute_mode's default,
+ * use_mm_for_euclid_dist_if_necessary): x1 [*, P, M], x2 [*, R, M] float32
+ * (the batch dims broadcast) -> [*, P, R], the p-norm of each pair of
+ * rows' difference (p = 0 counts the nonzero differences, INFINITY takes
+ * the largest). p = 2 with P or R past 25: PyTorch's matrix form,
+ * sqrt(max(|x1|^2 - 2 x1 x2^T + |x2|^2, 0)) made of the graph's ops (one
+ * cg_matmul), its gradient 0 where that is 0; else one node over the
+ * direct kernel (core/ops.h cg_k_cdist: sums in double), its gradient
+ * PyTorch's _cdist_backward (0 at a zero distance; inf: g to each maximal
+ * difference). Refused as PyTorch: fewer than 2 dims, other column counts,
+ * p < 0, batch dims that do not broadcast; bfloat16 refused. */
+cg_tensor *cg_cdist(cg_tensor *x1, cg_tensor *x2, float p);
+/* torch.pdist(x, p): x [N, M] float32 -> [N (N - 1) / 2], the distances of
+ * the rows i < j in row order, those of the direct cdist of x with itself
+ * (its gradient; the N^2 pairs computed, half of them kept). */
+cg_tensor *cg_pdist(cg_tensor *x, float p);
+/* F.pairwise_distance(x1, x2, p, eps, keepdim) (F's defaults 2, 1e-6,
+ * false): ||x1 - x2 + eps||_p over the last dim of the broadcast shape
+ * (eps added to the difference, as PyTorch's), float32; the gradient
+ * torch.norm's (0 at a zero norm; inf: shared among the maxima). */
+cg_tensor *cg_pairwise_distance(cg_tensor *x1, cg_tensor *x2, float p, float eps, bool keepdim);
+
 /* ------------------------------------ recurrent cells (ops_rnn.c) */
 /* One time step of torch.nn.GRU as one op (core/ops.h cg_k_gru_cell, its
  * equations): gi = x W_ih^T + b_ih and gh = h W_hh^T + b_hh [B, 3H] (gate

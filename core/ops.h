@@ -1181,6 +1181,19 @@ cg_tensor *cg_k_cosine_similarity(const cg_tensor *a, const cg_tensor *b, int di
 bool cg_k_cosine_similarity_backward(const cg_tensor *a, const cg_tensor *b, const cg_tensor *g,
                                      int dim, float eps, cg_tensor **da, cg_tensor **db);
 
+/* ------------------------------------------------------ distances */
+/* torch.cdist's direct kernel (core/distance.c): x1 [B, P, M] and x2 [B,
+ * R, M] float32 (any strides) -> [B, P, R], the p-norm of each pair of
+ * rows' difference: p = 0 counts the nonzero differences, inf takes the
+ * largest; p >= 0 (else refused). Its backward, g of the distances'
+ * shape: dx1 and dx2 (NULL to skip each) by PyTorch's _cdist_backward
+ * (0 where a distance is 0; inf: g to each maximal |difference|, or
+ * g / their count when split_ties, as torch.norm's backward). */
+cg_tensor *cg_k_cdist(const cg_tensor *x1, const cg_tensor *x2, float p);
+bool cg_k_cdist_backward(const cg_tensor *x1, const cg_tensor *x2, const cg_tensor *dist,
+                         const cg_tensor *g, float p, bool split_ties, cg_tensor **dx1,
+                         cg_tensor **dx2);
+
 /* ------------------------------------------------------- rearranging */
 /* Copies of a's elements in new places (core/rearrange.c), every dtype,
  * a fresh contiguous result (never a view), the same bits for any thread

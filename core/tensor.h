@@ -465,6 +465,11 @@ cg_tensor *cg_view_slice(const cg_tensor *t, int dim, int64_t start, int64_t sto
 cg_tensor *cg_view_narrow(const cg_tensor *t, int dim, int64_t start, int64_t len);
 /* Removes dim (index may be negative). */
 cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index);
+/* torch.diagonal(t, offset, dim1, dim2): dims dim1 and dim2 (distinct,
+ * negative allowed) removed and their diagonal appended as the last dim,
+ * of min(n1, n2 - offset) elements for offset >= 0 (above the main one,
+ * along dim2), min(n1 + offset, n2) below; 0 when past the edge. */
+cg_tensor *cg_view_diagonal(const cg_tensor *t, int64_t offset, int dim1, int dim2);
 /* dim must have size 1 (a 0-d t: dim 0 or -1 gives t, as torch.squeeze) */
 cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim);
 cg_tensor *cg_view_unsqueeze(const cg_tensor *t, int dim);

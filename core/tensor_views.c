@@ -1,5 +1,5 @@
 /* Tensors: views (permute, transpose, slice, narrow, select, squeeze,
- * unsqueeze, expand, reshape): new headers over the same storage, no copy.
+ * unsqueeze, expand, reshape, diagonal): new headers over the same storage, no copy.
  * The storage and lifecycle are tensor.c. */
 #include "core/tensor.h"
 
@@ -161,6 +161,39 @@ cg_tensor *cg_view_select(const cg_tensor *t, int dim, int64_t index)
         strides[n++] = t->strides[k];
     }
     return view_of(t, t->offset + i * t->strides[d], n, shape, strides);
+}
+
+/* torch.diagonal: dim1 and dim2 removed, the diagonal appended last */
+cg_tensor *cg_view_diagonal(const cg_tensor *t, int64_t offset, int dim1, int dim2)
+{
+    if (!t) {
+        cg_error_null_input("cg_view_diagonal");
+        return NULL;
+    }
+    int a = cg_norm_dim("diagonal", dim1, t->ndim), b = cg_norm_dim("diagonal", dim2, t->ndim);
+    if (a < 0 || b < 0)
+        return NULL;
+    if (a == b) {
+        cg_set_error("diagonal: diagonal dimensions cannot be identical %d, %d", dim1, dim2);
+        return NULL;
+    }
+    /* the first element: offset along dim2 (offset >= 0) or dim1 (< 0) */
+    const int64_t na = t->shape[a], nb = t->shape[b];
+    int64_t len = offset >= 0 ? (offset < nb ? nb - offset : 0) : (-offset < na ? na + offset : 0);
+    len = len < (offset >= 0 ? na : nb) ? len : (offset >= 0 ? na : nb);
+    int64_t start = t->offset;
+    if (len > 0)
+        start += offset >= 0 ? offset * t->strides[b] : -offset * t->strides[a];
+    int64_t shape[CG_MAX_DIMS], strides[CG_MAX_DIMS];
+    int n = 0;
+    for (int k = 0; k < t->ndim; k++)
+        if (k != a && k != b) {
+            shape[n] = t->shape[k];
+            strides[n++] = t->strides[k];
+        }
+    shape[n] = len;
+    strides[n++] = t->strides[a] + t->strides[b];
+    return view_of(t, start, n, shape, strides);
 }
 
 cg_tensor *cg_view_squeeze(const cg_tensor *t, int dim)

@@ -289,6 +289,15 @@ static bool reset_linear(cg_module *m, const init_src *src)
            (!b || init_uniform(b, src, 1.0 / sqrt(fan_in)));
 }
 
+/* nn.Bilinear.reset_parameters: weight, then bias, U(-1/sqrt(in1),
+ * 1/sqrt(in1)), in1 the weight's dim 1 */
+static bool reset_bilinear(cg_module *m, const init_src *src)
+{
+    cg_tensor *w = param(m, "weight"), *b = param(m, "bias");
+    const double bound = 1.0 / sqrt((double)w->shape[1]);
+    return init_uniform(w, src, bound) && (!b || init_uniform(b, src, bound));
+}
+
 /* nn.RNN, nn.GRU, nn.LSTM and their cells (reset_parameters): every
  * parameter U(-1/sqrt(H), 1/sqrt(H)) in registration order (PyTorch's), H
  * from weight_hh_l0 (a cell's weight_hh) [G H, H]. */
@@ -373,6 +382,8 @@ static bool reset_tree(cg_module *m, const init_src *src)
         ok = reset_linear(m, src);
     else if (is_recurrent(t))
         ok = reset_rnn(m, src);
+    else if (!strcmp(t, "Bilinear") && param(m, "weight") && param(m, "weight")->ndim == 3)
+        ok = reset_bilinear(m, src);
     else if (!strcmp(t, "Embedding") && param(m, "weight"))
         ok = init_normal(param(m, "weight"), src, 1.0f);
     else if (!strcmp(t, "LayerNorm") || !strcmp(t, "RMSNorm"))

@@ -143,6 +143,21 @@ cg_module *cg_threshold_new(float threshold, float value);
  * weight (leave it out of an optimizer's weight decay) for good
  * performance. NULL + error. */
 cg_module *cg_prelu_new(int64_t num_parameters, float init);
+/* F.bilinear(x1, x2, weight, bias): y[..., o] = sum_ij x1[..., i] w[o, i,
+ * j] x2[..., j] + b[o], x1 [..., in1] and x2 [..., in2] of one batch shape
+ * (no broadcasting, as PyTorch), w [out, in1, in2], b [out] or NULL: one
+ * cg_einsum("...i,oij,...j->...o") (x1 with w, then with x2: two batched
+ * products) and the add, their gradients. Shapes refused in one line. */
+cg_tensor *cg_bilinear(cg_tensor *x1, cg_tensor *x2, cg_tensor *w, cg_tensor *b);
+/* nn.Bilinear(in1_features, in2_features, out_features, bias): parameters
+ * "weight" [out, in1, in2] and "bias" [out] (PyTorch's state dict names),
+ * each drawn U(-1/sqrt(in1), 1/sqrt(in1)) from rng (NULL: a generator of
+ * seed 0), nn.Bilinear.reset_parameters' distribution
+ * (cg_module_reset_parameters_torch draws PyTorch's bits). Sizes below 1
+ * refused. cg_bilinear_forward(m, x1, x2): cg_bilinear with them. */
+cg_module *cg_bilinear_new(int64_t in1_features, int64_t in2_features, int64_t out_features,
+                           bool bias, cg_rng *rng);
+cg_tensor *cg_bilinear_forward(cg_module *m, cg_tensor *x1, cg_tensor *x2);
 /* nn.RReLU(lower [1/8], upper [1/3]): cg_rrelu(x, lower, upper, training,
  * rng), training the module's mode (cg_module_train / eval): random slopes
  * in training drawn from rng (borrowed: it must outlive the module; NULL:

@@ -17,9 +17,8 @@
  * cgrad's documentation refuses it ("doc"); it is counted apart, as are
  * the differences cgrad keeps on purpose in the cases marked "known"
  * (make_op_cases.py, KNOWN: e.g. a limit where PyTorch gives NaN). -v
- * prints every refusal and deliberate difference, and for each op the
- * largest error of its outputs and gradients as a share of their
- * tolerance; OP runs only that op. */
+ * prints every refusal and deliberate difference, and for each op the largest
+ * error of its outputs and gradients as a share of their tolerance; OP runs only that op. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +27,7 @@
 
 #include "cgrad.h"
 #include "tests/interop/check_ops.h"
+#include "tests/interop/check_ops_linalg.h"
 
 #define MAXIN 8
 #define MAXOUT 8
@@ -376,7 +376,7 @@ static bool nn_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tenso
     else if (!strcmp(op, "stack"))
         *out = cg_stack(x, n, ai(a, "dim"));
     else
-        return loss_op(op, x, a, out);
+        return loss_op(op, x, a, out) || check_ops_linalg(op, x, n, a, out);
     return *out != NULL;
 }
 

@@ -83,6 +83,9 @@ KNOWN = {
                            "PyTorch's divides the product by the element (NaN)",
     "lcse_neginf_run": "logcumsumexp's gradient where the output is still -inf (a leading run "
                        "of -inf): 0 in cgrad (the limit), NaN in PyTorch (exp(-inf - -inf))",
+    "trace_tall": "trace of a matrix of more rows than columns: PyTorch 1.13's gradient also "
+                  "puts g at flat indices of step n + 1 past the diagonal (trace_backward's "
+                  "arange: (3, 0) of a [4, 2]), cgrad's is g on the diagonal alone",
     "attn_masked_v_nonfinite": "fused attention, NaN or inf in v at a masked key: the output NaN "
                                "in both (0 * NaN in P v); the fused backward's dk is NaN at the "
                                "masked keys too, where PyTorch's masked_fill gives 0",
@@ -1698,11 +1701,128 @@ def gen_scan(rng):
         add_case("one_hot", [(ids.to(DT[dt]), [], False)], {"k": k},
                  lambda x, a: F.one_hot(x[0], a["k"]), exact=True,
                  doc="" if dt == "int64" else "one_hot takes int64 ids (docs/api.md)")
+EINSUM = [  # equation, shapes (ellipses broadcast, repeated and size-1 subscripts)
+    ("ij,jk->ik", [[3, 4], [4, 5]]), ("ij,jk", [[2, 3], [3, 2]]), ("bij,bjk->bik", [[2, 3, 4], [2, 4, 2]]),
+    ("...ij,...jk->...ik", [[2, 1, 3, 4], [3, 4, 5]]), ("...ij,...jk", [[3, 4], [2, 4, 3]]),
+    ("ii->i", [[4, 4]]), ("ii", [[3, 3]]), ("iij->j", [[3, 3, 2]]), ("ijj,kj->ik", [[2, 3, 3], [4, 3]]),
+    ("i,j->ij", [[3], [4]]), ("i,i->", [[5], [5]]), ("ij->ji", [[3, 4]]), ("ij->", [[3, 4]]),
+    ("ba", [[2, 3]]), ("Ba,aB", [[2, 3], [3, 2]]), ("i j , j k -> k i", [[2, 3], [3, 4]]),
+    ("ij,jk,kl->il", [[2, 3], [3, 4], [4, 2]]), ("bn,anm,bm->ba", [[3, 4], [2, 4, 5], [3, 5]]),
+    ("ij,j->ij", [[3, 1], [4]]), ("ij,jk->ik", [[2, 1], [3, 4]]), ("...i,...i->...", [[2, 1, 4], [3, 4]]),
+    ("i...->...", [[3, 2, 2]]), ("...ii->...i", [[2, 3, 3]]), ("abc,cd,de->abe", [[2, 2, 3], [3, 4], [4, 2]]),
+    ("ij,ij->ij", [[3, 4], [3, 4]]), ("i,i,i->i", [[3], [3], [3]]), ("ijk,ikl->jl", [[2, 3, 4], [2, 4, 3]]),
+    ("...,...->...", [[2, 3], [3]]), ("ij,kl->ijkl", [[2, 2], [1, 3]]), ("ij,jk->ik", [[2, 0], [0, 3]]),
+    ("ij,jk->ik", [[2, 3], [4, 5]]), ("ij,jk->ik", [[2, 3]]), ("i$", [[2]]), ("ijk", [[2, 3]]),
+    ("ii", [[2, 3]]), ("ij->ii", [[2, 2]]), ("ij->k", [[2, 2]]), ("i..j", [[2, 2]]), ("i,j", [[2], [3], [4]]),
+]
+
+
+def gen_einsum(rng):
+    """torch.einsum (ellipsis broadcasting, diagonals, implicit outputs, three
+    operands, size-1 and size-0 dims, refusals), the diagonal view and what
+    is made of einsum (trace, diag, outer, kron, tensordot), strided inputs."""
+    for eq, shapes in EINSUM:
+        for _ in range(2):
+            dt = rng.choice(["float32"] * 4 + ["bfloat16"])
+            add_case("einsum", [inp(rng, q, dt) for q in shapes], {"eq": eq},
+                     lambda x, a: torch.einsum(a["eq"], *x), tol=(8.0, 32.0))
+    for _ in range(20):
+        shape = rshape(rng, 2, 4, 0.05)
+        nd = len(shape)
+        d1, d2 = rng.sample(range(-nd, nd), 2) if rng.random() < 0.9 else (0, -nd)
+        add_case("diagonal", [inp(rng, shape, "float32")],
+                 {"offset": rng.randint(-3, 3), "d1": d1, "d2": d2},
+                 lambda x, a: torch.diagonal(x[0], a["offset"], a["d1"], a["d2"]))
+    for _ in range(8):
+        shape = rng.choice([[3, 3], [2, 4], [4, 2], [3], [3, 2, 2]])
+        add_case("trace", [inp(rng, shape, "float32")], {}, lambda x, a: torch.trace(x[0]),
+                 tol=(8.0, 32.0), known="trace_tall" if shape == [4, 2] else "")
+        add_case("diag", [inp(rng, rng.choice([[4], [3, 5], [1], [2, 2, 2]]), "float32")],
+                 {"offset": rng.randint(-2, 2)}, lambda x, a: torch.diag(x[0], a["offset"]))
+        add_case("outer", [inp(rng, [rng.randint(1, 4)], "float32"),
+                           inp(rng, rng.choice([[3], [2], [2, 2]]), "float32")], {},
+                 lambda x, a: torch.outer(x[0], x[1]))
+        add_case("kron", [inp(rng, rshape(rng, 0, 3, 0.0), "float32"),
+                          inp(rng, rshape(rng, 0, 3, 0.0), "float32")], {},
+                 lambda x, a: torch.kron(x[0].contiguous(), x[1].contiguous()))  # 1.13's view
+    for da, db, sa, sb in [(2, None, [2, 3, 4], [3, 4, 5]), (1, None, [3, 4], [4, 2]),
+                           (0, None, [2], [3]), ([1, 0], [0, 1], [3, 4, 5], [4, 3, 2]),
+                           ([2], [0], [2, 3, 4], [4, 5]), ([-1], [-2], [2, 3], [1, 3, 2]),
+                           ([0], [0], [2, 3], [3, 2])]:
+        two = db is not None
+        add_case("tensordot", [inp(rng, sa, "float32"), inp(rng, sb, "float32")],
+                 {"n": len(da) if two else da, "da": da if two else [], "db": db if two else []},
+                 lambda x, a: torch.tensordot(x[0], x[1], dims=(a["da"], a["db"]) if a["da"] or
+                                              a["db"] else a["n"]), tol=(8.0, 32.0))
+
+
+def dupe_rows(t, rng):
+    """Small integers, with some rows of the second half copies of the first's"""
+    t = (t.double() * 2).round().to(t.dtype)
+    n = t.shape[-2]
+    for i in range(n // 2, n):
+        if rng.random() < 0.4:
+            t[..., i, :] = t[..., rng.randrange(n // 2 + 1), :]
+    return t
+
+
+def gen_distances(rng):
+    """torch.cdist (p 0, 1, 2, 3, 0.5, inf; the direct kernel and, past 25
+    rows, the Euclidean matrix form; zero distances; batch broadcasting),
+    torch.pdist and F.pairwise_distance (eps, keepdim, broadcast)."""
+    for k in range(40):
+        p = rng.choice([2.0, 2.0, 1.0, 0.0, 3.0, 0.5, 1.5, math.inf])
+        big = rng.random() < 0.3
+        P, R_ = (rng.choice([26, 30]), rng.choice([3, 27])) if big else (rng.randint(1, 5), rng.randint(1, 5))
+        M = rng.randint(1, 4)
+        b1, b2 = rng.choice([([], []), ([2], [2]), ([2, 1], [3]), ([1], [])])
+        x1, x2 = inp(rng, b1 + [P, M], "float32"), inp(rng, b2 + [R_, M], "float32")
+        if k % 3 == 0 and not x1[1] and not x2[1]:  # zero distances: shared rows
+            both = dupe_rows(torch.cat([x1[0].expand(*(torch.broadcast_shapes(
+                tuple(b1), tuple(b2)) + (P, M))), x2[0].expand(*(torch.broadcast_shapes(
+                    tuple(b1), tuple(b2)) + (R_, M)))], -2), rng) if b1 == b2 else None
+            if both is not None:
+                x1, x2 = (both[..., :P, :].clone(), [], True), (both[..., P:, :].clone(), [], True)
+        add_case("cdist", [x1, x2], {"p": json_safe(p)},
+                 lambda x, a: torch.cdist(x[0], x[1], float(a["p"])), tol=(16.0, 64.0))
+    for bad in ([[3], [2, 3]], [[2, 3], [2, 4]]):
+        add_case("cdist", [inp(rng, bad[0], "float32"), inp(rng, bad[1], "float32")], {"p": 2.0},
+                 lambda x, a: torch.cdist(x[0], x[1], a["p"]))
+    add_case("cdist", [inp(rng, [2, 3], "float32"), inp(rng, [2, 3], "float32")], {"p": -1.0},
+             lambda x, a: torch.cdist(x[0], x[1], a["p"]))
+    for k in range(15):
+        p = rng.choice([2.0, 1.0, 0.0, 3.0, 0.5, math.inf])
+        x = inp(rng, [rng.randint(1, 6), rng.randint(1, 4)], "float32", views=k % 2 == 0)
+        if k % 3 == 0 and not x[1] and x[0].shape[0] > 1:
+            x = (dupe_rows(x[0], rng), [], True)
+        add_case("pdist", [x], {"p": json_safe(p)}, lambda x, a: F.pdist(x[0], float(a["p"])),
+                 tol=(16.0, 64.0))
+    add_case("pdist", [inp(rng, [2, 3, 2], "float32")], {"p": 2.0}, lambda x, a: F.pdist(x[0], 2.0))
+    for k in range(25):
+        sa, sb = bcast_shapes(rng)
+        sa, sb = (sa or [3]), (sb or [3])
+        sb[-1] = sa[-1] if rng.random() < 0.8 else 1
+        p = rng.choice([2.0, 1.0, 3.0, 0.5, math.inf])
+        args = {"p": json_safe(p), "eps": rng.choice([1e-6, 0.0, 0.1]), "keep": rng.random() < 0.3}
+        add_case("pairwise_distance", [inp(rng, sa, "float32"), inp(rng, sb, "float32")], args,
+                 lambda x, a: F.pairwise_distance(x[0], x[1], float(a["p"]), a["eps"], a["keep"]),
+                 tol=(16.0, 64.0))
+    for k in range(10):
+        batch = rng.choice([[3], [2, 2], []])
+        i1, i2, o = rng.randint(1, 4), rng.randint(1, 4), rng.randint(1, 3)
+        ins = [inp(rng, batch + [i1], "float32"), inp(rng, batch + [i2], "float32"),
+               inp(rng, [o, i1, i2], "float32")]
+        if k % 2:
+            ins.append(inp(rng, [o], "float32"))
+        add_case("bilinear", ins, {"b": k % 2},
+                 lambda x, a: F.bilinear(x[0], x[1], x[2], x[3] if a["b"] else None),
+                 tol=(8.0, 32.0))
 
 
 NAN_PATHS = ("hardswish", "relu6", "hardtanh", "selu", "celu", "softshrink", "hardshrink")
 MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more,
-        gen_row_norms, gen_loss_reductions, gen_loss_weights, gen_activations, gen_losses_rest, gen_scan)
+        gen_row_norms, gen_loss_reductions, gen_loss_weights, gen_activations, gen_losses_rest, gen_scan,
+        gen_einsum, gen_distances)
 
 
 def main(out):
