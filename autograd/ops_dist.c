@@ -74,6 +74,18 @@ static cg_tensor *euclid_mm(cg_tensor *x1, cg_tensor *x2)
     return out;
 }
 
+/* x expanded to shape (nd dims: the batch, then 2), as [B, rows, cols];
+ * no node where it is that already */
+static cg_tensor *as_shape(cg_tensor *x, int nd, const int64_t *shape, int64_t B)
+{
+    if (nd == 3 && x->ndim == 3 && !memcmp(x->shape, shape, 3 * sizeof *shape))
+        return cg_retain(x);
+    cg_tensor *e = cg_expand(x, nd, shape);
+    cg_tensor *out = e ? cg_reshape(e, 3, (int64_t[]){B, shape[nd - 2], shape[nd - 1]}) : NULL;
+    cg_release(e);
+    return out;
+}
+
 cg_tensor *cg_cdist(cg_tensor *x1, cg_tensor *x2, float p)
 {
     const char *op = "cdist";
@@ -109,15 +121,13 @@ cg_tensor *cg_cdist(cg_tensor *x1, cg_tensor *x2, float p)
     s1[nb] = P;
     s2[nb] = R;
     s1[nb + 1] = s2[nb + 1] = M;
-    cg_tensor *e1 = cg_expand(x1, nb + 2, s1), *e2 = e1 ? cg_expand(x2, nb + 2, s2) : NULL;
-    cg_tensor *a = e2 ? cg_reshape(e1, 3, (int64_t[]){B, P, M}) : NULL;
-    cg_tensor *b = a ? cg_reshape(e2, 3, (int64_t[]){B, R, M}) : NULL;
+    cg_tensor *a = as_shape(x1, nb + 2, s1, B), *b = a ? as_shape(x2, nb + 2, s2, B) : NULL;
     cg_tensor *d = NULL;
     if (b)
         d = p == 2.0f && (P > 25 || R > 25) ? euclid_mm(a, b) : cdist_node(a, b, p, false);
     s1[nb + 1] = R;
-    cg_tensor *out = d ? cg_reshape(d, nb + 2, s1) : NULL;
-    cg_release_all(5, e1, e2, a, b, d);
+    cg_tensor *out = d && nb == 1 ? cg_retain(d) : d ? cg_reshape(d, nb + 2, s1) : NULL;
+    cg_release_all(3, a, b, d);
     return out;
 }
 
@@ -168,6 +178,9 @@ cg_tensor *cg_pairwise_distance(cg_tensor *x1, cg_tensor *x2, float p, float eps
         cg_set_error("%s: p is %g, expected a non-negative p (inf allowed)", op, (double)p);
         return NULL;
     }
+    int64_t shape[CG_MAX_DIMS];
+    if (cg_broadcast_shapes(op, x1->ndim, x1->shape, x2->ndim, x2->shape, shape) < 0)
+        return NULL;
     /* ||x1 - x2 + eps||_p over the last dim: each row a batch of one pair,
      * the difference against 0 (torch.norm's backward: an inf norm's ties
      * share the gradient) */
@@ -176,7 +189,6 @@ cg_tensor *cg_pairwise_distance(cg_tensor *x1, cg_tensor *x2, float p, float eps
     const int64_t M = de ? de->shape[nd - 1] : 0, N = de ? cg_numel_shape(nd - 1, de->shape) : 0;
     cg_tensor *r = de ? cg_reshape(de, 3, (int64_t[]){N, 1, M}) : NULL;
     cg_tensor *z = r ? cg_zeros(3, r->shape) : NULL, *dist = z ? cdist_node(r, z, p, true) : NULL;
-    int64_t shape[CG_MAX_DIMS];
     if (de)
         memcpy(shape, de->shape, sizeof(int64_t) * (size_t)nd);
     if (nd)

@@ -17,8 +17,8 @@
 #define ELL (-1)
 
 typedef struct {
-    int n; /* subscripts, an ellipsis one of them (ELL) */
-    int lab[CG_MAX_DIMS + 1];
+    int n;                    /* subscripts, an ellipsis one of them (ELL) */
+    int lab[CG_MAX_DIMS + 2]; /* one past its dims and an ellipsis: refused */
     bool ell;
 } subs_t;
 
@@ -83,7 +83,7 @@ static bool parse_inputs(const char *eq, int n, cg_tensor *const *ops, plan_t *p
         int l = label_of(c);
         if (c != '.' && l < 0)
             return bad_char(i);
-        if (s->n > ops[k]->ndim) { /* one more than its dims and an ellipsis */
+        if (s->n > ops[k]->ndim + 1) { /* more than its dims and an ellipsis */
             cg_set_error("einsum: more subscripts than the %d dims of operand %d", ops[k]->ndim, k);
             return false;
         }

@@ -213,6 +213,8 @@ static cg_tensor *roll_(cg_tensor *a)
 static cg_tensor *rollflat(cg_tensor *a) { return cg_roll(a, 1, (int64_t[]){7}, NULL); }
 static cg_tensor *repeat_(cg_tensor *a) { return cg_repeat(a, 4, (int64_t[]){2, 1, 1, 3}); }
 static cg_tensor *repeat1(cg_tensor *a) { return cg_repeat(a, 3, (int64_t[]){1, 2, 1}); }
+static cg_tensor *diagonal_(cg_tensor *a) { return cg_diagonal(a, 1, 0, 2); }
+static cg_tensor *diagonal_neg(cg_tensor *a) { return cg_diagonal(a, -2, -1, 1); }
 static cg_tensor *normalize_(cg_tensor *a) { return cg_normalize(a, 2.0f, 1, 1e-12f); }
 static cg_tensor *normalize3(cg_tensor *a) { return cg_normalize(a, 3.0f, 0, 1e-12f); }
 /* every row's norm below eps: a / eps */
@@ -425,6 +427,10 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_STD] = {.unary = {{"std(1,unbiased)", std1, DOM_ANY},
                              {"std(0,-1,biased,keep)", std02, DOM_ANY}}},
     [CG_OP_CTC_LOSS] = {.by = "test_ctc.c: test_ctc_gradcheck"},
+    [CG_OP_DIAGONAL] = {.unary = {{"diagonal(1,0,2)", diagonal_, DOM_ANY},
+                                  {"diagonal(-2,-1,1)", diagonal_neg, DOM_ANY}},
+                        .by = "test_einsum.c: test_einsum_gradcheck"},
+    [CG_OP_CDIST] = {.by = "test_einsum.c: test_distance_gradcheck"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */

@@ -121,6 +121,14 @@ START_TEST(test_record_failure_is_an_error)
     ASSERT_OOM(cg_var_mean(a, 0, NULL, 1, false, NULL));
     ASSERT_OOM(cg_sort(a, 1, true, true, NULL));
     ASSERT_OOM(cg_cummin(a, 0, NULL));
+    /* a diagonal view; einsum's chain; cdist's direct node behind its
+     * views (3-d inputs of one batch: expand and reshape give a itself) */
+    ASSERT_OOM(cg_diagonal(a, 0, 0, 1));
+    ASSERT_OOM(cg_einsum("ij,kj->ik", 2, (cg_tensor *[]){a, b}));
+    cg_rng rr = cg_rng_new(3);
+    cg_tensor *a3 = cg_requires_grad(cg_randn(&rr, CG_SHAPE(1, 2, 3)), true);
+    ASSERT_OOM(cg_cdist(a3, a3, 1.0f));
+    cg_release(a3);
     /* and the same ops work again once memory is back */
     cg_tensor *s = cg_add(a, b);
     ck_assert_ptr_nonnull(s);
