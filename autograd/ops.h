@@ -433,8 +433,10 @@ cg_tensor *cg_cdist(cg_tensor *x1, cg_tensor *x2, float p);
 cg_tensor *cg_pdist(cg_tensor *x, float p);
 /* F.pairwise_distance(x1, x2, p, eps, keepdim) (F's defaults 2, 1e-6,
  * false): ||x1 - x2 + eps||_p over the last dim of the broadcast shape
- * (eps added to the difference, as PyTorch's), float32; the gradient
- * torch.norm's (0 at a zero norm; inf: shared among the maxima). */
+ * (eps added to the difference, as PyTorch's; p >= 0), any float dtype
+ * (bfloat16: the difference in bfloat16, its norm in float32 by cdist's
+ * direct kernel, rounded); the gradient torch.norm's (0 at a zero norm;
+ * inf: shared among the maxima). cg_triplet_margin_loss's distance. */
 cg_tensor *cg_pairwise_distance(cg_tensor *x1, cg_tensor *x2, float p, float eps, bool keepdim);
 
 /* ------------------------------------ recurrent cells (ops_rnn.c) */
@@ -763,8 +765,8 @@ cg_tensor *cg_cosine_embedding_loss(cg_tensor *x1, cg_tensor *x2, cg_tensor *y, 
  * + eps||_p over the last dim (F.pairwise_distance); swap: d(a, neg)
  * replaced by min(d(a, neg), d(pos, neg)). The three of one number of
  * dims (else refused as PyTorch), broadcast. p > 0 and finite (PyTorch's
- * p = 0, negative and infinite norms are refused by cgrad); the gradient
- * where a distance is 0 is NaN (PyTorch's 0). */
+ * p = 0, negative and infinite norms are refused by cgrad); d is
+ * cg_pairwise_distance (its gradient 0 where a distance is 0, PyTorch's). */
 cg_tensor *cg_triplet_margin_loss(cg_tensor *a, cg_tensor *pos, cg_tensor *neg, float margin,
                                   float p, float eps, bool swap, cg_reduction r);
 /* F.multi_margin_loss(x, target, p, margin, weight) (defaults 1, 1, NULL),

@@ -168,12 +168,12 @@ cg_tensor *cg_pairwise_distance(cg_tensor *x1, cg_tensor *x2, float p, float eps
         cg_error_null_input(op);
         return NULL;
     }
-    if (!cg_check_f32(op, "x1", x1) || !cg_check_f32(op, "x2", x2))
-        return NULL;
-    if (x1->ndim < 1 && x2->ndim < 1) {
-        cg_set_error("%s: expected an input of at least 1 dim, got two 0-d tensors", op);
-        return NULL;
-    }
+    for (int k = 0; k < 2; k++)
+        if (!cg_dtype_is_float((k ? x2 : x1)->dtype)) {
+            cg_set_error("%s: argument 'x%d' is %s, expected a float tensor", op, k + 1,
+                         cg_dtype_name((k ? x2 : x1)->dtype));
+            return NULL;
+        }
     if (!(p >= 0.0f)) {
         cg_set_error("%s: p is %g, expected a non-negative p (inf allowed)", op, (double)p);
         return NULL;
@@ -186,14 +186,16 @@ cg_tensor *cg_pairwise_distance(cg_tensor *x1, cg_tensor *x2, float p, float eps
      * share the gradient) */
     cg_tensor *d = cg_sub(x1, x2), *de = d ? cg_adds(d, eps) : NULL;
     const int nd = de ? de->ndim : 0;
-    const int64_t M = de ? de->shape[nd - 1] : 0, N = de ? cg_numel_shape(nd - 1, de->shape) : 0;
-    cg_tensor *r = de ? cg_reshape(de, 3, (int64_t[]){N, 1, M}) : NULL;
-    cg_tensor *z = r ? cg_zeros(3, r->shape) : NULL, *dist = z ? cdist_node(r, z, p, true) : NULL;
+    const int64_t M = nd ? de->shape[nd - 1] : 1, N = nd ? cg_numel_shape(nd - 1, de->shape) : 1;
+    cg_tensor *df = de ? cg_to(de, CG_F32) : NULL; /* bfloat16: the norm in float32 */
+    cg_tensor *r = df ? cg_reshape(df, 3, (int64_t[]){N, 1, M}) : NULL;
+    cg_tensor *z = r ? cg_zeros(3, r->shape) : NULL, *d32 = z ? cdist_node(r, z, p, true) : NULL;
+    cg_tensor *dist = d32 ? cg_to(d32, de->dtype) : NULL;
     if (de)
         memcpy(shape, de->shape, sizeof(int64_t) * (size_t)nd);
     if (nd)
         shape[nd - 1] = 1;
-    cg_tensor *out = dist ? cg_reshape(dist, keepdim ? nd : nd - 1, shape) : NULL;
-    cg_release_all(5, d, de, r, z, dist);
+    cg_tensor *out = dist ? cg_reshape(dist, keepdim || !nd ? nd : nd - 1, shape) : NULL;
+    cg_release_all(7, d, de, df, r, z, d32, dist);
     return out;
 }

@@ -256,23 +256,10 @@ cg_tensor *cg_cosine_embedding_loss(cg_tensor *x1, cg_tensor *x2, cg_tensor *y, 
 }
 
 /* ----------------------------------------------------- triplet margin */
-/* F.pairwise_distance(u, v, p, eps): ||u - v + eps||_p over the last dim */
+/* F.pairwise_distance(u, v, p, eps) over the last dim (autograd/ops_dist.c) */
 static cg_tensor *pairwise(cg_tensor *u, cg_tensor *v, float p, float eps)
 {
-    cg_tensor *d = cg_sub(u, v), *de = d ? cg_adds(d, eps) : NULL, *out = NULL;
-    int dim = -1;
-    if (de && p == 2.0f) {
-        cg_tensor *sq = cg_mul(de, de), *s = sq ? cg_sum(sq, 1, &dim, false) : NULL;
-        out = s ? cg_sqrt(s) : NULL;
-        cg_release_all(2, sq, s);
-    } else if (de) {
-        cg_tensor *ab = cg_abs(de), *pw = ab && p != 1.0f ? cg_pow(ab, p) : cg_retain(ab);
-        cg_tensor *s = pw ? cg_sum(pw, 1, &dim, false) : NULL;
-        out = s && p != 1.0f ? cg_pow(s, 1.0f / p) : cg_retain(s);
-        cg_release_all(3, ab, pw, s);
-    }
-    cg_release_all(2, d, de);
-    return out;
+    return cg_pairwise_distance(u, v, p, eps, false);
 }
 
 cg_tensor *cg_triplet_margin_loss(cg_tensor *a, cg_tensor *pos, cg_tensor *neg, float margin,

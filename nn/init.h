@@ -56,6 +56,8 @@ cg_rng *cg_init_skip(void);
  *   Conv2d, Conv3d,  U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in),
  *   ConvTranspose-   1/sqrt(in)) (nn.Linear.reset_parameters; in the
  *   1d, 2d, 3d       weight's dim 1 times the kernel's taps);
+ *   Bilinear         weight, then bias, U(-1/sqrt(in1), 1/sqrt(in1))
+ *                    (nn.Bilinear.reset_parameters);
  *   Embedding        weight N(0, 1);
  *   LayerNorm        weight 1, bias 0; RMSNorm weight 1;
  *   RNN, GRU, LSTM   every parameter U(-1/sqrt(H), 1/sqrt(H)), in

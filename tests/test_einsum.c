@@ -516,6 +516,11 @@ START_TEST(test_pdist_pairwise_values)
     free(xv);
     free(yv);
     free(zv);
+    /* 0-d: one row of one element (torch.norm over the last dim of a 0-d) */
+    cg_tensor *s1 = cg_scalar(1.0f), *s2 = cg_scalar(-0.5f);
+    cg_tensor *d0 = cg_pairwise_distance(s1, s2, 3.0f, 0.0f, false);
+    ck_assert(d0 && d0->ndim == 0 && fabsf(cg_data(d0)[0] - 1.5f) < 1e-6f);
+    cg_release_all(3, s1, s2, d0);
     cg_tensor *one = cg_randn(&r, CG_SHAPE(1, 3)), *e = cg_pdist(one, 2.0f);
     ck_assert(e && e->ndim == 1 && e->shape[0] == 0);
     cg_release_all(5, x, y, z, one, e);
@@ -620,6 +625,23 @@ START_TEST(test_distance_zero_grad)
 }
 END_TEST
 
+/* triplet_margin_loss's distances are pairwise_distance's: a positive
+ * equal to the anchor (eps 0) gives a zero distance and a finite gradient */
+START_TEST(test_triplet_zero_distance)
+{
+    cg_rng r = cg_rng_new(73);
+    cg_tensor *a = cg_requires_grad(cg_randn(&r, CG_SHAPE(3, 4)), true);
+    cg_tensor *n = cg_randn(&r, CG_SHAPE(3, 4));
+    cg_tensor *l = cg_triplet_margin_loss(a, a, n, 100.0f, 2.0f, 0.0f, false, CG_REDUCTION_SUM);
+    ck_assert_msg(l && cg_backward(l, NULL, false), "%s", cg_last_error());
+    float *g = cg_test_values(a->grad);
+    for (int k = 0; k < 12; k++)
+        ck_assert_msg(isfinite(g[k]) && g[k] != 0.0f, "gradient %g", g[k]); /* d(a, neg)'s */
+    free(g);
+    cg_release_all(3, a, n, l);
+}
+END_TEST
+
 START_TEST(test_distance_refusals)
 {
     cg_rng r = cg_rng_new(71);
@@ -640,8 +662,9 @@ START_TEST(test_distance_refusals)
                            "pairwise_distance: shapes [2, 3] and [2, 4] cannot be broadcast");
     CG_ASSERT_REFUSED_LINE(cg_pairwise_distance(a, a, -1.0f, 1e-6f, false),
                            "pairwise_distance: p is -1");
-    cg_tensor *s = cg_scalar(1.0f);
-    CG_ASSERT_REFUSED_LINE(cg_pairwise_distance(s, s, 2.0f, 1e-6f, false), "two 0-d tensors");
+    cg_tensor *s = cg_scalar(1.0f), *ids = cg_test_ids(3, NULL);
+    CG_ASSERT_REFUSED_LINE(cg_pairwise_distance(ids, a, 2.0f, 1e-6f, false),
+                           "pairwise_distance: argument 'x1' is int64, expected a float tensor");
     cg_tensor *d = cg_k_cdist(b3, b3, 1.0f), *dx;
     ck_assert_ptr_nonnull(d);
     CG_ASSERT_REFUSED(!cg_k_cdist_backward(b3, b3, a, a, 1.0f, false, &dx, NULL),
@@ -744,6 +767,7 @@ static Suite *einsum_suite(void)
     tcase_add_test(tc, test_pdist_pairwise_values);
     tcase_add_test(tc, test_distance_gradcheck);
     tcase_add_test(tc, test_distance_zero_grad);
+    tcase_add_test(tc, test_triplet_zero_distance);
     tcase_add_test(tc, test_distance_refusals);
     tcase_add_test(tc, test_bilinear);
     suite_add_tcase(s, tc);

@@ -38,7 +38,8 @@ static cg_module *build(void)
         cg_module_add_child(root, "convt",
                             CG_MODULE(cg_conv_transpose2d_new(4, 6, 3, 2, &g2, true, NULL))) &&
         cg_module_add_child(root, "convt3",
-                            CG_MODULE(cg_conv_transpose3d_new(2, 4, 2, 1, 2, NULL, true, NULL)));
+                            CG_MODULE(cg_conv_transpose3d_new(2, 4, 2, 1, 2, NULL, true, NULL))) &&
+        cg_module_add_child(root, "bil", cg_bilinear_new(4, 3, 2, true, NULL));
     if (!ok) {
         cg_module_free(root);
         return NULL;

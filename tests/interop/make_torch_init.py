@@ -8,8 +8,8 @@ elements: torch's other normal_ path), nn.LayerNorm(6),
 nn.MultiheadAttention(8, 2), nn.TransformerEncoderLayer(8, 2, 16),
 nn.TransformerDecoderLayer(8, 2, 16), nn.TransformerEncoder of a
 pre-norm layer (2 layers, a final LayerNorm), nn.Conv2d(3, 4, (2, 3)),
-nn.ConvTranspose2d(4, 6, (3, 2), groups=2) and nn.ConvTranspose3d(2, 4,
-(2, 1, 2)), then draws 5 uniforms (where the generator stands). DIR/torch_init.safetensors holds every parameter
+nn.ConvTranspose2d(4, 6, (3, 2), groups=2), nn.ConvTranspose3d(2, 4,
+(2, 1, 2)) and nn.Bilinear(4, 3, 2), then draws 5 uniforms (where the generator stands). DIR/torch_init.safetensors holds every parameter
 under cgrad's names (in_proj_weight split into q, k and v; linear1 ->
 ff.fc1, norm1 -> ln1, multihead_attn -> cross_attn, norm -> ln_f) and the
 5 draws as "after".
@@ -59,7 +59,7 @@ def main(out):
     mods.append(("stack", nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8))))
     mods += [("conv", nn.Conv2d(3, 4, (2, 3))),
              ("convt", nn.ConvTranspose2d(4, 6, (3, 2), groups=2)),
-             ("convt3", nn.ConvTranspose3d(2, 4, (2, 1, 2)))]
+             ("convt3", nn.ConvTranspose3d(2, 4, (2, 1, 2))), ("bil", nn.Bilinear(4, 3, 2))]
     tensors = {}
     for name, m in mods:
         tensors.update(cgrad_names(name, m.state_dict()))
