@@ -625,6 +625,34 @@ START_TEST(test_distance_zero_grad)
 }
 END_TEST
 
+/* p = 0 counts the differences that are not 0; an inf norm's tied maxima
+ * each get g in cdist (PyTorch's _cdist_backward) and share it in
+ * pairwise_distance (torch.norm's backward) */
+START_TEST(test_distance_counts_and_ties)
+{
+    cg_tensor *x1 = cg_from_data(CG_SHAPE(1, 3), (const float[]){1, 2, 3});
+    cg_tensor *x2 = cg_from_data(CG_SHAPE(3, 3), (const float[]){1, 5, 3, 0, 2, 4, 1, 2, 3});
+    cg_tensor *c = cg_cdist(x1, x2, 0.0f);
+    const double counts[3] = {1, 2, 0};
+    assert_near(c, counts, 3, 0, 0, "cdist p 0");
+    cg_tensor *pw = cg_pairwise_distance(x2, x1, 0.0f, 0.0f, false);
+    assert_near(pw, counts, 3, 0, 0, "pairwise_distance p 0");
+    cg_release_all(4, x1, x2, c, pw);
+    for (int pair = 0; pair < 2; pair++) {
+        cg_tensor *t = cg_requires_grad(cg_from_data(CG_SHAPE(1, 3), (const float[]){2, -2, 1}),
+                                        true);
+        cg_tensor *z = cg_zeros(CG_SHAPE(1, 3));
+        cg_tensor *d = pair ? cg_pairwise_distance(t, z, INFINITY, 0.0f, false)
+                            : cg_cdist(t, z, INFINITY);
+        cg_tensor *s = cg_sum_all(d);
+        ck_assert(s && cg_backward(s, NULL, false));
+        const double want[3] = {pair ? 0.5 : 1.0, pair ? -0.5 : -1.0, 0.0};
+        assert_near(t->grad, want, 3, 0, 0, pair ? "pairwise inf ties" : "cdist inf ties");
+        cg_release_all(4, t, z, d, s);
+    }
+}
+END_TEST
+
 /* triplet_margin_loss's distances are pairwise_distance's: a positive
  * equal to the anchor (eps 0) gives a zero distance and a finite gradient */
 START_TEST(test_triplet_zero_distance)
@@ -767,6 +795,7 @@ static Suite *einsum_suite(void)
     tcase_add_test(tc, test_pdist_pairwise_values);
     tcase_add_test(tc, test_distance_gradcheck);
     tcase_add_test(tc, test_distance_zero_grad);
+    tcase_add_test(tc, test_distance_counts_and_ties);
     tcase_add_test(tc, test_triplet_zero_distance);
     tcase_add_test(tc, test_distance_refusals);
     tcase_add_test(tc, test_bilinear);
