@@ -639,11 +639,11 @@ START_TEST(test_distance_counts_and_ties)
     assert_near(pw, counts, 3, 0, 0, "pairwise_distance p 0");
     cg_release_all(4, x1, x2, c, pw);
     for (int pair = 0; pair < 2; pair++) {
-        cg_tensor *t = cg_requires_grad(cg_from_data(CG_SHAPE(1, 3), (const float[]){2, -2, 1}),
-                                        true);
+        cg_tensor *t =
+            cg_requires_grad(cg_from_data(CG_SHAPE(1, 3), (const float[]){2, -2, 1}), true);
         cg_tensor *z = cg_zeros(CG_SHAPE(1, 3));
-        cg_tensor *d = pair ? cg_pairwise_distance(t, z, INFINITY, 0.0f, false)
-                            : cg_cdist(t, z, INFINITY);
+        cg_tensor *d =
+            pair ? cg_pairwise_distance(t, z, INFINITY, 0.0f, false) : cg_cdist(t, z, INFINITY);
         cg_tensor *s = cg_sum_all(d);
         ck_assert(s && cg_backward(s, NULL, false));
         const double want[3] = {pair ? 0.5 : 1.0, pair ? -0.5 : -1.0, 0.0};
