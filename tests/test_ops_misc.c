@@ -375,7 +375,8 @@ START_TEST(test_index_add_scatter_add)
     CG_ASSERT_FAILS(cg_index_add(xb, 0, i20, s2), "index_add: argument 'input' is bfloat16");
     CG_ASSERT_FAILS(cg_index_add(x, 0, i20, xb), "index_add: argument 'source' is bfloat16");
     cg_tensor *a32 = cg_index_add(x, 0, i32, s2), *a64 = cg_index_add(x, 0, i20, s2);
-    ck_assert(a32 && a64 && !memcmp(cg_data(a32), cg_data(a64), 12 * sizeof(float))); /* int32 too */
+    ck_assert(a32 && a64 &&
+              !memcmp(cg_data(a32), cg_data(a64), 12 * sizeof(float))); /* int32 too */
     cg_release_all(2, a32, a64);
     CG_ASSERT_FAILS(cg_index_add(x, 0, i20, s3),
                     "index_add: source must have the destination's "
