@@ -1,5 +1,5 @@
-/* Differentiable elementwise ops, reductions, matmul and views: each op's
- * forward and backward side by side. Backward rules return gradients in
+/* Differentiable elementwise ops, matmul and views (the reductions:
+ * ops_reduce.c): each op's forward and backward side by side. Backward rules return gradients in
  * the output's (broadcast) shape; the engine reduces them to each input's
  * shape. */
 #include "autograd/ops.h"
@@ -14,12 +14,8 @@
 #define NEEDS(i) cg_node_needs_grad(n, (i))
 #define IN(i) (n->inputs[(i)])
 
-/* Record a node for an op on out. When it should have recorded (grad mode
- * on, an input requires grad) and did not, recording failed (out of
- * memory): out is released and NULL returned with the error, never a
- * silently detached result. */
-static cg_tensor *finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in, cg_backward_fn bw,
-                         cg_node **node)
+cg_tensor *cg_op_finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in, cg_backward_fn bw,
+                        cg_node **node)
 {
     if (node)
         *node = NULL;
@@ -35,20 +31,19 @@ static cg_tensor *finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in
     return out;
 }
 
-static cg_tensor *finish1(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw, cg_node **node)
+cg_tensor *cg_op_finish1(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw, cg_node **node)
 {
-    return finish(out, op, 1, &a, bw, node);
+    return cg_op_finish(out, op, 1, &a, bw, node);
 }
 
 static cg_tensor *finish2(cg_tensor *out, cg_op op, cg_tensor *a, cg_tensor *b, cg_backward_fn bw,
                           cg_node **node)
 {
     cg_tensor *in[2] = {a, b};
-    return finish(out, op, 2, in, bw, node);
+    return cg_op_finish(out, op, 2, in, bw, node);
 }
 
-/* Save the op's own output on its node (an alias: no reference cycle). */
-static bool save_output(cg_node *n, cg_tensor *out)
+bool cg_op_save_output(cg_node *n, cg_tensor *out)
 {
     if (!n)
         return true;
@@ -134,7 +129,7 @@ static bool adds_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_adds(cg_tensor *a, float s)
 {
-    return finish1(cg_k_adds(a, s), CG_OP_ADDS, a, adds_bw, NULL);
+    return cg_op_finish1(cg_k_adds(a, s), CG_OP_ADDS, a, adds_bw, NULL);
 }
 
 static bool muls_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
@@ -144,7 +139,7 @@ static bool muls_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_muls(cg_tensor *a, float s)
 {
     cg_node *n;
-    cg_tensor *out = finish1(cg_k_muls(a, s), CG_OP_MULS, a, muls_bw, &n);
+    cg_tensor *out = cg_op_finish1(cg_k_muls(a, s), CG_OP_MULS, a, muls_bw, &n);
     if (n)
         n->p.f[0] = s;
     return out;
@@ -156,7 +151,7 @@ static bool neg_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     (void)n;
     return (gin[0] = cg_k_neg(g)) != NULL;
 }
-cg_tensor *cg_neg(cg_tensor *a) { return finish1(cg_k_neg(a), CG_OP_NEG, a, neg_bw, NULL); }
+cg_tensor *cg_neg(cg_tensor *a) { return cg_op_finish1(cg_k_neg(a), CG_OP_NEG, a, neg_bw, NULL); }
 
 /* Unary ops whose derivative is a function of the saved output y. */
 static bool exp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
@@ -166,8 +161,8 @@ static bool exp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 static cg_tensor *unary_saving_output(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw)
 {
     cg_node *n;
-    out = finish1(out, op, a, bw, &n);
-    if (out && !save_output(n, out)) {
+    out = cg_op_finish1(out, op, a, bw, &n);
+    if (out && !cg_op_save_output(n, out)) {
         cg_release(out);
         return NULL;
     }
@@ -179,7 +174,7 @@ static bool log_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     return (gin[0] = cg_k_div(g, IN(0))) != NULL;
 }
-cg_tensor *cg_log(cg_tensor *a) { return finish1(cg_k_log(a), CG_OP_LOG, a, log_bw, NULL); }
+cg_tensor *cg_log(cg_tensor *a) { return cg_op_finish1(cg_k_log(a), CG_OP_LOG, a, log_bw, NULL); }
 
 static bool sqrt_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
@@ -221,7 +216,7 @@ static bool pow_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_pow(cg_tensor *a, float p)
 {
     cg_node *n;
-    cg_tensor *out = finish1(cg_k_pow(a, p), CG_OP_POW, a, pow_bw, &n);
+    cg_tensor *out = cg_op_finish1(cg_k_pow(a, p), CG_OP_POW, a, pow_bw, &n);
     if (n)
         n->p.f[0] = p;
     return out;
@@ -265,7 +260,7 @@ static bool clamp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_clamp(cg_tensor *a, float lo, float hi)
 {
     cg_node *n;
-    cg_tensor *out = finish1(cg_k_clamp(a, lo, hi), CG_OP_CLAMP, a, clamp_bw, &n);
+    cg_tensor *out = cg_op_finish1(cg_k_clamp(a, lo, hi), CG_OP_CLAMP, a, clamp_bw, &n);
     if (n) {
         n->p.f[0] = lo;
         n->p.f[1] = hi;
@@ -298,11 +293,11 @@ cg_tensor *cg_where(cg_tensor *cond, cg_tensor *a, cg_tensor *b)
         /* no gradient flows to cond: record with a detached cond */
         cg_tensor *c = cg_detach(cond);
         in[0] = c;
-        out = finish(out, CG_OP_WHERE, 3, in, where_bw, NULL);
+        out = cg_op_finish(out, CG_OP_WHERE, 3, in, where_bw, NULL);
         cg_release(c);
         return out;
     }
-    return finish(out, CG_OP_WHERE, 3, in, where_bw, NULL);
+    return cg_op_finish(out, CG_OP_WHERE, 3, in, where_bw, NULL);
 }
 
 static bool masked_fill_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
@@ -319,217 +314,6 @@ cg_tensor *cg_masked_fill(cg_tensor *a, cg_tensor *mask, float value)
     cg_release(m);
     return out;
 }
-
-/* -------------------------------------------------------- reductions */
-/* Which dims of an ndim tensor are reduced (all if ndims == 0; a 0-d
- * tensor's dim 0 or -1, as the kernels take it, is none). */
-static bool reduced_dims(const char *op, int ndim, int ndims, const int *dims, bool *red)
-{
-    for (int i = 0; i < ndim; i++)
-        red[i] = ndims == 0;
-    for (int i = 0; i < ndims; i++) {
-        int d = cg_norm_dim(op, dims[i], ndim ? ndim : 1);
-        if (d < 0)
-            return false;
-        if (ndim)
-            red[d] = true;
-    }
-    return true;
-}
-
-/* g (reduced shape) viewed with the reduced dims kept as 1, expanded to the
- * input's shape: the backward of a sum. */
-static cg_tensor *expand_reduced(const cg_tensor *g, const cg_tensor *in, const cg_node *n)
-{
-    int ndims = (int)n->p.i[0];
-    bool red[CG_MAX_DIMS];
-    int dims[CG_MAX_DIMS];
-    for (int i = 0; i < ndims; i++)
-        dims[i] = (int)n->p.i[2 + i];
-    if (!reduced_dims("sum backward", in->ndim, ndims, dims, red))
-        return NULL;
-    int64_t kshape[CG_MAX_DIMS];
-    for (int i = 0; i < in->ndim; i++)
-        kshape[i] = red[i] ? 1 : in->shape[i];
-    cg_tensor *gk = cg_view_reshape(g, in->ndim, kshape);
-    if (!gk) { /* g may be non-contiguous: reshape by copy */
-        cg_clear_error();
-        gk = cg_k_reshape(g, in->ndim, kshape);
-    }
-    cg_tensor *e = cg_view_expand(gk, in->ndim, in->shape);
-    cg_release(gk);
-    return e;
-}
-
-static void store_dims(cg_node *n, int ndims, const int *dims)
-{
-    n->p.i[0] = ndims;
-    for (int i = 0; i < ndims && i < CG_MAX_DIMS; i++)
-        n->p.i[2 + i] = dims[i];
-}
-
-static bool sum_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    return (gin[0] = expand_reduced(g, IN(0), n)) != NULL;
-}
-cg_tensor *cg_sum(cg_tensor *a, int ndims, const int *dims, bool keepdim)
-{
-    cg_node *n;
-    cg_tensor *out = finish1(cg_k_sum(a, ndims, dims, keepdim), CG_OP_SUM, a, sum_bw, &n);
-    if (n)
-        store_dims(n, ndims, dims);
-    return out;
-}
-
-static bool mean_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    cg_tensor *e = expand_reduced(g, IN(0), n);
-    if (!e)
-        return false;
-    double count = (double)cg_numel(IN(0)) / (double)(cg_numel(g) ? cg_numel(g) : 1);
-    gin[0] = cg_k_muls(e, (float)(1.0 / count));
-    cg_release(e);
-    return gin[0] != NULL;
-}
-cg_tensor *cg_mean(cg_tensor *a, int ndims, const int *dims, bool keepdim)
-{
-    cg_node *n;
-    cg_tensor *out = finish1(cg_k_mean(a, ndims, dims, keepdim), CG_OP_MEAN, a, mean_bw, &n);
-    if (n)
-        store_dims(n, ndims, dims);
-    return out;
-}
-
-static bool var_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    /* d var / dx = 2 (x - mean) / (N - correction) */
-    int ndims = (int)n->p.i[0];
-    int dims[CG_MAX_DIMS];
-    for (int i = 0; i < ndims; i++)
-        dims[i] = (int)n->p.i[2 + i];
-    cg_tensor *mean = cg_k_mean(IN(0), ndims, dims, true);
-    cg_tensor *xc = cg_k_sub(IN(0), mean);
-    cg_tensor *e = expand_reduced(g, IN(0), n);
-    double count = (double)cg_numel(IN(0)) / (double)(cg_numel(g) ? cg_numel(g) : 1);
-    cg_tensor *t = cg_k_mul(xc, e);
-    gin[0] = cg_k_muls(t, (float)(2.0 / (count - (double)n->p.i[1])));
-    cg_release_all(4, mean, xc, e, t);
-    return gin[0] != NULL;
-}
-cg_tensor *cg_var(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim)
-{
-    cg_node *n;
-    cg_tensor *out =
-        finish1(cg_k_var(a, ndims, dims, correction, keepdim), CG_OP_VAR, a, var_bw, &n);
-    if (n) {
-        store_dims(n, ndims, dims);
-        n->p.i[1] = correction;
-    }
-    return out;
-}
-
-/* std: var's backward of g / (2 std), 0 where std is 0 (PyTorch's) */
-static bool std_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    cg_tensor *q = cg_k_div(g, n->saved[0]), *h = q ? cg_k_muls(q, 0.5f) : NULL;
-    cg_tensor *z = h ? cg_eq_scalar(n->saved[0], 0.0) : NULL;
-    cg_tensor *gv = z ? cg_k_masked_fill(h, z, 0.0f) : NULL;
-    const bool ok = gv && var_bw(n, gv, gin);
-    cg_release_all(4, q, h, z, gv);
-    return ok;
-}
-cg_tensor *cg_std(cg_tensor *a, int ndims, const int *dims, int correction, bool keepdim)
-{
-    cg_node *n;
-    cg_tensor *out =
-        finish1(cg_k_std(a, ndims, dims, correction, keepdim), CG_OP_STD, a, std_bw, &n);
-    if (n) {
-        store_dims(n, ndims, dims);
-        n->p.i[1] = correction;
-    }
-    if (out && !save_output(n, out)) {
-        cg_release(out);
-        return NULL;
-    }
-    return out;
-}
-
-static bool logsumexp_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    /* g exp(x - lse), g and the saved lse seen with the reduced dims kept */
-    cg_tensor *ge = expand_reduced(g, IN(0), n), *le = expand_reduced(n->saved[0], IN(0), n);
-    gin[0] = ge && le ? cg_k_logsumexp_backward(IN(0), ge, le) : NULL;
-    cg_release_all(2, ge, le);
-    return gin[0] != NULL;
-}
-cg_tensor *cg_logsumexp(cg_tensor *a, int ndims, const int *dims, bool keepdim)
-{
-    cg_node *n;
-    cg_tensor *out =
-        finish1(cg_k_logsumexp(a, ndims, dims, keepdim), CG_OP_LOGSUMEXP, a, logsumexp_bw, &n);
-    if (n)
-        store_dims(n, ndims, dims);
-    if (out && !save_output(n, out)) {
-        cg_release(out);
-        return NULL;
-    }
-    return out;
-}
-
-/* max and min: the gradient goes to the element each picked */
-static bool extreme_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    /* saved[0]: the indices (int64) with the reduced dim kept */
-    const cg_tensor *idx = n->saved[0];
-    if (IN(0)->ndim == 0) /* the max of a scalar is the scalar */
-        return (gin[0] = cg_retain((cg_tensor *)g)) != NULL;
-    cg_tensor *gk = cg_k_reshape(g, idx->ndim, idx->shape);
-    gin[0] = gk ? cg_pick_grad(IN(0), (int)n->p.i[0], idx, gk, true) : NULL;
-    cg_release(gk);
-    return gin[0] != NULL;
-}
-static cg_tensor *extreme(cg_tensor *a, int dim, bool keepdim, bool smallest, cg_tensor **indices)
-{
-    cg_tensor *idx = NULL;
-    cg_tensor *out = smallest ? cg_k_min(a, dim, keepdim, &idx) : cg_k_max(a, dim, keepdim, &idx);
-    if (!out)
-        return NULL;
-    cg_node *n;
-    if (!(out = finish1(out, smallest ? CG_OP_MIN : CG_OP_MAX, a, extreme_bw, &n))) {
-        cg_release(idx);
-        return NULL;
-    }
-    if (n) {
-        int d = cg_norm_dim(smallest ? "min" : "max", dim, a->ndim);
-        n->p.i[0] = d;
-        cg_tensor *ik = idx;
-        if (!keepdim)
-            ik = cg_view_unsqueeze(idx, d);
-        else
-            cg_retain(ik);
-        if (!ik || cg_node_save(n, ik) < 0) {
-            cg_release_all(3, ik, idx, out);
-            return NULL;
-        }
-        cg_release(ik);
-    }
-    if (indices)
-        *indices = idx;
-    else
-        cg_release(idx);
-    return out;
-}
-cg_tensor *cg_max(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
-{
-    return extreme(a, dim, keepdim, false, indices);
-}
-cg_tensor *cg_min(cg_tensor *a, int dim, bool keepdim, cg_tensor **indices)
-{
-    return extreme(a, dim, keepdim, true, indices);
-}
-
-cg_tensor *cg_sum_all(cg_tensor *a) { return cg_sum(a, 0, NULL, false); }
-cg_tensor *cg_mean_all(cg_tensor *a) { return cg_mean(a, 0, NULL, false); }
 
 /* ------------------------------------------------------------ matmul */
 static bool matmul_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
@@ -625,7 +409,7 @@ static bool permute_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 cg_tensor *cg_permute(cg_tensor *a, const int *perm)
 {
     cg_node *n;
-    cg_tensor *out = finish1(cg_view_permute(a, perm), CG_OP_PERMUTE, a, permute_bw, &n);
+    cg_tensor *out = cg_op_finish1(cg_view_permute(a, perm), CG_OP_PERMUTE, a, permute_bw, &n);
     if (n)
         for (int i = 0; i < a->ndim; i++)
             n->p.i[i] = perm[i] < 0 ? perm[i] + a->ndim : perm[i];
@@ -684,7 +468,7 @@ cg_tensor *cg_slice(cg_tensor *a, int dim, int64_t start, int64_t stop, int64_t 
     if (!out)
         return NULL;
     cg_node *n;
-    if (!(out = finish1(out, CG_OP_SLICE, a, slice_bw, &n)))
+    if (!(out = cg_op_finish1(out, CG_OP_SLICE, a, slice_bw, &n)))
         return NULL;
     if (n) {
         /* the resolved range, as the view resolved it */
@@ -726,7 +510,7 @@ cg_tensor *cg_select(cg_tensor *a, int dim, int64_t index)
     if (!out)
         return NULL;
     cg_node *n;
-    if (!(out = finish1(out, CG_OP_SELECT, a, slice_bw, &n)))
+    if (!(out = cg_op_finish1(out, CG_OP_SELECT, a, slice_bw, &n)))
         return NULL;
     if (n) {
         int d = cg_norm_dim("select", dim, a->ndim);
@@ -741,7 +525,7 @@ cg_tensor *cg_diagonal(cg_tensor *a, int64_t offset, int dim1, int dim2)
 {
     cg_node *n;
     cg_tensor *out =
-        finish1(cg_view_diagonal(a, offset, dim1, dim2), CG_OP_DIAGONAL, a, slice_bw, &n);
+        cg_op_finish1(cg_view_diagonal(a, offset, dim1, dim2), CG_OP_DIAGONAL, a, slice_bw, &n);
     if (n) {
         n->p.i[1] = offset;
         n->p.i[2] = dim1;
@@ -756,19 +540,19 @@ static bool reshape_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_squeeze(cg_tensor *a, int dim)
 {
-    return finish1(cg_view_squeeze(a, dim), CG_OP_RESHAPE, a, reshape_bw, NULL);
+    return cg_op_finish1(cg_view_squeeze(a, dim), CG_OP_RESHAPE, a, reshape_bw, NULL);
 }
 cg_tensor *cg_unsqueeze(cg_tensor *a, int dim)
 {
-    return finish1(cg_view_unsqueeze(a, dim), CG_OP_RESHAPE, a, reshape_bw, NULL);
+    return cg_op_finish1(cg_view_unsqueeze(a, dim), CG_OP_RESHAPE, a, reshape_bw, NULL);
 }
 cg_tensor *cg_reshape(cg_tensor *a, int ndim, const int64_t *shape)
 {
-    return finish1(cg_k_reshape(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
+    return cg_op_finish1(cg_k_reshape(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
 }
 cg_tensor *cg_view(cg_tensor *a, int ndim, const int64_t *shape)
 {
-    return finish1(cg_view_reshape(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
+    return cg_op_finish1(cg_view_reshape(a, ndim, shape), CG_OP_RESHAPE, a, reshape_bw, NULL);
 }
 static bool identity_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
@@ -778,7 +562,7 @@ static bool identity_bw(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 }
 cg_tensor *cg_expand(cg_tensor *a, int ndim, const int64_t *shape)
 {
-    return finish1(cg_view_expand(a, ndim, shape), CG_OP_EXPAND, a, identity_bw, NULL);
+    return cg_op_finish1(cg_view_expand(a, ndim, shape), CG_OP_EXPAND, a, identity_bw, NULL);
 }
 cg_tensor *cg_contiguous(const cg_tensor *a)
 {
@@ -788,7 +572,7 @@ cg_tensor *cg_contiguous(const cg_tensor *a)
     }
     if (cg_is_contiguous(a))
         return cg_retain((cg_tensor *)a); /* a itself: its own node carries the gradient */
-    return finish1(cg_k_clone(a), CG_OP_CONTIGUOUS, (cg_tensor *)a, identity_bw, NULL);
+    return cg_op_finish1(cg_k_clone(a), CG_OP_CONTIGUOUS, (cg_tensor *)a, identity_bw, NULL);
 }
 cg_tensor *cg_to_contiguous(cg_tensor *a) { return cg_contiguous(a); }
 
@@ -796,12 +580,12 @@ cg_tensor *cg_to(const cg_tensor *a, cg_dtype dt)
 {
     if (a && a->dtype == dt)
         return cg_retain((cg_tensor *)a); /* a itself, as PyTorch's .to */
-    return finish1(cg_k_to(a, dt), CG_OP_TO, (cg_tensor *)a, identity_bw, NULL);
+    return cg_op_finish1(cg_k_to(a, dt), CG_OP_TO, (cg_tensor *)a, identity_bw, NULL);
 }
 
 cg_tensor *cg_clone(const cg_tensor *a)
 {
-    return finish1(cg_k_clone(a), CG_OP_CLONE, (cg_tensor *)a, identity_bw, NULL);
+    return cg_op_finish1(cg_k_clone(a), CG_OP_CLONE, (cg_tensor *)a, identity_bw, NULL);
 }
 
 cg_tensor *cg_reshape_copy(const cg_tensor *a, int ndim, const int64_t *shape)

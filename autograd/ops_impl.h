@@ -41,6 +41,19 @@ static inline cg_tensor *cg_grad_acc_f32(const cg_node *n, int i)
     return n->inputs[i]->dtype == CG_F32 ? cg_node_grad_acc(n, i) : NULL;
 }
 
+/* ops.c's recording (ops_reduce.c's too): a node for op on out, none for an
+ * int64 or bool out (no gradient, whatever the inputs). When it should
+ * have recorded (grad mode on, an input requires grad) and did not,
+ * recording failed (out of memory): out is released and NULL returned
+ * with the error, never a silently detached result. node: NULL, or gets
+ * the node (NULL when none). */
+cg_tensor *cg_op_finish(cg_tensor *out, cg_op op, int nin, cg_tensor *const *in, cg_backward_fn bw,
+                        cg_node **node);
+cg_tensor *cg_op_finish1(cg_tensor *out, cg_op op, cg_tensor *a, cg_backward_fn bw, cg_node **node);
+/* Save the op's own output on its node n (NULL: nothing recorded, true),
+ * as an alias: no reference cycle. */
+bool cg_op_save_output(cg_node *n, cg_tensor *out);
+
 /* out recorded as op over in (released, NULL returned, when it should
  * have been recorded and was not: out of memory); the node, or NULL when
  * nothing was recorded, into *node */
