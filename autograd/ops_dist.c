@@ -32,10 +32,7 @@ static cg_tensor *cdist_node(cg_tensor *x1, cg_tensor *x2, float p, bool split_t
     if (n) {
         n->p.f[0] = p;
         n->p.f[1] = split_ties ? 1.0f : 0.0f;
-        cg_tensor *al = cg_view_alias(out);
-        const bool ok = al && cg_node_save(n, al) >= 0;
-        cg_release(al);
-        if (!ok) {
+        if (!cg_op_save_output(n, out)) {
             cg_release(out);
             return NULL;
         }

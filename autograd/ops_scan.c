@@ -120,10 +120,7 @@ cg_tensor *cg_logcumsumexp(cg_tensor *a, int dim)
     if (!n)
         return out;
     n->p.i[0] = cg_norm_dim("logcumsumexp", dim, a->ndim > 0 ? a->ndim : 1);
-    cg_tensor *al = cg_alias(out); /* the output, saved: an alias (no cycle) */
-    const bool ok = al && cg_node_save(n, al) >= 0;
-    cg_release(al);
-    if (!ok) {
+    if (!cg_op_save_output(n, out)) { /* the output, saved */
         cg_release(out);
         return NULL;
     }
