@@ -93,7 +93,10 @@ extern "C" {
     /* F.tanhshrink: x - tanh(x); the gradient as PyTorch's autograd sums it,    \
      * g - g (1 - tanh^2) */                                                     \
     OP(A, TANHSHRINK, tanhshrink, X - tanhf(X),                                  \
-       Y - Y * (1.0f - tanhf(X) * tanhf(X)))
+       Y - Y * (1.0f - tanhf(X) * tanhf(X)))                                     \
+    /* torch.erf; d/dx = 2 / sqrt(pi) e^(-x^2) (since 2026-12-08: GELU's         \
+     * exact form is differentiated twice through it) */                         \
+    OP(A, ERF, erf, erff(X), Y * (1.1283791670955126f * expf(-X * X)))
 /* clang-format on */
 #define CG_UNARY_DECLARE_K_(A, E, name, fwd, bwd) \
     cg_tensor *cg_k_##name(const cg_tensor *a);   \

@@ -212,6 +212,7 @@ static double r_logsigmoid(double x) { return x < 0 ? x - log1p(exp(x)) : -log1p
 static double d_logsigmoid(double x) { return r_sigmoid(-x); }
 static double r_tanhshrink(double x) { return x - tanh(x); }
 static double d_tanhshrink(double x) { return tanh(x) * tanh(x); }
+static double d_erf(double x) { return 2.0 / sqrt(M_PI) * exp(-x * x); }
 
 #define ROW_ENUM_(A, E, name, fwd, bwd) ROW_##E,
 enum { CG_UNARY_OPS(ROW_ENUM_, ~) N_ROWS };
@@ -240,6 +241,7 @@ static const struct {
     [ROW_SOFTSIGN] = {r_softsign, d_softsign},
     [ROW_LOGSIGMOID] = {r_logsigmoid, d_logsigmoid},
     [ROW_TANHSHRINK] = {r_tanhshrink, d_tanhshrink},
+    [ROW_ERF] = {erf, d_erf},
 };
 
 static void assert_row_ref(int j)

@@ -286,6 +286,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_SOFTSIGN] = {.unary = {{NULL, cg_softsign, DOM_ANY}}},
     [CG_OP_LOGSIGMOID] = {.unary = {{NULL, cg_logsigmoid, DOM_ANY}}},
     [CG_OP_TANHSHRINK] = {.unary = {{NULL, cg_tanhshrink, DOM_ANY}}},
+    [CG_OP_ERF] = {.unary = {{NULL, cg_erf, DOM_ANY}}},
     /* the rows of CG_UNARY_PARAM_OPS */
     [CG_OP_LEAKY_RELU] = {.unary = {{"leaky_relu(0.01)", leaky001, DOM_AWAY0},
                                     {"leaky_relu(-1.5)", leakym15, DOM_AWAY0}}},
