@@ -251,6 +251,9 @@ struct cg_node {
      * or NULL: a backward keeps its state in the nodes (mark, grad), so
      * another thread's backward through the node is refused meanwhile. */
     const void *walker;
+    /* The backward composes differentiable ops (cg_node_set_backward_
+     * differentiable): a backward with create_graph runs it as it is. */
+    bool bw_composes;
 };
 
 /* Record a node on out if grad mode is on and any input requires grad.
@@ -354,11 +357,61 @@ cg_tensor *cg_node_grad_acc(const cg_node *n, int i);
  * node that reaches it, and every .grad as it was. */
 bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph);
 
+/* Gradients of gradients (torch.autograd.grad and create_graph).
+ *
+ * cg_autograd_grad(n_out, outputs, grad_outputs, n_in, inputs, &opts,
+ * grads) is torch.autograd.grad: the gradient of the outputs (each with
+ * its grad_outputs[k], NULL for ones: then it must have one element; the
+ * array itself may be NULL) with respect to each of the inputs, into
+ * grads[i] (new references). No .grad is touched and no hook runs. An
+ * input may be any tensor of the graph that requires grad, a leaf or
+ * not; only the part of the graph between the outputs and the inputs is
+ * computed (a weight's gradient is not, when only the input's is asked
+ * for). An input the outputs do not depend on is refused (PyTorch's
+ * "appears to not have been used in the graph"), or with allow_unused
+ * gets NULL.
+ *
+ * With create_graph the gradients are computed by differentiable ops, so
+ * they have a graph of their own: a gradient penalty, a Hessian-vector
+ * product or a meta-learning step differentiates them again. The graph
+ * is then always kept (retain_graph is implied: the new graph reads the
+ * old). Every op has a backward that can be differentiated but those
+ * this message names: "backward with create_graph: 'conv' has no
+ * differentiable backward yet", refused before anything is computed
+ * (docs/autograd.md, "Gradients of gradients", lists them). A
+ * user-defined op takes part when its backward composes differentiable
+ * ops (cg_node_set_backward_differentiable). The gradients are computed
+ * in float32 from the values the forward kept, as the first-order ones. */
+typedef struct {
+    bool retain_graph; /* keep the graph for another backward */
+    bool create_graph; /* gradients with a graph of their own (keeps the graph) */
+    bool allow_unused; /* an input the outputs do not reach gets NULL, not an error */
+} cg_grad_opts;
+bool cg_autograd_grad(int n_out, cg_tensor *const *outputs, cg_tensor *const *grad_outputs,
+                      int n_in, cg_tensor *const *inputs, const cg_grad_opts *opts,
+                      cg_tensor **grads);
+/* loss.backward(create_graph=True): cg_backward whose gradients, added
+ * into each leaf's .grad, have a graph (opts NULL: cg_backward's
+ * defaults). allow_unused has no meaning here. */
+bool cg_backward_ex(cg_tensor *root, const cg_tensor *grad_root, const cg_grad_opts *opts);
+/* A user-defined op whose backward is written with differentiable ops
+ * (cg_add, cg_mul, ...) rather than raw kernels: a backward with
+ * create_graph runs it with grad mode on, so its gradients are
+ * differentiable too. */
+void cg_node_set_backward_differentiable(cg_node *n, bool on);
+
 /* Grad mode: ops record nodes only while it is on (the default). Scopes
  * nest: cg_no_grad_begin() ... cg_no_grad_end(). */
 void cg_no_grad_begin(void);
 void cg_no_grad_end(void);
 bool cg_grad_enabled(void);
+/* torch.enable_grad(): grad mode on from cg_enable_grad_begin() to its
+ * cg_enable_grad_end(), inside a no-grad scope too (a gradient penalty
+ * computed where the caller turned grad mode off); the end puts back what
+ * the begin found. Nested up to 64 deep per thread (deeper: refused, one
+ * line, grad mode as it was). */
+bool cg_enable_grad_begin(void);
+void cg_enable_grad_end(void);
 
 /* Mark a leaf as requiring gradient (false: stop). Returns t. A tensor
  * produced by an op cannot be changed, nor can an int or bool tensor be

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/graph_impl.h"
+#include "autograd/engine_impl.h"
+#include "autograd/ops.h"
 #include "core/ops.h"
 
 /* -------------------------------------------------------- backward hook */
@@ -20,6 +21,8 @@ void cg_set_backward_hook(cg_backward_hook_fn fn, void *ctx)
     g_bw_hook = fn;
     g_bw_hook_ctx = ctx;
 }
+
+bool cg_backward_hook_on(void) { return g_bw_hook != NULL; }
 
 /* ---------------------------------------------------- topological order */
 static uint64_t g_epoch; /* atomic; marks are epochs: no clearing pass needed */
@@ -192,59 +195,70 @@ static void unclaim(node_vec *claimed)
  * node entered is claimed for this thread (*claimed: give them back with
  * unclaim); one that another thread's backward walks ends the sort:
  * false, *busy set (else NULL: out of memory). */
-static bool topo_sort(cg_node *root, node_vec *order, freed_edge *freed, node_vec *claimed,
-                      cg_node **busy)
+/* The walk's nodes (roots: nroots of them, each entered once whatever
+ * their number) in topological order. The inputs of a node in stops
+ * (sorted, nstops) are not entered: a recomputation's stand-ins, below
+ * which lies a graph its walk does not need. */
+static bool topo_sort(cg_node *const *roots, int nroots, const void *const *stops, size_t nstops,
+                      node_vec *order, freed_edge *freed, node_vec *claimed, cg_node **busy)
 {
     uint64_t epoch = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELAXED);
     node_vec stack = {0};
     size_t *next = NULL, next_cap = 0;
     bool ok = true;
     *busy = NULL;
-    if (!claim(root, claimed, busy))
-        return false;
-    root->mark = epoch;
-    if (!vec_push(&stack, root))
-        return false;
     next = malloc(64 * sizeof *next);
     next_cap = 64;
-    if (!next) {
-        free(stack.v);
+    if (!next)
         return false;
-    }
-    next[0] = 0;
-    while (stack.n && ok) {
-        cg_node *n = stack.v[stack.n - 1];
-        size_t *i = &next[stack.n - 1];
-        if (*i < (size_t)n->n_inputs) {
-            int idx = (int)(*i)++;
-            cg_tensor *in = n->inputs[idx];
-            cg_node *c = in ? in->node : NULL;
-            if (c && c->freed) {
-                if (freed && !freed->node && in->requires_grad)
-                    *freed = (freed_edge){c, n, idx};
-            } else if (c && !claim(c, claimed, busy)) {
-                ok = false;
-            } else if (c && c->mark != epoch) {
-                c->mark = epoch;
-                if (!vec_push(&stack, c)) {
+    for (int r = 0; ok && r < nroots; r++) {
+        cg_node *root = roots[r];
+        if (root->mark == epoch)
+            continue;
+        if (!claim(root, claimed, busy)) {
+            ok = false;
+            break;
+        }
+        root->mark = epoch;
+        if (!vec_push(&stack, root)) {
+            ok = false;
+            break;
+        }
+        next[0] = cg_ptr_in(stops, nstops, root) ? (size_t)root->n_inputs : 0;
+        while (stack.n && ok) {
+            cg_node *n = stack.v[stack.n - 1];
+            size_t *i = &next[stack.n - 1];
+            if (*i < (size_t)n->n_inputs) {
+                int idx = (int)(*i)++;
+                cg_tensor *in = n->inputs[idx];
+                cg_node *c = in ? in->node : NULL;
+                if (c && c->freed) {
+                    if (freed && !freed->node && in->requires_grad)
+                        *freed = (freed_edge){c, n, idx};
+                } else if (c && !claim(c, claimed, busy)) {
                     ok = false;
-                    break;
-                }
-                if (stack.n > next_cap) {
-                    size_t *p = realloc(next, 2 * next_cap * sizeof *p);
-                    if (!p) {
+                } else if (c && c->mark != epoch) {
+                    c->mark = epoch;
+                    if (!vec_push(&stack, c)) {
                         ok = false;
                         break;
                     }
-                    next = p;
-                    next_cap *= 2;
+                    if (stack.n > next_cap) {
+                        size_t *p = realloc(next, 2 * next_cap * sizeof *p);
+                        if (!p) {
+                            ok = false;
+                            break;
+                        }
+                        next = p;
+                        next_cap *= 2;
+                    }
+                    next[stack.n - 1] = cg_ptr_in(stops, nstops, c) ? (size_t)c->n_inputs : 0;
                 }
-                next[stack.n - 1] = 0;
+            } else {
+                if (!vec_push(order, n))
+                    ok = false;
+                stack.n--;
             }
-        } else {
-            if (!vec_push(order, n))
-                ok = false;
-            stack.n--;
         }
     }
     free(stack.v);
@@ -258,234 +272,11 @@ int64_t cg_graph_size(const cg_tensor *t)
         return 0;
     node_vec order = {0}, claimed = {0};
     cg_node *busy;
-    int64_t n = topo_sort(t->node, &order, NULL, &claimed, &busy) ? (int64_t)order.n : -1;
+    cg_node *root = t->node;
+    int64_t n = topo_sort(&root, 1, NULL, 0, &order, NULL, &claimed, &busy) ? (int64_t)order.n : -1;
     unclaim(&claimed);
     free(order.v);
     return n;
-}
-
-/* -------------------------------------------------------- accumulation */
-/* Reduce g to shape (ndim, shape) if it is a broadcast of it; g (consumed)
- * must be a float tensor. NULL + error otherwise. */
-static cg_tensor *fit_to_shape(cg_node *n, int idx, cg_tensor *g, const cg_tensor *input)
-{
-    if (!cg_dtype_is_float(g->dtype)) { /* rounding it to the input's dtype would hide it */
-        cg_set_error("backward of %s: gradient %d is %s; a gradient must be a float tensor "
-                     "(float32, bfloat16 or float16)",
-                     cg_node_name(n), idx, cg_dtype_name(g->dtype));
-        cg_release(g);
-        return NULL;
-    }
-    if (g->ndim == input->ndim && cg_same_shape(g, input))
-        return g;
-    int64_t bshape[CG_MAX_DIMS];
-    int nd =
-        cg_broadcast_shapes(cg_node_name(n), input->ndim, input->shape, g->ndim, g->shape, bshape);
-    bool ok = nd == g->ndim;
-    for (int i = 0; ok && i < nd; i++)
-        ok = bshape[i] == g->shape[i];
-    if (!ok) {
-        char b1[96], b2[96];
-        cg_set_error("backward of %s: gradient %d has shape %s, which does not reduce to the "
-                     "input shape %s",
-                     cg_node_name(n), idx, cg_shape_str(g, b1, sizeof b1),
-                     cg_shape_str(input, b2, sizeof b2));
-        cg_release(g);
-        return NULL;
-    }
-    cg_tensor *r = cg_k_sum_to_shape(g, input->ndim, input->shape);
-    cg_release(g);
-    return r;
-}
-
-/* A gradient has its input's dtype (PyTorch's validate_outputs): a
- * backward computed in float32 for a bfloat16 input is rounded to
- * bfloat16 here, and cg_to's backward is the identity. g is consumed. */
-static cg_tensor *to_input_dtype(cg_tensor *g, const cg_tensor *input)
-{
-    if (!g || g->dtype == input->dtype)
-        return g;
-    cg_tensor *r = cg_k_to(g, input->dtype);
-    cg_release(g);
-    return r;
-}
-
-/* *slot += g (g consumed). Adds in place only into a contiguous tensor whose
- * storage nobody else shares. A leaf's .grad (private = true) must own its
- * storage outright, because optimizers and clipping update it in place; a
- * node's gradient is internal to the engine and may share storage (the two
- * inputs of an add receive the same tensor), which saves a copy per use. */
-static bool accumulate_unlocked(cg_tensor **slot, cg_tensor *g, bool private)
-{
-    if (!*slot) {
-        bool owned =
-            g->refcount == 1 && g->storage->refcount == 1 && cg_is_contiguous(g) && !g->node;
-        if (owned || (!private && !g->node)) {
-            *slot = private ? cg_hold_shared(g) : g; /* a leaf's gradient outlives scopes */
-            return true;
-        }
-        *slot = cg_k_clone(g);
-        cg_release(g);
-        if (private)
-            cg_hold_shared(*slot);
-        return *slot != NULL;
-    }
-    cg_tensor *s = *slot;
-    bool ok;
-    if (s->storage->refcount == 1 && s->refcount == 1 && cg_is_contiguous(s)) {
-        ok = cg_k_add_(s, g);
-    } else {
-        cg_tensor *sum = cg_k_add(s, g);
-        ok = sum != NULL;
-        if (ok) {
-            if (private) {
-                cg_unhold(s);
-                cg_hold_shared(sum);
-            }
-            cg_release(s);
-            *slot = sum;
-        }
-    }
-    cg_release(g);
-    return ok;
-}
-
-/* A leaf's .grad may be shared by threads that run backwards through one
- * model at once (Hogwild-style): accumulation into it is locked, as
- * PyTorch's AccumulateGrad locks. One of 64 mutexes, picked by the slot's
- * address; a node's gradient is private to its backward and needs none. */
-enum { GRAD_LOCKS = 64 };
-static pthread_mutex_t g_grad_locks[GRAD_LOCKS];
-static pthread_once_t g_grad_locks_once = PTHREAD_ONCE_INIT;
-
-static void grad_locks_init(void)
-{
-    for (int i = 0; i < GRAD_LOCKS; i++)
-        pthread_mutex_init(&g_grad_locks[i], NULL);
-}
-
-static pthread_mutex_t *grad_lock(cg_tensor *const *slot)
-{
-    pthread_once(&g_grad_locks_once, grad_locks_init);
-    return &g_grad_locks[((uintptr_t)slot >> 4) % GRAD_LOCKS];
-}
-
-/* The node whose backward runs now on this thread (cg_node_grad_acc
- * offers gradients only to it; a recomputed block's inner backward, run
- * from inside a node's, puts it back when done), and the leaf's gradient
- * handed to that backward with the leaf's lock, held until the backward
- * returns: at most one leaf a backward, so that a thread holding one lock
- * never waits for another. */
-static _Thread_local const cg_node *g_running;
-typedef struct {
-    const cg_tensor *grad;
-    pthread_mutex_t *mu;
-} handed_leaf;
-static _Thread_local handed_leaf g_handed;
-
-/* Lock the leaf gradient at slot: its mutex, or NULL when this thread
- * holds it already (a walk run from inside a backward it was handed to);
- * leaf_unlock takes what leaf_lock gave. */
-static pthread_mutex_t *leaf_lock(cg_tensor *const *slot)
-{
-    pthread_mutex_t *mu = grad_lock(slot);
-    if (mu == g_handed.mu)
-        return NULL;
-    pthread_mutex_lock(mu);
-    return mu;
-}
-
-static void leaf_unlock(pthread_mutex_t *mu)
-{
-    if (mu)
-        pthread_mutex_unlock(mu);
-}
-
-static bool accumulate(cg_tensor **slot, cg_tensor *g, bool private)
-{
-    if (!private)
-        return accumulate_unlocked(slot, g, false);
-    pthread_mutex_t *mu = leaf_lock(slot);
-    bool ok = accumulate_unlocked(slot, g, true);
-    leaf_unlock(mu);
-    return ok;
-}
-
-/* Can s, the gradient that input in already has, take a sum in place? */
-static bool acc_fits(const cg_tensor *s, const cg_tensor *in)
-{
-    return s && !s->node && s->dtype == in->dtype && cg_same_shape(s, in) && cg_is_contiguous(s) &&
-           __atomic_load_n(&s->refcount, __ATOMIC_RELAXED) == 1 &&
-           __atomic_load_n(&s->storage->refcount, __ATOMIC_RELAXED) == 1;
-}
-
-cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
-{
-    if (!n || n != g_running || g_bw_hook || !cg_node_needs_grad(n, i))
-        return NULL;
-    cg_tensor *in = n->inputs[i];
-    if (in->node && in->node->freed)
-        return NULL;
-    for (int j = 0; j < n->n_inputs; j++) { /* x op x: both gradients go to one tensor */
-        const cg_tensor *o = n->inputs[j];  /* NULL: an optional input left out */
-        if (j != i && o && (o == in || (in->node && o->node == in->node)))
-            return NULL;
-    }
-    if (in->node)
-        return acc_fits(in->node->grad, in) ? in->node->grad : NULL;
-    if (g_handed.mu) /* one leaf a backward */
-        return NULL;
-    pthread_mutex_t *mu = leaf_lock(&in->grad);
-    if (!acc_fits(in->grad, in)) {
-        leaf_unlock(mu);
-        return NULL;
-    }
-    g_handed = (handed_leaf){in->grad, mu};
-    return in->grad;
-}
-
-/* After n's backward: the references to the leaf's gradient it handed
- * back in gv are given back (the engine adds nothing), then the leaf's
- * lock: no other thread sees the gradient held twice, and so none is
- * refused it. */
-static void handed_back(const cg_node *n, cg_tensor **gv)
-{
-    for (int i = 0; g_handed.grad && i < n->n_inputs; i++) {
-        if (gv[i] && gv[i] == g_handed.grad && !n->inputs[i]->node) {
-            cg_release(gv[i]);
-            gv[i] = NULL;
-        }
-    }
-    leaf_unlock(g_handed.mu);
-    g_handed = (handed_leaf){0};
-}
-
-cg_tensor *cg_grad_take(cg_tensor *in)
-{
-    if (in->node) {
-        cg_tensor *g = in->node->grad;
-        if (!g || !cg_same_shape(g, in))
-            return NULL;
-        in->node->grad = NULL;
-        return cg_hold(g);
-    }
-    pthread_mutex_t *mu = leaf_lock(&in->grad);
-    cg_tensor *g = in->grad;
-    if (g && cg_same_shape(g, in))
-        in->grad = NULL;
-    else
-        g = NULL;
-    leaf_unlock(mu);
-    return g;
-}
-
-void cg_grad_drop(cg_tensor *t)
-{
-    pthread_mutex_t *mu = leaf_lock(&t->grad);
-    cg_tensor *g = t->grad;
-    t->grad = NULL;
-    leaf_unlock(mu);
-    cg_release_held(g);
 }
 
 /* The version check: a tensor the backward will read must hold the values
@@ -534,14 +325,15 @@ static bool versions_unchanged(const node_vec *order)
     return true;
 }
 
-/* root's graph in topological order, checked before anything is computed,
- * so that a refusal changes no gradient: no part of it freed by an earlier
- * backward, no tensor a backward reads written in place. False + error. */
-static bool sort_and_check(cg_node *root, node_vec *order, node_vec *claimed)
+/* The walk's graph in topological order (sorted from every root node;
+ * below a node of stops, nothing): no part of it freed by an earlier
+ * backward. False + error. */
+static bool sort_graph(cg_node *const *roots, int nroots, const void *const *stops, size_t nstops,
+                       node_vec *order, node_vec *claimed)
 {
     freed_edge freed = {0};
     cg_node *busy;
-    if (!topo_sort(root, order, &freed, claimed, &busy)) {
+    if (!topo_sort(roots, nroots, stops, nstops, order, &freed, claimed, &busy)) {
         if (busy)
             cg_set_error("backward: another thread is running a backward through part of this "
                          "graph (its node '%s'); backwards that share part of a graph must not "
@@ -567,154 +359,395 @@ static bool sort_and_check(cg_node *root, node_vec *order, node_vec *claimed)
                      cg_shape_str(freed.user->inputs[freed.input], shp, sizeof shp));
         return false;
     }
-    return versions_unchanged(order);
+    return true;
 }
 
-static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph);
+/* The backward a walk with create_graph runs for n: the op's
+ * differentiable one (grad2.c), or a user-defined op's own when it
+ * composes differentiable ops; NULL when there is none. */
+static cg_backward_fn graph_backward(const cg_node *n)
+{
+    if (n->bw_composes)
+        return n->backward;
+    return cg_graph_backward_of(n->op);
+}
+
+/* ------------------------------------------------------------ the walk */
+static bool walk_impl(const cg_walk_args *a);
+
+bool cg_walk(const cg_walk_args *a)
+{
+    const bool no_acc = cg_no_acc;
+    const int mode = a->create ? cg_grad_mode_enter(true) : 0;
+    cg_no_acc = no_acc || a->create || a->capture;
+    g_bw_depth++;
+    bool ok = walk_impl(a);
+    g_bw_depth--;
+    cg_no_acc = no_acc;
+    if (a->create)
+        cg_grad_mode_leave(mode);
+    return ok;
+}
 
 bool cg_backward(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
+{
+    return cg_backward_ex(root, grad_root, &(cg_grad_opts){.retain_graph = retain_graph});
+}
+
+bool cg_backward_ex(cg_tensor *root, const cg_tensor *grad_root, const cg_grad_opts *opts)
 {
     if (cg_debug_enabled() &&
         (!cg_lifetime_use_ok(root, "cg_backward") || !cg_lifetime_use_ok(grad_root, "cg_backward")))
         return false; /* a freed root or gradient (the checked mode): named */
-    g_bw_depth++;
-    bool ok = backward_impl(root, grad_root, retain_graph);
-    g_bw_depth--;
+    if (!root)
+        return cg_error_null_input("cg_backward");
+    const cg_grad_opts o = opts ? *opts : (cg_grad_opts){0};
+    const cg_tensor *gr = grad_root;
+    cg_walk_args a = {.n_roots = 1,
+                      .roots = &root,
+                      .grads = (cg_tensor *const *)&gr,
+                      .retain = o.retain_graph || o.create_graph,
+                      .create = o.create_graph,
+                      .who = "backward"};
+    return cg_walk(&a);
+}
+
+bool cg_autograd_grad(int n_out, cg_tensor *const *outputs, cg_tensor *const *grad_outputs,
+                      int n_in, cg_tensor *const *inputs, const cg_grad_opts *opts,
+                      cg_tensor **grads)
+{
+    if (n_out < 1 || n_in < 1) {
+        cg_set_error("autograd_grad: needs at least one output and one input (got %d and %d)",
+                     n_out, n_in);
+        return false;
+    }
+    if (!outputs || !inputs || !grads)
+        return cg_error_null_input("cg_autograd_grad");
+    for (int i = 0; i < n_in; i++)
+        grads[i] = NULL;
+    for (int i = 0; i < n_out; i++)
+        if (cg_debug_enabled() &&
+            (!cg_lifetime_use_ok(outputs[i], "cg_autograd_grad") ||
+             (grad_outputs && !cg_lifetime_use_ok(grad_outputs[i], "cg_autograd_grad"))))
+            return false;
+    for (int i = 0; i < n_in; i++) {
+        if (!inputs[i])
+            return cg_error_null_input("cg_autograd_grad");
+        if (cg_debug_enabled() && !cg_lifetime_use_ok(inputs[i], "cg_autograd_grad"))
+            return false;
+        if (!inputs[i]->requires_grad) {
+            cg_set_error("autograd_grad: input %d does not require grad", i);
+            return false;
+        }
+    }
+    const cg_grad_opts o = opts ? *opts : (cg_grad_opts){0};
+    cg_walk_args a = {.n_roots = n_out,
+                      .roots = outputs,
+                      .grads = grad_outputs,
+                      .retain = o.retain_graph || o.create_graph,
+                      .create = o.create_graph,
+                      .capture = true,
+                      .n_targets = n_in,
+                      .targets = inputs,
+                      .captured = grads,
+                      .allow_unused = o.allow_unused,
+                      .who = "autograd_grad"};
+    return cg_walk(&a);
+}
+
+void cg_node_set_backward_differentiable(cg_node *n, bool on)
+{
+    if (n)
+        n->bw_composes = on;
+}
+
+/* The seed of root r: its grad_outputs' (converted to its dtype: with
+ * create_graph differentiably, else a copy the walk may add into), or
+ * ones for a one-element root. NULL + error. */
+static cg_tensor *seed(const cg_walk_args *a, int r)
+{
+    const cg_tensor *root = a->roots[r], *gr = a->grads ? a->grads[r] : NULL;
+    const char *who = a->who;
+    char at[32] = "";
+    if (a->n_roots > 1)
+        snprintf(at, sizeof at, " (output %d)", r);
+    if (!root->requires_grad) {
+        cg_set_error("%s: the tensor%s does not require grad (no input of its graph "
+                     "requires grad, or it was computed under no-grad)",
+                     who, at);
+        return NULL;
+    }
+    if (root->node && root->node->freed) {
+        cg_set_error("%s: the graph%s was already freed by an earlier backward "
+                     "(pass retain_graph to backward twice)",
+                     who, at);
+        return NULL;
+    }
+    if (gr) {
+        if (!cg_same_shape(gr, root)) {
+            char b1[96], b2[96];
+            cg_set_error("%s: gradient shape %s differs from the tensor's shape %s%s", who,
+                         cg_shape_str(gr, b1, sizeof b1), cg_shape_str(root, b2, sizeof b2), at);
+            return NULL;
+        }
+        if (a->create)
+            return cg_to(gr, root->dtype);
+        return gr->dtype == root->dtype ? cg_k_clone(gr) : cg_k_to(gr, root->dtype);
+    }
+    if (cg_numel(root) != 1) {
+        char b[96];
+        cg_set_error("%s: without an explicit gradient the tensor%s must have one element "
+                     "(shape %s)",
+                     who, at, cg_shape_str(root, b, sizeof b));
+        return NULL;
+    }
+    return cg_full_dtype(root->dtype, root->ndim, root->shape, 1.0);
+}
+
+/* The first target that is t, or -1 */
+static int target_of(const cg_walk_args *a, const cg_tensor *t)
+{
+    for (int j = 0; j < a->n_targets; j++)
+        if (a->targets[j] == t)
+            return j;
+    return -1;
+}
+
+/* Input in's share g (consumed) of a walk's gradient: into a target's
+ * slot (capture), a leaf's .grad, or the node that made in. */
+static bool deliver(const cg_walk_args *a, cg_tensor *in, cg_tensor *g)
+{
+    if (!in->node) {
+        if (a->capture) {
+            int j = target_of(a, in);
+            if (j < 0) { /* a leaf no live edge leads to: cannot happen, dropped */
+                cg_release(g);
+                return true;
+            }
+            return a->create ? cg_acc_graph(&a->captured[j], g)
+                             : cg_accumulate_unlocked(&a->captured[j], g, false);
+        }
+        return a->create ? cg_acc_leaf_graph(&in->grad, g) : cg_accumulate(&in->grad, g, true);
+    }
+    return a->create ? cg_acc_graph(&in->node->grad, g) : cg_accumulate(&in->node->grad, g, false);
+}
+
+/* A capture's gradients as the caller gets them: each its own (a copy
+ * where the walk shared it; with create_graph as computed), a target
+ * named twice given the same, and an input no gradient reached refused
+ * unless allow_unused. */
+static bool captured_final(const cg_walk_args *a)
+{
+    for (int j = 0; j < a->n_targets; j++) {
+        const int f = target_of(a, a->targets[j]);
+        cg_tensor *g = a->captured[f];
+        if (f != j) {
+            a->captured[j] = g ? cg_retain(g) : NULL;
+        } else if (g && !a->create &&
+                   (g->refcount > 1 || g->storage->refcount > 1 || !cg_is_contiguous(g))) {
+            cg_tensor *c = cg_k_clone(g);
+            if (!c)
+                return false;
+            cg_release(g);
+            a->captured[j] = c;
+        }
+    }
+    for (int j = 0; j < a->n_targets; j++) {
+        if (!a->captured[j] && !a->allow_unused) {
+            cg_set_error("%s: input %d was not used in computing the outputs (no gradient "
+                         "reaches it); allow_unused gives it NULL",
+                         a->who, j);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* n's backward, and its gradients delivered to its inputs */
+static bool run_node(const cg_walk_args *a, cg_node *n)
+{
+    cg_tensor *gin[16] = {0};
+    cg_tensor **gv = n->n_inputs <= 16 ? gin : calloc((size_t)n->n_inputs, sizeof *gv);
+    if (!gv) {
+        cg_set_error("backward: out of memory");
+        return false;
+    }
+    unsigned long serial = cg_error_serial();
+    const cg_node *outer = cg_running_node;
+    /* a walk run from inside a backward that holds a leaf's lock (a
+     * recomputed block's) hands over no leaf's gradient */
+    const bool outer_holds = cg_leaf_handed();
+    cg_running_node = n;
+    bool ok = (a->create ? graph_backward(n) : n->backward)(n, n->grad, gv);
+    cg_running_node = outer;
+    if (!ok && cg_error_serial() == serial) /* no message of its own: never a stale one */
+        cg_set_error("backward of %s failed without recording a reason", cg_node_name(n));
+    if (ok && g_bw_hook)
+        g_bw_hook(g_bw_hook_ctx, n, gv);
+    for (int i = 0; ok && n->name && i < n->n_inputs; i++) {
+        if (cg_node_needs_grad(n, i) && !gv[i]) {
+            cg_set_error("backward of %s gave no gradient for input %d, which needs one",
+                         cg_node_name(n), i);
+            ok = false;
+        }
+    }
+    if (!outer_holds)
+        cg_handed_back(n, gv);
+    for (int i = 0; i < n->n_inputs; i++) {
+        cg_tensor *g = gv[i];
+        if (!g)
+            continue;
+        cg_tensor *in = n->inputs[i];
+        if (!ok || !cg_node_needs_grad(n, i) || (in->node && g == in->node->grad)) {
+            cg_release(g); /* or added into the input's gradient: cg_node_grad_acc */
+            continue;
+        }
+        g = cg_to_input_dtype(cg_fit_to_shape(n, i, g, in, a->create), in, a->create);
+        if (!g) {
+            ok = false;
+            continue;
+        }
+        if (in->node && in->node->freed) { /* checked above: only a backward run from
+                                              inside this one frees it */
+            cg_release(g);
+            cg_set_error("backward: the node of '%s' that input %d of '%s' comes from was "
+                         "freed while this backward ran",
+                         cg_node_name(in->node), i, cg_node_name(n));
+            ok = false;
+        } else {
+            ok = deliver(a, in, g);
+        }
+    }
+    if (gv != gin)
+        free(gv);
     return ok;
 }
 
-static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool retain_graph)
+/* The checks, before anything is computed (a refusal changes no
+ * gradient): what the running backwards read is as they saved it,
+ * and with create_graph each has a differentiable backward. */
+static bool walk_checks(const cg_walk_args *a, const node_vec *order, const cg_walk_plan *plan)
 {
-    if (!root)
-        return cg_error_null_input("cg_backward");
-    if (!root->requires_grad) {
-        cg_set_error("backward: the tensor does not require grad (no input of its graph "
-                     "requires grad, or it was computed under no-grad)");
-        return false;
-    }
-    cg_tensor *g0;
-    if (grad_root) {
-        if (!cg_same_shape(grad_root, root)) {
-            char b1[96], b2[96];
-            cg_set_error("backward: gradient shape %s differs from the tensor's shape %s",
-                         cg_shape_str(grad_root, b1, sizeof b1), cg_shape_str(root, b2, sizeof b2));
-            return false;
+    node_vec runs = {0};
+    bool ok = true;
+    for (size_t k = 0; ok && k < order->n; k++)
+        if (!a->capture || plan->run[k])
+            ok = vec_push(&runs, order->v[k]) || (cg_set_error("%s: out of memory", a->who), false);
+    ok = ok && versions_unchanged(&runs);
+    for (size_t k = 0; ok && a->create && k < runs.n; k++) {
+        if (!graph_backward(runs.v[k])) {
+            cg_set_error("%s with create_graph: '%s' has no differentiable backward yet "
+                         "(docs/autograd.md, \"Gradients of gradients\", lists the ops that "
+                         "have one)",
+                         a->who, cg_node_name(runs.v[k]));
+            ok = false;
         }
-        g0 = grad_root->dtype == root->dtype ? cg_k_clone(grad_root)
-                                             : cg_k_to(grad_root, root->dtype);
-    } else {
-        if (cg_numel(root) != 1) {
-            char b[96];
-            cg_set_error("backward: without an explicit gradient the tensor must have one "
-                         "element (shape %s)",
-                         cg_shape_str(root, b, sizeof b));
-            return false;
-        }
-        g0 = cg_full_dtype(root->dtype, root->ndim, root->shape, 1.0);
     }
-    if (!g0)
-        return false;
-    if (!root->node) { /* a leaf */
-        bool ok = accumulate(&root->grad, g0, true);
-        ready_hook *h = ok && g_bw_depth == 1 ? ready_find(root) : NULL;
+    free(runs.v);
+    return ok;
+}
+
+/* The walk's nodes from its nrn root nodes, below its stops nothing */
+static bool walk_sort(const cg_walk_args *a, cg_node *const *rn, int nrn, node_vec *order,
+                      node_vec *claimed)
+{
+    const void **stops = NULL;
+    bool ok = true;
+    if (a->n_stops) {
+        stops = malloc((size_t)a->n_stops * sizeof *stops);
+        if (!stops)
+            return cg_set_error("%s: out of memory", a->who), false;
+        for (int i = 0; i < a->n_stops; i++)
+            stops[i] = a->stops[i];
+        qsort(stops, (size_t)a->n_stops, sizeof *stops, cg_ptr_cmp);
+    }
+    ok = sort_graph(rn, nrn, stops, stops ? (size_t)a->n_stops : 0, order, claimed);
+    free(stops);
+    return ok;
+}
+
+static bool walk_impl(const cg_walk_args *a)
+{
+    const int nr = a->n_roots;
+    cg_tensor **g0 = calloc((size_t)nr, sizeof *g0);
+    cg_node **rn = calloc((size_t)nr, sizeof *rn);
+    node_vec order = {0}, claimed = {0};
+    cg_walk_plan plan = {0};
+    bool ok = g0 && rn, held = false;
+    int nrn = 0;
+    if (!ok)
+        cg_set_error("%s: out of memory", a->who);
+    for (int r = 0; ok && r < nr; r++) {
+        if (!a->roots[r])
+            ok = cg_error_null_input(a->who);
+        else if (!(g0[r] = seed(a, r)))
+            ok = false;
+        else if (a->roots[r]->node)
+            rn[nrn++] = a->roots[r]->node;
+    }
+    /* a leaf root's gradient is its seed */
+    for (int r = 0; ok && r < nr; r++) {
+        cg_tensor *root = a->roots[r];
+        if (root->node)
+            continue;
+        cg_tensor *g = g0[r];
+        g0[r] = NULL;
+        if (a->capture && target_of(a, root) < 0) {
+            cg_release(g);
+            continue;
+        }
+        ok = deliver(a, root, g);
+        ready_hook *h = ok && !a->capture && g_bw_depth == 1 ? ready_find(root) : NULL;
         if (h)
             h->fn(h->ctx, root);
-        return ok;
     }
-    if (root->node->freed) {
-        cg_release(g0);
-        cg_set_error("backward: the graph was already freed by an earlier backward "
-                     "(pass retain_graph to backward twice)");
-        return false;
-    }
-    node_vec order = {0}, claimed = {0};
-    if (!sort_and_check(root->node, &order, &claimed)) {
-        unclaim(&claimed);
-        free(order.v);
-        cg_release(g0);
-        return false;
-    }
+    ok = ok && (!nrn || walk_sort(a, rn, nrn, &order, &claimed));
+    if (ok && nrn && a->capture)
+        ok = cg_plan_make(&plan, order.v, order.n, a->n_targets, a->targets);
+    ok = ok && walk_checks(a, &order, &plan);
     /* As PyTorch does, unless the graph is to be kept, what a node kept for
      * its backward goes as soon as the backward has run, not when the walk
      * ends: a layer's activations are freed as the gradient passes below
      * it, and the backward's own buffers never add to all of them. The walk
      * holds every node of its order until the end (a node whose last user
      * has gone waits for its turn). */
-    for (size_t k = 0; k < order.n; k++)
-        cg_node_hold(order.v[k]);
-    bool ok = accumulate(&root->node->grad, g0, false);
-    bool hooks = ready_count(&order);
+    if (ok) {
+        for (size_t k = 0; k < order.n; k++)
+            cg_node_hold(order.v[k]);
+        held = true;
+    }
+    for (int r = 0; ok && r < nr; r++) {
+        if (g0[r]) {
+            cg_tensor *g = g0[r];
+            g0[r] = NULL;
+            ok = a->create ? cg_acc_graph(&a->roots[r]->node->grad, g)
+                           : cg_accumulate(&a->roots[r]->node->grad, g, false);
+        }
+    }
+    bool hooks = ok && held && !a->capture && ready_count(&order);
     /* order has inputs before users: walk it backwards. */
     for (size_t k = order.n; ok && k-- > 0;) {
         cg_node *n = order.v[k];
-        if (!n->grad) { /* no gradient reached this node */
+        if (a->capture && plan.target[k] && n->grad) { /* a target's gradient is final */
+            for (int j = 0; j < a->n_targets; j++)
+                if (a->targets[j]->node == n && target_of(a, a->targets[j]) == j)
+                    a->captured[j] = cg_retain(n->grad);
+        }
+        if (!n->grad || (a->capture && !plan.run[k])) { /* nothing to pass on */
+            cg_release(n->grad);
+            n->grad = NULL;
             if (hooks)
                 ready_node_done(n);
-            if (!retain_graph)
+            if (!a->retain && !a->capture) /* autograd.grad frees what it ran, as PyTorch */
                 cg_node_drop_refs(n);
             continue;
         }
-        cg_tensor *gin[16] = {0};
-        cg_tensor **gv = n->n_inputs <= 16 ? gin : calloc((size_t)n->n_inputs, sizeof *gv);
-        if (!gv) {
-            cg_set_error("backward: out of memory");
-            ok = false;
-            break;
-        }
-        unsigned long serial = cg_error_serial();
-        const cg_node *outer = g_running;
-        /* a walk run from inside a backward that holds a leaf's lock (a
-         * recomputed block's) hands over no leaf's gradient */
-        const bool outer_holds = g_handed.mu;
-        g_running = n;
-        ok = n->backward(n, n->grad, gv);
-        g_running = outer;
-        if (!ok && cg_error_serial() == serial) /* no message of its own: never a stale one */
-            cg_set_error("backward of %s failed without recording a reason", cg_node_name(n));
-        if (ok && g_bw_hook)
-            g_bw_hook(g_bw_hook_ctx, n, gv);
-        for (int i = 0; ok && n->name && i < n->n_inputs; i++) {
-            if (cg_node_needs_grad(n, i) && !gv[i]) {
-                cg_set_error("backward of %s gave no gradient for input %d, which needs one",
-                             cg_node_name(n), i);
-                ok = false;
-            }
-        }
-        if (!outer_holds)
-            handed_back(n, gv);
-        for (int i = 0; i < n->n_inputs; i++) {
-            cg_tensor *g = gv[i];
-            if (!g)
-                continue;
-            cg_tensor *in = n->inputs[i];
-            if (!ok || !cg_node_needs_grad(n, i) || (in->node && g == in->node->grad)) {
-                cg_release(g); /* or added into the input's gradient: cg_node_grad_acc */
-                continue;
-            }
-            g = to_input_dtype(fit_to_shape(n, i, g, in), in);
-            if (!g) {
-                ok = false;
-                continue;
-            }
-            if (!in->node) {
-                ok = accumulate(&in->grad, g, true);
-            } else if (!in->node->freed) {
-                ok = accumulate(&in->node->grad, g, false);
-            } else { /* checked above: only a backward run from inside this one frees it */
-                cg_release(g);
-                cg_set_error("backward: the node of '%s' that input %d of '%s' comes from was "
-                             "freed while this backward ran",
-                             cg_node_name(in->node), i, cg_node_name(n));
-                ok = false;
-            }
-        }
-        if (gv != gin)
-            free(gv);
+        ok = run_node(a, n);
         cg_release(n->grad);
         n->grad = NULL;
         if (hooks && ok)
             ready_node_done(n);
-        if (ok && !retain_graph)
+        if (ok && !a->retain)
             cg_node_drop_refs(n);
     }
     /* Drop leftover gradients (after a failure) and, unless asked to keep it,
@@ -723,12 +756,25 @@ static bool backward_impl(cg_tensor *root, const cg_tensor *grad_root, bool reta
         cg_node *n = order.v[k];
         cg_release(n->grad);
         n->grad = NULL;
-        if (!retain_graph)
+        if (held && !a->retain && (!a->capture || plan.run[k]))
             cg_node_drop_refs(n);
     }
+    cg_plan_restore(&plan, order.v, order.n);
+    cg_plan_free(&plan);
     unclaim(&claimed);
-    for (size_t k = 0; k < order.n; k++)
+    for (size_t k = 0; held && k < order.n; k++)
         cg_node_unhold(order.v[k]);
     free(order.v);
+    for (int r = 0; g0 && r < nr; r++)
+        cg_release(g0[r]);
+    free(g0);
+    free(rn);
+    if (a->capture)
+        ok = ok && captured_final(a);
+    if (!ok && a->capture)
+        for (int j = 0; j < a->n_targets; j++) {
+            cg_release(a->captured[j]);
+            a->captured[j] = NULL;
+        }
     return ok;
 }

@@ -33,6 +33,30 @@ static _Thread_local int g_no_grad_depth;
 void cg_no_grad_begin(void) { g_no_grad_depth++; }
 void cg_no_grad_end(void) { g_no_grad_depth -= g_no_grad_depth > 0; } /* never below 0 */
 bool cg_grad_enabled(void) { return g_no_grad_depth == 0; }
+int cg_grad_mode_enter(bool on)
+{
+    const int saved = g_no_grad_depth;
+    g_no_grad_depth = on ? 0 : saved + 1;
+    return saved;
+}
+void cg_grad_mode_leave(int saved) { g_no_grad_depth = saved; }
+
+enum { ENABLE_GRAD_DEPTH = 64 };
+static _Thread_local int g_enable_saved[ENABLE_GRAD_DEPTH], g_enable_depth;
+bool cg_enable_grad_begin(void)
+{
+    if (g_enable_depth == ENABLE_GRAD_DEPTH) {
+        cg_set_error("enable_grad: nested more than %d deep", ENABLE_GRAD_DEPTH);
+        return false;
+    }
+    g_enable_saved[g_enable_depth++] = cg_grad_mode_enter(true);
+    return true;
+}
+void cg_enable_grad_end(void)
+{
+    if (g_enable_depth > 0)
+        cg_grad_mode_leave(g_enable_saved[--g_enable_depth]);
+}
 
 /* -------------------------------------------------- freeing, iteratively */
 /* Releasing a node's inputs may free tensors that own nodes, whose inputs

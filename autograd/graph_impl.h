@@ -40,4 +40,37 @@ void cg_node_drop_refs(cg_node *n);
 void cg_node_hold(cg_node *n);
 void cg_node_unhold(cg_node *n);
 
+/* Grad mode set for a backward with create_graph: cg_grad_mode_enter
+ * returns what cg_grad_mode_leave puts back. */
+int cg_grad_mode_enter(bool on);
+void cg_grad_mode_leave(int saved);
+
+/* One walk of the engine (engine.c): cg_backward, cg_backward_ex and
+ * cg_autograd_grad are each one, and so is every recomputed backward of
+ * a create_graph walk (grad2.c). */
+typedef struct {
+    int n_roots;
+    cg_tensor *const *roots;
+    cg_tensor *const *grads; /* NULL, or one per root (NULL: ones) */
+    bool retain, create;
+    /* autograd.grad: the targets' gradients into captured (n_targets
+     * slots, NULL on entry; new references), no .grad written */
+    bool capture, allow_unused;
+    int n_targets;
+    cg_tensor *const *targets;
+    cg_tensor **captured;
+    /* nodes whose inputs the sort does not enter */
+    int n_stops;
+    cg_node *const *stops;
+    const char *who; /* names the caller in messages */
+} cg_walk_args;
+bool cg_walk(const cg_walk_args *a);
+
+/* The differentiable backward of op (grad2.c): computed with graph ops,
+ * so that a walk with create_graph can record it; NULL when op has none. */
+cg_backward_fn cg_graph_backward_of(cg_op op);
+/* Those made by recomputing the op (grad2_remake.c), which
+ * cg_graph_backward_of falls back to; NULL when op has none. */
+cg_backward_fn cg_remade_backward_of(cg_op op);
+
 #endif

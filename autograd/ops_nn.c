@@ -499,6 +499,7 @@ static cg_tensor *norm_op(cg_op op, cg_tensor *x, cg_tensor *y, cg_tensor *w, cg
                 ok = ok && cg_node_save(n, sum) >= 0;
             if (ok && bf16 && !add)
                 cg_node_set_reads(n, 0, false);
+            memcpy(&n->p.i[3], &eps, sizeof eps); /* for a backward with create_graph */
         }
         if (!ok) {
             cg_release(out);

@@ -454,6 +454,54 @@ START_TEST(test_scan_oom_is_an_error)
 }
 END_TEST
 
+/* cg_autograd_grad with create_graph when an allocation fails, at every
+ * allocation in turn (malloc, then calloc): false with the error, or the
+ * gradients of a run without failures; nothing leaks (the suite runs
+ * under ASan and valgrind), and the graph stays usable. */
+static bool hvp(cg_tensor *w, cg_tensor *x, cg_tensor *v, const cg_tensor *ids, float *got)
+{
+    cg_tensor *h = cg_affine(x, w, NULL), *a = cg_tanh(h),
+              *n = h ? cg_layer_norm(a, NULL, NULL, 1e-5f) : NULL;
+    cg_tensor *l = n ? cg_cross_entropy(n, ids, -100, 0.1f, CG_REDUCTION_MEAN) : NULL;
+    cg_tensor *g = NULL, *gv = NULL, *s = NULL, *hv = NULL;
+    bool ok = l && cg_autograd_grad(1, &l, NULL, 1, &w, &(cg_grad_opts){.create_graph = true}, &g);
+    ok = ok && (gv = cg_mul(g, v)) && (s = cg_sum_all(gv)) &&
+         cg_autograd_grad(1, &s, NULL, 1, &w, NULL, &hv);
+    if (ok)
+        memcpy(got, cg_data(hv), sizeof(float) * 6);
+    cg_release_all(8, h, a, n, l, g, gv, s, hv);
+    return ok;
+}
+START_TEST(test_grad2_oom)
+{
+    cg_rng rng = cg_rng_new(5);
+    cg_tensor *w = cg_requires_grad(cg_randn(&rng, CG_SHAPE(3, 2)), true);
+    cg_tensor *x = cg_randn(&rng, CG_SHAPE(2, 2)), *v = cg_randn(&rng, CG_SHAPE(3, 2));
+    const cg_tensor *ids = cg_test_ids(2, (const int64_t[]){1, 0});
+    float want[6], got[6];
+    ck_assert_msg(hvp(w, x, v, ids, want), "%s", cg_last_error());
+    for (int which = 0; which < 2; which++) {
+        long k = 1;
+        for (; k < 5000; k++) {
+            cg_clear_error();
+            malloc_failed = calloc_failed = false;
+            *(which ? &fail_calloc_at : &fail_malloc_at) = k;
+            const bool ok = hvp(w, x, v, ids, got);
+            fail_malloc_at = fail_calloc_at = 0;
+            ck_assert_msg(ok || strstr(cg_last_error(), "out of memory"), "%s %ld: '%s'",
+                          which ? "calloc" : "malloc", k, cg_last_error());
+            ck_assert(!ok || !memcmp(got, want, sizeof want));
+            if (!(which ? calloc_failed : malloc_failed))
+                break;
+        }
+        ck_assert_int_gt(k, 1);
+        ck_assert_int_lt(k, 5000);
+    }
+    ck_assert(!w->grad);
+    cg_release_all(3, w, x, v);
+}
+END_TEST
+
 /* A tensor made in a scope that cannot grow its list (out of memory) is
  * not returned untracked, to outlive the scope: NULL and the error, and
  * the scope's end releases every tensor it made. */
@@ -1241,6 +1289,7 @@ int main(void)
     tcase_add_test(tc, test_first_overflow_oom_is_an_error);
     tcase_add_test(tc, test_topk_oom_is_an_error);
     tcase_add_test(tc, test_scan_oom_is_an_error);
+    tcase_add_test(tc, test_grad2_oom);
     tcase_add_test(tc, test_packed_f32_oom_reads_w);
     tcase_add_test(tc, test_scope_full_oom_is_an_error);
     tcase_add_test(tc, test_rnn_lengths_oom);
