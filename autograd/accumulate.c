@@ -176,7 +176,8 @@ static bool acc_fits(const cg_tensor *s, const cg_tensor *in)
 
 cg_tensor *cg_node_grad_acc(const cg_node *n, int i)
 {
-    if (!n || n != cg_running_node || cg_backward_hook_on() || cg_no_acc || !cg_node_needs_grad(n, i))
+    if (!n || n != cg_running_node || cg_backward_hook_on() || cg_no_acc ||
+        !cg_node_needs_grad(n, i))
         return NULL;
     cg_tensor *in = n->inputs[i];
     if (in->node && in->node->freed)

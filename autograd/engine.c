@@ -635,11 +635,16 @@ static bool walk_checks(const cg_walk_args *a, const node_vec *order, const cg_w
             ok = vec_push(&runs, order->v[k]) || (cg_set_error("%s: out of memory", a->who), false);
     ok = ok && versions_unchanged(&runs);
     for (size_t k = 0; ok && a->create && k < runs.n; k++) {
-        if (!graph_backward(runs.v[k])) {
+        const cg_node *n = runs.v[k];
+        const char *why = n->bw_composes ? NULL : cg_graph_backward_why_not(n);
+        if (!graph_backward(n)) {
             cg_set_error("%s with create_graph: '%s' has no differentiable backward yet "
                          "(docs/autograd.md, \"Gradients of gradients\", lists the ops that "
                          "have one)",
-                         a->who, cg_node_name(runs.v[k]));
+                         a->who, cg_node_name(n));
+            ok = false;
+        } else if (why) {
+            cg_set_error("%s with create_graph: '%s' %s", a->who, cg_node_name(n), why);
             ok = false;
         }
     }

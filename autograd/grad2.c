@@ -374,6 +374,46 @@ static bool flip_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     return (gin[0] = cg_flip((cg_tensor *)g, (int)n->p.i[0], dims)) != NULL;
 }
 
+static bool pad_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* constant padding (checked at the walk's start): g cropped back, a
+     * pad by the negated sizes */
+    const int count = (int)n->p.i[0];
+    const int64_t *l = n->ctx;
+    int64_t neg[2 * CG_MAX_DIMS];
+    for (int i = 0; i < count; i++)
+        neg[i] = -l[i];
+    return (gin[0] = cg_pad((cg_tensor *)g, count, neg, CG_PAD_CONSTANT, 0.0f)) != NULL;
+}
+static bool unfold_fold_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const int64_t *q = n->p.i;
+    const cg_fold_cfg c = {{q[0], q[1]}, {q[2], q[3]}, {q[4], q[5]}, {q[6], q[7]}};
+    const cg_tensor *x = IN(0);
+    gin[0] = n->op == CG_OP_UNFOLD
+                 ? cg_fold((cg_tensor *)g, x->shape[x->ndim - 2], x->shape[x->ndim - 1], &c)
+                 : cg_unfold((cg_tensor *)g, &c);
+    return gin[0] != NULL;
+}
+/* The max pools (ops_pool.c: p.i[0] the spatial dims, saved[0] the
+ * indices, flat within each plane): g scattered to where each came from */
+static bool max_pool_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const cg_tensor *x = IN(0), *idx = n->saved[0];
+    const int nd = (int)n->p.i[0], lead = x->ndim - nd;
+    int64_t xs[CG_MAX_DIMS], is[CG_MAX_DIMS];
+    for (int i = 0; i < lead; i++)
+        xs[i] = is[i] = x->shape[i];
+    xs[lead] = cg_numel_shape(nd, x->shape + lead);
+    is[lead] = cg_numel_shape(nd, idx->shape + lead);
+    cg_tensor *i2 = cg_k_reshape(idx, lead + 1, is), *g2 = cg_reshape((cg_tensor *)g, lead + 1, is);
+    cg_tensor *z = cg_zeros_dtype(g->dtype, lead + 1, xs);
+    cg_tensor *r = i2 && g2 && z ? cg_scatter_add(z, lead, i2, g2) : NULL;
+    gin[0] = r ? cg_reshape(r, x->ndim, x->shape) : NULL;
+    cg_release_all(4, i2, g2, z, r);
+    return gin[0] != NULL;
+}
+
 /* ----------------------------------------- linear piece by piece */
 /* g times the op's derivative where it is: its own backward of ones (a
  * constant: the second derivative is 0 wherever the first exists) */
@@ -461,7 +501,23 @@ static const cg_backward_fn graph_bw[CG_OP_COUNT] = {
     [CG_OP_TRIU] = triangle_g,
     [CG_OP_CUMSUM] = cumsum_g,
     [CG_OP_FLIP] = flip_g,
+    [CG_OP_PAD] = pad_g,
+    [CG_OP_UNFOLD] = unfold_fold_g,
+    [CG_OP_FOLD] = unfold_fold_g,
+    [CG_OP_MAX_POOL1D] = max_pool_g,
+    [CG_OP_MAX_POOL2D] = max_pool_g,
+    [CG_OP_MAX_POOL3D] = max_pool_g,
+    [CG_OP_ADAPTIVE_MAX_POOL1D] = max_pool_g,
+    [CG_OP_ADAPTIVE_MAX_POOL2D] = max_pool_g,
+    [CG_OP_ADAPTIVE_MAX_POOL3D] = max_pool_g,
 };
+
+const char *cg_graph_backward_why_not(const cg_node *n)
+{
+    if (n->op == CG_OP_PAD && n->p.i[1] != CG_PAD_CONSTANT)
+        return "pads in a mode other than 'constant'";
+    return cg_remade_why_not(n);
+}
 
 cg_backward_fn cg_graph_backward_of(cg_op op)
 {

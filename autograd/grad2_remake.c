@@ -94,19 +94,9 @@ static bool remade_g(cg_node *n, const cg_tensor *g, cg_tensor **gin, remake_fn 
     return ok;
 }
 
-static cg_tensor *refuse_bf16(const cg_node *n)
-{
-    cg_set_error("backward with create_graph: '%s' kept bf16 copies of its inputs (recorded in "
-                 "bf16 precision); record it in float32 precision to differentiate its backward",
-                 cg_node_name(n));
-    return NULL;
-}
-
 /* x w^T + b */
 static cg_tensor *linear_remake(cg_node *n, cg_tensor *const *s)
 {
-    if (n->p.i[0] != 0)
-        return refuse_bf16(n);
     cg_tensor *wt = cg_transpose(s[1], 0, 1), *y = wt ? cg_matmul(s[0], wt) : NULL;
     cg_tensor *r = y && n->n_inputs > 2 && s[2] ? cg_add(y, s[2]) : cg_retain(y);
     cg_release_all(2, wt, y);
@@ -125,8 +115,6 @@ static cg_tensor *norm_remake(cg_node *n, cg_tensor *const *s)
     const bool add = n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM;
     const bool rms = n->op == CG_OP_RMS_NORM || n->op == CG_OP_ADD_RMS_NORM;
     const int wi = add ? 2 : 1;
-    if (n->saved[1] && n->saved[1]->dtype == CG_BF16)
-        return refuse_bf16(n);
     float eps;
     memcpy(&eps, &n->p.i[3], sizeof eps);
     const int last = -1;
@@ -395,8 +383,6 @@ static cg_tensor *heads_repeated(cg_tensor *k, int64_t H)
 }
 static cg_tensor *attention_remake(cg_node *n, cg_tensor *const *s)
 {
-    if (n->p.i[1] != 0)
-        return refuse_bf16(n);
     const int64_t B = s[0]->shape[0], H = s[0]->shape[1], Tq = s[0]->shape[2];
     const int64_t Tk = s[1]->shape[2], dh = s[0]->shape[3];
     const cg_tensor *kp = n->p.i[2] ? n->saved[n->p.i[2] - 1] : NULL;
@@ -422,6 +408,80 @@ static cg_tensor *attention_remake(cg_node *n, cg_tensor *const *s)
 }
 REMADE_(attention)
 
+/* A 1-d or 2-d convolution (ops_layers.c's node: x, w, b; p.i[0] the
+ * spatial dims, p.i[1..8] stride, padding, dilation per dim, groups and
+ * the padding's kind), as im2col: x padded, unfolded, and each group's
+ * weight rows times its columns */
+static cg_tensor *conv_remake(cg_node *n, cg_tensor *const *s)
+{
+    const int nd = (int)n->p.i[0];
+    const int64_t *q = n->p.i + 1;
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.stride[0] = q[0], c.stride[1] = q[1], c.padding[0] = q[2], c.padding[1] = q[3];
+    c.dilation[0] = q[4], c.dilation[1] = q[5], c.groups = q[6], c.pad = (cg_conv_pad)q[7];
+    const bool batched = s[0]->ndim == nd + 2;
+    cg_tensor *x = batched ? cg_retain(s[0]) : cg_unsqueeze(s[0], 0), *w = cg_retain(s[1]);
+    if (x && nd == 1) { /* [N, C, L] as [N, C, 1, L] */
+        cg_tensor *x4 = cg_unsqueeze(x, 2), *w4 = cg_unsqueeze(w, 2);
+        cg_release_all(2, x, w);
+        x = x4, w = w4;
+    }
+    if (!x || !w) {
+        cg_release_all(2, x, w);
+        return NULL;
+    }
+    const int64_t N = x->shape[0], O = w->shape[0], G = c.groups;
+    const int64_t KH = w->shape[2], KW = w->shape[3];
+    int64_t pad[4] = {0, 0, 0, 0}; /* F.pad's order: the last dim's pair first */
+    cg_conv_padding(&c, nd - 1, KW, &pad[0], &pad[1]);
+    if (nd == 2)
+        cg_conv_padding(&c, 0, KH, &pad[2], &pad[3]);
+    const bool padded = pad[0] || pad[1] || pad[2] || pad[3];
+    cg_tensor *xp = padded ? cg_pad(x, 4, pad, CG_PAD_CONSTANT, 0.0f) : cg_retain(x);
+    const int64_t sh = nd == 2 ? c.stride[0] : 1, sw = c.stride[nd - 1];
+    const int64_t dh = nd == 2 ? c.dilation[0] : 1, dw = c.dilation[nd - 1];
+    const cg_fold_cfg fc = {{KH, KW}, {dh, dw}, {0, 0}, {sh, sw}};
+    cg_tensor *cols = xp ? cg_unfold(xp, &fc) : NULL, *out = NULL;
+    if (cols) {
+        const int64_t LH = (xp->shape[2] - dh * (KH - 1) - 1) / sh + 1;
+        const int64_t LW = (xp->shape[3] - dw * (KW - 1) - 1) / sw + 1;
+        const int64_t CK = cols->shape[1] / G;
+        cg_tensor *cg4 = cg_reshape(cols, 4, (const int64_t[]){N, G, CK, LH * LW});
+        cg_tensor *wg = cg_reshape(w, 3, (const int64_t[]){G, O / G, CK});
+        cg_tensor *y = cg4 && wg ? cg_matmul(wg, cg4) : NULL;
+        int64_t shape[4] = {N, O, LH, LW};
+        if (nd == 1)
+            shape[2] = LW;
+        cg_tensor *yr = y ? cg_reshape(y, nd + 2, shape) : NULL, *yb = NULL;
+        if (yr && n->n_inputs > 2 && s[2]) {
+            const int64_t bs[4] = {1, O, 1, 1};
+            cg_tensor *b = cg_reshape(s[2], nd + 2, bs);
+            yb = b ? cg_add(yr, b) : NULL;
+            cg_release(b);
+        } else {
+            yb = cg_retain(yr);
+        }
+        out = yb && !batched ? cg_squeeze(yb, 0) : cg_retain(yb);
+        cg_release_all(5, cg4, wg, y, yr, yb);
+    }
+    cg_release_all(4, x, w, xp, cols);
+    return out;
+}
+REMADE_(conv)
+
+const char *cg_remade_why_not(const cg_node *n)
+{
+    const bool copies = (n->op == CG_OP_LINEAR && n->p.i[0] != 0) ||
+                        (n->op == CG_OP_ATTENTION && n->p.i[1] != 0) ||
+                        ((n->op == CG_OP_LAYER_NORM || n->op == CG_OP_RMS_NORM ||
+                          n->op == CG_OP_ADD_LAYER_NORM || n->op == CG_OP_ADD_RMS_NORM) &&
+                         n->saved[1] && n->saved[1]->dtype == CG_BF16);
+    if (copies)
+        return "kept bf16 copies of its inputs (recorded in bf16 precision; record it in "
+               "float32 precision)";
+    return NULL;
+}
+
 static const cg_backward_fn remade_bw[CG_OP_COUNT] = {
     [CG_OP_SILU] = silu_g,
     [CG_OP_GELU] = gelu_g,
@@ -442,6 +502,7 @@ static const cg_backward_fn remade_bw[CG_OP_COUNT] = {
     [CG_OP_ADD_LAYER_NORM] = norm_g,
     [CG_OP_ADD_RMS_NORM] = norm_g,
     [CG_OP_ATTENTION] = attention_g,
+    [CG_OP_CONV] = conv_g,
     [CG_OP_LINEAR] = linear_g,
     [CG_OP_MSE_LOSS] = mse_g,
 };

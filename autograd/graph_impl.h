@@ -72,5 +72,10 @@ cg_backward_fn cg_graph_backward_of(cg_op op);
 /* Those made by recomputing the op (grad2_remake.c), which
  * cg_graph_backward_of falls back to; NULL when op has none. */
 cg_backward_fn cg_remade_backward_of(cg_op op);
+/* Why n's differentiable backward cannot run although its op has one (a
+ * node that kept only bf16 copies of its inputs, a padding mode, a
+ * convolution's form), or NULL: the walk refuses before computing. */
+const char *cg_graph_backward_why_not(const cg_node *n);
+const char *cg_remade_why_not(const cg_node *n);
 
 #endif

@@ -16,6 +16,7 @@
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "tests/testutil.h"
 
@@ -223,6 +224,59 @@ static cg_tensor *op_l1(cg_tensor *const *x)
     return r;
 }
 
+static cg_tensor *op_conv2d(cg_tensor *const *x)
+{
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.stride[0] = 2, c.padding[0] = 1, c.padding[1] = 1, c.groups = 2;
+    cg_tensor *y = cg_conv2d(x[0], x[1], x[2], &c), *r = cg_tanh(y);
+    cg_release(y);
+    return r;
+}
+static cg_tensor *op_conv2d_same(cg_tensor *const *x)
+{
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.pad = CG_CONV_SAME, c.dilation[1] = 2;
+    cg_tensor *y = cg_conv2d(x[0], x[1], NULL, &c), *r = cg_mul(y, y);
+    cg_release(y);
+    return r;
+}
+static cg_tensor *op_conv1d(cg_tensor *const *x)
+{
+    cg_conv_cfg c = CG_CONV_DEFAULT;
+    c.stride[0] = 2, c.padding[0] = 2, c.dilation[0] = 2;
+    cg_tensor *y = cg_conv1d(x[0], x[1], x[2], &c), *r = cg_sin(y);
+    cg_release(y);
+    return r;
+}
+static cg_tensor *op_pad(cg_tensor *const *x)
+{
+    cg_tensor *p = cg_pad(x[0], 4, (const int64_t[]){1, -1, 2, 0}, CG_PAD_CONSTANT, 0.5f);
+    cg_tensor *r = cg_mul(p, p);
+    cg_release(p);
+    return r;
+}
+static cg_tensor *op_unfold_fold(cg_tensor *const *x)
+{
+    const cg_fold_cfg c = {{2, 2}, {1, 1}, {1, 0}, {1, 2}};
+    cg_tensor *u = cg_unfold(x[0], &c), *sq = cg_mul(u, u);
+    cg_tensor *f = cg_fold(sq, 3, 4, &c), *r = cg_mul(f, x[0]);
+    cg_release_all(3, u, sq, f);
+    return r;
+}
+static cg_tensor *op_max_pool2d(cg_tensor *const *x)
+{
+    cg_tensor *m = cg_max_pool2d(x[0], (cg_pool){.kernel_size = {2, 2}, .stride = {1, 2}});
+    cg_tensor *r = cg_mul(m, m);
+    cg_release(m);
+    return r;
+}
+static cg_tensor *op_adaptive_max_pool1d(cg_tensor *const *x)
+{
+    cg_tensor *m = cg_adaptive_max_pool1d(x[0], 3, NULL), *r = cg_exp(m);
+    cg_release(m);
+    return r;
+}
+
 typedef struct {
     const char *name;
     op_fn f;
@@ -334,6 +388,25 @@ static const grad2_case CASES[] = {
     {"masked_fill", op_masked_fill, 1, 2, {S2(3, 4)}, {0}, false},
     {"mse_loss", op_mse, 2, 2, {S2(3, 4), S2(3, 4)}, {0}, false},
     {"l1_loss", op_l1, 2, 2, {S2(3, 4), S2(3, 4)}, {0}, false},
+    {"conv2d_groups_stride_padding",
+     op_conv2d,
+     3,
+     4,
+     {{2, 4, 5, 4}, {6, 2, 3, 2}, {6}},
+     {4, 4, 1},
+     false},
+    {"conv2d_same_dilated_unbatched",
+     op_conv2d_same,
+     2,
+     3,
+     {{2, 4, 5}, {3, 2, 2, 2}},
+     {3, 4},
+     false},
+    {"conv1d", op_conv1d, 3, 3, {{2, 3, 7}, {4, 3, 3}, {4}}, {3, 3, 1}, false},
+    {"pad_constant", op_pad, 1, 2, {S2(3, 4)}, {0}, false},
+    {"unfold_fold", op_unfold_fold, 1, 4, {{1, 2, 3, 4}}, {0}, false},
+    {"max_pool2d", op_max_pool2d, 1, 4, {{1, 2, 4, 5}}, {0}, false},
+    {"adaptive_max_pool1d", op_adaptive_max_pool1d, 1, 3, {{2, 2, 7}}, {0}, false},
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -757,16 +830,30 @@ START_TEST(test_refusals)
     cg_tensor *e = cg_mul(x, x);
     ck_assert(!cg_autograd_grad(1, &e, NULL, 1, &x, NULL, &r));
     ck_assert_ptr_nonnull(strstr(cg_last_error(), "must have one element"));
-    /* an op without a differentiable backward: the convolution */
+    /* an op without a differentiable backward: average pooling */
     cg_tensor *img =
-        cg_requires_grad(cg_full_dtype(CG_F32, 4, (const int64_t[]){1, 1, 3, 3}, 1.0), true);
-    cg_tensor *k = cg_full_dtype(CG_F32, 4, (const int64_t[]){1, 1, 2, 2}, 0.5);
-    cg_tensor *cv = cg_conv2d(img, k, NULL, NULL), *s = cg_sum_all(cv);
+        cg_requires_grad(cg_full_dtype(CG_F32, 4, (const int64_t[]){1, 1, 4, 4}, 1.0), true);
+    cg_tensor *k = NULL;
+    cg_tensor *cv = cg_avg_pool2d(img, (cg_pool){.kernel_size = {2, 2}}), *s = cg_sum_all(cv);
     ck_assert(!cg_autograd_grad(1, &s, NULL, 1, &img, &(cg_grad_opts){.create_graph = true}, &r));
-    ck_assert_ptr_nonnull(strstr(cg_last_error(), "'conv' has no differentiable backward yet"));
+    ck_assert_ptr_nonnull(
+        strstr(cg_last_error(), "'avg_pool2d' has no differentiable backward yet"));
     ck_assert(!img->grad && !r);
     /* and the graph is whole: the plain backward still runs */
     ck_assert(cg_backward(s, NULL, false));
+    /* an op that has one, in a form it does not cover: refused up front */
+    cg_tensor *pr = cg_pad(x, 2, (const int64_t[]){1, 1}, CG_PAD_REFLECT, 0.0f),
+              *ps = cg_sum_all(pr);
+    ck_assert(!cg_autograd_grad(1, &ps, NULL, 1, &x, &(cg_grad_opts){.create_graph = true}, &r));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "'pad' pads in a mode other than 'constant'"));
+    cg_set_matmul_precision(CG_PRECISION_BF16);
+    cg_tensor *w = mk(2, (const int64_t[]){3, 2}, (const float[]){1, 2, 3, 4, 5, 6});
+    cg_tensor *xin = mk(2, (const int64_t[]){1, 2}, (const float[]){1, -1});
+    cg_tensor *lin = cg_affine(xin, w, NULL), *ls = cg_sum_all(lin);
+    cg_set_matmul_precision(CG_PRECISION_FP32);
+    ck_assert(!cg_autograd_grad(1, &ls, NULL, 1, &w, &(cg_grad_opts){.create_graph = true}, &r));
+    ck_assert_ptr_nonnull(strstr(cg_last_error(), "'linear' kept bf16 copies of its inputs"));
+    cg_release_all(6, pr, ps, w, xin, lin, ls);
     cg_release_all(9, x, c, y, e, img, k, cv, s, NULL);
 }
 END_TEST

@@ -199,11 +199,41 @@ static void block(void)
         cg_release_all(2, p[k], gr[k]);
 }
 
+static void conv_gp(void)
+{
+    cg_tensor *x = cg_requires_grad(get("x"), true), *gx = NULL;
+    cg_tensor *p[4] = {param("c1"), param("b1"), param("c2"), param("w")}, *gr[4] = {0};
+    cg_conv_cfg c1 = CG_CONV_DEFAULT, c2 = CG_CONV_DEFAULT;
+    c1.stride[0] = c1.stride[1] = 2, c1.padding[0] = c1.padding[1] = 1;
+    c2.padding[0] = c2.padding[1] = 1, c2.groups = 2;
+    cg_tensor *h1 = cg_conv2d(x, p[0], p[1], &c1), *a1 = cg_leaky_relu(h1, 0.2f);
+    cg_tensor *h2 = cg_conv2d(a1, p[2], NULL, &c2), *a2 = cg_tanh(h2);
+    cg_tensor *m = cg_max_pool2d(a2, (cg_pool){.kernel_size = {2, 2}});
+    cg_tensor *f = cg_flatten(m, 1, -1), *o = cg_affine(f, p[3], NULL), *s = cg_sum_all(o);
+    g_ok = cg_autograd_grad(1, &s, NULL, 1, &x, &CREATE, &gx);
+    cg_tensor *gf = g_ok ? cg_flatten(gx, 1, -1) : NULL, *sq = gf ? cg_mul(gf, gf) : NULL;
+    cg_tensor *n2 = sq ? cg_sum(sq, 1, (const int[]){1}, false) : NULL;
+    cg_tensor *nrm = n2 ? cg_sqrt(n2) : NULL, *m1 = nrm ? cg_adds(nrm, -1.0f) : NULL;
+    cg_tensor *p2 = m1 ? cg_mul(m1, m1) : NULL, *gp = p2 ? cg_mean_all(p2) : NULL;
+    g_ok = gp && cg_autograd_grad(1, &gp, NULL, 4, p, NULL, gr);
+    if (g_ok) {
+        check("penalty", gp, "gp");
+        check("grad c1", gr[0], "grad.c1");
+        check("grad b1", gr[1], "grad.b1");
+        check("grad c2", gr[2], "grad.c2");
+        check("grad w", gr[3], "grad.w");
+    }
+    cg_release_all(11, x, h1, a1, h2, a2, m, f, o, s, gx, gf);
+    cg_release_all(6, sq, n2, nrm, m1, p2, gp);
+    for (int k = 0; k < 4; k++)
+        cg_release_all(2, p[k], gr[k]);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
-} CASES[] = {{"hvp_mlp", hvp_mlp}, {"penalty", penalty},     {"pinn", pinn},
-             {"maml", maml},       {"attention", attention}, {"block", block}};
+} CASES[] = {{"hvp_mlp", hvp_mlp},     {"penalty", penalty}, {"pinn", pinn},      {"maml", maml},
+             {"attention", attention}, {"block", block},     {"conv_gp", conv_gp}};
 
 static bool run_case(const char *dir, const char *name)
 {

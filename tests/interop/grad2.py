@@ -15,7 +15,10 @@ computes from them in float32; DIR/cases.txt lists the names:
               the outer loss's gradient in the initial weights;
   attention   causal attention's Hessian-vector product in q, k and v;
   block       layer norm, exact GELU and a linear layer into log-softmax:
-              the gradient of the input's gradient norm in every weight.
+              the gradient of the input's gradient norm in every weight;
+  conv_gp     WGAN-GP's penalty of a convolutional critic (a strided,
+              padded convolution, leaky ReLU, a grouped one with a max
+              pool, flattened into a linear layer).
 """
 import sys
 
@@ -134,8 +137,25 @@ def block(g):
     return r
 
 
+def conv_gp(g):
+    d = {"x": torch.randn(2, 2, 8, 8, generator=g), "c1": torch.randn(4, 2, 3, 3, generator=g) * 0.3,
+         "b1": torch.randn(4, generator=g), "c2": torch.randn(4, 2, 3, 3, generator=g) * 0.3,
+         "w": torch.randn(1, 16, generator=g) * 0.3}
+    p = leaves({k: d[k] for k in ("c1", "b1", "c2", "w")})
+    x = d["x"].clone().requires_grad_(True)
+    h = F.leaky_relu(F.conv2d(x, p["c1"], p["b1"], stride=2, padding=1), 0.2)
+    h = F.max_pool2d(torch.tanh(F.conv2d(h, p["c2"], padding=1, groups=2)), 2)
+    out = F.linear(h.flatten(1), p["w"])
+    (gx,) = grad(out.sum(), x, create_graph=True)
+    gp = ((gx.flatten(1).norm(2, dim=1) - 1) ** 2).mean()
+    gs = grad(gp, list(p.values()))
+    r = dict(d, gp=gp.detach())
+    r.update({"grad." + k: gi for gi, k in zip(gs, p)})
+    return r
+
+
 CASES = {"hvp_mlp": hvp_mlp, "penalty": penalty, "pinn": pinn, "maml": maml,
-         "attention": attention, "block": block}
+         "attention": attention, "block": block, "conv_gp": conv_gp}
 
 
 def main():
