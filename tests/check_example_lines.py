@@ -2,7 +2,7 @@
 """The examples stay short, and the README says how short (issue 22).
 
 Each of examples/gpt.c, finetune_lora.c, classifier.c, bert_classifier.c,
-gru.c, tcn.c, cnn.c and langid.c has a PyTorch twin (the same name, .py). Both are
+gru.c, tcn.c, cnn.c, langid.c and pinn.c has a PyTorch twin (the same name, .py). Both are
 counted the same way: lines that are not blank and not only a comment
 (C: /* ... */ and // removed; Python: # comments and docstrings removed).
 A lone brace counts, as cloc counts it.
@@ -18,7 +18,9 @@ Fails when
     checks each line, parses its flags with their errors, and builds and
     evaluates its batches row by row, where langid.py has f.read().split(),
     argparse and slices; its model and training loop take about twice the
-    twin's lines, as gru.c's do), or
+    twin's lines, as gru.c's do; pinn.c: 3.3 times: its flag, its loss and
+    the check of the solution spell out the error paths and loops that
+    pinn.py's argparse, operators and linspace hide), or
   - the README's table row of an example (| `examples/NAME.c` | C | PY ...)
     gives other counts than these (the formatting once grew gpt.c from 95
     to 106 lines while the README still said 95).
@@ -30,9 +32,10 @@ import os
 import re
 import sys
 
-EXAMPLES = ("gpt", "finetune_lora", "classifier", "bert_classifier", "gru", "tcn", "cnn", "langid")
+EXAMPLES = ("gpt", "finetune_lora", "classifier", "bert_classifier", "gru", "tcn", "cnn", "langid",
+            "pinn")
 LIMIT = 1.5
-LIMITS = {"gru": 2.0, "tcn": 2.0, "cnn": 2.2, "langid": 4.0}  # C spells out what Python slices (above)
+LIMITS = {"gru": 2.0, "tcn": 2.0, "cnn": 2.2, "langid": 4.0, "pinn": 3.3}  # C spells out what Python slices (above)
 
 
 def c_lines(text):
