@@ -182,7 +182,8 @@ extern "C" {
     X(STD, "std", 1, CG_IN(0), 0) /* + saved output; var's dims in p.i */ \
     X(CTC_LOSS, "ctc_loss", 1, CG_IN(0), 0) /* targets, lengths, nll, log_alpha saved */ \
     X(DIAGONAL, "diagonal", 1, 0, 0) /* a view: offset and dims in p.i */ \
-    X(CDIST, "cdist", 2, CG_IN(0) | CG_IN(1), 0) /* x1, x2; the distances saved, p in p.f */
+    X(CDIST, "cdist", 2, CG_IN(0) | CG_IN(1), 0) /* x1, x2; the distances saved, p in p.f */ \
+    X(ADJOINT, "adjoint", 1, 0, 0) /* a linear op's backward as an op (grad2.c) */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

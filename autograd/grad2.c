@@ -374,17 +374,6 @@ static bool flip_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     return (gin[0] = cg_flip((cg_tensor *)g, (int)n->p.i[0], dims)) != NULL;
 }
 
-static bool pad_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
-{
-    /* constant padding (checked at the walk's start): g cropped back, a
-     * pad by the negated sizes */
-    const int count = (int)n->p.i[0];
-    const int64_t *l = n->ctx;
-    int64_t neg[2 * CG_MAX_DIMS];
-    for (int i = 0; i < count; i++)
-        neg[i] = -l[i];
-    return (gin[0] = cg_pad((cg_tensor *)g, count, neg, CG_PAD_CONSTANT, 0.0f)) != NULL;
-}
 static bool unfold_fold_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
 {
     const int64_t *q = n->p.i;
@@ -412,6 +401,107 @@ static bool max_pool_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     gin[0] = r ? cg_reshape(r, x->ndim, x->shape) : NULL;
     cg_release_all(4, i2, g2, z, r);
     return gin[0] != NULL;
+}
+
+/* -------------------------------------------- ops linear in x */
+/* An op linear in its input, y = L x with L fixed by its options (the
+ * average pools, interpolation, padding in any mode, repeat): its
+ * backward is L^T g, a kernel. For create_graph that is recorded as an op
+ * of its own, adjoint(g), whose backward is L gg: the op applied again,
+ * recorded, whose backward is the adjoint again, so that every order
+ * closes. The adjoint's node keeps what applying the op again takes (the
+ * op's node may be freed before the adjoint's backward runs: it is no
+ * input of it). */
+typedef struct {
+    cg_op op;
+    int64_t p0, p1; /* the op's p.i[0] and p.i[1] */
+    int out_ndim, in_ndim;
+    int64_t out_shape[CG_MAX_DIMS], in_shape[CG_MAX_DIMS];
+    bool has_opts;
+    union {
+        cg_pool pool;
+        cg_interp interp;
+        int64_t pads[2 * CG_MAX_DIMS];
+    } o;
+} again_ctx;
+
+static cg_tensor *again(const again_ctx *c, cg_tensor *x)
+{
+    const int64_t *s = c->out_shape + c->out_ndim - c->p0;
+    int64_t sizes[CG_MAX_DIMS];
+    switch (c->op) {
+    case CG_OP_AVG_POOL1D: return cg_avg_pool1d(x, c->o.pool);
+    case CG_OP_AVG_POOL2D: return cg_avg_pool2d(x, c->o.pool);
+    case CG_OP_AVG_POOL3D: return cg_avg_pool3d(x, c->o.pool);
+    case CG_OP_ADAPTIVE_AVG_POOL1D: return cg_adaptive_avg_pool1d(x, s[0]);
+    case CG_OP_ADAPTIVE_AVG_POOL2D: return cg_adaptive_avg_pool2d(x, s[0], s[1]);
+    case CG_OP_ADAPTIVE_AVG_POOL3D: return cg_adaptive_avg_pool3d(x, s[0], s[1], s[2]);
+    case CG_OP_INTERPOLATE: return cg_interpolate(x, c->o.interp);
+    case CG_OP_PAD: /* L alone: a constant pad's value is no part of it */
+        return cg_pad(x, (int)c->p0, c->o.pads, (cg_pad_mode)c->p1, 0.0f);
+    default: /* repeat: the copies of each dim, from the shapes */
+        for (int i = 0, lead = c->out_ndim - c->in_ndim; i < c->out_ndim; i++) {
+            const int64_t in = i < lead ? 1 : c->in_shape[i - lead];
+            sizes[i] = in ? c->out_shape[i] / in : 1;
+        }
+        return cg_repeat(x, c->out_ndim, sizes);
+    }
+}
+static bool adjoint_bw(cg_node *a, const cg_tensor *gg, cg_tensor **gin)
+{
+    return (gin[0] = again(a->ctx, (cg_tensor *)gg)) != NULL;
+}
+/* What applying n's op again takes, in a new again_ctx (NULL: out of
+ * memory, said) */
+static again_ctx *again_of(const cg_node *n)
+{
+    again_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return cg_set_error("%s: out of memory", cg_node_name(n)), NULL;
+    c->op = n->op;
+    c->p0 = n->p.i[0];
+    c->p1 = n->p.i[1];
+    c->out_ndim = n->out_ndim;
+    memcpy(c->out_shape, n->out_shape, sizeof c->out_shape);
+    c->in_ndim = n->inputs[0]->ndim;
+    memcpy(c->in_shape, n->inputs[0]->shape, sizeof(int64_t) * (size_t)c->in_ndim);
+    if (n->op == CG_OP_PAD)
+        memcpy(c->o.pads, n->ctx, sizeof(int64_t) * (size_t)n->p.i[0]);
+    else if (n->op == CG_OP_INTERPOLATE)
+        c->o.interp = *(const cg_interp *)n->ctx;
+    else if (n->ctx && n->op != CG_OP_REPEAT)
+        c->o.pool = *(const cg_pool *)n->ctx;
+    return c;
+}
+static bool linear_op_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    cg_tensor *d[1] = {NULL};
+    cg_no_grad_begin();
+    bool ok = n->backward(n, g, d);
+    cg_no_grad_end();
+    cg_tensor *gt = (cg_tensor *)g;
+    cg_node *a = ok ? cg_record(d[0], CG_OP_ADJOINT, 1, &gt, adjoint_bw) : NULL;
+    if (ok && cg_record_failed(a, 1, &gt))
+        ok = false;
+    if (ok && a) {
+        a->bw_composes = true; /* its backward records the op again */
+        a->ctx = again_of(n);
+        a->ctx_free = free;
+        ok = a->ctx != NULL;
+    }
+    if (!ok) {
+        cg_release(d[0]);
+        return false;
+    }
+    gin[0] = d[0];
+    return true;
+}
+static bool roll_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    const int count = (int)n->p.i[0];
+    const int64_t *l = n->ctx; /* the shifts negated (ops_misc.c) */
+    const int *dims = n->p.i[1] ? (const int *)(l + count) : NULL;
+    return (gin[0] = cg_roll((cg_tensor *)g, count, l, dims)) != NULL;
 }
 
 /* ----------------------------------------- linear piece by piece */
@@ -501,7 +591,16 @@ static const cg_backward_fn graph_bw[CG_OP_COUNT] = {
     [CG_OP_TRIU] = triangle_g,
     [CG_OP_CUMSUM] = cumsum_g,
     [CG_OP_FLIP] = flip_g,
-    [CG_OP_PAD] = pad_g,
+    [CG_OP_PAD] = linear_op_g,
+    [CG_OP_AVG_POOL1D] = linear_op_g,
+    [CG_OP_AVG_POOL2D] = linear_op_g,
+    [CG_OP_AVG_POOL3D] = linear_op_g,
+    [CG_OP_ADAPTIVE_AVG_POOL1D] = linear_op_g,
+    [CG_OP_ADAPTIVE_AVG_POOL2D] = linear_op_g,
+    [CG_OP_ADAPTIVE_AVG_POOL3D] = linear_op_g,
+    [CG_OP_INTERPOLATE] = linear_op_g,
+    [CG_OP_REPEAT] = linear_op_g,
+    [CG_OP_ROLL] = roll_g,
     [CG_OP_UNFOLD] = unfold_fold_g,
     [CG_OP_FOLD] = unfold_fold_g,
     [CG_OP_MAX_POOL1D] = max_pool_g,
@@ -512,12 +611,7 @@ static const cg_backward_fn graph_bw[CG_OP_COUNT] = {
     [CG_OP_ADAPTIVE_MAX_POOL3D] = max_pool_g,
 };
 
-const char *cg_graph_backward_why_not(const cg_node *n)
-{
-    if (n->op == CG_OP_PAD && n->p.i[1] != CG_PAD_CONSTANT)
-        return "pads in a mode other than 'constant'";
-    return cg_remade_why_not(n);
-}
+const char *cg_graph_backward_why_not(const cg_node *n) { return cg_remade_why_not(n); }
 
 cg_backward_fn cg_graph_backward_of(cg_op op)
 {

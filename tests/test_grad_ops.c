@@ -307,6 +307,7 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_GRU_CELL] = {.by = "test_rnn.c: test_cells_gradcheck"},
     [CG_OP_LSTM_CELL] = {.by = "test_rnn.c: test_cells_gradcheck"},
     [CG_OP_CONV] = {.by = "test_conv.c: test_conv_gradcheck"},
+    [CG_OP_ADJOINT] = {.by = "test_grad2.c: test_second_derivatives"},
     [CG_OP_ROPE] = {.by = "test_rope.c: test_rope_gradcheck"},
     [CG_OP_MASKED_FILL] = {.by = "test_masked_fill"},
     [CG_OP_MAXIMUM] = {.by = "test_maximum_minimum"},
