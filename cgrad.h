@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/parse.h"
+#include "core/random.h"
 #include "core/tensor.h"
 #include "core/version.h"
 #include "nn/nn.h"
