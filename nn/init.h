@@ -6,6 +6,8 @@
 #ifndef CG_NN_INIT_H
 #define CG_NN_INIT_H
 
+#include <math.h>
+
 #include "../nn/module.h"
 
 #ifdef __cplusplus
@@ -31,6 +33,74 @@ bool cg_init_xavier_normal_(cg_tensor *t, cg_rng *rng, float gain);
  * PyTorch does. a = sqrt(5) is nn.Linear's weight: b = 1/sqrt(fan_in).
  * Needs ndim >= 2. */
 bool cg_init_kaiming_uniform_(cg_tensor *t, cg_rng *rng, double a);
+/* torch.nn.init.calculate_gain(nonlinearity, param): 1 for "linear",
+ * "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+ * "conv_transpose3d" and "sigmoid"; 5/3 for "tanh"; sqrt(2) for "relu";
+ * sqrt(2 / (1 + s^2)) for "leaky_relu", s = param its negative slope
+ * (CG_GAIN_NO_PARAM, PyTorch's param=None: s = 0.01); 3/4 for "selu"
+ * (PyTorch's empirical value; for self-normalising networks PyTorch
+ * advises "linear"). param is read for leaky_relu only. -1 + error for
+ * another name ("Unsupported nonlinearity") or an infinite slope. */
+#define CG_GAIN_NO_PARAM NAN
+double cg_init_calculate_gain(const char *nonlinearity, double param);
+/* torch.nn.init._calculate_fan_in_and_fan_out(t): fan_in = shape[1] r,
+ * fan_out = shape[0] r, r the product of shape[2:] (either pointer may
+ * be NULL). False + error for fewer than 2 dims, as PyTorch refuses. */
+bool cg_init_calculate_fans(const cg_tensor *t, int64_t *fan_in, int64_t *fan_out);
+/* torch.nn.init.constant_(t, val) (any dtype, any strides; zeros_ and
+ * ones_ above are constant_ of 0 and 1). */
+bool cg_init_constant_(cg_tensor *t, float val);
+/* eye_(t): 2-d t (any dtype, any strides) the identity: 1 at [i, i], 0
+ * elsewhere. dirac_(t, groups): 3-, 4- or 5-d t [out, in, k...] zero but
+ * 1 at [g out/groups + c, c, k/2...] for each group g and c < min(out /
+ * groups, in), a convolution that passes its input through; shape[0]
+ * divisible by groups >= 1. Refusals as PyTorch's. */
+bool cg_init_eye_(cg_tensor *t);
+bool cg_init_dirac_(cg_tensor *t, int groups);
+/* torch.nn.init.kaiming_normal_(t, a, mode, nonlinearity): N(0, std),
+ * std = calculate_gain(nonlinearity, a) / sqrt(fan), fan the fan_in or
+ * fan_out (mode "fan_in" or "fan_out", any case; NULL: "fan_in"), a the
+ * negative slope of leaky_relu (PyTorch's default 0), nonlinearity NULL:
+ * "leaky_relu". kaiming_uniform_ex_: U(-b, b), b = sqrt(3) std
+ * (cg_init_kaiming_uniform_ is its fan_in leaky_relu form). A tensor with
+ * a zero size is left as it is (PyTorch's no-op), before any other
+ * check; otherwise fewer than 2 dims, another mode or nonlinearity, or a
+ * NaN a is refused. */
+bool cg_init_kaiming_normal_(cg_tensor *t, cg_rng *rng, double a, const char *mode,
+                             const char *nonlinearity);
+bool cg_init_kaiming_uniform_ex_(cg_tensor *t, cg_rng *rng, double a, const char *mode,
+                                 const char *nonlinearity);
+/* torch.nn.init.trunc_normal_(t, mean, std, a, b) (PyTorch's defaults 0,
+ * 1, -2, 2): N(mean, std) cut to [a, b], PyTorch's method: u uniform in
+ * [2 cdf(alpha) - 1, 2 cdf(beta) - 1) (alpha = (a - mean) / std, beta the
+ * same of b), then erfinv(u) std sqrt(2) + mean, clamped to [a, b], in
+ * float32. A finite mean, a finite std > 0 and a <= b (infinite a or b
+ * allowed; PyTorch divides by std = 0). Float32 t, any strides. */
+bool cg_init_trunc_normal_(cg_tensor *t, cg_rng *rng, double mean, double std, double a, double b);
+/* torch.nn.init.sparse_(t, sparsity, std) (PyTorch's std 0.01): 2-d t
+ * [rows, cols] N(0, std), then in each column ceil(sparsity rows) rows
+ * set to 0, the first of a random permutation of the rows (one drawn per
+ * column, as PyTorch's). sparsity in [0, 1] (PyTorch takes others: a
+ * negative one zeroes all but the last rows), std >= 0 finite. */
+bool cg_init_sparse_(cg_tensor *t, cg_rng *rng, double sparsity, double std);
+/* The same on PyTorch's generator g (core/tensor.h cg_mt19937): the values
+ * torch.manual_seed(s) and then torch.nn.init's function give, the
+ * generator advanced by as many draws. Contiguous float32 t. Uniform
+ * draws (kaiming_uniform, xavier_uniform) bit for bit; trunc_normal bit
+ * for bit (its uniforms, PyTorch's float erfinv, then its float mul, add
+ * and clamp); normal draws (kaiming_normal, xavier_normal, sparse's
+ * values) to the last bit of cg_normal_torch_, sparse's zeros where
+ * PyTorch's are (torch.randperm: cg_randperm_torch). Checked against
+ * python3-torch by the meson test torch_init. */
+bool cg_init_kaiming_normal_torch_(cg_tensor *t, cg_mt19937 *g, double a, const char *mode,
+                                   const char *nonlinearity);
+bool cg_init_kaiming_uniform_torch_(cg_tensor *t, cg_mt19937 *g, double a, const char *mode,
+                                    const char *nonlinearity);
+bool cg_init_xavier_uniform_torch_(cg_tensor *t, cg_mt19937 *g, double gain);
+bool cg_init_xavier_normal_torch_(cg_tensor *t, cg_mt19937 *g, double gain);
+bool cg_init_trunc_normal_torch_(cg_tensor *t, cg_mt19937 *g, double mean, double std, double a,
+                                 double b);
+bool cg_init_sparse_torch_(cg_tensor *t, cg_mt19937 *g, double sparsity, double std);
 /* A generator that the initialisers above do not draw from (as
  * torch.nn.utils.skip_init): given it, each checks its arguments and leaves
  * the tensor as it is, and the constructors of nn/layers.h, nn/attention.h
