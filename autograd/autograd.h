@@ -183,7 +183,10 @@ extern "C" {
     X(CTC_LOSS, "ctc_loss", 1, CG_IN(0), 0) /* targets, lengths, nll, log_alpha saved */ \
     X(DIAGONAL, "diagonal", 1, 0, 0) /* a view: offset and dims in p.i */ \
     X(CDIST, "cdist", 2, CG_IN(0) | CG_IN(1), 0) /* x1, x2; the distances saved, p in p.f */ \
-    X(ADJOINT, "adjoint", 1, 0, 0) /* a linear op's backward as an op (grad2.c) */
+    X(ADJOINT, "adjoint", 1, 0, 0) /* a linear op's backward as an op (grad2.c) */ \
+    X(FEATURE_DROPOUT, "feature_dropout", 1, 0, 0) /* dropout1d/2d/3d: the noise saved */ \
+    X(ALPHA_DROPOUT, "alpha_dropout", 1, 0, 0) /* the noise saved */ \
+    X(FEATURE_ALPHA_DROPOUT, "feature_alpha_dropout", 1, 0, 0) /* the noise saved */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

@@ -226,6 +226,35 @@ cg_tensor *cg_add_rms_norm(cg_tensor *x, cg_tensor *y, cg_tensor *w, float eps);
 /* Inverted dropout when training and p > 0 (p in [0, 1]; p = 1 gives a * 0,
  * zeros, as F.dropout(a, 1.0)); otherwise a new reference to a. */
 cg_tensor *cg_dropout(cg_tensor *a, float p, cg_rng *rng, bool training);
+/* The channel-wise dropouts (PyTorch 1.13's F.dropout1d, dropout2d,
+ * dropout3d; autograd/ops_dropout.c): while training with p > 0, each
+ * channel (x[n, c, ...], or x[c, ...] unbatched) zeroed whole with
+ * probability p, the others scaled by 1/(1 - p), one draw per channel
+ * (core/ops.h cg_k_noise_dropout). dropout1d: x [N, C, L] or unbatched
+ * [C, L]; dropout2d: [N, C, H, W], or [N, C, L] taken as batched (as
+ * PyTorch 1.13 does, which warns); dropout3d: [N, C, D, H, W] or
+ * unbatched [C, D, H, W]; cg_feature_dropout (torch.feature_dropout):
+ * any x of 2 dims or more, channels along dim 1. Other ranks are refused
+ * (PyTorch 1.13 warns and runs dropout2d and dropout3d on them, a
+ * deprecated use it says will be an error). Not training, p = 0 or no
+ * elements: a new reference to x (no draws). p in [0, 1] ("dropout
+ * probability has to be between 0 and 1"), checked first, and x's rank,
+ * even when not training; rng may be NULL only then. p = 1: x times 0.
+ * The node keeps the noise (one factor per channel); the gradient is g
+ * times it. */
+cg_tensor *cg_dropout1d(cg_tensor *x, float p, cg_rng *rng, bool training);
+cg_tensor *cg_dropout2d(cg_tensor *x, float p, cg_rng *rng, bool training);
+cg_tensor *cg_dropout3d(cg_tensor *x, float p, cg_rng *rng, bool training);
+cg_tensor *cg_feature_dropout(cg_tensor *x, float p, cg_rng *rng, bool training);
+/* F.alpha_dropout(x, p, training) (SELU networks'): each element kept
+ * with probability 1 - p as a x + alpha a p, the others set to alpha a p
+ * - alpha a (alpha = 1.7580993408473766, a = 1 / sqrt((alpha^2 p + 1)(1 -
+ * p))), which keeps a zero mean and unit variance; F.feature_alpha_dropout
+ * the same per channel (x of 2 dims or more, channels along dim 1). The
+ * rest as the channel dropouts above (p = 1: x times 0, PyTorch's). Note
+ * PyTorch's default training is False for these two. */
+cg_tensor *cg_alpha_dropout(cg_tensor *x, float p, cg_rng *rng, bool training);
+cg_tensor *cg_feature_alpha_dropout(cg_tensor *x, float p, cg_rng *rng, bool training);
 cg_tensor *cg_concat(cg_tensor *const *ts, int n, int dim);
 cg_tensor *cg_stack(cg_tensor *const *ts, int n, int dim);
 /* Views of consecutive pieces along dim (sizes sum to the dim's size). */

@@ -1,7 +1,9 @@
 /* Inverted dropout (moved from core/norm.c): keep with probability 1 - p,
  * scale the kept elements by 1/(1 - p). The draws are counter-based
  * (core/rng.h), so the mask is the same for any number of threads. */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/ops.h"
@@ -237,5 +239,103 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
     cg_release(x);
     if (mask)
         *mask = m;
+    return y;
+}
+
+/* ---------------------------------------------- dropouts with a noise */
+/* SELU's alpha times its scale: the value alpha dropout gives a dropped
+ * element before its affine map (PyTorch's alpha, 1.7580993408473766) */
+#define ALPHA_SELU 1.7580993408473766
+
+/* What the noise dropout's blocks read and write: noise element j covers
+ * the x elements [j inner, (j + 1) inner) */
+typedef struct {
+    const float *x, *noise, *shift; /* shift NULL: none */
+    float *y;
+    int64_t inner;
+} noise_job;
+
+static void noise_block(int64_t j0, int64_t j1, int thread, const void *ctx)
+{
+    const noise_job *job = ctx;
+    for (int64_t j = j0; j < j1; j++) {
+        const float f = job->noise[j], s = job->shift ? job->shift[j] : 0.0f;
+        const float *x = job->x + j * job->inner;
+        float *y = job->y + j * job->inner;
+        if (job->shift) /* x noise, then + shift: two roundings, PyTorch's */
+            for (int64_t i = 0; i < job->inner; i++)
+                y[i] = x[i] * f + s;
+        else
+            for (int64_t i = 0; i < job->inner; i++)
+                y[i] = x[i] * f;
+    }
+}
+
+/* The noise (and alpha's shift) of n elements: draw (base + j) >= p keeps
+ * element j. Plain: 1/(1-p) where kept (cg_k_dropout_scale), 0 where not;
+ * alpha (PyTorch's _dropout_impl): a where kept, 0 where not, and a shift
+ * of (keep - 1) (alpha a) + alpha a p in float, a = 1 / sqrt((alpha^2 p +
+ * 1)(1 - p)) in double. p = 1: noise 0, no shift, no draws. */
+static void noise_fill(cg_rng *rng, float p, bool alpha, int64_t n, float *noise, float *shift)
+{
+    if (p >= 1.0f) {
+        memset(noise, 0, (size_t)n * sizeof *noise);
+        if (shift)
+            memset(shift, 0, (size_t)n * sizeof *shift);
+        return;
+    }
+    const double a = 1.0 / sqrt((ALPHA_SELU * ALPHA_SELU * p + 1) * (1 - (double)p));
+    const float keep_f = alpha ? (float)a : cg_k_dropout_scale(p);
+    const float aa = (float)(ALPHA_SELU * a), c = (float)(ALPHA_SELU * a * p);
+    const uint64_t key = cg_rng_key(rng->seed), base = cg_rng_take(rng, (uint64_t)n);
+    for (int64_t j = 0; j < n; j++) {
+        const float keep = cg_rng_draw_unit(cg_rng_draw(key, base + (uint64_t)j)) >= p;
+        noise[j] = keep * keep_f;
+        if (alpha)
+            shift[j] = (keep - 1.0f) * aa + c;
+    }
+}
+
+cg_tensor *cg_k_noise_dropout(const cg_tensor *x, float p, cg_rng *rng, int lead, bool alpha,
+                              cg_tensor **noise)
+{
+    if (noise)
+        *noise = NULL;
+    if (!x || !rng)
+        return cg_error_null_input("cg_k_noise_dropout"), NULL;
+    if (!cg_f32_args("dropout", 1, &x))
+        return NULL;
+    if (!(p >= 0.0f && p <= 1.0f) || lead < 0 || lead > x->ndim) {
+        cg_set_error("dropout: need p in [0, 1] and a noise of 0 to %d leading dims (got p %g, "
+                     "%d dims)",
+                     x->ndim, (double)p, lead);
+        return NULL;
+    }
+    int64_t nshape[CG_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++)
+        nshape[d] = d < lead ? x->shape[d] : 1;
+    cg_tensor *xc = cg_k_contiguous(x), *y = xc ? cg_empty(x->ndim, x->shape) : NULL;
+    cg_tensor *nz = y ? cg_empty(x->ndim, nshape) : NULL;
+    const int64_t n = nz ? cg_numel(nz) : 0;
+    float *shift = nz && alpha ? malloc((size_t)(n ? n : 1) * sizeof *shift) : NULL;
+    if (!nz || (alpha && !shift)) {
+        if (nz)
+            cg_set_error("dropout: out of memory");
+        free(shift);
+        cg_release_all(3, xc, y, nz);
+        return NULL;
+    }
+    noise_fill(rng, p, alpha && p < 1.0f, n, cg_data(nz), shift);
+    const int64_t inner = n ? cg_numel(x) / n : 0;
+    const noise_job job = {cg_data(xc), cg_data(nz), alpha && p < 1.0f ? shift : NULL, cg_data(y),
+                           inner};
+    cg_shares_run(n, inner >= DROP_BLOCK ? 1 : DROP_BLOCK / (inner ? inner : 1),
+                  cg_shares_team(cg_numel(x) > PAR_THRESHOLD), noise_block, &job);
+    free(shift);
+    cg_release(xc);
+    if (noise)
+        *noise = nz;
+    else
+        cg_release(nz);
     return y;
 }

@@ -725,6 +725,22 @@ cg_tensor *cg_k_dropout(const cg_tensor *a, float p, cg_rng *rng, cg_tensor **ma
 /* Its backward: g times 1/(1-p) where mask is true and times 0 where it is
  * false (NaN stays NaN), the bits of g times the factor. */
 cg_tensor *cg_k_dropout_backward(const cg_tensor *mask, const cg_tensor *g, float p);
+/* The dropouts whose noise is a tensor of its own, PyTorch's
+ * _dropout_impl: feature dropout (dropout1d/2d/3d), alpha dropout and
+ * feature alpha dropout. The noise has x's first `lead` sizes and 1 after
+ * (2: one per channel of [N, C, ...]; x's ndim: one per element); noise
+ * element j (row-major) is kept iff draw (counter + j) of rng is >= p,
+ * cg_k_dropout's rule (rng advances by the noise's element count; p = 1
+ * draws nothing). Plain (alpha false): y = x times 1/(1-p) where kept, x
+ * times 0 where not. Alpha: y = x noise + shift, two roundings, noise = a
+ * where kept and 0 where not, shift = alpha a p where kept and alpha a p
+ * - alpha a where not (alpha = 1.7580993408473766, SELU's, a = 1 /
+ * sqrt((alpha^2 p + 1)(1 - p)); each product rounded as PyTorch's float
+ * ops round it). p = 1: y = x times 0 (PyTorch's, alpha too). x float32,
+ * any strides; y contiguous. *noise (if not NULL) gets the noise (float32,
+ * of the noise's shape): the gradient is g times it, broadcast. */
+cg_tensor *cg_k_noise_dropout(const cg_tensor *x, float p, cg_rng *rng, int lead, bool alpha,
+                              cg_tensor **noise);
 /* A dropout's draws, cg_k_dropout's: the element at row-major offset o is
  * kept iff draw (base + o) of key (core/rng.h) is >= p, and scaled by
  * scale = 1/(1-p) (0 at p = 1). */

@@ -484,19 +484,39 @@ cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y)
 }
 
 /* ----------------------------------------------------------- Dropout */
-cg_drop *cg_drop_new(float p, cg_rng *rng)
+cg_drop *cg_drop_new(float p, cg_rng *rng) { return cg_drop_new_kind(CG_DROPOUT_PLAIN, p, rng); }
+
+/* Each kind's module type and op */
+static const struct {
+    const char *type;
+    cg_tensor *(*op)(cg_tensor *x, float p, cg_rng *rng, bool training);
+} drop_kinds[] = {
+    [CG_DROPOUT_PLAIN] = {"Dropout", cg_dropout},
+    [CG_DROPOUT_1D] = {"Dropout1d", cg_dropout1d},
+    [CG_DROPOUT_2D] = {"Dropout2d", cg_dropout2d},
+    [CG_DROPOUT_3D] = {"Dropout3d", cg_dropout3d},
+    [CG_DROPOUT_ALPHA] = {"AlphaDropout", cg_alpha_dropout},
+    [CG_DROPOUT_FEATURE_ALPHA] = {"FeatureAlphaDropout", cg_feature_alpha_dropout},
+};
+
+cg_drop *cg_drop_new_kind(cg_dropout_kind kind, float p, cg_rng *rng)
 {
-    if (!(p >= 0.0f && p <= 1.0f)) { /* as cg_dropout: p = 1 drops everything */
-        cg_set_error("Dropout: p must be in [0, 1] (got %g)", (double)p);
+    if ((unsigned)kind >= sizeof drop_kinds / sizeof *drop_kinds) {
+        cg_set_error("Dropout: unknown kind %d", (int)kind);
         return NULL;
     }
-    cg_drop *d = (cg_drop *)cg_module_alloc(sizeof *d, "Dropout", NULL);
+    if (!(p >= 0.0f && p <= 1.0f)) { /* as cg_dropout: p = 1 drops everything */
+        cg_set_error("%s: p must be in [0, 1] (got %g)", drop_kinds[kind].type, (double)p);
+        return NULL;
+    }
+    cg_drop *d = (cg_drop *)cg_module_alloc(sizeof *d, drop_kinds[kind].type, NULL);
     if (!d)
         return NULL;
     d->base.forward = drop_impl;
     d->p = p;
     d->own_rng = cg_rng_new(0);
     d->rng = rng ? rng : &d->own_rng;
+    d->kind = kind;
     return d;
 }
 
@@ -504,7 +524,7 @@ static cg_tensor *drop_impl(cg_module *m, cg_tensor *const *in, void *args)
 {
     (void)args;
     cg_drop *d = (cg_drop *)m;
-    return cg_dropout(in[0], d->p, d->rng, d->base.training);
+    return drop_kinds[d->kind].op(in[0], d->p, d->rng, d->base.training);
 }
 
 cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x)

@@ -310,14 +310,29 @@ cg_tensor *cg_norm_add_forward(cg_norm *n, cg_tensor *x, cg_tensor *y);
  * rng: the generator used for the masks (borrowed: it must outlive the
  * module), or NULL for one owned by the module (own_rng, seeded with 0;
  * reseed with own_rng = cg_rng_new(seed)). No parameters. */
+typedef enum {
+    CG_DROPOUT_PLAIN,         /* nn.Dropout: cg_dropout */
+    CG_DROPOUT_1D,            /* nn.Dropout1d: cg_dropout1d (autograd/ops.h) */
+    CG_DROPOUT_2D,            /* nn.Dropout2d: cg_dropout2d */
+    CG_DROPOUT_3D,            /* nn.Dropout3d: cg_dropout3d */
+    CG_DROPOUT_ALPHA,         /* nn.AlphaDropout: cg_alpha_dropout */
+    CG_DROPOUT_FEATURE_ALPHA, /* nn.FeatureAlphaDropout: cg_feature_alpha_dropout */
+} cg_dropout_kind;
+
 typedef struct {
     cg_module base;
     float p;
     cg_rng *rng;
     cg_rng own_rng;
+    cg_dropout_kind kind; /* CG_DROPOUT_PLAIN from cg_drop_new */
 } cg_drop;
 
 cg_drop *cg_drop_new(float p, cg_rng *rng);
+/* The dropout modules of torch.nn (the module's type: "Dropout",
+ * "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+ * "FeatureAlphaDropout"), each its op of autograd/ops.h in train mode,
+ * the identity in eval mode, rng as cg_drop_new's; p in [0, 1]. */
+cg_drop *cg_drop_new_kind(cg_dropout_kind kind, float p, cg_rng *rng);
 cg_tensor *cg_drop_forward(cg_drop *d, cg_tensor *x);
 
 /* ------------------------------------------- sinusoidal positions */

@@ -433,6 +433,9 @@ static const op_check op_checks[CG_OP_COUNT] = {
                                   {"diagonal(-2,-1,1)", diagonal_neg, DOM_ANY}},
                         .by = "test_einsum.c: test_einsum_gradcheck"},
     [CG_OP_CDIST] = {.by = "test_einsum.c: test_distance_gradcheck"},
+    [CG_OP_FEATURE_DROPOUT] = {.by = "test_random.c: test_dropout_gradcheck"},
+    [CG_OP_ALPHA_DROPOUT] = {.by = "test_random.c: test_dropout_gradcheck"},
+    [CG_OP_FEATURE_ALPHA_DROPOUT] = {.by = "test_random.c: test_dropout_gradcheck"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */
