@@ -478,3 +478,71 @@ bool cg_remove_spectral_norm(cg_module *m, const char *name)
     undo(m, saved, params, 1, buffers, 2);
     return true;
 }
+
+/* ------------------------------ parameters_to_vector, vector_to_parameters */
+cg_tensor *cg_parameters_to_vector(const cg_module *m)
+{
+    if (!m)
+        return cg_error_null_input("cg_parameters_to_vector"), NULL;
+    cg_param_list l = {0};
+    if (!cg_module_params(m, &l))
+        return NULL;
+    cg_tensor *out = NULL;
+    cg_tensor **flat = calloc((size_t)(l.n ? l.n : 1), sizeof *flat);
+    bool ok = flat != NULL;
+    if (!ok)
+        cg_set_error("parameters_to_vector: out of memory");
+    for (int i = 0; ok && i < l.n; i++) {
+        if (l.items[i].tensor->dtype != l.items[0].tensor->dtype) {
+            cg_set_error("parameters_to_vector: '%s' is %s, '%s' %s: one dtype expected",
+                         l.items[i].name, cg_dtype_name(l.items[i].tensor->dtype), l.items[0].name,
+                         cg_dtype_name(l.items[0].tensor->dtype));
+            ok = false;
+        }
+        ok = ok && (flat[i] = cg_reshape(l.items[i].tensor, 1, (const int64_t[]){-1})) != NULL;
+    }
+    if (ok)
+        out = l.n ? cg_concat(flat, l.n, 0) : cg_empty(1, (const int64_t[]){0});
+    for (int i = 0; flat && i < l.n; i++)
+        cg_release(flat[i]);
+    free(flat);
+    cg_param_list_free(&l);
+    return out;
+}
+
+bool cg_vector_to_parameters(const cg_tensor *vec, cg_module *m)
+{
+    if (!vec || !m)
+        return cg_error_null_input("cg_vector_to_parameters");
+    if (vec->ndim != 1) {
+        char b[96];
+        cg_set_error("vector_to_parameters: vec must be 1-d (got %s)",
+                     cg_shape_str(vec, b, sizeof b));
+        return false;
+    }
+    cg_param_list l = {0};
+    if (!cg_module_params(m, &l))
+        return false;
+    int64_t total = 0;
+    for (int i = 0; i < l.n; i++)
+        total += cg_numel(l.items[i].tensor);
+    bool ok = total == vec->shape[0];
+    if (!ok)
+        cg_set_error("vector_to_parameters: vec has %lld elements, the %d parameters %lld",
+                     (long long)vec->shape[0], l.n, (long long)total);
+    cg_tensor *vc = ok ? cg_k_contiguous(vec) : NULL;
+    ok = ok && vc;
+    int64_t at = 0;
+    for (int i = 0; ok && i < l.n; i++) { /* each parameter's run of vec */
+        cg_tensor *p = l.items[i].tensor;
+        const int64_t k = cg_numel(p);
+        cg_tensor *run = cg_view_slice(vc, 0, at, at + k, 1);
+        cg_tensor *shaped = run ? cg_view_reshape(run, p->ndim, p->shape) : NULL;
+        ok = shaped && cg_k_copy_(p, shaped);
+        cg_release_all(2, run, shaped);
+        at += k;
+    }
+    cg_release(vc);
+    cg_param_list_free(&l);
+    return ok;
+}

@@ -62,6 +62,22 @@ bool cg_spectral_norm(cg_module *m, const char *name, int n_power_iterations, fl
  * Refused: no spectral norm of name on m. */
 bool cg_remove_spectral_norm(cg_module *m, const char *name);
 
+/* torch.nn.utils.parameters_to_vector(m.parameters()): m's parameters
+ * in cg_module_params' order (named_parameters(), each tied tensor once)
+ * flattened into one 1-d tensor, a graph op (a concat of views: the
+ * gradient flows back to each parameter, as through PyTorch's torch.cat).
+ * The parameters must have one dtype (PyTorch's cat promotes); none: a
+ * float32 [0]. NULL + error. */
+cg_tensor *cg_parameters_to_vector(const cg_module *m);
+/* torch.nn.utils.vector_to_parameters(vec, m.parameters()): vec's
+ * elements (1-d, any dtype, any strides) copied into m's parameters in
+ * the same order, each parameter's numel of them, converted to its dtype,
+ * outside the graph (PyTorch replaces each param.data); each parameter
+ * marked modified. Refused, m unchanged: vec not 1-d, or of another
+ * length than the parameters' total (PyTorch refuses a short vec and
+ * ignores the rest of a long one). */
+bool cg_vector_to_parameters(const cg_tensor *vec, cg_module *m);
+
 #ifdef __cplusplus
 }
 #endif

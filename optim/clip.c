@@ -262,6 +262,100 @@ double cg_clip_grad_norm(int n, cg_tensor *const *params, double max_norm)
     return total;
 }
 
+/* ------------------------------------ clip_grad_norm_'s other norms, clip_grad_value_ */
+/* The norm of order q of every gradient element (q > 0, inf: the largest
+ * magnitude), summed in double in parameter order: (sum |g|^q)^(1/q), the
+ * 1-norm a plain sum; a NaN anywhere gives NaN. -1 + error on bad input. */
+static double global_norm_q(const char *what, int n, cg_tensor *const *params, double q)
+{
+    if (n < 0 || (n > 0 && !params)) {
+        cg_set_error("%s: %d parameters with a %s array", what, n, params ? "non-NULL" : "NULL");
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (!check_grad(what, params, i))
+            return -1;
+    double acc = 0;
+    for (int i = 0; i < n; i++) {
+        const cg_tensor *g = params[i]->grad;
+        cg_tensor *c = g ? grad_floats(g) : NULL;
+        if (g && !c)
+            return -1;
+        const float *x = c ? cg_data(c) : NULL;
+        for (int64_t k = 0, m = c ? cg_numel(c) : 0; k < m; k++) {
+            const double a = fabs((double)x[k]);
+            if (isnan(a))
+                acc = NAN;
+            else if (isinf(q))
+                acc = a > acc ? a : acc;
+            else
+                acc += q == 1 ? a : pow(a, q);
+        }
+        cg_release(c);
+    }
+    return isinf(q) || q == 1 ? acc : pow(acc, 1 / q);
+}
+
+double cg_clip_grad_norm_ex(int n, cg_tensor *const *params, double max_norm, double norm_type,
+                            bool error_if_nonfinite)
+{
+    const char *what = "clip_grad_norm";
+    if (!(max_norm >= 0) || !(norm_type > 0)) {
+        cg_set_error("%s: need max_norm >= 0 and norm_type > 0 or inf (got %g, %g)", what, max_norm,
+                     norm_type);
+        return -1;
+    }
+    const double total =
+        norm_type == 2 ? global_norm(what, n, params) : global_norm_q(what, n, params, norm_type);
+    if (total < 0)
+        return -1;
+    if (!isfinite(total)) {
+        if (error_if_nonfinite) {
+            cg_set_error("%s: The total norm of order %g for gradients from `parameters` is "
+                         "non-finite, so it cannot be clipped. To disable this error and scale the "
+                         "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`",
+                         what, norm_type);
+            return -1;
+        }
+        return total;
+    }
+    const float coef = clip_coef(total, max_norm);
+    if (!(coef < 1.0f))
+        return total;
+    for (int i = 0; i < n; i++)
+        if (params[i]->grad && !scale_grad(params[i]->grad, coef))
+            return -1;
+    return total;
+}
+
+bool cg_clip_grad_value(int n, cg_tensor *const *params, double clip_value)
+{
+    const char *what = "clip_grad_value";
+    if (!(clip_value >= 0)) {
+        cg_set_error("%s: clip_value %g must be >= 0", what, clip_value);
+        return false;
+    }
+    if (n < 0 || (n > 0 && !params)) {
+        cg_set_error("%s: %d parameters with a %s array", what, n, params ? "non-NULL" : "NULL");
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if (!check_grad(what, params, i))
+            return false;
+    const float c = (float)clip_value;
+    for (int i = 0; i < n; i++) {
+        cg_tensor *g = params[i]->grad;
+        if (!g)
+            continue;
+        cg_tensor *f = grad_floats(g), *v = f ? cg_k_clamp(f, -c, c) : NULL;
+        const bool ok = v && cg_k_copy_(g, v);
+        cg_release_all(2, f, v);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
 /* An optimizer updates float32 parameters (optim.c) from float32
  * gradients: false + error naming parameter i unless g is one. */
 static bool optim_grad_f32(const cg_optim *o, int i, const char *what, const cg_tensor *g)

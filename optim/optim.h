@@ -462,6 +462,28 @@ double cg_clip_grad_norm(int n, cg_tensor *const *params, double max_norm);
 double cg_optim_clip_grad_norm(cg_optim *o, double max_norm);
 /* The global gradient norm alone (no clipping); -1 + error on bad input. */
 double cg_grad_norm(int n, cg_tensor *const *params);
+/* clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite): the
+ * same with PyTorch's other norms: norm_type 2 is cg_clip_grad_norm (its
+ * bits), INFINITY the largest gradient magnitude, any other q > 0 the
+ * q-norm (sum |g|^q)^(1/q) of all the elements, summed in double in
+ * parameter order (PyTorch: the q-norm of the per-parameter q-norms, in
+ * float32: the same value, rounded otherwise). A NaN gradient gives NaN.
+ * A non-finite total with error_if_nonfinite: -1 + PyTorch's error
+ * ("The total norm of order q for gradients from `parameters` is
+ * non-finite, so it cannot be clipped..."), the gradients untouched;
+ * without it, the total returned and the gradients left unscaled (as
+ * cg_clip_grad_norm; PyTorch scales them by the NaN or zero factor).
+ * Refused: max_norm < 0, norm_type <= 0 or NaN (PyTorch takes 0, whose
+ * "norm" counts the nonzero elements, and -inf, the smallest magnitude). */
+double cg_clip_grad_norm_ex(int n, cg_tensor *const *params, double max_norm, double norm_type,
+                            bool error_if_nonfinite);
+/* torch.nn.utils.clip_grad_value_(params, clip_value): every gradient
+ * element clamped to [-clip_value, clip_value] in float32 (NaN stays NaN;
+ * a bfloat16 or float16 gradient clamped as its float32 values, then
+ * rounded back); params without grad skipped. False + error on bad input
+ * (as cg_clip_grad_norm's) or a clip_value < 0 or NaN (PyTorch clamps to
+ * [|c|, -|c|], which sets every element to -|c|). */
+bool cg_clip_grad_value(int n, cg_tensor *const *params, double clip_value);
 
 /* Index of the first parameter whose gradient holds a NaN or Inf, or -1 if
  * all are finite (params without grad count as finite). If elem is not NULL
