@@ -15,10 +15,13 @@
 #include "core/gemm.h"
 #include "core/gemm_internal.h"
 #include "core/ops.h"
+#include "core/random.h"
 #include "nn/batchnorm.h"
 #include "nn/conv.h"
 #include "nn/data.h"
+#include "nn/init.h"
 #include "nn/lora.h"
+#include "nn/param.h"
 #include "nn/rnn.h"
 #include "nn/transformer.h"
 #include "nn/upsample.h"
@@ -168,6 +171,10 @@ START_TEST(test_record_failure_nn_ops)
     ASSERT_OOM(cg_add_layer_norm(a, b, w, NULL, 1e-5f));
     ASSERT_OOM(cg_add_rms_norm(a, b, w, 1e-5f));
     ASSERT_OOM(cg_dropout(a, 0.5f, &rng, true));
+    ASSERT_OOM(cg_dropout1d(a, 0.5f, &rng, true));
+    ASSERT_OOM(cg_dropout2d(q, 0.5f, &rng, true));
+    ASSERT_OOM(cg_alpha_dropout(a, 0.5f, &rng, true));
+    ASSERT_OOM(cg_feature_alpha_dropout(a, 0.5f, &rng, true));
     ASSERT_OOM(cg_concat((cg_tensor *const[]){a, b}, 2, 0));
     ASSERT_OOM(cg_index_select(a, 0, ti));
     ASSERT_OOM(cg_gather(a, 1, tg));
@@ -1276,6 +1283,84 @@ START_TEST(test_bag_oom)
 }
 END_TEST
 
+/* The random tensors (core/random.h) of both generators, the init
+ * functions that allocate (nn/init.h), the dropouts with a noise forward
+ * and backward, parameters_to_vector's graph and vector_to_parameters,
+ * clip_grad_value and clip_grad_norm's other norms */
+static bool random_run(void *ctx)
+{
+    cg_tensor *x = ((void **)ctx)[0], *p = ((void **)ctx)[1];
+    cg_module *m = ((void **)ctx)[2];
+    cg_rng r = cg_rng_new(5);
+    cg_mt19937 g;
+    cg_mt19937_seed(&g, 5);
+    cg_tensor *t[16] = {cg_bernoulli(&r, p),
+                        cg_bernoulli_torch(&g, p),
+                        cg_rand_like(&r, p),
+                        cg_randn_like_torch(&g, p),
+                        cg_randint_like(&r, p, 0, 9),
+                        cg_normal(&r, p, p),
+                        cg_normal_torch(&g, p, p),
+                        cg_poisson(&r, p),
+                        cg_poisson_torch(&g, p),
+                        cg_multinomial_tensor(&r, p, 4, true),
+                        cg_multinomial_tensor(&r, p, 3, false),
+                        cg_multinomial_torch(&g, p, 4, true),
+                        cg_multinomial_torch(&g, p, 3, false),
+                        cg_randperm_tensor(&r, 7),
+                        cg_randperm_torch(&g, 7),
+                        cg_randint(&r, 0, 5, CG_SHAPE(3))};
+    bool ok = true;
+    for (int i = 0; i < 16; i++) {
+        ok = ok && t[i];
+        cg_release(t[i]);
+    }
+    cg_tensor *w = cg_empty(CG_SHAPE(6, 4));
+    ok = ok && w && cg_init_trunc_normal_(w, &r, 0, 1, -2, 2) && cg_init_sparse_(w, &r, 0.5, 0.1) &&
+         cg_init_sparse_torch_(w, &g, 0.5, 0.1) &&
+         cg_init_trunc_normal_torch_(w, &g, 0, 1, -2, 2) &&
+         cg_init_kaiming_normal_(w, &r, 0, NULL, NULL) && cg_init_eye_(w) &&
+         cg_bernoulli_(w, &r, 0.5);
+    cg_release(w);
+    cg_tensor *d[4] = {cg_dropout2d(x, 0.5f, &r, true), cg_alpha_dropout(x, 0.3f, &r, true),
+                       cg_feature_alpha_dropout(x, 0.3f, &r, true), cg_parameters_to_vector(m)};
+    cg_tensor *sum = NULL;
+    for (int i = 0; i < 4; i++) {
+        cg_tensor *s = d[i] ? cg_sum_all(d[i]) : NULL;
+        cg_tensor *next = sum && s ? cg_add(sum, s) : s ? cg_retain(s) : NULL;
+        ok = ok && next;
+        cg_release_all(3, sum, s, d[i]);
+        sum = next;
+    }
+    ok = ok && cg_backward(sum, NULL, false);
+    cg_release(sum);
+    cg_param_list l = {0};
+    ok = ok && cg_clip_grad_value(1, &x, 0.5) && cg_clip_grad_norm_ex(1, &x, 1.0, 3, false) >= 0 &&
+         cg_module_params(m, &l);
+    cg_tensor *vec = ok ? cg_zeros(CG_SHAPE(cg_module_num_params(m))) : NULL;
+    ok = ok && vec && cg_vector_to_parameters(vec, m);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    cg_release(vec);
+    cg_param_list_free(&l);
+    cg_zero_grad(x);
+    cg_module_zero_grad(m);
+    return ok;
+}
+
+START_TEST(test_random_oom)
+{
+    cg_rng r = cg_rng_new(11);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 4, 5)), true);
+    cg_tensor *p = cg_rand(&r, CG_SHAPE(3, 6));
+    cg_module *m = CG_MODULE(cg_linear_new(3, 2, true, &r));
+    void *ctx[3] = {x, p, m};
+    ck_assert_int_gt(every_allocation_fails(random_run, ctx), 10);
+    ck_assert(random_run(ctx)); /* and it runs once memory is back */
+    cg_module_free(m);
+    cg_release_all(2, x, p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("record_oom");
@@ -1307,6 +1392,7 @@ int main(void)
     tcase_add_test(tc, test_loss_more_oom);
     tcase_add_test(tc, test_bag_oom);
     tcase_add_test(tc, test_ctc_oom);
+    tcase_add_test(tc, test_random_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }

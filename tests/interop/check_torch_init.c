@@ -7,7 +7,8 @@
  * in_proj, the layers' projections) must be PyTorch's bits; normal ones
  * (Embedding) within 2e-6 (log, cos and sin may differ in the last bit:
  * core/mt19937.c); the 5 uniforms drawn after must be PyTorch's too (the
- * stream advanced by exactly as many draws). */
+ * stream advanced by exactly as many draws). Then check_torch_random.c's
+ * random tensors and init functions (DIR/torch_random.safetensors). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 #include "cgrad.h"
 
 enum { SEED = 1234 };
+
+int check_torch_random(const char *dir); /* check_torch_random.c */
 
 static cg_module *build(void)
 {
@@ -92,5 +95,5 @@ int main(int argc, char **argv)
     cg_param_list_free(&l);
     cg_module_free(root);
     cg_st_close(f);
-    return bad ? 1 : 0;
+    return check_torch_random(argv[1]) || bad ? 1 : 0;
 }
