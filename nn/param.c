@@ -485,8 +485,10 @@ cg_tensor *cg_parameters_to_vector(const cg_module *m)
     if (!m)
         return cg_error_null_input("cg_parameters_to_vector"), NULL;
     cg_param_list l = {0};
-    if (!cg_module_params(m, &l))
+    if (!cg_module_params(m, &l)) {
+        cg_param_list_free(&l); /* what it listed before it failed */
         return NULL;
+    }
     cg_tensor *out = NULL;
     cg_tensor **flat = calloc((size_t)(l.n ? l.n : 1), sizeof *flat);
     bool ok = flat != NULL;
@@ -521,8 +523,10 @@ bool cg_vector_to_parameters(const cg_tensor *vec, cg_module *m)
         return false;
     }
     cg_param_list l = {0};
-    if (!cg_module_params(m, &l))
+    if (!cg_module_params(m, &l)) {
+        cg_param_list_free(&l);
         return false;
+    }
     int64_t total = 0;
     for (int i = 0; i < l.n; i++)
         total += cg_numel(l.items[i].tensor);

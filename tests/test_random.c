@@ -138,10 +138,10 @@ START_TEST(test_bernoulli_refusals)
     CG_ASSERT_REFUSED_LINE(cg_bernoulli(&r, NULL), "bernoulli");
     CG_ASSERT_REFUSED_LINE(cg_bernoulli_torch(&g, bad), "p must be in [0, 1]");
     CG_ASSERT_REFUSED_LINE(cg_bernoulli_torch(NULL, bad), "NULL generator");
-    cg_tensor *tt = cg_view_transpose(cg_zeros(CG_SHAPE(3, 2)), 0, 1);
+    cg_tensor *z32 = cg_zeros(CG_SHAPE(3, 2)), *tt = cg_view_transpose(z32, 0, 1);
     CG_ASSERT_REFUSED_LINE(cg_bernoulli_torch_(tt, &g, 0.5) ? tt : NULL, "must be contiguous");
     ck_assert_uint_eq(r.counter, 0); /* nothing drawn by a refusal */
-    cg_release_all(3, bad, nan, tt);
+    cg_release_all(4, bad, nan, z32, tt);
 }
 END_TEST
 
