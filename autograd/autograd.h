@@ -186,7 +186,15 @@ extern "C" {
     X(ADJOINT, "adjoint", 1, 0, 0) /* a linear op's backward as an op (grad2.c) */ \
     X(FEATURE_DROPOUT, "feature_dropout", 1, 0, 0) /* dropout1d/2d/3d: the noise saved */ \
     X(ALPHA_DROPOUT, "alpha_dropout", 1, 0, 0) /* the noise saved */ \
-    X(FEATURE_ALPHA_DROPOUT, "feature_alpha_dropout", 1, 0, 0) /* the noise saved */
+    X(FEATURE_ALPHA_DROPOUT, "feature_alpha_dropout", 1, 0, 0) /* the noise saved */ \
+    X(MASKED_SELECT, "masked_select", 2, CG_IN(1), 0) /* a, mask */ \
+    X(MASKED_SCATTER, "masked_scatter", 3, CG_IN(1), 0) /* a, mask, source */ \
+    X(NAN_TO_NUM, "nan_to_num", 1, CG_IN(0), 0) \
+    X(FMOD, "fmod", 2, CG_IN(0) | CG_IN(1), 0) \
+    X(REMAINDER, "remainder", 2, CG_IN(0) | CG_IN(1), 0) \
+    X(LERP, "lerp", 3, CG_IN_ALL, 0) /* start, end, weight?; a scalar weight in p.f */ \
+    X(CLAMP_TENSOR, "clamp_tensor", 3, CG_IN_ALL, 0) /* x, min?, max?; which in p.i */ \
+    X(CROSS, "cross", 2, 0, 1) /* a, b; the dim in p.i */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

@@ -510,8 +510,8 @@ cg_tensor *cg_repeat(cg_tensor *a, int n, const int64_t *sizes);
  * values the lower index is chosen first, which PyTorch leaves unspecified,
  * so its gradient may reach other elements of a tie); *indices
  * (may be NULL) gets their indices, an int64 tensor of the values' shape.
- * a: any float dtype; an integer or bool a is refused ("topk: argument 1
- * is int64, expected a float tensor ..."). */
+ * a: any float or integer dtype (integers: the first k of a stable
+ * sort, exact, no gradient); bool refused, as PyTorch. */
 cg_tensor *cg_topk(cg_tensor *a, int64_t k, int dim, bool largest, cg_tensor **indices);
 /* torch.argmax(a, dim, keepdim): int64 indices (first maximum; NaN counts
  * as the maximum) of a float a of any dtype. Not differentiable. */
@@ -525,7 +525,8 @@ cg_tensor *cg_argmin(const cg_tensor *a, int dim, bool keepdim);
  * their int64 indices into *indices (may be NULL). NaN sorts as the
  * largest (last ascending, first descending). The sort is always stable
  * (equal elements keep their order), which stable = false allows too.
- * a: any float dtype (integers and bool refused, as topk). */
+ * a: any dtype (since 2026-12-08 integers and bool too, compared exactly:
+ * their values keep the dtype and have no gradient). */
 cg_tensor *cg_sort(cg_tensor *a, int dim, bool descending, bool stable, cg_tensor **indices);
 /* torch.argsort(a, dim, descending, stable): cg_sort's indices alone. */
 cg_tensor *cg_argsort(const cg_tensor *a, int dim, bool descending, bool stable);
@@ -546,7 +547,7 @@ cg_tensor *cg_logcumsumexp(cg_tensor *a, int dim);
  * a's dtype, and its int64 indices into *indices (may be NULL): a tie
  * takes the later index, a NaN takes over from where it is (PyTorch's).
  * The gradient of each value goes to the element its index names.
- * a: any float dtype. */
+ * a: any dtype (integers and bool: exact values, no gradient). */
 cg_tensor *cg_cummax(cg_tensor *a, int dim, cg_tensor **indices);
 cg_tensor *cg_cummin(cg_tensor *a, int dim, cg_tensor **indices);
 /* F.one_hot(ids, num_classes): int64 ids to int64 [..., K] (K =
@@ -832,6 +833,102 @@ cg_tensor *cg_multilabel_margin_loss(cg_tensor *x, const cg_tensor *target, cg_r
 cg_tensor *cg_ctc_loss(cg_tensor *log_probs, const cg_tensor *targets,
                        const cg_tensor *input_lengths, const cg_tensor *target_lengths,
                        int64_t blank, cg_reduction r, bool zero_infinity);
+
+/* ----------------------- masks, grids, uniques (ops_select.c; since 2026-12-08) */
+/* torch.masked_select(a, mask): a's elements where mask (bool) holds, a
+ * and mask broadcast, 1-d in row-major order, a's dtype (core/ops.h
+ * cg_k_masked_select). Differentiable in a: g goes back to where each
+ * element came from (summed over a broadcast of a). */
+cg_tensor *cg_masked_select(cg_tensor *a, cg_tensor *mask);
+/* Tensor.masked_scatter(mask, source) (out of place): a copy of a (a and
+ * mask broadcast) with source's first elements, in order, where mask holds
+ * (source of a's dtype, at least the mask's true count of elements).
+ * Differentiable in a (g with zeros where mask holds) and source (g where
+ * mask holds, then zeros, in source's shape), as PyTorch's. */
+cg_tensor *cg_masked_scatter(cg_tensor *a, cg_tensor *mask, cg_tensor *source);
+/* torch.msort(a): cg_sort along dim 0, the values. */
+cg_tensor *cg_msort(cg_tensor *a);
+/* torch.meshgrid(*ts, indexing=): n (1 to CG_MAX_DIMS) tensors of one
+ * dtype, each 0-d (one element) or 1-d, into out[0, n): each of the shape
+ * [len_0, ..., len_n-1] ('ij'; 'xy' swaps the first two) holding tensor i
+ * along its dim: views (cg_expand of a reshape), differentiable. false +
+ * error (out NULL) on a refusal. */
+typedef enum { CG_MESHGRID_IJ = 0, CG_MESHGRID_XY } cg_meshgrid_indexing;
+bool cg_meshgrid(cg_tensor *const *ts, int n, cg_meshgrid_indexing indexing, cg_tensor **out);
+/* torch.cartesian_prod(*ts): n 1-d tensors of one dtype -> [prod len_i,
+ * n], the rows their combinations in order (meshgrid 'ij' flattened and
+ * stacked); one tensor: itself (a new reference), as PyTorch. */
+cg_tensor *cg_cartesian_prod(cg_tensor *const *ts, int n);
+/* torch.rot90(a, k, dims=[dim0, dim1]): a rotated by k quarter turns from
+ * dim0 towards dim1 (k taken modulo 4: flips and a transposed view;
+ * k = 0: a copy), any dtype, differentiable. At least 2 dims, two
+ * different dims. */
+cg_tensor *cg_rot90(cg_tensor *a, int64_t k, int dim0, int dim1);
+/* torch.unique(x, sorted, return_inverse, return_counts[, dim]) and
+ * torch.unique_consecutive(x, return_inverse, return_counts[, dim]): core/
+ * ops.h cg_k_unique and friends (*inverse, *counts NULL: not wanted). No
+ * gradient: an x that requires grad (grad mode on) is refused in one line
+ * (PyTorch computes it, and its backward fails). */
+cg_tensor *cg_unique(const cg_tensor *x, bool sorted, cg_tensor **inverse, cg_tensor **counts);
+cg_tensor *cg_unique_dim(const cg_tensor *x, int dim, bool sorted, cg_tensor **inverse,
+                         cg_tensor **counts);
+cg_tensor *cg_unique_consecutive(const cg_tensor *x, cg_tensor **inverse, cg_tensor **counts);
+cg_tensor *cg_unique_consecutive_dim(const cg_tensor *x, int dim, cg_tensor **inverse,
+                                     cg_tensor **counts);
+/* torch.bincount(x, weights, minlength): core/ops.h cg_k_bincount; weights
+ * that require grad (grad mode on) refused, as cg_unique's x. */
+cg_tensor *cg_bincount(const cg_tensor *x, const cg_tensor *weights, int64_t minlength);
+
+/* --------------- more pointwise ops, diff, trapezoid (ops_pointwise.c; since 2026-12-08) */
+/* torch.nan_to_num(a, nan=0.0, posinf=None, neginf=None) (posinf, neginf
+ * NULL: the dtype's largest and lowest finite values); the gradient g
+ * where a is finite, g * 0 elsewhere (PyTorch's). Integers and bool:
+ * copied. */
+cg_tensor *cg_nan_to_num(cg_tensor *a, double nan, const double *posinf, const double *neginf);
+/* torch.fmod(a, b) (the sign of a) and torch.remainder(a, b) (the sign of
+ * b, Python's %): broadcast, promoted as torch.result_type; integers exact
+ * (a zero divisor refused); bool refused. The gradient: g to a, -g
+ * trunc(a / b) (fmod) or -g floor(a / b) (remainder) to b, PyTorch's. The
+ * _scalar forms take a number b as PyTorch takes a Python number: a whole
+ * b keeps an integer a's dtype, another b makes it float32 (C cannot tell
+ * 2 from 2.0: pass a float tensor for the float op). */
+cg_tensor *cg_fmod(cg_tensor *a, cg_tensor *b);
+cg_tensor *cg_fmod_scalar(cg_tensor *a, double b);
+cg_tensor *cg_remainder(cg_tensor *a, cg_tensor *b);
+cg_tensor *cg_remainder_scalar(cg_tensor *a, double b);
+/* torch.lerp(start, end, weight): start + weight (end - start), computed
+ * as PyTorch (from the nearer end), broadcast; the three of one dtype,
+ * float32 or bfloat16. The gradients g (1 - w), g w and g (end - start).
+ * cg_lerp_scalar: a number weight (no gradient). */
+cg_tensor *cg_lerp(cg_tensor *start, cg_tensor *end, cg_tensor *weight);
+cg_tensor *cg_lerp_scalar(cg_tensor *start, cg_tensor *end, float weight);
+/* torch.clamp(x, min, max) with tensor bounds (either NULL, not both):
+ * broadcast, promoted; NaN where x or a bound is NaN; max where min > max.
+ * The gradients PyTorch's: x gets g where min <= x <= max (a bound
+ * included), min where x < min < max, max where x > max or max < min.
+ * cg_clamp(x, lo, hi) keeps the number bounds. */
+cg_tensor *cg_clamp_tensor(cg_tensor *x, cg_tensor *min, cg_tensor *max);
+/* torch.linalg.cross(a, b, dim) and torch.cross(a, b, dim): the cross
+ * product along dim (size 3 in both; negative counts from the end), a and
+ * b of one number of dims (the rest broadcast) and one dtype (not bool).
+ * The gradients cross(b, g) and cross(g, a). torch.cross without dim (the
+ * first dim of size 3, deprecated) has no form here: name the dim. */
+cg_tensor *cg_cross(cg_tensor *a, cg_tensor *b, int dim);
+/* torch.diff(a, n, dim, prepend, append) (PyTorch's defaults 1, -1, None,
+ * None): prepend and append (NULL: none; a's number of dims, a's other
+ * sizes) joined to a along dim (cg_concat, promoted), then the forward
+ * difference n times (bool: xor), each a step shorter (to 0); n = 0: a
+ * copy of the join. Floats through cg_narrow and cg_sub (their gradients);
+ * integers and bool exact, no gradient. A negative n is refused (PyTorch
+ * 1.13 returns the input). */
+cg_tensor *cg_diff(cg_tensor *a, int64_t n, int dim, cg_tensor *prepend, cg_tensor *append);
+/* torch.trapezoid(y, dx=1, dim=-1) and torch.trapezoid(y, x, dim=-1): the
+ * trapezoidal rule along dim, (sum(y) - (y_0 + y_last) / 2) dx or the sum
+ * of (y_i + y_i+1) (x_i+1 - x_i) / 2 (x 1-d along dim, or broadcasting
+ * with y), made of the graph's ops (their gradients, to y and x). Integers
+ * computed as float32; bool refused; no samples: zeros of y's dtype. */
+cg_tensor *cg_trapezoid(cg_tensor *y, double dx, int dim);
+cg_tensor *cg_trapezoid_x(cg_tensor *y, cg_tensor *x, int dim);
 
 #ifdef __cplusplus
 }

@@ -238,6 +238,9 @@ cg_tensor *cg_pick_values(cg_tensor *a, int dim, const cg_tensor *idx)
      * gather reads float32, so a bf16 or f16 input is gathered from its
      * float32 copy and the values rounded back to its dtype, both exact and
      * both differentiable (cg_to of a float32 input is the input itself) */
+    if (!cg_dtype_is_float(a->dtype)) /* integers and bool: copied, exact (no gradient) */
+        return a->ndim == 0 && idx->ndim == 1 ? cg_empty_dtype(a->dtype, 1, idx->shape)
+                                              : cg_k_take_along_dim(a, dim, idx);
     int64_t m = cg_numel(idx);
     cg_tensor *src = a->ndim == 0 ? cg_reshape(a, 1, (int64_t[]){1}) : cg_retain(a);
     cg_tensor *gi = a->ndim == 0 ? cg_k_reshape(idx, 1, &m) : cg_retain((cg_tensor *)idx);

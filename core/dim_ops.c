@@ -132,14 +132,31 @@ static void topk_row(const float *row, int64_t s, int64_t n, int64_t k, bool lar
     }
 }
 
+/* topk of an integer a: the first k of a stable sort (largest: descending),
+ * ties in index order as topk_row orders them */
+static cg_tensor *topk_int(const cg_tensor *a, int64_t k, int dim, bool largest)
+{
+    cg_tensor *all = cg_k_sort_indices(a, dim, largest);
+    if (!all || a->ndim == 0) { /* k 1: the 0-d index; k 0: [0] */
+        if (all && k == 0) {
+            cg_release(all);
+            return cg_empty_dtype(CG_I64, 1, (int64_t[]){0});
+        }
+        return all;
+    }
+    cg_tensor *v = cg_view_narrow(all, dim, 0, k), *out = v ? cg_k_contiguous(v) : NULL;
+    cg_release_all(2, all, v);
+    return out;
+}
+
 cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest)
 {
     if (!a) {
         cg_error_null_input("cg_k_topk_indices");
         return NULL;
     }
-    if (!cg_dtype_is_float(a->dtype)) { /* any float, as the reductions take */
-        cg_upcast_refuse("topk", 0, a);
+    if (a->dtype == CG_BOOL) {
+        cg_set_error("topk: bool tensors are not supported (as PyTorch)");
         return NULL;
     }
     int64_t outer, n, inner;
@@ -151,6 +168,8 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
                      (long long)n, dim, cg_shape_str(a, b, sizeof b));
         return NULL;
     }
+    if (!cg_dtype_is_float(a->dtype))
+        return topk_int(a, k, dim, largest);
     int64_t shape[CG_MAX_DIMS] = {1};
     /* a 0-d a gives 0-d indices, as torch.topk (k = 0: an empty [0]) */
     int nd = a->ndim ? a->ndim : k ? 0 : 1;

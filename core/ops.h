@@ -1269,7 +1269,8 @@ cg_tensor *cg_k_cumsum(const cg_tensor *a, int dim, bool reverse);
  * (largest first, as torch.topk(sorted=True); ties: the lower index first;
  * NaN counts as the largest): an int64 tensor of a's shape with k at dim
  * (a 0-d a: 0-d for k = 1, [0] for k = 0).
- * a: any float dtype (an integer or bool a: NULL + error naming topk). */
+ * a: any float or integer dtype (integers: the first k of a stable sort,
+ * exact); bool refused, as PyTorch. */
 cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool largest);
 
 /* Sorting, products and scans along one dim (core/scan.c). Each line is
@@ -1280,7 +1281,8 @@ cg_tensor *cg_k_topk_indices(const cg_tensor *a, int64_t k, int dim, bool larges
  * cg_k_sort_indices: the int64 indices that sort each line (a's shape),
  * ascending or descending, NaN the largest, ties in index order (stable).
  * cg_k_cum_extreme_indices: torch.cummax's (smallest: cummin's) indices: a
- * NaN takes over, a tie moves to the later element.
+ * NaN takes over, a tie moves to the later element. These two take every
+ * dtype (integers and bool compared exactly, as int64).
  * cg_k_prod: torch.prod(a, dim, keepdim); an integer or bool a gives int64
  * (wrapping), as PyTorch promotes; 1 over an empty dim. Its backward: g
  * (keepdim's shape) times the product of the other elements of the line.
@@ -1301,6 +1303,161 @@ cg_tensor *cg_k_logcumsumexp_backward(const cg_tensor *x, const cg_tensor *y, co
  * = num_classes or, for -1, the largest id + 1; a negative id, an id >=
  * num_classes, num_classes < -1, or -1 with no ids: NULL + error. */
 cg_tensor *cg_k_one_hot(const cg_tensor *ids, int64_t num_classes);
+/* torch.take_along_dim(a, index, dim) for an index of a's shape but along
+ * dim (k entries there, each in [0, size)): a's elements copied, any
+ * dtype, exactly; the values of sort, topk and cummax of integers. */
+cg_tensor *cg_k_take_along_dim(const cg_tensor *a, int dim, const cg_tensor *index);
+
+/* ---------------------------- masks, selection and predicates (core/select.c) */
+/* torch.masked_select(a, mask): a's elements where mask is true, a and
+ * mask broadcast together, in row-major order of that shape: a 1-d tensor
+ * of a's dtype (any dtype). mask bool (another dtype refused: PyTorch also
+ * takes uint8, which cgrad has not). */
+cg_tensor *cg_k_masked_select(const cg_tensor *a, const cg_tensor *mask);
+/* Tensor.masked_scatter(mask, source): a copy of a (broadcast with mask,
+ * as PyTorch's out-of-place form) whose elements where mask is true are
+ * source's first elements in row-major order. source of a's dtype and at
+ * least as many elements as mask's true ones (else refused, as PyTorch).
+ * Any dtype. Its gradient of source: g's elements where mask is true (g
+ * and mask broadcast), then zeros, as a tensor of the source's shape
+ * (ndim, shape), g's dtype (PyTorch's masked_scatter_backward). */
+cg_tensor *cg_k_masked_scatter(const cg_tensor *a, const cg_tensor *mask, const cg_tensor *source);
+cg_tensor *cg_k_masked_scatter_source_backward(const cg_tensor *g, const cg_tensor *mask, int ndim,
+                                               const int64_t *shape);
+/* torch.isnan, isinf, isfinite, isposinf, isneginf: bool of a's shape, any
+ * dtype (integers and bool are finite, never NaN or inf). Not
+ * differentiable (no k_: nothing to record). */
+cg_tensor *cg_isnan(const cg_tensor *a);
+cg_tensor *cg_isinf(const cg_tensor *a);
+cg_tensor *cg_isfinite(const cg_tensor *a);
+cg_tensor *cg_isposinf(const cg_tensor *a);
+cg_tensor *cg_isneginf(const cg_tensor *a);
+/* torch.isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False): bool of
+ * the broadcast shape, a == b or |a - b| <= atol + rtol |b| with |a - b|
+ * finite (equal_nan: NaN close to NaN), each step rounded in a's dtype as
+ * PyTorch 1.13's ops round them (integers: the bound in float32, the
+ * difference in the integers' dtype). a and b of one dtype; rtol and atol
+ * >= 0; bool only with rtol = atol = 0 (PyTorch's subtraction refuses
+ * bool). torch.allclose: whether every element is close, into *result
+ * (false + error on a refusal). torch.equal: one shape and every element
+ * equal as numbers (NaN unequal; the dtypes may differ, as PyTorch 1.13's
+ * CPU compares them), into *result. */
+cg_tensor *cg_isclose(const cg_tensor *a, const cg_tensor *b, double rtol, double atol,
+                      bool equal_nan);
+bool cg_allclose(const cg_tensor *a, const cg_tensor *b, double rtol, double atol, bool equal_nan,
+                 bool *result);
+bool cg_equal(const cg_tensor *a, const cg_tensor *b, bool *result);
+/* torch.count_nonzero(a, dims) (int64) and torch.any / torch.all(a, dims,
+ * keepdim) (bool) over ndims dims, as cg_sum takes them (ndims 0: all;
+ * PyTorch 1.13's any and all take one dim, later ones a tuple); any dtype,
+ * NaN counts as nonzero; over no elements any is false, all true. */
+cg_tensor *cg_count_nonzero(const cg_tensor *a, int ndims, const int *dims);
+cg_tensor *cg_any(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
+cg_tensor *cg_all(const cg_tensor *a, int ndims, const int *dims, bool keepdim);
+
+/* --------------------------- searching, counting and uniques (core/search.c) */
+/* torch.searchsorted's keyword arguments (a zeroed struct or NULL: its
+ * defaults) */
+typedef struct {
+    bool right;              /* right=True: the last position (a[i-1] <= v < a[i]) */
+    const char *side;        /* side=: NULL, "left" or "right" (against right: refused) */
+    const cg_tensor *sorter; /* sorter=: int64 of the sequence's shape, or NULL */
+    bool out_int32;          /* out_int32=True: int32 positions, else int64 */
+} cg_search_opts;
+/* torch.searchsorted(sorted_sequence, values, ...): for each value, the
+ * first position of its row of the sequence (1-d, or sharing all but the
+ * last dim with values) whose element is not below it (right: above it),
+ * by PyTorch's binary search (a NaN in the sequence counts as below
+ * everything it is compared with; a NaN value goes last), through sorter's
+ * order when given (its entries in [0, n), else refused: PyTorch reads out
+ * of range). Both converted to their torch.result_type (bool refused);
+ * integers compared exactly. Positions of values' shape. */
+cg_tensor *cg_searchsorted(const cg_tensor *sorted_sequence, const cg_tensor *values,
+                           const cg_search_opts *o);
+/* torch.bucketize(input, boundaries, out_int32, right): searchsorted of
+ * input in 1-d boundaries. */
+cg_tensor *cg_bucketize(const cg_tensor *input, const cg_tensor *boundaries, bool out_int32,
+                        bool right);
+/* torch.bincount(x, weights, minlength): x 1-d int64 or int32 of
+ * non-negative ids; counts (int64) or the weights' sums (weights float32
+ * of x's length, added in index order in float32, PyTorch's bits), of
+ * max(max(x) + 1, minlength) bins; an empty x gives int64 zeros of
+ * minlength, weights or not (PyTorch's). Weights of another dtype are
+ * refused (PyTorch sums them in float64, which cgrad has not).
+ * autograd/ops.h's cg_bincount refuses weights that require grad. */
+cg_tensor *cg_k_bincount(const cg_tensor *x, const cg_tensor *weights, int64_t minlength);
+/* torch.histc(x, bins=100, min=0, max=0): the counts of x's elements
+ * (float32 or bfloat16, any shape) in bins equal bins over [min, max] (min
+ * == max: the data's range; still equal: widened by 1 each way; not finite
+ * or max <= min refused), the last bin closed, elements outside and NaN
+ * left out; a bin found by PyTorch's interpolation, each step in x's
+ * dtype. [bins] of x's dtype; counts rounded once (PyTorch's bfloat16
+ * counts add in bfloat16, stuck at 256). Not differentiable (PyTorch's
+ * neither). */
+cg_tensor *cg_histc(const cg_tensor *x, int64_t bins, double min, double max);
+/* torch.unique(x, sorted, return_inverse, return_counts): x's distinct
+ * elements in ascending order, 1-d, x's dtype (any); *inverse (NULL: not
+ * wanted) each element's position among them, int64 of x's shape; *counts
+ * how many of each, int64. Elements equal as numbers are one (-0 and 0:
+ * the first met); NaN are all distinct, last (PyTorch 1.13's CPU orders
+ * NaN wrongly). sorted=false sorts too (PyTorch leaves that order open).
+ * The _dim forms: torch.unique(x, dim=d), the distinct slices along d
+ * (sorted by their elements in order, NaN the largest), inverse [size],
+ * counts; an empty x only along d (PyTorch's refusals otherwise).
+ * unique_consecutive: the runs of equal neighbours, in order. autograd's
+ * cg_unique and friends refuse an x that requires grad. */
+cg_tensor *cg_k_unique(const cg_tensor *x, bool sorted, cg_tensor **inverse, cg_tensor **counts);
+cg_tensor *cg_k_unique_dim(const cg_tensor *x, int dim, bool sorted, cg_tensor **inverse,
+                           cg_tensor **counts);
+cg_tensor *cg_k_unique_consecutive(const cg_tensor *x, cg_tensor **inverse, cg_tensor **counts);
+cg_tensor *cg_k_unique_consecutive_dim(const cg_tensor *x, int dim, cg_tensor **inverse,
+                                       cg_tensor **counts);
+
+/* ------------------------------------------ more pointwise ops (core/pointwise.c) */
+/* These broadcast their operands and promote them as torch.result_type
+ * (0-d operands decide only across categories), compute each element as
+ * PyTorch 1.13's CPU kernel does (float32 arithmetic; bfloat16 and float16
+ * computed in float32 and rounded once) and return a contiguous result.
+ *
+ * torch.nan_to_num(a, nan, posinf, neginf): NaN, +inf, -inf replaced
+ * (posinf / neginf NULL: the dtype's largest / lowest finite value); the
+ * values converted to a's dtype (beyond it: inf); integers and bool
+ * copied. Its backward: g where x is finite, g * 0 elsewhere (PyTorch's
+ * grad * isfinite(x)). */
+cg_tensor *cg_k_nan_to_num(const cg_tensor *a, double nan, const double *posinf,
+                           const double *neginf);
+cg_tensor *cg_k_nan_to_num_backward(const cg_tensor *x, const cg_tensor *g);
+/* torch.fmod (C's fmod: the sign of a) and torch.remainder (Python's %:
+ * the sign of b): floats, or integers exactly (a zero divisor refused,
+ * PyTorch's ZeroDivisionError; INT64_MIN by -1 gives 0, where PyTorch
+ * traps); bool refused. cg_k_div_rounded: a / b rounded toward zero
+ * (trunc) or down (floor, PyTorch's div_floor_floating), floats: the
+ * gradients of their divisor, -g trunc(a / b) and -g floor(a / b). */
+cg_tensor *cg_k_fmod(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_k_remainder(const cg_tensor *a, const cg_tensor *b);
+cg_tensor *cg_k_div_rounded(const cg_tensor *a, const cg_tensor *b, bool floor);
+/* torch.lerp(start, end, weight): start + w (end - start) where |w| < 0.5,
+ * else end - (end - start) (1 - w) (PyTorch's two sides); weight a tensor
+ * or NULL (then w); start, end and weight of one dtype, float32 or
+ * bfloat16 (else refused, as PyTorch 1.13). */
+cg_tensor *cg_k_lerp(const cg_tensor *start, const cg_tensor *end, const cg_tensor *weight,
+                     float w);
+/* torch.clamp(x, min, max) with tensors (either NULL, not both): min(max(x,
+ * min), max), NaN where x or a bound is NaN, max where min > max; any dtype
+ * but bool. Its backward (which: 0 x, 1 min, 2 max), PyTorch's
+ * clamp_backward and clamp_backward_min_max: g to x where min <= x <= max
+ * (at a bound too), to min where x < min < max, to max where x > max or
+ * max < min; the broadcast shape, g's dtype. */
+cg_tensor *cg_k_clamp_tensor(const cg_tensor *x, const cg_tensor *lo, const cg_tensor *hi);
+cg_tensor *cg_k_clamp_tensor_backward(const cg_tensor *x, const cg_tensor *lo, const cg_tensor *hi,
+                                      const cg_tensor *g, int which);
+/* torch.linalg.cross(a, b, dim): the cross product along dim (size 3 in
+ * both), a and b of one number of dims (the others broadcast) and one
+ * dtype (not bool); integers wrap. */
+cg_tensor *cg_k_cross(const cg_tensor *a, const cg_tensor *b, int dim);
+/* One step of torch.diff along dim (a of at least 1 dim, any dtype):
+ * a[i + 1] - a[i] (bool: their xor; integers wrap), size - 1 along dim. */
+cg_tensor *cg_k_diff(const cg_tensor *a, int dim);
 
 /* Convolution (core/conv.c), PyTorch's F.conv1d / F.conv2d / F.conv3d
  * with zero padding. nd spatial dims (1, 2 or 3); x [N, C, L] or

@@ -8,7 +8,9 @@
  * is computed in index order, in double where it accumulates, so the bits
  * depend on neither the strides nor the thread count. PyTorch 1.13's CPU
  * kernels accumulate cumprod and logcumsumexp in double too, with the same
- * formulas: their outputs are its bits. */
+ * formulas: their outputs are its bits. Sort and cummax/cummin take
+ * integer and bool lines too, read as int64 (exact); their values are
+ * picked by cg_k_take_along_dim, which copies elements of any dtype. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include "core/ops.h"
 #include "core/reduce_impl.h"
 #include "core/shares.h"
+#include "core/typed_impl.h"
 #include "core/upcast.h"
 
 #define SCAN_PAR 32768
@@ -36,13 +39,19 @@ typedef struct {
     int64_t i;
 } sort_key;
 
+/* an integer or bool line's key: the value exactly, then the index */
+typedef struct {
+    int64_t v, i;
+} int_key;
+
 typedef struct {
     kind k;
     bool flag;              /* sort: descending; cummax/cummin: smallest */
     const float *x, *y, *g; /* [outer, n, inner]; prod's g [outer, 1, inner] */
+    const int64_t *xi;      /* sort, cummax/cummin of integers and bool: x as int64 */
     void *out;              /* float or int64; prod's [outer, 1, inner] */
     int64_t n, inner;
-    unsigned char *scratch; /* n * sizeof(sort_key) bytes per thread */
+    unsigned char *scratch; /* n * sizeof(int_key) bytes per thread */
 } line_job;
 
 /* torch.sort's order: NaN the largest, ties by index (so a stable sort) */
@@ -65,6 +74,46 @@ static int cmp_descending(const void *pa, const void *pb)
     if (!an && a->v != b->v)
         return a->v > b->v ? -1 : 1;
     return (a->i > b->i) - (a->i < b->i);
+}
+
+static int cmp_int_ascending(const void *pa, const void *pb)
+{
+    const int_key *a = pa, *b = pb;
+    if (a->v != b->v)
+        return a->v < b->v ? -1 : 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+static int cmp_int_descending(const void *pa, const void *pb)
+{
+    const int_key *a = pa, *b = pb;
+    if (a->v != b->v)
+        return a->v > b->v ? -1 : 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+/* an integer line: exact int64 keys, ties in index order */
+static void sort_line_int(const line_job *j, const int64_t *x, int64_t *o, int_key *key)
+{
+    const int64_t n = j->n, s = j->inner;
+    for (int64_t i = 0; i < n; i++)
+        key[i] = (int_key){x[i * s], i};
+    qsort(key, (size_t)n, sizeof *key, j->flag ? cmp_int_descending : cmp_int_ascending);
+    for (int64_t i = 0; i < n; i++)
+        o[i * s] = key[i].i;
+}
+
+/* cummax / cummin of an integer line: a tie moves to the later element */
+static void cum_extreme_line_int(const line_job *j, const int64_t *x, int64_t *o)
+{
+    int64_t best = x[0], at = 0;
+    for (int64_t i = 0; i < j->n; i++) {
+        const int64_t v = x[i * j->inner];
+        if (j->flag ? v <= best : v >= best) {
+            best = v;
+            at = i;
+        }
+        o[i * j->inner] = at;
+    }
 }
 
 static void sort_line(const line_job *j, const float *x, int64_t *o, sort_key *key)
@@ -164,12 +213,22 @@ static void line(const line_job *j, int64_t l, unsigned char *scratch)
 {
     const int64_t p = l / j->inner, q = l % j->inner, n = j->n;
     const int64_t at = p * n * j->inner + q, at1 = p * j->inner + q; /* [.., n, ..], [.., 1, ..] */
-    const float *x = j->x + at;
+    const float *x = j->x ? j->x + at : NULL;
     float *of = (float *)j->out + at;
     double acc;
     switch (j->k) {
-    case L_SORT: sort_line(j, x, (int64_t *)j->out + at, (sort_key *)scratch); break;
-    case L_CUMEXT: cum_extreme_line(j, x, (int64_t *)j->out + at); break;
+    case L_SORT:
+        if (j->xi)
+            sort_line_int(j, j->xi + at, (int64_t *)j->out + at, (int_key *)scratch);
+        else
+            sort_line(j, x, (int64_t *)j->out + at, (sort_key *)scratch);
+        break;
+    case L_CUMEXT:
+        if (j->xi)
+            cum_extreme_line_int(j, j->xi + at, (int64_t *)j->out + at);
+        else
+            cum_extreme_line(j, x, (int64_t *)j->out + at);
+        break;
     case L_CUMPROD:
         acc = 1.0;
         for (int64_t i = 0; i < n; i++)
@@ -199,7 +258,7 @@ typedef struct {
 static void lines_chunk(int64_t l0, int64_t l1, int thread, const void *ctx)
 {
     const line_job *j = ((const chunk_ctx *)ctx)->j;
-    unsigned char *scratch = j->scratch + (size_t)thread * (size_t)j->n * sizeof(sort_key);
+    unsigned char *scratch = j->scratch + (size_t)thread * (size_t)j->n * sizeof(int_key);
     for (int64_t l = l0; l < l1; l++)
         line(j, l, scratch);
 }
@@ -213,7 +272,7 @@ static bool run_lines(const char *op, line_job *j, int64_t outer)
         return true;
     const int nt = cg_shares_team(lines * j->n > SCAN_PAR);
     const bool scratch = j->k == L_SORT || j->k == L_CUMPROD_BW || j->k == L_PROD_BW;
-    j->scratch = scratch ? malloc((size_t)nt * (size_t)j->n * sizeof(sort_key)) : NULL;
+    j->scratch = scratch ? malloc((size_t)nt * (size_t)j->n * sizeof(int_key)) : NULL;
     if (scratch && !j->scratch) {
         cg_set_error("%s: out of memory", op);
         return false;
@@ -240,7 +299,8 @@ static bool dense_args(int n, const cg_tensor *const *t, cg_tensor **d)
     return true;
 }
 
-/* The int64 indices of a line op (sort, cummax/cummin) of float a */
+/* The int64 indices of a line op (sort, cummax/cummin) of a, any dtype
+ * (integers and bool read as int64, exactly) */
 static cg_tensor *index_op(const char *op, const char *fn, const cg_tensor *a, int dim, kind k,
                            bool flag)
 {
@@ -248,18 +308,17 @@ static cg_tensor *index_op(const char *op, const char *fn, const cg_tensor *a, i
         cg_error_null_input(fn);
         return NULL;
     }
-    if (!cg_dtype_is_float(a->dtype)) {
-        cg_upcast_refuse(op, 0, a);
-        return NULL;
-    }
     int64_t outer, n, inner;
     if (!cg_around_dim(op, a, &dim, &outer, &n, &inner))
         return NULL;
+    const bool fl = cg_dtype_is_float(a->dtype);
     cg_tensor *x, *out = NULL;
-    if (!dense_args(1, &a, &x))
+    if (fl ? !dense_args(1, &a, &x) : !(x = cg_dense_as(a, CG_I64, a->ndim, a->shape)))
         return NULL;
     out = cg_empty_dtype(CG_I64, a->ndim, a->shape);
-    line_job j = {.k = k, .flag = flag, .x = x ? cg_data(x) : NULL, .n = n, .inner = inner};
+    line_job j = {.k = k, .flag = flag, .n = n, .inner = inner};
+    j.x = fl ? cg_data(x) : NULL;
+    j.xi = fl ? NULL : cg_data_i64(x);
     if (out) {
         j.out = cg_data_i64(out);
         if (!run_lines(op, &j, outer)) {
@@ -274,6 +333,52 @@ static cg_tensor *index_op(const char *op, const char *fn, const cg_tensor *a, i
 cg_tensor *cg_k_sort_indices(const cg_tensor *a, int dim, bool descending)
 {
     return index_op("sort", "cg_k_sort_indices", a, dim, L_SORT, descending);
+}
+
+cg_tensor *cg_k_take_along_dim(const cg_tensor *a, int dim, const cg_tensor *index)
+{
+    if (!a || !index) {
+        cg_error_null_input("take_along_dim");
+        return NULL;
+    }
+    if (index->dtype != CG_I64) {
+        cg_set_error("take_along_dim: the index is %s, expected int64",
+                     cg_dtype_name(index->dtype));
+        return NULL;
+    }
+    int64_t outer, n, inner;
+    if (!cg_around_dim("take_along_dim", a, &dim, &outer, &n, &inner))
+        return NULL;
+    bool fits = index->ndim == a->ndim;
+    for (int i = 0; fits && i < a->ndim; i++)
+        fits = i == dim || index->shape[i] == a->shape[i];
+    if (!fits) {
+        char b1[96], b2[96];
+        cg_set_error("take_along_dim: the index %s must have the input's shape %s but along dim "
+                     "%d",
+                     cg_shape_str(index, b1, sizeof b1), cg_shape_str(a, b2, sizeof b2), dim);
+        return NULL;
+    }
+    const int64_t k = a->ndim ? index->shape[dim] : 1;
+    cg_tensor *x = cg_k_contiguous(a), *ix = x ? cg_k_contiguous(index) : NULL;
+    cg_tensor *out = ix ? cg_empty_dtype(a->dtype, index->ndim, index->shape) : NULL;
+    const size_t z = cg_dtype_size(a->dtype);
+    for (int64_t p = 0; out && p < outer; p++)
+        for (int64_t t = 0; out && t < k; t++)
+            for (int64_t q = 0; q < inner; q++) {
+                const int64_t at = (p * k + t) * inner + q, i = cg_data_i64(ix)[at];
+                if (i < 0 || i >= n) {
+                    cg_set_error("take_along_dim: index %lld out of range [0, %lld)", (long long)i,
+                                 (long long)n);
+                    cg_release(out);
+                    out = NULL;
+                    break;
+                }
+                memcpy((char *)cg_data_ptr(out) + (size_t)at * z,
+                       (const char *)cg_data_ptr(x) + (size_t)((p * n + i) * inner + q) * z, z);
+            }
+    cg_release_all(2, x, ix);
+    return out;
 }
 
 cg_tensor *cg_k_cum_extreme_indices(const cg_tensor *a, int dim, bool smallest)

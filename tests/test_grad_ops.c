@@ -217,6 +217,7 @@ static cg_tensor *diagonal_(cg_tensor *a) { return cg_diagonal(a, 1, 0, 2); }
 static cg_tensor *diagonal_neg(cg_tensor *a) { return cg_diagonal(a, -2, -1, 1); }
 static cg_tensor *normalize_(cg_tensor *a) { return cg_normalize(a, 2.0f, 1, 1e-12f); }
 static cg_tensor *normalize3(cg_tensor *a) { return cg_normalize(a, 3.0f, 0, 1e-12f); }
+static cg_tensor *nan_to_num_(cg_tensor *a) { return cg_nan_to_num(a, 0, NULL, NULL); }
 /* every row's norm below eps: a / eps */
 static cg_tensor *normalize_eps(cg_tensor *a) { return cg_normalize(a, 2.0f, -1, 100.0f); }
 
@@ -230,6 +231,7 @@ static cg_tensor *cosine_ab(cg_tensor *a, cg_tensor *b)
 {
     return cg_cosine_similarity(a, b, 1, 1e-8f);
 }
+static cg_tensor *lerp_ab(cg_tensor *a, cg_tensor *b) { return cg_lerp_scalar(a, b, 0.3f); }
 static cg_tensor *where_ab(cg_tensor *a, cg_tensor *b)
 {
     cg_tensor *cond = cg_gt_scalar(a, 0); /* cond from a's values (bool: no grad) */
@@ -436,6 +438,16 @@ static const op_check op_checks[CG_OP_COUNT] = {
     [CG_OP_FEATURE_DROPOUT] = {.by = "test_random.c: test_dropout_gradcheck"},
     [CG_OP_ALPHA_DROPOUT] = {.by = "test_random.c: test_dropout_gradcheck"},
     [CG_OP_FEATURE_ALPHA_DROPOUT] = {.by = "test_random.c: test_dropout_gradcheck"},
+    [CG_OP_MASKED_SELECT] = {.by = "test_select.c: test_masked_gradcheck"},
+    [CG_OP_MASKED_SCATTER] = {.by = "test_select.c: test_masked_gradcheck"},
+    [CG_OP_NAN_TO_NUM] = {.unary = {{"nan_to_num", nan_to_num_, DOM_ANY}},
+                          .by = "test_pointwise.c: test_pointwise_gradchecks"},
+    [CG_OP_FMOD] = {.by = "test_pointwise.c: test_pointwise_gradchecks"},
+    [CG_OP_REMAINDER] = {.by = "test_pointwise.c: test_pointwise_gradchecks"},
+    [CG_OP_LERP] = {.binary = {"lerp(a, b, 0.3)", lerp_ab, DOM_ANY},
+                    .by = "test_pointwise.c: test_pointwise_gradchecks"},
+    [CG_OP_CLAMP_TENSOR] = {.by = "test_pointwise.c: test_pointwise_gradchecks"},
+    [CG_OP_CROSS] = {.by = "test_pointwise.c: test_pointwise_gradchecks"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */

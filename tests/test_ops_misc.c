@@ -208,8 +208,8 @@ END_TEST
 
 /* topk takes any float dtype, as the table in docs/api.md says and
  * torch.topk does: bf16 and f16 values come back in their dtype, their
- * gradient through them; an integer or bool input is refused under topk's
- * name (it was refused as gather's 'input'), as argmax's is under its own. */
+ * gradient through them; integers too (since 2026-12-08); a bool input is
+ * refused under topk's name, as an integer argmax is under its own. */
 START_TEST(test_topk_dtypes)
 {
     cg_tensor *x = xin();
@@ -232,11 +232,20 @@ START_TEST(test_topk_dtypes)
         CG_ASSERT_TENSOR(g, ((const float[]){0, 0, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0}), 0, 0);
         cg_release_all(6, h, ids, v, vf, s, g);
     }
-    cg_tensor *xi = cg_k_to(x, CG_I64), *xb = cg_k_to(x, CG_BOOL);
-    CG_ASSERT_REFUSED(cg_topk(xi, 2, 1, true, NULL) == NULL,
-                      "topk: argument 1 is int64, expected a float tensor");
+    /* integers (since 2026-12-08): their values exactly, in their dtype and
+     * without gradient, ties in index order; bool refused, as PyTorch */
+    cg_tensor *xi = cg_k_to(x, CG_I64), *xb = cg_k_to(x, CG_BOOL), *ii = NULL;
+    cg_tensor *wi = cg_from_i64(CG_SHAPE(2, 3), (const int64_t[]){4, -2, 4, 7, 0, 7});
+    cg_tensor *vi = cg_topk(wi, 2, 1, true, &ii);
+    ck_assert_msg(vi && vi->dtype == CG_I64 && !vi->requires_grad, "%s", cg_last_error());
+    const int64_t want_v[4] = {4, 4, 7, 7}, want_i[4] = {0, 2, 0, 2};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(cg_data_i64(vi)[i], want_v[i]);
+        ck_assert_int_eq(cg_data_i64(ii)[i], want_i[i]);
+    }
+    cg_release_all(3, wi, vi, ii);
     CG_ASSERT_REFUSED(cg_topk(xb, 2, 1, true, NULL) == NULL,
-                      "topk: argument 1 is bool, expected a float tensor");
+                      "topk: bool tensors are not supported");
     CG_ASSERT_REFUSED(cg_argmax(xi, 1, false) == NULL,
                       "argmax: argument 1 is int64, expected a float tensor");
     cg_release_all(5, x, ids32, v32, xi, xb);

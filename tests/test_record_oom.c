@@ -1358,6 +1358,114 @@ START_TEST(test_random_oom)
     ck_assert(random_run(ctx)); /* and it runs once memory is back */
     cg_module_free(m);
     cg_release_all(2, x, p);
+/* The ops of autograd/ops_select.c and ops_pointwise.c: each node's
+ * recording failing is an error, never a detached result */
+START_TEST(test_misc_record_oom)
+{
+    cg_tensor *a = leaf(), *b = leaf();
+    cg_tensor *m = cg_from_bool(CG_SHAPE(3), (const bool[]){1, 0, 1});
+    cg_tensor *a3 = cg_requires_grad(cg_from_data(CG_SHAPE(3), (const float[]){1, 2, 3}), true);
+    ASSERT_OOM(cg_masked_select(a, m));
+    ASSERT_OOM(cg_masked_scatter(a, m, b));
+    ASSERT_OOM(cg_nan_to_num(a, 0, NULL, NULL));
+    ASSERT_OOM(cg_fmod(a, b));
+    ASSERT_OOM(cg_remainder_scalar(a, 1.5));
+    ASSERT_OOM(cg_lerp(a, b, b));
+    ASSERT_OOM(cg_lerp_scalar(a, b, 0.5f));
+    ASSERT_OOM(cg_clamp_tensor(a, NULL, b));
+    ASSERT_OOM(cg_cross(a, b, 1));
+    ASSERT_OOM(cg_diff(a, 1, 1, NULL, NULL));
+    ASSERT_OOM(cg_trapezoid(a, 0.5, 1));
+    ASSERT_OOM(cg_rot90(a, 1, 0, 1));
+    ASSERT_OOM(cg_msort(a));
+    ASSERT_OOM(cg_cartesian_prod((cg_tensor *[]){a3, a3}, 2));
+    cg_release_all(5, a, b, m, a3, NULL);
+}
+END_TEST
+
+/* Every allocation in turn failing in those ops, forward and backward,
+ * and in the kernels without a gradient (core/select.c, search.c,
+ * pointwise.c, the integer sorts): NULL or false with an error, no tensor
+ * leaked, never a crash */
+static bool misc_run(void *ctx)
+{
+    cg_tensor **in = ctx; /* x [2, 3], y [2, 3] (grad), mask [3], ids [4], w [4] */
+    cg_tensor *x = in[0], *y = in[1], *m = in[2], *ids = in[3], *w = in[4];
+    cg_tensor *xs = cg_from_data(CG_SHAPE(3), (const float[]){0, 1, 3});
+    cg_tensor *grid[2] = {NULL, NULL};
+    const bool mg = xs && cg_meshgrid((cg_tensor *[]){xs, xs}, 2, CG_MESHGRID_XY, grid);
+    cg_tensor *t[14] = {cg_masked_select(x, m),
+                        cg_masked_scatter(x, m, y),
+                        cg_nan_to_num(x, 1, NULL, NULL),
+                        cg_fmod(x, y),
+                        cg_remainder(x, y),
+                        cg_lerp(x, y, y),
+                        cg_clamp_tensor(x, y, NULL),
+                        cg_cross(x, y, 1),
+                        cg_diff(x, 2, 1, y, NULL),
+                        xs ? cg_trapezoid_x(x, xs, 1) : NULL,
+                        cg_rot90(x, 3, 0, 1),
+                        mg ? cg_add(grid[0], grid[1]) : NULL,
+                        cg_clamp_tensor(x, NULL, y),
+                        cg_lerp_scalar(x, y, 0.7f)};
+    cg_tensor *sum = NULL;
+    bool ok = mg;
+    for (int i = 0; i < 14; i++) {
+        cg_tensor *s = t[i] ? cg_sum_all(t[i]) : NULL;
+        cg_tensor *next = sum && s ? cg_add(sum, s) : s ? cg_retain(s) : NULL;
+        ok = ok && next;
+        cg_release_all(2, sum, s);
+        sum = next;
+    }
+    ok = ok && cg_backward(sum, NULL, false);
+    for (int i = 0; i < 14; i++)
+        cg_release(t[i]);
+    cg_release_all(4, sum, xs, grid[0], grid[1]);
+    cg_zero_grad(x), cg_zero_grad(y);
+    /* no gradient: their results checked for being made */
+    cg_tensor *xd = cg_detach(x), *inv = NULL, *cnt = NULL, *ix = NULL;
+    cg_tensor *xi = xd ? cg_k_to(xd, CG_I64) : NULL, *row = xi ? cg_select(xi, 0, 0) : NULL;
+    cg_tensor *bd = xd ? cg_select(xd, 0, 0) : NULL;
+    cg_tensor *u[16] = {row ? cg_searchsorted(row, xi, &(cg_search_opts){.right = true}) : NULL,
+                        bd ? cg_bucketize(xd, bd, false, false) : NULL,
+                        cg_bincount(ids, w, 2),
+                        xd ? cg_histc(xd, 4, 0, 0) : NULL,
+                        xd ? cg_unique(xd, true, &inv, &cnt) : NULL,
+                        xi ? cg_unique_dim(xi, 1, true, NULL, NULL) : NULL,
+                        xi ? cg_unique_consecutive(xi, NULL, NULL) : NULL,
+                        xd ? cg_isclose(xd, xd, 1e-5, 1e-8, true) : NULL,
+                        xd ? cg_count_nonzero(xd, 1, (const int[]){1}) : NULL,
+                        xd ? cg_any(xd, 1, (const int[]){0}, true) : NULL,
+                        xd ? cg_isnan(xd) : NULL,
+                        xi ? cg_sort(xi, 1, true, true, &ix) : NULL,
+                        xi ? cg_topk(xi, 2, 1, false, NULL) : NULL,
+                        xi ? cg_cummax(xi, 0, NULL) : NULL,
+                        xi ? cg_fmod_scalar(xi, 2) : NULL,
+                        xi ? cg_diff(xi, 1, 0, NULL, NULL) : NULL};
+    bool r = false;
+    ok = ok && xd && xi && row && bd && inv && cnt && ix &&
+         cg_allclose(xd, xd, 1e-5, 1e-8, false, &r) && cg_equal(xd, xi, &r);
+    for (int i = 0; i < 16; i++) {
+        ok = ok && u[i];
+        cg_release(u[i]);
+    }
+    cg_release_all(7, xd, xi, row, bd, inv, cnt, ix);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    return ok;
+}
+
+START_TEST(test_misc_oom)
+{
+    cg_rng r = cg_rng_new(12);
+    cg_tensor *x = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3)), true);
+    cg_tensor *y = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3)), true);
+    cg_tensor *m = cg_from_bool(CG_SHAPE(3), (const bool[]){1, 0, 1});
+    cg_tensor *ids = cg_test_ids(4, (int64_t[]){0, 1, 1, 3});
+    cg_tensor *w = cg_from_data(CG_SHAPE(4), (const float[]){1, 2, 3, 4});
+    void *ctx[5] = {x, y, m, ids, w};
+    ck_assert_int_gt(every_allocation_fails(misc_run, ctx), 10);
+    ck_assert(misc_run(ctx)); /* and it runs once memory is back */
+    cg_release_all(4, x, y, m, w);
 }
 END_TEST
 
@@ -1393,6 +1501,8 @@ int main(void)
     tcase_add_test(tc, test_bag_oom);
     tcase_add_test(tc, test_ctc_oom);
     tcase_add_test(tc, test_random_oom);
+    tcase_add_test(tc, test_misc_record_oom);
+    tcase_add_test(tc, test_misc_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
