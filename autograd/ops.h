@@ -897,8 +897,8 @@ cg_tensor *cg_fmod_scalar(cg_tensor *a, double b);
 cg_tensor *cg_remainder(cg_tensor *a, cg_tensor *b);
 cg_tensor *cg_remainder_scalar(cg_tensor *a, double b);
 /* torch.lerp(start, end, weight): start + weight (end - start), computed
- * as PyTorch (from the nearer end), broadcast; the three of one dtype,
- * float32 or bfloat16. The gradients g (1 - w), g w and g (end - start).
+ * as PyTorch (from the nearer end), broadcast; the three of one float
+ * dtype. The gradients g (1 - w), g w and g (end - start).
  * cg_lerp_scalar: a number weight (no gradient). */
 cg_tensor *cg_lerp(cg_tensor *start, cg_tensor *end, cg_tensor *weight);
 cg_tensor *cg_lerp_scalar(cg_tensor *start, cg_tensor *end, float weight);
@@ -918,15 +918,17 @@ cg_tensor *cg_cross(cg_tensor *a, cg_tensor *b, int dim);
  * None): prepend and append (NULL: none; a's number of dims, a's other
  * sizes) joined to a along dim (cg_concat, promoted), then the forward
  * difference n times (bool: xor), each a step shorter (to 0); n = 0: a
- * copy of the join. Floats through cg_narrow and cg_sub (their gradients);
+ * copy of a, the ends left out (PyTorch's, which checks their dims). Floats through cg_narrow and cg_sub (their gradients);
  * integers and bool exact, no gradient. A negative n is refused (PyTorch
  * 1.13 returns the input). */
 cg_tensor *cg_diff(cg_tensor *a, int64_t n, int dim, cg_tensor *prepend, cg_tensor *append);
 /* torch.trapezoid(y, dx=1, dim=-1) and torch.trapezoid(y, x, dim=-1): the
  * trapezoidal rule along dim, (sum(y) - (y_0 + y_last) / 2) dx or the sum
  * of (y_i + y_i+1) (x_i+1 - x_i) / 2 (x 1-d along dim, or broadcasting
- * with y), made of the graph's ops (their gradients, to y and x). Integers
- * computed as float32; bool refused; no samples: zeros of y's dtype. */
+ * with y), made of the graph's ops (their gradients, to y and x). An
+ * integer y or x is converted to the other's float dtype (both integers:
+ * float32), as PyTorch's result dtype; bool refused; no samples: zeros of
+ * y's dtype. */
 cg_tensor *cg_trapezoid(cg_tensor *y, double dx, int dim);
 cg_tensor *cg_trapezoid_x(cg_tensor *y, cg_tensor *x, int dim);
 

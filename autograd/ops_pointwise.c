@@ -229,10 +229,9 @@ cg_tensor *cg_diff(cg_tensor *a, int64_t n, int dim, cg_tensor *prepend, cg_tens
     }
     const int d = cg_norm_dim("diff", dim, a->ndim);
     cg_tensor *r = d < 0 ? NULL : with_ends(a, d, prepend, append);
-    if (!r || n == 0) { /* order 0: a copy of the joined input */
-        cg_tensor *c = r ? cg_clone(r) : NULL;
+    if (!r || n == 0) { /* order 0: a copy of a, the ends left out (PyTorch's) */
         cg_release(r);
-        return c;
+        return r ? cg_clone(a) : NULL;
     }
     const bool fl = cg_dtype_is_float(r->dtype);
     for (int64_t i = 0, len = r->shape[d]; r && i < n && len > 0; i++, len--) {
@@ -342,10 +341,13 @@ cg_tensor *cg_trapezoid_x(cg_tensor *y, cg_tensor *x, int dim)
         cg_set_error("trapezoid: received a bool input for `x`, but bool is not supported");
         return NULL;
     }
-    /* sum((y[:-1] + y[1:]) (x[1:] - x[:-1])) / 2 along dim, PyTorch's */
+    /* sum((y[:-1] + y[1:]) (x[1:] - x[:-1])) / 2 along dim, PyTorch's; an
+     * integer operand in the other's float dtype (both: float32) */
     const int64_t len = y->shape[d];
-    cg_tensor *xv = x_like_y(x, y, d), *xf = xv ? as_float(xv) : NULL,
-              *yf = xf ? as_float(y) : NULL;
+    const bool yfl = cg_dtype_is_float(y->dtype), xfl = cg_dtype_is_float(x->dtype);
+    cg_tensor *xv = x_like_y(x, y, d);
+    cg_tensor *xf = xv ? (xfl ? cg_retain(xv) : cg_to(xv, yfl ? y->dtype : CG_F32)) : NULL;
+    cg_tensor *yf = xf ? (yfl ? cg_retain(y) : cg_to(y, xf->dtype)) : NULL;
     cg_tensor *xr = yf ? cg_narrow(xf, d, 1, xf->shape[d] - 1) : NULL;
     cg_tensor *xl = xr ? cg_narrow(xf, d, 0, xf->shape[d] - 1) : NULL;
     cg_tensor *yl = xl ? cg_narrow(yf, d, 0, len - 1) : NULL;

@@ -1335,10 +1335,12 @@ cg_tensor *cg_isneginf(const cg_tensor *a);
 /* torch.isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False): bool of
  * the broadcast shape, a == b or |a - b| <= atol + rtol |b| with |a - b|
  * finite (equal_nan: NaN close to NaN), each step rounded in a's dtype as
- * PyTorch 1.13's ops round them (integers: the bound in float32, the
- * difference in the integers' dtype). a and b of one dtype; rtol and atol
- * >= 0; bool only with rtol = atol = 0 (PyTorch's subtraction refuses
- * bool). torch.allclose: whether every element is close, into *result
+ * PyTorch 1.13's ops round them (integers and bool: the bound and the
+ * difference in float32, as PyTorch converts them); zero tolerances
+ * compare for equality alone. a and b of one dtype; rtol and atol >= 0.
+ * Where a's shape is not the broadcast one, PyTorch 1.13 refuses
+ * equal_nan (an in-place op) and cgrad computes it. torch.allclose:
+ * whether every element is close, into *result
  * (false + error on a refusal). torch.equal: one shape and every element
  * equal as numbers (NaN unequal; the dtypes may differ, as PyTorch 1.13's
  * CPU compares them), into *result. */
@@ -1390,10 +1392,11 @@ cg_tensor *cg_k_bincount(const cg_tensor *x, const cg_tensor *weights, int64_t m
  * (float32 or bfloat16, any shape) in bins equal bins over [min, max] (min
  * == max: the data's range; still equal: widened by 1 each way; not finite
  * or max <= min refused), the last bin closed, elements outside and NaN
- * left out; a bin found by PyTorch's interpolation, each step in x's
- * dtype. [bins] of x's dtype; counts rounded once (PyTorch's bfloat16
- * counts add in bfloat16, stuck at 256). Not differentiable (PyTorch's
- * neither). */
+ * left out (PyTorch 1.13 counts NaN in the first bin, an accident of its
+ * index arithmetic); a bin found by PyTorch's interpolation, each step in
+ * x's dtype (float16, which PyTorch 1.13's CPU lacks: in float32). [bins]
+ * of x's dtype (any float); counts rounded once (PyTorch's bfloat16 counts
+ * add in bfloat16, stuck at 256). Not differentiable (PyTorch's neither). */
 cg_tensor *cg_histc(const cg_tensor *x, int64_t bins, double min, double max);
 /* torch.unique(x, sorted, return_inverse, return_counts): x's distinct
  * elements in ascending order, 1-d, x's dtype (any); *inverse (NULL: not
@@ -1438,8 +1441,9 @@ cg_tensor *cg_k_remainder(const cg_tensor *a, const cg_tensor *b);
 cg_tensor *cg_k_div_rounded(const cg_tensor *a, const cg_tensor *b, bool floor);
 /* torch.lerp(start, end, weight): start + w (end - start) where |w| < 0.5,
  * else end - (end - start) (1 - w) (PyTorch's two sides); weight a tensor
- * or NULL (then w); start, end and weight of one dtype, float32 or
- * bfloat16 (else refused, as PyTorch 1.13). */
+ * or NULL (then w); start, end and weight of one float dtype (else
+ * refused, as PyTorch; float16, which PyTorch 1.13's CPU lacks, computed
+ * in float32 and rounded once). */
 cg_tensor *cg_k_lerp(const cg_tensor *start, const cg_tensor *end, const cg_tensor *weight,
                      float w);
 /* torch.clamp(x, min, max) with tensors (either NULL, not both): min(max(x,

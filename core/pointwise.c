@@ -306,9 +306,8 @@ cg_tensor *cg_k_lerp(const cg_tensor *start, const cg_tensor *end, const cg_tens
                      cg_dtype_name(dt), bad, cg_dtype_name((bad[0] == 'e' ? end : weight)->dtype));
         return NULL;
     }
-    if (dt != CG_F32 && dt != CG_BF16) {
-        cg_set_error("lerp: %s tensors, expected float32 or bfloat16 (as PyTorch 1.13)",
-                     cg_dtype_name(dt));
+    if (!cg_dtype_is_float(dt)) {
+        cg_set_error("lerp: %s tensors, expected a float dtype (as PyTorch)", cg_dtype_name(dt));
         return NULL;
     }
     pw_job j = {.k = K_LERP};

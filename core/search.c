@@ -248,7 +248,8 @@ cg_tensor *cg_k_bincount(const cg_tensor *x, const cg_tensor *weights, int64_t m
 }
 
 /* -------------------------------------------------------------- histc */
-/* v rounded to dt (bfloat16's arithmetic rounds each op, as PyTorch's) */
+/* v rounded to dt (bfloat16's arithmetic rounds each op, as PyTorch's;
+ * float16, which PyTorch 1.13's histc lacks, computed in float32) */
 static float rnd(cg_dtype dt, float v)
 {
     return dt == CG_BF16 ? cg_bf16_to_f32(cg_f32_to_bf16(v)) : v;
@@ -285,8 +286,8 @@ cg_tensor *cg_histc(const cg_tensor *x, int64_t bins, double min, double max)
         cg_error_null_input("histc");
         return NULL;
     }
-    if (x->dtype != CG_F32 && x->dtype != CG_BF16) {
-        cg_set_error("histc: the input is %s, expected float32 or bfloat16 (as PyTorch 1.13)",
+    if (!cg_dtype_is_float(x->dtype)) {
+        cg_set_error("histc: the input is %s, expected a float dtype (as PyTorch)",
                      cg_dtype_name(x->dtype));
         return NULL;
     }

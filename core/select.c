@@ -220,8 +220,8 @@ static bool close_f(const close_args *c, float a, float b)
     return isfinite(actual) && actual <= allowed;
 }
 
-/* integers: the error bound in float32 (b converted to the default float
- * dtype), the difference in the integers' dtype (wrapping), as PyTorch */
+/* integers and bool: the bound and the difference in float32 (PyTorch
+ * converts them to its default float dtype) */
 static bool close_i(const close_args *c, int64_t a, int64_t b)
 {
     if (a == b)
@@ -229,13 +229,8 @@ static bool close_i(const close_args *c, int64_t a, int64_t b)
     if (!c->tolerant)
         return false;
     const float allowed = c->atol + fabsf(c->rtol * (float)b);
-    uint64_t d = (uint64_t)a - (uint64_t)b;
-    int64_t diff = c->dt == CG_I32 ? (int64_t)(int32_t)(uint32_t)d : (int64_t)d;
-    if (diff < 0)
-        diff = (int64_t)(0 - (uint64_t)diff); /* INT64_MIN stays itself, as abs in C++ */
-    if (c->dt == CG_I32)
-        diff = (int32_t)(uint32_t)diff;
-    return (float)diff <= allowed;
+    const float actual = fabsf((float)a - (float)b);
+    return isfinite(actual) && actual <= allowed;
 }
 
 cg_tensor *cg_isclose(const cg_tensor *a, const cg_tensor *b, double rtol, double atol,
@@ -253,9 +248,6 @@ cg_tensor *cg_isclose(const cg_tensor *a, const cg_tensor *b, double rtol, doubl
     else if (!(atol >= 0))
         why = "atol must be greater than or equal to zero";
     const bool tolerant = rtol != 0 || atol != 0;
-    if (!why && a->dtype == CG_BOOL && tolerant)
-        why = "bool tensors with a tolerance (PyTorch's subtraction refuses bool; rtol = atol = "
-              "0 compares them)";
     if (why) {
         cg_set_error("isclose: %s (%s and %s, rtol %g, atol %g)", why, cg_dtype_name(a->dtype),
                      cg_dtype_name(b->dtype), rtol, atol);

@@ -191,12 +191,14 @@ START_TEST(test_lerp)
     backward_with(cg_lerp_scalar(s, e, 0.25f), (const float[]){1, 2}, 2, in);
     expect_grad(s, 2, (const float[]){0.75f, 1.5f}, "start, scalar weight");
     expect_grad(e, 2, (const float[]){0.25f, 0.5f}, "end, scalar weight");
-    /* refusals: one dtype, float32 or bfloat16 */
+    /* refusals: one float dtype */
     cg_tensor *eh = cg_k_to(e, CG_F16), *sh = cg_k_to(s, CG_F16), *si = cg_k_to(s, CG_I64);
     CG_ASSERT_REFUSED_LINE(cg_lerp_scalar(s, eb, 0.5f),
                            "lerp: expected dtype float32 for `end` but got dtype bfloat16");
     CG_ASSERT_REFUSED_LINE(cg_lerp(sb, eb, w), "expected dtype bfloat16 for `weight`");
-    CG_ASSERT_REFUSED_LINE(cg_lerp_scalar(sh, eh, 0.5f), "lerp: float16 tensors");
+    cg_tensor *lh = cg_lerp_scalar(sh, eh, 0.5f); /* float16: in float32, rounded */
+    ck_assert(lh && lh->dtype == CG_F16);
+    expect_f(lh, 2, (const float[]){2, 3.5f}, "float16");
     CG_ASSERT_REFUSED_LINE(cg_lerp_scalar(si, si, 0.5f), "lerp: int64 tensors");
     CG_ASSERT_REFUSED_LINE(cg_lerp(s, e, NULL), "lerp: argument 'weight' is NULL");
     CG_ASSERT_REFUSED_LINE(cg_lerp_scalar(s, e3, 0.5f), "cannot be broadcast");
@@ -336,7 +338,14 @@ START_TEST(test_predicates)
     cg_tensor *bl = cg_test_mask(CG_SHAPE(2), (const uint8_t[]){1, 0});
     cg_tensor *bl2 = cg_test_mask(CG_SHAPE(2), (const uint8_t[]){1, 1});
     expect_i(cg_isclose(bl, bl2, 0, 0, false), 2, (const int64_t[]){1, 0}, "bool, no tolerance");
-    CG_ASSERT_REFUSED_LINE(cg_isclose(bl, bl2, 1e-5, 1e-8, false), "bool tensors with a tolerance");
+    expect_i(cg_isclose(bl, bl2, 0, 1, false), 2, (const int64_t[]){1, 1}, "bool, atol 1");
+    /* integers compared in float32, as PyTorch converts them: 2^60 and
+     * 2^60 + 1 are close with any tolerance, unequal without */
+    cg_tensor *ja = cg_from_i64(CG_SHAPE(1), (const int64_t[]){1LL << 60});
+    cg_tensor *jb = cg_from_i64(CG_SHAPE(1), (const int64_t[]){(1LL << 60) + 1});
+    expect_i(cg_isclose(ja, jb, 0, 1e-30, false), 1, (const int64_t[]){1}, "int64 in float32");
+    expect_i(cg_isclose(ja, jb, 0, 0, false), 1, (const int64_t[]){0}, "int64, no tolerance");
+    cg_release_all(2, ja, jb);
     CG_ASSERT_REFUSED_LINE(cg_isclose(a, ab, 1e-5, 1e-8, false), "isclose: the dtypes differ");
     CG_ASSERT_REFUSED_LINE(cg_isclose(a, b, -1, 0, false), "rtol must be greater than or equal");
     CG_ASSERT_REFUSED_LINE(cg_isclose(a, b, 0, NAN, false), "atol must be greater than or equal");
@@ -399,6 +408,8 @@ START_TEST(test_diff)
     cg_tensor *pre = cg_from_data(CG_SHAPE(2, 1), (const float[]){0, 0});
     cg_tensor *app = cg_from_data(CG_SHAPE(2, 1), (const float[]){10, 10});
     expect_f(cg_diff(x, 1, -1, pre, app), 8, (const float[]){1, 3, 5, 1, 2, 1, 4, 3}, "ends");
+    expect_f(cg_diff(x, 0, -1, pre, app), 6, (const float[]){1, 4, 9, 2, 3, 7},
+             "n 0: the ends left out");
     cg_tensor *prei = cg_from_i64(CG_SHAPE(2, 1), (const int64_t[]){0, 0});
     expect_dtype(cg_diff(x, 1, -1, prei, NULL), CG_F32, "promoted with an int64 prepend");
     /* integers wrap, bool xors, bfloat16 rounds each step */
@@ -530,6 +541,12 @@ START_TEST(test_trapezoid)
     backward_with(cg_trapezoid_x(y, x, -1), (const float[]){1, 1}, 2, in);
     expect_grad(y, 6, (const float[]){0.5f, 1.5f, 1, 0.5f, 1.5f, 1}, "y, with x");
     expect_grad(x, 3, (const float[]){-2, -3, 5}, "x");
+    /* an integer x takes y's float dtype (PyTorch's result: bfloat16 here) */
+    cg_tensor *yb = cg_k_to(y, CG_BF16), *xi = cg_from_i64(CG_SHAPE(3), (const int64_t[]){0, 1, 3});
+    cg_tensor *tb = cg_trapezoid_x(yb, xi, -1);
+    ck_assert(tb && tb->dtype == CG_BF16);
+    expect_f(tb, 2, (const float[]){7.5f, 4.5f}, "bfloat16 y, int64 x");
+    cg_release_all(2, yb, xi);
     cg_tensor *bl = cg_test_mask(CG_SHAPE(2), NULL), *x4 = cg_zeros(CG_SHAPE(4));
     CG_ASSERT_REFUSED_LINE(cg_trapezoid(bl, 1, 0), "received a bool input for `y`");
     CG_ASSERT_REFUSED_LINE(cg_trapezoid_x(y, bl, 0), "received a bool input for `x`");

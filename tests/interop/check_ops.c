@@ -427,6 +427,8 @@ static bool run_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tens
         return out[0] != NULL;
     if ((out[0] = binary(op, x[0], n > 1 ? x[1] : NULL, a)) || cg_has_error())
         return out[0] != NULL;
+    if (cg_check_misc_op(op, x, n, a, out, nout))
+        return out[0] != NULL;
     if (!strcmp(op, "attention_w") || !strcmp(op, "sdpa_w")) { /* the output and its weights */
         *nout = 2;
         out[0] = op[0] == 'a'

@@ -48,5 +48,10 @@ static inline int alist(const cJSON *a, const char *k, int64_t *out, int max)
  * them (its outputs in out, their count in *nout; out[0] NULL + error
  * when cgrad refuses), false otherwise. */
 bool cg_check_scan_op(const char *op, cg_tensor *x, const cJSON *a, cg_tensor **out, int *nout);
+/* masks, searching, counting, uniques, the pointwise ops of several
+ * operands, predicates, diff, trapezoid, grids (check_ops_misc.c): as
+ * cg_check_scan_op, on the inputs x[0, n). */
+bool cg_check_misc_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tensor **out,
+                      int *nout);
 
 #endif

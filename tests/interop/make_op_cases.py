@@ -86,6 +86,12 @@ KNOWN = {
     "trace_tall": "trace of a matrix of more rows than columns: PyTorch 1.13's gradient also "
                   "puts g at flat indices of step n + 1 past the diagonal (trace_backward's "
                   "arange: (3, 0) of a [4, 2]), cgrad's is g on the diagonal alone",
+    "histc_nan": "histc over a given range of an input holding NaN: PyTorch 1.13 counts each NaN "
+                 "in the first bin (its bin index of NaN, cast, wraps to 0), cgrad leaves NaN out "
+                 "as later PyTorch does",
+    "isclose_nan_broadcast": "isclose(equal_nan=True) where a's shape is not the broadcast one: "
+                             "PyTorch 1.13's in-place __iand__ refuses ('output with shape ... "
+                             "doesn't match the broadcast shape'), cgrad computes it",
     "attn_masked_v_nonfinite": "fused attention, NaN or inf in v at a masked key: the output NaN "
                                "in both (0 * NaN in P v); the fused backward's dk is NaN at the "
                                "masked keys too, where PyTorch's masked_fill gives 0",
@@ -464,7 +470,7 @@ def gen_reduce(rng):
         largest = rng.random() < 0.7
         add_case("topk", [x], {"k": k, "dim": dim, "largest": largest},
                  lambda x, a: tuple(torch.topk(x[0], a["k"], a["dim"], a["largest"], True)),
-                 exact=True, doc="" if dt in FLOATS else "topk takes floats (docs/api.md table)",
+                 exact=True,  # integers since 2026-12-08 (bool: PyTorch refuses it too)
                  known=KNOWN["topk_k0_scalar"] if k == 0 and not shape else "")
     for _ in range(25):
         shape = rshape(rng, 0, 3)
@@ -1630,7 +1636,7 @@ def gen_scan(rng):
         dt = rng.choice(["float32", "float32", "bfloat16", "float16", rng.choice(ALL)])
         x = fixed_views(picked_inp(rng, shape, dt, 0.1 if rng.random() < 0.4 else 0.0))
         desc, stable = rng.random() < 0.5, rng.random() < 0.7
-        doc = "" if dt in FLOATS else "sort takes floats, as topk (docs/api.md)"
+        doc = ""  # every dtype since 2026-12-08 (integers and bool exactly)
         # PyTorch's unstable sort orders ties as it likes: cgrad's is stable
         args = {"dim": dim, "desc": desc, "stable": True}
         add_case("sort", [x], args, lambda x, a: tuple(torch.sort(
@@ -1640,7 +1646,7 @@ def gen_scan(rng):
                  exact=True, doc=doc)
         for name, f in (("cummax", torch.cummax), ("cummin", torch.cummin)):
             add_case(name, [x], {"dim": dim}, lambda x, a, f=f: tuple(f(x[0], a["dim"])),
-                     exact=True, doc="" if dt in FLOATS else f"{name} takes floats (docs/api.md)")
+                     exact=True, doc=doc)
     for _ in range(40):
         shape, dim = line_dim(rng, 0, 4)
         dt = rng.choice(["float32", "float32", "bfloat16", "float16", "int64", "bool"])
@@ -1819,10 +1825,404 @@ def gen_distances(rng):
                  tol=(8.0, 32.0))
 
 
+# ------------------------------------------ masks, search, counts, uniques
+def bcast_count(m, shape):
+    """How many true elements a mask m (its views applied) has once broadcast to shape."""
+    return int(torch.broadcast_to(apply_views(m[0], m[1]), shape).sum())
+
+
+def gen_masked(rng):
+    """masked_select and masked_scatter: broadcast x and mask, every dtype,
+    special values, a source just large enough or larger (fewer: refused)."""
+    for _ in range(30):
+        sx, sm = bcast_shapes(rng)
+        dt = rng.choice(["float32", "float32", "bfloat16", rng.choice(ALL)])
+        x, m = inp(rng, sx, dt, special=0.1), inp(rng, sm, "bool", grad=False)
+        add_case("masked_select", [x, m], {}, lambda x, a: torch.masked_select(x[0], x[1]),
+                 exact=True)
+    x = inp(rng, [2, 3], "float32")
+    add_case("masked_select", [x, (torch.tensor([1, 0, 1]), [], False)], {},
+             lambda x, a: torch.masked_select(x[0], x[1]))  # an int64 mask: refused by both
+    for _ in range(30):
+        sx, sm = bcast_shapes(rng)
+        dt = rng.choice(["float32", "float32", "bfloat16", rng.choice(ALL)])
+        x, m = inp(rng, sx, dt, special=0.1), inp(rng, sm, "bool", grad=False)
+        shape = torch.broadcast_shapes(tuple(apply_views(x[0], x[1]).shape),
+                                       tuple(apply_views(m[0], m[1]).shape))
+        n = bcast_count(m, shape) + rng.choice([0, 0, 1, 4, -1])
+        sdt = dt if rng.random() < 0.9 else rng.choice(ALL)
+        s = inp(rng, rng.choice([[max(n, 0)], [1, max(n, 0)]]), sdt, special=0.1)
+        add_case("masked_scatter", [x, m, s], {},
+                 lambda x, a: x[0].masked_scatter(x[1], x[2]), exact=True)
+
+
+def sorted_base(shape, dt, rng):
+    """Values sorted along the last dim, ties and (floats) a NaN at the end."""
+    t = values(shape, "float32" if dt in FLOATS else dt)
+    if t.is_floating_point():
+        t = (t.double() * 2).round() / 2 + 0.0
+        if t.numel() and rng.random() < 0.3:
+            t[..., -1] = math.nan
+    return t.sort(dim=-1).values.to(DT[dt])
+
+
+def gen_search(rng):
+    """searchsorted (1-d and N-d sequences, right and side, sorter,
+    out_int32, mixed dtypes, NaN) and bucketize."""
+    for _ in range(45):
+        dts = rng.choice(["float32", "float32", "int64", "bfloat16", "int32"])
+        dtv = dts if rng.random() < 0.7 else rng.choice(["float32", "int64", "bfloat16"])
+        lead = [rng.randint(1, 3) for _ in range(rng.choice([0, 0, 0, 1, 2]))]
+        n = rng.randint(0, 6)
+        seq = sorted_base(lead + [n], dts, rng)
+        vshape = rshape(rng, 0, 3) if not lead else lead + [rng.randint(0, 4)]
+        v = values(vshape, "float32" if dtv in FLOATS else dtv)
+        if v.is_floating_point() and v.numel():
+            v = ((v.double() * 2).round() / 2 + 0.0).to(DT[dtv])  # ties with the sequence
+            if rng.random() < 0.3:
+                v.view(-1)[0] = rng.choice([math.nan, math.inf, -math.inf])
+        args = {"right": rng.random() < 0.4, "int32": rng.random() < 0.2,
+                "side": rng.choice([None, None, "left", "right"])}
+        ins = [(seq, [], False), (v, layout(vshape, rng)[1] if False else [], False)]
+        if n and rng.random() < 0.3:  # the sequence shuffled, sorter its order
+            perm = torch.randperm(n)
+            seq = seq[..., perm].contiguous()
+            srt = torch.argsort(seq.double().nan_to_num(math.inf), dim=-1, stable=True)
+            ins = [(seq, [], False), ins[1], (srt, [], False)]
+
+        def f(x, a):
+            return torch.searchsorted(x[0], x[1], out_int32=a["int32"], right=a["right"],
+                                      side=a["side"], sorter=x[2] if len(x) > 2 else None)
+        add_case("searchsorted", ins, args, f, exact=True,
+                 doc="" if "bool" not in (dts, dtv) else "bool refused")
+    add_case("searchsorted", [(torch.tensor(2.0), [], False), (torch.tensor([1.0]), [], False)],
+             {}, lambda x, a: torch.searchsorted(x[0], x[1]))  # a 0-d sequence: refused
+    for _ in range(20):
+        dt = rng.choice(["float32", "float32", "int64", "bfloat16"])
+        bd = sorted_base([rng.randint(0, 5)], dt, rng)
+        x = inp(rng, rshape(rng, 0, 3), dt, special=0.1, grad=False)
+        args = {"right": rng.random() < 0.5, "int32": rng.random() < 0.2}
+        add_case("bucketize", [x, (bd, [], False)], args,
+                 lambda x, a: torch.bucketize(x[0], x[1], out_int32=a["int32"], right=a["right"]),
+                 exact=True)
+    add_case("bucketize", [inp(rng, [3], "float32"), (torch.zeros(2, 2), [], False)], {},
+             lambda x, a: torch.bucketize(x[0], x[1]))  # 2-d boundaries: refused
+
+
+def gen_counts(rng):
+    """bincount (counts, float32 weights, minlength, refusals) and histc
+    (given and data ranges, edges, specials, bfloat16)."""
+    for _ in range(25):
+        n = rng.randint(0, 8)
+        dt = rng.choice(["int64", "int64", "int32"])
+        ids = torch.randint(0, 6, (n,)).to(DT[dt])
+        if n and rng.random() < 0.1:
+            ids[0] = -1  # refused
+        ins = [(ids, [], False)]
+        w = rng.random() < 0.5
+        if w:
+            ins.append((values([n], "float32"), [], False))
+        args = {"min": rng.choice([0, 0, 3, 8]), "w": w}
+        add_case("bincount", ins, args,
+                 lambda x, a: torch.bincount(x[0], x[1] if a["w"] else None, a["min"]), exact=True)
+    for _ in range(30):
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16"])
+        x = inp(rng, rshape(rng, 0, 3), dt, special=0.1 if rng.random() < 0.3 else 0.0,
+                grad=False)
+        if rng.random() < 0.4:  # on the edges
+            x = (((x[0].double() * 4).round() / 4).to(x[0].dtype), x[1], False)
+        lo, hi = rng.choice([(0, 0), (0, 0), (-1, 1), (-2, 0.5), (0.3, 0.3), (1, -1), (-1.5, 2)])
+        args = {"bins": rng.choice([1, 3, 4, 7, 10]), "min": lo, "max": hi}
+        b = apply_views(x[0], x[1]).double()
+        known = KNOWN["histc_nan"] if lo != hi and b.isnan().any() else ""
+        add_case("histc", [x], args,
+                 lambda x, a: torch.histc(x[0], a["bins"], a["min"], a["max"]), exact=True,
+                 known=known)
+
+
+def small_ints(shape, dt, hi=3):
+    t = torch.randint(-1 if dt != "bool" else 0, hi if dt != "bool" else 2, shape)
+    return t.to(DT[dt]) + (0.0 if dt in FLOATS else 0)
+
+
+def gen_unique(rng):
+    """unique and unique_consecutive, whole and along a dim, with inverse
+    and counts: duplicates, runs, every dtype, empty dims (no NaN: PyTorch
+    1.13's CPU unique orders it wrongly)."""
+    for name in ("unique", "unique_consecutive"):
+        for _ in range(20):
+            dt = rng.choice(["float32", "float32", "bfloat16", "float16", "int64", "int32", "bool"])
+            shape = rshape(rng, 0, 3)
+            base, v = layout(shape, rng)
+            x = (small_ints(base, dt), v, False)
+            f = (lambda x, a: torch.unique(x[0], sorted=True, return_inverse=True,
+                                           return_counts=True)) if name == "unique" else \
+                (lambda x, a: torch.unique_consecutive(x[0], return_inverse=True,
+                                                       return_counts=True))
+            add_case(name, [x], {}, f, exact=True)
+        for _ in range(20):
+            dt = rng.choice(["float32", "int64", "int64", "bfloat16", "bool"])
+            shape = rshape(rng, 0, 3, zero=0.1, sizes=(1, 2, 3, 4))
+            nd = len(shape)
+            dim = rng.randrange(-max(nd, 1), max(nd, 1))
+            base, v = layout(shape, rng)
+            x = (small_ints(base, dt, 2), v, False)
+
+            def f(x, a, name=name):
+                fn = torch.unique if name == "unique" else torch.unique_consecutive
+                return fn(x[0], dim=a["dim"], return_inverse=True, return_counts=True)
+            add_case(name + "_dim", [x], {"dim": dim}, f, exact=True)
+
+
+# ------------------------------------------------- more pointwise ops
+def no_neg_zero(t):
+    return t + 0.0 if t.is_floating_point() else t
+
+
+def gen_pointwise_more(rng):
+    """nan_to_num, fmod and remainder (tensors and numbers), lerp, clamp with
+    tensor bounds (ties at the bounds), cross: broadcast, promoted, special
+    values, integers; forward and gradients."""
+    for _ in range(25):
+        dt = rng.choice(FLOATS + FLOATS + ("int64", "bool"))
+        x = inp(rng, rshape(rng, 0, 3), dt, special=0.3)
+        args = {"nan": rng.choice([0.0, 1.5, -2.0]), "posinf": rng.choice([None, 3.0, 1e39]),
+                "neginf": rng.choice([None, -3.0])}
+        add_case("nan_to_num", [x], args,
+                 lambda x, a: torch.nan_to_num(x[0], a["nan"], a["posinf"], a["neginf"]),
+                 exact=True)
+    for name, f in (("fmod", torch.fmod), ("remainder", torch.remainder)):
+        for _ in range(35):
+            sa, sb = bcast_shapes(rng)
+            pair = rng.choice([("float32", "float32")] * 3 + [("bfloat16", "bfloat16"),
+                              ("int64", "int64"), (rng.choice(ALL), rng.choice(ALL))])
+            a = inp(rng, sa, pair[0], special=0.1 if rng.random() < 0.3 else 0.0)
+            b = inp(rng, sb, pair[1], special=0.1 if rng.random() < 0.3 else 0.0)
+            if not b[0].is_floating_point() and rng.random() < 0.8:  # mostly no zero divisor
+                b = (torch.where(b[0] == 0, torch.ones_like(b[0]), b[0]), b[1], b[2])
+            add_case(name, [a, b], {}, lambda x, a, f=f: f(x[0], x[1]), tol=(8.0, 32.0))
+        for _ in range(15):
+            dt = rng.choice(["float32", "bfloat16", "int64", "int32", "bool"])
+            s = rng.choice([2, -3, 5, 2.5, -0.75, 0])
+            x = inp(rng, rshape(rng, 0, 3), dt)
+            add_case(name + "_scalar", [x], {"s": s}, lambda x, a, f=f: f(x[0], a["s"]),
+                     tol=(8.0, 32.0))
+    for _ in range(25):
+        s1, s2, s3 = bcast_shapes(rng, 3)
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16"])
+        dts = [dt] * 3 if rng.random() < 0.9 else [dt, rng.choice(FLOATS), dt]
+        ins = [inp(rng, s1, dts[0]), inp(rng, s2, dts[1]), inp(rng, s3, dts[2], "unit")]
+        add_case("lerp", ins, {}, lambda x, a: torch.lerp(x[0], x[1], x[2]), tol=(8.0, 32.0))
+        w = rng.choice([0.0, 0.3, 0.5, 0.7, 1.0, -0.5, 1.5])
+        add_case("lerp_scalar", ins[:2], {"w": w}, lambda x, a: torch.lerp(x[0], x[1], a["w"]),
+                 tol=(8.0, 32.0))
+    for _ in range(35):
+        sx, slo, shi = bcast_shapes(rng, 3)
+        which = rng.choice(["both", "both", "min", "max"])
+        dts = rng.choice([("float32",) * 3] * 4 + [("int64",) * 3, ("bfloat16",) * 3,
+                                                   tuple(rng.choice(ALL) for _ in range(3))])
+        ins = []
+        for s, d in zip((sx, slo, shi), dts):
+            t = inp(rng, s, d)
+            if t[0].is_floating_point():  # a grid: ties with x; no -0; some NaN and inf
+                b = no_neg_zero((t[0].double() * 2).round() / 2)
+                if b.numel() and rng.random() < 0.3:
+                    b.view(-1)[rng.randrange(b.numel())] = rng.choice([math.nan, math.inf,
+                                                                       -math.inf])
+                t = (b.to(t[0].dtype), t[1], t[2])
+            ins.append(t)
+        ins = [ins[0]] + ([ins[1]] if which != "max" else []) + ([ins[2]] if which != "min" else [])
+        args = {"lo": which != "max", "hi": which != "min"}
+
+        def f(x, a):
+            return torch.clamp(x[0], x[1] if a["lo"] else None,
+                               x[1 + a["lo"]] if a["hi"] else None)
+        try:  # PyTorch 1.13's backward fails where the bounds broadcast x and each other
+            # differently (an in-place logical_and_): then no gradients are compared
+            ts = [apply_views(t[0], t[1]).double().requires_grad_(t[0].is_floating_point())
+                  for t in ins]
+            if any(t.requires_grad for t in ts):
+                f(ts, args).sum().backward()
+        except RuntimeError as e:
+            if "doesn't match the broadcast shape" not in str(e):
+                raise
+            ins = [(t[0], t[1], False) for t in ins]
+        add_case("clamp_tensor", ins, args, f, exact=True)
+    for _ in range(25):
+        nd = rng.randint(1, 3)
+        dim = rng.randrange(-nd, nd)
+        out = [rng.choice([1, 2, 3]) for _ in range(nd)]
+        out[dim] = 3
+        sa = [1 if rng.random() < 0.3 and i != dim % nd else d for i, d in enumerate(out)]
+        sb = [1 if rng.random() < 0.3 and i != dim % nd else d for i, d in enumerate(out)]
+        dt = rng.choice(["float32", "float32", "bfloat16", "int64"])
+        dtb = dt if rng.random() < 0.9 else rng.choice(ALL)
+        if rng.random() < 0.1:
+            sb = sb[1:] if len(sb) > 1 else sb + [3]  # other dims: refused
+        add_case("cross", [inp(rng, sa, dt), inp(rng, sb, dtb)], {"dim": dim},
+                 lambda x, a: torch.linalg.cross(x[0], x[1], dim=a["dim"]), tol=(8.0, 32.0))
+
+
+# ------------------------------------------------------------ predicates
+def gen_predicates(rng):
+    """isnan ... isneginf, isclose, allclose, equal, count_nonzero, any, all."""
+    fns = {"isnan": torch.isnan, "isinf": torch.isinf, "isfinite": torch.isfinite,
+           "isposinf": torch.isposinf, "isneginf": torch.isneginf}
+    for name, f in fns.items():
+        for _ in range(8):
+            x = inp(rng, rshape(rng, 0, 3), rng.choice(ALL), special=0.4, grad=False)
+            add_case(name, [x], {}, lambda x, a, f=f: f(x[0]), exact=True)
+    for _ in range(40):
+        sa, sb = bcast_shapes(rng)
+        dt = rng.choice(["float32", "float32", "bfloat16", "float16", "int64", "int32", "bool"])
+        a = inp(rng, sa, dt, special=0.15, grad=False)
+        b = inp(rng, sb, dt if rng.random() < 0.95 else rng.choice(ALL), special=0.15, grad=False)
+        if b[0].is_floating_point() and rng.random() < 0.6:  # near a's values
+            try:
+                near = torch.broadcast_to(apply_views(a[0], a[1]), apply_views(b[0], b[1]).shape)
+                b = ((near.double() * (1 + torch.randn(near.shape).double() * 1e-5)).to(
+                    b[0].dtype).contiguous(), [], False)
+            except RuntimeError:
+                pass
+        rtol, atol = rng.choice([(1e-5, 1e-8), (1e-5, 1e-8), (0.0, 0.0), (1e-3, 0.0),
+                                 (0.0, 0.1), (-1.0, 0.0)])
+        args = {"rtol": rtol, "atol": atol, "nan": rng.random() < 0.4}
+        known = ""
+        try:  # equal_nan in place over a's shape: PyTorch 1.13 refuses a smaller a
+            sa_, sb_ = apply_views(a[0], a[1]).shape, apply_views(b[0], b[1]).shape
+            if args["nan"] and a[0].is_floating_point() and \
+                    torch.broadcast_shapes(sa_, sb_) != sa_:
+                known = KNOWN["isclose_nan_broadcast"]
+        except RuntimeError:
+            pass
+        add_case("isclose", [a, b], args, lambda x, a: torch.isclose(
+            x[0], x[1], a["rtol"], a["atol"], a["nan"]), exact=True, known=known)
+        add_case("allclose", [a, b], args, lambda x, a: torch.tensor(torch.allclose(
+            x[0], x[1], a["rtol"], a["atol"], a["nan"])), exact=True, known=known)
+    for _ in range(20):
+        sa = rshape(rng, 0, 3)
+        dt = rng.choice(ALL)
+        a = inp(rng, sa, dt, special=0.1, grad=False)
+        b = (apply_views(a[0], a[1]).clone(), [], False) if rng.random() < 0.6 else \
+            inp(rng, rng.choice([sa, rshape(rng, 0, 3)]), dt, grad=False)
+        if rng.random() < 0.3:
+            b = (b[0].to(DT[rng.choice(ALL)]), b[1], False)
+        add_case("equal", [a, b], {}, lambda x, a: torch.tensor(torch.equal(x[0], x[1])),
+                 exact=True)
+    for _ in range(20):
+        shape = rshape(rng, 0, 4)
+        x = inp(rng, shape, rng.choice(ALL), special=0.2, grad=False)
+        if x[0].is_floating_point() and rng.random() < 0.5:
+            x = ((x[0] * (torch.rand(x[0].shape) < 0.5)).to(x[0].dtype), x[1], False)
+        dims = dims_of(rng, len(shape))
+        if dims and rng.random() < 0.1:
+            dims = dims + dims[:1]  # a dim twice: refused
+        add_case("count_nonzero", [x], {"dims": dims},
+                 lambda x, a: torch.count_nonzero(x[0], dim=tuple(a["dims"]) if a["dims"]
+                                                  else None), exact=True)
+        nd = len(shape)
+        for name, f in (("any", torch.any), ("all", torch.all)):
+            d = rng.choice([None, rng.randrange(-max(nd, 1), max(nd, 1))])
+            keep = rng.random() < 0.5 and d is not None  # torch.any(x) has no keepdim
+            args = {"dims": [] if d is None else [d], "keep": keep}
+            add_case(name, [x], args,
+                     lambda x, a, f=f: f(x[0]) if not a["dims"] else
+                     f(x[0], a["dims"][0], keepdim=a["keep"]), exact=True)
+
+
+# -------------------------------------------- diff, trapezoid, grids, sorts
+def gen_sequences(rng):
+    """diff (orders, ends joined and promoted, bool, integers) and
+    trapezoid (dx; x 1-d, full or broadcast; integers; no samples)."""
+    for _ in range(35):
+        shape = rshape(rng, 1, 3)
+        nd = len(shape)
+        dim = rng.randrange(-nd, nd)
+        dt = rng.choice(["float32", "float32", "bfloat16", "int64", "bool"])
+        ins = [inp(rng, shape, dt)]
+        args = {"n": rng.choice([0, 1, 1, 2, 3, 5]), "dim": dim, "pre": False, "app": False}
+        for end in ("pre", "app"):
+            if rng.random() < 0.35:
+                s = list(shape)
+                s[dim] = rng.randint(0, 2)
+                if rng.random() < 0.1:
+                    s = s[1:]  # another number of dims: refused
+                ins.append(inp(rng, s, dt if rng.random() < 0.8 else rng.choice(
+                    ["float32", "int64"])))
+                args[end] = True
+
+        def f(x, a):
+            k = 1
+            pre = x[k] if a["pre"] else None
+            k += a["pre"]
+            return torch.diff(x[0], a["n"], a["dim"], pre, x[k] if a["app"] else None)
+        add_case("diff", ins, args, f, tol=(8.0, 32.0))
+    for _ in range(20):
+        shape = rshape(rng, 1, 3)
+        dim = rng.randrange(-len(shape), len(shape))
+        dt = rng.choice(["float32", "float32", "bfloat16", "int64"])
+        dx = rng.choice([1.0, 0.5, -2.0, 3.0])
+        add_case("trapezoid", [inp(rng, shape, dt)], {"dx": dx, "dim": dim},
+                 lambda x, a: torch.trapezoid(x[0], dx=a["dx"], dim=a["dim"]), tol=(8.0, 64.0))
+        xs = rng.choice([[shape[dim]], list(shape), [1] + list(shape[1:]) if len(shape) > 1
+                         else [shape[dim]]])
+        dtx = rng.choice(["float32", "float32", "int64", dt])
+        add_case("trapezoid_x", [inp(rng, shape, dt), inp(rng, xs, dtx)], {"dim": dim},
+                 lambda x, a: torch.trapezoid(x[0], x[1], dim=a["dim"]), tol=(8.0, 64.0))
+
+
+def gen_grids(rng):
+    """meshgrid ('ij', 'xy'; 0-d and 1-d), cartesian_prod, rot90 (k any,
+    dims both ways), msort, integer topk."""
+    for _ in range(20):
+        k = rng.randint(1, 3)
+        dt = rng.choice(["float32", "float32", "int64", "bfloat16"])
+        ins = [inp(rng, rng.choice([[], [rng.randint(0, 4)]]), dt) for _ in range(k)]
+        if rng.random() < 0.1:
+            ins[-1] = inp(rng, [2], rng.choice(ALL))  # another dtype: refused unless equal
+        xy = rng.random() < 0.5
+        add_case("meshgrid", ins, {"xy": xy}, lambda x, a: tuple(torch.meshgrid(
+            *x, indexing="xy" if a["xy"] else "ij")), exact=True)
+    for _ in range(12):
+        k = rng.randint(1, 3)
+        dt = rng.choice(["float32", "int64", "bfloat16"])
+        ins = [inp(rng, [rng.randint(0, 4)], dt) for _ in range(k)]
+        add_case("cartesian_prod", ins, {}, lambda x, a: torch.cartesian_prod(*x), exact=True)
+    for _ in range(25):
+        shape = rshape(rng, 1, 4)
+        nd = len(shape)
+        d0, d1 = rng.randrange(-nd, nd), rng.randrange(-nd, nd)
+        args = {"k": rng.randint(-5, 6), "d0": d0, "d1": d1}
+        x = inp(rng, shape, rng.choice(["float32", "float32", "bool", "int64", "bfloat16"]))
+        add_case("rot90", [x], args,
+                 lambda x, a: torch.rot90(x[0], a["k"], [a["d0"], a["d1"]]), exact=True)
+    for _ in range(15):
+        dt = rng.choice(["float32", "int64", "int32", "bool", "bfloat16"])
+        x = fixed_views(picked_inp(rng, rshape(rng, 0, 3), dt, 0.1))
+        add_case("msort", [x], {}, lambda x, a: torch.msort(x[0]), exact=True)
+    for _ in range(15):
+        shape = rshape(rng, 1, 3)
+        nd = len(shape)
+        dim = rng.randrange(-nd, nd)
+        n = math.prod(shape)
+        dt = rng.choice(["int64", "int32"])
+        x = (torch.randperm(max(n, 1))[:n].reshape(shape).to(DT[dt]) - 3, [], False)  # distinct
+        k = rng.randint(0, shape[dim])
+        add_case("topk", [x], {"k": k, "dim": dim, "largest": rng.random() < 0.6},
+                 lambda x, a: tuple(torch.topk(x[0], a["k"], a["dim"], a["largest"], True)),
+                 exact=True)
+
+
+def gen_misc(rng):
+    for gen in (gen_masked, gen_search, gen_counts, gen_unique, gen_pointwise_more,
+                gen_predicates, gen_sequences, gen_grids):
+        gen(rng)
+
+
 NAN_PATHS = ("hardswish", "relu6", "hardtanh", "selu", "celu", "softshrink", "hardshrink")
 MORE = (gen_min, gen_maximum, gen_logsumexp, gen_unary_params, gen_rearrange, gen_losses_more,
         gen_row_norms, gen_loss_reductions, gen_loss_weights, gen_activations, gen_losses_rest, gen_scan,
-        gen_einsum, gen_distances)
+        gen_einsum, gen_distances, gen_misc)
 
 
 def main(out):
