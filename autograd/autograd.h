@@ -194,7 +194,20 @@ extern "C" {
     X(REMAINDER, "remainder", 2, CG_IN(0) | CG_IN(1), 0) \
     X(LERP, "lerp", 3, CG_IN_ALL, 0) /* start, end, weight?; a scalar weight in p.f */ \
     X(CLAMP_TENSOR, "clamp_tensor", 3, CG_IN_ALL, 0) /* x, min?, max?; which in p.i */ \
-    X(CROSS, "cross", 2, 0, 1) /* a, b; the dim in p.i */
+    X(CROSS, "cross", 2, 0, 1) /* a, b; the dim in p.i */ \
+    X(LINALG_SOLVE, "linalg_solve", 2, 0, 0) /* A, B; the factors in ctx (cg_la): no input read */ \
+    X(LINALG_INV, "linalg_inv", 1, 0, 0) /* A^-1 in ctx */ \
+    X(LINALG_DET, "linalg_det", 1, 0, 0) /* A and det in ctx */ \
+    X(LINALG_SLOGDET, "linalg_slogdet", 1, 0, 0) /* packed [sign | logabsdet]; A's LU in ctx */ \
+    X(LINALG_CHOLESKY, "linalg_cholesky", 1, 0, 0) /* L in ctx */ \
+    X(LINALG_QR, "linalg_qr", 1, 0, 0) /* packed [Q | R]; Q, R in ctx */ \
+    X(LINALG_EIGH, "linalg_eigh", 1, 0, 0) /* packed [L | V]; L, V in ctx */ \
+    X(LINALG_EIGVALSH, "linalg_eigvalsh", 1, 0, 0) /* L, V in ctx */ \
+    X(LINALG_SVD, "linalg_svd", 1, 0, 0) /* packed [U | S | Vh]; U, S, Vh in ctx */ \
+    X(LINALG_SVDVALS, "linalg_svdvals", 1, 0, 0) /* U, S, Vh in ctx */ \
+    X(LINALG_PINV, "linalg_pinv", 1, 0, 0) /* A, pinv(A) in ctx */ \
+    X(LINALG_LSTSQ, "linalg_lstsq", 2, 0, 0) /* A, B; A, B in ctx */ \
+    X(LINALG_VECTOR_NORM, "linalg_vector_norm", 1, CG_IN(0), 0) /* ord, dims, keepdim in p.i */
 /* clang-format on */
 /* A row of core/ops.h's CG_UNARY_OPS as a row of this table: one input,
  * which the backward reads. */

@@ -468,6 +468,103 @@ cg_tensor *cg_pdist(cg_tensor *x, float p);
  * inf: shared among the maxima). cg_triplet_margin_loss's distance. */
 cg_tensor *cg_pairwise_distance(cg_tensor *x1, cg_tensor *x2, float p, float eps, bool keepdim);
 
+/* ------------------------------------- linear algebra (ops_linalg.c) */
+/* torch.linalg: float32 matrices [*, m, n] of any strides, batched over
+ * the leading dims, through LAPACK (core/ops.h, "linear algebra"): each
+ * matrix computed in double, its results rounded once to float32, one
+ * node per op whose backward is PyTorch 1.13's formula in double from the
+ * factors the forward kept (the backward reads no input). Refused in one
+ * line as PyTorch refuses: fewer than 2 dims, int and bool ("Expected a
+ * floating point tensor as input. Got int64"), bfloat16 and float16
+ * (PyTorch 1.13's CPU linear algebra has none), not square where square is
+ * needed, a singular matrix in solve ("The solver failed because the input
+ * matrix is singular.") and inv ("The diagonal element 2 is zero, ..."), a
+ * matrix that is not positive-definite in cholesky ("... the leading minor
+ * of order 2 is not positive-definite"), a NaN in svd's input; in a batch
+ * "(Batch element b): " names the matrix. The ops of several outputs
+ * return the first and put the others into the pointers given (each may
+ * be NULL); they are contiguous views of one packed result. Where a
+ * gradient is not defined (repeated eigenvalues or singular values with a
+ * loss that reads the vectors, a singular matrix's slogdet), it is inf or
+ * NaN, as PyTorch's. */
+/* torch.linalg.solve(A, B): X with A X = B; A [*, n, n]; B [*, n, k], or
+ * a vector [*, n] (B 1-d, or B's shape A's without its last dim) giving X
+ * [*, n]; the batch dims broadcast. Gradients gB = A^-T gX, gA = -gB X^T. */
+cg_tensor *cg_linalg_solve(cg_tensor *A, cg_tensor *B);
+/* torch.linalg.inv(A): [*, n, n]; gradient -A^-T g A^-T. */
+cg_tensor *cg_linalg_inv(cg_tensor *A);
+/* torch.linalg.det(A): [*, n, n] -> [*] (0 x 0: 1). Gradient g det A^-T;
+ * where |det| < 100 eps (float32's eps) g adj(A)^T through the SVD, exact
+ * at a singular A (PyTorch 1.13's formula for singular inputs, which its
+ * first-order backward replaces by 0 at an exactly singular A). */
+cg_tensor *cg_linalg_det(cg_tensor *A);
+/* torch.linalg.slogdet(A): the sign of det (0 where det is 0 or NaN),
+ * returned, and log|det| into *logabsdet, [*] each. Gradient of logabsdet
+ * g A^-T (inf and NaN at a singular A); the sign has none. */
+cg_tensor *cg_linalg_slogdet(cg_tensor *A, cg_tensor **logabsdet);
+/* torch.linalg.cholesky(A, upper): L (lower, A = L L^T) from A's lower
+ * triangle, or U = L^T (upper) from its upper triangle; the other triangle
+ * is not read. Gradient PyTorch's cholesky_backward, symmetric. A NaN in
+ * the triangle read gives that triangle NaN (PyTorch with OpenBLAS; the
+ * reference LAPACK would call it not positive-definite). */
+cg_tensor *cg_linalg_cholesky(cg_tensor *A, bool upper);
+/* torch.linalg.qr(A, mode): Q returned, R into *R; mode NULL or "reduced"
+ * (Q [*, m, k], R [*, k, n], k = min(m, n)), "complete" (Q [*, m, m], R
+ * [*, m, n]) or "r" (Q empty [0], R [*, k, n]). Householder's signs
+ * (LAPACK's dgeqrf, as PyTorch's). Gradient PyTorch's linalg_qr_backward;
+ * its backward refuses mode "r" and "complete" with m > n, as PyTorch's. */
+cg_tensor *cg_linalg_qr(cg_tensor *A, const char *mode, cg_tensor **R);
+/* torch.linalg.eigh(A, UPLO): the eigenvalues [*, n] ascending, returned,
+ * and the eigenvectors [*, n, n] (columns) into *eigenvectors, from A's
+ * lower (UPLO NULL or "L") or upper ("U") triangle. Each eigenvector's
+ * sign is LAPACK's (a loss should not depend on it). A NaN or inf in the
+ * triangle read: both outputs NaN, as PyTorch's. Gradient PyTorch's
+ * linalg_eig_backward (is_hermitian), symmetric; V diag(gL) V^T when the
+ * eigenvectors are unused. */
+cg_tensor *cg_linalg_eigh(cg_tensor *A, const char *UPLO, cg_tensor **eigenvectors);
+/* torch.linalg.eigvalsh(A, UPLO): the eigenvalues alone; gradient V
+ * diag(g) V^T (defined at repeated eigenvalues too). */
+cg_tensor *cg_linalg_eigvalsh(cg_tensor *A, const char *UPLO);
+/* torch.linalg.svd(A, full_matrices): U returned, S [*, k] (descending)
+ * and Vh into *S and *Vh; U [*, m, k] and Vh [*, k, n], or [*, m, m] and
+ * [*, n, n] with full_matrices (PyTorch's default is true; the gradient
+ * then reads the first k columns of U and rows of Vh, as PyTorch's). The
+ * singular vectors' signs are LAPACK's. An inf in A: every output NaN; a
+ * NaN: refused ("... the input matrix contained non-finite values."), as
+ * PyTorch's. Gradient PyTorch's svd_backward. */
+cg_tensor *cg_linalg_svd(cg_tensor *A, bool full_matrices, cg_tensor **S, cg_tensor **Vh);
+/* torch.linalg.svdvals(A): S [*, k]; gradient U diag(g) Vh. */
+cg_tensor *cg_linalg_svdvals(cg_tensor *A);
+/* torch.linalg.pinv(A, atol, rtol): [*, m, n] -> [*, n, m] through the
+ * SVD, 1/s for the singular values s > max(atol, rtol s_max); a negative
+ * atol or rtol is PyTorch's None (both: rtol = max(m, n) eps, eps
+ * float32's; atol > 0 alone: rtol 0). Gradient PyTorch's pinv_backward. */
+cg_tensor *cg_linalg_pinv(cg_tensor *A, double atol, double rtol);
+/* torch.linalg.lstsq(A, B, rcond).solution: the minimum-norm X minimising
+ * |A X - B| (LAPACK's dgelsy, PyTorch's CPU default driver), A [*, m, n],
+ * B [*, m, k] or a vector [*, m] (as cg_linalg_solve's), rank decided by
+ * rcond (negative: PyTorch's None, max(m, n) eps). Gradient PyTorch's
+ * linalg_lstsq_backward: pinv(A)'s. The residuals, rank and singular
+ * values PyTorch also returns are not. */
+cg_tensor *cg_linalg_lstsq(cg_tensor *A, cg_tensor *B, double rcond);
+/* torch.linalg.vector_norm(x, ord, dim, keepdim): over ndims dims (0:
+ * all), any float dtype (bfloat16 and float16 too: the result in x's
+ * dtype), accumulated in double; ord any float: 0 counts the nonzeros,
+ * INFINITY / -INFINITY the largest / smallest |x|, else (sum |x|^ord)^(1 /
+ * ord). Refused as PyTorch: an empty reduction for ord < 0 or inf (no
+ * identity), a dim given twice. Gradient PyTorch's norm_backward (0 at a
+ * zero norm; inf: g shared among the maxima). */
+cg_tensor *cg_linalg_vector_norm(cg_tensor *x, double ord, int ndims, const int *dims,
+                                 bool keepdim);
+/* torch.linalg.matrix_norm(A, ord, dim, keepdim): ord NULL or "fro"
+ * (vector_norm 2 over the two dims), "nuc" (the sum of the singular
+ * values), "2" / "-2" (the largest / smallest), "1" / "-1" (the largest /
+ * smallest column sum of |A|), "inf" / "-inf" (row sums); dim NULL (-2,
+ * -1) or two different dims. Made of the ops above as PyTorch's (a
+ * maximum's gradient shared among ties, as its amax's); "fro", "1" and
+ * "inf" take any float dtype, "nuc" and "2" float32 (through the SVD). */
+cg_tensor *cg_linalg_matrix_norm(cg_tensor *A, const char *ord, const int *dim, bool keepdim);
+
 /* ------------------------------------ recurrent cells (ops_rnn.c) */
 /* One time step of torch.nn.GRU as one op (core/ops.h cg_k_gru_cell, its
  * equations): gi = x W_ih^T + b_ih and gh = h W_hh^T + b_hh [B, 3H] (gate

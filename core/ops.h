@@ -1213,6 +1213,87 @@ bool cg_k_cdist_backward(const cg_tensor *x1, const cg_tensor *x2, const cg_tens
                          const cg_tensor *g, float p, bool split_ties, cg_tensor **dx1,
                          cg_tensor **dx2);
 
+/* ------------------------------------------------- linear algebra */
+/* torch.linalg through LAPACK (core/linalg.c, core/linalg_decomp.c,
+ * core/linalg_lstsq.c; LAPACK's Fortran symbols, core/lapack.h): float32
+ * matrices [*, m, n] of any strides (bfloat16 and float16 refused, as
+ * PyTorch 1.13's CPU linear algebra has none; int and bool refused),
+ * batched over the leading dims (one batch: autograd's ops broadcast),
+ * each matrix read into double, factorised in double and its results
+ * rounded once to float32; one matrix per task, so the bits do not depend
+ * on the thread count. PyTorch's refusals, in one line: fewer than 2 dims,
+ * not square where square is needed, a singular matrix in solve and inv,
+ * a matrix that is not positive-definite in cholesky ("the leading minor
+ * of order k"), a NaN in the SVD's input; "(Batch element b): " names the
+ * matrix of a batch.
+ *
+ * keep: NULL, or it gets what the backward needs (the factors in double,
+ * a cg_la that cg_la_free frees); cg_k_linalg_backward then takes the
+ * gradient of the output (its shape: a packed output's 1-d one) to the
+ * gradients of the inputs (g0 of input 0, g1 of input 1 where there is
+ * one; NULL to skip either), float32, by PyTorch 1.13's formulas in
+ * double. False + error (a mode the backward refuses: QR's). */
+typedef struct cg_la cg_la;
+void cg_la_free(void *la);
+bool cg_k_linalg_backward(const cg_la *la, const cg_tensor *g, cg_tensor **g0, cg_tensor **g1);
+/* op's checks of a matrix argument arg (the kernels' and autograd's): not
+ * NULL, float32 (int and bool refused as PyTorch does, bfloat16 and
+ * float16 as PyTorch 1.13's CPU linear algebra does), at least 2 dims,
+ * square when square, each dim within LAPACK's 32-bit indices. False +
+ * one-line error. */
+bool cg_k_linalg_check(const char *op, const char *arg, const cg_tensor *t, bool square);
+/* torch.linalg.solve: A [*, n, n], B [*, n, k] (one batch) -> X [*, n, k]
+ * with A X = B (dgetrf, dgetrs). */
+cg_tensor *cg_k_linalg_solve(const cg_tensor *A, const cg_tensor *B, cg_la **keep);
+/* torch.linalg.inv: [*, n, n] -> [*, n, n]. */
+cg_tensor *cg_k_linalg_inv(const cg_tensor *A, cg_la **keep);
+/* torch.linalg.det: [*, n, n] -> [*] (the LU's diagonal's product; 1 for
+ * n = 0). */
+cg_tensor *cg_k_linalg_det(const cg_tensor *A, cg_la **keep);
+/* torch.linalg.slogdet packed: [2 batch], the signs (0 where det is 0 or
+ * NaN) then log|det|. */
+cg_tensor *cg_k_linalg_slogdet(const cg_tensor *A, cg_la **keep);
+/* torch.linalg.cholesky(A, upper): L [*, n, n] lower with A = L L^T from
+ * A's lower triangle, or (upper) U = L^T from its upper triangle (dpotrf;
+ * the other triangle 0). A NaN in the triangle read makes that triangle of
+ * the result NaN (no refusal). */
+cg_tensor *cg_k_linalg_cholesky(const cg_tensor *A, bool upper, cg_la **keep);
+typedef enum { CG_QR_REDUCED, CG_QR_COMPLETE, CG_QR_R } cg_qr_mode;
+/* torch.linalg.qr(A, mode) packed (dgeqrf, dorgqr), A [*, m, n], k =
+ * min(m, n): reduced [Q [*, m, k] | R [*, k, n]], complete [Q [*, m, m] |
+ * R [*, m, n]], r [R [*, k, n]]. */
+cg_tensor *cg_k_linalg_qr(const cg_tensor *A, cg_qr_mode mode, cg_la **keep);
+/* torch.linalg.eigh(A, UPLO) (dsyevd) from A's lower (upper) triangle:
+ * vectors, packed [L [*, n] | V [*, n, n]], eigenvalues ascending, the
+ * eigenvectors as V's columns; else (eigvalsh) L [*, n]. A NaN or inf in
+ * the triangle read: every output NaN (as PyTorch's). */
+cg_tensor *cg_k_linalg_eigh(const cg_tensor *A, bool upper, bool vectors, cg_la **keep);
+/* torch.linalg.svd(A, full_matrices) (dgesdd), k = min(m, n): vectors,
+ * packed [U [*, m, k or m] | S [*, k] | Vh [*, k or n, n]], S descending;
+ * else (svdvals) S [*, k]. An inf in A: every output NaN (as PyTorch's);
+ * a NaN: refused. */
+cg_tensor *cg_k_linalg_svd(const cg_tensor *A, bool full_matrices, bool vectors, cg_la **keep);
+/* torch.linalg.pinv(A, atol, rtol): [*, m, n] -> [*, n, m], V diag(1/s)
+ * U^T over the singular values s > max(atol, rtol s_max); a negative atol
+ * or rtol is PyTorch's None (both None: rtol = eps max(m, n), eps
+ * float32's). */
+cg_tensor *cg_k_linalg_pinv(const cg_tensor *A, double atol, double rtol, cg_la **keep);
+/* torch.linalg.lstsq(A, B, rcond).solution (dgelsy, PyTorch's CPU
+ * default): A [*, m, n], B [*, m, k] (one batch) -> X [*, n, k], the
+ * minimum-norm least-squares solution at rank by rcond (negative:
+ * PyTorch's None, eps max(m, n)). */
+cg_tensor *cg_k_linalg_lstsq(const cg_tensor *A, const cg_tensor *B, double rcond, cg_la **keep);
+/* torch.linalg.vector_norm(x, ord, dims, keepdim) (core/linalg_norm.c):
+ * any float dtype, the result in x's; ndims 0 reduces every dim; ord 0
+ * counts the nonzeros, +-INFINITY the largest / smallest |x|, else
+ * (sum |x|^ord)^(1/ord), in double. An empty reduction is refused for ord
+ * < 0 and inf (no identity), as PyTorch. Its backward: g of the output's
+ * shape -> the gradient of x (x's dtype), PyTorch's norm_backward. */
+cg_tensor *cg_k_linalg_vector_norm(const cg_tensor *x, double ord, int ndims, const int *dims,
+                                   bool keepdim);
+cg_tensor *cg_k_linalg_vector_norm_backward(const cg_tensor *x, const cg_tensor *g, double ord,
+                                            int ndims, const int *dims, bool keepdim);
+
 /* ------------------------------------------------------- rearranging */
 /* Copies of a's elements in new places (core/rearrange.c), every dtype,
  * a fresh contiguous result (never a view), the same bits for any thread

@@ -4,7 +4,7 @@
 set -euo pipefail
 case "${1:-}" in -h | --help) echo "usage: scripts/setup.sh (no arguments; CG_FUZZ=1: also clang and clang-format)"; exit 0 ;; esac
 [ $# -eq 0 ] || { echo "setup.sh: no arguments are taken, not '$1' (usage: scripts/setup.sh)" >&2; exit 2; }
-pkgs=(build-essential meson ninja-build pkg-config libblis-serial-dev check libcjson-dev libpng-dev
+pkgs=(build-essential meson ninja-build pkg-config libblis-serial-dev liblapack-dev check libcjson-dev libpng-dev
       libxxhash-dev libopenmpi-dev openmpi-bin libplplot-dev plplot-driver-cairo fonts-dejavu-core
       libsentencepiece-dev locales)
 # CG_FUZZ=1 (set by .ci/run): also clang and its libFuzzer runtime for scripts/fuzz.sh,
