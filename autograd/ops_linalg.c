@@ -52,7 +52,8 @@ static cg_tensor *la_record(cg_tensor *out, cg_op op, int nin, cg_tensor *const 
     do {                                                 \
         cg_la *la_ = NULL;                               \
         cg_la **keep = recording(1, &(A)) ? &la_ : NULL; \
-        return la_record(call, op, 1, &(A), la_);        \
+        cg_tensor *out_ = (call); /* sets la_ */         \
+        return la_record(out_, op, 1, &(A), la_);        \
     } while (0)
 
 /* the block of numel(shape) elements of the packed 1-d p from at, seen

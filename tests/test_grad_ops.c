@@ -448,6 +448,20 @@ static const op_check op_checks[CG_OP_COUNT] = {
                     .by = "test_pointwise.c: test_pointwise_gradchecks"},
     [CG_OP_CLAMP_TENSOR] = {.by = "test_pointwise.c: test_pointwise_gradchecks"},
     [CG_OP_CROSS] = {.by = "test_pointwise.c: test_pointwise_gradchecks"},
+    [CG_OP_LINALG_SOLVE] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_solve"},
+    [CG_OP_LINALG_INV] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_square"},
+    [CG_OP_LINALG_DET] =
+        {.by = "test_linalg_grad.c: test_linalg_gradcheck_square (and _det_singular)"},
+    [CG_OP_LINALG_SLOGDET] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_square"},
+    [CG_OP_LINALG_CHOLESKY] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_square"},
+    [CG_OP_LINALG_QR] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_rect"},
+    [CG_OP_LINALG_EIGH] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_square"},
+    [CG_OP_LINALG_EIGVALSH] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_square"},
+    [CG_OP_LINALG_SVD] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_rect"},
+    [CG_OP_LINALG_SVDVALS] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_rect"},
+    [CG_OP_LINALG_PINV] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_rect"},
+    [CG_OP_LINALG_LSTSQ] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_solve"},
+    [CG_OP_LINALG_VECTOR_NORM] = {.by = "test_linalg_grad.c: test_linalg_gradcheck_norms"},
 };
 
 /* Checked here (not only named): its cases, or a test of this file. */

@@ -132,6 +132,26 @@ START_TEST(test_record_failure_is_an_error)
     cg_tensor *a3 = cg_requires_grad(cg_randn(&rr, CG_SHAPE(1, 2, 3)), true);
     ASSERT_OOM(cg_cdist(a3, a3, 1.0f));
     cg_release(a3);
+    /* torch.linalg's nodes (one each; the packed ones behind their views) */
+    cg_tensor *sq =
+                  cg_requires_grad(cg_from_data(CG_SHAPE(2, 2), (const float[]){2, 1, 1, 3}), true),
+              *out = NULL;
+    ASSERT_OOM(cg_linalg_solve(sq, sq));
+    ASSERT_OOM(cg_linalg_inv(sq));
+    ASSERT_OOM(cg_linalg_det(sq));
+    ASSERT_OOM(cg_linalg_slogdet(sq, &out));
+    ASSERT_OOM(cg_linalg_cholesky(sq, false));
+    ASSERT_OOM(cg_linalg_qr(a, NULL, &out));
+    ASSERT_OOM(cg_linalg_eigh(sq, NULL, &out));
+    ASSERT_OOM(cg_linalg_eigvalsh(sq, NULL));
+    ASSERT_OOM(cg_linalg_svd(a, false, &out, NULL));
+    ASSERT_OOM(cg_linalg_svdvals(a));
+    ASSERT_OOM(cg_linalg_pinv(a, -1, -1));
+    ASSERT_OOM(cg_linalg_lstsq(sq, sq, -1));
+    ASSERT_OOM(cg_linalg_vector_norm(a, 3.0, 0, NULL, false));
+    ASSERT_OOM(cg_linalg_matrix_norm(a, "nuc", NULL, false));
+    ck_assert_ptr_null(out);
+    cg_release(sq);
     /* and the same ops work again once memory is back */
     cg_tensor *s = cg_add(a, b);
     ck_assert_ptr_nonnull(s);
@@ -1466,6 +1486,64 @@ START_TEST(test_misc_oom)
     ck_assert_int_gt(every_allocation_fails(misc_run, ctx), 10);
     ck_assert(misc_run(ctx)); /* and it runs once memory is back */
     cg_release_all(4, x, y, m, w);
+/* torch.linalg's ops forward and backward (ctx: a batch of two
+ * positive-definite 3 x 3 matrices and of two 3 x 2 ones): every malloc
+ * and calloc of them failing in turn gives an error or a success, and
+ * leaves no tensor behind */
+static bool linalg_run(void *ctx)
+{
+    cg_tensor *a = ((cg_tensor **)ctx)[0], *b = ((cg_tensor **)ctx)[1];
+    cg_tensor *lad = NULL, *r = NULL, *v = NULL, *s = NULL, *vh = NULL;
+    cg_tensor *t[20] = {cg_linalg_solve(a, b),
+                        cg_linalg_inv(a),
+                        cg_linalg_det(a),
+                        cg_linalg_slogdet(a, &lad),
+                        NULL,
+                        cg_linalg_cholesky(a, true),
+                        cg_linalg_qr(b, NULL, &r),
+                        NULL,
+                        cg_linalg_eigh(a, "U", &v),
+                        NULL,
+                        cg_linalg_eigvalsh(a, NULL),
+                        cg_linalg_svd(b, false, &s, &vh),
+                        NULL,
+                        NULL,
+                        cg_linalg_svdvals(b),
+                        cg_linalg_pinv(b, -1, -1),
+                        cg_linalg_lstsq(b, a, -1),
+                        cg_linalg_vector_norm(b, 3.0, 1, (int[]){1}, true),
+                        cg_linalg_matrix_norm(b, "1", NULL, false),
+                        cg_linalg_matrix_norm(a, "-2", NULL, false)};
+    t[4] = lad, t[7] = r, t[9] = v, t[12] = s, t[13] = vh;
+    cg_tensor *sum_all = NULL;
+    bool ok = true;
+    for (int i = 0; i < 20; i++) {
+        cg_tensor *q = t[i] ? cg_sum_all(t[i]) : NULL;
+        cg_tensor *next = sum_all && q ? cg_add(sum_all, q) : q ? cg_retain(q) : NULL;
+        ok = ok && next;
+        cg_release_all(2, sum_all, q);
+        sum_all = next;
+    }
+    ok = ok && cg_backward(sum_all, NULL, false);
+    ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
+    for (int i = 0; i < 20; i++)
+        cg_release(t[i]);
+    cg_release(sum_all);
+    cg_zero_grad(a), cg_zero_grad(b);
+    return ok;
+}
+
+START_TEST(test_linalg_oom)
+{
+    const float spd[9] = {4, 1, 2, 1, 5, 3, 2, 3, 6};
+    cg_tensor *a1 = cg_from_data(CG_SHAPE(3, 3), spd), *e = cg_expand(a1, 3, (int64_t[]){2, 3, 3});
+    cg_tensor *a = cg_requires_grad(cg_k_contiguous(e), true);
+    cg_rng r = cg_rng_new(11);
+    cg_tensor *b = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 2)), true);
+    cg_tensor *ctx[2] = {a, b};
+    ck_assert_int_gt(every_allocation_fails(linalg_run, ctx), 10);
+    ck_assert(linalg_run(ctx)); /* and it runs once memory is back */
+    cg_release_all(4, a1, e, a, b);
 }
 END_TEST
 
@@ -1503,6 +1581,7 @@ int main(void)
     tcase_add_test(tc, test_random_oom);
     tcase_add_test(tc, test_misc_record_oom);
     tcase_add_test(tc, test_misc_oom);
+    tcase_add_test(tc, test_linalg_oom);
     suite_add_tcase(s, tc);
     return cg_test_run(&s, 1);
 }
