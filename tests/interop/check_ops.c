@@ -27,6 +27,7 @@
 
 #include "cgrad.h"
 #include "tests/interop/check_ops.h"
+#include "tests/interop/check_ops_lapack.h"
 #include "tests/interop/check_ops_linalg.h"
 
 #define MAXIN 8
@@ -436,6 +437,8 @@ static bool run_op(const char *op, cg_tensor **x, int n, const cJSON *a, cg_tens
                      : cg_scaled_dot_product_attention(x[0], x[1], x[2], x[3], &out[1]);
         return out[0] && out[1];
     }
+    if (check_ops_lapack(op, x, n, a, out, nout))
+        return out[0] != NULL;
     if (nn_op(op, x, n, a, out) || cg_has_error())
         return out[0] != NULL;
     cg_set_error("check_ops: no op '%s'", op);
