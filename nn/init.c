@@ -2,7 +2,10 @@
 #include "nn/init.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/ops.h"
 
 bool cg_init_zeros_(cg_tensor *t) { return t && cg_fill_(t, 0.0f); }
 
@@ -44,6 +47,65 @@ bool cg_init_uniform_(cg_tensor *t, cg_rng *rng, float lo, float hi)
         return false;
     }
     return rng == &skip_rng || cg_uniform_(t, rng, lo, hi);
+}
+
+/* torch.nn.init.orthogonal_: rows = shape[0], cols the rest; the draw
+ * [rows, cols] from rng or (PyTorch's generator) mt */
+static bool orthogonal(cg_tensor *t, float gain, cg_rng *rng, cg_mt19937 *mt)
+{
+    const char *op = "init orthogonal";
+    if (!t || (!mt && !need_rng(op, rng)))
+        return cg_error_null_input(op);
+    if (t->ndim < 2 || !cg_dtype_is_float(t->dtype) || !isfinite(gain)) {
+        cg_set_error("%s: Only tensors with 2 or more dimensions are supported, of a float "
+                     "dtype, and a finite gain (got %d dims, %s, gain %g)",
+                     op, t->ndim, cg_dtype_name(t->dtype), (double)gain);
+        return false;
+    }
+    if (rng == &skip_rng || cg_numel(t) == 0)
+        return true;
+    const int64_t rows = t->shape[0], cols = cg_numel(t) / rows, m = rows > cols ? rows : cols;
+    const int64_t k = rows < cols ? rows : cols;
+    cg_tensor *flat = cg_empty(CG_SHAPE(rows, cols));
+    bool ok =
+        flat && (mt ? cg_normal_torch_(flat, mt, 0.0f, 1.0f) : cg_normal_(flat, rng, 0.0f, 1.0f));
+    /* Q of the draw (of its transpose when rows < cols: m x k), each column
+     * times the sign of R's diagonal */
+    cg_tensor *src = ok ? (rows < cols ? cg_view_transpose(flat, 0, 1) : cg_retain(flat)) : NULL;
+    cg_tensor *qr = src ? cg_k_linalg_qr(src, CG_QR_REDUCED, NULL) : NULL;
+    if (qr) {
+        const float *q = cg_data(qr), *r = q + m * k;
+        char *base = (char *)t->storage->data;
+        const size_t es = cg_dtype_size(t->dtype);
+        for (int64_t e = 0; e < rows * cols; e++) { /* t's element e of its logical order */
+            const int64_t i = e / cols, j = e % cols, qi = rows < cols ? j : i,
+                          qj = rows < cols ? i : j;
+            const float d = r[qj * k + qj] > 0 ? 1.0f : r[qj * k + qj] < 0 ? -1.0f : 0.0f;
+            const float v = q[qi * k + qj] * d * gain;
+            int64_t off = t->offset, rest = e;
+            for (int dd = t->ndim - 1; dd >= 0; dd--) {
+                off += rest % t->shape[dd] * t->strides[dd];
+                rest /= t->shape[dd];
+            }
+            cg_elem_set(t->dtype, base + (size_t)off * es, v);
+        }
+        cg_tensor_modified(t);
+    }
+    ok = qr != NULL;
+    cg_release_all(3, flat, src, qr);
+    return ok;
+}
+
+bool cg_init_orthogonal_(cg_tensor *t, float gain, cg_rng *rng)
+{
+    return orthogonal(t, gain, rng, NULL);
+}
+
+bool cg_init_orthogonal_torch_(cg_tensor *t, float gain, cg_mt19937 *g)
+{
+    if (!g)
+        return cg_error_null_arg("init orthogonal", "g");
+    return orthogonal(t, gain, NULL, g);
 }
 
 static bool fans(const char *op, const cg_tensor *t, double *fan_in, double *fan_out)

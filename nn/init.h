@@ -101,6 +101,21 @@ bool cg_init_xavier_normal_torch_(cg_tensor *t, cg_mt19937 *g, double gain);
 bool cg_init_trunc_normal_torch_(cg_tensor *t, cg_mt19937 *g, double mean, double std, double a,
                                  double b);
 bool cg_init_sparse_torch_(cg_tensor *t, cg_mt19937 *g, double sparsity, double std);
+/* torch.nn.init.orthogonal_(t, gain): t (ndim >= 2, any float dtype, any
+ * strides) seen as [rows, cols] (rows = shape[0], cols the product of the
+ * others) filled with a (semi-)orthogonal matrix times gain: the Q of the
+ * QR of an N(0, 1) draw [rows, cols] (of its transpose when rows < cols,
+ * so that the rows come out orthonormal), each column times the sign of
+ * R's diagonal element (Mezzadri's correction, as PyTorch's), through
+ * LAPACK's QR in double (core/ops.h cg_k_linalg_qr), rounded to float32
+ * and multiplied by gain there, as PyTorch's q.mul_(gain); then rounded to
+ * t's dtype (bfloat16 too, where PyTorch's QR has none). An empty t is
+ * left as it is, after the checks. */
+bool cg_init_orthogonal_(cg_tensor *t, float gain, cg_rng *rng);
+/* The same with PyTorch's generator g (seeded by cg_mt19937_seed(g, s) as
+ * torch.manual_seed(s)): torch.nn.init.orthogonal_(t, gain)'s values,
+ * within its float32 QR's rounding (about 1e-6). */
+bool cg_init_orthogonal_torch_(cg_tensor *t, float gain, cg_mt19937 *g);
 /* A generator that the initialisers above do not draw from (as
  * torch.nn.utils.skip_init): given it, each checks its arguments and leaves
  * the tensor as it is, and the constructors of nn/layers.h, nn/attention.h

@@ -412,6 +412,55 @@ START_TEST(test_gradient_values)
 }
 END_TEST
 
+/* nn.init.orthogonal_: orthonormal rows (rows <= cols) or columns,
+ * times gain; any strides; the refusals */
+START_TEST(test_init_orthogonal)
+{
+    const int64_t shapes[][3] = {{3, 5, 1}, {5, 3, 1}, {4, 2, 3}, {6, 6, 1}};
+    const float gains[] = {1.0f, 2.0f, 0.5f, 1.0f};
+    cg_rng r = cg_rng_new(5);
+    for (int i = 0; i < 4; i++) {
+        const int64_t rows = shapes[i][0], cols = shapes[i][1] * shapes[i][2];
+        cg_tensor *t = cg_empty(3, shapes[i]);
+        ck_assert_msg(cg_init_orthogonal_(t, gains[i], &r), "%s", cg_last_error());
+        cg_tensor *w = cg_reshape(t, 2, (int64_t[]){rows, cols}), *wt = cg_transpose(w, 0, 1);
+        cg_tensor *g = rows <= cols ? cg_matmul(w, wt) : cg_matmul(wt, w);
+        const int64_t k = rows < cols ? rows : cols;
+        for (int64_t a = 0; a < k; a++)
+            for (int64_t b = 0; b < k; b++)
+                ck_assert_msg(fabs(cg_data(g)[a * k + b] - (a == b) * gains[i] * gains[i]) < 1e-5,
+                              "shape %d: (%lld, %lld) %g", i, (long long)a, (long long)b,
+                              cg_data(g)[a * k + b]);
+        cg_release_all(4, t, w, wt, g);
+    }
+    /* a transposed view is filled in its own (logical) order: the same
+     * values as a contiguous tensor from the same draws */
+    cg_rng r1 = cg_rng_new(9), r2 = cg_rng_new(9);
+    cg_tensor *c = cg_empty(CG_SHAPE(4, 3)), *base = cg_zeros(CG_SHAPE(3, 4));
+    cg_tensor *v = cg_transpose(base, 0, 1);
+    ck_assert(cg_init_orthogonal_(c, 1.0f, &r1) && cg_init_orthogonal_(v, 1.0f, &r2));
+    float *cv = cg_test_values(c), *vv = cg_test_values(v);
+    ck_assert(!memcmp(cv, vv, sizeof(float) * 12));
+    free(cv), free(vv);
+    /* bfloat16: rounded once; empty: untouched; the refusals */
+    cg_tensor *b = cg_zeros_dtype(CG_BF16, CG_SHAPE(2, 2)), *e = cg_empty(CG_SHAPE(0, 3));
+    ck_assert(cg_init_orthogonal_(b, 1.0f, &r) && cg_init_orthogonal_(e, 1.0f, &r));
+    cg_tensor *bf = cg_k_to(b, CG_F32);
+    ck_assert(fabs(fabs(cg_data(bf)[0]) - fabs(cg_data(bf)[3])) < 1e-2);
+    cg_tensor *one = cg_zeros(CG_SHAPE(3)), *ids = cg_zeros_dtype(CG_I64, CG_SHAPE(2, 2));
+    CG_ASSERT_REFUSED(!cg_init_orthogonal_(one, 1.0f, &r),
+                      "Only tensors with 2 or more dimensions");
+    CG_ASSERT_REFUSED(!cg_init_orthogonal_(ids, 1.0f, &r), "int64");
+    CG_ASSERT_REFUSED(!cg_init_orthogonal_(c, NAN, &r), "finite gain");
+    CG_ASSERT_REFUSED(!cg_init_orthogonal_(c, 1.0f, NULL), "rng is NULL");
+    CG_ASSERT_REFUSED(!cg_init_orthogonal_torch_(c, 1.0f, NULL), "'g' is NULL");
+    ck_assert(cg_init_orthogonal_(one, 1.0f, cg_init_skip()) == false); /* checks first */
+    cg_tensor *kept = cg_full(CG_SHAPE(2, 2), 7.0f);
+    ck_assert(cg_init_orthogonal_(kept, 1.0f, cg_init_skip()) && cg_data(kept)[0] == 7.0f);
+    cg_release_all(10, c, base, v, b, e, bf, one, ids, kept, NULL);
+}
+END_TEST
+
 static Suite *linalg_suite(void)
 {
     Suite *s = suite_create("linalg");
@@ -425,6 +474,7 @@ static Suite *linalg_suite(void)
     tcase_add_test(tc, test_nan_inf);
     tcase_add_test(tc, test_special_gradients);
     tcase_add_test(tc, test_gradient_values);
+    tcase_add_test(tc, test_init_orthogonal);
     suite_add_tcase(s, tc);
     return s;
 }

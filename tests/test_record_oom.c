@@ -1525,6 +1525,8 @@ static bool linalg_run(void *ctx)
         sum_all = next;
     }
     ok = ok && cg_backward(sum_all, NULL, false);
+    cg_rng rng = cg_rng_new(4); /* nn.init.orthogonal_: its draw and QR */
+    ok = ok && cg_init_orthogonal_(((cg_tensor **)ctx)[2], 1.0f, &rng);
     ck_assert_msg(ok || *cg_last_error(), "a failure without an error");
     for (int i = 0; i < 20; i++)
         cg_release(t[i]);
@@ -1540,10 +1542,10 @@ START_TEST(test_linalg_oom)
     cg_tensor *a = cg_requires_grad(cg_k_contiguous(e), true);
     cg_rng r = cg_rng_new(11);
     cg_tensor *b = cg_requires_grad(cg_randn(&r, CG_SHAPE(2, 3, 2)), true);
-    cg_tensor *ctx[2] = {a, b};
+    cg_tensor *o = cg_zeros(CG_SHAPE(3, 2, 2)), *ctx[3] = {a, b, o};
     ck_assert_int_gt(every_allocation_fails(linalg_run, ctx), 10);
     ck_assert(linalg_run(ctx)); /* and it runs once memory is back */
-    cg_release_all(4, a1, e, a, b);
+    cg_release_all(5, a1, e, a, b, o);
 }
 END_TEST
 

@@ -71,6 +71,39 @@ static int check(const cg_st_file *f, const char *name, const cg_tensor *t, doub
     return ok ? 0 : 1;
 }
 
+/* nn.init.orthogonal_ (cg_init_orthogonal_torch_) against torch_orth.safetensors
+ * (make_torch_init.py's ORTH): the same draws, the QR in double here and in
+ * float32 there; the number of tensors that differ */
+static int check_orthogonal(const char *dir)
+{
+    static const struct {
+        int nd;
+        int64_t shape[3];
+        float gain;
+    } orth[] = {{2, {3, 5}, 1.0f}, {2, {5, 3}, 2.0f}, {3, {4, 2, 3}, 0.5f},
+                {2, {6, 6}, 1.0f}, {2, {2, 8}, 1.5f}, {2, {40, 24}, 1.0f}};
+    char path[4096], name[32];
+    snprintf(path, sizeof path, "%s/torch_orth.safetensors", dir);
+    cg_st_file *f = cg_st_open(path);
+    if (!f)
+        return fprintf(stderr, "check_torch_init: %s\n", cg_last_error()), 1;
+    cg_mt19937 g;
+    cg_mt19937_seed(&g, SEED + 1);
+    int bad = cg_st_count(f) == 6 ? 0 : 1;
+    for (int i = 0; i < 6; i++) {
+        cg_tensor *t = cg_empty(orth[i].nd, orth[i].shape);
+        snprintf(name, sizeof name, "orth.%d", i);
+        if (!t || !cg_init_orthogonal_torch_(t, orth[i].gain, &g)) {
+            fprintf(stderr, "check_torch_init: %s: %s\n", name, cg_last_error());
+            bad++;
+        } else
+            bad += check(f, name, t, 1e-6);
+        cg_release(t);
+    }
+    cg_st_close(f);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2)
@@ -90,6 +123,7 @@ int main(int argc, char **argv)
                      strncmp(l.items[i].name, "emb", 3) ? 0 : 2e-6);
     cg_tensor *after = cg_empty(CG_SHAPE(5));
     bad += !cg_uniform_torch_(after, &g, 0.0f, 1.0f) || check(f, "after", after, 0);
+    bad += check_orthogonal(argv[1]);
     printf("check_torch_init: %d parameters and the draws after, %d different\n", l.n, bad);
     cg_release(after);
     cg_param_list_free(&l);

@@ -24,6 +24,9 @@ sparse_, eye_ and dirac_; calculate_gain's values; clip_grad_norm_ of
 several norm types and clip_grad_value_ (no draws); and F.dropout2d,
 alpha_dropout and feature_alpha_dropout of an input (their masks are
 PyTorch's: the C side compares the values where its own mask agrees).
+5 draws as "after". DIR/torch_orth.safetensors: nn.init.orthogonal_ of the
+shapes and gains of ORTH, one after the other after torch.manual_seed(SEED
++ 1), as "orth.<i>".
 """
 import sys
 
@@ -41,6 +44,9 @@ GAINS = [("linear", None), ("conv1d", None), ("conv2d", None), ("conv3d", None),
          ("conv_transpose1d", None), ("conv_transpose2d", None), ("conv_transpose3d", None),
          ("sigmoid", None), ("tanh", None), ("relu", None), ("leaky_relu", None),
          ("leaky_relu", 0.2), ("leaky_relu", 3.0), ("selu", None)]
+# nn.init.orthogonal_'s cases: shape, gain (check_torch_init.c has them too)
+ORTH = [((3, 5), 1.0), ((5, 3), 2.0), ((4, 2, 3), 0.5), ((6, 6), 1.0), ((2, 8), 1.5),
+        ((40, 24), 1.0)]
 RENAME = [("multihead_attn.", "cross_attn."), ("out_proj.", "o_proj."),
           ("linear1.", "ff.fc1."), ("linear2.", "ff.fc2."), ("norm1.", "ln1."),
           ("norm2.", "ln2."), ("norm3.", "ln3.")]
@@ -81,7 +87,14 @@ def main(out):
         tensors.update(cgrad_names(name, m.state_dict()))
     tensors["after"] = torch.empty(5).uniform_(0, 1)
     save(f"{out}/torch_init.safetensors", tensors)
-    print(f"make_torch_init: {len(tensors)} tensors")
+    # nn.init.orthogonal_ (cgrad's cg_init_orthogonal_torch_) after
+    # torch.manual_seed(SEED + 1), one tensor after the other
+    torch.manual_seed(SEED + 1)
+    orth = {}
+    for i, (shape, gain) in enumerate(ORTH):
+        orth[f"orth.{i}"] = nn.init.orthogonal_(torch.empty(shape), gain)
+    save(f"{out}/torch_orth.safetensors", orth)
+    print(f"make_torch_init: {len(tensors)} tensors, {len(orth)} orthogonal ones")
 
 
 def random_calls(inp):
