@@ -294,7 +294,8 @@ START_TEST(test_nan_inf)
     cg_tensor *cn = mat(2, 2, (const float[]){NAN, 0, 0, 1}), *l = cg_linalg_cholesky(cn, false);
     ck_assert_msg(l != NULL, "%s", cg_last_error());
     ck_assert(isnan(cg_data(l)[0]) && cg_data(l)[1] == 0 && isnan(cg_data(l)[3]));
-    cg_tensor *upper_ok = cg_linalg_cholesky(mat(2, 2, (const float[]){4, 0, NAN, 1}), true);
+    cg_tensor *lnan = mat(2, 2, (const float[]){4, 0, NAN, 1}),
+              *upper_ok = cg_linalg_cholesky(lnan, true);
     ck_assert(upper_ok && cg_data(upper_ok)[0] == 2); /* the NaN is in the triangle not read */
     /* eigh: NaN or inf in the triangle read, every output NaN */
     const float bad[2] = {NAN, INFINITY};
@@ -318,7 +319,8 @@ START_TEST(test_nan_inf)
     cg_tensor *vn = cg_linalg_vector_norm(n, INFINITY, 0, NULL, false);
     cg_tensor *v0 = cg_linalg_vector_norm(n, 0, 0, NULL, false);
     ck_assert(isnan(cg_item(vn)) && cg_item(v0) == 3); /* NaN counts as nonzero */
-    cg_release_all(18, n, b, x, inv, det, lad, sign, cn, l, upper_ok, inf, s, vh, u, r, q, vn, v0);
+    cg_release_all(19, n, b, x, inv, det, lad, sign, cn, l, upper_ok, inf, s, vh, u, r, q, vn, v0,
+                   lnan);
 }
 END_TEST
 

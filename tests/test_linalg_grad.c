@@ -296,9 +296,9 @@ static void threads_run(int nt, float **got)
         o[i] = fn(&c[i], (cg_tensor *[]){a, b});
         ck_assert_msg(o[i] != NULL, "%d: %s", i, cg_last_error());
     }
-    cg_test_backward_values(cg_test_weighted_squares(8, o), 2, (cg_tensor *[]){a, b}, got);
-    cg_set_num_threads(0);
-    cg_release_all(2, a, b);
+    cg_tensor *loss = cg_test_weighted_squares(8, o);
+    cg_test_backward_values(loss, 2, (cg_tensor *[]){a, b}, got);
+    cg_release_all(3, a, b, loss);
 }
 
 START_TEST(test_linalg_threads)
