@@ -28,7 +28,7 @@ static double maxdiff(const cg_tensor *t, const double *want)
 {
     double *v = cg_test_doubles(t), d = 0;
     for (int64_t i = 0; i < cg_numel(t); i++)
-        d = fmax(d, fabs(v[i] - want[i]));
+        d = isnan(v[i]) != isnan(want[i]) ? INFINITY : fmax(d, fabs(v[i] - want[i]));
     free(v);
     return d;
 }
@@ -137,9 +137,9 @@ START_TEST(test_refusals)
     cg_tensor *sing = mat(2, 2, (const float[]){1, 2, 2, 4}), *v2 = cg_from_data(CG_SHAPE(2), B32);
     cg_tensor *notpd = mat(2, 2, (const float[]){1, 2, 2, 1});
     cg_tensor *batch = cg_stack((cg_tensor *[]){notpd, notpd}, 2, 0);
-    cg_tensor *two = cg_stack((cg_tensor *[]){sing, sing}, 2, 0);
-    cg_data(batch)[0] = 5; /* element 0 positive-definite: element 1 refused */
-    cg_data(two)[1] = 0;
+    cg_tensor *two = cg_stack((cg_tensor *[]){sing, sing, sing}, 3, 0);
+    cg_data(batch)[0] = 5;                    /* element 0 positive-definite: element 1 refused */
+    cg_data(two)[1] = 0, cg_data(two)[9] = 0; /* elements 0 and 2 regular: 1 refused */
     CG_ASSERT_REFUSED_LINE(cg_linalg_inv(ai),
                            "Expected a floating point tensor as input. Got int64");
     CG_ASSERT_REFUSED_LINE(cg_linalg_det(ab), "bfloat16");
@@ -414,6 +414,41 @@ START_TEST(test_gradient_values)
 }
 END_TEST
 
+/* The norms' gradients at zeros and ties, and rank-deficient pinv and
+ * lstsq, against PyTorch's in float64 */
+START_TEST(test_norm_kinks_and_rank)
+{
+    const struct {
+        float x[3];
+        double ord, want[3];
+    } c[] = {{{1, 0, -2}, 0.5, {2.414213562, 0, -1.707106781}}, /* 0 at a zero, p < 1 */
+             {{1, 0, -2}, -1, {0, 0, 0}},                       /* the norm 0 */
+             {{1, -3, 3}, INFINITY, {0, -0.5, 0.5}},            /* ties share g */
+             {{1, -1, 3}, -INFINITY, {0.5, -0.5, 0}},
+             {{0, 0, 0}, 2, {0, 0, 0}},
+             {{0, 0, 0}, 1.5, {0, 0, 0}}};
+    for (int i = 0; i < 6; i++) {
+        cg_tensor *x = cg_requires_grad(cg_from_data(CG_SHAPE(3), c[i].x), true);
+        cg_tensor *n = cg_linalg_vector_norm(x, c[i].ord, 0, NULL, false);
+        ck_assert(n && cg_backward(n, NULL, false));
+        ck_assert_msg(maxdiff(x->grad, c[i].want) < 1e-6, "case %d (ord %g)", i, c[i].ord);
+        cg_release_all(2, x, n);
+    }
+    /* pinv of a rank-1 matrix: its second singular value cut off */
+    cg_tensor *a = cg_requires_grad(mat(2, 2, (const float[]){1, 2, 2, 4}), true);
+    cg_tensor *w = mat(2, 2, (const float[]){1, -1, 2, 0.5f}), *p = cg_linalg_pinv(a, -1, -1);
+    ASSERT_NEAR(p, 0.04, 0.08, 0.08, 0.16);
+    cg_tensor *pw = cg_mul(p, w), *s = cg_sum_all(pw);
+    ck_assert(cg_backward(s, NULL, false));
+    ASSERT_NEAR(a->grad, 0.008, 0.056, -0.064, -0.048);
+    /* lstsq of a rank-1 A: the minimum-norm solution */
+    cg_tensor *A = mat(3, 2, (const float[]){1, 2, 2, 4, 3, 6});
+    cg_tensor *B = mat(3, 1, (const float[]){1, 2, 3}), *x = cg_linalg_lstsq(A, B, -1);
+    ASSERT_NEAR(x, 0.2, 0.4);
+    cg_release_all(8, a, w, p, pw, s, A, B, x);
+}
+END_TEST
+
 /* nn.init.orthogonal_: orthonormal rows (rows <= cols) or columns,
  * times gain; any strides; the refusals */
 START_TEST(test_init_orthogonal)
@@ -476,6 +511,7 @@ static Suite *linalg_suite(void)
     tcase_add_test(tc, test_nan_inf);
     tcase_add_test(tc, test_special_gradients);
     tcase_add_test(tc, test_gradient_values);
+    tcase_add_test(tc, test_norm_kinks_and_rank);
     tcase_add_test(tc, test_init_orthogonal);
     suite_add_tcase(s, tc);
     return s;

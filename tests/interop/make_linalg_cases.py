@@ -253,6 +253,10 @@ def gen_decomp(rng):
         if shape[-1] == shape[-2]:
             add("la_eigh", [z], {"uplo": "L"}, lambda x, a: (lambda lv: (lv[0], lv[1].abs()))(
                 LA.eigh(x[0])))
+    rank1 = torch.tensor([[1., 2.], [2., 4.]])  # pinv's cutoff, lstsq's rank
+    add("la_pinv", [(rank1, [], True)], {"atol": -1.0, "rtol": -1.0}, lambda x, a: LA.pinv(x[0]))
+    add("la_lstsq", [(torch.tensor([[1., 2.], [2., 4.], [3., 6.]]), [], False),
+                     (torch.tensor([[1.], [2.], [3.]]), [], True)], {"rcond": -1.0}, lstsq_vec)
     nan = torch.tensor([[1., math.nan], [0., 1.]])
     add("la_svd", [(nan, [], True)], {"full": False}, svd_out)
     add("la_svdvals", [(nan, [], True)], {}, lambda x, a: LA.svdvals(x[0]))
