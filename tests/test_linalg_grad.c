@@ -301,9 +301,31 @@ static void threads_run(int nt, float **got)
     cg_release_all(3, a, b, loss);
 }
 
+/* One matrix of 160 x 160: LAPACK's own threads (OpenBLAS splits an LU
+ * of that size) held to one, at any count of ours */
+static void one_matrix_run(int nt, float **got)
+{
+    cg_set_num_threads(nt);
+    cg_rng r = cg_rng_new(66);
+    cg_tensor *a = cg_requires_grad(cg_randn(&r, CG_SHAPE(160, 160)), true);
+    cg_tensor *b = cg_requires_grad(cg_randn(&r, CG_SHAPE(160, 3)), true);
+    cg_tensor *o[6];
+    gcase c[] = {{SOLVE, 0, NULL, 0, {0, 0}, false}, {SLOGDET, 0, NULL, 0, {0, 0}, false},
+                 {CHOL, 0, NULL, 0, {0, 0}, false},  {QR, 0, NULL, 0, {0, 0}, false},
+                 {EIGH, 0, NULL, 0, {0, 0}, false},  {SVD, 0, NULL, 0, {0, 0}, false}};
+    for (int i = 0; i < 6; i++) {
+        o[i] = fn(&c[i], (cg_tensor *[]){a, b});
+        ck_assert_msg(o[i] != NULL, "%d: %s", i, cg_last_error());
+    }
+    cg_tensor *loss = cg_test_weighted_squares(6, o);
+    cg_test_backward_values(loss, 2, (cg_tensor *[]){a, b}, got);
+    cg_release_all(3, a, b, loss);
+}
+
 START_TEST(test_linalg_threads)
 {
     cg_test_same_bits_1_2_threads(threads_run, 3, (int64_t[]){1, 6 * 24 * 24, 6 * 24 * 5});
+    cg_test_same_bits_1_2_threads(one_matrix_run, 3, (int64_t[]){1, 160 * 160, 160 * 3});
 }
 END_TEST
 
