@@ -7,10 +7,7 @@
  * float32. The backwards compute in double from the factors the forward
  * kept (cg_la) and round once. */
 #include <float.h>
-#include <limits.h>
 #include <math.h>
-#include <omp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
