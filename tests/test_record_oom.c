@@ -1378,6 +1378,9 @@ START_TEST(test_random_oom)
     ck_assert(random_run(ctx)); /* and it runs once memory is back */
     cg_module_free(m);
     cg_release_all(2, x, p);
+}
+END_TEST
+
 /* The ops of autograd/ops_select.c and ops_pointwise.c: each node's
  * recording failing is an error, never a detached result */
 START_TEST(test_misc_record_oom)
@@ -1486,6 +1489,9 @@ START_TEST(test_misc_oom)
     ck_assert_int_gt(every_allocation_fails(misc_run, ctx), 10);
     ck_assert(misc_run(ctx)); /* and it runs once memory is back */
     cg_release_all(4, x, y, m, w);
+}
+END_TEST
+
 /* torch.linalg's ops forward and backward (ctx: a batch of two
  * positive-definite 3 x 3 matrices and of two 3 x 2 ones): every malloc
  * and calloc of them failing in turn gives an error or a success, and
