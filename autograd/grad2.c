@@ -504,6 +504,18 @@ static bool roll_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
     return (gin[0] = cg_roll((cg_tensor *)g, count, l, dims)) != NULL;
 }
 
+static bool masked_select_g(cg_node *n, const cg_tensor *g, cg_tensor **gin)
+{
+    /* g put back where the mask is true, in zeros of the broadcast shape */
+    int64_t shape[CG_MAX_DIMS];
+    const int nd = cg_broadcast_shapes("masked_select backward", IN(0)->ndim, IN(0)->shape,
+                                       IN(1)->ndim, IN(1)->shape, shape);
+    cg_tensor *z = nd >= 0 ? cg_zeros_dtype(g->dtype, nd, shape) : NULL;
+    gin[0] = z ? cg_masked_scatter(z, IN(1), (cg_tensor *)g) : NULL;
+    cg_release(z);
+    return gin[0] != NULL;
+}
+
 /* ----------------------------------------- linear piece by piece */
 /* g times the op's derivative where it is: its own backward of ones (a
  * constant: the second derivative is 0 wherever the first exists) */
@@ -562,6 +574,14 @@ static const cg_backward_fn graph_bw[CG_OP_COUNT] = {
     [CG_OP_MAXIMUM] = piecewise_g,
     [CG_OP_MINIMUM] = piecewise_g,
     [CG_OP_DROPOUT] = piecewise_g,
+    [CG_OP_FEATURE_DROPOUT] = piecewise_g,
+    [CG_OP_ALPHA_DROPOUT] = piecewise_g,
+    [CG_OP_FEATURE_ALPHA_DROPOUT] = piecewise_g,
+    [CG_OP_NAN_TO_NUM] = piecewise_g,
+    [CG_OP_CLAMP_TENSOR] = piecewise_g,
+    [CG_OP_FMOD] = piecewise_g,
+    [CG_OP_REMAINDER] = piecewise_g,
+    [CG_OP_MASKED_SELECT] = masked_select_g,
     [CG_OP_L1_LOSS] = piecewise_g,
     [CG_OP_WHERE] = where_g,
     [CG_OP_MASKED_FILL] = masked_fill_g,

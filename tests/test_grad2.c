@@ -320,6 +320,41 @@ static cg_tensor *op_roll(cg_tensor *const *x)
     return r;
 }
 
+static cg_tensor *op_dropout2d(cg_tensor *const *x)
+{
+    cg_rng r = cg_rng_new(3);
+    cg_tensor *d = cg_dropout2d(x[0], 0.4f, &r, true), *y = cg_mul(d, d);
+    cg_release(d);
+    return y;
+}
+static cg_tensor *op_alpha_dropout(cg_tensor *const *x)
+{
+    cg_rng r = cg_rng_new(5);
+    cg_tensor *d = cg_alpha_dropout(x[0], 0.3f, &r, true), *y = cg_sin(d);
+    cg_release(d);
+    return y;
+}
+static cg_tensor *op_fmod(cg_tensor *const *x)
+{
+    cg_tensor *f = cg_fmod(x[0], x[1]), *y = cg_mul(f, f);
+    cg_release(f);
+    return y;
+}
+static cg_tensor *op_clamp_tensor(cg_tensor *const *x)
+{
+    cg_tensor *c = cg_clamp_tensor(x[0], x[1], NULL), *y = cg_mul(c, x[0]);
+    cg_release(c);
+    return y;
+}
+static cg_tensor *op_masked_select(cg_tensor *const *x)
+{
+    cg_tensor *m = (cg_tensor *)cg_test_mask(2, (const int64_t[]){3, 4},
+                                             (const uint8_t[]){1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 1});
+    cg_tensor *s = cg_masked_select(x[0], m), *y = cg_mul(s, s);
+    cg_release(s);
+    return y;
+}
+
 typedef struct {
     const char *name;
     op_fn f;
@@ -456,6 +491,11 @@ static const grad2_case CASES[] = {
     {"pad_reflect", op_pad_reflect, 1, 3, {{2, 2, 4}}, {0}, false},
     {"repeat", op_repeat, 1, 2, {S2(3, 4)}, {0}, false},
     {"roll", op_roll, 1, 2, {S2(3, 4)}, {0}, false},
+    {"dropout2d", op_dropout2d, 1, 4, {{2, 3, 2, 2}}, {0}, false},
+    {"alpha_dropout", op_alpha_dropout, 1, 2, {S2(3, 4)}, {0}, false},
+    {"fmod_broadcast", op_fmod, 2, 2, {S2(3, 4), S2(1, 4)}, {0}, true},
+    {"clamp_tensor", op_clamp_tensor, 2, 2, {S2(3, 4), S2(3, 1)}, {0}, false},
+    {"masked_select", op_masked_select, 1, 2, {S2(3, 4)}, {0}, false},
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
