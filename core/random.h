@@ -45,7 +45,9 @@ bool cg_bernoulli_torch_(cg_tensor *t, cg_mt19937 *g, double p);
 
 /* torch.rand_like(x) / torch.randn_like(x): U[0, 1) / N(0, 1) of x's
  * shape and dtype (a float dtype; contiguous), as cg_rand / cg_randn draw
- * (bfloat16 and float16 rounded from float32). _torch: float32 x, the
+ * (bfloat16 and float16 rounded from float32: a uniform within half a
+ * unit of their last place of 1 rounds to 1, which PyTorch's narrower
+ * draws never give). _torch: float32 x, the
  * values of cg_uniform_torch_ (bit for bit) and cg_normal_torch_ (to the
  * last bit of log, cos and sin: core/mt19937.c). */
 cg_tensor *cg_rand_like(cg_rng *r, const cg_tensor *x);
