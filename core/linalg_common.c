@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/lapack.h"
 #include "core/linalg_impl.h"
 #include "core/shares.h"
 
@@ -124,6 +125,8 @@ bool cg_la_batch(const char *op, int64_t batch, double flops, int64_t wsize, int
     *info = 0;
     if (batch <= 0)
         return true;
+    if (!cg_lapack(op))
+        return false;
     int nt = cg_shares_team(batch > 1 && flops * (double)batch > LA_PAR_FLOPS);
     if (nt > batch)
         nt = (int)batch;
